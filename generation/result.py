@@ -1,0 +1,102 @@
+"""The one result shape every decoding strategy returns.
+
+Strategies never print: they return a :class:`GenerationResult`, and the REPL,
+the benchmark or a test decides what to show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Round:
+    """One draft-and-verify round (or one plain target step when nothing was drafted).
+
+    ``drafted``: the draft tokens proposed this round (possibly empty).
+    ``accepted``: how many of them the target accepted (a prefix of ``drafted``).
+    ``token``: the token the target put in after the accepted drafts (a resample
+    at the first rejected position, or the bonus token when every draft was
+    accepted); ``None`` when the round ended inside the accepted drafts
+    (an end token or the length budget came first).
+    ``bonus``: True when ``token`` is the bonus token after a fully accepted round
+    with at least one draft.
+    """
+
+    drafted: tuple[int, ...]
+    accepted: int
+    token: int | None
+    bonus: bool
+
+    @property
+    def rejected(self) -> tuple[int, ...]:
+        return self.drafted[self.accepted:]
+
+
+@dataclass
+class GenerationResult:
+    """What a strategy produced and what it cost.
+
+    ``tokens`` holds the generated ids only (no prompt), ending with the end token
+    when one was produced, never longer than the length budget.
+    ``drafted`` / ``accepted`` count draft tokens proposed / accepted over all rounds.
+    ``target_calls`` / ``drafter_calls`` count forward passes of each model.
+    ``seconds`` is wall time of the whole generation (prefill included), measured
+    behind a device synchronisation.
+    ``stop_reason`` is ``"eos"``, ``"length"`` or ``"interrupted"``.
+    ``trace`` is the per-round record, filled only when asked for.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+    target_calls: int = 0
+    drafter_calls: int = 0
+    rounds: int = 0
+    seconds: float = 0.0
+    stop_reason: str = "length"
+    trace: list[Round] | None = None
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts over drafted tokens; 0.0 when nothing was drafted."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        """Mean generated tokens per target forward pass (1.0 for plain decoding)."""
+        return len(self.tokens) / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_reason == "interrupted"
+
+    def to_dict(self, *, with_trace: bool = False) -> dict:
+        """A JSON-ready summary (metrics included, trace only when asked)."""
+        out = asdict(self)
+        out.pop("trace")
+        out.update(
+            n_tokens=len(self.tokens),
+            acceptance_rate=self.acceptance_rate,
+            tokens_per_s=self.tokens_per_second,
+            tokens_per_target_call=self.tokens_per_target_call,
+        )
+        if with_trace and self.trace is not None:
+            out["trace"] = [asdict(r) for r in self.trace]
+        return out
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where two token lists differ, or None if equal.
+
+    When one list is a strict prefix of the other, the divergence is at the
+    shorter one's length.
+    """
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
