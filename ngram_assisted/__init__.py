@@ -1,0 +1,12 @@
+"""NASD: n-gram assisted speculative decoding."""
+
+from ngram_assisted.drafter import NGramDrafter
+from ngram_assisted.nasd import ngram_assisted_speculative_generate
+from ngram_assisted.storage import NGramStorage, OneLevelNGramStorage
+
+__all__ = [
+    "NGramDrafter",
+    "NGramStorage",
+    "OneLevelNGramStorage",
+    "ngram_assisted_speculative_generate",
+]

@@ -1,0 +1,87 @@
+"""Small helpers every decoding loop shares: argument checks, end tokens, timing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+import torch
+
+
+class ContextLengthError(ValueError):
+    """The prompt plus the length budget does not fit in the model's context."""
+
+    def __init__(self, prompt_tokens: int, max_gen_len: int, context_length: int):
+        self.prompt_tokens = prompt_tokens
+        self.max_gen_len = max_gen_len
+        self.context_length = context_length
+        super().__init__(
+            f"the prompt has {prompt_tokens} tokens and {max_gen_len} new tokens were asked for, "
+            f"but the model's context holds {context_length} tokens "
+            f"(at most {max(context_length - prompt_tokens, 0)} new tokens fit)"
+        )
+
+
+def context_length(model) -> int | None:
+    """The model's maximum number of positions, when its config says."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *models) -> list[int]:
+    """Validate a generation request; return the prompt as a list of ints.
+
+    Raises ValueError for an empty prompt or a negative length, and
+    ContextLengthError when prompt + budget exceeds any model's context.
+    """
+    prompt = inputs.tolist() if isinstance(inputs, torch.Tensor) else list(inputs)
+    if not prompt:
+        raise ValueError("the prompt is empty: at least one token is needed")
+    if isinstance(max_gen_len, bool) or not isinstance(max_gen_len, int) or max_gen_len < 0:
+        raise ValueError(f"max_gen_len must be an integer >= 0, got {max_gen_len!r}")
+    for model in models:
+        limit = context_length(model)
+        if limit is not None and len(prompt) + max_gen_len > limit:
+            raise ContextLengthError(len(prompt), max_gen_len, limit)
+    return prompt
+
+
+def check_gamma(gamma: int) -> int:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+    return gamma
+
+
+def end_tokens(eos_tokens_id: int | Iterable[int] | None) -> frozenset[int]:
+    """Normalise an end token id or a list of them to a set."""
+    if eos_tokens_id is None:
+        return frozenset()
+    if isinstance(eos_tokens_id, int):
+        return frozenset([eos_tokens_id])
+    return frozenset(int(t) for t in eos_tokens_id)
+
+
+def cut_at_end(tokens: list[int], eos: frozenset[int]) -> tuple[list[int], bool]:
+    """Tokens up to and including the first end token, and whether one was found."""
+    for i, token in enumerate(tokens):
+        if token in eos:
+            return tokens[: i + 1], True
+    return tokens, False
+
+
+def model_device(model) -> torch.device:
+    """Where a model's inputs go (its first parameter's device under a device map)."""
+    return next(model.parameters()).device
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work so that a timer reads real time."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_clock(device: torch.device) -> float:
+    """``time.perf_counter()`` read after the device has finished its queued work."""
+    synchronize(device)
+    return time.perf_counter()

@@ -1,0 +1,97 @@
+"""Speculative decoding with a drafter model (Leviathan et al. 2023; Chen et al. 2023)."""
+
+from __future__ import annotations
+
+import torch
+
+from generation.common import check_gamma, check_request, model_device
+from generation.result import GenerationResult
+from generation.verify import verify_loop
+from sampling import LogitsProcessor
+from utils.cache import crop_cache, forward_unseen, new_cache
+
+
+class ModelDrafter:
+    """Drafts with a smaller model, sampling each token from q = processor(drafter logits).
+
+    Keeps its own KV cache: every step feeds only the tokens it has not seen, and
+    at the start of each round the cache is rolled back to the kept sequence.
+    """
+
+    wants_top_k = 0
+
+    def __init__(self, model, processor: LogitsProcessor, *, use_cache: bool = True,
+                 vocab_size: int | None = None, generator: torch.Generator | None = None):
+        self.model = model
+        self.processor = processor
+        self.use_cache = use_cache
+        self.vocab_size = vocab_size
+        self.generator = generator
+        self.device = model_device(model)
+        self.cache = None
+        self.calls = 0
+
+    def begin(self, prompt: list[int]) -> None:
+        self.cache = new_cache(self.model) if self.use_cache else None
+        self.calls = 0
+
+    def propose(self, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """k tokens drawn one by one from the drafter: ids (k,) and q (k, V)."""
+        seq = ids.to(self.device)
+        self.cache = crop_cache(self.cache, seq.shape[1] - 1)
+        drafts, probs = [], []
+        for _ in range(k):
+            logits, self.cache = forward_unseen(self.model, seq, self.cache, keep=1)
+            self.calls += 1
+            if self.vocab_size is not None:
+                logits = logits[:, :self.vocab_size]
+            q = self.processor(logits)                              # (1, V)
+            token = self.processor.sample(q, self.generator)        # (1,)
+            seq = torch.cat([seq, token.view(1, 1)], dim=1)
+            drafts.append(token)
+            probs.append(q)
+        return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
+
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        """Nothing to learn: the cache is rolled back lazily at the next proposal."""
+
+
+def shared_vocab_size(*models) -> int:
+    """The vocabulary length every model's logits cover (embeddings may be padded)."""
+    return min(m.config.vocab_size for m in models)
+
+
+def speculative_generate(
+    inputs,
+    drafter,
+    target,
+    *,
+    logits_processor: LogitsProcessor,
+    gamma: int = 4,
+    max_gen_len: int = 128,
+    eos_tokens_id=None,
+    use_cache: bool = True,
+    vocab_size: int | None = None,
+    generator: torch.Generator | None = None,
+    trace: bool = False,
+    interruptible: bool = False,
+) -> GenerationResult:
+    """Generate up to ``max_gen_len`` tokens after ``inputs`` with a drafter model.
+
+    The drafter proposes gamma tokens per round (fewer when the budget is nearly
+    spent); the target verifies them in one forward pass. Output follows the
+    target's distribution under ``logits_processor`` exactly; under greedy it is
+    the target's greedy output token for token. ``vocab_size`` defaults to the
+    shorter of the two models' vocabularies.
+    """
+    prompt = check_request(inputs, max_gen_len, target, drafter)
+    gamma = check_gamma(gamma)
+    vocab = vocab_size or shared_vocab_size(target, drafter)
+    model_drafter = ModelDrafter(drafter, logits_processor, use_cache=use_cache,
+                                 vocab_size=vocab, generator=generator)
+    return verify_loop(
+        prompt, model_drafter, target,
+        logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
+        eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
+        generator=generator, trace=trace, interruptible=interruptible,
+    )

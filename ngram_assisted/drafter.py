@@ -1,0 +1,56 @@
+"""The n-gram drafter: proposes the storage's continuations of the sequence's tail."""
+
+from __future__ import annotations
+
+import torch
+
+from ngram_assisted.storage import NGramStorage
+
+
+class NGramDrafter:
+    """Drafts deterministically from an n-gram storage and keeps it up to date.
+
+    It mirrors the sequence as a host-side list (fed from the verify loop's one
+    sync per round), so drafting never reads the device.
+    """
+
+    calls = 0  # no model forward passes
+
+    def __init__(self, storage: NGramStorage, *, filler_top_k: int = 1,
+                 stop_if_unknown: bool = True, device: torch.device | str = "cpu"):
+        self.storage = storage
+        self.wants_top_k = filler_top_k if filler_top_k > 1 else 0
+        self.stop_if_unknown = stop_if_unknown
+        self.device = torch.device(device)
+        self.history: list[int] = []
+
+    def begin(self, prompt: list[int]) -> None:
+        self.history = list(prompt)
+        self.storage.initialize(prompt)
+
+    def propose(self, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+        """Up to k tokens, following the storage's best continuation of the tail.
+
+        Stops early at an unknown context when ``stop_if_unknown``. No
+        probabilities: the drafts are deterministic (q is one-hot).
+        """
+        width = self.storage.n - 1
+        context = self.history[-width:]
+        drafts: list[int] = []
+        for _ in range(k):
+            token, known = self.storage.next_token(context)
+            if not known and self.stop_if_unknown:
+                break
+            drafts.append(token)
+            context = (context + [token])[-width:]
+        return torch.tensor(drafts, dtype=torch.long, device=ids.device), None
+
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        """Count the appended tokens; with filler, also the target's top-k at each position."""
+        width = self.storage.n - 1
+        if top_k is not None:
+            for i, candidates in enumerate(top_k):
+                context = (self.history[-width:] + new_tokens[:i])[-width:]
+                self.storage.fill(context, candidates)
+        self.storage.update(self.history[-width:], new_tokens)
+        self.history.extend(new_tokens)
