@@ -1,0 +1,362 @@
+"""The command table: every setting a user can change, in one place.
+
+Each :class:`Command` has a parser (words -> an :class:`Update` of settings
+fields, with the range check inside it), a usage and a help line, the values
+tab completion offers, and the command-line flag it doubles as. A slash command
+(:func:`execute`) and a flag (:func:`apply_flags`) go through the same parser,
+so ``/gamma 6`` and ``--gamma 6`` cannot disagree. A failed parse changes
+nothing: the update is applied only once every word has been checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from repl.settings import NGRAM_STORAGES, PROCESSOR_ARGS, ProcessorSpec, Settings
+
+GAMMA_RANGE = (1, 128)
+LENGTH_RANGE = (1, 1_000_000)
+NGRAM_N_RANGE = (2, 16)
+FILLER_RANGE = (1, 1000)
+SEED_RANGE = (0, 2**63 - 1)
+
+ON_WORDS = ("on", "true", "yes", "1")
+OFF_WORDS = ("off", "false", "no", "0")
+
+
+class CommandError(ValueError):
+    """A command's words were rejected; the message says why (one line)."""
+
+
+@dataclass(frozen=True)
+class Update:
+    """What a parsed command does: settings fields to set, notices to show,
+    and, for the session commands (/help, /config, /clear, /quit), the action."""
+
+    changes: dict[str, Any] = field(default_factory=dict)
+    notices: tuple[str, ...] = ()
+    action: str | None = None
+    topic: str | None = None
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    args: str  # usage after the name, e.g. "N" or "[on|off]"
+    help: str
+    parse: Callable[[list[str], Settings], Update]
+    show: Callable[[Settings], str] | None = None  # the current value, for /config
+    values: tuple[str, ...] = ()  # completion candidates for the first argument
+    flag: str | None = None  # command-line flag (without "--"); None: slash only
+    toggle: bool = False
+    fields: tuple[str, ...] = ()  # settings fields it writes, when not just its name
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        if self.show is None:
+            return ()
+        return self.fields or (self.name,)
+
+    @property
+    def usage(self) -> str:
+        return f"/{self.name} {self.args}".rstrip()
+
+    @property
+    def flag_usage(self) -> str:
+        if self.toggle:
+            return f"--{self.flag} / --no-{self.flag}"
+        return f"--{self.flag} {self.args}".rstrip()
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The outcome of one slash command line."""
+
+    ok: bool
+    message: str
+    notices: tuple[str, ...] = ()
+    action: str | None = None
+    topic: str | None = None
+
+
+# ---------------------------------------------------------------- word parsers
+
+def _one_word(words: list[str], what: str) -> str:
+    if not words:
+        raise CommandError(f"missing {what}")
+    if len(words) > 1:
+        raise CommandError(f"expected one {what}, got {len(words)} words")
+    return words[0]
+
+
+def _int(word: str, what: str, lo: int, hi: int) -> int:
+    try:
+        value = int(word)
+    except ValueError:
+        raise CommandError(f"{what} must be a whole number, got {word!r}") from None
+    if not lo <= value <= hi:
+        raise CommandError(f"{what} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _float(word: str, what: str) -> float:
+    try:
+        value = float(word)
+    except ValueError:
+        raise CommandError(f"{what} must be a number, got {word!r}") from None
+    if not math.isfinite(value):
+        raise CommandError(f"{what} must be a finite number, got {word!r}")
+    return value
+
+
+def _on_off(words: list[str], current: bool) -> bool:
+    """No word flips the toggle; on/off (true/false, yes/no, 1/0) sets it."""
+    if not words:
+        return not current
+    word = _one_word(words, "on or off").lower()
+    if word in ON_WORDS:
+        return True
+    if word in OFF_WORDS:
+        return False
+    raise CommandError(f"expected on or off, got {word!r}")
+
+
+# ------------------------------------------------------------- command parsers
+
+def _int_setting(name: str, what: str, bounds: tuple[int, int]):
+    def parse(words: list[str], settings: Settings) -> Update:
+        return Update({name: _int(_one_word(words, what), what, *bounds)})
+
+    return parse
+
+
+def _toggle_setting(name: str):
+    def parse(words: list[str], settings: Settings) -> Update:
+        return Update({name: _on_off(words, getattr(settings, name))})
+
+    return parse
+
+
+def parse_processor(words: list[str], settings: Settings | None = None) -> Update:
+    """``NAME [ARGS]`` -> a ProcessorSpec; temperature 0 with sampling -> greedy."""
+    if not words:
+        raise CommandError("missing processor name")
+    name, rest = words[0].lower(), words[1:]
+    if name not in PROCESSOR_ARGS:
+        hint = _closest(name, PROCESSOR_ARGS)
+        raise CommandError(
+            f"unknown processor {words[0]!r}{hint}; choose one of {', '.join(PROCESSOR_ARGS)}"
+        )
+    expected = PROCESSOR_ARGS[name]
+    if name == "greedy" and not rest:
+        return Update({"processor": ProcessorSpec("greedy")})
+    if len(rest) != len(expected):
+        raise CommandError(f"{name} takes {' '.join(a.upper() for a in expected)}, got {len(rest)} values")
+    values = dict(zip(expected, rest))
+    temperature = _float(values["temperature"], "temperature")
+    if temperature < 0:
+        raise CommandError(f"temperature must be >= 0, got {temperature}")
+    top_k = _int(values["top_k"], "top_k", 1, 10**9) if "top_k" in values else None
+    top_p = _float(values["top_p"], "top_p") if "top_p" in values else None
+    if top_p is not None and not 0 < top_p <= 1:
+        raise CommandError(f"top_p must be in (0, 1], got {top_p}")
+    if name == "greedy":
+        return Update({"processor": ProcessorSpec("greedy", temperature or 1.0)})
+    if temperature == 0:
+        notice = f"temperature 0 means always taking the most likely token: using greedy instead of {name}"
+        return Update({"processor": ProcessorSpec("greedy")}, notices=(notice,))
+    return Update({"processor": ProcessorSpec(name, temperature, top_k, top_p)})
+
+
+def parse_ngram_storage(words: list[str], settings: Settings | None = None) -> Update:
+    """``basic|onelevel N``."""
+    if len(words) != 2:
+        raise CommandError(f"expected a storage kind and N, got {len(words)} words")
+    kind = words[0].lower()
+    if kind not in NGRAM_STORAGES:
+        hint = _closest(kind, NGRAM_STORAGES)
+        raise CommandError(f"unknown storage {words[0]!r}{hint}; choose {' or '.join(NGRAM_STORAGES)}")
+    n = _int(words[1], "N", *NGRAM_N_RANGE)
+    return Update({"ngram_storage": kind, "ngram_n": n})
+
+
+def _no_args(action: str):
+    def parse(words: list[str], settings: Settings) -> Update:
+        if words:
+            raise CommandError("takes no arguments")
+        return Update(action=action)
+
+    return parse
+
+
+def _parse_help(words: list[str], settings: Settings) -> Update:
+    if not words:
+        return Update(action="help")
+    name = _one_word(words, "command name").lstrip("/").lower()
+    if name not in COMMANDS:
+        raise CommandError(f"no command /{name}{_closest(name, COMMANDS, prefix='/')}")
+    return Update(action="help", topic=name)
+
+
+def _on_off_text(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def _toggle(name: str, help: str, flag: str | None = None) -> Command:
+    return Command(
+        name, "[on|off]", help, _toggle_setting(name),
+        show=lambda s: _on_off_text(getattr(s, name)),
+        values=("on", "off"), flag=flag or name.replace("_", "-"), toggle=True,
+    )
+
+
+def _show_storage(s: Settings) -> str:
+    return f"{s.ngram_storage} {s.ngram_n}"
+
+
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in [
+        Command("gamma", "N", f"drafts per speculative step ({GAMMA_RANGE[0]}-{GAMMA_RANGE[1]})",
+                _int_setting("gamma", "N", GAMMA_RANGE), show=lambda s: str(s.gamma), flag="gamma"),
+        Command("length", "N", "maximum number of new tokens per strategy",
+                _int_setting("length", "N", LENGTH_RANGE), show=lambda s: str(s.length), flag="length"),
+        Command("processor", "greedy [T] | multinomial T | topk T K | nucleus T P | topknucleus T K P",
+                "sampling: T temperature (0 = greedy), K top-k >= 1, P top-p in (0, 1]",
+                parse_processor, show=lambda s: s.processor.describe(),
+                values=tuple(PROCESSOR_ARGS), flag="processor"),
+        _toggle("speculative", "run speculative decoding (drafter model proposes)"),
+        _toggle("ngram", "run NASD (n-gram storage proposes)"),
+        _toggle("target", "run target autoregressive decoding (the baseline)", flag="target-ar"),
+        _toggle("drafter", "run drafter autoregressive decoding", flag="drafter-ar"),
+        _toggle("cache", "use the KV cache"),
+        _toggle("chat", "wrap the prompt in the chat template"),
+        _toggle("debug", "colour each round: accepted, rejected, target token"),
+        Command("set_ngramstorage", "basic|onelevel N",
+                f"NASD n-gram storage kind and N ({NGRAM_N_RANGE[0]}-{NGRAM_N_RANGE[1]})",
+                parse_ngram_storage, show=_show_storage, values=NGRAM_STORAGES, flag="ngram-storage",
+                fields=("ngram_storage", "ngram_n")),
+        Command("top_k_filler", "N", "NASD: how many top target tokens fill the storage per step",
+                _int_setting("top_k_filler", "N", FILLER_RANGE), show=lambda s: str(s.top_k_filler),
+                flag="top-k-filler"),
+        _toggle("reset_in_between", "empty the n-gram storage before every prompt"),
+        Command("seed", "N", "random seed set before every strategy",
+                _int_setting("seed", "N", SEED_RANGE), show=lambda s: str(s.seed), flag="seed"),
+        Command("config", "", "show every setting and the models", _no_args("config")),
+        Command("help", "[COMMAND]", "list the commands, or explain one", _parse_help,
+                values=()),
+        Command("clear", "", "clear the screen", _no_args("clear")),
+        Command("quit", "", "leave (Ctrl-D does the same)", _no_args("quit")),
+    ]
+}
+
+
+# ------------------------------------------------------------------ dispatch
+
+def _closest(word: str, choices, prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the nearest choice, or the empty string."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {prefix}{match[0]}?)" if match else ""
+
+
+def apply_update(settings: Settings, update: Update) -> None:
+    for name, value in update.changes.items():
+        setattr(settings, name, value)
+
+
+def describe_changes(settings: Settings, update: Update) -> str:
+    """``gamma: 4 -> 6`` style confirmation from the settings after the update."""
+    touched = [c for c in COMMANDS.values() if set(c.writes) & set(update.changes)]
+    return ", ".join(f"{c.name}: {c.show(settings)}" for c in touched)
+
+
+def execute(line: str, settings: Settings) -> Reply:
+    """Run one slash command line against ``settings``.
+
+    On any error the settings are left exactly as they were and the reply's
+    message is one line with the usage.
+    """
+    words = line.strip().split()
+    if not words or not words[0].startswith("/") or words[0] == "/":
+        return Reply(False, "commands start with / followed by a name; type /help for the list")
+    name = words[0][1:].lower()
+    command = COMMANDS.get(name)
+    if command is None:
+        hint = _closest(name, COMMANDS, prefix="/") or ""
+        return Reply(False, f"unknown command /{name}{hint}; type /help for the list")
+    try:
+        update = command.parse(words[1:], settings)
+    except CommandError as e:
+        return Reply(False, f"{command.usage.split()[0]}: {e} (usage: {command.usage})")
+    apply_update(settings, update)
+    message = describe_changes(settings, update)
+    return Reply(True, message, update.notices, update.action, update.topic)
+
+
+def completions(text_before_cursor: str) -> list[str]:
+    """Candidates for the word being typed: command names, then first values."""
+    words = text_before_cursor.split(" ")
+    if len(words) == 1:
+        return [f"/{n}" for n in COMMANDS if f"/{n}".startswith(words[0].lower())]
+    command = COMMANDS.get(words[0][1:].lower())
+    if command is None or len(words) != 2:
+        return []
+    values = command.values or (tuple(COMMANDS) if command.name == "help" else ())
+    return [v for v in values if v.startswith(words[1].lower())]
+
+
+# ------------------------------------------------------------- command line
+
+def _dest(command: Command) -> str:
+    return f"cmd_{command.name}"
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per settable command, documented from the same table."""
+    defaults = Settings()
+    group = parser.add_argument_group("session settings (each is also a slash command)")
+    for command in COMMANDS.values():
+        if command.flag is None:
+            continue
+        default = command.show(defaults) if command.show else ""
+        text = f"{command.help} [/{command.name}; default: {default}]".replace("%", "%%")
+        if command.toggle:
+            group.add_argument(f"--{command.flag}", dest=_dest(command), default=None,
+                               action=argparse.BooleanOptionalAction, help=text)
+        else:
+            multi = " " in command.args
+            group.add_argument(f"--{command.flag}", dest=_dest(command), default=None,
+                               nargs="+" if multi else None, metavar="WORD" if multi else command.args,
+                               help=text + (f"; takes {command.args}" if multi else ""))
+
+
+def apply_flags(namespace: argparse.Namespace, settings: Settings) -> list[str]:
+    """Write the given flags into ``settings`` through the command parsers.
+
+    Returns the notices to show; raises CommandError (message names the flag
+    and its usage) on the first bad flag, before anything is changed.
+    """
+    updates, notices = [], []
+    for command in COMMANDS.values():
+        if command.flag is None:
+            continue
+        value = getattr(namespace, _dest(command), None)
+        if value is None:
+            continue
+        if command.toggle:
+            words = ["on" if value else "off"]
+        else:
+            words = " ".join(value).split() if isinstance(value, list) else str(value).split()
+        try:
+            update = command.parse(words, settings)
+        except CommandError as e:
+            raise CommandError(f"--{command.flag}: {e} (usage: {command.flag_usage})") from None
+        updates.append(update)
+        notices.extend(update.notices)
+    for update in updates:
+        apply_update(settings, update)
+    return notices
