@@ -1,0 +1,7 @@
+"""``python -m bench``: the same as ``python bench.py``."""
+
+import sys
+
+from bench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,171 @@
+"""From run records to the numbers in the table. Pure functions, no I/O.
+
+Definitions (the README repeats them):
+
+* tokens/s of a variant on a group of prompts, for one repeat: generated tokens
+  summed over the group divided by seconds summed over the group; the table
+  shows the median over repeats.
+* speedup: per repeat, that variant's tokens/s over target autoregressive's on
+  the same prompts; the median over repeats. "vs peer" is the same ratio against
+  the transformers decoder it is compared with (same gamma). Ratios are paired
+  per repeat, so drift between repeats cancels.
+* acceptance rate: accepted drafts over drafted tokens, summed over runs.
+* tokens per target call: generated tokens over target forward passes, summed.
+* target calls: mean target forward passes per prompt (prefill included).
+* identical (greedy only): share of prompts whose output equals target
+  autoregressive's (first repeat); first divergence: median position of the
+  first differing token among the prompts that differ.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from bench.builtin_prompts import GROUNDED_CATEGORIES
+from generation.result import first_divergence
+from bench.records import RunRecord
+from bench.variants import BASELINE, parse_variant_name
+
+ALL = "all"
+GROUNDED = "grounded"
+
+
+@dataclass
+class SummaryRow:
+    variant: str
+    strategy: str
+    gamma: int | None
+    family: str
+    category: str
+    prompts: int
+    tokens_per_s: float
+    speedup: float | None
+    peer: str | None = None
+    vs_peer: float | None = None
+    acceptance_rate: float | None = None
+    tokens_per_target_call: float | None = None
+    target_calls: float | None = None
+    mean_tokens: float | None = None
+    identical: float | None = None
+    identical_count: int | None = None
+    first_divergence: float | None = None
+    divergences: list[int] = field(default_factory=list)
+
+
+def median(values: Iterable[float]) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def throughput(records: Iterable[RunRecord]) -> float:
+    """Total tokens over total seconds."""
+    records = list(records)
+    seconds = sum(r.seconds for r in records)
+    return sum(r.n_tokens for r in records) / seconds if seconds > 0 else 0.0
+
+
+def per_repeat_throughput(records: Iterable[RunRecord]) -> dict[int, float]:
+    by_repeat: dict[int, list[RunRecord]] = defaultdict(list)
+    for r in records:
+        by_repeat[r.repeat].append(r)
+    return {repeat: throughput(rs) for repeat, rs in sorted(by_repeat.items())}
+
+
+def paired_ratio(mine: dict[int, float], base: dict[int, float]) -> float | None:
+    """Median over repeats of mine[r] / base[r], over the repeats both have."""
+    ratios = [mine[r] / base[r] for r in mine if r in base and base[r] > 0]
+    return median(ratios)
+
+
+def category_groups(categories: Iterable[str]) -> dict[str, set[str]]:
+    """Each category alone, the input-grounded ones together, and all of them."""
+    present = sorted(set(categories))
+    groups = {c: {c} for c in present}
+    grounded = {c for c in present if c in GROUNDED_CATEGORIES}
+    if grounded:
+        groups[GROUNDED] = grounded
+    groups[ALL] = set(present)
+    return groups
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def output_agreement(records: Sequence[RunRecord],
+                     reference: dict[str, list[int]]) -> tuple[int, list[int]]:
+    """(prompts identical to the reference, first divergences of the others); first repeat."""
+    first = min((r.repeat for r in records), default=0)
+    identical, divergences = 0, []
+    for r in records:
+        if r.repeat != first or r.prompt_id not in reference:
+            continue
+        position = first_divergence(r.tokens, reference[r.prompt_id])
+        if position is None:
+            identical += 1
+        else:
+            divergences.append(position)
+    return identical, divergences
+
+
+def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[RunRecord],
+                    peer: Sequence[RunRecord], category: str, *,
+                    reference: dict[str, list[int]] | None) -> SummaryRow:
+    """One table row: a variant on one group of prompts."""
+    v = parse_variant_name(variant)
+    tps = per_repeat_throughput(records)
+    prompts = len({r.prompt_id for r in records})
+    drafted = [r.drafted for r in records if r.drafted is not None]
+    accepted = sum(r.accepted for r in records if r.accepted is not None)
+    tokens = sum(r.n_tokens for r in records)
+    calls = sum(r.target_calls for r in records)
+    row = SummaryRow(
+        variant=variant, strategy=v.strategy, gamma=v.gamma, family=v.family, category=category,
+        prompts=prompts, tokens_per_s=median(tps.values()) or 0.0,
+        speedup=paired_ratio(tps, per_repeat_throughput(base)) if base else None,
+        peer=v.peer.name if v.peer is not None else None,
+        vs_peer=paired_ratio(tps, per_repeat_throughput(peer)) if peer else None,
+        acceptance_rate=_ratio(accepted, sum(drafted)) if drafted else None,
+        tokens_per_target_call=_ratio(tokens, calls),
+        target_calls=calls / len(records) if records else None,
+        mean_tokens=tokens / len(records) if records else None,
+    )
+    if reference is not None:
+        same, divergences = output_agreement(records, reference)
+        row.identical_count = same
+        row.identical = same / prompts if prompts else None
+        row.divergences = sorted(divergences)
+        row.first_divergence = median(divergences)
+    return row
+
+
+def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> dict[str, list[int]]:
+    """Outputs of ``variant`` (target autoregressive) in its first repeat, by prompt."""
+    mine = [r for r in records if r.variant == variant]
+    first = min((r.repeat for r in mine), default=0)
+    return {r.prompt_id: r.tokens for r in mine if r.repeat == first}
+
+
+def summarize(records: Sequence[RunRecord], *, greedy: bool) -> list[SummaryRow]:
+    """Every variant on every category group, in first-seen variant order."""
+    variants = list(dict.fromkeys(r.variant for r in records))
+    by_key: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for r in records:
+        by_key[(r.variant, r.category)].append(r)
+    reference = reference_outputs(records) if greedy else None
+    rows = []
+    for category, members in category_groups(r.category for r in records).items():
+        def pick(name: str) -> list[RunRecord]:
+            return [r for c in sorted(members) for r in by_key.get((name, c), [])]
+        base = pick(BASELINE)
+        for variant in variants:
+            v = parse_variant_name(variant)
+            mine = pick(variant)
+            if not mine:
+                continue
+            peer = pick(v.peer.name) if v.peer is not None else []
+            rows.append(summarize_group(variant, mine, base, peer, category, reference=reference))
+    return rows

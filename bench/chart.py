@@ -1,0 +1,73 @@
+"""Speedup over target autoregressive against gamma, one line per strategy, as a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.aggregate import ALL, GROUNDED, SummaryRow
+from bench.variants import LABELS
+
+_STYLE = {
+    "speculative": dict(color="tab:blue", marker="o"),
+    "ngram": dict(color="tab:green", marker="s"),
+    "hf_assisted": dict(color="tab:blue", marker="o", linestyle="--", alpha=0.7),
+    "hf_prompt_lookup": dict(color="tab:green", marker="s", linestyle="--", alpha=0.7),
+    "drafter": dict(color="tab:orange", linestyle=":"),
+    "hf_generate": dict(color="tab:gray", linestyle=":"),
+}
+
+
+def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tuple[int, float]]]:
+    """strategy -> [(gamma, speedup)] sorted by gamma, for the drafting strategies."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r.category == category and r.gamma is not None and r.speedup is not None:
+            series.setdefault(r.strategy, []).append((r.gamma, r.speedup))
+    return {k: sorted(v) for k, v in series.items()}
+
+
+def flat_lines(rows: list[SummaryRow], category: str) -> dict[str, float]:
+    """Speedups of the variants without a gamma (drawn as horizontal lines)."""
+    return {r.strategy: r.speedup for r in rows
+            if r.category == category and r.gamma is None and r.speedup is not None}
+
+
+def _panel(ax, rows: list[SummaryRow], category: str, title: str) -> None:
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    for strategy, value in flat_lines(rows, category).items():
+        if strategy != "target":
+            ax.axhline(value, label=LABELS.get(strategy, strategy), **_STYLE.get(strategy, {}))
+    for strategy, points in speedup_series(rows, category).items():
+        gammas, speedups = zip(*points)
+        ax.plot(gammas, speedups, label=LABELS.get(strategy, strategy), **_STYLE.get(strategy, {}))
+    gammas = sorted({r.gamma for r in rows if r.gamma is not None})
+    if gammas:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(gammas, [str(g) for g in gammas])
+    ax.set_xlabel("γ (draft tokens per round)")
+    ax.set_ylabel("speedup over target autoregressive")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+
+
+def speedup_chart(rows: list[SummaryRow], path: Path, *, title: str = "") -> Path:
+    """Save the chart: all prompts, and the input-grounded ones when there are some."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(ALL, "all prompts")]
+    if any(r.category == GROUNDED for r in rows):
+        panels.append((GROUNDED, "input-grounded prompts"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (category, name) in zip(axes[0], panels):
+        _panel(ax, rows, category, name)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize="small")
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,148 @@
+"""``python bench.py``: flags in, tables on the terminal, JSON, CSV, Markdown and a chart out."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.processors import parse_processor
+from bench.variants import OURS
+
+DESCRIPTION = """\
+Benchmark the decoding strategies (speculative, NASD, target and drafter
+autoregressive) on a prompt set, optionally beside transformers' own decoders
+(--peers), and write a table, JSON, CSV and a speedup-vs-gamma chart.
+"""
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 4 or 1,2,4,8, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"gammas must be integers >= 1, got {text!r}")
+    return sorted(dict.fromkeys(values))
+
+
+def _name_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _strategies(text: str) -> list[str]:
+    names = _name_list(text)
+    unknown = [n for n in names if n not in OURS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown strategy {unknown[0] if unknown else text!r} (choose from {','.join(OURS)})")
+    return names
+
+
+def _processor(text: str):
+    try:
+        return parse_processor(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench.py", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    m = p.add_argument_group("models (passed to the loader)")
+    m.add_argument("--target", help="target model (default: the offline SmolLM2-135M-Instruct)")
+    m.add_argument("--drafter", help="drafter model (default: chosen by the loader)")
+    m.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps (default auto)")
+    m.add_argument("--dtype", default="auto", help="target dtype: auto, float32, bfloat16, float16")
+    m.add_argument("--drafter-dtype", default=None, help="drafter dtype (default: the loader's)")
+    m.add_argument("--threads", type=_positive, help="torch CPU threads (default: torch's)")
+    w = p.add_argument_group("prompts")
+    w.add_argument("--prompts", default="builtin",
+                   help="'builtin' or a file in Spec-Bench's question.jsonl format")
+    w.add_argument("--categories", type=_name_list,
+                   help="comma-separated categories to keep ('mt_bench' = its 8 categories)")
+    w.add_argument("--limit", type=_positive, help="at most this many prompts per category")
+    w.add_argument("--turn", type=_positive, default=1,
+                   help="which turn of multi-turn items to use (default 1; items without it are left out)")
+    w.add_argument("--no-chat", dest="chat", action="store_false",
+                   help="feed the raw prompt text, without the tokenizer's chat template")
+    d = p.add_argument_group("decoding")
+    d.add_argument("--strategies", type=_strategies, default=list(OURS),
+                   help="comma-separated subset of speculative,ngram,target,drafter "
+                        "(target is always run: it is the baseline)")
+    d.add_argument("--peers", action="store_true",
+                   help="also run transformers generate, assisted generation and prompt lookup")
+    d.add_argument("--length", type=_positive, default=128, help="new tokens per prompt (default 128)")
+    d.add_argument("--gamma", type=_int_list, default=[4],
+                   help="draft tokens per round: 4, or a sweep such as 1,2,4,8 (default 4)")
+    d.add_argument("--processor", type=_processor, default=parse_processor("greedy"),
+                   help="greedy (default), 'multinomial T', 'topk T K', 'nucleus T P', "
+                        "'topknucleus T K P'")
+    d.add_argument("--ngram-storage", choices=("basic", "onelevel"), default="basic")
+    d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
+    d.add_argument("--top-k-filler", type=_positive, default=1,
+                   help="NASD: also store the target's top-k predictions (default 1)")
+    d.add_argument("--lookup-ngram", type=_positive, default=None,
+                   help="HF prompt lookup: max_matching_ngram_size (default: transformers', 2)")
+    d.add_argument("--assisted-confidence", type=float, default=0.0,
+                   help="HF assisted: assistant_confidence_threshold; 0 (default) drafts exactly "
+                        "gamma tokens a round like ours, transformers' own default is 0.4")
+    r = p.add_argument_group("measurement and output")
+    r.add_argument("--repeats", type=_positive, default=3, help="timed runs per prompt (default 3)")
+    r.add_argument("--warmup", type=_non_negative, default=1,
+                   help="untimed runs of every variant on the first prompt (default 1)")
+    r.add_argument("--seed", type=int, default=0, help="the same seed for every run (default 0)")
+    r.add_argument("--out", type=Path, default=Path("bench_out"), help="output folder (default bench_out/)")
+    r.add_argument("--no-chart", dest="chart", action="store_false", help="skip the PNG chart")
+    return p
+
+
+def settings_dict(args, prompt_count: int) -> dict:
+    """The run's settings as they go into the JSON and the header."""
+    return {
+        "prompts": args.prompts, "categories": args.categories, "limit": args.limit,
+        "turn": args.turn, "chat": args.chat, "prompt_count": prompt_count,
+        "strategies": args.strategies, "peers": args.peers, "length": args.length,
+        "gammas": args.gamma, "processor": args.processor.describe(),
+        "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,
+        "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
+        "assisted_confidence": args.assisted_confidence, "repeats": args.repeats,
+        "warmup": args.warmup, "seed": args.seed, "device_arg": args.device,
+        "dtype_arg": args.dtype,
+    }
+
+
+def default_loader(args):
+    """Load the model pair through the project's loader."""
+    from utils.models import load_pair
+
+    kwargs = dict(device=args.device, dtype=args.dtype)
+    if args.drafter_dtype:
+        kwargs["drafter_dtype"] = args.drafter_dtype
+    return load_pair(args.target, args.drafter, **kwargs)
+
+
+def main(argv: list[str] | None = None, *, loader=default_loader) -> int:
+    """Run the benchmark; ``loader(args)`` returns the model pair (tests pass their own)."""
+    from bench.session import run_session
+
+    args = build_parser().parse_args(argv)
+    return run_session(args, loader, settings_dict)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The header of every benchmark report: when, where, with what."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+
+import torch
+import transformers
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or what platform knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _dtype(model) -> str:
+    try:
+        return str(next(model.parameters()).dtype).replace("torch.", "")
+    except (StopIteration, AttributeError):
+        return "?"
+
+
+def environment(models) -> dict:
+    """Machine, library versions, models and their dtypes."""
+    device = str(models.device)
+    info = {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "device": device,
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "target": getattr(models, "target_name", None) or models.target.config.name_or_path,
+        "drafter": getattr(models, "drafter_name", None) or models.drafter.config.name_or_path,
+        "target_dtype": _dtype(models.target),
+        "drafter_dtype": _dtype(models.drafter),
+        "self_draft_demo": bool(getattr(models, "self_draft_demo", False)),
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def header_lines(env: dict, settings: dict) -> list[str]:
+    """Two or three short lines for the top of the table."""
+    lines = [
+        f"{env['date']} · {env['device']} ({env['cpu']}, {env['torch_threads']} torch threads"
+        + (f", {env['gpu']}" if env.get("gpu") else "") + ")"
+        + f" · torch {env['torch']} · transformers {env['transformers']}",
+        f"target {env['target']} ({env['target_dtype']}) · drafter {env['drafter']} "
+        f"({env['drafter_dtype']})" + (" · self-draft demo" if env.get("self_draft_demo") else ""),
+        f"{settings['processor']} · {settings['length']} new tokens · {settings['prompt_count']} "
+        f"prompts ({settings['prompts']}) · {settings['repeats']} repeats · warm-up "
+        f"{settings['warmup']} · seed {settings['seed']} · chat template "
+        f"{'on' if settings['chat'] else 'off'} · n-gram {settings['ngram_storage']} "
+        f"n={settings['ngram_n']}",
+    ]
+    return lines

@@ -1,0 +1,48 @@
+"""One timed decode of one prompt by one variant: the unit every number is built from."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RunRecord:
+    """What one run produced and cost.
+
+    ``seconds`` is the benchmark's own timer (device sync on both sides), the
+    same for ours and the peers'. ``engine_seconds`` is the engine's own
+    measurement, kept for reference (None for peers). ``drafted``/``accepted``
+    are None where the decoder does not report them (the peers).
+    """
+
+    variant: str
+    strategy: str
+    gamma: int | None
+    family: str
+    prompt_id: str
+    category: str
+    repeat: int
+    prompt_tokens: int
+    tokens: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    drafted: int | None = None
+    accepted: int | None = None
+    target_calls: int = 0
+    drafter_calls: int = 0
+    stop_reason: str = "length"
+    engine_seconds: float | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def row(self) -> dict:
+        """A flat, JSON/CSV-ready dict without the token ids."""
+        out = asdict(self)
+        out.pop("tokens")
+        out.update(n_tokens=self.n_tokens, tokens_per_s=self.tokens_per_s)
+        return out

@@ -1,0 +1,108 @@
+"""The printed report: rich tables for the terminal and the same as Markdown."""
+
+from __future__ import annotations
+
+from bench.aggregate import ALL, SummaryRow
+from bench.targets import Goal
+from bench.variants import parse_variant_name
+
+DASH = "—"
+
+OVERALL_COLUMNS = ("Strategy", "γ", "tok/s", "speedup", "vs peer", "accept",
+                   "tok/call", "target calls", "identical", "1st div")
+
+
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return DASH if value is None else f"{value:{spec}}{suffix}"
+
+
+def _identical(row: SummaryRow) -> str:
+    if row.identical is None:
+        return DASH
+    return f"{row.identical_count}/{row.prompts}"
+
+
+def overall_cells(row: SummaryRow) -> list[str]:
+    """One row of the main table."""
+    v = parse_variant_name(row.variant)
+    peer = DASH if row.vs_peer is None else f"{row.vs_peer:.2f}×"
+    return [
+        v.label.split(" γ=")[0], DASH if row.gamma is None else str(row.gamma),
+        _num(row.tokens_per_s, ".1f"), _num(row.speedup, ".2f", "×"), peer,
+        _num(row.acceptance_rate, ".0%"), _num(row.tokens_per_target_call, ".2f"),
+        _num(row.target_calls, ".1f"), _identical(row), _num(row.first_divergence, ".0f"),
+    ]
+
+
+def category_cell(row: SummaryRow | None) -> str:
+    if row is None:
+        return DASH
+    return f"{row.tokens_per_s:.1f} ({_num(row.speedup, '.2f', '×')})"
+
+
+def category_table(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
+    """Variants down, categories across: tokens/s (speedup) in each cell."""
+    categories = list(dict.fromkeys(r.category for r in rows))
+    variants = list(dict.fromkeys(r.variant for r in rows))
+    index = {(r.variant, r.category): r for r in rows}
+    header = ["Strategy"] + categories
+    body = [[parse_variant_name(v).label] + [category_cell(index.get((v, c))) for c in categories]
+            for v in variants]
+    return header, body
+
+
+def goal_cells(goal: Goal) -> list[str]:
+    return [goal.description, _num(goal.value, ".2f", "×"), goal.status]
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+def markdown_report(header_lines: list[str], rows: list[SummaryRow], goals: list[Goal]) -> str:
+    overall = [overall_cells(r) for r in rows if r.category == ALL]
+    cat_header, cat_body = category_table(rows)
+    parts = [
+        "\n".join(f"{line}  " for line in header_lines),
+        "All prompts:\n\n" + markdown_table(list(OVERALL_COLUMNS), overall),
+        "Tokens/s (speedup over target AR) per category:\n\n" + markdown_table(cat_header, cat_body),
+    ]
+    if goals:
+        parts.append("Speed goals:\n\n" + markdown_table(
+            ["Goal", "measured", "status"], [goal_cells(g) for g in goals]))
+    return "\n\n".join(parts) + "\n"
+
+
+def print_report(console, header_lines: list[str], rows: list[SummaryRow],
+                 goals: list[Goal]) -> None:
+    """The same three tables, drawn with rich."""
+    from rich.table import Table
+
+    for line in header_lines:
+        console.print(line, style="dim", highlight=False)
+    main = Table(title="All prompts", title_justify="left")
+    for i, name in enumerate(OVERALL_COLUMNS):
+        main.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows:
+        if row.category == ALL:
+            main.add_row(*overall_cells(row), style="cyan" if row.family == "peer" else None)
+    console.print(main)
+    header, body = category_table(rows)
+    per_cat = Table(title="Tokens/s (speedup over target AR) per category", title_justify="left")
+    for i, name in enumerate(header):
+        per_cat.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    for cells in body:
+        per_cat.add_row(*cells)
+    console.print(per_cat)
+    if goals:
+        table = Table(title="Speed goals (issue #5)", title_justify="left")
+        for name in ("Goal", "measured", "status"):
+            table.add_column(name)
+        colour = {"met": "green", "missed": "red", "not checked": "dim"}
+        for goal in goals:
+            cells = goal_cells(goal)
+            cells[2] = f"[{colour[goal.status]}]{cells[2]}[/]"
+            table.add_row(*cells)
+        console.print(table)

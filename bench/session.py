@@ -1,0 +1,144 @@
+"""One benchmark from parsed flags to files: load, encode, run, summarise, report, write."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import torch
+
+from bench.aggregate import summarize
+from bench.chart import speedup_chart
+from bench.executor import Executor, RunSettings
+from bench.meta import environment, header_lines
+from bench.prompts import PromptFileError, load_prompts
+from bench.report import markdown_report, print_report
+from bench.runner import encode_prompts, iter_runs, run_count, split_fitting
+from bench.targets import check_goals
+from bench.variants import plan_variants
+from bench.writers import report_dict, write_csv, write_json
+
+
+def _consoles():
+    """stdout for the report (wide when it is not a terminal, so files keep whole rows)."""
+    from rich.console import Console
+
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=200)
+    return out, Console(stderr=True)
+
+
+def _progress(console):
+    from rich.progress import (
+        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+    )
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+
+
+def _load(args, loader, err):
+    try:
+        from utils.errors import ModelLoadError
+    except ImportError:                          # the loader's errors are not there yet
+        ModelLoadError = RuntimeError            # noqa: N806
+    try:
+        with err.status("loading models..."):
+            return loader(args)
+    except ModelLoadError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return None
+
+
+def run_session(args, loader, settings_dict) -> int:
+    out, err = _consoles()
+    try:
+        prompts = load_prompts(args.prompts, categories=args.categories, limit=args.limit,
+                               turn=args.turn)
+    except PromptFileError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return 2
+    if not prompts:
+        err.print("[red]error:[/] no prompts left after --categories/--limit/--turn")
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    models = _load(args, loader, err)
+    if models is None:
+        return 2
+
+    encoded, skipped = split_fitting(encode_prompts(prompts, models.tokenizer, chat=args.chat),
+                                     length=args.length,
+                                     context_length=getattr(models, "context_length", None))
+    for s in skipped:
+        err.print(f"skipping {s.prompt_id}: {s.reason}", style="yellow", highlight=False)
+    variants = plan_variants(args.strategies, args.gamma, peers=args.peers)
+    executor = Executor(models, RunSettings(
+        spec=args.processor, length=args.length, seed=args.seed,
+        ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
+        assisted_confidence=args.assisted_confidence, max_matching_ngram_size=args.lookup_ngram,
+    ))
+    records, interrupted = _run_all(executor, encoded, variants, args, err)
+    executor.close()
+    if not records:
+        err.print("[red]no run finished[/]")
+        return 1
+
+    settings = settings_dict(args, len(encoded))
+    settings.update(variants=[v.name for v in variants], interrupted=interrupted)
+    env = environment(models)
+    greedy = args.processor.is_greedy
+    rows = summarize(records, greedy=greedy)
+    goals = check_goals(rows, args.gamma, greedy=greedy) if args.peers or "ngram" in args.strategies else []
+    header = header_lines(env, settings)
+    print_report(out, header, rows, goals)
+    _write_files(args, env, settings, rows, goals, records, skipped, header, err)
+    return 130 if interrupted else 0
+
+
+def _run_all(executor, encoded, variants, args, err):
+    """Every run with a progress bar; Ctrl-C stops early and keeps what finished."""
+    records = []
+    total = run_count(len(encoded), len(variants), repeats=args.repeats, warmup=args.warmup)
+    with _progress(err) as progress:
+        task = progress.add_task("starting", total=total)
+
+        def run(*a, **k):
+            record = executor.run(*a, **k)
+            progress.advance(task)
+            return record
+
+        def on_step(text):
+            progress.update(task, description=text)
+
+        try:
+            for record in iter_runs(run, encoded, variants, repeats=args.repeats,
+                                    warmup=args.warmup, on_step=on_step):
+                records.append(record)
+        except KeyboardInterrupt:
+            err.print(f"[yellow]interrupted: reporting the {len(records)} runs that finished[/]")
+            return records, True
+    return records, False
+
+
+def _write_files(args, env, settings, rows, goals, records, skipped, header, err) -> None:
+    from dataclasses import asdict
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [
+        write_json(out / "bench.json", report_dict(env, settings, rows, goals, records, skipped)),
+        write_csv(out / "summary.csv", [asdict(r) for r in rows]),
+        write_csv(out / "runs.csv", [r.row() for r in records]),
+    ]
+    md = out / "summary.md"
+    md.write_text(markdown_report(header, rows, goals), encoding="utf-8")
+    paths.append(md)
+    if args.chart:
+        with contextlib.suppress(ImportError):
+            title = f"{env['target']} · {settings['processor']} · {args.length} tokens"
+            paths.append(speedup_chart(rows, out / "speedup_vs_gamma.png", title=title))
+    err.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    sys.stderr.flush()

@@ -1,0 +1,27 @@
+"""One timer for every strategy and peer: a device sync on both sides of the call."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def synchronize(device: str | torch.device | None) -> None:
+    """Wait for queued device work, so a timer does not stop before the kernels do."""
+    kind = torch.device(device).type if device is not None else "cpu"
+    if kind == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize(device)
+    elif kind == "mps" and hasattr(torch, "mps"):
+        torch.mps.synchronize()
+    elif kind == "xpu" and hasattr(torch, "xpu"):
+        torch.xpu.synchronize(device)
+
+
+def timed(fn, device) -> tuple[object, float]:
+    """Call ``fn()`` between two syncs; returns (its value, wall seconds)."""
+    synchronize(device)
+    start = time.perf_counter()
+    value = fn()
+    synchronize(device)
+    return value, time.perf_counter() - start

@@ -1,0 +1,58 @@
+"""JSON and CSV files of a benchmark run."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from bench.aggregate import SummaryRow
+from bench.records import RunRecord
+from bench.targets import Goal
+
+
+def outputs_by_variant(records: list[RunRecord]) -> dict[str, dict[str, list[int]]]:
+    """Generated ids of each variant for each prompt, first repeat only."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for r in records:
+        if r.repeat == 0:
+            out.setdefault(r.variant, {})[r.prompt_id] = list(r.tokens)
+    return out
+
+
+def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], goals: list[Goal],
+                records: list[RunRecord], skipped: list) -> dict:
+    return {
+        "environment": environment,
+        "settings": settings,
+        "variants": list(dict.fromkeys(r.variant for r in records)),
+        "summary": [asdict(r) for r in rows],
+        "goals": [dict(asdict(g), status=g.status) for g in goals],
+        "skipped": [asdict(s) for s in skipped],
+        "runs": [r.row() for r in records],
+        "outputs": outputs_by_variant(records),
+    }
+
+
+def write_json(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def _csv_value(value):
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "" if value is None else value
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """``rows`` as CSV, columns in the first row's order; lists joined by spaces."""
+    with path.open("w", newline="", encoding="utf-8") as f:
+        if not rows:
+            return path
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _csv_value(v) for k, v in row.items()})
+    return path
