@@ -95,7 +95,9 @@ class Executor:
         torch.manual_seed(s.seed)
         with quiet_transformers(), _maybe_assistant(models.drafter, gamma, s.assisted_confidence):
             output, seconds = timed(call, self.device)
-        record.tokens = output[0, len(ids):].tolist()
+        generated = output[0, len(ids):].tolist()
+        record.tokens = generated[:s.length]
+        record.overshoot = len(generated) - len(record.tokens)
         record.seconds = seconds
         record.target_calls = self.target_counter.take()
         record.drafter_calls = self.drafter_counter.take()

@@ -12,7 +12,10 @@ class RunRecord:
     ``seconds`` is the benchmark's own timer (device sync on both sides), the
     same for ours and the peers'. ``engine_seconds`` is the engine's own
     measurement, kept for reference (None for peers). ``drafted``/``accepted``
-    are None where the decoder does not report them (the peers).
+    are None where the decoder does not report them (the peers). ``overshoot``
+    counts tokens a decoder produced beyond the length budget; they are cut from
+    ``tokens`` and not counted (transformers' prompt lookup can overshoot
+    ``max_new_tokens``: its candidate length cap does not bind).
     """
 
     variant: str
@@ -31,6 +34,7 @@ class RunRecord:
     drafter_calls: int = 0
     stop_reason: str = "length"
     engine_seconds: float | None = None
+    overshoot: int = 0
 
     @property
     def n_tokens(self) -> int:

@@ -1,0 +1,385 @@
+"""Benchmark mode: prompt sets, planning, aggregation maths, writers, chart, and one tiny end-to-end run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import types
+
+import pytest
+import torch
+
+from bench.aggregate import ALL, GROUNDED, category_groups, paired_ratio, summarize
+from bench.chart import speedup_chart, speedup_series
+from bench.processors import hf_sampling_kwargs, parse_processor
+from bench.prompts import (
+    MT_BENCH_CATEGORIES, PromptFileError, builtin_prompts, chat_ids, load_prompts, read_spec_bench,
+    select,
+)
+from bench.records import RunRecord
+from bench.report import markdown_report
+from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, split_fitting
+from bench.targets import check_goals
+from bench.variants import Variant, parse_variant_name, plan_variants
+from bench.writers import report_dict, write_csv, write_json
+
+# ---------------------------------------------------------------- prompt sets
+
+BUILTIN_CATEGORIES = {"code_editing", "summarization", "qa_over_text", "translation",
+                      "math_reasoning", "chat"}
+
+
+def test_builtin_set_covers_every_category_twice_or_more():
+    prompts = builtin_prompts()
+    counts = {c: sum(p.category == c for p in prompts) for c in BUILTIN_CATEGORIES}
+    assert set(p.category for p in prompts) == BUILTIN_CATEGORIES
+    assert min(counts.values()) >= 2
+    assert len({p.id for p in prompts}) == len(prompts)
+    assert all(p.text.strip() for p in prompts)
+
+
+def test_grounded_prompts_carry_their_source_text():
+    """Input-grounded prompts are long: the passage or the code is in the prompt."""
+    for p in builtin_prompts():
+        if p.category in {"code_editing", "summarization", "qa_over_text"}:
+            assert len(p.text) > 300, p.id
+
+
+def _spec_bench_file(tmp_path):
+    items = [
+        {"question_id": 1, "category": "writing", "turns": ["w1 first", "w1 second"]},
+        {"question_id": 2, "category": "summarization", "turns": ["s2"]},
+        {"question_id": 3, "category": "summarization", "turns": ["s3"]},
+        {"question_id": 4, "category": "summarization", "turns": ["s4"], "reference": ["x"]},
+        {"question_id": 5, "category": "rag", "turns": ["r5"]},
+        {"question_id": 6, "category": "coding", "turns": ["c6 first", "c6 second"]},
+    ]
+    path = tmp_path / "question.jsonl"
+    path.write_text("\n".join(json.dumps(i) for i in items) + "\n\n", encoding="utf-8")
+    return path
+
+
+def test_spec_bench_reader_uses_first_turn(tmp_path):
+    prompts = read_spec_bench(_spec_bench_file(tmp_path))
+    assert [p.id for p in prompts] == ["1", "2", "3", "4", "5", "6"]
+    assert prompts[0].text == "w1 first" and prompts[0].category == "writing"
+
+
+def test_spec_bench_second_turn_drops_single_turn_items(tmp_path):
+    prompts = read_spec_bench(_spec_bench_file(tmp_path), turn=2)
+    assert [(p.id, p.text) for p in prompts] == [("1", "w1 second"), ("6", "c6 second")]
+
+
+def test_categories_and_limit_per_category(tmp_path):
+    path = str(_spec_bench_file(tmp_path))
+    chosen = load_prompts(path, categories=["summarization", "rag"], limit=2)
+    assert [p.id for p in chosen] == ["2", "3", "5"]
+    assert [p.id for p in load_prompts(path, limit=1)] == ["1", "2", "5", "6"]
+
+
+def test_mt_bench_alias_selects_its_categories(tmp_path):
+    chosen = load_prompts(str(_spec_bench_file(tmp_path)), categories=["mt_bench"])
+    assert {p.category for p in chosen} == {"writing", "coding"}
+    assert "coding" in MT_BENCH_CATEGORIES
+
+
+def test_bad_prompt_file_gives_one_line_error(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question_id": 1, "turns": ["x"]}\n', encoding="utf-8")
+    with pytest.raises(PromptFileError, match="bad.jsonl:1"):
+        read_spec_bench(bad)
+    with pytest.raises(PromptFileError, match="cannot read"):
+        read_spec_bench(tmp_path / "missing.jsonl")
+
+
+def test_select_on_builtin_keeps_order():
+    chosen = select(builtin_prompts(), categories=["chat", "translation"], limit=1)
+    assert [p.id for p in chosen] == ["translation-1", "chat-1"]
+
+
+# ---------------------------------------------------------------- processors and planning
+
+def test_processor_specs():
+    assert parse_processor("greedy").is_greedy
+    spec = parse_processor("nucleus 0.7 0.9")
+    assert (spec.name, spec.temperature, spec.top_p, spec.top_k) == ("nucleus", 0.7, 0.9, None)
+    assert spec.describe() == "nucleus 0.7 0.9"
+    assert hf_sampling_kwargs(spec) == {"do_sample": True, "temperature": 0.7, "top_k": 0, "top_p": 0.9}
+    assert parse_processor("topk 1 5").top_k == 5
+    assert hf_sampling_kwargs(parse_processor("greedy")) == {"do_sample": False}
+    for bad in ("beam 4", "nucleus x", "greedy 1 2", ""):
+        with pytest.raises(ValueError):
+            parse_processor(bad)
+
+
+def test_plan_always_has_the_baseline_and_pairs_each_variant_with_its_peer():
+    names = [v.name for v in plan_variants(["ngram", "speculative"], [2, 4], peers=True)]
+    assert names == ["target", "hf_generate", "speculative@2", "hf_assisted@2", "speculative@4",
+                     "hf_assisted@4", "ngram@2", "hf_prompt_lookup@2", "ngram@4",
+                     "hf_prompt_lookup@4"]
+    assert [v.name for v in plan_variants(["drafter"], [4], peers=False)] == ["target", "drafter"]
+    assert parse_variant_name("ngram@4") == Variant("ngram", 4)
+    assert Variant("ngram", 4).peer == Variant("hf_prompt_lookup", 4)
+    with pytest.raises(ValueError):
+        plan_variants(["beam"], [4], peers=False)
+
+
+def test_schedule_interleaves_variants_within_each_prompt_and_repeat():
+    a, b = Variant("target"), Variant("ngram", 4)
+    order = [(r, p, v.name) for r, p, v in schedule(2, [a, b], 2)]
+    assert order == [(0, 0, "target"), (0, 0, "ngram@4"), (0, 1, "target"), (0, 1, "ngram@4"),
+                     (1, 0, "target"), (1, 0, "ngram@4"), (1, 1, "target"), (1, 1, "ngram@4")]
+
+
+def test_runner_warms_up_first_and_records_every_timed_run():
+    from bench.prompts import Prompt
+
+    calls = []
+
+    def fake_run(variant, ids, *, prompt_id, category, repeat):
+        calls.append((variant.name, prompt_id, repeat))
+        return RunRecord(variant.name, variant.strategy, variant.gamma, variant.family,
+                         prompt_id, category, repeat, len(ids), tokens=[1], seconds=1.0)
+
+    encoded = [EncodedPrompt(Prompt("a", "chat", "x"), (1, 2)), EncodedPrompt(Prompt("b", "chat", "y"), (3,))]
+    variants = [Variant("target"), Variant("hf_generate")]
+    records = list(iter_runs(fake_run, encoded, variants, repeats=2, warmup=1))
+    assert calls[:2] == [("target", "a", -1), ("hf_generate", "a", -1)]
+    assert len(records) == 8 and all(r.repeat >= 0 for r in records)
+    assert run_count(2, 2, repeats=2, warmup=1) == len(calls) == 10
+
+
+def test_prompts_too_long_for_the_context_are_skipped():
+    from bench.prompts import Prompt
+
+    encoded = [EncodedPrompt(Prompt("a", "chat", "x"), (1,) * 10), EncodedPrompt(Prompt("b", "chat", "y"), (1,) * 3)]
+    kept, skipped = split_fitting(encoded, length=8, context_length=16)
+    assert [k.prompt.id for k in kept] == ["b"] and skipped[0].prompt_id == "a"
+
+
+# ---------------------------------------------------------------- aggregation on hand-built records
+
+def _rec(variant, prompt, category, repeat, n_tokens, seconds, *, tokens=None, drafted=None,
+         accepted=None, target_calls=None):
+    v = parse_variant_name(variant)
+    toks = tokens if tokens is not None else list(range(n_tokens))
+    return RunRecord(variant, v.strategy, v.gamma, v.family, prompt, category, repeat, 5,
+                     tokens=toks, seconds=seconds, drafted=drafted, accepted=accepted,
+                     target_calls=target_calls if target_calls is not None else len(toks))
+
+
+def _hand_records():
+    """Two prompts (code, chat), three repeats, target, NASD and prompt lookup.
+
+    target: 10 tokens in 1 s per prompt, except repeat 2 where the machine was slow (2 s).
+    ngram@4: 10 tokens in 0.5 s (0.25 s on code), 1 s in the slow repeat; on chat its
+    output differs from target's at position 3.
+    """
+    out = []
+    for r in range(3):
+        slow = 2.0 if r == 2 else 1.0
+        out += [_rec("target", "c1", "code_editing", r, 10, 1.0 * slow),
+                _rec("target", "h1", "chat", r, 10, 1.0 * slow)]
+        out += [_rec("ngram@4", "c1", "code_editing", r, 10, 0.25 * slow, drafted=12, accepted=9,
+                     target_calls=4),
+                _rec("ngram@4", "h1", "chat", r, 10, 0.5 * slow, tokens=[0, 1, 2, 99, 4, 5, 6, 7, 8, 9],
+                     drafted=8, accepted=2, target_calls=8)]
+        out += [_rec("hf_prompt_lookup@4", "c1", "code_editing", r, 10, 0.5 * slow, target_calls=5),
+                _rec("hf_prompt_lookup@4", "h1", "chat", r, 10, 1.0 * slow, target_calls=10)]
+    return out
+
+
+def _row(rows, variant, category):
+    return next(r for r in rows if r.variant == variant and r.category == category)
+
+
+def test_paired_ratio_is_the_median_of_per_repeat_ratios():
+    assert paired_ratio({0: 4.0, 1: 6.0, 2: 100.0}, {0: 2.0, 1: 2.0, 2: 10.0}) == 3.0
+    assert paired_ratio({0: 1.0, 1: 5.0}, {0: 1.0}) == 1.0
+    assert paired_ratio({0: 1.0}, {}) is None
+
+
+def test_category_groups_add_grounded_and_all():
+    groups = category_groups(["chat", "code_editing", "rag", "chat"])
+    assert groups[GROUNDED] == {"code_editing", "rag"}
+    assert groups[ALL] == {"chat", "code_editing", "rag"}
+    assert GROUNDED not in category_groups(["chat"])
+
+
+def test_summary_medians_and_speedups():
+    rows = summarize(_hand_records(), greedy=True)
+    target_all = _row(rows, "target", ALL)
+    assert target_all.tokens_per_s == pytest.approx(10.0)      # repeats: 10, 10, 5 tok/s
+    assert target_all.speedup == pytest.approx(1.0)
+    code = _row(rows, "ngram@4", "code_editing")
+    assert code.tokens_per_s == pytest.approx(40.0)            # 40, 40, 20 -> median 40
+    assert code.speedup == pytest.approx(4.0)                  # paired: 4, 4, 4
+    assert code.vs_peer == pytest.approx(2.0)
+    assert code.acceptance_rate == pytest.approx(0.75)
+    assert code.tokens_per_target_call == pytest.approx(2.5)
+    assert code.target_calls == pytest.approx(4.0)
+    overall = _row(rows, "ngram@4", ALL)                       # 20 tokens in 0.75 s
+    assert overall.speedup == pytest.approx((20 / 0.75) / 10)
+    assert overall.acceptance_rate == pytest.approx(11 / 20)
+    assert _row(rows, "ngram@4", GROUNDED).speedup == pytest.approx(4.0)
+    peer = _row(rows, "hf_prompt_lookup@4", ALL)
+    assert peer.vs_peer is None and peer.acceptance_rate is None
+
+
+def test_identical_share_and_first_divergence():
+    rows = summarize(_hand_records(), greedy=True)
+    overall = _row(rows, "ngram@4", ALL)
+    assert (overall.identical_count, overall.prompts, overall.identical) == (1, 2, 0.5)
+    assert overall.divergences == [3] and overall.first_divergence == 3
+    assert _row(rows, "hf_prompt_lookup@4", ALL).identical == 1.0
+    assert _row(rows, "ngram@4", "code_editing").first_divergence is None
+    assert _row(rows, "ngram@4", ALL).identical is not None
+    assert summarize(_hand_records(), greedy=False)[0].identical is None
+
+
+def test_goals_are_checked_against_the_right_rows():
+    rows = summarize(_hand_records(), greedy=True)
+    goals = {g.description: g for g in check_goals(rows, [4], greedy=True)}
+    grounded_peer = goals["NASD γ=4 ≥ 1.0× HF prompt lookup (grounded)"]
+    assert grounded_peer.value == pytest.approx(2.0) and grounded_peer.status == "met"
+    assert goals["NASD γ=4 ≥ 1.8× target AR (grounded)"].status == "met"
+    assert goals["target AR ≥ 1.0× HF generate"].status == "not checked"   # no hf_generate here
+    assert all(g.status == "not checked" for g in check_goals(rows, [4], greedy=False))
+
+
+# ---------------------------------------------------------------- writers and chart
+
+def test_json_and_csv_writers(tmp_path):
+    records = _hand_records()
+    rows = summarize(records, greedy=True)
+    goals = check_goals(rows, [4], greedy=True)
+    data = report_dict({"device": "cpu"}, {"length": 10}, rows, goals, records, [])
+    path = write_json(tmp_path / "bench.json", data)
+    loaded = json.loads(path.read_text())
+    assert loaded["variants"] == ["target", "ngram@4", "hf_prompt_lookup@4"]
+    assert loaded["outputs"]["ngram@4"]["h1"][3] == 99
+    assert len(loaded["runs"]) == len(records) and "tokens" not in loaded["runs"][0]
+    from dataclasses import asdict
+    csv_path = write_csv(tmp_path / "summary.csv", [asdict(r) for r in rows])
+    with csv_path.open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(rows)
+    code = next(r for r in table if r["variant"] == "ngram@4" and r["category"] == "code_editing")
+    assert float(code["speedup"]) == pytest.approx(4.0) and code["first_divergence"] == ""
+    md = markdown_report(["header"], rows, goals)
+    assert "| NASD | 4 |" in md and "Speed goals" in md
+
+
+def test_chart_png_is_written(tmp_path):
+    records = _hand_records() + [_rec("ngram@2", p, c, r, 10, 0.7) for p, c in
+                                 (("c1", "code_editing"), ("h1", "chat")) for r in range(3)]
+    rows = summarize(records, greedy=True)
+    assert [g for g, _ in speedup_series(rows, ALL)["ngram"]] == [2, 4]
+    path = speedup_chart(rows, tmp_path / "chart.png", title="test")
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+# ---------------------------------------------------------------- end to end on a tiny random pair
+
+def _tiny_tokenizer(tmp_path):
+    """A byte-level tokenizer with no merges: 256 byte symbols and an end token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab["<eos>"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>").save_pretrained(tmp_path)
+    return AutoTokenizer.from_pretrained(tmp_path)
+
+
+def _tiny_llama(seed, vocab_size):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, bos_token_id=None,
+                         eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)       # sharp distributions: no near-ties under greedy
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    tokenizer = _tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+    vocab = len(tokenizer)
+    return types.SimpleNamespace(
+        target=_tiny_llama(0, vocab), drafter=_tiny_llama(1, vocab), tokenizer=tokenizer,
+        target_name="tiny-target", drafter_name="tiny-drafter", end_tokens=[tokenizer.eos_token_id],
+        device=torch.device("cpu"), vocab_size=vocab, context_length=512, self_draft_demo=False,
+    )
+
+
+def test_chat_ids_without_a_template_is_plain_encoding(tiny_pair):
+    assert chat_ids(tiny_pair.tokenizer, "ab") == tiny_pair.tokenizer("ab")["input_ids"]
+
+
+def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):
+    from bench.cli import main
+
+    prompts = tmp_path / "q.jsonl"
+    lines = [
+        {"question_id": 1, "category": "summarization", "turns": ["the cat sat on the mat. the cat sat."]},
+        {"question_id": 2, "category": "chat", "turns": ["hello there, how are you?", "second"]},
+        {"question_id": 3, "category": "translation", "turns": ["one two three four"]},
+    ]
+    prompts.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
+    out = tmp_path / "out"
+    threads = torch.get_num_threads()
+    try:   # one thread: a tiny model gains nothing from more, and a busy machine loses a lot
+        code = main(["--prompts", str(prompts), "--peers", "--gamma", "2,3", "--length", "10",
+                     "--repeats", "2", "--threads", "1", "--out", str(out)],
+                    loader=lambda args: tiny_pair)
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "All prompts" in printed and "HF prompt lookup" in printed
+
+    data = json.loads((out / "bench.json").read_text())
+    expected = {"target", "hf_generate", "drafter", "speculative@2", "speculative@3",
+                "hf_assisted@2", "hf_assisted@3", "ngram@2", "ngram@3", "hf_prompt_lookup@2",
+                "hf_prompt_lookup@3"}
+    assert set(data["variants"]) == expected
+    assert data["environment"]["torch"] == torch.__version__
+    assert data["settings"]["processor"] == "greedy"
+    assert len(data["runs"]) == len(expected) * 3 * 2
+
+    outputs = data["outputs"]
+    for prompt_id, tokens in outputs["target"].items():
+        assert 0 < len(tokens) <= 10
+        # Greedy: ours and transformers' agree token for token.
+        assert outputs["hf_generate"][prompt_id] == tokens
+        for name in ("speculative@2", "speculative@3", "ngram@2", "ngram@3"):
+            assert outputs[name][prompt_id] == tokens, name
+    summary = {(r["variant"], r["category"]): r for r in data["summary"]}
+    for name in ("speculative@2", "ngram@3", "hf_generate"):
+        assert summary[(name, "all")]["identical"] == 1.0
+    assert summary[("target", "all")]["speedup"] == pytest.approx(1.0)
+    assert summary[("ngram@2", "all")]["vs_peer"] > 0
+    assert summary[("speculative@2", "all")]["acceptance_rate"] is not None
+    assert all(r["tokens_per_s"] > 0 for r in data["summary"])
+    for name in ("summary.csv", "runs.csv", "summary.md", "speedup_vs_gamma.png"):
+        assert (out / name).stat().st_size > 0
+    # Target autoregressive: one target forward per generated token.
+    target_runs = [r for r in data["runs"] if r["variant"] == "target"]
+    assert all(r["target_calls"] == r["n_tokens"] for r in target_runs)
+
+
+def test_bad_prompt_file_exits_with_an_error(tmp_path, capsys):
+    from bench.cli import main
+
+    code = main(["--prompts", str(tmp_path / "none.jsonl")], loader=lambda args: pytest.fail("loaded"))
+    assert code == 2
+    assert "cannot read" in capsys.readouterr().err
