@@ -105,8 +105,12 @@ def _rendered_end_of_turn(tokenizer) -> int | None:
         return None
     after = text.split(_SENTINEL, 1)[1]
     ids = tokenizer(after, add_special_tokens=False).input_ids if after else []
+    if not ids:
+        return None
     special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
-    return ids[0] if ids and ids[0] in special else None
+    # The token must spell the text that follows (an <unk> for an unknown marker does not).
+    spelled = tokenizer.convert_ids_to_tokens(ids[0])
+    return ids[0] if ids[0] in special and after.startswith(spelled) else None
 
 
 def chat_template_end_ids(tokenizer) -> list[int]:
