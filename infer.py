@@ -1,0 +1,126 @@
+"""Compare decoding strategies on your prompts: speculative decoding, NASD,
+target autoregressive and drafter autoregressive.
+
+    python infer.py [flags]          interactive session (type /help)
+    python infer.py --prompt "..."   scripted: run the prompts and exit
+
+Only the flag table is imported before the flags are parsed: ``--help`` never
+loads torch or a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from repl.commands import CommandError, add_flags, apply_flags
+from repl.settings import Settings
+
+DESCRIPTION = (
+    "Run the same prompt, with the same seed, through speculative decoding (a drafter model), "
+    "NASD (n-gram assisted speculative decoding), target autoregressive and drafter "
+    "autoregressive decoding, and compare speed, acceptance and output."
+)
+EPILOG = (
+    "Every session setting is also a slash command inside the session (/help lists them). "
+    "Scripted mode starts when --prompt or --prompts-file is given, or when stdin is not a "
+    "terminal; it runs the prompts and exits."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infer.py", description=DESCRIPTION, epilog=EPILOG)
+    models = parser.add_argument_group("models")
+    models.add_argument("--target", metavar="NAME_OR_DIR",
+                        help="target model: a hub name or a local directory (default: the offline SmolLM2 pair)")
+    models.add_argument("--drafter", metavar="NAME_OR_DIR",
+                        help="drafter model sharing the target's tokenizer (needed with --target; "
+                             "'self' reuses the target's weights as a demo)")
+    models.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    models.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
+    models.add_argument("--quantize", metavar="MODE", help="quantise the target's weights (e.g. int8, int4)")
+    models.add_argument("--drafter-quantize", metavar="MODE", help="quantise the drafter's weights")
+    models.add_argument("--device-map", metavar="MAP", help="a transformers device map for large models (e.g. auto)")
+    models.add_argument("--offline", action="store_true", help="never contact the model hub")
+    models.add_argument("--cache-dir", metavar="DIR", help="where models are cached (sets SPECDEC_CACHE_DIR)")
+    add_flags(parser)
+    script = parser.add_argument_group("scripted mode")
+    script.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt to run (repeatable)")
+    script.add_argument("--prompts-file", metavar="FILE",
+                        help="plain lines (/commands allowed) or JSON lines with 'prompt' or Spec-Bench 'turns'")
+    script.add_argument("--json", action="store_true",
+                        help="one JSON object per prompt on stdout; messages go to stderr")
+    return parser
+
+
+def _load(args, console):
+    """The model pair, or exit with the loader's one-line message."""
+    if args.cache_dir:
+        os.environ["SPECDEC_CACHE_DIR"] = args.cache_dir
+    from utils.models import ModelLoadError, load_pair, set_offline
+
+    set_offline(args.offline)
+    from utils.progress import loading_status
+
+    try:
+        with loading_status(console) as progress:
+            return load_pair(
+                args.target, args.drafter, device=args.device, dtype=args.dtype,
+                quantize=args.quantize, drafter_quantize=args.drafter_quantize,
+                device_map=args.device_map, progress=progress, cache_dir=args.cache_dir,
+            )
+    except ModelLoadError as e:
+        console.print(f"could not load the models: {e}", style="bold red")
+        sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = Settings()
+    try:
+        notices = apply_flags(args, settings)
+    except CommandError as e:
+        parser.error(str(e))
+    scripted = bool(args.prompt or args.prompts_file or args.json or not sys.stdin.isatty())
+
+    from repl.render import make_console
+    from repl.scripted import ScriptError, collect
+
+    # Scripted output goes to stdout only as results (or JSON); messages to stderr.
+    messages = make_console(stderr=scripted)
+    entries = []
+    if scripted:
+        try:
+            entries = collect(args.prompt, args.prompts_file, sys.stdin)
+        except ScriptError as e:
+            parser.error(str(e))
+    for notice in notices:
+        messages.print(notice, style="yellow")
+
+    pair = _load(args, messages)
+    from repl.runner import Runner
+    from repl.session import Session, interactive
+
+    for line in pair.banner_lines():
+        messages.print(line, style="bold")
+    messages.print(f"device: {pair.device} · context: {pair.context_length} tokens", style="bold")
+    runner = Runner(pair, notify=lambda m: messages.print(m, style="yellow"))
+    with messages.status("Warming up both models…"):
+        runner.warm_up()
+    if scripted:
+        from repl.scripted import run_script
+
+        output = make_console(stderr=args.json)
+        session = Session(runner, settings, output if not args.json else messages)
+        return run_script(session, entries, as_json=args.json, stdout=sys.stdout)
+    return interactive(Session(runner, settings, messages))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,267 @@
+"""Run every enabled strategy on one prompt, the same way each time.
+
+The runner owns what a prompt needs besides the settings: the model pair, the
+n-gram storage (kept between prompts unless ``reset_in_between`` is on) and
+the warm-up. It never prints: it hands each finished strategy to a callback
+(the renderer), so printing is outside every timer, and returns a
+:class:`PromptRun` that the comparison table and the JSON output read.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from generation import (
+    ContextLengthError,
+    GenerationResult,
+    autoregressive_generate,
+    first_divergence,
+    speculative_generate,
+)
+from ngram_assisted import NGramStorage, OneLevelNGramStorage, ngram_assisted_speculative_generate
+from repl.settings import STRATEGY_LABELS, ProcessorSpec, Settings
+
+STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage}
+WARMUP_TEXT = "Hello, how are you?"
+
+
+class PromptRefused(ValueError):
+    """The prompt cannot run as asked (empty, or too long for the context)."""
+
+
+@dataclass
+class StrategyRun:
+    """One strategy's outcome: a result and its decoded text, or an error line."""
+
+    key: str
+    result: GenerationResult | None = None
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return STRATEGY_LABELS[self.key]
+
+    @property
+    def usable(self) -> bool:
+        """A complete result to compare against (not failed, not interrupted)."""
+        return self.result is not None and not self.result.interrupted
+
+
+@dataclass
+class PromptRun:
+    """Every strategy's run on one prompt, and the comparisons between them."""
+
+    prompt: str
+    prompt_ids: list[int]
+    greedy: bool
+    runs: list[StrategyRun] = field(default_factory=list)
+    interrupted: bool = False
+
+    def baseline(self) -> StrategyRun | None:
+        """The target autoregressive run, when it ran to completion."""
+        run = next((r for r in self.runs if r.key == "target"), None)
+        return run if run is not None and run.usable else None
+
+    def speedup(self, run: StrategyRun) -> float | None:
+        """tokens/s of ``run`` over tokens/s of target autoregressive decoding."""
+        base = self.baseline()
+        if base is None or not run.usable or base.result.tokens_per_second <= 0:
+            return None
+        return run.result.tokens_per_second / base.result.tokens_per_second
+
+    def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
+        """(identical to target AR, first differing token index) under greedy.
+
+        (None, None) when the check does not apply: sampling, no baseline, or
+        an incomplete run.
+        """
+        base = self.baseline()
+        if not self.greedy or base is None or not run.usable:
+            return None, None
+        index = first_divergence(run.result.tokens, base.result.tokens)
+        return index is None, index
+
+    def to_dict(self) -> dict:
+        """The JSON object scripted mode prints for this prompt."""
+        strategies = {}
+        for run in self.runs:
+            entry: dict = {"label": run.label}
+            if run.error is not None:
+                entry["error"] = run.error
+            if run.result is not None:
+                r = run.result
+                identical, index = self.divergence(run)
+                entry.update(
+                    text=run.text,
+                    tokens=len(r.tokens),
+                    token_ids=r.tokens,
+                    seconds=r.seconds,
+                    tokens_per_s=r.tokens_per_second,
+                    acceptance_rate=r.acceptance_rate if run.key in ("speculative", "ngram") else None,
+                    tokens_per_target_call=r.tokens_per_target_call,
+                    target_calls=r.target_calls,
+                    drafter_calls=r.drafter_calls,
+                    drafted=r.drafted,
+                    accepted=r.accepted,
+                    stop_reason=r.stop_reason,
+                    speedup=self.speedup(run),
+                    identical_to_target=identical,
+                    first_divergence=index,
+                )
+            strategies[run.key] = entry
+        return {
+            "prompt": self.prompt,
+            "prompt_tokens": len(self.prompt_ids),
+            "interrupted": self.interrupted,
+            "strategies": strategies,
+        }
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+class Runner:
+    """Runs prompts on a loaded model pair (a ``utils.models.ModelPair``)."""
+
+    def __init__(self, pair, notify: Callable[[str], None] = lambda message: None):
+        self.pair = pair
+        self.notify = notify
+        self._storage = None
+        self._storage_key: tuple[str, int] | None = None
+        self._told_no_template = False
+
+    # ------------------------------------------------------------ prompt -> ids
+
+    def encode(self, text: str, settings: Settings) -> list[int]:
+        """Token ids for ``text``, through the chat template when chat is on."""
+        tokenizer = self.pair.tokenizer
+        if settings.chat and getattr(tokenizer, "chat_template", None):
+            wrapped = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+            return tokenizer(wrapped, add_special_tokens=False).input_ids
+        if settings.chat and not self._told_no_template:
+            self._told_no_template = True
+            self.notify("this tokenizer has no chat template: prompts are used as raw text")
+        return tokenizer(text).input_ids
+
+    def check_fits(self, ids: list[int], settings: Settings) -> None:
+        """Raise PromptRefused when the prompt and the length budget do not fit."""
+        if not ids:
+            raise PromptRefused("the prompt encodes to no tokens")
+        limit = self.pair.context_length
+        if limit is not None and len(ids) + settings.length > limit:
+            raise PromptRefused(
+                f"prompt refused: {len(ids)} prompt tokens + {settings.length} new tokens = "
+                f"{len(ids) + settings.length}, more than the context of {limit} tokens "
+                f"(at most {max(limit - len(ids), 0)} new tokens fit; lower /length)"
+            )
+
+    # ------------------------------------------------------------------ storage
+
+    def storage(self, settings: Settings):
+        """The n-gram storage of the configured kind and N (rebuilt when they change)."""
+        key = (settings.ngram_storage, settings.ngram_n)
+        if self._storage is None or key != self._storage_key:
+            cls = STORAGE_CLASSES[settings.ngram_storage]
+            self._storage = cls(settings.ngram_n, self.pair.vocab_size)
+            self._storage_key = key
+        return self._storage
+
+    # ------------------------------------------------------------------ running
+
+    def warm_up(self) -> None:
+        """One short run per model and one speculative run, so the first timed
+        strategy does not pay for lazy initialisation."""
+        settings = Settings(length=4, gamma=2, chat=False)
+        ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
+        processor = ProcessorSpec().build()
+        for key in ("target", "drafter", "speculative"):
+            self._generate(key, ids, settings, processor, trace=False)
+
+    def _generator(self, key: str, seed: int) -> torch.Generator:
+        model = self.pair.drafter if key == "drafter" else self.pair.target
+        return torch.Generator(device=_model_device(model)).manual_seed(seed)
+
+    def _generate(self, key: str, ids: list[int], settings: Settings, processor,
+                  *, trace: bool) -> GenerationResult:
+        pair = self.pair
+        torch.manual_seed(settings.seed)
+        common = dict(
+            logits_processor=processor, max_gen_len=settings.length, eos_tokens_id=pair.end_tokens,
+            use_cache=settings.cache, generator=self._generator(key, settings.seed),
+            trace=trace, interruptible=True,
+        )
+        if key == "speculative":
+            return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma, **common)
+        if key == "ngram":
+            storage = self.storage(settings)
+            return ngram_assisted_speculative_generate(
+                ids, storage, pair.target, gamma=settings.gamma,
+                filler_top_k=settings.top_k_filler, **common,
+            )
+        model = pair.target if key == "target" else pair.drafter
+        return autoregressive_generate(ids, model, **common)
+
+    def run_strategy(self, key: str, ids: list[int], settings: Settings, processor) -> StrategyRun:
+        """One strategy, with its failures turned into an error line."""
+        run = StrategyRun(key)
+        try:
+            run.result = self._generate(key, ids, settings, processor, trace=settings.debug)
+        except ContextLengthError as e:
+            run.error = f"refused: {e}"
+        except Exception as e:  # a failing strategy must not end the session
+            if is_out_of_memory(e):
+                free_memory()
+                run.error = (f"out of memory on {self.pair.device}: "
+                             "lower /length or /gamma, or use a smaller model")
+            else:
+                run.error = f"failed: {type(e).__name__}: {e}"
+        else:
+            run.text = self.pair.tokenizer.decode(run.result.tokens, skip_special_tokens=True)
+        return run
+
+    def prepare(self, text: str, settings: Settings) -> PromptRun:
+        """Encode ``text`` and check it fits; raises PromptRefused otherwise."""
+        ids = self.encode(text, settings)
+        self.check_fits(ids, settings)
+        return PromptRun(text, ids, greedy=settings.processor.is_greedy)
+
+    def run(self, prompt_run: PromptRun, settings: Settings,
+            on_run: Callable[[PromptRun, StrategyRun], None] = lambda prompt_run, run: None) -> PromptRun:
+        """Run each enabled strategy in order on a prepared prompt.
+
+        The n-gram storage is emptied first when ``reset_in_between`` is on.
+        A Ctrl-C ends the current strategy (its partial output is kept, marked
+        interrupted) and skips the rest.
+        """
+        processor = settings.processor.build()
+        if settings.reset_in_between:
+            self.storage(settings).reset()
+        try:
+            for key in settings.enabled_strategies():
+                run = self.run_strategy(key, prompt_run.prompt_ids, settings, processor)
+                prompt_run.runs.append(run)
+                on_run(prompt_run, run)
+                if run.result is not None and run.result.interrupted:
+                    prompt_run.interrupted = True
+                    break
+        except KeyboardInterrupt:
+            prompt_run.interrupted = True
+        return prompt_run

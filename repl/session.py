@@ -1,0 +1,197 @@
+"""The session: slash commands and prompts in, panels and tables out.
+
+:class:`Session` holds the logic both modes share (run a command line, run a
+prompt and show it); :func:`interactive` wraps it in a prompt_toolkit loop
+with completion, history, a settings toolbar and multi-line input.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from repl import render
+from repl.commands import completions, execute
+from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun
+from repl.settings import Settings
+
+QUIT_HINT = "(Ctrl-C stops a generation; to leave press Ctrl-D or type /quit)"
+
+
+def unescape(text: str) -> str:
+    r"""``\n`` and ``\t`` typed in a prompt become a newline and a tab."""
+    return text.replace("\\n", "\n").replace("\\t", "\t")
+
+
+class Session:
+    """Commands and prompts against one settings object and one runner."""
+
+    def __init__(self, runner: Runner, settings: Settings, console: Console):
+        self.runner = runner
+        self.settings = settings
+        self.console = console
+        self.failures = 0  # bad commands, refused prompts, failed strategies
+
+    # ----------------------------------------------------------------- output
+
+    def say(self, message: str, style: str = "") -> None:
+        self.console.print(Text(message, style=style))
+
+    def error(self, message: str) -> None:
+        self.failures += 1
+        self.say(message, "bold red")
+
+    # --------------------------------------------------------------- commands
+
+    def command(self, line: str) -> bool:
+        """Run one slash command; False when the session should end."""
+        reply = execute(line, self.settings)
+        if not reply.ok:
+            self.error(reply.message)
+            return True
+        for notice in reply.notices:
+            self.say(notice, "yellow")
+        if reply.message:
+            self.say(reply.message, "cyan")
+        if reply.action == "quit":
+            return False
+        if reply.action == "help":
+            self.console.print(render.help_table(reply.topic))
+            if reply.topic is None:
+                self.say(render.HELP_FOOTER, "dim")
+        elif reply.action == "config":
+            self.console.print(render.settings_table(self.settings, self.runner.pair))
+        elif reply.action == "clear":
+            self.console.clear()
+        return True
+
+    def handle(self, line: str) -> bool:
+        """A line as typed: nothing, a command or a prompt. False to end."""
+        if not line.strip():
+            return True
+        if line.lstrip().startswith("/"):
+            return self.command(line.strip())
+        self.prompt(unescape(line))
+        return True
+
+    # ---------------------------------------------------------------- prompts
+
+    def prompt(self, text: str) -> PromptRun | None:
+        """Run every enabled strategy on ``text`` and show the results."""
+        if not self.settings.enabled_strategies():
+            self.error("every strategy is off: turn one on with /speculative, /ngram, /target or /drafter")
+            return None
+        if self.settings.debug:
+            self.console.print(render.legend())
+        try:
+            prompt_run = self.runner.prepare(text, self.settings)
+            self.say(self.describe_prompt(prompt_run), "dim")
+            self.runner.run(prompt_run, self.settings, on_run=self.show_run)
+        except PromptRefused as e:
+            self.error(str(e))
+            return None
+        except KeyboardInterrupt:
+            self.say("interrupted before any strategy finished; the models are intact", "yellow")
+            return None
+        self.show_summary(prompt_run)
+        return prompt_run
+
+    def describe_prompt(self, prompt_run: PromptRun) -> str:
+        s = self.settings
+        chat = "chat template" if s.chat else "raw text"
+        return (f"prompt: {len(prompt_run.prompt_ids)} tokens ({chat}) · {s.processor.describe()} · "
+                f"up to {s.length} new tokens · seed {s.seed}")
+
+    def show_run(self, prompt_run: PromptRun, run: StrategyRun) -> None:
+        if run.error is not None:
+            self.failures += 1
+        tokenizer = self.runner.pair.tokenizer
+        self.console.print(render.strategy_panel(run, prompt_run.prompt_ids, tokenizer,
+                                                 debug=self.settings.debug))
+
+    def show_summary(self, prompt_run: PromptRun) -> None:
+        if prompt_run.runs:
+            self.console.print(render.comparison_table(prompt_run))
+        if prompt_run.interrupted:
+            self.say("generation interrupted: the remaining strategies were skipped; the models are intact",
+                     "yellow")
+
+
+# -------------------------------------------------------------- interactive
+
+def history_path() -> Path | None:
+    """Where the input history lives (SPECDEC_HISTORY, else ~/.specdec_history),
+    or None when that file cannot be written."""
+    path = Path(os.environ.get("SPECDEC_HISTORY") or Path.home() / ".specdec_history").expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError:
+        return None
+    return path
+
+
+def _prompt_session(settings: Settings):
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import Completer, Completion
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+    from prompt_toolkit.key_binding import KeyBindings
+
+    class SlashCompleter(Completer):
+        def get_completions(self, document, complete_event):
+            before = document.text_before_cursor
+            if not before.startswith("/"):
+                return
+            word = document.get_word_before_cursor(WORD=True)
+            for candidate in completions(before):
+                yield Completion(candidate, start_position=-len(word))
+
+    bindings = KeyBindings()
+
+    @bindings.add("escape", "enter")
+    def _newline(event):
+        event.current_buffer.insert_text("\n")
+
+    path = history_path()
+    return PromptSession(
+        history=FileHistory(str(path)) if path else InMemoryHistory(),
+        completer=SlashCompleter(),
+        complete_while_typing=False,
+        bottom_toolbar=lambda: render.toolbar_text(settings),
+        key_bindings=bindings,
+    )
+
+
+def read_entry(prompt_session) -> str:
+    r"""One entry: a line, plus continuation lines while it ends with a backslash."""
+    line = prompt_session.prompt("> ")
+    while line.endswith("\\") and not line.endswith("\\\\"):
+        line = line[:-1] + "\n" + prompt_session.prompt("... ")
+    return line
+
+
+def interactive(session: Session) -> int:
+    """The prompt loop; returns the exit status (0 on /quit or Ctrl-D)."""
+    prompt_session = _prompt_session(session.settings)
+    session.say("Type a prompt, or /help for the commands. Ctrl-D or /quit leaves.", "dim")
+    while True:
+        try:
+            line = read_entry(prompt_session)
+        except KeyboardInterrupt:
+            session.say(QUIT_HINT, "dim")
+            continue
+        except EOFError:
+            break
+        try:
+            if not session.handle(line):
+                break
+        except KeyboardInterrupt:
+            session.say("interrupted; the models are intact", "yellow")
+        except Exception as e:  # the session outlives any one bad entry
+            session.error(f"internal error, the session goes on: {type(e).__name__}: {e}")
+    session.say("bye", "dim")
+    return 0
