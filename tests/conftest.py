@@ -1,0 +1,18 @@
+"""Test-session settings shared by every test module."""
+
+import os
+
+import pytest
+import torch
+
+# Tiny models gain nothing from intra-op threads, and on a busy 2-core machine
+# several threads per process spin against each other (30x slower seen here).
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def all_cores():
+    """Use every core for a test with a real model, then go back to one thread."""
+    torch.set_num_threads(os.cpu_count() or 1)
+    yield
+    torch.set_num_threads(1)
