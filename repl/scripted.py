@@ -95,13 +95,14 @@ def run_script(session: Session, entries: list[Entry], *, as_json: bool, stdout)
                 break
             continue
         failures_before = session.failures
+        session.last_error = None
         if as_json:
             session.say(f"[{entry.where}] running…", "dim")
         prompt_run = session.prompt(entry.text)
         if as_json:
             obj = {"index": index, "source": entry.where, "settings": session.settings.to_dict()}
             if prompt_run is None:
-                obj.update(prompt=entry.text, error="refused or not run (see stderr)")
+                obj.update(prompt=entry.text, error=session.last_error or "not run")
             else:
                 obj.update(prompt_run.to_dict())
             stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")

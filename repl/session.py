@@ -34,6 +34,7 @@ class Session:
         self.settings = settings
         self.console = console
         self.failures = 0  # bad commands, refused prompts, failed strategies
+        self.last_error: str | None = None
 
     # ----------------------------------------------------------------- output
 
@@ -42,6 +43,7 @@ class Session:
 
     def error(self, message: str) -> None:
         self.failures += 1
+        self.last_error = message
         self.say(message, "bold red")
 
     # --------------------------------------------------------------- commands

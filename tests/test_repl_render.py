@@ -1,0 +1,253 @@
+"""Rendering and the runner's bookkeeping, on hand-built results (no models)."""
+
+from __future__ import annotations
+
+import io
+import types
+
+import pytest
+import torch
+
+from generation import GenerationResult, Round
+from repl import render
+from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun
+from repl.session import Session, unescape
+from repl.settings import ProcessorSpec, Settings
+
+
+class WordTokenizer:
+    """Token i decodes to " w<i>"; ids 0 and 1 are special (hidden when skipped)."""
+
+    chat_template = None
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f" w{i}" for i in ids if not (skip_special_tokens and i < 2))
+
+    def __call__(self, text, add_special_tokens=True):
+        return types.SimpleNamespace(input_ids=[int(w[1:]) for w in text.split()])
+
+    def __len__(self):
+        return 100
+
+
+def console() -> tuple:
+    out = io.StringIO()
+    return render.make_console().__class__(file=out, width=200, markup=False, emoji=False,
+                                           highlight=False, color_system=None), out
+
+
+def result(tokens, seconds=1.0, **kw) -> GenerationResult:
+    return GenerationResult(tokens=list(tokens), seconds=seconds, target_calls=kw.pop("target_calls", len(tokens)),
+                            **kw)
+
+
+# ---------------------------------------------------------------- debug view
+
+def test_rounds_view_colours_each_kind_of_token():
+    trace = [
+        Round(drafted=(5, 6, 7), accepted=2, token=8, bonus=False),   # 5 6 ok, 7 rejected, 8 resampled
+        Round(drafted=(9,), accepted=1, token=10, bonus=True),        # all accepted, bonus 10
+        Round(drafted=(), accepted=0, token=11, bonus=False),         # nothing drafted
+        Round(drafted=(12, 13), accepted=1, token=None, bonus=False), # ended inside the drafts
+    ]
+    r = result([5, 6, 8, 9, 10, 11, 12], trace=trace)
+    text = render.rounds_view(r, [2, 3], WordTokenizer())
+    styled = [(text.plain[s.start:s.end], str(s.style)) for s in text.spans]
+    assert styled == [
+        (" w5", render.ACCEPTED), (" w6", render.ACCEPTED), (" w7", render.REJECTED), (" w8", render.TARGET),
+        (" w9", render.ACCEPTED), (" w10", render.BONUS), (" w11", render.TARGET),
+        (" w12", render.ACCEPTED), (" w13", render.REJECTED),
+    ]
+    assert len({render.ACCEPTED, render.REJECTED, render.TARGET, render.BONUS}) == 4
+    assert "strike" in render.REJECTED
+
+
+def test_legend_names_every_colour():
+    plain = render.legend().plain
+    for words in ("accepted draft", "rejected draft", "target token", "bonus token"):
+        assert words in plain
+
+
+def test_token_pieces_use_left_context():
+    class Merging(WordTokenizer):  # decodes "a" + "b" to "ab" only in context
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(chr(96 + i) for i in ids)
+
+    assert render.token_pieces(Merging(), [1, 2], [3, 4]) == ["c", "d"]
+
+
+# ------------------------------------------------------------ model text is text
+
+def test_model_text_is_never_markup():
+    run = StrategyRun("target", result(list(range(3))), text="[bold red]x[/bold red] :smile: [link=y]z[/link]")
+    c, out = console()
+    c.print(render.strategy_panel(run, [], WordTokenizer(), debug=False))
+    assert "[bold red]x[/bold red] :smile: [link=y]z[/link]" in out.getvalue()
+
+
+def test_strategy_panel_shows_the_metrics():
+    r = result([1] * 12, seconds=2.0, drafted=10, accepted=7, target_calls=4, drafter_calls=10)
+    c, out = console()
+    c.print(render.strategy_panel(StrategyRun("speculative", r, text="hello"), [], WordTokenizer(), debug=False))
+    text = out.getvalue()
+    for part in ("12 tokens", "2.00 s", "6.0 tokens/s", "acceptance 70.0% (7/10 drafts)",
+                 "3.00 tokens/target call", "4 target forward passes", "10 drafter forward passes"):
+        assert part in text
+
+
+def test_interrupted_and_failed_panels():
+    c, out = console()
+    r = result([1, 2, 3], stop_reason="interrupted")
+    c.print(render.strategy_panel(StrategyRun("target", r, text="abc"), [], WordTokenizer(), debug=False))
+    c.print(render.strategy_panel(StrategyRun("ngram", error="out of memory on cuda:0"), [], WordTokenizer(),
+                                  debug=False))
+    text = out.getvalue()
+    assert "interrupted after 3 tokens" in text and "out of memory on cuda:0" in text
+
+
+# ------------------------------------------------------------ comparisons
+
+def prompt_run(greedy=True, target_tokens=(1, 2, 3, 4), target_seconds=2.0) -> PromptRun:
+    pr = PromptRun("p", [1], greedy=greedy)
+    pr.runs = [
+        StrategyRun("speculative", result([1, 2, 3, 4], seconds=1.0)),
+        StrategyRun("ngram", result([1, 2, 9, 4], seconds=4.0)),
+        StrategyRun("target", result(target_tokens, seconds=target_seconds)),
+        StrategyRun("drafter", error="failed: boom"),
+    ]
+    return pr
+
+
+def test_speedup_is_a_ratio_of_tokens_per_second():
+    pr = prompt_run()
+    spec, ngram, target, drafter = pr.runs
+    assert pr.speedup(spec) == pytest.approx(2.0)
+    assert pr.speedup(ngram) == pytest.approx(0.5)
+    assert pr.speedup(target) == pytest.approx(1.0)
+    assert pr.speedup(drafter) is None
+
+
+def test_identity_and_first_divergence_under_greedy():
+    pr = prompt_run()
+    spec, ngram, _, drafter = pr.runs
+    assert pr.divergence(spec) == (True, None)
+    assert pr.divergence(ngram) == (False, 2)
+    assert pr.divergence(drafter) == (None, None)
+
+
+def test_identity_is_not_claimed_under_sampling():
+    pr = prompt_run(greedy=False)
+    assert pr.divergence(pr.runs[0]) == (None, None)
+    assert pr.speedup(pr.runs[0]) == pytest.approx(2.0)
+
+
+def test_no_baseline_means_no_speedup():
+    pr = prompt_run()
+    pr.runs = [r for r in pr.runs if r.key != "target"]
+    assert pr.speedup(pr.runs[0]) is None and pr.divergence(pr.runs[0]) == (None, None)
+    pr = prompt_run()
+    pr.runs[2].result.stop_reason = "interrupted"
+    assert pr.speedup(pr.runs[0]) is None
+
+
+def test_comparison_table_cells():
+    c, out = console()
+    c.print(render.comparison_table(prompt_run()))
+    rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
+            for line in out.getvalue().splitlines() if "│" in line}
+    assert rows["Speculative"][1:] == ["4", "1.00", "4.0", "2.00x", "yes", "-"]
+    assert rows["NASD"][1:] == ["4", "4.00", "1.0", "0.50x", "no", "token 2"]
+    assert rows["Target AR"][1:] == ["4", "2.00", "2.0", "1.00x", "baseline", "-"]
+    assert rows["Drafter AR"][1:] == ["-", "-", "-", "n/a", "n/a", "-"]
+
+
+def test_json_dict_has_every_metric():
+    obj = prompt_run().to_dict()
+    spec = obj["strategies"]["speculative"]
+    assert spec["speedup"] == pytest.approx(2.0) and spec["identical_to_target"] is True
+    assert obj["strategies"]["ngram"]["first_divergence"] == 2
+    assert obj["strategies"]["drafter"] == {"label": "Drafter AR", "error": "failed: boom"}
+
+
+def test_toolbar_shows_the_settings():
+    s = Settings(gamma=6, processor=ProcessorSpec("nucleus", 0.7, top_p=0.9), drafter=True)
+    text = render.toolbar_text(s)
+    assert "gamma 6" in text and "nucleus(temperature=0.7, top_p=0.9)" in text and "+drafter" in text
+
+
+def test_unescape():
+    assert unescape("a\\nb\\tc") == "a\nb\tc"
+
+
+# ------------------------------------------------------------ runner failures
+
+def fake_pair(context=1000):
+    return types.SimpleNamespace(tokenizer=WordTokenizer(), context_length=context, vocab_size=100,
+                                 device="cuda:0", end_tokens=[1], target_name="t", drafter_name="d")
+
+
+def test_out_of_memory_is_reported_and_the_rest_still_run(monkeypatch):
+    runner = Runner(fake_pair())
+
+    def generate(key, ids, settings, processor, *, trace):
+        if key == "speculative":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if key == "ngram":
+            raise RuntimeError("something else broke")
+        return result([4, 5])
+
+    monkeypatch.setattr(runner, "_generate", generate)
+    pr = runner.run(runner.prepare("w3 w4", Settings(chat=False)), Settings(chat=False))
+    spec, ngram, target = pr.runs
+    assert spec.error.startswith("out of memory on cuda:0")
+    assert ngram.error == "failed: RuntimeError: something else broke"
+    assert target.text == " w4 w5" and not pr.interrupted
+
+
+def test_ctrl_c_outside_the_engine_stops_the_prompt(monkeypatch):
+    runner = Runner(fake_pair())
+    seen = []
+
+    def generate(key, ids, settings, processor, *, trace):
+        seen.append(key)
+        if key == "ngram":
+            raise KeyboardInterrupt
+        return result([4])
+
+    monkeypatch.setattr(runner, "_generate", generate)
+    pr = runner.run(runner.prepare("w3", Settings(chat=False)), Settings(chat=False))
+    assert pr.interrupted and seen == ["speculative", "ngram"] and len(pr.runs) == 1
+
+
+def test_interrupted_strategy_skips_the_rest(monkeypatch):
+    runner = Runner(fake_pair())
+    monkeypatch.setattr(runner, "_generate",
+                        lambda key, *a, **k: result([4], stop_reason="interrupted"))
+    pr = runner.run(runner.prepare("w3", Settings(chat=False)), Settings(chat=False))
+    assert pr.interrupted and [r.key for r in pr.runs] == ["speculative"]
+
+
+def test_prompt_that_does_not_fit_is_refused_with_counts():
+    runner = Runner(fake_pair(context=10))
+    with pytest.raises(PromptRefused, match=r"3 prompt tokens \+ 8 new tokens = 11, more than the context of 10"):
+        runner.prepare("w3 w4 w5", Settings(chat=False, length=8))
+    runner.prepare("w3 w4", Settings(chat=False, length=8))  # fits exactly
+
+
+def test_missing_chat_template_is_said_once():
+    said = []
+    runner = Runner(fake_pair(), notify=said.append)
+    runner.encode("w3", Settings(chat=True))
+    runner.encode("w4", Settings(chat=True))
+    assert len(said) == 1 and "no chat template" in said[0]
+
+
+def test_session_survives_bad_input_and_empty_lines():
+    c, out = console()
+    session = Session(Runner(fake_pair()), Settings(), c)
+    assert session.handle("") and session.handle("   ")
+    assert out.getvalue() == ""
+    assert session.handle("/gamma abc") and session.failures == 1
+    assert session.handle("/speculative off") and session.handle("/ngram off") and session.handle("/target off")
+    assert session.handle("w3") and "every strategy is off" in out.getvalue()
+    assert not session.handle("/quit")
