@@ -193,20 +193,20 @@ class Runner:
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         processor = ProcessorSpec().build()
         for key in ("target", "drafter", "speculative"):
-            self._generate(key, ids, settings, processor, trace=False)
+            self._generate(key, ids, settings, processor, trace=False, interruptible=False)
 
     def _generator(self, key: str, seed: int) -> torch.Generator:
         model = self.pair.drafter if key == "drafter" else self.pair.target
         return torch.Generator(device=_model_device(model)).manual_seed(seed)
 
     def _generate(self, key: str, ids: list[int], settings: Settings, processor,
-                  *, trace: bool) -> GenerationResult:
+                  *, trace: bool, interruptible: bool = True) -> GenerationResult:
         pair = self.pair
         torch.manual_seed(settings.seed)
         common = dict(
             logits_processor=processor, max_gen_len=settings.length, eos_tokens_id=pair.end_tokens,
             use_cache=settings.cache, generator=self._generator(key, settings.seed),
-            trace=trace, interruptible=True,
+            trace=trace, interruptible=interruptible,
         )
         if key == "speculative":
             return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma, **common)

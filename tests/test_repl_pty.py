@@ -123,9 +123,14 @@ def test_interactive_session(pair, tmp_path):
         pty.wait(rf"/set_ngramstorage{S}basic 3{S}", regex=True)
         pty.command("/help", "/set_ngramstorage basic|onelevel N")
         pty.wait("Ctrl-D or /quit leaves")
+        pty.child.send("/proc\t")  # Tab completes the command name
+        pty.type(" foo")
+        pty.wait("/processor: unknown processor 'foo'")
+        pty.command("/clear", "| seed 42")
 
-        # A prompt through the default strategies, then the comparison.
-        pty.type("the water is hot")
+        # A prompt (typed over two lines) through the default strategies, then the comparison.
+        pty.type("the water \\")
+        pty.type("is hot")
         pty.wait("prompt: 6 tokens (chat template)")
         for label in ("Speculative", "NASD", "Target AR"):
             pty.wait(label)
