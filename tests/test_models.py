@@ -455,6 +455,7 @@ def test_quanto_int8_on_cpu_agrees_with_float32(tiny, ids):
     reference, _ = load_model(folder, device="cpu")
     quantised, _ = load_model(folder, device="cpu", quantize="int8")
     assert type(quantised.model.layers[0].mlp.up_proj).__name__ == "QLinear"
+    assert type(quantised.lm_head).__name__ == "Linear"  # the output head stays in float
     expected, got = logits_of(reference, ids), logits_of(quantised, ids)
     agreement = (expected.argmax(-1) == got.argmax(-1)).float().mean().item()
     max_diff = (expected - got).abs().max().item()
@@ -694,8 +695,15 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
 def test_default_model_int8_agrees_with_float32():
     reference, tokenizer = load_model(None, device="cpu")
     quantised, _ = load_model(None, device="cpu", quantize="int8")
-    text = "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens with a small model."
-    ids = tokenizer(text, return_tensors="pt").input_ids
+    text = (
+        "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens with a small model "
+        "and verifies them with a large one, so the output distribution is unchanged while fewer slow calls "
+        "are made. Paris is the capital of France, and Berlin is the capital of Germany."
+    )
+    ids = tokenizer(text, return_tensors="pt").input_ids  # 56 positions
     expected, got = logits_of(reference, ids), logits_of(quantised, ids)
     agreement = (expected.argmax(-1) == got.argmax(-1)).float().mean().item()
-    assert agreement >= 0.85, agreement
+    kl = torch.nn.functional.kl_div(got.log_softmax(-1), expected.log_softmax(-1), log_target=True, reduction="batchmean")
+    # Measured on this text: agreement 0.946, KL 0.0055 (bfloat16 for comparison: 0.964, 0.0012).
+    assert agreement >= 0.9, agreement
+    assert kl.item() < 0.02, kl.item()

@@ -65,13 +65,21 @@ def bnb_config(method: str, compute_dtype):
     )
 
 
+def output_head_names(model) -> list[str]:
+    """Module names of the output projection (``lm_head``), which quantisation leaves alone."""
+    head = model.get_output_embeddings()
+    return [name for name, module in model.named_modules() if head is not None and module is head]
+
+
 def apply_quanto(model, method: str):
     """Quantise ``model``'s linear weights in place with optimum-quanto (``int8`` or ``int4``) and freeze them.
 
-    Activations stay in the model's dtype (weight-only quantisation). Returns the model.
+    Weight-only: activations stay in the model's dtype. The output head stays unquantised, as
+    transformers' own quanto integration does: it is the most sensitive layer, and with tied
+    embeddings a quantised head would be an extra copy rather than a saving. Returns the model.
     """
     from optimum.quanto import freeze, qint4, qint8, quantize
 
-    quantize(model, weights={"int8": qint8, "int4": qint4}[method])
+    quantize(model, weights={"int8": qint8, "int4": qint4}[method], exclude=output_head_names(model) or None)
     freeze(model)
     return model
