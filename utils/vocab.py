@@ -88,8 +88,10 @@ def _template_text(tokenizer) -> str:
 
 def _single_token_id(tokenizer, text: str) -> int | None:
     """The id of ``text`` if it is one token of the vocabulary, else None."""
-    token_id = tokenizer.get_vocab().get(text)
-    return int(token_id) if token_id is not None else None
+    token_id = tokenizer.convert_tokens_to_ids(text)  # unknown text maps to <unk> (or None)
+    if token_id is None or tokenizer.convert_ids_to_tokens(token_id) != text:
+        return None
+    return int(token_id)
 
 
 def _rendered_end_of_turn(tokenizer) -> int | None:
@@ -133,7 +135,8 @@ def end_token_ids(tokenizer, model) -> list[int]:
     generation_eos = getattr(generation, "eos_token_id", None) if generation is not None else None
     ids += _as_ids(generation_eos if generation_eos is not None else getattr(model.config, "eos_token_id", None))
     ids += chat_template_end_ids(tokenizer)
-    return sorted({i for i in ids if 0 <= i < len(tokenizer)})
+    size = len(tokenizer)  # not cheap on fast tokenizers: once
+    return sorted({i for i in ids if 0 <= i < size})
 
 
 def context_length(model, tokenizer) -> int:
