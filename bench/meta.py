@@ -53,14 +53,19 @@ def environment(models) -> dict:
     return info
 
 
+def _named(name: str, dtype: str) -> str:
+    """A model's name with its dtype, unless the name already says it."""
+    return name if dtype in str(name) else f"{name} ({dtype})"
+
+
 def header_lines(env: dict, settings: dict) -> list[str]:
     """Two or three short lines for the top of the table."""
     lines = [
         f"{env['date']} · {env['device']} ({env['cpu']}, {env['torch_threads']} torch threads"
         + (f", {env['gpu']}" if env.get("gpu") else "") + ")"
         + f" · torch {env['torch']} · transformers {env['transformers']}",
-        f"target {env['target']} ({env['target_dtype']}) · drafter {env['drafter']} "
-        f"({env['drafter_dtype']})" + (" · self-draft demo" if env.get("self_draft_demo") else ""),
+        f"target {_named(env['target'], env['target_dtype'])} · drafter "
+        f"{_named(env['drafter'], env['drafter_dtype'])}",
         f"{settings['processor']} · {settings['length']} new tokens · {settings['prompt_count']} "
         f"prompts ({settings['prompts']}) · {settings['repeats']} repeats · warm-up "
         f"{settings['warmup']} · seed {settings['seed']} · chat template "
