@@ -1,0 +1,100 @@
+"""The KV cache after every round holds exactly the kept sequence (minus its last
+token), and each forward feeds only unseen tokens."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from generation import autoregressive_generate, speculative_generate
+from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+from sampling import GreedyProcessor, NucleusProcessor
+from tests.tiny_models import RecordingModel, tiny_llama
+from utils.cache import cache_length, crop_cache, forward_unseen
+
+PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 2]
+
+
+def check_target_calls(calls, trace, prompt_len):
+    """Round i's forward starts from a cache of exactly the kept sequence minus
+    one token and feeds that last token plus the round's drafts."""
+    length = prompt_len
+    for i, ((seen, fed), rnd) in enumerate(zip(calls, trace)):
+        expected_seen = 0 if i == 0 else length - 1
+        assert seen == expected_seen, f"round {i}: cache holds {seen}, expected {expected_seen}"
+        assert fed == length - seen + len(rnd.drafted), f"round {i}: fed {fed} tokens"
+        length += rnd.accepted + (rnd.token is not None)
+    assert len(calls) == len(trace)
+
+
+@pytest.mark.parametrize("processor", [GreedyProcessor(), NucleusProcessor(1.0, 0.9)], ids=repr)
+def test_speculative_cache_pinned_every_round(processor):
+    target = RecordingModel(tiny_llama(0, logit_scale=5.0))
+    drafter = RecordingModel(tiny_llama(1, logit_scale=5.0))
+    with torch.inference_mode():
+        result = speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
+                                      max_gen_len=30, trace=True, generator=torch.Generator().manual_seed(0))
+    assert len(result.tokens) == 30
+    check_target_calls(target.calls, result.trace, len(PROMPT))
+    # The drafter too only ever sees unseen tokens: one or two per step after the first.
+    assert drafter.calls[0] == (0, len(PROMPT))
+    assert all(fed <= 2 for _, fed in drafter.calls[1:])
+    assert result.drafter_calls == len(drafter.calls)
+
+
+def test_nasd_cache_pinned_every_round():
+    target = RecordingModel(tiny_llama(0, logit_scale=20.0))
+    with torch.inference_mode():
+        result = ngram_assisted_speculative_generate(
+            PROMPT, NGramStorage(3, 64), target, gamma=4, filler_top_k=3,
+            logits_processor=GreedyProcessor(), max_gen_len=30, trace=True)
+    check_target_calls(target.calls, result.trace, len(PROMPT))
+    assert result.drafter_calls == 0
+
+
+def test_autoregressive_feeds_one_token_per_step():
+    model = RecordingModel(tiny_llama(0))
+    with torch.inference_mode():
+        autoregressive_generate(PROMPT, model, logits_processor=GreedyProcessor(), max_gen_len=10)
+    assert model.calls == [(0, len(PROMPT))] + [(len(PROMPT) + i, 1) for i in range(9)]
+
+
+def test_without_cache_the_whole_sequence_is_fed():
+    model = RecordingModel(tiny_llama(0))
+    with torch.inference_mode():
+        autoregressive_generate(PROMPT, model, logits_processor=GreedyProcessor(), max_gen_len=4, use_cache=False)
+    assert model.calls == [(0, len(PROMPT) + i) for i in range(4)]
+
+
+def make_cache(layers=2, length=7):
+    return tuple((torch.randn(1, 2, length, 4), torch.randn(1, 2, length, 4)) for _ in range(layers))
+
+
+def test_crop_dynamic_cache_through_public_api():
+    legacy = make_cache()
+    cache = DynamicCache.from_legacy_cache(legacy)
+    assert cache_length(cache) == 7
+    assert crop_cache(cache, 4) is cache
+    assert cache_length(cache) == 4
+    assert torch.equal(cache.to_legacy_cache()[1][0], legacy[1][0][..., :4, :])
+    crop_cache(cache, 10)      # beyond the current length: no-op
+    assert cache_length(cache) == 4
+
+
+def test_crop_legacy_tuple_cache():
+    legacy = make_cache()
+    cropped = crop_cache(legacy, 3)
+    assert cache_length(cropped) == 3
+    assert torch.equal(cropped[0][1], legacy[0][1][..., :3, :])
+    assert cache_length(None) == 0 and crop_cache(None, 3) is None
+    with pytest.raises(ValueError):
+        crop_cache(legacy, -1)
+
+
+def test_forward_unseen_refuses_when_nothing_is_new():
+    model = tiny_llama(0)
+    ids = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        logits, cache = forward_unseen(model, ids, DynamicCache(), keep=2)
+        assert logits.shape == (2, 64) and cache_length(cache) == len(PROMPT)
+        with pytest.raises(ValueError, match="nothing new"):
+            forward_unseen(model, ids, cache, keep=1)
