@@ -1,8 +1,9 @@
 """The benchmark loop: warm-up, then every variant on every prompt, interleaved.
 
 Order within a repeat: prompt 1 through every variant, then prompt 2, and so
-on; then the next repeat (A B C A B C ...). Machine drift during a run therefore
-hits every variant alike, and a variant and its peer run back to back.
+on; then the next repeat, with the variants in reverse order (A B C A B C ...,
+then C B A C B A ...). Machine drift during a run therefore hits every variant
+alike, a variant and its peer run back to back, and which one goes first alternates.
 """
 
 from __future__ import annotations
@@ -47,8 +48,13 @@ def split_fitting(encoded: Sequence[EncodedPrompt], *, length: int,
 
 def schedule(n_prompts: int, variants: Sequence[Variant],
              repeats: int) -> list[tuple[int, int, Variant]]:
-    """(repeat, prompt index, variant) in run order: repeat, then prompt, then variant."""
-    return [(r, p, v) for r in range(repeats) for p in range(n_prompts) for v in variants]
+    """(repeat, prompt index, variant) in run order: repeat, then prompt, then variant.
+
+    Odd repeats take the variants in reverse order: pairs stay back to back, and
+    which of a pair runs first alternates, so neither gains from its position.
+    """
+    order = [list(variants), list(reversed(variants))]
+    return [(r, p, v) for r in range(repeats) for p in range(n_prompts) for v in order[r % 2]]
 
 
 RunOne = Callable[..., RunRecord]   # run(variant, ids, prompt_id=, category=, repeat=)

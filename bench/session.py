@@ -91,7 +91,8 @@ def run_session(args, loader, settings_dict) -> int:
     env = environment(models)
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
-    goals = check_goals(rows, args.gamma, greedy=greedy) if args.peers or "ngram" in args.strategies else []
+    # The goals of issue #5 are stated for greedy decoding; under sampling they are left out.
+    goals = check_goals(rows, args.gamma, greedy=True) if greedy else []
     header = header_lines(env, settings)
     print_report(out, header, rows, goals)
     _write_files(args, env, settings, rows, goals, records, skipped, header, err)

@@ -124,11 +124,11 @@ def test_plan_always_has_the_baseline_and_pairs_each_variant_with_its_peer():
         plan_variants(["beam"], [4], peers=False)
 
 
-def test_schedule_interleaves_variants_within_each_prompt_and_repeat():
+def test_schedule_interleaves_variants_and_alternates_their_order():
     a, b = Variant("target"), Variant("ngram", 4)
     order = [(r, p, v.name) for r, p, v in schedule(2, [a, b], 2)]
     assert order == [(0, 0, "target"), (0, 0, "ngram@4"), (0, 1, "target"), (0, 1, "ngram@4"),
-                     (1, 0, "target"), (1, 0, "ngram@4"), (1, 1, "target"), (1, 1, "ngram@4")]
+                     (1, 0, "ngram@4"), (1, 0, "target"), (1, 1, "ngram@4"), (1, 1, "target")]
 
 
 def test_runner_warms_up_first_and_records_every_timed_run():
