@@ -7,7 +7,6 @@ hooks that stay attached for every run, so their cost falls on all alike.
 from __future__ import annotations
 
 import contextlib
-import gc
 from dataclasses import dataclass
 
 import torch
@@ -59,7 +58,6 @@ class Executor:
                            family=variant.family, prompt_tokens=len(ids), **where)
         self.target_counter.take()
         self.drafter_counter.take()
-        gc.collect()                     # collect now, not inside someone's timer
         if variant.family == "peer":
             self._run_peer(variant, ids, record)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 import torch
@@ -19,9 +20,20 @@ def synchronize(device: str | torch.device | None) -> None:
 
 
 def timed(fn, device) -> tuple[object, float]:
-    """Call ``fn()`` between two syncs; returns (its value, wall seconds)."""
-    synchronize(device)
-    start = time.perf_counter()
-    value = fn()
-    synchronize(device)
-    return value, time.perf_counter() - start
+    """Call ``fn()`` between two syncs; returns (its value, wall seconds).
+
+    Garbage is collected before the clock starts and the collector is paused
+    while it runs (as ``timeit`` does), so no run pays for another's garbage.
+    """
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        synchronize(device)
+        start = time.perf_counter()
+        value = fn()
+        synchronize(device)
+        return value, time.perf_counter() - start
+    finally:
+        if was_enabled:
+            gc.enable()

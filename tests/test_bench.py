@@ -157,6 +157,15 @@ def test_prompts_too_long_for_the_context_are_skipped():
     assert [k.prompt.id for k in kept] == ["b"] and skipped[0].prompt_id == "a"
 
 
+def test_timer_pauses_the_garbage_collector_only_inside():
+    import gc
+
+    from bench.timing import timed
+
+    value, seconds = timed(lambda: gc.isenabled(), "cpu")
+    assert value is False and seconds >= 0 and gc.isenabled()
+
+
 # ---------------------------------------------------------------- aggregation on hand-built records
 
 def _rec(variant, prompt, category, repeat, n_tokens, seconds, *, tokens=None, drafted=None,
