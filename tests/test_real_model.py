@@ -1,0 +1,76 @@
+"""Greedy losslessness on the real SmolLM2-135M-Instruct (the offline default):
+speculative == NASD == autoregressive == transformers' generate, token for token."""
+
+import pytest
+import torch
+
+from generation import autoregressive_generate, first_divergence, speculative_generate
+from ngram_assisted import NGramStorage, OneLevelNGramStorage, ngram_assisted_speculative_generate
+from sampling import GreedyProcessor
+
+pytestmark = pytest.mark.slow
+
+LENGTH = 48
+GREEDY = GreedyProcessor()
+TEXT = ("Passage: The Amazon rainforest covers much of the Amazon basin of South America. "
+        "The basin encompasses seven million square kilometers, of which five and a half "
+        "million square kilometers are covered by the rainforest. "
+        "Question: how many square kilometers does the basin encompass? Quote the passage.")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from utils.models import load_pair
+    return load_pair()
+
+
+@pytest.fixture(scope="module")
+def prompt(pair):
+    ids = pair.tokenizer.apply_chat_template([{"role": "user", "content": TEXT}], add_generation_prompt=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+
+@pytest.fixture(scope="module")
+def reference(pair, prompt):
+    torch.set_num_threads(2)
+    with torch.inference_mode():
+        out = pair.target.generate(
+            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=LENGTH, do_sample=False, eos_token_id=pair.end_tokens,
+            pad_token_id=pair.tokenizer.pad_token_id or 0)
+    return out[0, len(prompt):].tolist()
+
+
+def generate(fn, *args, **kwargs):
+    with torch.inference_mode():
+        return fn(*args, logits_processor=GREEDY, max_gen_len=LENGTH, **kwargs)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_autoregressive_matches_generate(all_cores, pair, prompt, reference, use_cache):
+    got = generate(autoregressive_generate, prompt, pair.target,
+                   eos_tokens_id=pair.end_tokens, use_cache=use_cache)
+    assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+def test_speculative_matches_generate(all_cores, pair, prompt, reference, gamma):
+    got = generate(speculative_generate, prompt, pair.drafter, pair.target,
+                   gamma=gamma, eos_tokens_id=pair.end_tokens)
+    assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
+    assert got.accepted > 0
+
+
+@pytest.mark.parametrize("storage_cls", [NGramStorage, OneLevelNGramStorage])
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_nasd_matches_generate(all_cores, pair, prompt, reference, storage_cls, n):
+    got = generate(ngram_assisted_speculative_generate, prompt, storage_cls(n, pair.vocab_size),
+                   pair.target, gamma=4, filler_top_k=3, eos_tokens_id=pair.end_tokens)
+    assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
+
+
+def test_nasd_without_cache_matches_generate(all_cores, pair, prompt, reference):
+    got = generate(ngram_assisted_speculative_generate, prompt, NGramStorage(3, pair.vocab_size),
+                   pair.target, gamma=6, filler_top_k=1, eos_tokens_id=pair.end_tokens, use_cache=False)
+    assert got.tokens == reference
+    assert got.tokens_per_target_call > 1.0     # the copy-heavy answer is drafted well
