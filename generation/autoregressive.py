@@ -10,6 +10,7 @@ from sampling import LogitsProcessor
 from utils.cache import forward_unseen, new_cache
 
 
+@torch.inference_mode()
 def autoregressive_generate(
     inputs,
     model,

@@ -39,6 +39,7 @@ class Drafter(Protocol):
         ids at each of their positions."""
 
 
+@torch.inference_mode()
 def verify_loop(
     prompt: list[int],
     drafter: Drafter,
