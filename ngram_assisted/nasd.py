@@ -24,6 +24,7 @@ def ngram_assisted_speculative_generate(
     eos_tokens_id=None,
     use_cache: bool = True,
     stop_if_unknown: bool = True,
+    confident_start: bool = True,
     generator: torch.Generator | None = None,
     trace: bool = False,
     interruptible: bool = False,
@@ -33,7 +34,9 @@ def ngram_assisted_speculative_generate(
     The storage is filled with the prompt (what it already holds is kept: reset it
     first for an independent run), drafts come from its best continuations, and it
     learns every appended token and, when ``filler_top_k`` > 1, the target's top-k
-    predictions at each verified position. Drafts are deterministic, so the accept
+    predictions at each verified position. With ``confident_start`` a round drafts
+    only when the full (n-1)-token context is known (see NGramDrafter.propose).
+    Drafts are deterministic, so the accept
     rule uses q = one-hot: the output follows the target's distribution exactly.
     """
     prompt = check_request(inputs, max_gen_len, target)
@@ -41,7 +44,8 @@ def ngram_assisted_speculative_generate(
     if isinstance(filler_top_k, bool) or not isinstance(filler_top_k, int) or filler_top_k < 1:
         raise ValueError(f"filler_top_k must be an integer >= 1, got {filler_top_k!r}")
     drafter = NGramDrafter(ngram_storage, filler_top_k=filler_top_k,
-                           stop_if_unknown=stop_if_unknown, device=model_device(target))
+                           stop_if_unknown=stop_if_unknown, confident_start=confident_start,
+                           device=model_device(target))
     return verify_loop(
         prompt, drafter, target,
         logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,

@@ -90,14 +90,15 @@ class NGramStorage:
         for rank, token in enumerate(candidates):
             self._record(history, self._check(token), FILLER_WEIGHT / (rank + 1))
 
-    def next_token(self, context: Sequence[int]) -> tuple[int, bool]:
+    def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
         """The most frequent continuation of the longest known context tail.
 
-        Returns (token, True), or (the most frequent token seen at all, False) when
-        no context tail is known (0 for an empty storage).
+        Only tails of at least ``min_context`` tokens count. Returns (token, True),
+        or (the most frequent token seen at all, False) when no such tail is known
+        (0 for an empty storage).
         """
         for c in self._orders():
-            if len(context) >= c:
+            if c >= min_context and len(context) >= c:
                 best = self._tables[c].best.get(tuple(context[-c:]))
                 if best is not None:
                     return best[0], True

@@ -87,7 +87,7 @@ def test_drafter_follows_storage_and_stops_at_unknown():
 
 
 def test_drafter_without_stop_pads_with_fallback():
-    drafter = NGramDrafter(NGramStorage(2, 20), stop_if_unknown=False)
+    drafter = NGramDrafter(NGramStorage(2, 20), stop_if_unknown=False, confident_start=False)
     drafter.begin([5, 5, 6])
     # 6 unknown -> fallback 5 (most frequent); then 5 -> 5 and 5 -> 6 tie: first counted wins.
     assert drafter.propose(torch.tensor([[0]]), 3)[0].tolist() == [5, 5, 5]
@@ -105,3 +105,24 @@ def test_drafter_fills_target_top_k_at_each_position():
     storage.update([4], [5])
     assert storage.next_token([3])[1] is False       # no row was given for the position after 3
     assert NGramDrafter(storage, filler_top_k=1).wants_top_k == 0
+
+
+def test_min_context_ignores_shorter_tails():
+    s = NGramStorage(3, 20)
+    s.initialize([1, 2, 3, 7, 2, 4])
+    assert s.next_token([9, 2]) == (3, True)                    # backs off to (2,)
+    assert s.next_token([9, 2], min_context=2)[1] is False     # (9, 2) itself unknown
+    assert s.next_token([1, 2], min_context=2) == (3, True)
+
+
+def test_confident_start_needs_a_full_context_for_the_first_draft():
+    storage = NGramStorage(3, 20)
+    storage.initialize([1, 2, 3, 4, 9, 2])
+    ids = torch.tensor([[0]])
+    confident = NGramDrafter(storage, confident_start=True)
+    confident.begin([8, 2])                                    # (8, 2) unknown, (2,) known
+    assert confident.propose(ids, 3)[0].tolist() == []
+    eager = NGramDrafter(NGramStorage(3, 20), confident_start=False)
+    eager.begin([1, 2, 3, 4, 9, 2])
+    eager.history = [8, 2]
+    assert eager.propose(ids, 3)[0].tolist() == [3, 4, 9]     # backed off, then full contexts
