@@ -31,7 +31,8 @@ def our_call(strategy: str, gamma: int | None, models, ids: list[int], *, proces
         model = models.target if strategy == "target" else models.drafter
         return lambda: autoregressive_generate(ids, model, **common)
     if strategy == "speculative":
-        return lambda: speculative_generate(ids, models.drafter, models.target, gamma=gamma, **common)
+        return lambda: speculative_generate(ids, models.drafter, models.target, gamma=gamma,
+                                            vocab_size=getattr(models, "vocab_size", None), **common)
     if strategy == "ngram":
         storage.reset()
         return lambda: ngram_assisted_speculative_generate(

