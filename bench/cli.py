@@ -117,7 +117,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "prompts": args.prompts, "categories": args.categories, "limit": args.limit,
         "turn": args.turn, "chat": args.chat, "prompt_count": prompt_count,
         "strategies": args.strategies, "peers": args.peers, "length": args.length,
-        "gammas": args.gamma, "processor": args.processor.describe(),
+        "gammas": args.gamma, "processor": args.processor.command_text(),
         "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
         "assisted_confidence": args.assisted_confidence, "repeats": args.repeats,

@@ -1,83 +1,29 @@
-"""``--processor`` for the benchmark: one spec, turned into our processor and HF's settings.
+"""``--processor`` for the benchmark: the REPL's own spec and parser (one meaning
+of ``nucleus 0.7 0.9`` everywhere), turned into our processor and into the
+equivalent settings of transformers' ``generate`` for the peers.
 
-Forms (numbers optional, defaults as in ``sampling``)::
-
-    greedy
-    multinomial T
-    topk T K
-    nucleus T P
-    topknucleus T K P
+Forms: ``greedy``, ``multinomial T``, ``topk T K``, ``nucleus T P``, ``topknucleus T K P``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from repl.commands import parse_processor as _parse_words
+from repl.settings import ProcessorSpec
 
-# name -> parameter names in the order they are written.
-_PARAMS = {
-    "greedy": (),
-    "multinomial": ("temperature",),
-    "topk": ("temperature", "top_k"),
-    "nucleus": ("temperature", "top_p"),
-    "topknucleus": ("temperature", "top_k", "top_p"),
-}
-_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 0.9}
-
-
-@dataclass(frozen=True)
-class ProcessorSpec:
-    name: str = "greedy"
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.name == "greedy"
-
-    def describe(self) -> str:
-        values = [getattr(self, p) for p in _PARAMS[self.name]]
-        return " ".join([self.name, *(f"{v:g}" for v in values)])
+__all__ = ["ProcessorSpec", "hf_sampling_kwargs", "make_processor", "parse_processor"]
 
 
 def parse_processor(text: str) -> ProcessorSpec:
-    """``"nucleus 0.7 0.9"`` -> ProcessorSpec; ValueError with a one-line message."""
-    words = text.replace(",", " ").split()
-    if not words or words[0].lower() not in _PARAMS:
-        raise ValueError(f"unknown processor {text!r} (choose from {', '.join(_PARAMS)})")
-    name, params = words[0].lower(), _PARAMS[words[0].lower()]
-    if len(words) - 1 > len(params):
-        raise ValueError(f"{name} takes at most {len(params)} numbers ({' '.join(params) or 'none'})")
-    values = dict(_DEFAULTS)
-    for param, word in zip(params, words[1:]):
-        try:
-            values[param] = int(word) if param == "top_k" else float(word)
-        except ValueError:
-            raise ValueError(f"{name}: {param} must be a number, got {word!r}") from None
-    return ProcessorSpec(
-        name,
-        temperature=values["temperature"] if "temperature" in params else 1.0,
-        top_k=values["top_k"] if "top_k" in params else None,
-        top_p=values["top_p"] if "top_p" in params else None,
-    )
+    """``"nucleus 0.7 0.9"`` -> ProcessorSpec; ValueError (CommandError) with a one-line message.
+
+    Temperature 0 with a sampling processor becomes greedy, as in the REPL.
+    """
+    return _parse_words(text.replace(",", " ").split()).changes["processor"]
 
 
 def make_processor(spec: ProcessorSpec):
     """Our engine's processor for ``spec`` (its range checks apply)."""
-    from sampling import (
-        GreedyProcessor, MultinomialProcessor, NucleusProcessor, TopKNucleusProcessor, TopKProcessor,
-    )
-
-    t = spec.temperature
-    if spec.name == "greedy":
-        return GreedyProcessor()
-    if spec.name == "multinomial":
-        return MultinomialProcessor(t)
-    if spec.name == "topk":
-        return TopKProcessor(t, spec.top_k)
-    if spec.name == "nucleus":
-        return NucleusProcessor(t, spec.top_p)
-    return TopKNucleusProcessor(t, spec.top_k, spec.top_p)
+    return spec.build()
 
 
 def hf_sampling_kwargs(spec: ProcessorSpec) -> dict:

@@ -103,7 +103,8 @@ def test_processor_specs():
     assert parse_processor("greedy").is_greedy
     spec = parse_processor("nucleus 0.7 0.9")
     assert (spec.name, spec.temperature, spec.top_p, spec.top_k) == ("nucleus", 0.7, 0.9, None)
-    assert spec.describe() == "nucleus 0.7 0.9"
+    assert spec.command_text() == "nucleus 0.7 0.9"
+    assert parse_processor("multinomial 0").is_greedy          # temperature 0 means greedy, as in the REPL
     assert hf_sampling_kwargs(spec) == {"do_sample": True, "temperature": 0.7, "top_k": 0, "top_p": 0.9}
     assert parse_processor("topk 1 5").top_k == 5
     assert hf_sampling_kwargs(parse_processor("greedy")) == {"do_sample": False}
