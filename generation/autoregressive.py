@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.common import check_request, device_clock, end_tokens, model_device
+from generation.common import check_request, end_tokens, model_device, timed_run
 from generation.result import GenerationResult, Round
 from sampling import LogitsProcessor
 from utils.cache import forward_unseen, new_cache
@@ -34,8 +34,7 @@ def autoregressive_generate(
     ids = torch.tensor([prompt], dtype=torch.long, device=device)    # (1, L)
     cache = new_cache(model) if use_cache else None
     result = GenerationResult(trace=[] if trace else None)
-    start = device_clock(device)
-    try:
+    with timed_run(result, device, interruptible=interruptible):
         for _ in range(max_gen_len):
             logits, cache = forward_unseen(model, ids, cache, keep=1)   # (1, V)
             result.target_calls += 1
@@ -48,10 +47,5 @@ def autoregressive_generate(
             if value in eos:
                 result.stop_reason = "eos"
                 break
-    except KeyboardInterrupt:
-        if not interruptible:
-            raise
-        result.stop_reason = "interrupted"
-    result.seconds = device_clock(device) - start
     result.tokens = ids[0, len(prompt):].tolist()
     return result

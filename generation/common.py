@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -85,3 +86,22 @@ def device_clock(device: torch.device) -> float:
     """``time.perf_counter()`` read after the device has finished its queued work."""
     synchronize(device)
     return time.perf_counter()
+
+
+@contextmanager
+def timed_run(result, device: torch.device, *, interruptible: bool) -> Iterator[None]:
+    """Time the generation in the ``with`` body into ``result.seconds`` (device-synced).
+
+    With ``interruptible`` a KeyboardInterrupt ends the body and sets
+    ``result.stop_reason = "interrupted"``; the caller then reads whatever its
+    loop had completed. Without it the interrupt propagates.
+    """
+    start = device_clock(device)
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not interruptible:
+            raise
+        result.stop_reason = "interrupted"
+    finally:
+        result.seconds = device_clock(device) - start

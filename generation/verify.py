@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from generation.accept import accept_drafts
-from generation.common import cut_at_end, device_clock, end_tokens, model_device
+from generation.common import cut_at_end, end_tokens, model_device, timed_run
 from generation.result import GenerationResult, Round
 from sampling import LogitsProcessor
 from utils.cache import crop_cache, forward_unseen, new_cache
@@ -67,8 +67,7 @@ def verify_loop(
     ids = torch.tensor([prompt], dtype=torch.long, device=device)   # (1, L)
     cache = new_cache(target) if use_cache else None
     result = GenerationResult(trace=[] if trace else None)
-    start = device_clock(device)
-    try:
+    with timed_run(result, device, interruptible=interruptible):
         drafter.begin(prompt)
         generated = 0
         while generated < max_gen_len:
@@ -80,11 +79,6 @@ def verify_loop(
             if stop:
                 result.stop_reason = "eos"
                 break
-    except KeyboardInterrupt:
-        if not interruptible:
-            raise
-        result.stop_reason = "interrupted"
-    result.seconds = device_clock(device) - start
     result.tokens = ids[0, len(prompt):].tolist()
     result.drafter_calls = drafter.calls
     return result
