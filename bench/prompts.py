@@ -108,15 +108,10 @@ def load_prompts(source: str = "builtin", *, categories: list[str] | None = None
 
 
 def chat_ids(tokenizer, text: str, *, chat: bool = True) -> list[int]:
-    """Prompt token ids: the tokenizer's chat template when it has one (and ``chat``).
+    """Prompt token ids, encoded as the REPL encodes them (``utils.vocab.encode_prompt``).
 
     Every strategy and every peer gets these same ids.
     """
-    if chat and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
-        )
-        if isinstance(ids, dict) or hasattr(ids, "keys"):  # some versions return a BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids)
-    return list(tokenizer(text)["input_ids"])
+    from utils.vocab import encode_prompt
+
+    return encode_prompt(tokenizer, text, chat=chat)

@@ -5,18 +5,7 @@ from __future__ import annotations
 import gc
 import time
 
-import torch
-
-
-def synchronize(device: str | torch.device | None) -> None:
-    """Wait for queued device work, so a timer does not stop before the kernels do."""
-    kind = torch.device(device).type if device is not None else "cpu"
-    if kind == "cuda" and torch.cuda.is_available():
-        torch.cuda.synchronize(device)
-    elif kind == "mps" and hasattr(torch, "mps"):
-        torch.mps.synchronize()
-    elif kind == "xpu" and hasattr(torch, "xpu"):
-        torch.xpu.synchronize(device)
+from utils.devices import synchronize
 
 
 def timed(fn, device) -> tuple[object, float]:

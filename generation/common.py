@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import torch
 
+from utils.devices import model_device, synchronize  # noqa: F401  (model_device: re-exported for the loops)
+
 
 class ContextLengthError(ValueError):
     """The prompt plus the length budget does not fit in the model's context."""
@@ -67,19 +69,6 @@ def cut_at_end(tokens: list[int], eos: frozenset[int]) -> tuple[list[int], bool]
         if token in eos:
             return tokens[: i + 1], True
     return tokens, False
-
-
-def model_device(model) -> torch.device:
-    """Where a model's inputs go (its first parameter's device under a device map)."""
-    return next(model.parameters()).device
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work so that a timer reads real time."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def device_clock(device: torch.device) -> float:

@@ -24,6 +24,8 @@ from generation import (
 )
 from ngram_assisted import NGramStorage, OneLevelNGramStorage, ngram_assisted_speculative_generate
 from repl.settings import STRATEGY_LABELS, ProcessorSpec, Settings
+from utils.devices import model_device
+from utils.vocab import encode_prompt, has_chat_template
 
 STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage}
 WARMUP_TEXT = "Hello, how are you?"
@@ -132,10 +134,6 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _model_device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
 class Runner:
     """Runs prompts on a loaded model pair (a ``utils.models.ModelPair``)."""
 
@@ -151,15 +149,10 @@ class Runner:
     def encode(self, text: str, settings: Settings) -> list[int]:
         """Token ids for ``text``, through the chat template when chat is on."""
         tokenizer = self.pair.tokenizer
-        if settings.chat and getattr(tokenizer, "chat_template", None):
-            wrapped = tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-            )
-            return tokenizer(wrapped, add_special_tokens=False).input_ids
-        if settings.chat and not self._told_no_template:
+        if settings.chat and not has_chat_template(tokenizer) and not self._told_no_template:
             self._told_no_template = True
             self.notify("this tokenizer has no chat template: prompts are used as raw text")
-        return tokenizer(text).input_ids
+        return encode_prompt(tokenizer, text, chat=settings.chat)
 
     def check_fits(self, ids: list[int], settings: Settings) -> None:
         """Raise PromptRefused when the prompt and the length budget do not fit."""
@@ -197,7 +190,7 @@ class Runner:
 
     def _generator(self, key: str, seed: int) -> torch.Generator:
         model = self.pair.drafter if key == "drafter" else self.pair.target
-        return torch.Generator(device=_model_device(model)).manual_seed(seed)
+        return torch.Generator(device=model_device(model)).manual_seed(seed)
 
     def _generate(self, key: str, ids: list[int], settings: Settings, processor,
                   *, trace: bool, interruptible: bool = True) -> GenerationResult:

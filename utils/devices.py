@@ -110,9 +110,23 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def synchronize(device: "str | torch.device | None") -> None:
+    """Wait for queued device work, so that a timer does not stop before the kernels do."""
+    import torch
+
+    kind = torch.device(device).type if device is not None else "cpu"
+    if kind == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize(device)
+    elif kind == "mps" and hasattr(torch, "mps"):
+        torch.mps.synchronize()
+    elif kind == "xpu" and hasattr(torch, "xpu"):
+        torch.xpu.synchronize(device)
+
+
 def model_device(model) -> torch.device:
     """Where a model's inputs go: the device of its input embeddings (right for sharded models too)."""
-    embeddings = model.get_input_embeddings()
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    embeddings = get_embeddings() if get_embeddings is not None else None
     if embeddings is not None:
         return embeddings.weight.device
     return next(model.parameters()).device

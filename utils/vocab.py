@@ -150,3 +150,24 @@ def context_length(model, tokenizer) -> int:
     if isinstance(limit, int) and 0 < limit < 10**7:  # transformers uses ~1e30 for "unknown"
         return limit
     return 2048
+
+
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
+    """Prompt token ids: one user turn through the chat template (with the assistant
+    header) when ``chat`` is on and the tokenizer has a template, else the plain text.
+
+    The REPL, the benchmark and its transformers peers all encode prompts here, so
+    every strategy gets the same ids.
+    """
+    if chat and has_chat_template(tokenizer):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+        )
+        if hasattr(ids, "keys"):  # some versions return a BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids)
+    return list(tokenizer(text).input_ids)
