@@ -21,12 +21,20 @@ class Round:
     (an end token or the length budget came first).
     ``bonus``: True when ``token`` is the bonus token after a fully accepted round
     with at least one draft.
+    ``gamma``: the draft length the round asked for (its gamma policy's choice,
+    capped by the length budget); ``len(drafted)`` can be shorter (a drafter
+    stopped early: unknown n-gram context, low confidence).
+    ``draft_s`` / ``verify_s``: seconds spent drafting and in the target's
+    verify forward this round (device-timed, see ``generation.phases``).
     """
 
     drafted: tuple[int, ...]
     accepted: int
     token: int | None
     bonus: bool
+    gamma: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
 
     @property
     def rejected(self) -> tuple[int, ...]:
@@ -44,7 +52,13 @@ class GenerationResult:
     ``seconds`` is wall time of the whole generation (prefill included), measured
     behind a device synchronisation.
     ``stop_reason`` is ``"eos"``, ``"length"`` or ``"interrupted"``.
-    ``trace`` is the per-round record, filled only when asked for.
+    ``trace`` is the per-round record (always kept: a few ints per round).
+    ``phases`` splits ``seconds`` into ``draft`` (drafter forwards or n-gram
+    look-ups), ``verify`` (target forwards) and ``other`` (host work between
+    them); the three add up to ``seconds``.
+    ``rollback`` says, per model (``"target"``, ``"drafter"``), how its cache
+    was rolled back and what that cost (see ``utils.cache.RollbackStats``).
+    ``gamma_policy`` names the draft-length policy of the run ("" for AR).
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -55,7 +69,10 @@ class GenerationResult:
     rounds: int = 0
     seconds: float = 0.0
     stop_reason: str = "length"
-    trace: list[Round] | None = None
+    trace: list[Round] | None = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=lambda: {"draft": 0.0, "verify": 0.0, "other": 0.0})
+    rollback: dict[str, dict] = field(default_factory=dict)
+    gamma_policy: str = ""
 
     @property
     def acceptance_rate(self) -> float:
