@@ -1,0 +1,29 @@
+"""Why a run was as fast as it was: acceptance statistics and the speedup model.
+
+Torch-free on purpose: ``infer.py --replay`` reads a saved trace and shows the
+same numbers without loading torch or a model.
+"""
+
+from analysis.acceptance import (
+    acceptance_by_position,
+    accepted_length_histogram,
+    mean_accepted_length,
+)
+from analysis.speedup import (
+    CostModel,
+    best_gamma,
+    costs_from_result,
+    expected_tokens,
+    predicted_speedup,
+)
+
+__all__ = [
+    "CostModel",
+    "acceptance_by_position",
+    "accepted_length_histogram",
+    "best_gamma",
+    "costs_from_result",
+    "expected_tokens",
+    "mean_accepted_length",
+    "predicted_speedup",
+]

@@ -1,0 +1,151 @@
+"""The speedup model: how fast speculative decoding should be, given what a run measured.
+
+Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
+Decoding", section 3) show that with an acceptance rate alpha and gamma drafts
+a round yields E = (1 - alpha^(gamma+1)) / (1 - alpha) tokens on average. With
+a rate a_i per draft position the same sum reads
+
+    E(gamma) = sum_{i=0..gamma} prod_{j<i} a_j
+
+(the round yields token i+1 only when drafts 0..i were all accepted). A round
+costs gamma drafter steps, one target forward over gamma+1 tokens and some host
+work; a plain autoregressive step costs one target forward over 1 token, so
+
+    speedup(gamma) = E(gamma) * verify(1) / (gamma * draft_step + verify(gamma + 1) + other)
+
+and gamma = 0 (do not draft) is plain decoding: speedup 1 by definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from analysis.acceptance import _get, round_counts
+
+
+def _rate(rates: Sequence[float], j: int) -> float:
+    """a_j; positions past the measured list reuse the last rate; none measured: 0."""
+    if not rates:
+        return 0.0
+    return float(rates[j] if j < len(rates) else rates[-1])
+
+
+def expected_tokens(rates: Sequence[float], gamma: int) -> float:
+    """Expected tokens one round of ``gamma`` drafts produces (1.0 at gamma 0)."""
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    total, survive = 0.0, 1.0
+    for i in range(gamma + 1):
+        total += survive  # the round reaches token i with probability prod_{j<i} a_j
+        survive *= _rate(rates, i)
+    return total
+
+
+@dataclass
+class CostModel:
+    """What one round's pieces cost, in seconds.
+
+    ``draft_step_s``: one drafter step (one model forward; about 0 for n-gram
+    look-ups). ``verify_s``: measured target forward seconds by width (the
+    tokens fed at once: k drafts + 1). ``other_per_round_s``: host work per round
+    outside both (sampling, acceptance, cache rollback).
+    """
+
+    draft_step_s: float
+    verify_s: dict[int, float] = field(default_factory=dict)
+    other_per_round_s: float = 0.0
+
+    def verify(self, width: int) -> float:
+        """Target forward seconds at ``width`` tokens.
+
+        Between measured widths: linear interpolation. Above the widest: the
+        line through the two widest (never falling, so extrapolation never
+        predicts a wider forward to be cheaper). Below the narrowest: the line
+        through the two narrowest, but never under the narrowest cost scaled by
+        width (a forward costs at least its share of compute). With a single
+        measured width the cost is taken as flat: every width costs what the
+        measured one did, the paper's assumption that a forward over a few
+        tokens costs one target step on a memory-bound device.
+        """
+        if width < 1:
+            raise ValueError(f"width must be >= 1, got {width}")
+        if not self.verify_s:
+            raise ValueError("no verify cost measured")
+        points = sorted(self.verify_s.items())
+        if width in self.verify_s:
+            return self.verify_s[width]
+        if len(points) == 1:
+            return points[0][1]
+        if width > points[-1][0]:
+            (w0, c0), (w1, c1) = points[-2], points[-1]
+            return c1 + max(0.0, (c1 - c0) / (w1 - w0)) * (width - w1)
+        if width < points[0][0]:
+            (w0, c0), (w1, c1) = points[0], points[1]
+            line = c0 - (c1 - c0) / (w1 - w0) * (w0 - width)
+            return max(line, c0 * width / w0)
+        for (w0, c0), (w1, c1) in zip(points, points[1:]):
+            if w0 < width < w1:
+                return c0 + (c1 - c0) * (width - w0) / (w1 - w0)
+        raise AssertionError("unreachable: width lies between measured widths")
+
+    def round_s(self, gamma: int) -> float:
+        """Seconds for one round of ``gamma`` drafts."""
+        return gamma * self.draft_step_s + self.verify(gamma + 1) + self.other_per_round_s
+
+
+def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel) -> float:
+    """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round."""
+    if gamma == 0:
+        return 1.0
+    round_s = costs.round_s(gamma)
+    if round_s <= 0:
+        raise ValueError("a round's predicted cost is not positive")
+    return expected_tokens(rates, gamma) * costs.verify(1) / round_s
+
+
+def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16) -> tuple[int, float]:
+    """(gamma, predicted speedup) maximising the prediction over 0..max_gamma.
+
+    0 means drafting does not pay. Ties go to the smaller gamma.
+    """
+    best = (0, 1.0)
+    for gamma in range(1, max_gamma + 1):
+        speedup = predicted_speedup(rates, gamma, costs)
+        if speedup > best[1]:
+            best = (gamma, speedup)
+    return best
+
+
+def costs_from_result(result: Any, ar_step_s: float | None = None) -> CostModel | None:
+    """A CostModel from a run's rounds (a GenerationResult, or its trace-file dict).
+
+    ``draft_step_s``: total draft seconds over drafted tokens. ``verify_s``: the
+    mean verify seconds of the rounds at each width (drafted + 1). ``other``:
+    the result's ``other`` phase over its rounds. ``ar_step_s`` (target AR's
+    seconds per token, when target AR ran) replaces the width-1 cost, since that
+    is what plain decoding pays per token. None when no round measured a
+    verify time (nothing to build a model from).
+    """
+    rounds = list(_get(result, "trace", None) or [])
+    by_width: dict[int, list[float]] = {}
+    draft_s, drafted_total = 0.0, 0
+    for rnd in rounds:
+        drafted, _ = round_counts(rnd)
+        verify = float(_get(rnd, "verify_s", 0.0) or 0.0)
+        draft_s += float(_get(rnd, "draft_s", 0.0) or 0.0)
+        drafted_total += drafted
+        if verify > 0:
+            by_width.setdefault(drafted + 1, []).append(verify)
+    if not by_width:
+        return None
+    verify_s = {w: sum(v) / len(v) for w, v in by_width.items()}
+    if ar_step_s is not None and ar_step_s > 0:
+        verify_s[1] = ar_step_s
+    phases = _get(result, "phases", None) or {}
+    other = float(phases.get("other", 0.0) or 0.0) / len(rounds)
+    return CostModel(
+        draft_step_s=draft_s / drafted_total if drafted_total else 0.0,
+        verify_s=verify_s,
+        other_per_round_s=other,
+    )

@@ -1,0 +1,197 @@
+"""The speedup model and the acceptance statistics, on hand-built numbers."""
+
+import math
+import random
+
+import pytest
+
+from analysis import (
+    CostModel,
+    acceptance_by_position,
+    accepted_length_histogram,
+    best_gamma,
+    costs_from_result,
+    expected_tokens,
+    mean_accepted_length,
+    predicted_speedup,
+)
+from generation.result import GenerationResult, Round
+
+
+# ---------------------------------------------------------------- expected tokens
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 0.8, 0.99])
+@pytest.mark.parametrize("gamma", [0, 1, 2, 5, 9])
+def test_expected_tokens_matches_the_papers_closed_form(alpha, gamma):
+    closed = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    assert expected_tokens([alpha], gamma) == pytest.approx(closed)
+
+
+def test_expected_tokens_per_position_rates():
+    # 1 + a0 + a0*a1 + a0*a1*a2, positions past the list reuse the last rate
+    assert expected_tokens([0.5, 0.4], 3) == pytest.approx(1 + 0.5 + 0.2 + 0.08)
+    assert expected_tokens([1.0], 4) == 5
+    assert expected_tokens([], 6) == 1.0  # nothing measured: no draft accepted
+    with pytest.raises(ValueError):
+        expected_tokens([0.5], -1)
+
+
+# ---------------------------------------------------------------- cost model
+
+def test_verify_interpolates_and_extrapolates_linearly():
+    costs = CostModel(0.0, {1: 1.0, 3: 2.0, 5: 4.0})
+    assert costs.verify(1) == 1.0
+    assert costs.verify(2) == pytest.approx(1.5)
+    assert costs.verify(4) == pytest.approx(3.0)
+    assert costs.verify(7) == pytest.approx(6.0)  # slope of the widest two: 1 per token
+
+
+def test_verify_never_falls_above_the_widest_and_bounds_below_the_narrowest():
+    noisy = CostModel(0.0, {2: 2.0, 4: 1.8})
+    assert noisy.verify(8) == pytest.approx(1.8)  # a falling slope is clamped flat
+    steep = CostModel(0.0, {4: 1.0, 5: 3.0})
+    # the line through (4, 1) and (5, 3) would say -5 s at width 1
+    assert steep.verify(1) == pytest.approx(0.25)
+    mild = CostModel(0.0, {2: 1.0, 4: 1.2})
+    assert mild.verify(1) == pytest.approx(0.9)
+
+
+def test_one_measured_width_is_flat():
+    costs = CostModel(0.0, {1: 0.02})
+    assert costs.verify(1) == costs.verify(9) == 0.02
+
+
+def test_verify_rejects_nonsense():
+    with pytest.raises(ValueError):
+        CostModel(0.0, {}).verify(1)
+    with pytest.raises(ValueError):
+        CostModel(0.0, {1: 1.0}).verify(0)
+
+
+# ---------------------------------------------------------------- speedup
+
+def test_free_drafts_and_flat_verify_give_expected_tokens():
+    # n-gram drafting: draft cost 0, verify flat, no host work -> speedup == E
+    costs = CostModel(0.0, {1: 0.01})
+    for gamma in range(1, 8):
+        assert predicted_speedup([0.6], gamma, costs) == pytest.approx(expected_tokens([0.6], gamma))
+
+
+def test_the_papers_walltime_improvement():
+    # Leviathan et al. 2023, eq. for walltime: (1 - a^(g+1)) / ((1 - a)(g c + 1))
+    alpha, c = 0.7, 0.05
+    costs = CostModel(c, {1: 1.0})
+    for gamma in range(1, 10):
+        paper = (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+        assert predicted_speedup([alpha], gamma, costs) == pytest.approx(paper)
+
+
+def test_gamma_zero_is_plain_decoding():
+    costs = CostModel(0.5, {1: 1.0}, other_per_round_s=0.3)
+    assert predicted_speedup([0.9], 0, costs) == 1.0
+
+
+def test_costs_enter_the_denominator():
+    costs = CostModel(0.1, {1: 1.0, 3: 1.4}, other_per_round_s=0.2)
+    # gamma 2: E = 1 + .5 + .25 = 1.75; round = 2*0.1 + 1.4 + 0.2 = 1.8
+    assert predicted_speedup([0.5], 2, costs) == pytest.approx(1.75 / 1.8)
+
+
+def test_best_gamma():
+    # Perfect acceptance and free drafts with flat verify: the longest draft wins.
+    assert best_gamma([1.0], CostModel(0.0, {1: 1.0}), max_gamma=6) == (6, pytest.approx(7.0))
+    # No acceptance: drafting only costs, so do not draft.
+    assert best_gamma([0.0], CostModel(0.1, {1: 1.0}), max_gamma=6) == (0, 1.0)
+    # alpha 0.8, c 0.1: check against brute force of the closed form.
+    gamma, speedup = best_gamma([0.8], CostModel(0.1, {1: 1.0}), max_gamma=16)
+    paper = [(1 - 0.8 ** (g + 1)) / (0.2 * (g * 0.1 + 1)) for g in range(1, 17)]
+    assert gamma == 1 + paper.index(max(paper))
+    assert speedup == pytest.approx(max(paper))
+
+
+# ---------------------------------------------------------------- costs from a result
+
+def test_costs_from_result():
+    trace = [
+        Round((1, 2), 2, 3, True, gamma=2, draft_s=0.2, verify_s=1.2),
+        Round((4, 5), 0, 6, False, gamma=2, draft_s=0.2, verify_s=1.0),
+        Round((), 0, 7, False, gamma=2, draft_s=0.0, verify_s=0.8),
+    ]
+    result = GenerationResult(tokens=[1, 2, 3, 6, 7], trace=trace,
+                              phases={"draft": 0.4, "verify": 3.0, "other": 0.3})
+    costs = costs_from_result(result)
+    assert costs.draft_step_s == pytest.approx(0.1)
+    assert costs.verify_s == {3: pytest.approx(1.1), 1: pytest.approx(0.8)}
+    assert costs.other_per_round_s == pytest.approx(0.1)
+    assert costs_from_result(result, ar_step_s=0.5).verify_s[1] == 0.5
+    # the trace-file form gives the same model
+    as_dict = result.to_dict(with_trace=True)
+    assert costs_from_result(as_dict) == costs
+
+
+def test_costs_from_result_without_timings_is_none():
+    assert costs_from_result(GenerationResult()) is None
+    untimed = GenerationResult(trace=[Round((1,), 1, 2, True)])
+    assert costs_from_result(untimed) is None
+
+
+# ---------------------------------------------------------------- acceptance
+
+def test_acceptance_by_position_by_hand():
+    rounds = [
+        Round((1, 2, 3), 3, 9, True),   # positions 0,1,2 accepted
+        Round((1, 2, 3), 1, 9, False),  # 0 accepted, 1 rejected, 2 never judged
+        Round((1, 2), 0, 9, False),     # 0 rejected
+        Round((), 0, 9, False),         # nothing drafted
+    ]
+    assert acceptance_by_position(rounds) == pytest.approx([2 / 3, 1 / 2, 1.0])
+    assert accepted_length_histogram(rounds) == [1, 1, 0, 1]
+    assert mean_accepted_length(rounds) == pytest.approx(4 / 3)
+
+
+def test_a_round_cut_short_does_not_count_unjudged_drafts():
+    # an end token among the accepted drafts: token None, drafts after it unjudged
+    rounds = [Round((1, 2, 3), 1, None, False)]
+    assert acceptance_by_position(rounds) == [1.0]
+
+
+def test_dict_rounds_match_round_objects():
+    rounds = [Round((1, 2), 1, 5, False, gamma=2), Round((3,), 1, 4, True, gamma=1)]
+    dicts = [{"drafted": list(r.drafted), "accepted": r.accepted, "token": r.token} for r in rounds]
+    assert acceptance_by_position(dicts) == acceptance_by_position(rounds)
+    assert accepted_length_histogram(dicts) == accepted_length_histogram(rounds)
+
+
+def test_empty_rounds():
+    assert acceptance_by_position([]) == []
+    assert accepted_length_histogram([Round((), 0, 1, False)]) == []
+    assert mean_accepted_length([]) == 0.0
+
+
+def test_histogram_invariants_on_random_rounds():
+    rng = random.Random(0)
+    for _ in range(200):
+        rounds = []
+        for _ in range(rng.randint(0, 30)):
+            drafted = tuple(range(rng.randint(0, 6)))
+            accepted = rng.randint(0, len(drafted))
+            rounds.append(Round(drafted, accepted, 1, accepted == len(drafted) and bool(drafted)))
+        histogram = accepted_length_histogram(rounds)
+        drafting = [r for r in rounds if r.drafted]
+        assert sum(histogram) == len(drafting)
+        assert sum(i * n for i, n in enumerate(histogram)) == sum(r.accepted for r in rounds)
+        rates = acceptance_by_position(rounds)
+        assert all(0.0 <= a <= 1.0 for a in rates)
+
+
+def test_expected_tokens_reproduces_the_measured_mean_at_a_fixed_gamma():
+    # When every round drafts gamma tokens, the measured per-position rates put
+    # back into E(gamma) give exactly 1 + the measured mean accepted length.
+    rng = random.Random(1)
+    for gamma in (1, 3, 5):
+        rounds = []
+        for _ in range(300):
+            accepted = min(gamma, int(rng.expovariate(0.6)))
+            rounds.append(Round(tuple(range(gamma)), accepted, 1, accepted == gamma))
+        rates = acceptance_by_position(rounds)
+        assert expected_tokens(rates, gamma) == pytest.approx(1 + mean_accepted_length(rounds))
