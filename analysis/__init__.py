@@ -8,6 +8,8 @@ from analysis.acceptance import (
     acceptance_by_position,
     accepted_length_histogram,
     mean_accepted_length,
+    position_counts,
+    yield_by_position,
 )
 from analysis.speedup import (
     CostModel,
@@ -25,5 +27,7 @@ __all__ = [
     "costs_from_result",
     "expected_tokens",
     "mean_accepted_length",
+    "position_counts",
     "predicted_speedup",
+    "yield_by_position",
 ]

@@ -22,30 +22,46 @@ def round_counts(rnd: Any) -> tuple[int, int]:
     return len(drafted), int(_get(rnd, "accepted", 0) or 0)
 
 
-def acceptance_by_position(rounds: Iterable[Any]) -> list[float]:
-    """P(draft i accepted | the target judged draft i).
+def position_counts(rounds: Iterable[Any], *, missing_is_rejection: bool = False) -> list[tuple[int, int]]:
+    """(passed, reached) per draft position.
 
-    Position i counts the rounds whose draft reached position i and whose
-    earlier drafts were all accepted (the target only judges draft i when
-    drafts 0..i-1 passed); of those, the share that accepted draft i. The list
-    is as long as the longest draft; a position no round reached is left out.
+    Position i is reached when the target judged draft i: the round drafted it
+    and accepted drafts 0..i-1 (a round cut short inside its accepted drafts,
+    by an end token or the length budget, token None, never judged the drafts
+    after the cut). It passed when draft i was accepted.
+
+    ``missing_is_rejection``: a position the round asked for (its ``gamma``)
+    but the drafter did not fill (an n-gram drafter with no match, a drafter
+    that stopped early) counts as reached and not passed. That is what the
+    speedup model needs: the chance that a round yields its (i+1)-th draft.
     """
     reached: list[int] = []
     passed: list[int] = []
     for rnd in rounds:
         drafted, accepted = round_counts(rnd)
-        # Judged positions: 0..accepted (the first rejected one included), within
-        # the draft; a round cut short inside its accepted drafts (an end token or
-        # the length budget, token None) never judged the drafts after the cut.
         cut = _get(rnd, "token", 0) is None and accepted < drafted
-        judged = accepted if cut else min(drafted, accepted + 1)
+        length = drafted
+        if missing_is_rejection and not cut:
+            length = max(drafted, int(_get(rnd, "gamma", 0) or 0))
+        judged = accepted if cut else min(length, accepted + 1)
         while len(reached) < judged:
             reached.append(0)
             passed.append(0)
         for i in range(judged):
             reached[i] += 1
             passed[i] += i < accepted
-    return [p / n for p, n in zip(passed, reached) if n]
+    return list(zip(passed, reached))
+
+
+def acceptance_by_position(rounds: Iterable[Any]) -> list[float]:
+    """P(draft i accepted | the target judged draft i), for i = 0 .. longest draft - 1."""
+    return [p / n for p, n in position_counts(rounds) if n]
+
+
+def yield_by_position(rounds: Iterable[Any]) -> list[float]:
+    """Like :func:`acceptance_by_position`, but a draft the round asked for and
+    did not get counts as rejected: the rates the speedup model uses."""
+    return [p / n for p, n in position_counts(rounds, missing_is_rejection=True) if n]
 
 
 def accepted_length_histogram(rounds: Iterable[Any]) -> list[int]:

@@ -13,7 +13,9 @@ from analysis import (
     costs_from_result,
     expected_tokens,
     mean_accepted_length,
+    position_counts,
     predicted_speedup,
+    yield_by_position,
 )
 from generation.result import GenerationResult, Round
 
@@ -195,3 +197,16 @@ def test_expected_tokens_reproduces_the_measured_mean_at_a_fixed_gamma():
             rounds.append(Round(tuple(range(gamma)), accepted, 1, accepted == gamma))
         rates = acceptance_by_position(rounds)
         assert expected_tokens(rates, gamma) == pytest.approx(1 + mean_accepted_length(rounds))
+
+
+def test_yield_counts_missing_drafts_as_rejections():
+    rounds = [
+        Round((1, 2), 2, 3, True, gamma=3),  # asked 3, got 2, both accepted: position 2 missing
+        Round((), 0, 3, False, gamma=3),     # an n-gram miss: nothing drafted
+        Round((1,), 0, 3, False, gamma=3),
+    ]
+    assert acceptance_by_position(rounds) == pytest.approx([0.5, 1.0])
+    assert yield_by_position(rounds) == pytest.approx([1 / 3, 1.0, 0.0])
+    assert position_counts(rounds) == [(1, 2), (1, 1)]
+    # gamma 0 (not recorded) falls back to the draft length
+    assert yield_by_position([Round((1,), 1, 2, True)]) == [1.0]
