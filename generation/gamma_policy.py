@@ -1,0 +1,414 @@
+"""Draft-length (gamma) policies: how many tokens the drafter proposes each round.
+
+The verify loop asks a policy for each round's draft length and shows it the
+finished round::
+
+    policy.begin(drafter_kind)          # "model" or "ngram", once per generation
+    k = policy.next_gamma()             # the loop caps k by the length budget
+    ... draft up to k tokens (a model drafter stops early when its top
+        probability falls below policy.threshold, if that is not None) ...
+    policy.observe(round)               # the finished generation.result.Round
+
+Four policies (``make_policy(name, gamma, threshold)``):
+
+* ``constant``: always ``gamma``.
+* ``heuristic``: transformers' ``num_assistant_tokens_schedule="heuristic"``:
+  start at ``gamma``, +2 after a round whose drafts were all accepted, -1
+  (never below 1) after a round with a rejected draft.
+* ``confidence T``: ``gamma`` drafts at most, and the drafter stops as soon as
+  its top probability falls below ``T`` (transformers' dynamic speculation,
+  ``assistant_confidence_threshold``, default 0.4).
+* ``model``: picks each round's gamma in 0..``gamma`` that maximises predicted
+  tokens per second, from running estimates of per-position acceptance and of
+  what drafting and verifying cost on this machine (see :class:`ModelPolicy`).
+
+Pure Python: no torch, no device syncs; the times arrive in the Round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from analysis.speedup import CostModel
+from generation.result import Round
+
+POLICIES = ("constant", "heuristic", "confidence", "model")
+DEFAULT_CONFIDENCE = 0.4     # transformers' assistant_confidence_threshold default
+DRAFTER_KINDS = ("model", "ngram")
+
+
+class ConstantPolicy:
+    """Always ``gamma`` drafts a round."""
+
+    name = "constant"
+    threshold = None
+
+    def __init__(self, gamma: int):
+        self.gamma = gamma
+
+    def begin(self, drafter_kind: str) -> None:
+        _check_kind(drafter_kind)
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def observe(self, rnd: Round) -> None:
+        pass
+
+
+class HeuristicPolicy:
+    """transformers' heuristic schedule: +2 after a fully accepted round, else -1 (min 1).
+
+    Starts at ``gamma`` at every generation (transformers' ``heuristic_transient``;
+    its plain ``heuristic`` carries the value over to the next call). The value
+    has no upper bound, as in transformers; the loop caps it by the budget.
+    A round with no drafts (an n-gram drafter that knew no continuation) says
+    nothing about acceptance and leaves the value as it was.
+    """
+
+    name = "heuristic"
+    threshold = None
+
+    def __init__(self, gamma: int):
+        self.start = gamma
+        self.gamma = gamma
+
+    def begin(self, drafter_kind: str) -> None:
+        _check_kind(drafter_kind)
+        self.gamma = self.start
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def observe(self, rnd: Round) -> None:
+        drafted = len(rnd.drafted)
+        if drafted == 0:
+            return
+        if rnd.accepted == drafted:
+            self.gamma += 2
+        else:
+            self.gamma = max(1, self.gamma - 1)
+
+
+class ConfidencePolicy:
+    """At most ``gamma`` drafts; a model drafter stops below top probability ``threshold``.
+
+    An n-gram drafter has no probabilities: with one this policy is the
+    constant policy (``threshold`` reads None after ``begin("ngram")``).
+    """
+
+    def __init__(self, gamma: int, threshold: float = DEFAULT_CONFIDENCE):
+        self.gamma = gamma
+        self.confidence = threshold
+        self.threshold: float | None = threshold
+        self.name = f"confidence {threshold:g}"
+
+    def begin(self, drafter_kind: str) -> None:
+        _check_kind(drafter_kind)
+        self.threshold = self.confidence if drafter_kind == "model" else None
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def observe(self, rnd: Round) -> None:
+        pass
+
+
+class _Rate:
+    """A success rate from exponentially decayed counts, shrunk toward a prior.
+
+    rate = (successes + weight * prior) / (trials + weight); each new trial first
+    multiplies the old counts by ``decay``, so about 1 / (1 - decay) recent
+    trials carry the estimate.
+    """
+
+    __slots__ = ("successes", "trials")
+
+    def __init__(self):
+        self.successes = 0.0
+        self.trials = 0.0
+
+    def add(self, success: bool, decay: float) -> None:
+        self.successes = self.successes * decay + (1.0 if success else 0.0)
+        self.trials = self.trials * decay + 1.0
+
+    def value(self, prior: float, weight: float) -> float:
+        return (self.successes + weight * prior) / (self.trials + weight)
+
+
+class _Mean:
+    """An exponential moving average that starts at its first sample."""
+
+    __slots__ = ("value", "count")
+
+    def __init__(self):
+        self.value = 0.0
+        self.count = 0
+
+    def add(self, x: float, alpha: float) -> None:
+        self.value = x if self.count == 0 else self.value + alpha * (x - self.value)
+        self.count += 1
+
+
+class ModelPolicy:
+    """Pick each round's gamma in 0..max_gamma to maximise predicted tokens per second.
+
+    Estimates, from the rounds it observes:
+
+    * ``c_i``: P(the drafter proposes a token at position i and the target
+      accepts it | drafts 0..i-1 were accepted). A drafter that stops before
+      position i counts as a miss (that round yields no token there).
+    * ``q_i``: P(the drafter proposes position i | it proposed 0..i-1), so an
+      n-gram drafter that often knows no continuation is predicted to draft,
+      and to cost, less than it is asked for.
+    * costs: seconds per drafter step, target verify seconds by width (tokens
+      fed at once: drafts + 1), and other host seconds per round (wall time
+      between two observed rounds minus their draft and verify time).
+
+    A round of gamma drafts yields, in expectation (Leviathan et al. 2023, sec. 3,
+    with a rate per position)
+
+        E(gamma) = sum_{i=0..gamma} prod_{j<i} c_j   tokens,
+
+    and costs draft_step * D + E[verify(1 + drafted)] + other, with D the
+    expected drafted count from q. The policy picks the gamma with the largest
+    E / cost; gamma = 0 (a plain target step) wins when verifying more tokens
+    costs more than the accepted drafts save (the usual NASD case on a CPU for
+    prompts that do not repeat themselves).
+
+    Rates start at a prior (``prior`` with ``prior_weight`` pseudo-trials at
+    position 0; each later position is shrunk toward the estimate before it,
+    so positions never reached borrow the last measured rate). Verify costs at
+    widths not measured yet are interpolated or extrapolated by
+    ``analysis.speedup.CostModel``. The first rounds try a few widths
+    (``probes``) so the cost curve is learned early; after that every
+    ``explore_every``-th round tries a neighbour of the current choice
+    (gamma + 1 and gamma - 1 in turn), which keeps the costs around the choice
+    fresh and lets acceptance that has risen (or fallen) be noticed.
+
+    What it learned persists across generations (the costs belong to the
+    machine and the models); a new drafter kind starts it afresh. The first
+    round of each generation carries the prompt's prefill, so its times are
+    not used. ``clock`` measures the wall time between rounds (None: other host
+    work counts as zero, for simulations).
+    """
+
+    name = "model"
+    threshold = None
+    TABLE_REFRESH = 8       # rounds between rebuilds of the verify-cost table
+
+    def __init__(self, max_gamma: int = 16, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
+                 explore_every: int = 16, decay: float = 0.95, cost_alpha: float = 0.2,
+                 prior: float = 0.5, prior_weight: float = 2.0,
+                 clock: Callable[[], float] | None = time.perf_counter):
+        self.max_gamma = max_gamma
+        self.probes = tuple(g for g in probes if 0 <= g <= max_gamma)
+        self.explore_every = explore_every
+        self.decay = decay
+        self.cost_alpha = cost_alpha
+        self.prior = prior
+        self.prior_weight = prior_weight
+        self.clock = clock
+        self.kind: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.accept = [_Rate() for _ in range(self.max_gamma)]     # c_i
+        self.propose = [_Rate() for _ in range(self.max_gamma)]    # q_i
+        self.verify_s: dict[int, _Mean] = {}
+        self.draft_step_s = _Mean()
+        self.other_s = _Mean()
+        self.rounds = 0               # observed over the policy's life
+        self._round_in_generation = 0
+        self._last_mark: float | None = None
+        self._pending_probes = list(self.probes)
+        self._explore_turn = 0
+        self._choice = 0
+        self._table: list[float] | None = None      # verify seconds by width, 1..max+1
+
+    # ---------------------------------------------------------------- the loop's interface
+
+    def begin(self, drafter_kind: str) -> None:
+        _check_kind(drafter_kind)
+        if drafter_kind != self.kind:
+            self.kind = drafter_kind
+            self._reset()
+        self._round_in_generation = 0
+        self._last_mark = None
+
+    def next_gamma(self) -> int:
+        if self._round_in_generation == 0:
+            return self._exploit()          # its times are not used: no probe here
+        if self._pending_probes:
+            return self._pending_probes.pop(0)
+        best = self._exploit()
+        if self.explore_every and self.rounds % self.explore_every == 0:
+            return self._neighbour(best)
+        return best
+
+    def observe(self, rnd: Round) -> None:
+        now = self.clock() if self.clock is not None else None
+        self._learn_acceptance(rnd)
+        if self._round_in_generation > 0:
+            self._learn_costs(rnd, now)
+        self._last_mark = now
+        self._round_in_generation += 1
+        self.rounds += 1
+
+    # ---------------------------------------------------------------- what it predicts
+
+    def rates(self) -> list[float]:
+        """c_0..c_{max-1}: each shrunk toward the one before (position 0 toward the prior)."""
+        out, prior = [], self.prior
+        for rate in self.accept:
+            prior = rate.value(prior, self.prior_weight)
+            out.append(prior)
+        return out
+
+    def propose_rates(self) -> list[float]:
+        """q_0..q_{max-1}, shrunk the same way from a prior of 1 (drafters draft when asked)."""
+        out, prior = [], 1.0
+        for rate in self.propose:
+            prior = rate.value(prior, self.prior_weight)
+            out.append(prior)
+        return out
+
+    def cost_model(self) -> CostModel | None:
+        """The measured costs, or None before any verify time was measured."""
+        if not self.verify_s:
+            return None
+        return CostModel(draft_step_s=self.draft_step_s.value,
+                         verify_s={w: m.value for w, m in self.verify_s.items()},
+                         other_per_round_s=self.other_s.value)
+
+    def predicted(self) -> list[float]:
+        """Predicted tokens per second for gamma = 0..max_gamma ([] before any cost is known)."""
+        costs = self.cost_model()
+        if costs is None:
+            return []
+        if self._table is None:
+            self._table = [costs.verify(w) for w in range(1, self.max_gamma + 2)]
+        verify, c, q = self._table, self.rates(), self.propose_rates()
+        out = []
+        tokens, reach = 1.0, 1.0        # E(gamma); P(drafts 0..gamma-1 all accepted)
+        length_at_least = 1.0           # P(drafter proposes >= gamma tokens)
+        drafted = 0.0                   # E[drafted], drafts capped at gamma
+        verify_below = 0.0              # sum_{k<gamma} P(drafted == k) * verify(1 + k)
+        for gamma in range(self.max_gamma + 1):
+            if gamma > 0:
+                reach *= c[gamma - 1]
+                tokens += reach
+                longer = length_at_least * q[gamma - 1]
+                verify_below += (length_at_least - longer) * verify[gamma - 1]
+                length_at_least = longer
+                drafted += longer
+            seconds = (costs.draft_step_s * drafted + verify_below
+                       + length_at_least * verify[gamma] + costs.other_per_round_s)
+            out.append(tokens / seconds if seconds > 0 else 0.0)
+        return out
+
+    def best(self) -> tuple[int, float]:
+        """(gamma, predicted tokens/s) of the exploiting choice; ties go to the smaller gamma."""
+        speeds = self.predicted()
+        if not speeds:
+            return min(self.max_gamma, 4), 0.0
+        gamma = max(range(len(speeds)), key=lambda g: (speeds[g], -g))
+        return gamma, speeds[gamma]
+
+    # ---------------------------------------------------------------- learning
+
+    def _exploit(self) -> int:
+        self._choice = self.best()[0]
+        return self._choice
+
+    def _neighbour(self, best: int) -> int:
+        self._explore_turn += 1
+        step = 1 if self._explore_turn % 2 else -1
+        other = best + step
+        if not 0 <= other <= self.max_gamma:
+            other = best - step
+        return min(max(other, 0), self.max_gamma)
+
+    def _learn_acceptance(self, rnd: Round) -> None:
+        asked = min(rnd.gamma, self.max_gamma)
+        drafted = len(rnd.drafted)
+        for i in range(min(asked, self.max_gamma)):          # q_i: was position i proposed?
+            self.propose[i].add(i < drafted, self.decay)
+            if i >= drafted:
+                break
+        for i in range(min(rnd.accepted, self.max_gamma)):   # c_i: accepted drafts
+            self.accept[i].add(True, self.decay)
+        first_miss = rnd.accepted
+        # The round yielded nothing at first_miss when the draft there was rejected or
+        # the drafter stopped before it; an end token or the budget cut says nothing.
+        if rnd.token is not None and first_miss < min(asked, self.max_gamma):
+            self.accept[first_miss].add(False, self.decay)
+
+    def _learn_costs(self, rnd: Round, now: float | None) -> None:
+        drafted = len(rnd.drafted)
+        width = drafted + 1
+        if rnd.verify_s > 0:
+            self.verify_s.setdefault(width, _Mean()).add(rnd.verify_s, self.cost_alpha)
+        if drafted and rnd.draft_s > 0:
+            self.draft_step_s.add(rnd.draft_s / drafted, self.cost_alpha)
+        if now is not None and self._last_mark is not None:
+            other = max(0.0, now - self._last_mark - rnd.draft_s - rnd.verify_s)
+            self.other_s.add(other, self.cost_alpha)
+        # The verify table is rebuilt when a width is measured for the first time and
+        # every few rounds after that (costs drift slowly; rebuilding costs ~50 us).
+        if self.verify_s.get(width) is not None and self.verify_s[width].count == 1:
+            self._table = None
+        elif self.rounds % self.TABLE_REFRESH == 0:
+            self._table = None
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in DRAFTER_KINDS:
+        raise ValueError(f"unknown drafter kind {kind!r} (expected model or ngram)")
+
+
+def _check_gamma(gamma) -> int:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+    return gamma
+
+
+def _split_name(name: str, threshold: float | None) -> tuple[str, float | None]:
+    """``"confidence 0.4"`` -> ("confidence", 0.4); a threshold in both places must agree."""
+    words = str(name).split()
+    if not words:
+        raise ValueError(f"empty gamma policy name (choose from {', '.join(POLICIES)})")
+    if len(words) > 2:
+        raise ValueError(f"gamma policy {name!r}: expected a name and at most one threshold")
+    if len(words) == 2:
+        try:
+            value = float(words[1])
+        except ValueError:
+            raise ValueError(f"gamma policy {name!r}: threshold {words[1]!r} is not a number") from None
+        if threshold is not None and threshold != value:
+            raise ValueError(f"gamma policy {name!r} and threshold={threshold} disagree")
+        threshold = value
+    return words[0], threshold
+
+
+def make_policy(name: str, gamma: int, threshold: float | None = None):
+    """A fresh gamma policy. ``gamma``: the constant value, the heuristic's start,
+    or the most drafts a round (confidence, model). ``threshold`` only for
+    ``confidence`` (default 0.4; also written as ``"confidence 0.4"``).
+    ValueError with a one-line message for an unknown name or a bad value."""
+    kind, threshold = _split_name(name, threshold)
+    if kind not in POLICIES:
+        raise ValueError(f"unknown gamma policy {kind!r} (choose from {', '.join(POLICIES)})")
+    gamma = _check_gamma(gamma)
+    if kind != "confidence":
+        if threshold is not None:
+            raise ValueError(f"gamma policy {kind!r} takes no threshold (only confidence does)")
+        return {"constant": ConstantPolicy, "heuristic": HeuristicPolicy,
+                "model": ModelPolicy}[kind](gamma)
+    if threshold is None:
+        threshold = DEFAULT_CONFIDENCE
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        raise ValueError(f"confidence threshold must be a number between 0 and 1 (exclusive), "
+                         f"got {threshold!r}")
+    return ConfidencePolicy(gamma, float(threshold))

@@ -1,0 +1,241 @@
+"""Gamma policies on simulated rounds: synthetic acceptance and cost curves, no models."""
+
+from __future__ import annotations
+
+import collections
+import random
+import sys
+
+import pytest
+
+from generation.gamma_policy import (
+    ConfidencePolicy, ConstantPolicy, HeuristicPolicy, ModelPolicy, make_policy,
+)
+from generation.result import Round
+
+
+def _round(k, drafted, accepted, *, token=7, draft_s=0.0, verify_s=0.0):
+    return Round(tuple(range(drafted)), accepted, token, token is not None and accepted == drafted > 0,
+                 k, draft_s, verify_s)
+
+
+def true_speed(gamma, rates, verify, draft_step):
+    """Tokens per second of a drafter that always proposes gamma tokens."""
+    tokens, reach = 1.0, 1.0
+    for i in range(gamma):
+        reach *= rates[min(i, len(rates) - 1)]
+        tokens += reach
+    return tokens / (draft_step * gamma + verify(gamma + 1))
+
+
+def simulate(policy, *, kind, rates, verify, draft_step, rounds, seed=0, propose=1.0,
+             per_generation=64, prefill_s=50.0):
+    """Run ``rounds`` simulated rounds; returns the gamma asked in each.
+
+    Each generation's first round carries a prefill (``prefill_s`` more verify
+    seconds), as the real loop's does. The drafter proposes each next position
+    with probability ``propose`` (an n-gram drafter that may not know the
+    context) and the target accepts draft i with probability rates[i].
+    """
+    rng = random.Random(seed)
+    asked = []
+    for r in range(rounds):
+        first = r % per_generation == 0
+        if first:
+            policy.begin(kind)
+        k = policy.next_gamma()
+        asked.append(k)
+        drafted = 0
+        while drafted < k and rng.random() < propose:
+            drafted += 1
+        accepted = 0
+        while accepted < drafted and rng.random() < rates[min(accepted, len(rates) - 1)]:
+            accepted += 1
+        policy.observe(_round(k, drafted, accepted, draft_s=draft_step * drafted,
+                              verify_s=verify(drafted + 1) + (prefill_s if first else 0.0)))
+    return asked
+
+
+# ---------------------------------------------------------------- names and values
+
+def test_make_policy_builds_each_kind():
+    assert isinstance(make_policy("constant", 4), ConstantPolicy)
+    assert isinstance(make_policy("heuristic", 4), HeuristicPolicy)
+    assert isinstance(make_policy("model", 16), ModelPolicy)
+    conf = make_policy("confidence", 20)
+    assert isinstance(conf, ConfidencePolicy) and conf.threshold == 0.4
+    assert conf.name == "confidence 0.4"
+    assert make_policy("confidence 0.25", 8).threshold == 0.25
+    assert make_policy("confidence", 8, 0.3).name == "confidence 0.3"
+    assert [make_policy(n, 4).name for n in ("constant", "heuristic", "model")] == \
+        ["constant", "heuristic", "model"]
+    assert make_policy("model", 16).threshold is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (("beam", 4), "unknown gamma policy 'beam'"),
+    (("", 4), "empty gamma policy"),
+    (("constant", 0), "gamma must be an integer >= 1"),
+    (("model", 2.5), "gamma must be an integer >= 1"),
+    (("heuristic", 4, 0.4), "takes no threshold"),
+    (("confidence", 4, 0.0), "between 0 and 1"),
+    (("confidence", 4, 1.5), "between 0 and 1"),
+    (("confidence x", 4), "is not a number"),
+    (("confidence 0.4", 4, 0.5), "disagree"),
+    (("confidence 0.4 1", 4), "at most one threshold"),
+])
+def test_bad_names_and_values_raise_one_line_errors(args, message):
+    with pytest.raises(ValueError, match=message) as info:
+        make_policy(*args)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_drafter_kind_is_refused():
+    with pytest.raises(ValueError, match="drafter kind"):
+        make_policy("model", 8).begin("oracle")
+
+
+def test_policies_import_without_torch():
+    import subprocess
+
+    code = "import sys, generation.gamma_policy; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------- constant, heuristic, confidence
+
+def test_constant_is_constant():
+    policy = make_policy("constant", 3)
+    policy.begin("model")
+    for accepted in (0, 3, 1):
+        assert policy.next_gamma() == 3
+        policy.observe(_round(3, 3, accepted))
+    assert policy.next_gamma() == 3
+
+
+def test_heuristic_follows_transformers_rule_exactly():
+    """+2 when every draft was accepted, -1 otherwise, never below 1; no drafts: unchanged."""
+    policy = make_policy("heuristic", 4)
+    policy.begin("model")
+    steps = [  # (drafted, accepted) -> gamma asked next
+        ((4, 4), 6), ((6, 6), 8), ((8, 3), 7), ((7, 0), 6), ((6, 5), 5),
+        ((5, 0), 4), ((4, 0), 3), ((3, 0), 2), ((2, 0), 1), ((1, 0), 1), ((1, 1), 3),
+        ((0, 0), 3),            # the drafter proposed nothing: no evidence either way
+        ((2, 2), 5),            # fewer drafts than asked, all accepted: +2
+    ]
+    assert policy.next_gamma() == 4
+    for (drafted, accepted), expected in steps:
+        k = policy.next_gamma()
+        policy.observe(_round(k, drafted, accepted))
+        assert policy.next_gamma() == expected, (drafted, accepted)
+    policy.begin("model")                      # every generation starts again at gamma
+    assert policy.next_gamma() == 4
+
+
+def test_confidence_sets_the_threshold_for_model_drafters_only():
+    policy = make_policy("confidence 0.4", 20)
+    policy.begin("model")
+    assert (policy.next_gamma(), policy.threshold) == (20, 0.4)
+    policy.observe(_round(20, 3, 2))
+    assert policy.next_gamma() == 20
+    policy.begin("ngram")                      # no probabilities: the constant policy
+    assert (policy.next_gamma(), policy.threshold) == (20, None)
+    policy.begin("model")
+    assert policy.threshold == 0.4
+
+
+# ---------------------------------------------------------------- the model policy
+
+def _cpu_verify(w):
+    return 10.0 * (1 + 0.3 * (w - 1))
+
+
+def _gpu_verify(w):
+    return 10.0 + 0.2 * (w - 1)
+
+
+@pytest.mark.parametrize("rates, verify, draft_step", [
+    ([0.8], _cpu_verify, 1.0),                                # CPU-like: verify grows with width
+    ([0.9, 0.85, 0.8, 0.7, 0.5, 0.3], _gpu_verify, 1.0),     # GPU-like: flat verify
+])
+def test_model_policy_converges_to_the_analytic_best_gamma(rates, verify, draft_step):
+    speeds = [true_speed(g, rates, verify, draft_step) for g in range(17)]
+    best = max(range(17), key=speeds.__getitem__)
+    policy = ModelPolicy(16, clock=None)
+    asked = simulate(policy, kind="model", rates=rates, verify=verify, draft_step=draft_step,
+                     rounds=3000)
+    assert policy.best()[0] == best
+    late = asked[-1000:]
+    assert collections.Counter(late).most_common(1)[0][0] == best
+    # Exploration and noisy estimates cost little: within 3% of always asking the best.
+    assert sum(speeds[g] for g in late) / len(late) >= 0.97 * speeds[best]
+
+
+def test_model_policy_picks_zero_for_ngram_drafts_never_accepted():
+    """Verifying 2 tokens costs 1.7 times one (this CPU): drafts that always fail do not pay."""
+    policy = ModelPolicy(16, clock=None)
+    asked = simulate(policy, kind="ngram", rates=[0.0], verify=lambda w: 10.0 * (1 + 0.7 * (w - 1)),
+                     draft_step=0.01, rounds=1000)
+    assert policy.best()[0] == 0
+    late = asked[-500:]
+    assert late.count(0) >= 0.9 * len(late)      # the rest: occasional exploration at gamma 1
+    assert max(late) <= 1
+
+
+def test_model_policy_drafts_long_when_ngram_drafts_are_accepted():
+    policy = ModelPolicy(16, clock=None)
+    simulate(policy, kind="ngram", rates=[0.97], verify=lambda w: 10.0 * (1 + 0.1 * (w - 1)),
+             draft_step=0.01, rounds=1000)
+    assert policy.best()[0] >= 4
+
+
+def test_model_policy_learns_from_what_the_drafter_proposes():
+    """An n-gram drafter that proposes only 30% of the time costs less than asked."""
+    policy = ModelPolicy(16, clock=None)
+    simulate(policy, kind="ngram", rates=[0.9], verify=_cpu_verify, draft_step=0.01, rounds=1500,
+             propose=0.3)
+    assert policy.propose_rates()[0] == pytest.approx(0.3, abs=0.15)
+    assert policy.rates()[0] == pytest.approx(0.27, abs=0.15)   # proposed and accepted
+
+
+def test_model_policy_ignores_the_prefill_round_and_probes_widths_first():
+    policy = ModelPolicy(16, clock=None)
+    asked = simulate(policy, kind="model", rates=[0.7], verify=_cpu_verify, draft_step=1.0,
+                     rounds=8, prefill_s=1000.0)
+    assert asked[1:6] == [1, 2, 4, 8, 0]
+    costs = policy.cost_model()
+    assert set(costs.verify_s) == {k + 1 for k in asked[1:]}          # always-drafting drafter
+    assert max(costs.verify_s.values()) < 100          # the 1000 s prefill round left out
+    assert costs.verify_s[3] == pytest.approx(_cpu_verify(3))
+    assert costs.draft_step_s == pytest.approx(1.0)
+
+
+def test_model_policy_counts_host_time_between_rounds():
+    now = [0.0]
+    policy = ModelPolicy(8, clock=lambda: now[0])
+    policy.begin("model")
+    for i in range(5):
+        k = policy.next_gamma()
+        now[0] += 0.5 + 0.1 * k + 0.2            # verify + draft + 0.2 s of host work
+        policy.observe(_round(k, k, 0, draft_s=0.1 * k, verify_s=0.5))
+    assert policy.cost_model().other_per_round_s == pytest.approx(0.2)
+
+
+def test_model_policy_end_token_cut_is_not_a_rejection():
+    policy = ModelPolicy(4, clock=None)
+    policy.begin("model")
+    policy.observe(_round(4, 4, 2, token=None))     # an end token inside the accepted drafts
+    assert policy.accept[2].trials == 0 and policy.accept[1].successes == 1
+    policy.observe(_round(4, 4, 2))                  # draft 2 rejected
+    assert policy.accept[2].trials == 1 and policy.accept[2].successes == 0
+
+
+def test_model_policy_starts_afresh_for_another_drafter_kind():
+    policy = ModelPolicy(16, clock=None)
+    simulate(policy, kind="ngram", rates=[0.0], verify=_cpu_verify, draft_step=0.01, rounds=200)
+    assert policy.rounds == 200
+    policy.begin("ngram")
+    assert policy.rounds == 200                  # same kind: it keeps what it learned
+    policy.begin("model")
+    assert policy.rounds == 0 and policy.cost_model() is None
