@@ -3,6 +3,7 @@ target autoregressive and drafter autoregressive.
 
     python infer.py [flags]          interactive session (type /help)
     python infer.py --prompt "..."   scripted: run the prompts and exit
+    python infer.py --replay FILE    show a saved trace again (no torch, no model)
 
 Only the flag table is imported before the flags are parsed: ``--help`` never
 loads torch or a model.
@@ -51,7 +52,29 @@ def build_parser() -> argparse.ArgumentParser:
                         help="plain lines (/commands allowed) or JSON lines with 'prompt' or Spec-Bench 'turns'")
     script.add_argument("--json", action="store_true",
                         help="one JSON object per prompt on stdout; messages go to stderr")
+    traces = parser.add_argument_group("traces")
+    traces.add_argument("--trace-out", metavar="FILE",
+                        help="write every prompt's trace (settings, models, rounds, metrics) to FILE as JSON")
+    traces.add_argument("--replay", metavar="FILE",
+                        help="show a trace file again: panels, debug view, comparison and /stats; "
+                             "loads neither torch nor a model")
     return parser
+
+
+def replay(path: str) -> int:
+    """``--replay FILE``: render a trace file; torch is never imported."""
+    from repl.render import make_console
+    from repl.replay import show_trace
+    from repl.trace import TraceError, read_trace
+
+    console = make_console()
+    try:
+        trace = read_trace(path)
+    except TraceError as e:
+        make_console(stderr=True).print(str(e), style="bold red")
+        return 2
+    show_trace(trace, console)
+    return 0
 
 
 def _load(args, console):
@@ -78,6 +101,8 @@ def _load(args, console):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.replay:
+        return replay(args.replay)
     settings = Settings()
     try:
         notices = apply_flags(args, settings)
@@ -96,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             entries = collect(args.prompt, args.prompts_file, sys.stdin)
         except ScriptError as e:
             parser.error(str(e))
+    if args.trace_out:
+        from repl.trace import TraceError, check_writable
+
+        try:
+            check_writable(args.trace_out)
+        except TraceError as e:
+            parser.error(str(e))
     for notice in notices:
         messages.print(notice, style="yellow")
 
@@ -113,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         from repl.scripted import run_script
 
         output = make_console(stderr=args.json)
-        session = Session(runner, settings, output if not args.json else messages)
+        session = Session(runner, settings, output if not args.json else messages, trace_out=args.trace_out)
         return run_script(session, entries, as_json=args.json, stdout=sys.stdout)
-    return interactive(Session(runner, settings, messages))
+    return interactive(Session(runner, settings, messages, trace_out=args.trace_out))
 
 
 if __name__ == "__main__":

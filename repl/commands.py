@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from repl.settings import NGRAM_STORAGES, PROCESSOR_ARGS, ProcessorSpec, Settings
+from repl.settings import GAMMA_POLICIES, NGRAM_STORAGES, PROCESSOR_ARGS, ProcessorSpec, Settings
 
 GAMMA_RANGE = (1, 128)
 LENGTH_RANGE = (1, 1_000_000)
@@ -35,12 +35,14 @@ class CommandError(ValueError):
 @dataclass(frozen=True)
 class Update:
     """What a parsed command does: settings fields to set, notices to show,
-    and, for the session commands (/help, /config, /clear, /quit), the action."""
+    and, for the session commands (/help, /config, /stats, /save, /clear,
+    /quit), the action and its argument (a help topic, a file path)."""
 
     changes: dict[str, Any] = field(default_factory=dict)
     notices: tuple[str, ...] = ()
     action: str | None = None
     topic: str | None = None
+    argument: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class Reply:
     notices: tuple[str, ...] = ()
     action: str | None = None
     topic: str | None = None
+    argument: str | None = None
 
 
 # ---------------------------------------------------------------- word parsers
@@ -184,6 +187,30 @@ def parse_ngram_storage(words: list[str], settings: Settings | None = None) -> U
     return Update({"ngram_storage": kind, "ngram_n": n})
 
 
+def parse_gamma_policy(words: list[str], settings: Settings | None = None) -> Update:
+    """``constant | heuristic | confidence T | model``; T in (0, 1)."""
+    if not words:
+        raise CommandError("missing policy name")
+    name, rest = words[0].lower(), words[1:]
+    if name not in GAMMA_POLICIES:
+        hint = _closest(name, GAMMA_POLICIES)
+        raise CommandError(f"unknown policy {words[0]!r}{hint}; choose one of {', '.join(GAMMA_POLICIES)}")
+    if name != "confidence":
+        if rest:
+            raise CommandError(f"{name} takes no value, got {len(rest)}")
+        return Update({"gamma_policy": name})
+    threshold = _float(_one_word(rest, "threshold T"), "T")
+    if not 0 < threshold < 1:
+        raise CommandError(f"T must be in (0, 1), got {threshold}")
+    return Update({"gamma_policy": name, "gamma_threshold": threshold})
+
+
+def _parse_save(words: list[str], settings: Settings) -> Update:
+    if not words:
+        raise CommandError("missing file name")
+    return Update(action="save", argument=" ".join(words))
+
+
 def _no_args(action: str):
     def parse(words: list[str], settings: Settings) -> Update:
         if words:
@@ -246,7 +273,16 @@ COMMANDS: dict[str, Command] = {
         _toggle("reset_in_between", "empty the n-gram storage before every prompt"),
         Command("seed", "N", "random seed set before every strategy",
                 _int_setting("seed", "N", SEED_RANGE), show=lambda s: str(s.seed), flag="seed"),
+        Command("gamma_policy", "constant | heuristic | confidence T | model",
+                "how many drafts each round asks for: always gamma, adapted to acceptance, "
+                "until the drafter's confidence falls under T in (0, 1), or a learned predictor",
+                parse_gamma_policy, show=lambda s: s.gamma_policy_text(), values=GAMMA_POLICIES,
+                flag="gamma-policy", fields=("gamma_policy", "gamma_threshold")),
         Command("config", "", "show every setting and the models", _no_args("config")),
+        Command("stats", "", "the last prompt's acceptance by position, accepted lengths, "
+                "phase times and the speedup model", _no_args("stats")),
+        Command("save", "FILE", "write the last prompt's trace (settings, models, rounds, metrics) "
+                "as JSON; replay it with infer.py --replay FILE", _parse_save),
         Command("help", "[COMMAND]", "list the commands, or explain one", _parse_help,
                 values=()),
         Command("clear", "", "clear the screen", _no_args("clear")),
@@ -294,7 +330,7 @@ def execute(line: str, settings: Settings) -> Reply:
         return Reply(False, f"{command.usage.split()[0]}: {e} (usage: {command.usage})")
     apply_update(settings, update)
     message = describe_changes(settings, update)
-    return Reply(True, message, update.notices, update.action, update.topic)
+    return Reply(True, message, update.notices, update.action, update.topic, update.argument)
 
 
 def completions(text_before_cursor: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 Model text only ever enters rich as :class:`rich.text.Text` (never as a
 markup string), so brackets or colons in a model's output print as they are.
+Nothing here imports torch: ``infer.py --replay`` renders a trace file with it.
 """
 
 from __future__ import annotations
@@ -11,18 +12,20 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from generation import GenerationResult, Round
+from generation.result import GenerationResult
 from repl.commands import COMMANDS
-from repl.runner import PromptRun, StrategyRun
-from repl.settings import Settings
+from repl.runs import DRAFTING, PIECE_WINDOW, PromptRun, StrategyRun, Why, round_pieces, token_pieces  # noqa: F401
+from repl.settings import Settings, settings_from_dict
 
 STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "target": "blue", "drafter": "magenta"}
 ACCEPTED = "green"
 REJECTED = "red strike"
 TARGET = "bold blue"
 BONUS = "bold magenta"
-DRAFTING = ("speculative", "ngram")
-PIECE_WINDOW = 8  # tokens of left context used to decode one token's text
+GAMMA_MARK = "dim"
+SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+BLOCKS = " ▏▎▍▌▋▊▉█"  # eighths of a character cell, for the bar charts
+BAR_WIDTH = 16
 
 
 def make_console(*, stderr: bool = False) -> Console:
@@ -52,8 +55,54 @@ def _metrics(run: StrategyRun) -> Text:
     return Text(" · ".join(parts), style="dim")
 
 
-def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug: bool) -> Panel:
-    """One strategy's output, its numbers and (in debug mode) its rounds."""
+def phases_text(result: GenerationResult) -> str:
+    """``draft 0.10 s (8%) · verify 1.05 s (84%) · other 0.10 s (8%)``."""
+    phases = result.phases or {}
+    total = sum(phases.get(k, 0.0) for k in ("draft", "verify", "other"))
+    if total <= 0:
+        return "phases: not measured"
+    return "phases: " + " · ".join(
+        f"{k} {phases.get(k, 0.0):.2f} s ({phases.get(k, 0.0) / total:.0%})" for k in ("draft", "verify", "other"))
+
+
+def phase_split(result: GenerationResult) -> str:
+    """The compact ``8/84/8%`` draft/verify/other split of the comparison table."""
+    phases = result.phases or {}
+    values = [phases.get(k, 0.0) for k in ("draft", "verify", "other")]
+    total = sum(values)
+    if total <= 0:
+        return "-"
+    return "/".join(f"{v / total * 100:.0f}" for v in values) + "%"
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
+    """Mean accepted length and the speedup model, for a drafting run."""
+    why = prompt_run.why(run)
+    if why is None:
+        return None
+    parts = [f"mean accepted {why.mean_accepted:.2f} of gamma {why.gamma}"]
+    if why.predicted is None:
+        parts.append("speedup model: no round timings to price")
+    else:
+        measured = prompt_run.speedup(run)
+        parts.append(f"predicted {_x(why.predicted)}" + (f" vs measured {_x(measured)}" if measured else ""))
+        parts.append(f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
+        parts.append(f"plain step cost from {why.cost_source}")
+    return Text(" · ".join(parts), style="dim")
+
+
+def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug: bool,
+                   prompt_run: PromptRun | None = None) -> Panel:
+    """One strategy's output, its numbers and (in debug mode) its rounds.
+
+    ``prompt_run`` (the prompt so far) gives the speedup model its plain-step
+    cost when target AR has already run; without it the run's own rounds do.
+    ``tokenizer`` may be None when the run carries its decoded pieces (a replay).
+    """
     colour = STRATEGY_COLOURS[run.key]
     title = Text(run.label, style=f"bold {colour}")
     if run.error is not None:
@@ -63,49 +112,36 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
         title.append("  interrupted", style="bold yellow")
         body.append(Text(f"interrupted after {len(run.result.tokens)} tokens", style="yellow"))
     body.append(_metrics(run))
+    body.append(Text(phases_text(run.result), style="dim"))
+    why = why_text(prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run]), run)
+    if why is not None:
+        body.append(why)
     if debug and run.key in DRAFTING and run.result.trace is not None:
-        body += [Text(""), rounds_view(run.result, prompt_ids, tokenizer)]
+        if tokenizer is not None or run.pieces is not None:
+            body += [Text(""), rounds_view(run.result, prompt_ids, tokenizer, run.pieces)]
     border = "yellow" if run.result.interrupted else colour
     return Panel(Group(*body), title=title, title_align="left", border_style=border)
 
 
 # ---------------------------------------------------------------- debug view
 
-def token_pieces(tokenizer, context: list[int], tokens: list[int]) -> list[str]:
-    """The text each of ``tokens`` adds after ``context`` (special tokens shown).
+def rounds_view(result: GenerationResult, prompt_ids: list[int], tokenizer, pieces: list[dict] | None = None) -> Text:
+    """The output rebuilt round by round in the debug colours.
 
-    Decoding a token alone breaks multi-byte characters and leading spaces, so
-    each piece is the difference between decoding a short window with and
-    without the token.
+    Each round starts with its gamma as a dim superscript (when the engine
+    recorded one). ``pieces`` (from :func:`repl.runs.round_pieces`, e.g. out
+    of a trace file) replaces decoding with ``tokenizer``.
     """
-    pieces, seq = [], list(context[-PIECE_WINDOW:])
-    for token in tokens:
-        before = tokenizer.decode(seq, skip_special_tokens=False)
-        after = tokenizer.decode(seq + [token], skip_special_tokens=False)
-        pieces.append(after[len(before):] if after.startswith(before) else tokenizer.decode([token]))
-        seq = (seq + [token])[-PIECE_WINDOW:]
-    return pieces
-
-
-def _round_text(rnd: Round, context: list[int], tokenizer) -> Text:
-    accepted = list(rnd.drafted[: rnd.accepted])
+    if pieces is None:
+        pieces = round_pieces(tokenizer, prompt_ids, result.trace)
     text = Text()
-    for piece in token_pieces(tokenizer, context, accepted):
-        text.append(piece, style=ACCEPTED)
-    after = context + accepted
-    for piece in token_pieces(tokenizer, after, list(rnd.rejected)):
-        text.append(piece, style=REJECTED)
-    if rnd.token is not None:
-        text.append(token_pieces(tokenizer, after, [rnd.token])[0], style=BONUS if rnd.bonus else TARGET)
-    return text
-
-
-def rounds_view(result: GenerationResult, prompt_ids: list[int], tokenizer) -> Text:
-    """The output rebuilt round by round in the debug colours."""
-    text, context = Text(), list(prompt_ids)
-    for rnd in result.trace:
-        text.append_text(_round_text(rnd, context, tokenizer))
-        context += list(rnd.drafted[: rnd.accepted]) + ([rnd.token] if rnd.token is not None else [])
+    for rnd, piece in zip(result.trace, pieces):
+        if rnd.gamma > 0:
+            text.append(str(rnd.gamma).translate(SUPERSCRIPT), style=GAMMA_MARK)
+        for i, drafted in enumerate(piece["drafted"]):
+            text.append(drafted, style=ACCEPTED if i < rnd.accepted else REJECTED)
+        if rnd.token is not None and piece.get("token") is not None:
+            text.append(piece["token"], style=BONUS if rnd.bonus else TARGET)
     return text
 
 
@@ -115,28 +151,35 @@ def legend() -> Text:
                          ("target token", TARGET), ("bonus token (all drafts accepted)", BONUS)):
         text.append(label, style=style)
         text.append("  ")
+    text.append("⁴", style=GAMMA_MARK)
+    text.append(" a round's γ")
     return text
 
 
 # ----------------------------------------------------------- comparison table
 
 def comparison_table(prompt_run: PromptRun) -> Table:
-    """Speedup over target AR for each strategy and, under greedy, identity."""
-    table = Table(title=Text("Comparison"), title_justify="left", show_edge=False, pad_edge=False)
-    for header, justify in (("strategy", "left"), ("tokens", "right"), ("seconds", "right"),
-                            ("tokens/s", "right"), ("speedup", "right"),
-                            ("identical", "center"), ("first divergence", "right")):
-        table.add_column(Text(header), justify=justify)
+    """Speedup over target AR for each strategy, what the speedup model
+    predicts, the phase split and, under greedy, identity."""
+    table = Table(title=Text("Comparison"), title_justify="left", show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    for header, justify in (("strategy", "left"), ("tokens", "right"), ("tokens/s", "right"), ("speedup", "right"), ("predicted", "right"),
+                            ("best γ", "right"), ("d/v/o %", "right"), ("identical", "left")):
+        # headers may wrap on a narrow terminal; the cells themselves stay whole
+        table.add_column(Text(header), justify=justify, overflow="fold",
+                         min_width=11 if header == "strategy" else None)
     for run in prompt_run.runs:
         table.add_row(*(Text(cell) for cell in _comparison_cells(prompt_run, run)),
                       style=STRATEGY_COLOURS[run.key])
-    notes = ["speedup = tokens/s over target AR's tokens/s"]
+    notes = ["speedup = tokens/s over target AR's tokens/s",
+             "predicted, best γ: the speedup model (docs/why.md, /stats)",
+             "d/v/o = share of the time spent drafting / verifying / other"]
     if prompt_run.baseline() is None:
-        notes = ["speedup and identity need a complete target AR run (/target)"]
+        notes[0] = "speedup and identity need a complete target AR run (/target)"
     elif not prompt_run.greedy:
         notes.append("identity is checked under greedy only: sampled outputs differ by design")
     else:
-        notes.append("identical / first divergence: token ids compared with target AR")
+        notes.append("identical: token ids compared with target AR (no: the first differing token)")
     table.caption = Text("; ".join(notes))
     table.caption_justify = "left"
     return table
@@ -144,27 +187,163 @@ def comparison_table(prompt_run: PromptRun) -> Table:
 
 def _comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
     if run.result is None:
-        return [run.label, "-", "-", "-", "n/a", "n/a", "-"]
+        return [run.label, "-", "-", "n/a", "-", "-", "-", "n/a"]
     r = run.result
-    speedup = prompt_run.speedup(run)
+    why = prompt_run.why(run)
+    if why is None:
+        predicted, best = "-", "-"
+    else:
+        predicted = _x(why.predicted)
+        best = "n/a" if why.best_gamma is None else str(why.best_gamma)
     return [
         run.label + (" (interrupted)" if r.interrupted else ""),
         str(len(r.tokens)),
-        f"{r.seconds:.2f}",
         f"{r.tokens_per_second:.1f}",
-        f"{speedup:.2f}x" if speedup is not None else "n/a",
-        *_identity_cells(prompt_run, run),
+        _x(prompt_run.speedup(run)),
+        predicted,
+        best,
+        phase_split(r),
+        _identity_cell(prompt_run, run),
     ]
 
 
-def _identity_cells(prompt_run: PromptRun, run: StrategyRun) -> tuple[str, str]:
-    """(identical, first divergence) cells; the target AR row is the baseline."""
+def _identity_cell(prompt_run: PromptRun, run: StrategyRun) -> str:
+    """``yes``, ``no (token 7)``, ``baseline`` (the target AR row) or ``n/a``."""
     if run.key == "target" and run.usable:
-        return "baseline", "-"
+        return "baseline"
     identical, index = prompt_run.divergence(run)
     if identical is None:
-        return "n/a", "-"
-    return ("yes" if identical else "no"), ("-" if index is None else f"token {index}")
+        return "n/a"
+    return "yes" if identical else f"no (token {index})"
+
+
+# ------------------------------------------------------------------- /stats
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """A horizontal bar of ``fraction`` (0..1) of ``width`` cells, in eighths."""
+    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
+    full, part = divmod(eighths, 8)
+    return ("█" * full + (BLOCKS[part] if part else "")).ljust(width)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def _rollback_text(rollback: dict) -> str:
+    """``target crop: 12 rollbacks, 0 tokens re-fed, 1.2 ms`` per model."""
+    parts = []
+    for model, stats in (rollback or {}).items():
+        if not isinstance(stats, dict):
+            continue
+        parts.append(f"{model} {stats.get('method', '?')}: {stats.get('restores', 0)} rollbacks, "
+                     f"{stats.get('refed_tokens', 0)} tokens re-fed, {_ms(float(stats.get('seconds', 0.0)))}")
+    return "; ".join(parts) or "not recorded"
+
+
+def _cost_text(why: Why) -> str:
+    costs = why.costs
+    widths = ", ".join(f"{w}: {_ms(c)}" for w, c in sorted(costs.verify_s.items()))
+    return (f"cost model: drafter step {_ms(costs.draft_step_s)} · verify by width {{{widths}}} · "
+            f"other {_ms(costs.other_per_round_s)}/round · plain step cost from {why.cost_source}")
+
+
+def summary_table(prompt_run: PromptRun) -> Table:
+    """One column per drafting strategy, one row per number behind its speed."""
+    whys = [(run, prompt_run.why(run)) for run in prompt_run.runs]
+    whys = [(run, why) for run, why in whys if why is not None]
+    table = Table(title=Text("Why (last prompt)"), title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column(Text(""))
+    for run, _ in whys:
+        table.add_column(Text(run.label, style=f"bold {STRATEGY_COLOURS[run.key]}"), justify="right",
+                         overflow="fold")
+
+    def row(name: str, cell) -> None:
+        table.add_row(Text(name), *(Text(cell(run, why)) for run, why in whys))
+
+    row("rounds", lambda run, why: str(len(run.result.trace)))
+    row("accepted / drafted", lambda run, why: f"{run.result.accepted}/{run.result.drafted}")
+    row("mean accepted per drafting round", lambda run, why: f"{why.mean_accepted:.2f}")
+    for phase in ("draft", "verify", "other"):
+        row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
+    row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))
+    row("predicted speedup", lambda run, why: f"{_x(why.predicted)} at γ {why.gamma}")
+    row("best γ (predicted)", lambda run, why: "n/a" if why.best_gamma is None
+        else f"{why.best_gamma} ({_x(why.best_speedup)})")
+    row("gamma policy", lambda run, why: run.result.gamma_policy or "-")
+    return table
+
+
+def acceptance_chart(why: Why) -> Table:
+    """Row i: acceptance at draft position i and the rounds that accepted exactly i drafts, as bars."""
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for header, justify in (("i", "right"), ("accepted/judged", "right"), ("rate", "right"),
+                            ("acceptance at position i", "left"), ("rounds", "right"),
+                            ("rounds accepting i drafts", "left")):
+        table.add_column(Text(header), justify=justify, overflow="fold",
+                         min_width=BAR_WIDTH if header.startswith(("acceptance", "rounds ")) else None)
+    top = max(why.histogram, default=0)
+    for i in range(max(len(why.counts), len(why.histogram))):
+        if i < len(why.counts):
+            passed, reached = why.counts[i]
+            cells = [Text(f"{passed}/{reached}"), Text(f"{passed / reached:.0%}"),
+                     Text(bar(passed / reached), style="green")]
+        else:
+            cells = [Text(""), Text(""), Text("")]
+        count = why.histogram[i] if i < len(why.histogram) else 0
+        table.add_row(Text(str(i)), *cells, Text(str(count)),
+                      Text(bar(count / top if top else 0.0), style="cyan"))
+    return table
+
+
+def stats_view(prompt_run: PromptRun) -> Group:
+    """What /stats shows: the summary, then per drafting strategy its acceptance
+    by position and accepted-length histogram as bar charts, the cost model
+    and the cache rollbacks."""
+    parts: list = [summary_table(prompt_run)]
+    for run in prompt_run.runs:
+        why = prompt_run.why(run)
+        if why is None:
+            continue
+        colour = STRATEGY_COLOURS[run.key]
+        parts.append(Text(""))
+        parts.append(Text(f"{run.label}: acceptance by draft position, accepted drafts per round",
+                          style=f"bold {colour}"))
+        if not why.histogram:
+            parts.append(Text("no round drafted anything", style="dim"))
+        else:
+            parts.append(acceptance_chart(why))
+        if why.costs is not None:
+            parts.append(Text(_cost_text(why), style="dim"))
+        parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
+    if len(parts) == 1:
+        return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative or NASD",
+                          style="yellow"))
+    parts.append(Text(""))
+    parts.append(Text("rate = drafts accepted at a position over the drafts the target judged there; "
+                      "predicted = the speedup model at the run's γ; docs/why.md explains each number",
+                      style="dim"))
+    return Group(*parts)
+
+
+# ------------------------------------------------------------------- replay
+
+def prompt_line(prompt_run: PromptRun) -> str:
+    """``prompt: 12 tokens (chat template) · greedy · up to 64 new tokens · seed 42 · gamma 4 constant``."""
+    s = settings_from_dict(prompt_run.settings)
+    chat = "chat template" if s.chat else "raw text"
+    return (f"prompt: {len(prompt_run.prompt_ids)} tokens ({chat}) · {s.processor.describe()} · "
+            f"up to {s.length} new tokens · seed {s.seed} · gamma {s.gamma} {s.gamma_policy_text()}")
+
+
+def environment_lines(env: dict) -> list[str]:
+    """The models, device and versions a trace was recorded with."""
+    versions = env.get("versions") or {}
+    lines = [f"target:  {env.get('target', '?')}", f"drafter: {env.get('drafter', '?')}",
+             f"device: {env.get('device', '?')} · context: {env.get('context_length', '?')} tokens"]
+    if versions:
+        lines.append(" · ".join(f"{k} {v}" for k, v in versions.items()))
+    return lines
 
 
 # ---------------------------------------------------------- settings and help
@@ -216,6 +395,7 @@ def toolbar_text(settings: Settings) -> str:
                            ("drafter", "drafter")))
     toggles = " ".join(f"{mark(getattr(settings, k))}{k}" for k in ("cache", "chat", "debug"))
     reset = " reset" if settings.reset_in_between else " keep"
-    return (f" gamma {settings.gamma} | length {settings.length} | {settings.processor.describe()} | "
+    policy = "" if settings.gamma_policy == "constant" else f" ({settings.gamma_policy_text()})"
+    return (f" gamma {settings.gamma}{policy} | length {settings.length} | {settings.processor.describe()} | "
             f"{strategies} | ngram {settings.ngram_storage} {settings.ngram_n} filler "
             f"{settings.top_k_filler}{reset} | {toggles} | seed {settings.seed}")

@@ -4,13 +4,14 @@ The runner owns what a prompt needs besides the settings: the model pair, the
 n-gram storage (kept between prompts unless ``reset_in_between`` is on) and
 the warm-up. It never prints: it hands each finished strategy to a callback
 (the renderer), so printing is outside every timer, and returns a
-:class:`PromptRun` that the comparison table and the JSON output read.
+:class:`repl.runs.PromptRun` that the comparison table, the JSON output and
+trace files read.
 """
 
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
+import inspect
 from typing import Callable
 
 import torch
@@ -19,11 +20,11 @@ from generation import (
     ContextLengthError,
     GenerationResult,
     autoregressive_generate,
-    first_divergence,
     speculative_generate,
 )
 from ngram_assisted import NGramStorage, OneLevelNGramStorage, ngram_assisted_speculative_generate
-from repl.settings import STRATEGY_LABELS, ProcessorSpec, Settings
+from repl.runs import PromptRun, StrategyRun  # noqa: F401  (the runner's products, torch-free)
+from repl.settings import ProcessorSpec, Settings
 from utils.devices import model_device
 from utils.vocab import encode_prompt, has_chat_template
 
@@ -33,95 +34,6 @@ WARMUP_TEXT = "Hello, how are you?"
 
 class PromptRefused(ValueError):
     """The prompt cannot run as asked (empty, or too long for the context)."""
-
-
-@dataclass
-class StrategyRun:
-    """One strategy's outcome: a result and its decoded text, or an error line."""
-
-    key: str
-    result: GenerationResult | None = None
-    text: str = ""
-    error: str | None = None
-
-    @property
-    def label(self) -> str:
-        return STRATEGY_LABELS[self.key]
-
-    @property
-    def usable(self) -> bool:
-        """A complete result to compare against (not failed, not interrupted)."""
-        return self.result is not None and not self.result.interrupted
-
-
-@dataclass
-class PromptRun:
-    """Every strategy's run on one prompt, and the comparisons between them."""
-
-    prompt: str
-    prompt_ids: list[int]
-    greedy: bool
-    runs: list[StrategyRun] = field(default_factory=list)
-    interrupted: bool = False
-
-    def baseline(self) -> StrategyRun | None:
-        """The target autoregressive run, when it ran to completion."""
-        run = next((r for r in self.runs if r.key == "target"), None)
-        return run if run is not None and run.usable else None
-
-    def speedup(self, run: StrategyRun) -> float | None:
-        """tokens/s of ``run`` over tokens/s of target autoregressive decoding."""
-        base = self.baseline()
-        if base is None or not run.usable or base.result.tokens_per_second <= 0:
-            return None
-        return run.result.tokens_per_second / base.result.tokens_per_second
-
-    def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
-        """(identical to target AR, first differing token index) under greedy.
-
-        (None, None) when the check does not apply: sampling, no baseline, or
-        an incomplete run.
-        """
-        base = self.baseline()
-        if not self.greedy or base is None or not run.usable:
-            return None, None
-        index = first_divergence(run.result.tokens, base.result.tokens)
-        return index is None, index
-
-    def to_dict(self) -> dict:
-        """The JSON object scripted mode prints for this prompt."""
-        strategies = {}
-        for run in self.runs:
-            entry: dict = {"label": run.label}
-            if run.error is not None:
-                entry["error"] = run.error
-            if run.result is not None:
-                r = run.result
-                identical, index = self.divergence(run)
-                entry.update(
-                    text=run.text,
-                    tokens=len(r.tokens),
-                    token_ids=r.tokens,
-                    seconds=r.seconds,
-                    tokens_per_s=r.tokens_per_second,
-                    acceptance_rate=r.acceptance_rate if run.key in ("speculative", "ngram") else None,
-                    tokens_per_target_call=r.tokens_per_target_call,
-                    target_calls=r.target_calls,
-                    drafter_calls=r.drafter_calls,
-                    drafted=r.drafted,
-                    accepted=r.accepted,
-                    stop_reason=r.stop_reason,
-                    speedup=self.speedup(run),
-                    identical_to_target=identical,
-                    first_divergence=index,
-                )
-            strategies[run.key] = entry
-        return {
-            "prompt": self.prompt,
-            "prompt_tokens": len(self.prompt_ids),
-            "interrupted": self.interrupted,
-            "strategies": strategies,
-        }
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -143,6 +55,7 @@ class Runner:
         self._storage = None
         self._storage_key: tuple[str, int] | None = None
         self._told_no_template = False
+        self._told_no_policy = False
 
     # ------------------------------------------------------------ prompt -> ids
 
@@ -192,6 +105,34 @@ class Runner:
         model = self.pair.drafter if key == "drafter" else self.pair.target
         return torch.Generator(device=model_device(model)).manual_seed(seed)
 
+    def gamma_policy(self, settings: Settings):
+        """The draft-length policy object for ``settings``, or None for a constant gamma.
+
+        WIRING POINT (generation.gamma_policy): ``make_policy(name, gamma,
+        threshold)`` builds the policy; until that module exists every round
+        drafts ``settings.gamma`` tokens, and the user is told once.
+        """
+        try:
+            from generation.gamma_policy import make_policy
+        except ImportError:
+            self._say_policy_missing(settings, "generation.gamma_policy is not there")
+            return None
+        threshold = settings.gamma_threshold if settings.gamma_policy == "confidence" else None
+        return make_policy(settings.gamma_policy, settings.gamma, threshold)
+
+    def _say_policy_missing(self, settings: Settings, why: str) -> None:
+        if settings.gamma_policy != "constant" and not self._told_no_policy:
+            self._told_no_policy = True
+            self.notify(f"gamma policy {settings.gamma_policy!r} is not wired into this engine ({why}): "
+                        f"every round drafts {settings.gamma} tokens")
+
+    def _policy_kwargs(self, generate, settings: Settings) -> dict:
+        """``gamma_policy=`` for ``generate`` when it takes one (WIRING POINT: the engine's kwarg)."""
+        if "gamma_policy" not in inspect.signature(generate).parameters:
+            self._say_policy_missing(settings, f"{generate.__name__} takes no gamma_policy")
+            return {}
+        return {"gamma_policy": self.gamma_policy(settings)}
+
     def _generate(self, key: str, ids: list[int], settings: Settings, processor,
                   *, trace: bool, interruptible: bool = True) -> GenerationResult:
         pair = self.pair
@@ -203,12 +144,14 @@ class Runner:
         )
         if key == "speculative":
             return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma,
-                                        vocab_size=pair.vocab_size, **common)
+                                        vocab_size=pair.vocab_size, **common,
+                                        **self._policy_kwargs(speculative_generate, settings))
         if key == "ngram":
             storage = self.storage(settings)
             return ngram_assisted_speculative_generate(
                 ids, storage, pair.target, gamma=settings.gamma,
                 filler_top_k=settings.top_k_filler, **common,
+                **self._policy_kwargs(ngram_assisted_speculative_generate, settings),
             )
         model = pair.target if key == "target" else pair.drafter
         return autoregressive_generate(ids, model, **common)
@@ -217,7 +160,8 @@ class Runner:
         """One strategy, with its failures turned into an error line."""
         run = StrategyRun(key)
         try:
-            run.result = self._generate(key, ids, settings, processor, trace=settings.debug)
+            # The rounds are always kept: /stats, the speedup model and traces read them.
+            run.result = self._generate(key, ids, settings, processor, trace=True)
         except ContextLengthError as e:
             run.error = f"refused: {e}"
         except Exception as e:  # a failing strategy must not end the session
@@ -235,7 +179,7 @@ class Runner:
         """Encode ``text`` and check it fits; raises PromptRefused otherwise."""
         ids = self.encode(text, settings)
         self.check_fits(ids, settings)
-        return PromptRun(text, ids, greedy=settings.processor.is_greedy)
+        return PromptRun(text, ids, greedy=settings.processor.is_greedy, settings=settings.to_dict())
 
     def run(self, prompt_run: PromptRun, settings: Settings,
             on_run: Callable[[PromptRun, StrategyRun], None] = lambda prompt_run, run: None) -> PromptRun:

@@ -15,7 +15,8 @@ from rich.text import Text
 
 from repl import render
 from repl.commands import completions, execute
-from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun
+from repl.runner import PromptRefused, Runner
+from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
 
 QUIT_HINT = "(Ctrl-C stops a generation; to leave press Ctrl-D or type /quit)"
@@ -29,12 +30,16 @@ def unescape(text: str) -> str:
 class Session:
     """Commands and prompts against one settings object and one runner."""
 
-    def __init__(self, runner: Runner, settings: Settings, console: Console):
+    def __init__(self, runner: Runner, settings: Settings, console: Console, *, trace_out: str | None = None):
         self.runner = runner
         self.settings = settings
         self.console = console
         self.failures = 0  # bad commands, refused prompts, failed strategies
         self.last_error: str | None = None
+        self.last_run: PromptRun | None = None  # what /stats and /save read
+        self.trace_out = trace_out  # --trace-out: every prompt is added to this file
+        self._traced: list[dict] = []
+        self._environment: dict | None = None
 
     # ----------------------------------------------------------------- output
 
@@ -66,9 +71,58 @@ class Session:
                 self.say(render.HELP_FOOTER, "dim")
         elif reply.action == "config":
             self.console.print(render.settings_table(self.settings, self.runner.pair))
+        elif reply.action == "stats":
+            self.show_stats()
+        elif reply.action == "save":
+            self.save(reply.argument)
         elif reply.action == "clear":
             self.console.clear()
         return True
+
+    # ------------------------------------------------------ stats and traces
+
+    def show_stats(self) -> None:
+        if self.last_run is None:
+            self.error("no prompt has run yet: /stats shows the last prompt's numbers")
+            return
+        self.console.print(render.stats_view(self.last_run))
+
+    def environment(self) -> dict:
+        if self._environment is None:
+            from repl.trace import environment
+
+            self._environment = environment(self.runner.pair)
+        return self._environment
+
+    def _record(self, prompt_run: PromptRun) -> dict:
+        from repl.trace import prompt_record
+
+        return prompt_record(prompt_run, self.runner.pair.tokenizer)
+
+    def save(self, path: str) -> bool:
+        """/save FILE: the last prompt's trace; a bad path is one error line."""
+        from repl.trace import TraceError, trace_document, write_trace
+
+        if self.last_run is None:
+            self.error("no prompt has run yet: /save writes the last prompt's trace")
+            return False
+        try:
+            write_trace(path, trace_document([self._record(self.last_run)], self.environment()))
+        except TraceError as e:
+            self.error(str(e))
+            return False
+        self.say(f"trace saved to {path} (replay: python infer.py --replay {path})", "cyan")
+        return True
+
+    def add_to_trace_out(self, prompt_run: PromptRun) -> None:
+        """--trace-out: rewrite the file with every prompt so far."""
+        from repl.trace import TraceError, trace_document, write_trace
+
+        self._traced.append(self._record(prompt_run))
+        try:
+            write_trace(self.trace_out, trace_document(self._traced, self.environment()))
+        except TraceError as e:
+            self.error(str(e))
 
     def handle(self, line: str) -> bool:
         """A line as typed: nothing, a command or a prompt. False to end."""
@@ -90,7 +144,7 @@ class Session:
             self.console.print(render.legend())
         try:
             prompt_run = self.runner.prepare(text, self.settings)
-            self.say(self.describe_prompt(prompt_run), "dim")
+            self.say(render.prompt_line(prompt_run), "dim")
             self.runner.run(prompt_run, self.settings, on_run=self.show_run)
         except PromptRefused as e:
             self.error(str(e))
@@ -99,20 +153,18 @@ class Session:
             self.say("interrupted before any strategy finished; the models are intact", "yellow")
             return None
         self.show_summary(prompt_run)
+        if prompt_run.runs:
+            self.last_run = prompt_run
+            if self.trace_out:
+                self.add_to_trace_out(prompt_run)
         return prompt_run
-
-    def describe_prompt(self, prompt_run: PromptRun) -> str:
-        s = self.settings
-        chat = "chat template" if s.chat else "raw text"
-        return (f"prompt: {len(prompt_run.prompt_ids)} tokens ({chat}) · {s.processor.describe()} · "
-                f"up to {s.length} new tokens · seed {s.seed}")
 
     def show_run(self, prompt_run: PromptRun, run: StrategyRun) -> None:
         if run.error is not None:
             self.failures += 1
         tokenizer = self.runner.pair.tokenizer
         self.console.print(render.strategy_panel(run, prompt_run.prompt_ids, tokenizer,
-                                                 debug=self.settings.debug))
+                                                 debug=self.settings.debug, prompt_run=prompt_run))
 
     def show_summary(self, prompt_run: PromptRun) -> None:
         if prompt_run.runs:

@@ -30,6 +30,10 @@ STRATEGY_LABELS: dict[str, str] = {
 
 NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel")
 
+# Draft-length policies (generation.gamma_policy builds them); "confidence"
+# alone takes a threshold T in (0, 1).
+GAMMA_POLICIES: tuple[str, ...] = ("constant", "heuristic", "confidence", "model")
+
 
 @dataclass(frozen=True)
 class ProcessorSpec:
@@ -103,6 +107,14 @@ class Settings:
     top_k_filler: int = 3
     reset_in_between: bool = True
     seed: int = 42
+    gamma_policy: str = "constant"
+    gamma_threshold: float = 0.4  # used by the "confidence" policy only
+
+    def gamma_policy_text(self) -> str:
+        """``constant``, or ``confidence 0.4`` with its threshold."""
+        if self.gamma_policy == "confidence":
+            return f"confidence {_fmt(self.gamma_threshold)}"
+        return self.gamma_policy
 
     def enabled_strategies(self) -> list[str]:
         return [s for s in STRATEGIES if getattr(self, s)]
@@ -113,3 +125,19 @@ class Settings:
         p = self.processor
         out["processor"] = {"name": p.name, **dict(zip(PROCESSOR_ARGS[p.name], p.args()))}
         return out
+
+
+def settings_from_dict(data: dict) -> Settings:
+    """The inverse of :meth:`Settings.to_dict`, for a trace file: unknown keys
+    are ignored and missing ones keep their defaults. Raises ValueError or
+    TypeError on values of the wrong shape."""
+    if not isinstance(data, dict):
+        raise TypeError("settings must be an object")
+    known = {f.name for f in fields(Settings)}
+    values = {k: v for k, v in data.items() if k in known and k != "processor"}
+    processor = data.get("processor")
+    if processor is not None:
+        if not isinstance(processor, dict) or processor.get("name") not in PROCESSOR_ARGS:
+            raise ValueError(f"unknown processor {processor!r}")
+        values["processor"] = ProcessorSpec(**processor)
+    return Settings(**values)

@@ -186,8 +186,8 @@ def test_issue_commands_are_all_in_the_table():
     assert set(COMMANDS) == {
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
-        "clear", "quit",
-    }
+        "clear", "quit", "gamma_policy", "stats", "save",
+    } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
 def test_confirmation_shows_the_new_value():
@@ -212,6 +212,8 @@ def test_flags_and_slash_commands_write_the_same_settings():
         (["--top-k-filler", "7"], ["/top_k_filler 7"]),
         (["--no-reset-in-between"], ["/reset_in_between"]),
         (["--seed", "7"], ["/seed 7"]),
+        (["--gamma-policy", "confidence", "0.25"], ["/gamma_policy confidence 0.25"]),
+        (["--gamma-policy", "heuristic"], ["/gamma_policy heuristic"]),
     ]
     for argv, lines in pairs:
         by_slash = Settings()
@@ -232,6 +234,8 @@ def test_no_flags_means_defaults():
     (["--processor", "foo"], "--processor: unknown processor 'foo'"),
     (["--ngram-storage", "tree", "3"], "--ngram-storage: unknown storage 'tree'"),
     (["--ngram-storage", "basic", "1"], "--ngram-storage: N must be between 2 and 16"),
+    (["--gamma-policy", "confidence", "1"], "--gamma-policy: T must be in (0, 1), got 1.0"),
+    (["--gamma-policy", "sometimes"], "--gamma-policy: unknown policy 'sometimes'"),
 ])
 def test_bad_flags_raise_with_the_flag_usage(argv, expected):
     parser = argparse.ArgumentParser()
@@ -264,12 +268,57 @@ def test_help_text_comes_from_the_table():
 # -------------------------------------------------------- completion
 
 def test_completion_of_names_and_values():
-    assert completions("/ga") == ["/gamma"]
+    assert completions("/ga") == ["/gamma", "/gamma_policy"]
+    assert completions("/gamma_policy c") == ["constant", "confidence"]
     assert set(completions("/")) == {f"/{n}" for n in COMMANDS}
     assert completions("/processor ") == ["greedy", "multinomial", "topk", "nucleus", "topknucleus"]
     assert completions("/processor to") == ["topk", "topknucleus"]
     assert completions("/set_ngramstorage o") == ["onelevel"]
     assert completions("/debug o") == ["on", "off"]
-    assert completions("/help gam") == ["gamma"]
+    assert completions("/help gam") == ["gamma", "gamma_policy"]
     assert completions("/gamma ") == []
     assert completions("/nosuch x") == []
+
+
+# -------------------------------------------------------- gamma policy
+
+@pytest.mark.parametrize("line, policy, threshold, shown", [
+    ("/gamma_policy constant", "constant", 0.4, "constant"),
+    ("/gamma_policy HEURISTIC", "heuristic", 0.4, "heuristic"),
+    ("/gamma_policy confidence 0.3", "confidence", 0.3, "confidence 0.3"),
+    ("/gamma_policy model", "model", 0.4, "model"),
+])
+def test_gamma_policy(line, policy, threshold, shown):
+    reply, s = run(line)
+    assert reply.ok and (s.gamma_policy, s.gamma_threshold) == (policy, threshold)
+    assert reply.message == f"gamma_policy: {shown}"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("/gamma_policy", "missing policy name"),
+    ("/gamma_policy confidence", "missing threshold T"),
+    ("/gamma_policy confidence 0", "T must be in (0, 1), got 0.0"),
+    ("/gamma_policy confidence 1.5", "T must be in (0, 1), got 1.5"),
+    ("/gamma_policy confidence nan", "T must be a finite number"),
+    ("/gamma_policy confidence 0.2 0.3", "expected one threshold T, got 2 words"),
+    ("/gamma_policy constant 3", "constant takes no value"),
+    ("/gamma_policy heuristc", "unknown policy 'heuristc' (did you mean heuristic?)"),
+])
+def test_bad_gamma_policy_changes_nothing(line, message):
+    s = Settings(gamma_policy="heuristic")
+    before = copy.deepcopy(s)
+    reply = execute(line, s)
+    assert not reply.ok and message in reply.message and "\n" not in reply.message
+    assert s == before
+
+
+def test_default_gamma_policy_is_constant():
+    assert (Settings().gamma_policy, Settings().gamma_threshold) == ("constant", 0.4)
+
+
+def test_stats_and_save_are_actions():
+    reply, s = run("/stats")
+    assert reply.ok and reply.action == "stats" and s == Settings()
+    reply, _ = run("/save my trace.json")
+    assert reply.ok and reply.action == "save" and reply.argument == "my trace.json"
+    assert not run("/save")[0].ok and not run("/stats now")[0].ok

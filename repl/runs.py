@@ -1,0 +1,246 @@
+"""What one prompt produced, and the numbers read from it; no torch.
+
+:class:`StrategyRun` and :class:`PromptRun` are filled by the runner in a live
+session and rebuilt from a trace file by ``infer.py --replay``, so the
+renderer and the JSON output read the same objects either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analysis import (
+    CostModel,
+    accepted_length_histogram,
+    best_gamma,
+    costs_from_result,
+    mean_accepted_length,
+    position_counts,
+    predicted_speedup,
+    yield_by_position,
+)
+from generation.result import GenerationResult, Round, first_divergence
+from repl.settings import STRATEGY_LABELS
+
+DRAFTING = ("speculative", "ngram")
+PIECE_WINDOW = 8  # tokens of left context used to decode one token's text
+MAX_GAMMA = 16  # best_gamma searches 0..max(MAX_GAMMA, the run's gamma)
+
+
+# ------------------------------------------------------------ token pieces
+
+def token_pieces(tokenizer, context: list[int], tokens: list[int]) -> list[str]:
+    """The text each of ``tokens`` adds after ``context`` (special tokens shown).
+
+    Decoding a token alone breaks multi-byte characters and leading spaces, so
+    each piece is the difference between decoding a short window with and
+    without the token.
+    """
+    pieces, seq = [], list(context[-PIECE_WINDOW:])
+    for token in tokens:
+        before = tokenizer.decode(seq, skip_special_tokens=False)
+        after = tokenizer.decode(seq + [token], skip_special_tokens=False)
+        pieces.append(after[len(before):] if after.startswith(before) else tokenizer.decode([token]))
+        seq = (seq + [token])[-PIECE_WINDOW:]
+    return pieces
+
+
+def round_pieces(tokenizer, prompt_ids: list[int], trace: list[Round]) -> list[dict]:
+    """Per round, the text of each drafted token and of the target's token.
+
+    ``{"drafted": [...], "token": str | None}``: accepted drafts are decoded
+    after the text so far, rejected ones and the target's token after the
+    accepted drafts. A trace file stores these, since a replay has no tokenizer.
+    """
+    out, context = [], list(prompt_ids)
+    for rnd in trace:
+        accepted = list(rnd.drafted[: rnd.accepted])
+        after = context + accepted
+        drafted = token_pieces(tokenizer, context, accepted) + token_pieces(tokenizer, after, list(rnd.rejected))
+        token = None if rnd.token is None else token_pieces(tokenizer, after, [rnd.token])[0]
+        out.append({"drafted": drafted, "token": token})
+        context = after + ([rnd.token] if rnd.token is not None else [])
+    return out
+
+
+# ------------------------------------------------------------ one strategy
+
+@dataclass
+class StrategyRun:
+    """One strategy's outcome: a result and its decoded text, or an error line.
+
+    ``pieces``: per round, the decoded text of its tokens (see
+    :func:`round_pieces`); filled when a trace is written or read back.
+    """
+
+    key: str
+    result: GenerationResult | None = None
+    text: str = ""
+    error: str | None = None
+    pieces: list[dict] | None = None
+
+    @property
+    def label(self) -> str:
+        return STRATEGY_LABELS[self.key]
+
+    @property
+    def usable(self) -> bool:
+        """A complete result to compare against (not failed, not interrupted)."""
+        return self.result is not None and not self.result.interrupted
+
+    @property
+    def drafting(self) -> bool:
+        return self.key in DRAFTING
+
+
+@dataclass
+class Why:
+    """Why a drafting strategy ran as fast as it did (see docs/why.md).
+
+    ``rates[i]``: share of judged drafts at position i that were accepted;
+    ``counts[i]``: (accepted, judged) behind it. ``histogram[i]``: drafting
+    rounds that accepted exactly i drafts. ``yield_rates``: the rates the
+    speedup model uses (a draft asked for and not made counts as rejected).
+    ``predicted`` is the model's speedup at ``gamma``; ``best_gamma`` /
+    ``best_speedup`` its optimum. ``cost_source`` says where the cost of a plain
+    target step came from: "target AR" (its seconds per token) or "own rounds".
+    """
+
+    rates: list[float]
+    counts: list[tuple[int, int]]
+    histogram: list[int]
+    mean_accepted: float
+    yield_rates: list[float]
+    gamma: int
+    costs: CostModel | None = None
+    predicted: float | None = None
+    best_gamma: int | None = None
+    best_speedup: float | None = None
+    cost_source: str | None = None
+
+
+def _round_gamma(trace: list[Round]) -> int:
+    return max((max(r.gamma, len(r.drafted)) for r in trace), default=0)
+
+
+# ------------------------------------------------------------ one prompt
+
+@dataclass
+class PromptRun:
+    """Every strategy's run on one prompt, and the comparisons between them.
+
+    ``settings``: the session settings the prompt ran with (``Settings.to_dict``).
+    """
+
+    prompt: str
+    prompt_ids: list[int]
+    greedy: bool
+    runs: list[StrategyRun] = field(default_factory=list)
+    interrupted: bool = False
+    settings: dict = field(default_factory=dict)
+
+    def baseline(self) -> StrategyRun | None:
+        """The target autoregressive run, when it ran to completion."""
+        run = next((r for r in self.runs if r.key == "target"), None)
+        return run if run is not None and run.usable else None
+
+    def speedup(self, run: StrategyRun) -> float | None:
+        """tokens/s of ``run`` over tokens/s of target autoregressive decoding."""
+        base = self.baseline()
+        if base is None or not run.usable or base.result.tokens_per_second <= 0:
+            return None
+        return run.result.tokens_per_second / base.result.tokens_per_second
+
+    def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
+        """(identical to target AR, first differing token index) under greedy.
+
+        (None, None) when the check does not apply: sampling, no baseline, or
+        an incomplete run.
+        """
+        base = self.baseline()
+        if not self.greedy or base is None or not run.usable:
+            return None, None
+        index = first_divergence(run.result.tokens, base.result.tokens)
+        return index is None, index
+
+    def ar_step_s(self) -> float | None:
+        """Target AR's seconds per token, when it ran to completion."""
+        base = self.baseline()
+        if base is None or not base.result.tokens or base.result.seconds <= 0:
+            return None
+        return base.result.seconds / len(base.result.tokens)
+
+    def why(self, run: StrategyRun) -> Why | None:
+        """Acceptance statistics and the speedup model for a drafting run."""
+        if not run.drafting or run.result is None or run.result.trace is None:
+            return None
+        trace = run.result.trace
+        gamma = int(self.settings.get("gamma") or _round_gamma(trace))
+        why = Why(
+            rates=[p / n for p, n in position_counts(trace) if n],
+            counts=position_counts(trace),
+            histogram=accepted_length_histogram(trace),
+            mean_accepted=mean_accepted_length(trace),
+            yield_rates=yield_by_position(trace),
+            gamma=gamma,
+        )
+        ar_step = self.ar_step_s()
+        costs = costs_from_result(run.result, ar_step_s=ar_step)
+        if costs is None or gamma < 1:
+            return why
+        try:
+            why.predicted = predicted_speedup(why.yield_rates, gamma, costs)
+            why.best_gamma, why.best_speedup = best_gamma(why.yield_rates, costs, max(MAX_GAMMA, gamma))
+        except ValueError:  # costs that cannot price a round (all zero)
+            return why
+        why.costs = costs
+        why.cost_source = "target AR" if ar_step is not None else "own rounds"
+        return why
+
+    def strategy_dict(self, run: StrategyRun) -> dict:
+        """One strategy's JSON entry: output, measured numbers and the why numbers."""
+        entry: dict = {"label": run.label}
+        if run.error is not None:
+            entry["error"] = run.error
+        if run.result is None:
+            return entry
+        r = run.result
+        identical, index = self.divergence(run)
+        why = self.why(run)
+        entry.update(
+            text=run.text,
+            tokens=len(r.tokens),
+            token_ids=r.tokens,
+            seconds=r.seconds,
+            tokens_per_s=r.tokens_per_second,
+            acceptance_rate=r.acceptance_rate if run.drafting else None,
+            tokens_per_target_call=r.tokens_per_target_call,
+            target_calls=r.target_calls,
+            drafter_calls=r.drafter_calls,
+            drafted=r.drafted,
+            accepted=r.accepted,
+            stop_reason=r.stop_reason,
+            speedup=self.speedup(run),
+            identical_to_target=identical,
+            first_divergence=index,
+            phases=dict(r.phases),
+            rollback=r.rollback,
+            gamma_policy=r.gamma_policy,
+            acceptance_by_position=why.rates if why else None,
+            accepted_length_histogram=why.histogram if why else None,
+            mean_accepted_length=why.mean_accepted if why else None,
+            predicted_speedup=why.predicted if why else None,
+            best_gamma=why.best_gamma if why else None,
+            best_gamma_speedup=why.best_speedup if why else None,
+            prediction_cost_source=why.cost_source if why else None,
+        )
+        return entry
+
+    def to_dict(self) -> dict:
+        """The JSON object scripted mode prints for this prompt."""
+        return {
+            "prompt": self.prompt,
+            "prompt_tokens": len(self.prompt_ids),
+            "interrupted": self.interrupted,
+            "strategies": {run.key: self.strategy_dict(run) for run in self.runs},
+        }

@@ -1,0 +1,204 @@
+"""Trace files: everything a prompt produced, as JSON, and reading it back.
+
+A trace holds the environment (models, dtypes, device, library versions) and,
+per prompt, the settings and, per strategy, the output ids and text, every
+round (gamma, drafted ids, accepted count, target token, bonus, phase times,
+the text of each token) and every metric the REPL shows. ``infer.py --replay
+FILE`` renders it again without torch or a model, which makes a trace the way
+to file a bug report: it shows exactly what the engine did.
+
+Reading never imports torch; only :func:`environment` (called in a live
+session, where torch is loaded anyway) looks at torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+from generation.result import GenerationResult, Round
+from repl.runs import PromptRun, StrategyRun, round_pieces
+from repl.settings import STRATEGIES, settings_from_dict
+
+FORMAT = 1
+KIND = "specdec-trace"
+
+
+class TraceError(ValueError):
+    """A trace that cannot be written or read; the message is one line."""
+
+
+# ------------------------------------------------------------------- writing
+
+def environment(pair) -> dict:
+    """Models, dtypes, device and library versions of a live session."""
+    import sys
+
+    import torch
+    import transformers
+
+    def dtype(model) -> str | None:
+        value = getattr(model, "dtype", None)
+        return None if value is None else str(value).removeprefix("torch.")
+
+    return {
+        "target": pair.target_name,
+        "drafter": pair.drafter_name,
+        "target_dtype": dtype(pair.target),
+        "drafter_dtype": dtype(pair.drafter),
+        "device": str(pair.device),
+        "context_length": pair.context_length,
+        "vocab_size": pair.vocab_size,
+        "self_draft_demo": bool(getattr(pair, "self_draft_demo", False)),
+        "versions": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "platform": platform.platform(),
+        },
+    }
+
+
+def prompt_record(prompt_run: PromptRun, tokenizer=None) -> dict:
+    """One prompt as a trace entry (``tokenizer`` decodes each round's pieces;
+    pieces already on a run are kept)."""
+    record = {"settings": prompt_run.settings, "prompt_ids": prompt_run.prompt_ids,
+              "greedy": prompt_run.greedy, **prompt_run.to_dict()}
+    for run in prompt_run.runs:
+        if run.result is None:
+            continue
+        trace = run.result.trace or []
+        if run.pieces is None and tokenizer is not None and trace:
+            run.pieces = round_pieces(tokenizer, prompt_run.prompt_ids, trace)
+        result = run.result.to_dict(with_trace=True)
+        if run.pieces is not None:
+            for rnd, pieces in zip(result.get("trace", []), run.pieces):
+                rnd["pieces"] = pieces
+        record["strategies"][run.key]["result"] = result
+    return record
+
+
+def trace_document(records: list[dict], env: dict) -> dict:
+    return {
+        "format": FORMAT,
+        "kind": KIND,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "environment": env,
+        "prompts": records,
+    }
+
+
+def write_trace(path: str, document: dict) -> None:
+    """Write ``document`` to ``path`` whole (a temporary file, then a rename)."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise TraceError(f"cannot write trace to {path!r}: it is a directory")
+    try:
+        handle, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=target.parent or ".")
+    except OSError as e:
+        raise TraceError(f"cannot write trace to {path!r}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            json.dump(document, f, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, target)
+    except (OSError, TypeError, ValueError) as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise TraceError(f"cannot write trace to {path!r}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def check_writable(path: str) -> None:
+    """Raise TraceError unless a trace could be written at ``path`` (nothing is written)."""
+    target = Path(path).expanduser()
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise TraceError(f"cannot write trace to {path!r}: it is a directory")
+    if not parent.is_dir():
+        raise TraceError(f"cannot write trace to {path!r}: no directory {str(parent)!r}")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise TraceError(f"cannot write trace to {path!r}: permission denied")
+
+
+# ------------------------------------------------------------------- reading
+
+@dataclass
+class Trace:
+    """A trace read back: the environment and the prompts, ready to render."""
+
+    environment: dict
+    prompts: list[PromptRun]
+    created: str = ""
+
+
+def _result(data: dict) -> GenerationResult:
+    names = {f.name for f in fields(GenerationResult)} - {"trace"}
+    values = {k: v for k, v in data.items() if k in names}
+    round_names = {f.name for f in fields(Round)}
+    trace = []
+    for rnd in data.get("trace") or []:
+        kept = {k: v for k, v in rnd.items() if k in round_names}
+        kept["drafted"] = tuple(int(t) for t in kept.get("drafted", ()))
+        trace.append(Round(**kept))
+    result = GenerationResult(**values, trace=trace)
+    result.tokens = [int(t) for t in result.tokens]
+    return result
+
+
+def _strategy(key: str, entry: dict) -> StrategyRun:
+    if key not in STRATEGIES:
+        raise ValueError(f"unknown strategy {key!r}")
+    run = StrategyRun(key, text=str(entry.get("text", "")), error=entry.get("error"))
+    data = entry.get("result")
+    if data is not None:
+        run.result = _result(data)
+        pieces = [rnd.get("pieces") for rnd in data.get("trace") or []]
+        if pieces and all(isinstance(p, dict) for p in pieces):
+            run.pieces = pieces
+    return run
+
+
+def _prompt(record: dict) -> PromptRun:
+    settings = settings_from_dict(record.get("settings") or {})
+    prompt_run = PromptRun(
+        prompt=str(record["prompt"]),
+        prompt_ids=[int(t) for t in record.get("prompt_ids", [])],
+        greedy=bool(record.get("greedy", settings.processor.is_greedy)),
+        interrupted=bool(record.get("interrupted", False)),
+        settings=settings.to_dict(),
+    )
+    prompt_run.runs = [_strategy(key, entry) for key, entry in record["strategies"].items()]
+    return prompt_run
+
+
+def read_trace(path: str) -> Trace:
+    """Read a trace file; TraceError (one line) when it cannot be used."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(f"cannot read trace {path!r}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"{path}: not a trace file (not valid JSON: {e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise TraceError(f"{path}: not a trace file (no \"kind\": \"{KIND}\")")
+    if data.get("format") != FORMAT:
+        raise TraceError(f"{path}: trace format {data.get('format')!r} is not one this version reads "
+                         f"(it reads format {FORMAT})")
+    try:
+        prompts = [_prompt(record) for record in data["prompts"]]
+        env = data.get("environment") or {}
+        if not isinstance(env, dict):
+            raise TypeError("environment must be an object")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
+        raise TraceError(f"{path}: a damaged trace file ({detail})") from None
+    if not prompts:
+        raise TraceError(f"{path}: the trace holds no prompts")
+    return Trace(env, prompts, str(data.get("created", "")))
+
