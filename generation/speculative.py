@@ -8,44 +8,56 @@ from generation.common import check_gamma, check_request, model_device
 from generation.result import GenerationResult
 from generation.verify import verify_loop
 from sampling import LogitsProcessor
-from utils.cache import crop_cache, forward_unseen, new_cache
+from utils.cache import CachedModel
 
 
 class ModelDrafter:
     """Drafts with a smaller model, sampling each token from q = processor(drafter logits).
 
-    Keeps its own KV cache: every step feeds only the tokens it has not seen, and
-    at the start of each round the cache is rolled back to the kept sequence.
+    Keeps its own cache (a :class:`utils.cache.CachedModel`): every step feeds
+    only the tokens it has not seen, and at the start of each round the cache
+    is rolled back to a prefix of the kept sequence.
     """
 
     wants_top_k = 0
+    kind = "model"
 
     def __init__(self, model, processor: LogitsProcessor, *, use_cache: bool = True,
                  vocab_size: int | None = None, generator: torch.Generator | None = None):
         self.model = model
         self.processor = processor
-        self.use_cache = use_cache
         self.vocab_size = vocab_size
         self.generator = generator
         self.device = model_device(model)
-        self.cache = None
-        self.calls = 0
+        self.cached = CachedModel(model, use_cache=use_cache)
+
+    @property
+    def calls(self) -> int:
+        """Drafter forward passes since begin()."""
+        return self.cached.forwards
 
     def begin(self, prompt: list[int]) -> None:
-        self.cache = new_cache(self.model) if self.use_cache else None
-        self.calls = 0
+        self.cached.begin(prompt)
 
-    def propose(self, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """k tokens drawn one by one from the drafter: ids (k,) and q (k, V)."""
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to k tokens drawn one by one from the drafter: ids (k',) and q (k', V).
+
+        With ``stop_below`` the round ends early once the drafter's top
+        probability for the next token falls below it (that check costs one
+        host sync per step).
+        """
         seq = ids.to(self.device)
-        self.cache = crop_cache(self.cache, seq.shape[1] - 1)
+        self.cached.rollback(seq.shape[1] - 1)
+        self.cached.checkpoint()
         drafts, probs = [], []
         for _ in range(k):
-            logits, self.cache = forward_unseen(self.model, seq, self.cache, keep=1)
-            self.calls += 1
+            logits = self.cached.forward(seq, keep=1)                # (1, V)
             if self.vocab_size is not None:
                 logits = logits[:, :self.vocab_size]
             q = self.processor(logits)                              # (1, V)
+            if stop_below is not None and drafts and q.max().item() < stop_below:
+                break
             token = self.processor.sample(q, self.generator)        # (1,)
             seq = torch.cat([seq, token.view(1, 1)], dim=1)
             drafts.append(token)
@@ -54,6 +66,9 @@ class ModelDrafter:
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """Nothing to learn: the cache is rolled back lazily at the next proposal."""
+
+    def rollback_stats(self) -> dict:
+        return self.cached.stats.to_dict()
 
 
 def shared_vocab_size(*models) -> int:
@@ -73,8 +88,9 @@ def speculative_generate(
     use_cache: bool = True,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
-    trace: bool = False,
+    trace: bool = True,
     interruptible: bool = False,
+    gamma_policy=None,
 ) -> GenerationResult:
     """Generate up to ``max_gen_len`` tokens after ``inputs`` with a drafter model.
 
@@ -82,7 +98,10 @@ def speculative_generate(
     spent); the target verifies them in one forward pass. Output follows the
     target's distribution under ``logits_processor`` exactly; under greedy it is
     the target's greedy output token for token. ``vocab_size`` defaults to the
-    shorter of the two models' vocabularies.
+    shorter of the two models' vocabularies. ``gamma_policy`` (see
+    ``generation.gamma_policy``) varies the draft length per round; None keeps
+    it at ``gamma``. For an encoder-decoder pair ``inputs`` are the encoder's
+    ids and both decoders start from the decoder start token.
     """
     prompt = check_request(inputs, max_gen_len, target, drafter)
     gamma = check_gamma(gamma)
@@ -93,5 +112,5 @@ def speculative_generate(
         prompt, model_drafter, target,
         logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
         eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
-        generator=generator, trace=trace, interruptible=interruptible,
+        generator=generator, trace=trace, interruptible=interruptible, gamma_policy=gamma_policy,
     )

@@ -4,19 +4,23 @@ A drafter proposes up to gamma tokens (with their probabilities when it has
 them); the target scores them all in one forward pass; the accept rule keeps a
 prefix and adds one target token; caches are rolled back to what was kept; the
 drafter is told what the sequence became. Strategies differ only in the drafter.
+A gamma policy (``generation.gamma_policy``) picks each round's draft length
+and learns from the finished round.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from generation.accept import accept_drafts
 from generation.common import cut_at_end, end_tokens, model_device, timed_run
+from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from sampling import LogitsProcessor
-from utils.cache import crop_cache, forward_unseen, new_cache
+from utils.cache import CachedModel
 
 
 class Drafter(Protocol):
@@ -24,19 +28,40 @@ class Drafter(Protocol):
 
     calls: int          # drafter forward passes so far (0 for a storage)
     wants_top_k: int    # >1: give update() the target's top-k ids at each verified position
+    kind: str           # "model" or "ngram" (gamma policies treat them differently)
 
     def begin(self, prompt: list[int]) -> None:
-        """Start a new generation from ``prompt``."""
+        """Start a new generation from ``prompt`` (the encoder's ids for a seq2seq pair)."""
 
-    def propose(self, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Up to k draft ids, shape (k',), and their probabilities (k', V) or None.
 
-        ids: (1, L) the sequence so far, on the target's device.
+        ids: (1, L) the (decoder) sequence so far, on the target's device. A
+        drafter with probabilities stops early when its top probability falls
+        below ``stop_below``.
         """
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """The tokens appended this round, and (when asked for) the target's top-k
         ids at each of their positions."""
+
+    def rollback_stats(self) -> dict | None:
+        """How the drafter's cache was rolled back (None for a storage)."""
+
+
+@dataclass
+class _Loop:
+    """What one generation's rounds share."""
+
+    target: CachedModel
+    drafter: Drafter
+    processor: LogitsProcessor
+    generator: torch.Generator | None
+    vocab_size: int | None
+    eos: frozenset[int]
+    clock: PhaseClock
+    result: GenerationResult
 
 
 @torch.inference_mode()
@@ -52,68 +77,94 @@ def verify_loop(
     use_cache: bool = True,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
-    trace: bool = False,
+    trace: bool = True,
     interruptible: bool = False,
+    gamma_policy=None,
 ) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
     ``vocab_size`` limits the distributions to a vocabulary the drafter shares
     with the target (pairs whose embedding matrices are padded differently).
-    The target cache holds exactly the kept sequence minus its last token after
-    every round.
+    After every round the target cache holds a prefix of the kept sequence
+    minus its last token: all of it when its layers can be cropped, a shorter
+    one after a snapshot restore (recurrent layers). ``gamma_policy`` (None:
+    always ``gamma``) picks each round's draft length. ``trace`` is kept for
+    compatibility: the per-round record is always filled (a few ints a round).
     """
+    from generation.gamma_policy import make_policy
+
+    policy = gamma_policy if gamma_policy is not None else make_policy("constant", gamma)
     device = model_device(target)
-    eos = end_tokens(eos_tokens_id)
-    ids = torch.tensor([prompt], dtype=torch.long, device=device)   # (1, L)
-    cache = new_cache(target) if use_cache else None
-    result = GenerationResult(trace=[] if trace else None)
+    model = CachedModel(target, use_cache=use_cache)
+    result = GenerationResult(gamma_policy=policy.name)
+    loop = _Loop(model, drafter, logits_processor, generator, vocab_size, end_tokens(eos_tokens_id),
+                 PhaseClock(device), result)
+    start = None
     with timed_run(result, device, interruptible=interruptible):
+        start = model.begin(prompt)
+        ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         drafter.begin(prompt)
+        policy.begin(drafter.kind)
         generated = 0
         while generated < max_gen_len:
-            ids, cache, new, stop = _round(
-                ids, cache, drafter, target, logits_processor, generator, result,
-                k_max=min(gamma, max_gen_len - generated - 1), vocab_size=vocab_size, eos=eos,
-            )
+            k_max = min(policy.next_gamma(), max_gen_len - generated - 1)
+            ids, new, stop = _round(loop, ids, k_max, policy.threshold)
+            policy.observe(result.trace[-1])
             generated += len(new)
             if stop:
                 result.stop_reason = "eos"
                 break
-    result.tokens = ids[0, len(prompt):].tolist()
+    result.tokens = ids[0, len(start):].tolist() if start is not None else []
+    result.target_calls = model.forwards
     result.drafter_calls = drafter.calls
+    result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
+                                 sum(r.verify_s for r in result.trace))
+    result.rollback = {"target": model.stats.to_dict()}
+    drafter_stats = drafter.rollback_stats()
+    if drafter_stats is not None:
+        result.rollback["drafter"] = drafter_stats
     return result
 
 
-def _round(ids, cache, drafter, target, processor, generator, result, *, k_max, vocab_size, eos):
-    """One round; returns (ids, cache, tokens appended, whether an end token ended it)."""
-    draft, q = drafter.propose(ids, k_max) if k_max > 0 else (ids.new_empty(0), None)
+def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None):
+    """One round; returns (ids, tokens appended, whether an end token ended it)."""
+    clock, target, drafter = loop.clock, loop.target, loop.drafter
+    t0 = clock.mark()
+    if k_max > 0:
+        draft, q = drafter.propose(ids, k_max, stop_below)
+    else:
+        draft, q = ids.new_empty(0), None
+    t1 = clock.mark()
     k = draft.shape[0]
-    logits, cache = forward_unseen(target, torch.cat([ids, draft.view(1, -1)], dim=1), cache, keep=k + 1)
-    result.target_calls += 1
-    if vocab_size is not None:
-        logits = logits[:, :vocab_size]                                 # (k+1, V)
-    p = processor(logits)
-    n, token = accept_drafts(p, q, draft, processor.sample, generator)
-    # The round's single host sync: n, the target token, the drafts, the top-k.
+    target.checkpoint()
+    logits = target.forward(torch.cat([ids, draft.view(1, -1)], dim=1), keep=k + 1)
+    if loop.vocab_size is not None:
+        logits = logits[:, :loop.vocab_size]                             # (k+1, V)
+    p = loop.processor(logits)
+    n, token = accept_drafts(p, q, draft, loop.processor.sample, loop.generator)
     top_k = logits.topk(drafter.wants_top_k, dim=-1).indices if drafter.wants_top_k > 1 else None
+    t2 = clock.mark()
+    # The round's single host sync: n, the target token, the drafts, the top-k.
     parts = [n.view(1), token.view(1), draft]
     if top_k is not None:
         parts.append(top_k.flatten())
     flat = torch.cat(parts).tolist()
     n, token, drafts = flat[0], flat[1], flat[2:2 + k]
-    new, stop = cut_at_end(drafts[:n] + [token], eos)
+    new, stop = cut_at_end(drafts[:n] + [token], loop.eos)
     ids = torch.cat([ids, torch.tensor([new], dtype=torch.long, device=ids.device)], dim=1)
-    cache = crop_cache(cache, ids.shape[1] - 1)
+    target.rollback(ids.shape[1] - 1)
     top_k_rows = None
     if top_k is not None:
         width, rows = drafter.wants_top_k, flat[2 + k:]
         top_k_rows = [rows[i * width:(i + 1) * width] for i in range(len(new))]
     drafter.update(new, top_k_rows)
-    _count(result, drafts, n, new)
-    return ids, cache, new, stop
+    _count(loop.result, drafts, n, new, gamma=k_max,
+           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t1, t2))
+    return ids, new, stop
 
 
-def _count(result: GenerationResult, drafts: list[int], n: int, new: list[int]) -> None:
+def _count(result: GenerationResult, drafts: list[int], n: int, new: list[int], *,
+           gamma: int, draft_s: float, verify_s: float) -> None:
     """Add one round to the result's counters and trace.
 
     drafts: all drafts proposed; n: how many the target accepted; new: what was
@@ -127,10 +178,12 @@ def _count(result: GenerationResult, drafts: list[int], n: int, new: list[int]) 
     result.rounds += 1
     result.drafted += len(drafted)
     result.accepted += kept
-    if result.trace is not None:
-        result.trace.append(Round(
-            drafted=tuple(drafted),
-            accepted=kept,
-            token=new[-1] if token_in else None,
-            bonus=token_in and n == len(drafts) > 0,
-        ))
+    result.trace.append(Round(
+        drafted=tuple(drafted),
+        accepted=kept,
+        token=new[-1] if token_in else None,
+        bonus=token_in and n == len(drafts) > 0,
+        gamma=gamma,
+        draft_s=draft_s,
+        verify_s=verify_s,
+    ))

@@ -15,6 +15,7 @@ class NGramDrafter:
     """
 
     calls = 0  # no model forward passes
+    kind = "ngram"
 
     def __init__(self, storage: NGramStorage, *, filler_top_k: int = 1,
                  stop_if_unknown: bool = True, confident_start: bool = True,
@@ -30,7 +31,7 @@ class NGramDrafter:
         self.history = list(prompt)
         self.storage.initialize(prompt)
 
-    def propose(self, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None) -> tuple[torch.Tensor, None]:
         """Up to k tokens, following the storage's best continuation of the tail.
 
         Stops early at an unknown context when ``stop_if_unknown``. With
@@ -39,7 +40,7 @@ class NGramDrafter:
         where verifying even one draft costs nearly as much as verifying several
         (CPUs: a forward of 2..9 new tokens costs ~1.7x one of 1), a round
         without drafts is cheaper. No probabilities: the drafts are
-        deterministic (q is one-hot).
+        deterministic (q is one-hot), so ``stop_below`` does not apply.
         """
         width = self.storage.n - 1
         context = self.history[-width:]
@@ -62,3 +63,7 @@ class NGramDrafter:
                 self.storage.fill(context, candidates)
         self.storage.update(self.history[-width:], new_tokens)
         self.history.extend(new_tokens)
+
+    def rollback_stats(self) -> None:
+        """A storage has no cache to roll back."""
+        return None

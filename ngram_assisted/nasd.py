@@ -26,8 +26,9 @@ def ngram_assisted_speculative_generate(
     stop_if_unknown: bool = True,
     confident_start: bool = True,
     generator: torch.Generator | None = None,
-    trace: bool = False,
+    trace: bool = True,
     interruptible: bool = False,
+    gamma_policy=None,
 ) -> GenerationResult:
     """Generate with drafts from ``ngram_storage``, verified by ``target``.
 
@@ -38,6 +39,9 @@ def ngram_assisted_speculative_generate(
     only when the full (n-1)-token context is known (see NGramDrafter.propose).
     Drafts are deterministic, so the accept
     rule uses q = one-hot: the output follows the target's distribution exactly.
+    ``gamma_policy`` (None: always ``gamma``) picks each round's draft length;
+    it may choose 0, a plain target step. For an encoder-decoder target the
+    storage starts from the encoder's ids, so drafts can copy from the source.
     """
     prompt = check_request(inputs, max_gen_len, target)
     gamma = check_gamma(gamma)
@@ -51,5 +55,5 @@ def ngram_assisted_speculative_generate(
         logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
         eos_tokens_id=eos_tokens_id, use_cache=use_cache,
         vocab_size=min(target.config.vocab_size, ngram_storage.vocab_size),
-        generator=generator, trace=trace, interruptible=interruptible,
+        generator=generator, trace=trace, interruptible=interruptible, gamma_policy=gamma_policy,
     )

@@ -70,12 +70,15 @@ def make_cache(layers=2, length=7):
 
 
 def test_crop_dynamic_cache_through_public_api():
-    legacy = make_cache()
-    cache = DynamicCache.from_legacy_cache(legacy)
+    model = tiny_llama(0)
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        forward_unseen(model, torch.tensor([PROMPT[:7]]), cache, keep=1)
+    before = [layer.keys.clone() for layer in cache.layers]
     assert cache_length(cache) == 7
     assert crop_cache(cache, 4) is cache
     assert cache_length(cache) == 4
-    assert torch.equal(cache.to_legacy_cache()[1][0], legacy[1][0][..., :4, :])
+    assert all(torch.equal(layer.keys, old[..., :4, :]) for layer, old in zip(cache.layers, before))
     crop_cache(cache, 10)      # beyond the current length: no-op
     assert cache_length(cache) == 4
 

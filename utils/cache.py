@@ -1,86 +1,375 @@
-"""KV-cache helpers shared by every decoding loop.
+"""KV-cache helpers shared by every decoding loop: one model's cache, fed and rolled back.
 
 The rule the loops follow: a forward pass feeds only the tokens the cache has
-not seen, and a rollback goes through the cache's public API (``crop`` on a
-transformers ``Cache``) or, for the legacy tuple format, slices the tensors.
+not seen, and after a verify round the cache is rolled back to what was kept.
+How a rollback is done is decided per cache layer, from what the layer says
+about itself (its class, ``is_sliding``, ``is_croppable``, ``record_past``),
+never from a model's name:
+
+- full attention (``DynamicLayer``): cropped;
+- sliding-window attention: past recording is turned on before the prefill, so
+  a crop past the window is exact; the layer is trimmed back to its window
+  after every round, so memory stays bounded. Where the installed
+  transformers cannot record the past, the layer is snapshotted instead;
+- conv / linear-attention states (LFM2): cropped while recording the past;
+- recurrent states (Mamba, Mamba2, Jamba, Falcon-H1, Qwen3-Next, Qwen3.5),
+  whose ``is_croppable`` is False: the layer is snapshotted before a forward
+  whose tail may be rejected; a rollback restores the snapshot and crops every
+  other layer back to the same length, so the cache holds a shorter prefix of
+  the kept sequence and the next forward re-feeds the missing tokens along with
+  its own (no extra forward pass; :class:`RollbackStats` counts them);
+- static caches: refused with :class:`UnsupportedCacheError`.
+
+``Cache.crop`` changed meaning three times within transformers 5.x
+(``crop(max_length)`` up to 5.13; ``crop(0)`` empties a cache before 5.14;
+only ``crop(-n)`` from 5.20). :func:`drop_last` is the one place that knows.
+
+Encoder-decoder models (T5, BART) run their encoder once per prompt; the
+decoder's self-attention cache is the one rolled back (cross-attention never
+changes). :meth:`CachedModel.begin` returns the sequence the loops extend: the
+prompt for a decoder-only model, the decoder start token for an
+encoder-decoder one.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import time
+from dataclasses import asdict, dataclass
 
 import torch
+import transformers
 from transformers import Cache, DynamicCache
 
-# A legacy cache: one (key, value) pair per layer, each (batch, heads, seq, head_dim).
-LegacyCache = tuple[tuple[torch.Tensor, torch.Tensor], ...]
-
-_LOGITS_KWARG: dict[type, str | None] = {}
-
-
-def new_cache(model) -> DynamicCache:
-    """An empty dynamic cache for ``model``."""
-    return DynamicCache(config=model.config)
+try:  # transformers >= 4.56 has one EncoderDecoderCache for every seq2seq model
+    from transformers import EncoderDecoderCache
+except ImportError:  # pragma: no cover - older than the declared floor
+    EncoderDecoderCache = None
 
 
-def cache_length(cache: Cache | LegacyCache | None) -> int:
+def _release(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+TRANSFORMERS_RELEASE = _release(transformers.__version__)
+# Before 5.14 ``crop(0)`` means "keep 0 tokens"; from 5.14 it removes nothing
+# (and, from 5.19, trims sliding-window and conv buffers back to their size).
+CROP_ZERO_KEEPS = TRANSFORMERS_RELEASE >= (5, 14)
+
+
+class UnsupportedCacheError(ValueError):
+    """The model's cache cannot be rolled back exactly; the message says why (one line)."""
+
+
+@dataclass
+class RollbackStats:
+    """How one model's cache was rolled back during a generation, and what it cost.
+
+    ``method``: "crop" (every layer cropped in place), "restore" (some layers
+    are snapshotted before each forward and restored on rejection; the tokens
+    the restore dropped are re-fed with the next forward) or "none" (no cache).
+    ``snapshots`` / ``restores``: how often layers were copied / put back.
+    ``refed_tokens``: tokens fed a second time because a restore went back
+    further than the kept sequence. ``seconds``: host time spent copying and
+    restoring (the re-fed tokens' compute is inside the forward passes).
+    """
+
+    method: str = "crop"
+    snapshots: int = 0
+    restores: int = 0
+    refed_tokens: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ------------------------------------------------------------ crop semantics
+
+def drop_last(cache, n: int) -> None:
+    """Remove the last ``n`` positions of ``cache`` (``n`` >= 0), on any supported transformers.
+
+    ``crop(-n)`` means "remove n" on every release from 4.57 to 5.23; a
+    positive argument means "keep that many" before 5.20 and raises after.
+    With ``n == 0`` nothing is removed, but from 5.14 on ``crop(0)`` trims
+    sliding-window and conv buffers recorded for a rollback back to their
+    working size; before 5.14 it would empty the cache, so it is skipped.
+    """
+    if n < 0:
+        raise ValueError(f"cannot remove a negative number of positions ({n})")
+    if n > 0:
+        cache.crop(-n)
+    elif CROP_ZERO_KEEPS:
+        cache.crop(0)
+
+
+def _self_attention(cache):
+    """The cache whose layers hold the generated sequence (the decoder's self-attention)."""
+    if EncoderDecoderCache is not None and isinstance(cache, EncoderDecoderCache):
+        return cache.self_attention_cache
+    return cache
+
+
+def cache_length(cache) -> int:
     """Number of positions a cache holds (0 for no cache)."""
     if cache is None:
         return 0
     if isinstance(cache, Cache):
-        return cache.get_seq_length()
-    if len(cache) == 0:
+        return int(cache.get_seq_length())
+    if len(cache) == 0:  # a legacy tuple of (key, value) per layer
         return 0
     return cache[0][0].shape[-2]
 
 
-def crop_cache(cache: Cache | LegacyCache | None, length: int):
-    """Roll a cache back so that it holds its first ``length`` positions.
+def crop_cache(cache, length: int):
+    """Roll a cache whose layers are all croppable back to its first ``length`` positions.
 
-    Returns the cache (the same object for ``Cache`` instances, a new tuple for
-    the legacy format). Cropping to a length at or beyond the current one is a
-    no-op.
+    Returns the cache (the same object for a ``Cache``, a new tuple for the
+    legacy format). A length at or beyond the current one changes nothing.
     """
     if length < 0:
         raise ValueError(f"cannot crop a cache to a negative length ({length})")
-    if cache is None or cache_length(cache) <= length:
+    current = cache_length(cache)
+    if cache is None or current <= length:
         return cache
     if isinstance(cache, Cache):
-        cache.crop(length)
+        drop_last(cache, current - length)
         return cache
     return tuple((k[..., :length, :], v[..., :length, :]) for k, v in cache)
 
 
-def _logits_kwarg(model) -> str | None:
-    """The forward keyword that limits which positions get logits, if any."""
-    cls = type(model)
-    if cls not in _LOGITS_KWARG:
-        params = inspect.signature(model.forward).parameters
-        _LOGITS_KWARG[cls] = next(
-            (name for name in ("logits_to_keep", "num_logits_to_keep") if name in params),
-            None,
-        )
-    return _LOGITS_KWARG[cls]
+# --------------------------------------------------------- per-layer policy
 
+def _layers(cache) -> list:
+    layers = getattr(_self_attention(cache), "layers", None)
+    return list(layers) if layers is not None else []
+
+
+def _is_static(layer) -> bool:
+    return type(layer).__name__.startswith("Static") or getattr(layer, "is_compileable", False) and not hasattr(
+        layer, "crop")
+
+
+def _croppable(layer) -> bool:
+    """Whether cropping this layer puts it back exactly as it was (else it is snapshotted)."""
+    if getattr(layer, "is_sliding", False) and not getattr(layer, "record_past", False):
+        return False  # past the window the dropped positions are gone
+    flag = getattr(layer, "is_croppable", None)
+    if flag is not None:
+        # Linear-attention layers report False until their first forward; a
+        # conv-only layer (no recurrent state) becomes croppable once seen.
+        return bool(flag)
+    return type(layer).__name__ in ("DynamicLayer", "DynamicSlidingWindowLayer", "QuantoQuantizedLayer",
+                                    "HQQQuantizedLayer", "QuantizedLayer")
+
+
+def new_cache(model):
+    """An empty dynamic cache for ``model`` (an encoder-decoder cache for seq2seq models)."""
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False):
+        decoder = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        return EncoderDecoderCache(DynamicCache(config=decoder), DynamicCache(config=decoder))
+    return DynamicCache(config=config)
+
+
+def _check_rollback_support(cache) -> None:
+    for layer in _layers(cache):
+        if _is_static(layer):
+            raise UnsupportedCacheError(
+                f"{type(layer).__name__}: a static cache has a fixed size and cannot be rolled back here; "
+                "use the model's default dynamic cache")
+
+
+# ------------------------------------------------------------ model + cache
+
+_FORWARD_KWARGS: dict[type, tuple[str, str | None]] = {}
+
+
+def _forward_kwargs(model) -> tuple[str, str | None]:
+    """(the cache keyword of ``model.forward``, the keyword limiting which positions get logits)."""
+    cls = type(model)
+    if cls not in _FORWARD_KWARGS:
+        params = inspect.signature(model.forward).parameters
+        cache_kw = "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+        logits_kw = next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in params), None)
+        _FORWARD_KWARGS[cls] = (cache_kw, logits_kw)
+    return _FORWARD_KWARGS[cls]
+
+
+class CachedModel:
+    """One model and its cache during one generation.
+
+    ``begin(prompt)`` starts a generation and returns the sequence to extend;
+    ``forward(ids, keep)`` feeds the tokens of ``ids`` the cache has not seen and
+    returns the logits of the last ``keep`` positions; ``checkpoint()`` before a
+    forward whose tail may be rejected, then ``rollback(length)`` to keep only
+    a prefix of at most ``length`` positions.
+    """
+
+    def __init__(self, model, *, use_cache: bool = True):
+        self.model = model
+        self.use_cache = use_cache
+        self.encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.cache_kw, self.logits_kw = _forward_kwargs(model)
+        self.cache = None
+        self.encoder_outputs = None
+        self.stats = RollbackStats(method="crop" if use_cache else "none")
+        self._snapshots: dict[int, object] = {}
+        self._checkpoint_length = 0
+        self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
+        self.forwards = 0  # forward passes since begin()
+
+    # ------------------------------------------------------------- lifecycle
+
+    def begin(self, prompt: list[int]) -> list[int]:
+        """Start a generation from ``prompt``; returns the (decoder) sequence the loop extends."""
+        device = self.device
+        self.cache = new_cache(self.model) if self.use_cache else None
+        self.stats = RollbackStats(method="crop" if self.use_cache else "none")
+        self._snapshots = {}
+        self._checkpoint_length = 0
+        self._length = 0
+        self.forwards = 0
+        if self.cache is not None:
+            _check_rollback_support(self.cache)
+            if hasattr(self.cache, "activate_past_recording"):
+                self.cache.activate_past_recording()
+        if not self.encoder_decoder:
+            start = list(prompt)
+        else:
+            encoder = self.model.get_encoder()
+            ids = torch.tensor([prompt], dtype=torch.long, device=device)
+            self.encoder_outputs = encoder(input_ids=ids, attention_mask=torch.ones_like(ids), return_dict=True)
+            start = [self.decoder_start_token()]
+        if self.needs_snapshots and len(start) > 1:
+            # Prefill all but the last token, so that no snapshot ever has to
+            # cover the prompt (a restore then never re-feeds it).
+            self.forward(torch.tensor([start[:-1]], dtype=torch.long, device=device), keep=1)
+        return start
+
+    def decoder_start_token(self) -> int:
+        config = self.model.config
+        start = getattr(config, "decoder_start_token_id", None)
+        generation = getattr(self.model, "generation_config", None)
+        if start is None and generation is not None:
+            start = getattr(generation, "decoder_start_token_id", None)
+        if start is None:
+            start = getattr(config, "bos_token_id", None)
+        if start is None:
+            raise UnsupportedCacheError("this encoder-decoder model's config names no decoder start token")
+        return int(start)
+
+    @property
+    def device(self) -> torch.device:
+        from utils.devices import model_device
+
+        return model_device(self.model)
+
+    @property
+    def length(self) -> int:
+        """Positions of the (decoder) sequence the cache holds."""
+        return self._length if self.cache is not None else 0
+
+    @property
+    def needs_snapshots(self) -> bool:
+        """True when some layer cannot be cropped exactly and is snapshotted instead."""
+        return self.cache is not None and any(not _croppable(layer) for layer in _layers(self.cache))
+
+    # --------------------------------------------------------------- forward
+
+    def forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """Feed the unseen tokens of ``ids`` (1, L); return the last ``keep`` logits, (keep, V)."""
+        seen = self.length
+        if seen >= ids.shape[1]:
+            raise ValueError(f"cache holds {seen} positions, nothing new to feed of {ids.shape[1]}")
+        kwargs = {"use_cache": self.cache is not None}
+        if self.cache is not None:
+            kwargs[self.cache_kw] = self.cache
+        if self.logits_kw is not None:
+            kwargs[self.logits_kw] = keep
+        if self.encoder_decoder:
+            kwargs.update(encoder_outputs=self.encoder_outputs, decoder_input_ids=ids[:, seen:])
+        else:
+            kwargs["input_ids"] = ids[:, seen:]
+        out = self.model(**kwargs)
+        self.forwards += 1
+        if self.cache is not None:
+            self._length = ids.shape[1]
+        return out.logits[0, -keep:]
+
+    # -------------------------------------------------------------- rollback
+
+    def checkpoint(self) -> None:
+        """Snapshot the layers a crop cannot restore, before a forward that may be rejected."""
+        if self.cache is None:
+            return
+        start = time.perf_counter()
+        self._checkpoint_length = self.length
+        layers = _layers(self.cache)
+        self._snapshots = {i: copy.deepcopy(layer) for i, layer in enumerate(layers) if not _croppable(layer)}
+        if self._snapshots:
+            self.stats.method = "restore"
+            self.stats.snapshots += 1
+            self.stats.seconds += time.perf_counter() - start
+
+    def rollback(self, length: int) -> None:
+        """Keep at most the first ``length`` positions of the cache.
+
+        Croppable layers are cropped; when the cache holds more than ``length``
+        and some layers were snapshotted, those are restored and the rest are
+        cropped to the checkpoint's length, so the cache is a shorter prefix.
+        """
+        if self.cache is None:
+            return
+        current = self.length
+        if current <= length:
+            self._trim()
+            return
+        if not self._snapshots:
+            drop_last(self.cache, current - length)
+            self._length = length
+            return
+        start = time.perf_counter()
+        kept, drop = self._checkpoint_length, current - self._checkpoint_length
+        layers = _self_attention(self.cache).layers
+        for i, layer in enumerate(layers):
+            if i in self._snapshots:
+                layers[i] = self._snapshots[i]
+            elif drop > 0:
+                layer.crop(-drop)
+        self._snapshots = {}
+        self._length = kept
+        self.stats.restores += 1
+        self.stats.refed_tokens += length - kept
+        self.stats.seconds += time.perf_counter() - start
+
+    def _trim(self) -> None:
+        """Bound memory: trim buffers kept for a rollback back to their working size.
+
+        ``crop(0)`` removes nothing but drops the sliding-window and conv
+        history recorded since the last round (transformers >= 5.14).
+        """
+        if not CROP_ZERO_KEEPS:
+            return
+        for layer in _layers(self.cache):
+            if getattr(layer, "record_past", False):
+                layer.crop(0)
+
+
+# ----------------------------------------------- stateless helper (tests, peers)
 
 def forward_unseen(model, ids: torch.Tensor, cache, keep: int):
-    """Run ``model`` on the tokens of ``ids`` that ``cache`` has not seen.
+    """Run a decoder-only ``model`` on the tokens of ``ids`` that ``cache`` has not seen.
 
     ids: (1, L) the whole sequence so far. cache: a cache holding fewer than L
     positions, or None to recompute the whole sequence (no cache).
     Returns (logits of the last ``keep`` positions, shape (keep, V), the cache).
     """
-    seen = cache_length(cache)
-    if seen >= ids.shape[1]:
-        raise ValueError(f"cache holds {seen} positions, nothing new to feed of {ids.shape[1]}")
-    kwargs = {}
-    name = _logits_kwarg(model)
-    if name is not None:
-        kwargs[name] = keep
-    out = model(
-        input_ids=ids[:, seen:],
-        past_key_values=cache,
-        use_cache=cache is not None,
-        **kwargs,
-    )
-    return out.logits[0, -keep:], out.past_key_values if cache is not None else None
+    runner = CachedModel(model, use_cache=cache is not None)
+    runner.cache, runner._length = cache, cache_length(cache)
+    return runner.forward(ids, keep), cache
