@@ -7,6 +7,7 @@ same numbers without loading torch or a model.
 from analysis.acceptance import (
     acceptance_by_position,
     accepted_length_histogram,
+    draft_share,
     mean_accepted_length,
     position_counts,
     yield_by_position,
@@ -14,6 +15,7 @@ from analysis.acceptance import (
 from analysis.speedup import (
     CostModel,
     best_gamma,
+    ar_step_from_result,
     costs_from_result,
     expected_tokens,
     predicted_speedup,
@@ -23,8 +25,10 @@ __all__ = [
     "CostModel",
     "acceptance_by_position",
     "accepted_length_histogram",
+    "ar_step_from_result",
     "best_gamma",
     "costs_from_result",
+    "draft_share",
     "expected_tokens",
     "mean_accepted_length",
     "position_counts",

@@ -59,9 +59,22 @@ def acceptance_by_position(rounds: Iterable[Any]) -> list[float]:
 
 
 def yield_by_position(rounds: Iterable[Any]) -> list[float]:
-    """Like :func:`acceptance_by_position`, but a draft the round asked for and
-    did not get counts as rejected: the rates the speedup model uses."""
-    return [p / n for p, n in position_counts(rounds, missing_is_rejection=True) if n]
+    """Like :func:`acceptance_by_position` over the rounds that drafted, but a
+    draft the round asked for (its ``gamma``) and did not get counts as
+    rejected: the chance that a drafting round yields its (i+1)-th draft, the
+    rates the speedup model uses."""
+    drafting = [rnd for rnd in rounds if round_counts(rnd)[0] > 0]
+    return [p / n for p, n in position_counts(drafting, missing_is_rejection=True) if n]
+
+
+def draft_share(rounds: Iterable[Any]) -> float:
+    """The share of rounds that drafted at least one token (1.0 when there are no rounds).
+
+    A model drafter drafts every round; an n-gram drafter only when its
+    storage knows the context, and a gamma policy may choose not to draft.
+    """
+    counts = [round_counts(rnd)[0] > 0 for rnd in rounds]
+    return sum(counts) / len(counts) if counts else 1.0
 
 
 def accepted_length_histogram(rounds: Iterable[Any]) -> list[int]:

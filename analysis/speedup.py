@@ -14,6 +14,12 @@ work; a plain autoregressive step costs one target forward over 1 token, so
     speedup(gamma) = E(gamma) * verify(1) / (gamma * draft_step + verify(gamma + 1) + other)
 
 and gamma = 0 (do not draft) is plain decoding: speedup 1 by definition.
+
+When only a share m of the rounds drafts (an n-gram drafter that does not know
+the context, a policy that chose not to draft), the other rounds are plain
+target steps: one token for verify(1). Tokens and cost per round are then the
+mixtures m * E(gamma) + (1 - m) and m * (gamma * draft_step + verify(gamma + 1))
++ (1 - m) * verify(1) + other; m = 1 gives the formula above.
 """
 
 from __future__ import annotations
@@ -94,43 +100,80 @@ class CostModel:
         return gamma * self.draft_step_s + self.verify(gamma + 1) + self.other_per_round_s
 
 
-def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel) -> float:
-    """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round."""
+def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
+                      draft_share: float = 1.0) -> float:
+    """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round.
+
+    ``rates``: per-position acceptance of the rounds that draft; ``draft_share``:
+    the share of rounds that draft at all (the rest are plain target steps).
+    """
     if gamma == 0:
         return 1.0
-    round_s = costs.round_s(gamma)
+    if not 0.0 <= draft_share <= 1.0:
+        raise ValueError(f"draft_share must be in [0, 1], got {draft_share}")
+    m, plain = draft_share, costs.verify(1)
+    tokens = m * expected_tokens(rates, gamma) + (1 - m)
+    round_s = (m * (gamma * costs.draft_step_s + costs.verify(gamma + 1)) + (1 - m) * plain
+               + costs.other_per_round_s)
     if round_s <= 0:
         raise ValueError("a round's predicted cost is not positive")
-    return expected_tokens(rates, gamma) * costs.verify(1) / round_s
+    return tokens * plain / round_s
 
 
-def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16) -> tuple[int, float]:
+def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,
+               draft_share: float = 1.0) -> tuple[int, float]:
     """(gamma, predicted speedup) maximising the prediction over 0..max_gamma.
 
     0 means drafting does not pay. Ties go to the smaller gamma.
     """
     best = (0, 1.0)
     for gamma in range(1, max_gamma + 1):
-        speedup = predicted_speedup(rates, gamma, costs)
+        speedup = predicted_speedup(rates, gamma, costs, draft_share=draft_share)
         if speedup > best[1]:
             best = (gamma, speedup)
     return best
 
 
+def _timed_rounds(rounds: list) -> list:
+    """The rounds whose times describe a steady round: the first carries the
+    prompt's prefill, so it is left out when there are others."""
+    return rounds[1:] if len(rounds) > 1 else rounds
+
+
+def ar_step_from_result(result: Any) -> float | None:
+    """Seconds per token of plain target decoding, prefill left out.
+
+    From the AR run's rounds when they carry verify times (the first, with the
+    prefill, is skipped); else its seconds over its tokens. None when the run
+    produced nothing.
+    """
+    rounds = list(_get(result, "trace", None) or [])
+    steady = _timed_rounds(rounds)
+    verify = [float(_get(r, "verify_s", 0.0) or 0.0) for r in steady]
+    if len(rounds) > 1 and all(v > 0 for v in verify):
+        phases = _get(result, "phases", None) or {}
+        other = float(phases.get("other", 0.0) or 0.0) / len(rounds)
+        return sum(verify) / len(verify) + other
+    tokens = len(_get(result, "tokens", None) or [])
+    seconds = float(_get(result, "seconds", 0.0) or 0.0)
+    return seconds / tokens if tokens and seconds > 0 else None
+
+
 def costs_from_result(result: Any, ar_step_s: float | None = None) -> CostModel | None:
     """A CostModel from a run's rounds (a GenerationResult, or its trace-file dict).
 
-    ``draft_step_s``: total draft seconds over drafted tokens. ``verify_s``: the
-    mean verify seconds of the rounds at each width (drafted + 1). ``other``:
-    the result's ``other`` phase over its rounds. ``ar_step_s`` (target AR's
-    seconds per token, when target AR ran) replaces the width-1 cost, since that
-    is what plain decoding pays per token. None when no round measured a
-    verify time (nothing to build a model from).
+    ``draft_step_s``: draft seconds over drafted tokens. ``verify_s``: the mean
+    verify seconds of the rounds at each width (drafted + 1). ``other``: the
+    result's ``other`` phase over its rounds. The first round carries the
+    prompt's prefill and is left out of the draft and verify costs when there
+    are others. ``ar_step_s`` (target AR's seconds per token, see
+    :func:`ar_step_from_result`) replaces the width-1 cost, since that is what
+    plain decoding pays per token. None when no round measured a verify time.
     """
     rounds = list(_get(result, "trace", None) or [])
     by_width: dict[int, list[float]] = {}
     draft_s, drafted_total = 0.0, 0
-    for rnd in rounds:
+    for rnd in _timed_rounds(rounds):
         drafted, _ = round_counts(rnd)
         verify = float(_get(rnd, "verify_s", 0.0) or 0.0)
         draft_s += float(_get(rnd, "draft_s", 0.0) or 0.0)

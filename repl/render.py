@@ -231,13 +231,14 @@ def _ms(seconds: float) -> str:
 
 
 def _rollback_text(rollback: dict) -> str:
-    """``target crop: 12 rollbacks, 0 tokens re-fed, 1.2 ms`` per model."""
+    """``target crop: restores 0, refed_tokens 0, 0.0 ms`` per model, every count shown."""
     parts = []
     for model, stats in (rollback or {}).items():
         if not isinstance(stats, dict):
             continue
-        parts.append(f"{model} {stats.get('method', '?')}: {stats.get('restores', 0)} rollbacks, "
-                     f"{stats.get('refed_tokens', 0)} tokens re-fed, {_ms(float(stats.get('seconds', 0.0)))}")
+        counts = ", ".join(f"{k} {v}" for k, v in stats.items() if k not in ("method", "seconds"))
+        parts.append(f"{model} {stats.get('method', '?')}: {counts + ', ' if counts else ''}"
+                     f"{_ms(float(stats.get('seconds', 0.0) or 0.0))}")
     return "; ".join(parts) or "not recorded"
 
 
@@ -264,6 +265,7 @@ def summary_table(prompt_run: PromptRun) -> Table:
     row("rounds", lambda run, why: str(len(run.result.trace)))
     row("accepted / drafted", lambda run, why: f"{run.result.accepted}/{run.result.drafted}")
     row("mean accepted per drafting round", lambda run, why: f"{why.mean_accepted:.2f}")
+    row("rounds that drafted", lambda run, why: f"{why.draft_share:.0%}")
     for phase in ("draft", "verify", "other"):
         row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
     row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from analysis import (
     CostModel,
     accepted_length_histogram,
+    ar_step_from_result,
     best_gamma,
     costs_from_result,
+    draft_share,
     mean_accepted_length,
     position_counts,
     predicted_speedup,
@@ -111,6 +113,7 @@ class Why:
     histogram: list[int]
     mean_accepted: float
     yield_rates: list[float]
+    draft_share: float
     gamma: int
     costs: CostModel | None = None
     predicted: float | None = None
@@ -164,11 +167,9 @@ class PromptRun:
         return index is None, index
 
     def ar_step_s(self) -> float | None:
-        """Target AR's seconds per token, when it ran to completion."""
+        """Target AR's seconds per token (prefill left out), when it ran to completion."""
         base = self.baseline()
-        if base is None or not base.result.tokens or base.result.seconds <= 0:
-            return None
-        return base.result.seconds / len(base.result.tokens)
+        return None if base is None else ar_step_from_result(base.result)
 
     def why(self, run: StrategyRun) -> Why | None:
         """Acceptance statistics and the speedup model for a drafting run."""
@@ -182,6 +183,7 @@ class PromptRun:
             histogram=accepted_length_histogram(trace),
             mean_accepted=mean_accepted_length(trace),
             yield_rates=yield_by_position(trace),
+            draft_share=draft_share(trace),
             gamma=gamma,
         )
         ar_step = self.ar_step_s()
@@ -189,8 +191,10 @@ class PromptRun:
         if costs is None or gamma < 1:
             return why
         try:
-            why.predicted = predicted_speedup(why.yield_rates, gamma, costs)
-            why.best_gamma, why.best_speedup = best_gamma(why.yield_rates, costs, max(MAX_GAMMA, gamma))
+            share = why.draft_share
+            why.predicted = predicted_speedup(why.yield_rates, gamma, costs, draft_share=share)
+            why.best_gamma, why.best_speedup = best_gamma(why.yield_rates, costs, max(MAX_GAMMA, gamma),
+                                                          draft_share=share)
         except ValueError:  # costs that cannot price a round (all zero)
             return why
         why.costs = costs
@@ -229,6 +233,7 @@ class PromptRun:
             acceptance_by_position=why.rates if why else None,
             accepted_length_histogram=why.histogram if why else None,
             mean_accepted_length=why.mean_accepted if why else None,
+            draft_share=why.draft_share if why else None,
             predicted_speedup=why.predicted if why else None,
             best_gamma=why.best_gamma if why else None,
             best_gamma_speedup=why.best_speedup if why else None,

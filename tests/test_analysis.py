@@ -9,8 +9,10 @@ from analysis import (
     CostModel,
     acceptance_by_position,
     accepted_length_histogram,
+    ar_step_from_result,
     best_gamma,
     costs_from_result,
+    draft_share,
     expected_tokens,
     mean_accepted_length,
     position_counts,
@@ -115,12 +117,13 @@ def test_best_gamma():
 
 def test_costs_from_result():
     trace = [
+        Round((9, 9), 1, 3, False, gamma=2, draft_s=0.9, verify_s=5.0),  # carries the prefill: skipped
         Round((1, 2), 2, 3, True, gamma=2, draft_s=0.2, verify_s=1.2),
         Round((4, 5), 0, 6, False, gamma=2, draft_s=0.2, verify_s=1.0),
         Round((), 0, 7, False, gamma=2, draft_s=0.0, verify_s=0.8),
     ]
-    result = GenerationResult(tokens=[1, 2, 3, 6, 7], trace=trace,
-                              phases={"draft": 0.4, "verify": 3.0, "other": 0.3})
+    result = GenerationResult(tokens=[9, 3, 1, 2, 3, 6, 7], trace=trace,
+                              phases={"draft": 1.3, "verify": 8.0, "other": 0.4})
     costs = costs_from_result(result)
     assert costs.draft_step_s == pytest.approx(0.1)
     assert costs.verify_s == {3: pytest.approx(1.1), 1: pytest.approx(0.8)}
@@ -129,6 +132,33 @@ def test_costs_from_result():
     # the trace-file form gives the same model
     as_dict = result.to_dict(with_trace=True)
     assert costs_from_result(as_dict) == costs
+    # a single round is all there is: it is used, prefill and all
+    single = GenerationResult(tokens=[1], trace=trace[:1], phases={"draft": 0.9, "verify": 5.0, "other": 0.0})
+    assert costs_from_result(single).verify_s == {3: 5.0}
+
+
+def test_ar_step_leaves_the_prefill_out():
+    trace = [Round((), 0, t, False, verify_s=v) for t, v in ((1, 0.5), (2, 0.1), (3, 0.1), (4, 0.1))]
+    ar = GenerationResult(tokens=[1, 2, 3, 4], seconds=0.84, trace=trace,
+                          phases={"draft": 0.0, "verify": 0.8, "other": 0.04})
+    assert ar_step_from_result(ar) == pytest.approx(0.1 + 0.01)
+    untimed = GenerationResult(tokens=[1, 2, 3, 4], seconds=0.8, trace=[])
+    assert ar_step_from_result(untimed) == pytest.approx(0.2)
+    assert ar_step_from_result(GenerationResult()) is None
+
+
+def test_draft_share_mixes_plain_steps_in():
+    # Half the rounds draft (gamma 2, every draft accepted: 3 tokens), half are
+    # plain steps (1 token). Flat verify 1 s, free drafts: 2 tokens per 1 s round.
+    costs = CostModel(0.0, {1: 1.0})
+    assert predicted_speedup([1.0], 2, costs, draft_share=0.5) == pytest.approx(2.0)
+    # with verify(3) = 2 s: tokens 2, cost 0.5 * 2 + 0.5 * 1 = 1.5
+    costs = CostModel(0.0, {1: 1.0, 3: 2.0})
+    assert predicted_speedup([1.0], 2, costs, draft_share=0.5) == pytest.approx(2.0 / 1.5)
+    assert predicted_speedup([1.0], 2, costs, draft_share=0.0) == pytest.approx(1.0)
+    assert best_gamma([1.0], costs, 4, draft_share=0.5)[0] == 4  # slope 0.5 s/token: drafting pays
+    with pytest.raises(ValueError):
+        predicted_speedup([1.0], 2, costs, draft_share=1.5)
 
 
 def test_costs_from_result_without_timings_is_none():
@@ -202,11 +232,13 @@ def test_expected_tokens_reproduces_the_measured_mean_at_a_fixed_gamma():
 def test_yield_counts_missing_drafts_as_rejections():
     rounds = [
         Round((1, 2), 2, 3, True, gamma=3),  # asked 3, got 2, both accepted: position 2 missing
-        Round((), 0, 3, False, gamma=3),     # an n-gram miss: nothing drafted
+        Round((), 0, 3, False, gamma=3),     # an n-gram miss: nothing drafted, a plain step
         Round((1,), 0, 3, False, gamma=3),
     ]
     assert acceptance_by_position(rounds) == pytest.approx([0.5, 1.0])
-    assert yield_by_position(rounds) == pytest.approx([1 / 3, 1.0, 0.0])
+    assert yield_by_position(rounds) == pytest.approx([0.5, 1.0, 0.0])
+    assert draft_share(rounds) == pytest.approx(2 / 3)
     assert position_counts(rounds) == [(1, 2), (1, 1)]
     # gamma 0 (not recorded) falls back to the draft length
     assert yield_by_position([Round((1,), 1, 2, True)]) == [1.0]
+    assert draft_share([]) == 1.0

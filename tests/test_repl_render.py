@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import types
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from generation import GenerationResult, Round
 from repl import render
 from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun
+from repl.runs import round_pieces
 from repl.session import Session, unescape
 from repl.settings import ProcessorSpec, Settings
 
@@ -252,3 +254,190 @@ def test_session_survives_bad_input_and_empty_lines():
     assert session.handle("/speculative off") and session.handle("/ngram off") and session.handle("/target off")
     assert session.handle("w3") and "every strategy is off" in out.getvalue()
     assert not session.handle("/quit")
+
+
+# ------------------------------------------------ phases, the speedup model, /stats
+
+def why_prompt_run() -> PromptRun:
+    """A speculative run whose predicted speedup is known by hand (see the asserts).
+
+    Rounds after the first (which carries the prefill): drafter step 0.01 s,
+    verify at width 3 0.1 s, other 0.01 s per round; target AR: 0.05 s per
+    verify + 0.01 s other = 0.06 s per token. Acceptance: position 0 2/3,
+    position 1 2/2, so E(2) = 1 + 2/3 + 2/3 = 7/3 and the prediction at gamma 2 is
+    (7/3) * 0.06 / (2 * 0.01 + 0.1 + 0.01) = 0.14 / 0.13.
+    """
+    spec_trace = [
+        Round((5, 6), 2, 7, True, gamma=2, draft_s=0.02, verify_s=0.5),
+        Round((8, 9), 2, 10, True, gamma=2, draft_s=0.02, verify_s=0.1),
+        Round((11, 12), 0, 13, False, gamma=2, draft_s=0.02, verify_s=0.1),
+    ]
+    spec = result([5, 6, 7, 8, 9, 10, 13], seconds=0.8, drafted=6, accepted=4, target_calls=3,
+                  drafter_calls=6, trace=spec_trace, phases={"draft": 0.06, "verify": 0.7, "other": 0.03},
+                  rollback={"target": {"method": "crop", "restores": 3, "refed_tokens": 0, "seconds": 0.002}},
+                  gamma_policy="constant")
+    ar_trace = [Round((), 0, t, False, verify_s=0.3 if i == 0 else 0.05)
+                for i, t in enumerate([5, 6, 7, 8, 9, 10, 13])]
+    target = result([5, 6, 7, 8, 9, 10, 13], seconds=0.72, trace=ar_trace,
+                    phases={"draft": 0.0, "verify": 0.6, "other": 0.07})
+    pr = PromptRun("p", [2, 3], greedy=True, settings=Settings(gamma=2).to_dict())
+    pr.runs = [StrategyRun("speculative", spec, text="x"), StrategyRun("target", target, text="x")]
+    return pr
+
+
+def test_why_numbers_by_hand():
+    pr = why_prompt_run()
+    why = pr.why(pr.runs[0])
+    assert pr.ar_step_s() == pytest.approx(0.06)
+    assert why.rates == pytest.approx([2 / 3, 1.0]) and why.counts == [(2, 3), (2, 2)]
+    assert why.histogram == [1, 0, 2] and why.mean_accepted == pytest.approx(4 / 3)
+    assert why.predicted == pytest.approx(0.14 / 0.13)
+    # E(g) = 1 + 2g/3, cost 0.07 + 0.03g: rising in g, so the largest gamma searched wins
+    assert why.best_gamma == 16 and why.best_speedup == pytest.approx(0.70 / 0.55)
+    assert why.cost_source == "target AR"
+    assert pr.why(pr.runs[1]) is None  # target AR drafts nothing
+
+
+def test_panel_shows_phases_and_the_model():
+    pr = why_prompt_run()
+    c, out = console()
+    c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    c.print(render.strategy_panel(pr.runs[1], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    text = out.getvalue()
+    assert "phases: draft 0.06 s (8%) · verify 0.70 s (89%) · other 0.03 s (4%)" in text
+    assert "predicted 1.08x vs measured 0.90x" in text and "best gamma 16 (1.27x)" in text
+    assert "plain step cost from target AR" in text
+    assert "phases: draft 0.00 s (0%) · verify 0.60 s (90%) · other 0.07 s (10%)" in text
+
+
+def test_comparison_shows_predicted_best_gamma_and_phase_split():
+    c, out = console()
+    c.print(render.comparison_table(why_prompt_run()))
+    rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
+            for line in out.getvalue().splitlines() if "│" in line}
+    assert rows["Speculative"][1:] == ["7", "8.8", "0.90x", "1.08x", "16", "8/89/4%", "yes"]
+    assert rows["Target AR"][1:] == ["7", "9.7", "1.00x", "-", "-", "0/90/10%", "baseline"]
+
+
+def test_json_carries_the_why_numbers():
+    entry = why_prompt_run().to_dict()["strategies"]["speculative"]
+    assert entry["phases"] == {"draft": 0.06, "verify": 0.7, "other": 0.03}
+    assert entry["acceptance_by_position"] == pytest.approx([2 / 3, 1.0])
+    assert entry["accepted_length_histogram"] == [1, 0, 2]
+    assert entry["mean_accepted_length"] == pytest.approx(4 / 3)
+    assert entry["predicted_speedup"] == pytest.approx(0.14 / 0.13)
+    assert entry["best_gamma"] == 16 and entry["draft_share"] == 1.0
+    assert entry["rollback"]["target"]["restores"] == 3 and entry["gamma_policy"] == "constant"
+    target = why_prompt_run().to_dict()["strategies"]["target"]
+    assert target["predicted_speedup"] is None and target["phases"]["verify"] == 0.6
+    json.dumps(why_prompt_run().to_dict())  # all JSON-ready
+
+
+def test_bar_uses_eighth_blocks():
+    assert render.bar(1.0, 4) == "████"
+    assert render.bar(0.0, 4) == "    "
+    assert render.bar(0.5, 3) == "█▌ "
+    assert render.bar(1 / 32, 4) == "▏   "
+    assert render.bar(7.0, 2) == "██"  # clamped
+
+
+def test_stats_view():
+    c, out = console()
+    c.print(render.stats_view(why_prompt_run()))
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert any("mean accepted per drafting round" in line and "1.33" in line for line in lines)
+    assert any("predicted speedup" in line and "1.08x at γ 2" in line for line in lines)
+    assert any("best γ (predicted)" in line and "16 (1.27x)" in line for line in lines)
+    assert any("measured speedup" in line and "0.90x" in line for line in lines)
+    # position 0: 2 of 3 judged drafts accepted; 1 round accepted 0 drafts, 2 rounds accepted 2
+    chart = [line.split() for line in lines if line.strip()[:2] in ("0 ", "1 ", "2 ")]
+    assert chart[0][:4] == ["0", "2/3", "67%", render.bar(2 / 3).strip()]
+    assert chart[1][:4] == ["1", "2/2", "100%", render.bar(1.0).strip()]
+    assert chart[2] == ["2", "2", render.bar(1.0).strip()]
+    assert "cost model: drafter step 10.0 ms · verify by width {1: 60.0 ms, 3: 100.0 ms}" in text
+    assert "cache rollback: target crop: restores 3, refed_tokens 0, 2.0 ms" in text
+
+
+def test_stats_without_a_drafting_run():
+    pr = why_prompt_run()
+    pr.runs = pr.runs[1:]
+    c, out = console()
+    c.print(render.stats_view(pr))
+    assert "no drafting strategy finished" in out.getvalue()
+
+
+def test_rounds_view_marks_each_rounds_gamma_and_reads_stored_pieces():
+    trace = [Round((5, 6), 1, 8, False, gamma=2), Round((), 0, 9, False, gamma=12)]
+    r = result([5, 8, 9], trace=trace)
+    live = render.rounds_view(r, [2], WordTokenizer())
+    assert live.plain == "² w5 w6 w8¹² w9"
+    styled = [(live.plain[s.start:s.end], str(s.style)) for s in live.spans]
+    assert styled[0] == ("²", render.GAMMA_MARK) and ("¹²", render.GAMMA_MARK) in styled
+    pieces = [{"drafted": ["A", "B"], "token": "C"}, {"drafted": [], "token": "D"}]
+    stored = render.rounds_view(r, [2], None, pieces)  # a replay: no tokenizer
+    assert stored.plain == "²ABC¹²D"
+    assert "a round's γ" in render.legend().plain
+
+
+def test_round_pieces_match_the_live_view():
+    trace = [Round((5, 6, 7), 2, 8, False, gamma=3), Round((9,), 1, 10, True, gamma=3),
+             Round((12, 13), 1, None, False, gamma=3)]
+    pieces = round_pieces(WordTokenizer(), [2, 3], trace)
+    assert pieces == [{"drafted": [" w5", " w6", " w7"], "token": " w8"},
+                      {"drafted": [" w9"], "token": " w10"},
+                      {"drafted": [" w12", " w13"], "token": None}]
+    r = result([5, 6, 8, 9, 10, 12], trace=trace)
+    assert render.rounds_view(r, [2, 3], None, pieces).plain == render.rounds_view(r, [2, 3], WordTokenizer()).plain
+
+
+# ------------------------------------------------ gamma policy wiring
+
+def test_runner_passes_a_gamma_policy_when_the_engine_takes_one():
+    said = []
+    runner = Runner(fake_pair(), notify=said.append)
+
+    def takes_policy(ids, *, gamma_policy=None):
+        return gamma_policy
+
+    def takes_none(ids):
+        return None
+
+    kwargs = runner._policy_kwargs(takes_policy, Settings(gamma=5))
+    assert list(kwargs) == ["gamma_policy"]
+    assert runner._policy_kwargs(takes_none, Settings(gamma_policy="constant")) == {} and not said
+    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"))
+    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"))
+    assert len(said) == 1 and "'heuristic' is not wired" in said[0]
+
+
+# ------------------------------------------------ /stats and /save in a session
+
+def test_stats_and_save_need_a_prompt_first(tmp_path):
+    c, out = console()
+    session = Session(Runner(fake_pair()), Settings(), c)
+    assert session.handle("/stats") and session.handle(f"/save {tmp_path / 't.json'}")
+    assert "no prompt has run yet: /stats" in out.getvalue() and "no prompt has run yet: /save" in out.getvalue()
+    assert session.failures == 2 and not (tmp_path / "t.json").exists()
+
+
+def test_stats_and_save_after_a_prompt(tmp_path, monkeypatch):
+    from repl.trace import read_trace
+
+    c, out = console()
+    session = Session(Runner(fake_pair()), Settings(chat=False), c)
+    pr = why_prompt_run()
+    monkeypatch.setattr(session.runner, "prepare", lambda text, settings: pr)
+    monkeypatch.setattr(session.runner, "run", lambda prompt_run, settings, on_run: prompt_run)
+    monkeypatch.setattr(session, "environment", lambda: {"target": "t", "drafter": "d"})
+    assert session.handle("w3 w4") and session.last_run is pr
+    assert session.handle("/stats") and "Why (last prompt)" in out.getvalue()
+    for bad in (tmp_path / "no" / "such" / "dir.json", tmp_path):
+        assert session.handle(f"/save {bad}")
+        assert f"cannot write trace to '{bad}'" in out.getvalue()
+    assert session.failures == 2
+    path = tmp_path / "ok.json"
+    assert session.handle(f"/save {path}") and "trace saved to" in out.getvalue()
+    back = read_trace(str(path)).prompts[0]
+    assert back.runs[0].pieces[0] == {"drafted": [" w5", " w6"], "token": " w7"}
+    assert back.to_dict() == pr.to_dict()
