@@ -1,0 +1,123 @@
+"""A goodness-of-fit test for sampled tokens against an exactly known distribution.
+
+Pearson's chi-square with sparse outcomes pooled, and its p-value from the
+regularised incomplete gamma function (no scipy needed). Used by the
+architecture tests and the self-test, so both judge sampling the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+# Outcomes expected fewer times than this are pooled into one bin.
+MIN_EXPECTED = 5.0
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The outcome of comparing sampled counts with exact probabilities.
+
+    ``impossible``: outcomes that were sampled although their exact probability
+    is 0 (any one of them is proof of a wrong sampler: p-value 0).
+    ``worst``: the outcome whose count is furthest from its expectation, in
+    standard deviations, with its observed and expected counts.
+    """
+
+    statistic: float
+    dof: int
+    p_value: float
+    samples: int
+    impossible: tuple = ()
+    worst: tuple = ()
+
+    def describe(self) -> str:
+        """One line: the test's result and the most deviant outcome."""
+        if self.impossible:
+            return f"sampled {self.impossible[0]!r}, which has probability 0 under the target"
+        text = f"chi-square {self.statistic:.1f} on {self.dof} dof, p = {self.p_value:.2g}"
+        if self.worst:
+            outcome, observed, expected = self.worst
+            text += f"; {outcome!r} drawn {observed} times, {expected:.1f} expected"
+        return text
+
+
+def chi_square_sf(statistic: float, dof: int) -> float:
+    """P(X >= statistic) for X ~ chi-square with ``dof`` degrees of freedom."""
+    if dof <= 0:
+        return 1.0
+    if statistic <= 0:
+        return 1.0
+    a, x = dof / 2.0, statistic / 2.0
+    if x < a + 1:
+        return 1.0 - _lower_series(a, x)
+    return _upper_fraction(a, x)
+
+
+def _lower_series(a: float, x: float) -> float:
+    """Regularised lower incomplete gamma P(a, x) by its power series (x < a + 1)."""
+    term = total = 1.0 / a
+    n = a
+    for _ in range(10_000):
+        n += 1.0
+        term *= x / n
+        total += term
+        if term < total * 1e-15:
+            break
+    return total * math.exp(-x + a * math.log(x) - math.lgamma(a))
+
+
+def _upper_fraction(a: float, x: float) -> float:
+    """Regularised upper incomplete gamma Q(a, x) by Lentz's continued fraction (x >= a + 1)."""
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = 1.0 / tiny
+    d = 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return math.exp(-x + a * math.log(x) - math.lgamma(a)) * h
+
+
+def goodness_of_fit(counts: Mapping[Hashable, int], exact: Mapping[Hashable, float]) -> FitResult:
+    """Compare sampled ``counts`` of outcomes with their ``exact`` probabilities.
+
+    Outcomes expected fewer than MIN_EXPECTED times are pooled into one bin.
+    """
+    n = sum(counts.values())
+    if n == 0:
+        raise ValueError("no samples to test")
+    impossible = tuple(k for k, c in counts.items() if c > 0 and exact.get(k, 0.0) <= 0.0)
+    if impossible:
+        return FitResult(math.inf, 0, 0.0, n, impossible=impossible)
+    statistic, bins = 0.0, 0
+    pooled_obs, pooled_exp = 0, 0.0
+    worst, worst_z = (), -1.0
+    for outcome, prob in exact.items():
+        expected = prob * n
+        observed = counts.get(outcome, 0)
+        if expected < MIN_EXPECTED:
+            pooled_obs += observed
+            pooled_exp += expected
+            continue
+        statistic += (observed - expected) ** 2 / expected
+        bins += 1
+        z = abs(observed - expected) / math.sqrt(expected)
+        if z > worst_z:
+            worst, worst_z = (outcome, observed, expected), z
+    if pooled_exp > 0:
+        statistic += (pooled_obs - pooled_exp) ** 2 / pooled_exp
+        bins += 1
+    dof = bins - 1
+    return FitResult(statistic, dof, chi_square_sf(statistic, dof), n, worst=worst)

@@ -1,0 +1,577 @@
+"""A zoo of tiny random models, one target and one drafter per architecture family,
+and the checks that hold every decoding strategy to transformers' own ``generate``.
+
+Everything is built offline from configs (no downloads): hidden sizes of 32-64,
+2-4 layers, a vocabulary of 96, so one forward takes milliseconds. The output
+layer is scaled up (``LOGIT_SCALE``) so greedy decoding is not a coin toss.
+Sliding-window families get a window of 8, shorter than every prompt here, and
+generation runs long enough to cross it again.
+
+The drafter is the target's architecture with its weights blended towards an
+independent random initialisation (another seed): it agrees with the target
+often enough that rounds accept some drafts and reject others.
+
+A family whose classes a transformers version lacks is reported as
+unavailable (``FamilyUnavailable``), never silently dropped.
+
+The check functions return an :class:`Outcome` (pass, refused, fail or skip
+with a one-line detail); ``tests/test_architectures.py`` asserts on them and
+``scripts/support_table.py`` tabulates them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+
+from checks.stats import goodness_of_fit
+
+VOCAB = 96
+HIDDEN = 32
+LOGIT_SCALE = 12.0
+WINDOW = 8
+DRAFT_BLEND = 0.1           # drafter = (1 - b) * target + b * independent init
+TARGET_SEED, DRAFTER_SEED = 1000, 2000
+MAX_POSITIONS = 256
+
+# Prompts longer than WINDOW, with repeats so that n-gram drafts exist.
+PROMPTS = (
+    [5, 17, 33, 8, 41, 5, 17, 33, 8, 41, 5, 17, 60, 72, 9, 5, 17, 33, 8, 23],
+    [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 11, 12, 13, 14, 15, 30, 31, 11, 12, 13, 14, 3, 4, 5],
+)
+LENGTH = 24
+GAMMAS = (1, 3, 5)
+
+
+class FamilyUnavailable(RuntimeError):
+    """This transformers version cannot build the family (its classes are missing)."""
+
+
+# ------------------------------------------------------------------ families
+
+@dataclass(frozen=True)
+class Family:
+    """How to build one architecture family's tiny model.
+
+    ``config`` returns the keyword arguments of ``config_class`` (vocabulary and
+    special tokens are added by :func:`build`). ``window``: the sliding window
+    of its sliding layers, if any. ``kind`` is "attention", "sliding",
+    "recurrent", "hybrid" or "encoder-decoder", for the documentation.
+    """
+
+    name: str
+    config_class: str
+    model_class: str
+    config: Callable[[], dict]
+    kind: str = "attention"
+    window: int | None = None
+    attn_implementation: str | None = None
+    encoder_decoder: bool = False
+    may_refuse: bool = False    # only static caches may be refused by the engine
+    special: dict = field(default_factory=lambda: {"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1})
+    note: str = ""
+
+
+def _gqa(layers: int = 2) -> dict:
+    return dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=layers,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
+                tie_word_embeddings=False)
+
+
+def _alternating(layers: int, first: str, second: str) -> list[str]:
+    return [first if i % 2 == 0 else second for i in range(layers)]
+
+
+def _mamba2() -> dict:
+    # heads * head_dim must equal expand * hidden; chunk_size below the prompt length
+    # so the chunked scan runs over several chunks.
+    return dict(hidden_size=HIDDEN, num_hidden_layers=2, expand=2, num_heads=4, head_dim=16,
+                n_groups=1, state_size=16, conv_kernel=4, chunk_size=8, time_step_rank=8,
+                tie_word_embeddings=False)
+
+
+def _jamba() -> dict:
+    # Layers 0..3: mamba, attention, mamba, attention; experts on layers 1 and 3.
+    return dict(**_gqa(4), attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+                expert_layer_offset=1, num_experts=2, num_experts_per_tok=1, mamba_d_state=8,
+                mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=4, use_mamba_kernels=False)
+
+
+def _qwen3_next() -> dict:
+    # Linear-attention (gated delta net: conv + recurrent state) and full-attention layers.
+    return dict(**_gqa(4), head_dim=16, layer_types=_alternating(4, "linear_attention", "full_attention"),
+                linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=32, shared_expert_intermediate_size=32, decoder_sparse_step=1)
+
+
+def _falcon_h1() -> dict:
+    # Every layer runs attention and a mamba2 mixer in parallel.
+    return dict(**_gqa(2), head_dim=8, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16,
+                mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                mamba_chunk_size=8, mamba_rms_norm=True)
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in [
+    Family("llama", "LlamaConfig", "LlamaForCausalLM", lambda: _gqa()),
+    Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
+           lambda: dict(**_gqa(3), use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1),
+           kind="sliding", window=WINDOW,
+           note="use_sliding_window with max_window_layers=1: layer 0 full attention, layers 1-2 sliding"),
+    Family("qwen3", "Qwen3Config", "Qwen3ForCausalLM", lambda: dict(**_gqa(), head_dim=16)),
+    Family("mistral", "MistralConfig", "MistralForCausalLM", lambda: dict(**_gqa(), sliding_window=WINDOW),
+           kind="sliding", window=WINDOW, note="every layer sliding"),
+    Family("mixtral", "MixtralConfig", "MixtralForCausalLM",
+           lambda: dict(**_gqa(), num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
+           note="mixture of experts"),
+    Family("gemma2", "Gemma2Config", "Gemma2ForCausalLM",
+           lambda: dict(**_gqa(), head_dim=16, sliding_window=WINDOW, query_pre_attn_scalar=16,
+                        attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                        layer_types=_alternating(2, "sliding_attention", "full_attention")),
+           kind="sliding", window=WINDOW, attn_implementation="eager",
+           note="sliding and full layers alternate; logit soft-capping needs eager attention"),
+    Family("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM",
+           lambda: dict(**_gqa(3), head_dim=16, sliding_window=WINDOW, query_pre_attn_scalar=16,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+           kind="sliding", window=WINDOW, attn_implementation="eager",
+           note="two sliding layers, then a full one"),
+    Family("phi3", "Phi3Config", "Phi3ForCausalLM",
+           lambda: dict(**_gqa(), sliding_window=None, original_max_position_embeddings=MAX_POSITIONS)),
+    Family("gpt2", "GPT2Config", "GPT2LMHeadModel",
+           lambda: dict(n_embd=HIDDEN, n_layer=2, n_head=4, n_positions=MAX_POSITIONS, tie_word_embeddings=False),
+           note="learned absolute positions"),
+    Family("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM",
+           lambda: dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
+                        num_attention_heads=4, max_position_embeddings=MAX_POSITIONS, rotary_pct=0.5,
+                        tie_word_embeddings=False)),
+    Family("opt", "OPTConfig", "OPTForCausalLM",
+           lambda: dict(hidden_size=HIDDEN, ffn_dim=2 * HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+                        word_embed_proj_dim=HIDDEN, max_position_embeddings=MAX_POSITIONS,
+                        tie_word_embeddings=False)),
+    Family("lfm2", "Lfm2Config", "Lfm2ForCausalLM",
+           lambda: dict(**_gqa(3), conv_L_cache=3, block_auto_adjust_ff_dim=False,
+                        layer_types=["conv", "full_attention", "conv"]),
+           kind="hybrid", note="short-convolution layers (conv state) and attention layers"),
+    Family("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM", _qwen3_next, kind="hybrid",
+           note="gated delta-net linear attention (conv + recurrent state) and full attention, MoE"),
+    Family("qwen3_5", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+           lambda: {k: v for k, v in _qwen3_next().items()
+                    if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                 "shared_expert_intermediate_size", "decoder_sparse_step")},
+           kind="hybrid", note="linear attention (conv + recurrent state) and full attention"),
+    Family("mamba", "MambaConfig", "MambaForCausalLM",
+           lambda: dict(hidden_size=HIDDEN, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4,
+                        time_step_rank=4, use_mambapy=False, tie_word_embeddings=False),
+           kind="recurrent", note="pure recurrent (conv + SSM state)"),
+    Family("mamba2", "Mamba2Config", "Mamba2ForCausalLM", _mamba2, kind="recurrent",
+           note="pure recurrent (conv + SSM state), chunked scan"),
+    Family("jamba", "JambaConfig", "JambaForCausalLM", _jamba, kind="hybrid",
+           note="mamba and attention layers alternate, MoE on odd layers"),
+    Family("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM", _falcon_h1, kind="hybrid",
+           note="attention and mamba2 in parallel in every layer"),
+    Family("t5", "T5Config", "T5ForConditionalGeneration",
+           lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
+                        num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,
+                        initializer_factor=3.0,
+                        tie_word_embeddings=False),
+           kind="encoder-decoder", encoder_decoder=True,
+           special={"pad_token_id": 0, "eos_token_id": 1}, note="decoder starts from the pad token (0)"),
+    Family("bart", "BartConfig", "BartForConditionalGeneration",
+           lambda: dict(d_model=HIDDEN, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=2 * HIDDEN, decoder_ffn_dim=2 * HIDDEN,
+                        max_position_embeddings=MAX_POSITIONS, decoder_start_token_id=2,
+                        forced_eos_token_id=None, forced_bos_token_id=None, tie_word_embeddings=False),
+           kind="encoder-decoder", encoder_decoder=True, note="decoder starts from the end token (2)"),
+]}
+
+
+# -------------------------------------------------------------------- build
+
+def family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def _classes(fam: Family):
+    missing = [c for c in (fam.config_class, fam.model_class) if not hasattr(transformers, c)]
+    if missing:
+        raise FamilyUnavailable(f"transformers {transformers.__version__} has no {' or '.join(missing)}")
+    return getattr(transformers, fam.config_class), getattr(transformers, fam.model_class)
+
+
+def _random_model(fam: Family, seed: int):
+    config_cls, model_cls = _classes(fam)
+    config = config_cls(vocab_size=VOCAB, **fam.special, **fam.config())
+    if fam.attn_implementation:
+        config._attn_implementation = fam.attn_implementation
+    torch.manual_seed(seed)
+    return model_cls(config).eval()
+
+
+def _untied_output(model) -> torch.nn.Module:
+    """The output layer, given its own weights when it shares the embeddings'
+    (T5 on transformers 5 ties them whatever the config says)."""
+    out = model.get_output_embeddings()
+    if out.weight is model.get_input_embeddings().weight:
+        out.weight = torch.nn.Parameter(out.weight.detach().clone())
+    return out
+
+
+def _neutral_generation_config(model, fam: Family) -> None:
+    """No end token, no forced tokens, plain greedy: what ``generate`` does is
+    then exactly argmax decoding for LENGTH tokens, like the engine with no end token."""
+    cfg = transformers.GenerationConfig(
+        pad_token_id=fam.special.get("pad_token_id"),
+        bos_token_id=fam.special.get("bos_token_id"),
+        eos_token_id=None,
+        decoder_start_token_id=getattr(model.config, "decoder_start_token_id", None),
+    )
+    model.generation_config = cfg
+
+
+@functools.lru_cache(maxsize=None)
+def build(name: str, role: str = "target"):
+    """The family's tiny target, or its drafter (``role="drafter"``), in eval mode.
+
+    Raises FamilyUnavailable when this transformers version lacks the classes.
+    """
+    fam = family(name)
+    if role not in ("target", "drafter"):
+        raise ValueError(f"role must be 'target' or 'drafter', got {role!r}")
+    model = _random_model(fam, TARGET_SEED)
+    if role == "drafter":
+        other = _random_model(fam, DRAFTER_SEED)
+        with torch.no_grad():
+            for mine, theirs in zip(model.parameters(), other.parameters()):
+                mine.mul_(1 - DRAFT_BLEND).add_(theirs, alpha=DRAFT_BLEND)
+    with torch.no_grad():
+        _untied_output(model).weight.mul_(LOGIT_SCALE)
+    _neutral_generation_config(model, fam)
+    return model
+
+
+def decoder_start(model) -> int:
+    """The first decoder token of an encoder-decoder model."""
+    start = model.config.decoder_start_token_id
+    if start is None:
+        raise ValueError(f"{type(model).__name__} has no decoder_start_token_id")
+    return start
+
+
+# ------------------------------------------------------------------ outcomes
+
+try:
+    from utils.cache import UnsupportedCacheError
+except ImportError:     # an engine without refusals: every exception is a failure
+    class UnsupportedCacheError(ValueError):
+        pass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check's result: status "pass", "refused", "fail" or "skip", and one line."""
+
+    status: str
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def cell(self) -> str:
+        """A markdown table cell: a tick, or the status and its reason."""
+        if self.passed:
+            return "✓"
+        return f"{self.status}: {self.detail}".replace("|", "\\|")
+
+
+PASS = Outcome("pass")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def guarded(check: Callable[[], Outcome]) -> Outcome:
+    """Run a check; turn a missing family into skip, a refusal into refused,
+    any other exception into fail (its type and first line)."""
+    try:
+        return check()
+    except FamilyUnavailable as e:
+        return Outcome("skip", str(e))
+    except UnsupportedCacheError as e:
+        text = str(e).strip()
+        if "\n" in text:
+            return Outcome("fail", f"refusal message is not one line: {_first_line(e)}")
+        return Outcome("refused", text)
+    except Exception as e:  # noqa: BLE001  (a check reports, it never raises)
+        return Outcome("fail", f"{type(e).__name__}: {_first_line(e)}")
+
+
+def compare(got: list[int], want: list[int], where: str, reference: str = "generate") -> Outcome:
+    """pass, or fail naming the first differing position."""
+    from generation.result import first_divergence
+
+    index = first_divergence(got, want)
+    if index is None:
+        return PASS
+    if index >= len(got) or index >= len(want):
+        return Outcome("fail", f"{where}: {len(got)} tokens, {reference} gave {len(want)}")
+    return Outcome("fail", f"{where}: token {index} is {got[index]}, {reference} gave {want[index]}")
+
+
+# --------------------------------------------------------- greedy reference
+
+@functools.lru_cache(maxsize=None)
+def reference(name: str, prompt_index: int) -> tuple[int, ...]:
+    """transformers' own greedy ``generate`` on a prompt: LENGTH new tokens
+    (for an encoder-decoder, the decoder tokens after the start token)."""
+    model = build(name)
+    prompt = torch.tensor([PROMPTS[prompt_index]])
+    with torch.inference_mode():
+        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                             max_new_tokens=LENGTH, min_new_tokens=LENGTH, do_sample=False)
+    skip = 1 if family(name).encoder_decoder else prompt.shape[1]
+    return tuple(out[0, skip:].tolist())
+
+
+def _greedy():
+    from sampling import GreedyProcessor
+
+    return GreedyProcessor()
+
+
+def _each_prompt(name: str, run: Callable[[list[int]], object], label: str,
+                 after: Callable[[object, str], Outcome] | None = None) -> Outcome:
+    for i, prompt in enumerate(PROMPTS):
+        want = list(reference(name, i))
+        result = run(list(prompt))
+        outcome = compare(result.tokens, want, f"{label}, prompt {i}")
+        if not outcome.passed:
+            return outcome
+        if after is not None and not (extra := after(result, f"{label}, prompt {i}")).passed:
+            return extra
+    return PASS
+
+
+def check_ar(name: str, use_cache: bool) -> Outcome:
+    """Greedy autoregressive decoding equals ``generate``."""
+    from generation import autoregressive_generate
+
+    model = build(name)
+    label = f"AR (cache {'on' if use_cache else 'off'})"
+    return _each_prompt(name, lambda p: autoregressive_generate(
+        p, model, logits_processor=_greedy(), max_gen_len=LENGTH, use_cache=use_cache), label)
+
+
+def _all_accepted(result, where: str) -> Outcome:
+    if result.accepted == result.drafted:
+        return PASS
+    return Outcome("fail", f"{where}: the target drafting for itself had {result.drafted - result.accepted} "
+                           f"of {result.drafted} drafts rejected (its draft cache went wrong)")
+
+
+def check_speculative(name: str, drafter: str, gamma: int, use_cache: bool = True) -> Outcome:
+    """Greedy speculative decoding equals ``generate``, with the family's drafter
+    (``drafter="drafter"``) or with the target itself (``"self"``, which must
+    then accept every draft)."""
+    from generation import speculative_generate
+
+    target = build(name)
+    draft_model = target if drafter == "self" else build(name, "drafter")
+    label = f"speculative ({drafter}, gamma {gamma}, cache {'on' if use_cache else 'off'})"
+    return _each_prompt(name, lambda p: speculative_generate(
+        p, draft_model, target, logits_processor=_greedy(), gamma=gamma, max_gen_len=LENGTH,
+        use_cache=use_cache), label, after=_all_accepted if drafter == "self" else None)
+
+
+def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
+    """Greedy NASD equals ``generate`` (a fresh 3-gram storage per prompt, filler top-2)."""
+    from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+
+    target = build(name)
+    label = f"NASD (gamma {gamma}, cache {'on' if use_cache else 'off'})"
+    return _each_prompt(name, lambda p: ngram_assisted_speculative_generate(
+        p, NGramStorage(3, VOCAB), target, gamma=gamma, filler_top_k=2, logits_processor=_greedy(),
+        max_gen_len=LENGTH, use_cache=use_cache), label)
+
+
+# ---------------------------------------------------------------- sampling
+
+# Families whose sampling is checked against the exact distribution: one with
+# sliding windows, one recurrent, one encoder-decoder.
+SAMPLING_FAMILIES = ("mistral", "mamba2", "bart")
+SAMPLING_TOP_K = 3
+SAMPLING_TEMPERATURE = 4.0    # undoes part of LOGIT_SCALE: no top-k token is negligible
+SAMPLING_STEPS = 2            # the distribution of the first two tokens: 3 x 3 outcomes
+SAMPLING_RUNS = 400
+SAMPLING_SEED = 4321
+# A p-value below this fails the check: a false alarm about once in 10^6 runs.
+SAMPLING_ALPHA = 1e-6
+# Longer than the window; its last token also follows SAMPLING_LEAD[0] early on,
+# so a 2-gram storage drafts from the start (see sampling_prompt).
+SAMPLING_BASE = [5, 17, 33, 8, 41, 5, 17, 33, 8, 41, 5, 17, 33, 8, 41]
+SAMPLING_LAST = 9
+
+
+def sampling_processor():
+    from sampling import TopKProcessor
+
+    return TopKProcessor(SAMPLING_TEMPERATURE, SAMPLING_TOP_K)
+
+
+@functools.lru_cache(maxsize=None)
+def sampling_prompt(name: str) -> tuple[int, ...]:
+    """``[L, t] + SAMPLING_BASE + [L]`` with t among the target's top-k after it.
+
+    A 2-gram storage then drafts t first, and the target accepts it with a fair
+    probability: NASD's accept and resample paths both run. t is the smallest id
+    that works (every candidate is scored in one batch).
+    """
+    model, processor = build(name), sampling_processor()
+    candidates = [[SAMPLING_LAST, t, *SAMPLING_BASE, SAMPLING_LAST] for t in range(VOCAB)]
+    with torch.inference_mode():
+        rows = [_next_distributions(model, c, [()], processor, family(name).encoder_decoder)[0]
+                for c in candidates] if family(name).encoder_decoder else \
+            list(processor(model(torch.tensor(candidates)).logits[:, -1, :VOCAB]))
+    for t, row in enumerate(rows):
+        if row[t] > 0:
+            return tuple(candidates[t])
+    raise RuntimeError(f"{name}: no token is in the target's top-{SAMPLING_TOP_K} after itself")
+
+
+def _next_distributions(model, prompt: list[int], prefixes: list[tuple[int, ...]], processor,
+                        encoder_decoder: bool) -> torch.Tensor:
+    """Processed next-token distributions after each prefix, (len(prefixes), V), no cache."""
+    if encoder_decoder:
+        start = decoder_start(model)
+        decoder = torch.tensor([[start, *p] for p in prefixes])
+        encoder = torch.tensor([prompt] * len(prefixes))
+        logits = model(input_ids=encoder, decoder_input_ids=decoder).logits[:, -1, :]
+    else:
+        logits = model(torch.tensor([prompt + list(p) for p in prefixes])).logits[:, -1, :]
+    return processor(logits[:, :VOCAB])
+
+
+def exact_distribution(model, prompt: list[int], processor, steps: int, *,
+                       encoder_decoder: bool = False) -> dict[tuple[int, ...], float]:
+    """P(first ``steps`` tokens) under the processed target, by enumeration."""
+    probs = {(): 1.0}
+    with torch.inference_mode():
+        for _ in range(steps):
+            prefixes = [p for p, mass in probs.items() if mass > 0]
+            step = _next_distributions(model, prompt, prefixes, processor, encoder_decoder)
+            probs = {p + (t,): probs[p] * step[i, t].item()
+                     for i, p in enumerate(prefixes) for t in step[i].nonzero().flatten().tolist()}
+    return probs
+
+
+def sampled_counts(run: Callable[[torch.Generator], object], runs: int, steps: int) -> tuple[dict, int, int]:
+    """Counts of the first ``steps`` tokens over ``runs`` generations from one seeded
+    generator; also the drafts proposed and accepted in all of them."""
+    generator = torch.Generator().manual_seed(SAMPLING_SEED)
+    counts: dict = {}
+    drafted = accepted = 0
+    with torch.inference_mode():
+        for _ in range(runs):
+            result = run(generator)
+            key = tuple(result.tokens[:steps])
+            counts[key] = counts.get(key, 0) + 1
+            drafted += result.drafted
+            accepted += result.accepted
+    return counts, drafted, accepted
+
+
+def _sampling_run(name: str, strategy: str, processor):
+    target, prompt = build(name), list(sampling_prompt(name))
+    if strategy == "speculative":
+        from generation import speculative_generate
+
+        drafter = build(name, "drafter")
+        return lambda g: speculative_generate(
+            prompt, drafter, target, logits_processor=processor, gamma=SAMPLING_STEPS,
+            max_gen_len=SAMPLING_STEPS + 1, generator=g)
+    if strategy == "nasd":
+        from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+
+        return lambda g: ngram_assisted_speculative_generate(
+            prompt, NGramStorage(2, VOCAB), target, gamma=SAMPLING_STEPS, filler_top_k=1,
+            logits_processor=processor, max_gen_len=SAMPLING_STEPS + 1, generator=g)
+    raise ValueError(f"unknown sampling strategy {strategy!r}")
+
+
+def check_sampling(name: str, strategy: str, runs: int = SAMPLING_RUNS) -> Outcome:
+    """Under top-k sampling, the first tokens of ``strategy`` ("speculative" or
+    "nasd") follow the target's exact distribution (chi-square, fixed seed).
+
+    Fails too when no draft was both proposed and rejected, or none accepted:
+    then the accept and resample paths were not exercised.
+    """
+    processor = sampling_processor()
+    exact = exact_distribution(build(name), list(sampling_prompt(name)), processor, SAMPLING_STEPS,
+                               encoder_decoder=family(name).encoder_decoder)
+    counts, drafted, accepted = sampled_counts(_sampling_run(name, strategy, processor), runs,
+                                               SAMPLING_STEPS)
+    fit = goodness_of_fit(counts, exact)
+    label = f"{strategy} sampling (top-{SAMPLING_TOP_K}, {runs} runs)"
+    if fit.p_value < SAMPLING_ALPHA:
+        return Outcome("fail", f"{label}: {fit.describe()}")
+    if not 0 < accepted < drafted:
+        return Outcome("fail", f"{label}: {accepted} of {drafted} drafts accepted, "
+                               "so the accept/resample paths were not both exercised")
+    return PASS
+
+
+# ------------------------------------------------------------ the check list
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check on a family: a stable id (used in test ids), the support-table
+    column it counts towards, and the function that runs it."""
+
+    id: str
+    column: str
+    run: Callable[[str], Outcome]
+    families: tuple[str, ...] | None = None     # None: every family
+
+    def applies(self, name: str) -> bool:
+        return self.families is None or name in self.families
+
+
+COLUMNS = ("AR cache on", "AR cache off", "speculative", "speculative cache off",
+           "NASD", "NASD cache off", "sampling")
+
+
+def _specs() -> list[CheckSpec]:
+    specs = [
+        CheckSpec("ar-cache", "AR cache on", lambda n: check_ar(n, True)),
+        CheckSpec("ar-nocache", "AR cache off", lambda n: check_ar(n, False)),
+    ]
+    for g in GAMMAS:
+        specs.append(CheckSpec(f"speculative-g{g}", "speculative",
+                               lambda n, g=g: check_speculative(n, "drafter", g)))
+    specs.append(CheckSpec("speculative-self-g3", "speculative", lambda n: check_speculative(n, "self", 3)))
+    specs.append(CheckSpec("speculative-g3-nocache", "speculative cache off",
+                           lambda n: check_speculative(n, "drafter", 3, use_cache=False)))
+    for g in GAMMAS:
+        specs.append(CheckSpec(f"nasd-g{g}", "NASD", lambda n, g=g: check_nasd(n, g)))
+    specs.append(CheckSpec("nasd-g3-nocache", "NASD cache off", lambda n: check_nasd(n, 3, use_cache=False)))
+    for strategy in ("speculative", "nasd"):
+        specs.append(CheckSpec(f"sampling-{strategy}", "sampling",
+                               lambda n, s=strategy: check_sampling(n, s), families=SAMPLING_FAMILIES))
+    return specs
+
+
+CHECKS: tuple[CheckSpec, ...] = tuple(_specs())
+
+
+def run_check(name: str, spec: CheckSpec) -> Outcome:
+    """One check on one family, never raising."""
+    return guarded(lambda: spec.run(name))

@@ -1,0 +1,70 @@
+"""Every strategy on every architecture family of the zoo (tests/arch_zoo.py).
+
+Greedy: autoregressive (cache on and off), speculative decoding (the family's
+drafter at several gammas, and the target drafting for itself) and NASD are
+token-identical to transformers' own ``generate``, on prompts longer than the
+sliding windows and for long enough to cross them again. Sampling: on one
+sliding-window, one recurrent and one encoder-decoder family, the first two
+tokens follow the target's exact top-k distribution.
+
+An engine may refuse a model it cannot roll back (``UnsupportedCacheError``,
+one line); only static caches may be refused, and none of these families has
+one, so here a refusal fails the test with its reason.
+
+Test ids are ``<family>-<check>``, e.g. ``mistral-speculative-g3``.
+"""
+
+import pytest
+
+import generation.accept
+from tests import arch_zoo
+from tests.arch_zoo import CHECKS, FAMILIES, run_check
+
+CASES = [(name, spec) for name in FAMILIES for spec in CHECKS if spec.applies(name)]
+
+
+@pytest.mark.parametrize("name, spec", CASES, ids=[f"{n}-{s.id}" for n, s in CASES])
+def test_family(name, spec):
+    outcome = run_check(name, spec)
+    if outcome.status == "skip":
+        pytest.skip(outcome.detail)
+    if outcome.status == "refused":
+        assert FAMILIES[name].may_refuse, f"refused a dynamic cache (only static caches may be): {outcome.detail}"
+        pytest.skip(f"refused: {outcome.detail}")
+    assert outcome.passed, outcome.detail
+
+
+def test_every_family_builds_or_names_its_missing_class():
+    """A family is either built or skipped with the class this transformers lacks."""
+    for name in FAMILIES:
+        try:
+            model = arch_zoo.build(name)
+        except arch_zoo.FamilyUnavailable as e:
+            assert "has no" in str(e)
+            continue
+        assert not model.training
+        assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+
+
+def test_prompts_are_longer_than_every_window():
+    windows = [f.window for f in FAMILIES.values() if f.window]
+    assert windows and max(windows) < min(len(p) for p in arch_zoo.PROMPTS)
+    assert max(windows) < arch_zoo.LENGTH
+    assert max(windows) < len(arch_zoo.SAMPLING_BASE)
+
+
+def test_a_wrong_token_is_reported_with_its_position():
+    outcome = arch_zoo.compare([4, 5, 6], [4, 5, 7], "speculative")
+    assert outcome.status == "fail"
+    assert outcome.detail == "speculative: token 2 is 6, generate gave 7"
+    assert arch_zoo.compare([4, 5], [4, 5, 7], "x").detail == "x: 2 tokens, generate gave 3"
+
+
+def test_sampling_check_catches_resampling_from_p(monkeypatch):
+    """The sampling check has the power to fail: with the classic mistake (on a
+    rejection, draw from p instead of the residual) patched in, NASD's sampled
+    tokens no longer follow the target (the sampling prompt makes NASD's first
+    draft a top-k token, so rejections are frequent)."""
+    monkeypatch.setattr(generation.accept, "residual_distributions", lambda p, q, draft: p)
+    outcome = arch_zoo.guarded(lambda: arch_zoo.check_sampling("llama", "nasd"))
+    assert outcome.status == "fail" and "chi-square" in outcome.detail, outcome
