@@ -1,0 +1,194 @@
+"""Trace files: writing, reading back, rejecting bad files, and --replay without torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from repl.runs import StrategyRun
+from repl.trace import FORMAT, TraceError, check_writable, prompt_record, read_trace, trace_document, write_trace
+from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_pair, child_env
+from tests.test_repl_render import WordTokenizer, why_prompt_run
+
+ENV = {"target": "t-model (float32)", "drafter": "d-model (float32)", "device": "cpu",
+       "versions": {"python": "3.x", "torch": "2.x", "transformers": "5.x"}}
+
+
+def saved(tmp_path, prompt_runs=None) -> str:
+    path = tmp_path / "trace.json"
+    runs = prompt_runs or [why_prompt_run()]
+    write_trace(str(path), trace_document([prompt_record(pr, WordTokenizer()) for pr in runs], ENV))
+    return str(path)
+
+
+# ------------------------------------------------------------------ round trip
+
+def test_a_trace_reads_back_to_the_same_numbers(tmp_path):
+    original = why_prompt_run()
+    trace = read_trace(saved(tmp_path, [original]))
+    assert trace.environment == ENV and trace.created
+    back = trace.prompts[0]
+    assert back.to_dict() == original.to_dict()
+    assert back.settings == original.settings and back.prompt_ids == original.prompt_ids
+    spec = back.runs[0]
+    assert spec.result.trace == original.runs[0].result.trace
+    assert spec.result.phases == original.runs[0].result.phases
+    assert spec.pieces == [{"drafted": [" w5", " w6"], "token": " w7"},
+                           {"drafted": [" w8", " w9"], "token": " w10"},
+                           {"drafted": [" w11", " w12"], "token": " w13"}]
+
+
+def test_the_file_holds_everything_a_bug_report_needs(tmp_path):
+    data = json.loads(open(saved(tmp_path)).read())
+    assert data["format"] == FORMAT and data["environment"]["versions"]["torch"] == "2.x"
+    record = data["prompts"][0]
+    assert record["settings"]["gamma"] == 2 and record["prompt_ids"] == [2, 3]
+    spec = record["strategies"]["speculative"]
+    assert spec["token_ids"] == [5, 6, 7, 8, 9, 10, 13] and spec["text"] == "x"
+    assert spec["predicted_speedup"] == pytest.approx(0.14 / 0.13)
+    first = spec["result"]["trace"][0]
+    assert (first["gamma"], first["drafted"], first["accepted"], first["token"], first["bonus"]) == \
+        (2, [5, 6], 2, 7, True)
+    assert (first["draft_s"], first["verify_s"]) == (0.02, 0.5)
+    assert first["pieces"] == {"drafted": [" w5", " w6"], "token": " w7"}
+
+
+def test_failed_strategies_survive_the_round_trip(tmp_path):
+    pr = why_prompt_run()
+    pr.runs.append(StrategyRun("drafter", error="failed: boom"))
+    back = read_trace(saved(tmp_path, [pr])).prompts[0]
+    assert back.runs[-1].error == "failed: boom" and back.runs[-1].result is None
+
+
+# ------------------------------------------------------------------ bad files
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not a trace file (not valid JSON"),
+    ("[1, 2]", 'not a trace file (no "kind"'),
+    ('{"kind": "something else", "format": 1}', 'not a trace file (no "kind"'),
+    ('{"kind": "specdec-trace", "format": 99, "prompts": []}', "trace format 99 is not one this version reads"),
+    ('{"kind": "specdec-trace", "prompts": []}', "trace format None is not one"),
+    ('{"kind": "specdec-trace", "format": 1}', "a damaged trace file (missing 'prompts')"),
+    ('{"kind": "specdec-trace", "format": 1, "prompts": []}', "the trace holds no prompts"),
+    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p"}]}', "missing 'strategies'"),
+    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p", "strategies": {"nope": {}}}]}',
+     "unknown strategy 'nope'"),
+    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p", "strategies": '
+     '{"target": {"result": {"trace": [{"drafted": [1], "colour": 3}]}}}}]}', "a damaged trace file"),
+    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p", "settings": {"processor": '
+     '{"name": "magic"}}, "strategies": {}}]}', "unknown processor"),
+])
+def test_bad_trace_files_are_one_line(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(TraceError) as info:
+        read_trace(str(path))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unreadable_paths(tmp_path):
+    with pytest.raises(TraceError, match="cannot read trace"):
+        read_trace(str(tmp_path / "missing.json"))
+    with pytest.raises(TraceError, match="cannot read trace"):
+        read_trace(str(tmp_path))
+    with pytest.raises(TraceError, match="cannot write trace to .*: it is a directory"):
+        write_trace(str(tmp_path), {})
+    with pytest.raises(TraceError, match="cannot write trace to"):
+        write_trace(str(tmp_path / "no" / "dir" / "t.json"), {})
+    with pytest.raises(TraceError, match="no directory"):
+        check_writable(str(tmp_path / "no" / "t.json"))
+    check_writable(str(tmp_path / "fine.json"))
+    assert not (tmp_path / "fine.json").exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+# ------------------------------------------------------------------ --replay
+
+def _infer(args, tmp_path, stdin="", timeout=60):
+    return subprocess.run([PYTHON, str(INFER), *args], cwd=REPO, env=child_env(tmp_path), input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_replay_renders_without_torch_and_fast(tmp_path):
+    path = saved(tmp_path)
+    code = ("import sys, runpy; sys.argv = ['infer.py', '--replay', sys.argv[1]]\n"
+            "try:\n    runpy.run_path('infer.py', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    assert not e.code, e.code\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'\n")
+    start = time.monotonic()
+    done = subprocess.run([PYTHON, "-c", code, path], cwd=REPO, env=child_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    assert elapsed < 3.0, f"--replay took {elapsed:.2f} s"
+    out = done.stdout
+    for part in ("target:  t-model (float32)", "torch 2.x", "Speculative", "Target AR", "Comparison",
+                 "Why (last prompt)", "predicted 1.08x vs measured 0.90x", "² w5 w6 w7",
+                 "acceptance at position", "gamma 2 constant"):
+        assert part in out, part
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{}", 'not a trace file (no "kind"'),
+    ('{"kind": "specdec-trace", "format": 7}', "trace format 7"),
+])
+def test_replay_of_a_bad_file_is_one_line(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    done = _infer(["--replay", str(path)], tmp_path)
+    assert done.returncode == 2 and message in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_trace_out_to_a_bad_path_exits_before_loading(tmp_path):
+    done = _infer(["--trace-out", str(tmp_path / "no" / "t.json"), "--prompt", "x"], tmp_path, timeout=30)
+    assert done.returncode == 2 and "cannot write trace to" in done.stderr and "no directory" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------------ end to end on a tiny pair
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return build_pair(tmp_path_factory.mktemp("tiny_pair_trace"))
+
+
+def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
+    target, drafter = pair
+    saved_path, all_path = tmp_path / "last.json", tmp_path / "all.json"
+    script = f"/gamma 3\nthe water is hot and the water is\n/save {saved_path}\n/stats\na new line\n"
+    done = _infer(["--target", str(target), "--drafter", str(drafter), "--length", "12", "--json",
+                   "--trace-out", str(all_path)], tmp_path, stdin=script, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "trace saved to" in done.stderr and "Why (last prompt)" in done.stderr
+    printed = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert len(printed) == 2
+
+    last = read_trace(str(saved_path))
+    everything = read_trace(str(all_path))
+    assert len(last.prompts) == 1 and len(everything.prompts) == 2
+    env = last.environment
+    assert env["target"].startswith(str(target)) and env["device"] == "cpu"
+    assert env["target_dtype"] == "float32" and set(env["versions"]) >= {"python", "torch", "transformers"}
+    for trace_run, json_obj in zip(everything.prompts, printed):
+        assert trace_run.to_dict()["strategies"] == json_obj["strategies"]  # same numbers both ways
+    assert last.prompts[0].to_dict() == everything.prompts[0].to_dict()
+
+    spec = last.prompts[0].runs[0]
+    assert spec.key == "speculative" and spec.result.trace and spec.pieces
+    assert all(r.gamma <= 3 for r in spec.result.trace)
+    assert len(spec.pieces) == len(spec.result.trace)
+    entry = printed[0]["strategies"]["speculative"]
+    for field in ("phases", "acceptance_by_position", "accepted_length_histogram", "mean_accepted_length",
+                  "predicted_speedup", "best_gamma", "rollback", "gamma_policy"):
+        assert field in entry, field
+    assert sum(entry["accepted_length_histogram"]) == sum(1 for r in spec.result.trace if r.drafted)
+
+    replay = _infer(["--replay", str(all_path)], tmp_path)
+    assert replay.returncode == 0, replay.stderr
+    assert "prompt 2 of 2" in replay.stdout and "Comparison" in replay.stdout
+    assert spec.text.split()[0] in replay.stdout
+    assert "Traceback" not in replay.stderr
