@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -177,7 +178,29 @@ def new_cache(model):
     return DynamicCache(config=config)
 
 
-def _check_rollback_support(cache) -> None:
+def _own_cache_class(model) -> str | None:
+    """The name of a cache class the model's own module defines, if any.
+
+    Before transformers kept recurrent and conv states in layers of the shared
+    ``Cache`` (5.x), such models carried a cache class of their own (4.57's
+    ``MambaCache``, ``HybridMambaAttentionDynamicCache``, ...) that a
+    ``DynamicCache`` cannot stand in for.
+    """
+    module = sys.modules.get(type(model).__module__)
+    for name, value in vars(module or object).items():
+        if (isinstance(value, type) and name.endswith("Cache") and value.__module__ == module.__name__
+                and not issubclass(value, Cache)):
+            return name
+    return None
+
+
+def _check_rollback_support(model, cache) -> None:
+    own = _own_cache_class(model)
+    if own is not None:
+        raise UnsupportedCacheError(
+            f"{type(model).__name__} keeps its state in its own {own}, which transformers "
+            f"{transformers.__version__} cannot roll back here; with transformers 5.x its state lives in "
+            "layers of a shared cache that can be (or turn /cache off)")
     for layer in _layers(cache):
         if _is_static(layer):
             raise UnsupportedCacheError(
@@ -236,7 +259,7 @@ class CachedModel:
         self._length = 0
         self.forwards = 0
         if self.cache is not None:
-            _check_rollback_support(self.cache)
+            _check_rollback_support(self.model, self.cache)
             if hasattr(self.cache, "activate_past_recording"):
                 self.cache.activate_past_recording()
         if not self.encoder_decoder:
@@ -354,10 +377,10 @@ class CachedModel:
         ``crop(0)`` removes nothing but drops the sliding-window and conv
         history recorded since the last round (transformers >= 5.14).
         """
-        if not CROP_ZERO_KEEPS:
+        if not CROP_ZERO_KEEPS or self._length == 0:
             return
         for layer in _layers(self.cache):
-            if getattr(layer, "record_past", False):
+            if getattr(layer, "record_past", False) and getattr(layer, "is_initialized", True):
                 layer.crop(0)
 
 
