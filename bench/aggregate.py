@@ -12,6 +12,7 @@ Definitions (the README repeats them):
 * acceptance rate: accepted drafts over drafted tokens, summed over runs.
 * tokens per target call: generated tokens over target forward passes, summed.
 * target calls: mean target forward passes per prompt (prefill included).
+* mean γ: the mean draft length the rounds asked for (a policy's choices).
 * identical (greedy only): share of prompts whose output equals target
   autoregressive's (first repeat); first divergence: median position of the
   first differing token among the prompts that differ.
@@ -53,6 +54,8 @@ class SummaryRow:
     identical_count: int | None = None
     first_divergence: float | None = None
     divergences: list[int] = field(default_factory=list)
+    gamma_policy: str = ""
+    mean_gamma: float | None = None
 
 
 def median(values: Iterable[float]) -> float | None:
@@ -95,6 +98,13 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
+def _mean_of_rounds(records: Sequence[RunRecord]) -> float | None:
+    """The mean draft length asked for over every round of ``records`` (None if unknown)."""
+    known = [r for r in records if r.mean_gamma is not None and r.rounds]
+    rounds = sum(r.rounds for r in known)
+    return sum(r.mean_gamma * r.rounds for r in known) / rounds if rounds else None
+
+
 def output_agreement(records: Sequence[RunRecord],
                      reference: dict[str, list[int]]) -> tuple[int, list[int]]:
     """(prompts identical to the reference, first divergences of the others); first repeat."""
@@ -132,6 +142,8 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         tokens_per_target_call=_ratio(tokens, calls),
         target_calls=calls / len(records) if records else None,
         mean_tokens=tokens / len(records) if records else None,
+        gamma_policy=v.policy if v.gamma is not None else "",
+        mean_gamma=_mean_of_rounds(records),
     )
     if reference is not None:
         same, divergences = output_agreement(records, reference)

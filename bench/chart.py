@@ -1,11 +1,15 @@
-"""Speedup over target autoregressive against gamma, one line per strategy, as a PNG."""
+"""Speedup over target autoregressive against gamma, one line per strategy, as a PNG.
+
+Constant-gamma variants are the lines; variants without a gamma (autoregressive)
+and the adaptive gamma policies (which choose their own) are horizontal lines.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from bench.aggregate import ALL, GROUNDED, SummaryRow
-from bench.variants import LABELS
+from bench.variants import LABELS, parse_variant_name, policy_kind
 
 _STYLE = {
     "speculative": dict(color="tab:blue", marker="o"),
@@ -15,28 +19,40 @@ _STYLE = {
     "drafter": dict(color="tab:orange", linestyle=":"),
     "hf_generate": dict(color="tab:gray", linestyle=":"),
 }
+_POLICY_STYLE = {"heuristic": dict(linestyle=(0, (1, 1))), "confidence": dict(linestyle="-."),
+                 "model": dict(linestyle=(0, (5, 1)), linewidth=2)}
 
 
 def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tuple[int, float]]]:
     """strategy -> [(gamma, speedup)] sorted by gamma, for the drafting strategies."""
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        if r.category == category and r.gamma is not None and r.speedup is not None:
+        if (r.category == category and r.gamma is not None and r.speedup is not None
+                and parse_variant_name(r.variant).constant):
             series.setdefault(r.strategy, []).append((r.gamma, r.speedup))
     return {k: sorted(v) for k, v in series.items()}
 
 
 def flat_lines(rows: list[SummaryRow], category: str) -> dict[str, float]:
-    """Speedups of the variants without a gamma (drawn as horizontal lines)."""
-    return {r.strategy: r.speedup for r in rows
-            if r.category == category and r.gamma is None and r.speedup is not None}
+    """Speedups of the variants without a constant gamma, by variant name (horizontal lines)."""
+    return {r.variant: r.speedup for r in rows
+            if r.category == category and r.speedup is not None
+            and not (r.gamma is not None and parse_variant_name(r.variant).constant)}
+
+
+def _flat_style(name: str) -> dict:
+    v = parse_variant_name(name)
+    style = dict(_STYLE.get(v.strategy, {}))
+    style.pop("marker", None)
+    style.update(_POLICY_STYLE.get(policy_kind(v.policy), {}) if not v.constant else {})
+    return style
 
 
 def _panel(ax, rows: list[SummaryRow], category: str, title: str) -> None:
     ax.axhline(1.0, color="black", linewidth=0.8)
-    for strategy, value in flat_lines(rows, category).items():
-        if strategy != "target":
-            ax.axhline(value, label=LABELS.get(strategy, strategy), **_STYLE.get(strategy, {}))
+    for name, value in flat_lines(rows, category).items():
+        if name != "target":
+            ax.axhline(value, label=parse_variant_name(name).label, **_flat_style(name))
     for strategy, points in speedup_series(rows, category).items():
         gammas, speedups = zip(*points)
         ax.plot(gammas, speedups, label=LABELS.get(strategy, strategy), **_STYLE.get(strategy, {}))

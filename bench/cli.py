@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from bench.processors import parse_processor
-from bench.variants import OURS
+from bench.variants import DEFAULT_POLICIES, OURS
+
+DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
 
 DESCRIPTION = """\
 Benchmark the decoding strategies (speculative, NASD, target and drafter
@@ -37,6 +39,43 @@ def _strategies(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown strategy {unknown[0] if unknown else text!r} (choose from {','.join(OURS)})")
     return names
+
+
+def parse_policies(text: str) -> list[tuple[str, int]]:
+    """``"heuristic@4,confidence 0.4@20,model@16"`` -> [(policy name, gamma)]; ``none`` -> [].
+
+    Without ``@G`` a policy takes its default gamma (heuristic 4, confidence 20,
+    model 16). ValueError with a one-line message for a bad item.
+    """
+    from generation.gamma_policy import make_policy
+
+    if text.strip().lower() == "none":
+        return []
+    out = []
+    for item in _name_list(text):
+        name, _, gamma_text = item.partition("@")
+        kind = name.split()[0] if name.split() else name
+        if kind == "constant":
+            raise ValueError("constant gammas come from --gamma, not --policies")
+        if gamma_text:
+            try:
+                gamma = int(gamma_text)
+            except ValueError:
+                raise ValueError(f"policy {item!r}: gamma {gamma_text!r} is not an integer") from None
+        else:
+            gamma = DEFAULT_POLICY_GAMMA.get(kind, 4)
+        policy = make_policy(name, gamma)
+        entry = (policy.name, gamma)
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def _policies(text: str) -> list[tuple[str, int]]:
+    try:
+        return parse_policies(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _processor(text: str):
@@ -87,8 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--peers", action="store_true",
                    help="also run transformers generate, assisted generation and prompt lookup")
     d.add_argument("--length", type=_positive, default=128, help="new tokens per prompt (default 128)")
-    d.add_argument("--gamma", type=_int_list, default=[4],
-                   help="draft tokens per round: 4, or a sweep such as 1,2,4,8 (default 4)")
+    d.add_argument("--gamma", type=_int_list, default=[2, 4, 8],
+                   help="constant draft tokens per round: 4, or a sweep such as 1,2,4,8 "
+                        "(default 2,4,8)")
+    d.add_argument("--policies", type=_policies, default=list(DEFAULT_POLICIES),
+                   metavar="LIST",
+                   help="adaptive gamma policies run besides the constant gammas, each NAME@GAMMA "
+                        "(the start or the maximum): default 'heuristic@4,confidence 0.4@20,"
+                        "model@16'; 'none' for constant gammas only")
     d.add_argument("--processor", type=_processor, default=parse_processor("greedy"),
                    help="greedy (default), 'multinomial T', 'topk T K', 'nucleus T P', "
                         "'topknucleus T K P'")
@@ -117,7 +162,8 @@ def settings_dict(args, prompt_count: int) -> dict:
         "prompts": args.prompts, "categories": args.categories, "limit": args.limit,
         "turn": args.turn, "chat": args.chat, "prompt_count": prompt_count,
         "strategies": args.strategies, "peers": args.peers, "length": args.length,
-        "gammas": args.gamma, "processor": args.processor.command_text(),
+        "gammas": args.gamma, "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
+        "processor": args.processor.command_text(),
         "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
         "assisted_confidence": args.assisted_confidence, "repeats": args.repeats,

@@ -13,7 +13,9 @@ import torch
 
 from bench.counting import ForwardCounter
 from bench.ours import make_storage, our_call
-from bench.peers import assistant_settings, generation_config, peer_call, quiet_transformers
+from bench.peers import (
+    assistant_schedule, assistant_settings, generation_config, peer_call, quiet_transformers,
+)
 from bench.processors import ProcessorSpec, make_processor
 from bench.records import RunRecord
 from bench.timing import timed
@@ -36,7 +38,14 @@ class RunSettings:
 
 
 class Executor:
-    """Holds the models, the processor, one n-gram storage and the call counters."""
+    """Holds the models, the processor, one n-gram storage, the call counters and
+    one gamma policy object per variant.
+
+    A variant's policy object lives for the whole benchmark (warm-up included):
+    ``begin`` starts each generation, and what a policy learns about this
+    machine's costs and the drafter's acceptance carries over from prompt to
+    prompt, as transformers' persistent heuristic schedule does.
+    """
 
     def __init__(self, models, settings: RunSettings):
         self.models = models
@@ -47,6 +56,17 @@ class Executor:
         self.target_counter = ForwardCounter(models.target)
         self.drafter_counter = ForwardCounter(models.drafter)
         self.pad_token_id = getattr(models.tokenizer, "pad_token_id", None)
+        self.policies: dict[str, object] = {}
+
+    def policy_for(self, variant: Variant):
+        """The variant's gamma policy object (None for constant gamma: the engine's default)."""
+        if variant.constant or variant.gamma is None:
+            return None
+        if variant.name not in self.policies:
+            from generation.gamma_policy import make_policy
+
+            self.policies[variant.name] = make_policy(variant.policy, variant.gamma)
+        return self.policies[variant.name]
 
     def close(self) -> None:
         self.target_counter.detach()
@@ -55,7 +75,9 @@ class Executor:
     def run(self, variant: Variant, ids: list[int], **where) -> RunRecord:
         """Decode ``ids`` with ``variant``; ``where`` fills the record's prompt fields."""
         record = RunRecord(variant=variant.name, strategy=variant.strategy, gamma=variant.gamma,
-                           family=variant.family, prompt_tokens=len(ids), **where)
+                           family=variant.family, prompt_tokens=len(ids),
+                           gamma_policy=variant.policy if variant.gamma is not None else "",
+                           **where)
         self.target_counter.take()
         self.drafter_counter.take()
         if variant.family == "peer":
@@ -70,7 +92,7 @@ class Executor:
         call = our_call(variant.strategy, variant.gamma, self.models, ids,
                         processor=self.processor, max_gen_len=s.length, generator=generator,
                         storage=self.storage, filler_top_k=s.filler_top_k,
-                        stop_if_unknown=s.stop_if_unknown)
+                        stop_if_unknown=s.stop_if_unknown, gamma_policy=self.policy_for(variant))
         result, seconds = timed(call, self.device)
         record.tokens = list(result.tokens)
         record.seconds = seconds
@@ -78,8 +100,12 @@ class Executor:
         record.stop_reason = result.stop_reason
         record.target_calls = result.target_calls
         record.drafter_calls = result.drafter_calls
+        record.phases = dict(getattr(result, "phases", None) or {}) or None
         if variant.strategy in ("speculative", "ngram"):
             record.drafted, record.accepted = result.drafted, result.accepted
+            record.rounds = result.rounds
+            record.gamma_policy = getattr(result, "gamma_policy", "") or record.gamma_policy
+            record.mean_gamma = _mean_gamma(getattr(result, "trace", None))
 
     def _run_peer(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
         s, models = self.settings, self.models
@@ -91,9 +117,8 @@ class Executor:
         )
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         call = peer_call(variant.strategy, models.target, models.drafter, input_ids, config)
-        gamma = variant.gamma if variant.strategy == "hf_assisted" else None
         torch.manual_seed(s.seed)
-        with quiet_transformers(), _maybe_assistant(models.drafter, gamma, s.assisted_confidence):
+        with quiet_transformers(), self._assistant(variant):
             output, seconds = timed(call, self.device)
         generated = output[0, len(ids):].tolist()
         record.tokens = generated[:s.length]
@@ -104,13 +129,21 @@ class Executor:
         ends = set(models.end_tokens)
         record.stop_reason = "eos" if record.tokens and record.tokens[-1] in ends else "length"
 
+    def _assistant(self, variant: Variant):
+        """The drafter's assisted-generation settings for an ``hf_assisted`` variant."""
+        if variant.strategy != "hf_assisted":
+            return contextlib.nullcontext()
+        schedule, confidence = assistant_schedule(variant.policy, self.settings.assisted_confidence)
+        return assistant_settings(self.models.drafter, variant.gamma, confidence, schedule)
+
+
+def _mean_gamma(trace) -> float | None:
+    """Mean draft length the rounds asked for (the policy's choices, budget-capped)."""
+    if not trace:
+        return None
+    return sum(r.gamma for r in trace) / len(trace)
+
 
 def _vocab(models) -> int:
     vocab = getattr(models, "vocab_size", None)
     return int(vocab) if vocab else int(models.target.config.vocab_size)
-
-
-def _maybe_assistant(drafter, gamma: int | None, confidence: float):
-    if gamma is None:
-        return contextlib.nullcontext()
-    return assistant_settings(drafter, gamma, confidence)

@@ -29,6 +29,15 @@ def _dtype(model) -> str:
         return "?"
 
 
+def _version(module: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(module)
+    except PackageNotFoundError:
+        return None
+
+
 def environment(models) -> dict:
     """Machine, library versions, models and their dtypes."""
     device = str(models.device)
@@ -41,6 +50,9 @@ def environment(models) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        # With scikit-learn installed, transformers' dynamic assisted generation also
+        # retunes its confidence threshold during a call; without it the threshold stays.
+        "scikit_learn": _version("scikit-learn"),
         "platform": platform.platform(),
         "target": getattr(models, "target_name", None) or models.target.config.name_or_path,
         "drafter": getattr(models, "drafter_name", None) or models.drafter.config.name_or_path,

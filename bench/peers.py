@@ -1,17 +1,27 @@
 """transformers' own decoders on the same loaded models, as the benchmark's peers.
 
 ``hf_generate``: ``model.generate`` (autoregressive). ``hf_assisted``: assisted
-generation with the drafter as ``assistant_model``, drafting exactly gamma
-tokens a round (constant schedule, no confidence early stop unless asked).
-``hf_prompt_lookup``: prompt lookup decoding with ``prompt_lookup_num_tokens``
-= gamma. Every call gets an explicit generation config, so no model default
-(a repetition penalty, a sampling flag) changes what is compared.
+generation with the drafter as ``assistant_model``; with the constant policy it
+drafts exactly gamma tokens a round (no confidence early stop unless asked),
+with ``heuristic`` it runs transformers' heuristic schedule from gamma, and
+with ``confidence T`` it drafts at most gamma tokens and stops below top
+probability T (transformers 5.x's default is T = 0.4 with at most 20 tokens:
+"dynamic" assisted generation). ``hf_prompt_lookup``: prompt lookup decoding
+with ``prompt_lookup_num_tokens`` = gamma.
+
+Every call gets an explicit generation config, so no model default (a
+repetition penalty, a sampling flag) changes what is compared: transformers 4.x
+is told not to use the model's defaults (``use_model_defaults=False``); 5.x
+has no such switch and fills every unset field from the model's own config,
+so the fields that change greedy or sampled output are set explicitly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import inspect
 import logging
 import warnings
 
@@ -19,6 +29,15 @@ import torch
 from transformers import GenerationConfig
 
 from bench.processors import ProcessorSpec, hf_sampling_kwargs
+
+# The neutral value of every setting a model's own generation config could
+# carry that changes which token is chosen (transformers 5.x fills unset fields
+# from it). Sampling settings come from ``hf_sampling_kwargs``.
+NEUTRAL = dict(
+    repetition_penalty=1.0, encoder_repetition_penalty=1.0, no_repeat_ngram_size=0,
+    min_length=0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0, length_penalty=1.0,
+    renormalize_logits=False, remove_invalid_values=False,
+)
 
 
 def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: list[int],
@@ -33,17 +52,39 @@ def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: l
         use_cache=True,
         prompt_lookup_num_tokens=prompt_lookup,
         max_matching_ngram_size=max_matching_ngram_size,
+        **NEUTRAL,
         **hf_sampling_kwargs(spec),
     )
 
 
+def assistant_schedule(policy: str, default_confidence: float) -> tuple[str, float]:
+    """(num_assistant_tokens_schedule, assistant_confidence_threshold) for one of our policies.
+
+    ``constant``: constant, with ``default_confidence`` (the --assisted-confidence
+    flag, 0 = none); ``heuristic``: heuristic, no threshold; ``confidence T``: constant, T.
+    """
+    words = policy.split()
+    if words[0] == "constant":
+        return "constant", default_confidence
+    if words[0] == "heuristic":
+        return "heuristic", 0.0
+    if words[0] == "confidence":
+        return "constant", float(words[1])
+    raise ValueError(f"transformers' assisted generation has no {policy!r} schedule")
+
+
 @contextlib.contextmanager
-def assistant_settings(drafter, gamma: int, confidence: float):
-    """Make ``drafter`` propose exactly ``gamma`` tokens a round; restore its config after."""
+def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "constant"):
+    """Set ``drafter``'s assisted-generation schedule for one call; restore its config after.
+
+    The heuristic schedule writes its last value back into the drafter's config
+    after each call; restoring the config makes every call start at ``gamma``,
+    as ours does.
+    """
     saved = copy.deepcopy(drafter.generation_config)
     config = drafter.generation_config
     config.num_assistant_tokens = gamma
-    config.num_assistant_tokens_schedule = "constant"
+    config.num_assistant_tokens_schedule = schedule
     config.assistant_confidence_threshold = confidence
     try:
         yield
@@ -65,12 +106,18 @@ def quiet_transformers():
             logger.setLevel(level)
 
 
+@functools.cache
+def _takes_use_model_defaults(generate) -> bool:
+    return "use_model_defaults" in inspect.signature(generate).parameters
+
+
 def peer_call(strategy: str, target, drafter, input_ids: torch.Tensor, config: GenerationConfig):
     """A zero-argument function that runs one peer decode and returns its output ids."""
     mask = torch.ones_like(input_ids)
     kwargs = {"assistant_model": drafter} if strategy == "hf_assisted" else {}
+    if _takes_use_model_defaults(type(target).generate):     # transformers 4.x
+        kwargs["use_model_defaults"] = False
 
     def call():
-        return target.generate(input_ids, attention_mask=mask, generation_config=config,
-                               use_model_defaults=False, **kwargs)
+        return target.generate(input_ids, attention_mask=mask, generation_config=config, **kwargs)
     return call

@@ -16,6 +16,11 @@ class RunRecord:
     counts tokens a decoder produced beyond the length budget; they are cut from
     ``tokens`` and not counted (transformers' prompt lookup can overshoot
     ``max_new_tokens``: its candidate length cap does not bind).
+    ``gamma_policy``: the draft-length policy (``constant``, ``heuristic``,
+    ``confidence 0.4``, ``model``; "" for autoregressive decoding).
+    ``phases``: our engine's split of its time into ``draft``, ``verify`` and
+    ``other`` seconds (None for peers). ``rounds`` and ``mean_gamma``: draft
+    rounds and the mean draft length they asked for (ours, drafting only).
     """
 
     variant: str
@@ -35,6 +40,10 @@ class RunRecord:
     stop_reason: str = "length"
     engine_seconds: float | None = None
     overshoot: int = 0
+    gamma_policy: str = ""
+    phases: dict[str, float] | None = None
+    rounds: int | None = None
+    mean_gamma: float | None = None
 
     @property
     def n_tokens(self) -> int:

@@ -8,7 +8,7 @@ from bench.variants import parse_variant_name
 
 DASH = "—"
 
-OVERALL_COLUMNS = ("Strategy", "γ", "tok/s", "speedup", "vs peer", "accept",
+OVERALL_COLUMNS = ("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer", "accept",
                    "tok/call", "target calls", "identical", "1st div")
 
 
@@ -27,7 +27,7 @@ def overall_cells(row: SummaryRow) -> list[str]:
     v = parse_variant_name(row.variant)
     peer = DASH if row.vs_peer is None else f"{row.vs_peer:.2f}×"
     return [
-        v.label.split(" γ=")[0], DASH if row.gamma is None else str(row.gamma),
+        v.label.split(" γ=")[0], v.gamma_text, _num(row.mean_gamma, ".1f"),
         _num(row.tokens_per_s, ".1f"), _num(row.speedup, ".2f", "×"), peer,
         _num(row.acceptance_rate, ".0%"), _num(row.tokens_per_target_call, ".2f"),
         _num(row.target_calls, ".1f"), _identical(row), _num(row.first_divergence, ".0f"),
@@ -51,8 +51,12 @@ def category_table(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+GOAL_COLUMNS = ("Goal", "measured", "beside it", "status")
+
+
 def goal_cells(goal: Goal) -> list[str]:
-    return [goal.description, _num(goal.value, ".2f", "×"), goal.status]
+    beside = DASH if goal.beside is None else f"{goal.beside} {_num(goal.beside_value, '.2f', '×')}"
+    return [goal.description, _num(goal.value, ".2f", "×"), beside, goal.status]
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
@@ -71,7 +75,7 @@ def markdown_report(header_lines: list[str], rows: list[SummaryRow], goals: list
     ]
     if goals:
         parts.append("Speed goals:\n\n" + markdown_table(
-            ["Goal", "measured", "status"], [goal_cells(g) for g in goals]))
+            list(GOAL_COLUMNS), [goal_cells(g) for g in goals]))
     return "\n\n".join(parts) + "\n"
 
 
@@ -97,12 +101,12 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
         per_cat.add_row(*cells)
     console.print(per_cat)
     if goals:
-        table = Table(title="Speed goals (issue #5)", title_justify="left")
-        for name in ("Goal", "measured", "status"):
+        table = Table(title="Speed goals", title_justify="left")
+        for name in GOAL_COLUMNS:
             table.add_column(name)
         colour = {"met": "green", "missed": "red", "not checked": "dim"}
         for goal in goals:
             cells = goal_cells(goal)
-            cells[2] = f"[{colour[goal.status]}]{cells[2]}[/]"
+            cells[-1] = f"[{colour[goal.status]}]{cells[-1]}[/]"
             table.add_row(*cells)
         console.print(table)

@@ -1,9 +1,15 @@
-"""What a benchmark runs: a strategy, and its gamma when it drafts.
+"""What a benchmark runs: a strategy, its gamma when it drafts, and its gamma policy.
 
 Ours: ``target`` and ``drafter`` (autoregressive), ``speculative`` (drafter
 model) and ``ngram`` (NASD). Peers, transformers' own decoders on the same
 models: ``hf_generate``, ``hf_assisted`` (assisted generation with the drafter)
 and ``hf_prompt_lookup`` (prompt lookup decoding).
+
+A drafting variant has a gamma policy (``generation.gamma_policy``):
+``constant`` (gamma drafts every round), ``heuristic`` (gamma is the start),
+``confidence T`` or ``model`` (gamma is the most drafts a round). Names:
+``speculative@4`` (constant), ``speculative:heuristic@4``,
+``speculative:confidence=0.4@20``, ``speculative:model@16``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,12 @@ DRAFTING = frozenset({"speculative", "ngram", "hf_assisted", "hf_prompt_lookup"}
 # Each of our strategies and the transformers decoder it is compared with.
 PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_prompt_lookup"}
 BASELINE = "target"
+CONSTANT = "constant"
+
+# The policies run besides constant gamma, each with its gamma (start or maximum).
+DEFAULT_POLICIES = (("heuristic", 4), ("confidence 0.4", 20), ("model", 16))
+# The goal check compares the model policy with the best of these constant gammas.
+GOAL_GAMMAS = (2, 4, 8)
 
 LABELS = {
     "target": "target AR",
@@ -28,20 +40,55 @@ LABELS = {
 }
 
 
+def policy_key(policy: str) -> str:
+    """The policy as it appears in a variant name: ``confidence 0.4`` -> ``confidence=0.4``."""
+    return "=".join(policy.split())
+
+
+def policy_kind(policy: str) -> str:
+    """``confidence 0.4`` -> ``confidence``."""
+    return policy.split()[0] if policy else CONSTANT
+
+
 @dataclass(frozen=True)
 class Variant:
     strategy: str
     gamma: int | None = None
+    policy: str = CONSTANT
 
     @property
     def name(self) -> str:
-        """A stable key: ``target``, ``speculative@4``..."""
-        return self.strategy if self.gamma is None else f"{self.strategy}@{self.gamma}"
+        """A stable key: ``target``, ``speculative@4``, ``speculative:model@16``..."""
+        if self.gamma is None:
+            return self.strategy
+        middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
+        return f"{self.strategy}{middle}@{self.gamma}"
+
+    @property
+    def constant(self) -> bool:
+        return self.policy == CONSTANT
 
     @property
     def label(self) -> str:
         base = LABELS.get(self.strategy, self.strategy)
-        return base if self.gamma is None else f"{base} γ={self.gamma}"
+        if self.gamma is None:
+            return base
+        if self.constant:
+            return f"{base} γ={self.gamma}"
+        if self.strategy == "hf_assisted" and self.policy.startswith("confidence"):
+            return f"{base} dynamic ({self.policy})"
+        return f"{base} {self.policy}"
+
+    @property
+    def gamma_text(self) -> str:
+        """The γ column: ``4``, ``4→`` (heuristic start), ``≤16`` (a maximum), or ``—``."""
+        if self.gamma is None:
+            return "—"
+        if self.constant:
+            return str(self.gamma)
+        if policy_kind(self.policy) == "heuristic":
+            return f"{self.gamma}→"
+        return f"≤{self.gamma}"
 
     @property
     def family(self) -> str:
@@ -49,21 +96,46 @@ class Variant:
 
     @property
     def peer(self) -> Variant | None:
-        """The transformers decoder this one is compared with, at the same gamma."""
+        """The transformers decoder this one is compared with.
+
+        Constant and heuristic: the same schedule at the same gamma. Confidence T:
+        assisted generation with assistant_confidence_threshold T at the same
+        maximum. Model: transformers' dynamic default (20 tokens at most,
+        threshold 0.4). Prompt lookup has only the constant schedule, so NASD's
+        policies have no peer.
+        """
         other = PEER_OF.get(self.strategy)
-        return None if other is None else Variant(other, self.gamma)
+        if other is None:
+            return None
+        if self.constant or self.gamma is None:
+            return Variant(other, self.gamma)
+        if other != "hf_assisted":
+            return None
+        if policy_kind(self.policy) == "model":
+            return HF_DYNAMIC
+        return Variant(other, self.gamma, self.policy)
+
+
+# transformers 5.x assisted generation as it comes: at most 20 drafts, stop below 0.4.
+HF_DYNAMIC = Variant("hf_assisted", 20, "confidence 0.4")
 
 
 def parse_variant_name(name: str) -> Variant:
-    strategy, _, gamma = name.partition("@")
-    return Variant(strategy, int(gamma) if gamma else None)
+    """The inverse of ``Variant.name``."""
+    head, _, gamma = name.partition("@")
+    strategy, _, key = head.partition(":")
+    policy = " ".join(key.split("=")) if key else CONSTANT
+    return Variant(strategy, int(gamma) if gamma else None, policy)
 
 
-def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool) -> list[Variant]:
+def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
+                  policies: list[tuple[str, int]] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
-    The baseline (target autoregressive) is always run: speedups need it. Each of
-    our variants is followed by its peer, so a pair is measured back to back.
+    The baseline (target autoregressive) is always run: speedups need it. Each
+    drafting strategy runs every constant gamma, then every ``(policy, gamma)``
+    of ``policies``. Each of our variants is followed by its peer (once: two
+    variants may share one), so a pair is measured back to back.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
@@ -71,9 +143,13 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool) -> l
     chosen = [BASELINE] + [s for s in OURS if s in strategies and s != BASELINE]
     out: list[Variant] = []
     for strategy in chosen:
-        for gamma in (gammas if strategy in DRAFTING else [None]):
-            variant = Variant(strategy, gamma)
+        if strategy in DRAFTING:
+            mine = [Variant(strategy, g) for g in gammas]
+            mine += [Variant(strategy, g, p) for p, g in (policies or [])]
+        else:
+            mine = [Variant(strategy)]
+        for variant in mine:
             out.append(variant)
-            if peers and variant.peer is not None:
+            if peers and variant.peer is not None and variant.peer not in out:
                 out.append(variant.peer)
     return out

@@ -46,13 +46,29 @@ def _csv_value(value):
     return "" if value is None else value
 
 
+def flat_row(row: dict) -> dict:
+    """Nested dicts become columns ``outer.inner`` (``phases.draft``...)."""
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
 def write_csv(path: Path, rows: list[dict]) -> Path:
-    """``rows`` as CSV, columns in the first row's order; lists joined by spaces."""
+    """``rows`` as CSV; lists joined by spaces, nested dicts spread over columns.
+
+    Columns: every key in first-seen order (a row without one leaves it empty).
+    """
+    flat = [flat_row(r) for r in rows]
     with path.open("w", newline="", encoding="utf-8") as f:
-        if not rows:
+        if not flat:
             return path
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        fields = list(dict.fromkeys(k for row in flat for k in row))
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
-        for row in rows:
+        for row in flat:
             writer.writerow({k: _csv_value(v) for k, v in row.items()})
     return path

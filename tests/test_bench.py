@@ -19,8 +19,8 @@ from bench.prompts import (
 from bench.records import RunRecord
 from bench.report import markdown_report
 from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, split_fitting
-from bench.targets import check_goals
-from bench.variants import Variant, parse_variant_name, plan_variants
+from bench.targets import check_goals, policy_goals
+from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variants
 from bench.writers import report_dict, write_csv, write_json
 
 # ---------------------------------------------------------------- prompt sets
@@ -123,6 +123,57 @@ def test_plan_always_has_the_baseline_and_pairs_each_variant_with_its_peer():
     assert Variant("ngram", 4).peer == Variant("hf_prompt_lookup", 4)
     with pytest.raises(ValueError):
         plan_variants(["beam"], [4], peers=False)
+
+
+def test_policy_variants_names_labels_and_peers():
+    policies = [("heuristic", 4), ("confidence 0.4", 20), ("model", 16)]
+    names = [v.name for v in plan_variants(["speculative", "ngram"], [2], peers=True,
+                                           policies=policies)]
+    assert names == ["target", "hf_generate",
+                     "speculative@2", "hf_assisted@2",
+                     "speculative:heuristic@4", "hf_assisted:heuristic@4",
+                     "speculative:confidence=0.4@20", "hf_assisted:confidence=0.4@20",
+                     "speculative:model@16",          # its peer, HF dynamic, already runs
+                     "ngram@2", "hf_prompt_lookup@2",
+                     "ngram:heuristic@4", "ngram:confidence=0.4@20", "ngram:model@16"]
+    for name in names:
+        assert parse_variant_name(name).name == name
+    model = parse_variant_name("speculative:model@16")
+    assert (model.policy, model.gamma, model.constant) == ("model", 16, False)
+    assert model.peer == HF_DYNAMIC == parse_variant_name("hf_assisted:confidence=0.4@20")
+    assert parse_variant_name("ngram:model@16").peer is None       # prompt lookup is constant only
+    assert parse_variant_name("speculative:confidence=0.25@8").peer.name == "hf_assisted:confidence=0.25@8"
+    assert [parse_variant_name(n).gamma_text for n in ("speculative@4", "speculative:heuristic@4",
+                                                       "speculative:model@16", "target")] == \
+        ["4", "4→", "≤16", "—"]
+    assert HF_DYNAMIC.label == "HF assisted dynamic (confidence 0.4)"
+    assert model.label == "speculative model"
+
+
+def test_policies_flag():
+    from bench.cli import build_parser, parse_policies
+
+    assert parse_policies("heuristic@4,confidence 0.4@20,model@16") == \
+        [("heuristic", 4), ("confidence 0.4", 20), ("model", 16)]
+    assert parse_policies("model, confidence") == [("model", 16), ("confidence 0.4", 20)]
+    assert parse_policies("none") == []
+    assert build_parser().parse_args([]).policies == [("heuristic", 4), ("confidence 0.4", 20),
+                                                      ("model", 16)]
+    assert build_parser().parse_args([]).gamma == [2, 4, 8]
+    for bad, message in (("beam@4", "unknown gamma policy"), ("model@x", "not an integer"),
+                         ("constant@4", "--gamma"), ("confidence 2", "between 0 and 1")):
+        with pytest.raises(ValueError, match=message):
+            parse_policies(bad)
+
+
+def test_assistant_schedule_of_each_policy():
+    from bench.peers import assistant_schedule
+
+    assert assistant_schedule("constant", 0.0) == ("constant", 0.0)
+    assert assistant_schedule("heuristic", 0.3) == ("heuristic", 0.0)
+    assert assistant_schedule("confidence 0.4", 0.0) == ("constant", 0.4)
+    with pytest.raises(ValueError):
+        assistant_schedule("model", 0.0)
 
 
 def test_schedule_interleaves_variants_and_alternates_their_order():
@@ -257,7 +308,64 @@ def test_goals_are_checked_against_the_right_rows():
     assert all(g.status == "not checked" for g in check_goals(rows, [4], greedy=False))
 
 
+def _policy_records():
+    """speculative constant 2, 4, 8 and model; HF dynamic; three repeats, one prompt each.
+
+    Seconds per 10 tokens: γ=2 1.0, γ=4 0.5 (the best), γ=8 0.8; model 0.52, except
+    repeat 1 where it took 0.4; HF dynamic 0.625.
+    """
+    out = []
+    for r in range(3):
+        out.append(_rec("target", "h1", "chat", r, 10, 2.0))
+        for name, seconds in (("speculative@2", 1.0), ("speculative@4", 0.5), ("speculative@8", 0.8),
+                              ("speculative:model@16", 0.4 if r == 1 else 0.52),
+                              ("hf_assisted:confidence=0.4@20", 0.625)):
+            out.append(_rec(name, "h1", "chat", r, 10, seconds))
+    return out
+
+
+def test_policy_goal_compares_with_the_best_constant_in_hindsight():
+    goals = policy_goals(_policy_records())
+    assert len(goals) == 1
+    goal = goals[0]
+    assert goal.reference == "speculative@4" and goal.description.endswith("γ=4")
+    assert goal.value == pytest.approx(0.5 / 0.52)            # median of 0.96, 1.25, 0.96
+    assert goal.status == "met"
+    assert goal.beside == "HF assisted dynamic (confidence 0.4)"
+    assert goal.beside_value == pytest.approx(0.8)
+    slow = [r for r in _policy_records() if r.variant != "speculative:model@16"]
+    slow += [_rec("speculative:model@16", "h1", "chat", r, 10, 1.0) for r in range(3)]
+    assert policy_goals(slow)[0].status == "missed"
+    no_constants = [r for r in _policy_records() if r.variant.startswith(("target", "speculative:"))]
+    assert policy_goals(no_constants)[0].status == "not checked"
+    assert policy_goals(_hand_records()) == []                  # no model policy in that run
+    md = markdown_report(["header"], summarize(_policy_records(), greedy=True), goals)
+    assert "| speculative model | ≤16 |" in md
+    assert "HF assisted dynamic (confidence 0.4) 0.80×" in md
+
+
+def test_ngram_policy_goal_is_also_checked_on_grounded_prompts():
+    records = []
+    for r in range(2):
+        for prompt, category in (("c1", "code_editing"), ("h1", "chat")):
+            for name, seconds in (("ngram@2", 1.0), ("ngram@4", 0.8), ("ngram@8", 0.9),
+                                  ("ngram:model@16", 0.8)):
+                records.append(_rec(name, prompt, category, r, 10, seconds))
+    goals = {g.category: g for g in policy_goals(records)}
+    assert set(goals) == {ALL, GROUNDED}
+    assert goals[GROUNDED].value == pytest.approx(1.0) and goals[GROUNDED].beside is None
+
+
 # ---------------------------------------------------------------- writers and chart
+
+def test_csv_spreads_phases_over_columns(tmp_path):
+    rows = [{"variant": "ngram@4", "phases": {"draft": 0.1, "verify": 0.7, "other": 0.2}},
+            {"variant": "hf_generate", "phases": None}]
+    with write_csv(tmp_path / "runs.csv", rows).open() as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == ["variant", "phases.draft", "phases.verify", "phases.other", "phases"]
+    assert table[0]["phases.verify"] == "0.7" and table[1]["phases.draft"] == ""
+
 
 def test_json_and_csv_writers(tmp_path):
     records = _hand_records()
@@ -349,7 +457,7 @@ def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):
     threads = torch.get_num_threads()
     try:   # one thread: a tiny model gains nothing from more, and a busy machine loses a lot
         code = main(["--prompts", str(prompts), "--peers", "--gamma", "2,3", "--length", "10",
-                     "--repeats", "2", "--threads", "1", "--out", str(out)],
+                     "--repeats", "2", "--threads", "1", "--policies", "none", "--out", str(out)],
                     loader=lambda args: tiny_pair)
     finally:
         torch.set_num_threads(threads)
@@ -385,6 +493,48 @@ def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):
     # Target autoregressive: one target forward per generated token.
     target_runs = [r for r in data["runs"] if r["variant"] == "target"]
     assert all(r["target_calls"] == r["n_tokens"] for r in target_runs)
+
+
+def test_end_to_end_tiny_run_with_gamma_policies(tiny_pair, tmp_path):
+    """Every policy of both drafting strategies, and HF dynamic, on the tiny pair (greedy)."""
+    from bench.cli import main
+    from bench.ours import engine_takes_policies
+
+    if not engine_takes_policies():
+        pytest.skip("the engine takes no gamma_policy yet")
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "summarization",
+                                   "turns": ["the cat sat on the mat. the cat sat."]}), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["--prompts", str(prompts), "--peers", "--strategies", "speculative,ngram",
+                 "--gamma", "2", "--policies", "heuristic@2,confidence 0.4@3,model@4",
+                 "--length", "8", "--repeats", "1", "--threads", "1", "--no-chart",
+                 "--out", str(out)], loader=lambda args: tiny_pair)
+    assert code == 0
+    data = json.loads((out / "bench.json").read_text())
+    ours = ["speculative@2", "speculative:heuristic@2", "speculative:confidence=0.4@3",
+            "speculative:model@4", "ngram@2", "ngram:heuristic@2", "ngram:confidence=0.4@3",
+            "ngram:model@4"]
+    assert set(ours) | {"hf_assisted:heuristic@2", "hf_assisted:confidence=0.4@3",
+                        "hf_assisted:confidence=0.4@20"} <= set(data["variants"])
+    outputs = data["outputs"]
+    for name in ours + ["hf_assisted:heuristic@2", "hf_assisted:confidence=0.4@20"]:
+        # Greedy: no draft length changes the output.
+        assert outputs[name] == outputs["target"], name
+    runs = {r["variant"]: r for r in data["runs"]}
+    assert runs["speculative:model@4"]["gamma_policy"] == "model"
+    assert runs["ngram:confidence=0.4@3"]["gamma_policy"] == "confidence 0.4"
+    assert runs["speculative@2"]["gamma_policy"] == "constant"
+    assert runs["target"]["gamma_policy"] == ""
+    assert set(runs["speculative:model@4"]["phases"]) == {"draft", "verify", "other"}
+    assert runs["hf_assisted:confidence=0.4@20"]["phases"] is None
+    assert 0 <= runs["speculative:model@4"]["mean_gamma"] <= 4
+    goals = {g["variant"] + "/" + g["category"]: g for g in data["goals"]}
+    spec = goals["speculative:model@4/all"]
+    assert spec["reference"] == "speculative@2" and spec["value"] > 0
+    assert spec["beside"] == "HF assisted dynamic (confidence 0.4)" and spec["beside_value"] > 0
+    assert goals["ngram:model@4/grounded"]["value"] > 0
+    assert "speculative model" in (out / "summary.md").read_text()
 
 
 def test_bad_prompt_file_exits_with_an_error(tmp_path, capsys):
