@@ -222,6 +222,7 @@ class ModelPolicy:
         self.rounds = 0               # observed over the policy's life
         self._round_in_generation = 0
         self._last_mark: float | None = None
+        self._asked_none = False
         self._pending_probes = list(self.probes)
         self._explore_turn = 0
         self._choice = 0
@@ -253,6 +254,7 @@ class ModelPolicy:
         if self._round_in_generation > 0:
             self._learn_costs(rnd, now)
         self._last_mark = now
+        self._asked_none = len(rnd.drafted) == 0
         self._round_in_generation += 1
         self.rounds += 1
 
@@ -350,7 +352,11 @@ class ModelPolicy:
         width = drafted + 1
         if rnd.verify_s > 0:
             self.verify_s.setdefault(width, _Mean()).add(rnd.verify_s, self.cost_alpha)
-        if drafted and rnd.draft_s > 0:
+        # After a round without drafts a model drafter first catches up on the tokens it
+        # skipped, in the same forward as its first draft: that round's draft time is
+        # not the price of its drafts.
+        caught_up = self.kind == "model" and self._asked_none
+        if drafted and rnd.draft_s > 0 and not caught_up:
             self.draft_step_s.add(rnd.draft_s / drafted, self.cost_alpha)
         if now is not None and self._last_mark is not None:
             other = max(0.0, now - self._last_mark - rnd.draft_s - rnd.verify_s)

@@ -222,6 +222,21 @@ def test_model_policy_counts_host_time_between_rounds():
     assert policy.cost_model().other_per_round_s == pytest.approx(0.2)
 
 
+def test_model_drafter_catch_up_after_a_round_without_drafts_is_not_a_draft_cost():
+    policy = ModelPolicy(8, clock=None)
+    policy.begin("model")
+    policy.observe(_round(4, 4, 4, draft_s=0.4, verify_s=9.0))        # prefill round: not used
+    policy.observe(_round(2, 2, 1, draft_s=0.2, verify_s=1.0))        # 0.1 s a draft
+    policy.observe(_round(0, 0, 0, verify_s=0.8))
+    policy.observe(_round(1, 1, 1, draft_s=0.5, verify_s=0.9))        # catching up two tokens
+    assert policy.cost_model().draft_step_s == pytest.approx(0.1)
+    policy.begin("ngram")                      # an n-gram drafter has nothing to catch up
+    policy.observe(_round(2, 2, 0, draft_s=0.002, verify_s=9.0))
+    policy.observe(_round(0, 0, 0, verify_s=0.8))
+    policy.observe(_round(2, 2, 0, draft_s=0.002, verify_s=1.0))
+    assert policy.cost_model().draft_step_s == pytest.approx(0.001)
+
+
 def test_model_policy_end_token_cut_is_not_a_rejection():
     policy = ModelPolicy(4, clock=None)
     policy.begin("model")
