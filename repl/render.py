@@ -85,7 +85,10 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
     if why is None:
         return None
     parts = [f"mean accepted {why.mean_accepted:.2f} of gamma {why.gamma}"]
-    if why.predicted is None:
+    target_pending = prompt_run.settings.get("target") and not any(r.key == "target" for r in prompt_run.runs)
+    if target_pending:
+        parts.append("predicted speedup and best gamma: in the comparison, once target AR has run")
+    elif why.predicted is None:
         parts.append("speedup model: no round timings to price")
     else:
         measured = prompt_run.speedup(run)

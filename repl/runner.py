@@ -56,6 +56,7 @@ class Runner:
         self._storage_key: tuple[str, int] | None = None
         self._told_no_template = False
         self._told_no_policy = False
+        self._policies: dict[str, tuple] = {}  # strategy key -> ((name, gamma, threshold), policy)
 
     # ------------------------------------------------------------ prompt -> ids
 
@@ -105,12 +106,14 @@ class Runner:
         model = self.pair.drafter if key == "drafter" else self.pair.target
         return torch.Generator(device=model_device(model)).manual_seed(seed)
 
-    def gamma_policy(self, settings: Settings):
-        """The draft-length policy object for ``settings``, or None for a constant gamma.
+    def gamma_policy(self, settings: Settings, key: str = "speculative"):
+        """The draft-length policy object for strategy ``key``, or None when
+        generation.gamma_policy is missing (every round then drafts gamma).
 
-        WIRING POINT (generation.gamma_policy): ``make_policy(name, gamma,
-        threshold)`` builds the policy; until that module exists every round
-        drafts ``settings.gamma`` tokens, and the user is told once.
+        One policy per strategy is kept across prompts, so a policy that learns
+        (heuristic, model) carries what it learned to the next prompt, as
+        transformers' assisted generation does; changing /gamma_policy or /gamma
+        starts a fresh one. WIRING POINT: ``make_policy(name, gamma, threshold)``.
         """
         try:
             from generation.gamma_policy import make_policy
@@ -118,7 +121,11 @@ class Runner:
             self._say_policy_missing(settings, "generation.gamma_policy is not there")
             return None
         threshold = settings.gamma_threshold if settings.gamma_policy == "confidence" else None
-        return make_policy(settings.gamma_policy, settings.gamma, threshold)
+        spec = (settings.gamma_policy, settings.gamma, threshold)
+        kept = self._policies.get(key)
+        if kept is None or kept[0] != spec:
+            kept = self._policies[key] = (spec, make_policy(*spec))
+        return kept[1]
 
     def _say_policy_missing(self, settings: Settings, why: str) -> None:
         if settings.gamma_policy != "constant" and not self._told_no_policy:
@@ -126,12 +133,12 @@ class Runner:
             self.notify(f"gamma policy {settings.gamma_policy!r} is not wired into this engine ({why}): "
                         f"every round drafts {settings.gamma} tokens")
 
-    def _policy_kwargs(self, generate, settings: Settings) -> dict:
+    def _policy_kwargs(self, generate, settings: Settings, key: str) -> dict:
         """``gamma_policy=`` for ``generate`` when it takes one (WIRING POINT: the engine's kwarg)."""
         if "gamma_policy" not in inspect.signature(generate).parameters:
             self._say_policy_missing(settings, f"{generate.__name__} takes no gamma_policy")
             return {}
-        return {"gamma_policy": self.gamma_policy(settings)}
+        return {"gamma_policy": self.gamma_policy(settings, key)}
 
     def _generate(self, key: str, ids: list[int], settings: Settings, processor,
                   *, trace: bool, interruptible: bool = True) -> GenerationResult:
@@ -145,13 +152,13 @@ class Runner:
         if key == "speculative":
             return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma,
                                         vocab_size=pair.vocab_size, **common,
-                                        **self._policy_kwargs(speculative_generate, settings))
+                                        **self._policy_kwargs(speculative_generate, settings, key))
         if key == "ngram":
             storage = self.storage(settings)
             return ngram_assisted_speculative_generate(
                 ids, storage, pair.target, gamma=settings.gamma,
                 filler_top_k=settings.top_k_filler, **common,
-                **self._policy_kwargs(ngram_assisted_speculative_generate, settings),
+                **self._policy_kwargs(ngram_assisted_speculative_generate, settings, key),
             )
         model = pair.target if key == "target" else pair.drafter
         return autoregressive_generate(ids, model, **common)

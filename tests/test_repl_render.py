@@ -403,12 +403,24 @@ def test_runner_passes_a_gamma_policy_when_the_engine_takes_one():
     def takes_none(ids):
         return None
 
-    kwargs = runner._policy_kwargs(takes_policy, Settings(gamma=5))
+    kwargs = runner._policy_kwargs(takes_policy, Settings(gamma=5), "speculative")
     assert list(kwargs) == ["gamma_policy"]
-    assert runner._policy_kwargs(takes_none, Settings(gamma_policy="constant")) == {} and not said
-    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"))
-    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"))
+    assert runner._policy_kwargs(takes_none, Settings(gamma_policy="constant"), "ngram") == {} and not said
+    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"), "ngram")
+    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"), "ngram")
     assert len(said) == 1 and "'heuristic' is not wired" in said[0]
+
+
+def test_a_policy_is_kept_across_prompts_until_its_settings_change():
+    pytest.importorskip("generation.gamma_policy")
+    runner = Runner(fake_pair())
+    heuristic = Settings(gamma_policy="heuristic", gamma=4)
+    first = runner.gamma_policy(heuristic, "speculative")
+    assert runner.gamma_policy(heuristic, "speculative") is first
+    assert runner.gamma_policy(heuristic, "ngram") is not first  # one per strategy
+    assert runner.gamma_policy(Settings(gamma_policy="heuristic", gamma=6), "speculative") is not first
+    confident = runner.gamma_policy(Settings(gamma_policy="confidence", gamma_threshold=0.3), "speculative")
+    assert confident.threshold == 0.3
 
 
 # ------------------------------------------------ /stats and /save in a session
@@ -441,3 +453,16 @@ def test_stats_and_save_after_a_prompt(tmp_path, monkeypatch):
     back = read_trace(str(path)).prompts[0]
     assert back.runs[0].pieces[0] == {"drafted": [" w5", " w6"], "token": " w7"}
     assert back.to_dict() == pr.to_dict()
+
+
+def test_a_live_panel_waits_for_target_ar_before_predicting():
+    pr = why_prompt_run()
+    spec, target = pr.runs
+    pr.runs = [spec]  # target AR is on but has not run yet
+    c, out = console()
+    c.print(render.strategy_panel(spec, pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    assert "in the comparison, once target AR has run" in out.getvalue() and "predicted 1" not in out.getvalue()
+    pr.settings["target"] = False  # target AR off: the run's own rounds price the plain step
+    c, out = console()
+    c.print(render.strategy_panel(spec, pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    assert "plain step cost from own rounds" in out.getvalue()
