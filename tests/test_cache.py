@@ -1,0 +1,141 @@
+"""utils.cache: the version-aware crop, the per-layer rollback decision, exact
+restores of recurrent state, bounded sliding-window memory, and refusals."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from generation import speculative_generate
+from sampling import GreedyProcessor
+from tests import arch_zoo
+from tests.tiny_models import tiny_llama
+from utils.cache import (
+    CROP_ZERO_KEEPS,
+    TRANSFORMERS_RELEASE,
+    CachedModel,
+    UnsupportedCacheError,
+    cache_length,
+    drop_last,
+)
+
+PROMPT = [3, 9, 4, 17, 5, 9, 4, 17, 5, 30, 2, 8, 41, 7, 9, 4, 17, 5, 12, 6, 33, 7, 21, 9]
+
+
+def built(name, role="target"):
+    try:
+        return arch_zoo.build(name, role)
+    except arch_zoo.FamilyUnavailable as e:
+        pytest.skip(str(e))
+
+
+def fill(model, length):
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([PROMPT[:length]]), past_key_values=cache, use_cache=True)
+    return cache
+
+
+def test_drop_last_removes_exactly_n_positions():
+    cache = fill(tiny_llama(0), 9)
+    drop_last(cache, 3)
+    assert cache_length(cache) == 6
+    drop_last(cache, 0)          # never empties the cache, whatever crop(0) means in this release
+    assert cache_length(cache) == 6
+    with pytest.raises(ValueError):
+        drop_last(cache, -1)
+
+
+def test_crop_zero_rule_follows_the_release():
+    assert CROP_ZERO_KEEPS == (TRANSFORMERS_RELEASE >= (5, 14))
+
+
+def next_logits(model, cached, ids):
+    with torch.inference_mode():
+        return cached.forward(torch.tensor([ids]), keep=1)[0]
+
+
+def reference_logits(model, ids):
+    with torch.inference_mode():
+        kwargs = ({"decoder_input_ids": torch.tensor([ids]), "input_ids": torch.tensor([PROMPT])}
+                  if model.config.is_encoder_decoder else {"input_ids": torch.tensor([ids])})
+        return model(**kwargs, use_cache=False).logits[0, -1]
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3", "lfm2", "mamba2", "jamba", "qwen3_next", "t5"])
+def test_rollback_then_continue_matches_a_cacheless_forward(name):
+    """A round whose drafts are rejected leaves the cache a prefix of the kept
+    sequence: the next forward gives the logits a cacheless forward gives."""
+    model = built(name)
+    cached = CachedModel(model)
+    if TRANSFORMERS_RELEASE < (5,) and arch_zoo.family(name).kind in ("recurrent", "hybrid"):
+        with pytest.raises(UnsupportedCacheError, match="its own"):
+            cached.begin(PROMPT)      # 4.57 keeps this state in a cache class of the model's own
+        return
+    with torch.inference_mode():
+        seq = cached.begin(PROMPT)
+        cached.forward(torch.tensor([seq]), keep=1)
+        for round_index in range(6):                        # rounds: feed 4 drafts, keep 1 of them
+            before = cached.length
+            cached.checkpoint()
+            drafts = [(7 * round_index + j) % 50 + 3 for j in range(4)]
+            cached.forward(torch.tensor([seq + drafts]), keep=5)
+            seq = seq + drafts[:1] + [11]
+            cached.rollback(len(seq) - 1)
+            assert cached.length <= len(seq) - 1
+            assert cached.length >= before              # never further back than the checkpoint
+    got, want = next_logits(model, cached, seq), reference_logits(model, seq)
+    # Cached and cacheless kernels sum in different orders: equal up to float rounding.
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4 * float(want.abs().max()) + 1e-5)
+    assert int(got.argmax()) == int(want.argmax())
+
+
+@pytest.mark.parametrize("name, expected", [("llama", "crop"), ("mamba2", "restore"), ("jamba", "restore")])
+def test_speculative_reports_the_rollback_it_used(name, expected):
+    target, drafter = built(name), built(name, "drafter")
+    try:
+        with torch.inference_mode():
+            result = speculative_generate(PROMPT, drafter, target, logits_processor=GreedyProcessor(),
+                                          gamma=4, max_gen_len=24)
+    except UnsupportedCacheError as e:
+        assert TRANSFORMERS_RELEASE < (5,), f"refused on a release that should support it: {e}"
+        return
+    target_stats = result.rollback["target"]
+    assert target_stats["method"] == expected
+    assert set(result.rollback) == {"target", "drafter"}
+    if expected == "restore":
+        rejected_rounds = sum(1 for r in result.trace if r.accepted < len(r.drafted))
+        assert target_stats["restores"] == rejected_rounds > 0
+        assert target_stats["refed_tokens"] >= target_stats["restores"]
+        assert target_stats["snapshots"] >= result.rounds
+    else:
+        assert target_stats["restores"] == 0 and target_stats["refed_tokens"] == 0
+
+
+@pytest.mark.skipif(not CROP_ZERO_KEEPS, reason="past recording needs transformers >= 5.14")
+def test_sliding_window_memory_stays_bounded():
+    model = built("mistral")
+    window = model.config.sliding_window
+    cached = CachedModel(model)
+    with torch.inference_mode():
+        seq = cached.begin(PROMPT)
+        for step in range(40):
+            cached.checkpoint()
+            cached.forward(torch.tensor([seq + [5, 6, 7]]), keep=4)
+            seq = seq + [5, (step % 40) + 3]
+            cached.rollback(len(seq) - 1)
+            for layer in cached.cache.layers:
+                assert layer.keys.shape[-2] <= window - 1, "the sliding layer kept more than its window"
+    assert cached.stats.method == "crop"
+    assert len(seq) - 1 > 2 * window
+
+
+def test_a_static_cache_is_refused_with_one_line():
+    from transformers import StaticCache
+
+    from utils.cache import _check_rollback_support
+
+    model = tiny_llama(0)
+    cache = StaticCache(config=model.config, max_cache_len=32)
+    with pytest.raises(UnsupportedCacheError) as info:
+        _check_rollback_support(model, cache)
+    assert "\n" not in str(info.value) and "static" in str(info.value)
