@@ -102,6 +102,8 @@ BAD_COMMANDS = [
     ("/set_ngramstorage basic 1", "/set_ngramstorage: N must be between 2 and 16, got 1"),
     ("/gama 5", "unknown command /gama (did you mean /gamma?)"),
     ("/frobnicate", "unknown command /frobnicate; type /help for the list"),
+    ("/gamma_policy confidence 2", "/gamma_policy: T must be in (0, 1), got 2.0"),
+    ("/stats", "no prompt has run yet: /stats"),
 ]
 
 
@@ -136,9 +138,21 @@ def test_interactive_session(pair, tmp_path):
             pty.wait(label)
             pty.wait(r"12 tokens · [0-9.]+ s · [0-9.]+ tokens/s", regex=True)
         pty.wait("Comparison")
-        pty.wait(rf"Speculative{S}12{S}[0-9.]+{S}[0-9.]+{S}[0-9.]+x{S}yes", regex=True)
-        pty.wait(rf"NASD{S}12{S}[0-9.]+{S}[0-9.]+{S}[0-9.]+x{S}yes", regex=True)
-        pty.wait(rf"Target AR{S}12{S}[0-9.]+{S}[0-9.]+{S}1\.00x{S}baseline", regex=True)
+        model = rf"(?:[0-9.]+x|n/a){S}(?:[0-9]+|n/a){S}[0-9/]+%"  # predicted, best gamma, phase split
+        pty.wait(rf"Speculative{S}12{S}[0-9.]+{S}[0-9.]+x{S}{model}{S}yes", regex=True)
+        pty.wait(rf"NASD{S}12{S}[0-9.]+{S}[0-9.]+x{S}{model}{S}yes", regex=True)
+        pty.wait(rf"Target AR{S}12{S}[0-9.]+{S}1\.00x{S}-{S}-{S}[0-9/]+%{S}baseline", regex=True)
+
+        # The why views: /stats, a trace saved with /save, and a gamma policy.
+        pty.command("/stats", "Why (last prompt)")
+        pty.wait("acceptance at position")
+        pty.wait("cache rollback")
+        trace = tmp_path / "last trace.json"
+        pty.command(f"/save {trace}", "trace saved to")
+        assert trace.exists()
+        pty.command(f"/save {tmp_path / 'missing' / 'x.json'}", "cannot write trace to")
+        pty.command("/gamma_policy heuristic", "gamma_policy: heuristic")
+        pty.wait("gamma 4 (heuristic) |")  # the toolbar
 
         # Toggles: drafter on, speculative off; debug colours and the legend.
         pty.command("/drafter", "drafter: on")
