@@ -35,6 +35,7 @@ from utils.models import (
     set_offline,
 )
 from utils.progress import loading_status
+from utils.vocab import encode_prompt
 
 REPO = Path(__file__).resolve().parent.parent
 SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
@@ -128,10 +129,20 @@ GGUF_MERGES = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", 
 
 
 def byte_symbols() -> list[str]:
-    """The 256 printable stand-ins GPT-2 style byte-level BPE uses for raw bytes."""
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+    """The 256 printable stand-ins GPT-2 style byte-level BPE uses for raw bytes, in byte order.
 
-    return list(bytes_to_unicode().values())
+    Printable Latin-1 bytes stand for themselves; the others are mapped, in order, to code points
+    from 256 up (the table transformers 4.x exported as ``bytes_to_unicode``; 5.x no longer does).
+    """
+    printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), ord("ÿ") + 1))
+    symbols, extra = [], 0
+    for byte in range(256):
+        if byte in printable:
+            symbols.append(chr(byte))
+        else:
+            symbols.append(chr(256 + extra))
+            extra += 1
+    return symbols
 
 
 def gguf_tokens() -> list[str]:
@@ -173,7 +184,9 @@ def write_tiny_gguf(path: Path, model: LlamaForCausalLM) -> Path:
     writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
-    writer.add_rope_freq_base(config.rope_theta)
+    # 4.x keeps rope_theta on the config; 5.x inside config.rope_parameters.
+    rope_theta = getattr(config, "rope_theta", None) or config.rope_parameters["rope_theta"]
+    writer.add_rope_freq_base(rope_theta)
     writer.add_vocab_size(config.vocab_size)
     tokens = gguf_tokens()
     writer.add_tokenizer_model("gpt2")
@@ -226,6 +239,14 @@ def test_directory_spec_loads_the_saved_weights_in_eval_mode(tiny, ids):
     assert torch.equal(logits_of(model, ids), logits_of(original, ids))
 
 
+def test_auto_dtype_ignores_the_checkpoint_dtype(tmp_path, ids):
+    # transformers 5.x loads a checkpoint in its own dtype by default, 4.x in float32: the loader
+    # resolves "auto" itself, so a bfloat16 checkpoint gives float32 on a CPU with either version.
+    folder = save_pair(tmp_path / "bf16", tiny_llama(255).to(torch.bfloat16), word_tokenizer())
+    model, _ = load_model(str(folder), device="cpu", dtype="auto")
+    assert model.dtype == torch.float32
+
+
 def test_directory_spec_honours_an_explicit_dtype(tiny):
     model, _ = load_model(str(tiny[0]), device="cpu", dtype="bfloat16")
     assert model.dtype == torch.bfloat16
@@ -241,6 +262,18 @@ def test_gguf_spec_matches_the_model_it_was_written_from(tiny_gguf, capfd):
     assert any("tiny.gguf" in m for m in messages)
     # No tqdm bar from transformers' GGUF loader may reach the terminal.
     assert "de-quantizing" not in capfd.readouterr().err
+
+
+def test_a_gguf_model_loads_as_a_plain_float_model_that_can_be_saved(tiny_gguf, tmp_path):
+    path, original = tiny_gguf
+    model, tokenizer = load_model(str(path), device="cpu", dtype="bfloat16")
+    assert model.dtype == torch.bfloat16 and not getattr(model, "is_quantized", False)
+    assert type(model.model.layers[0].mlp.up_proj) is torch.nn.Linear
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    reloaded, _ = load_model(str(tmp_path / "saved"), device="cpu", dtype="bfloat16")
+    prompt = tokenizer("hello world", return_tensors="pt").input_ids
+    assert torch.equal(logits_of(reloaded, prompt), logits_of(model, prompt))
 
 
 def test_gguf_tokenizer_gets_its_special_tokens_from_the_file(tiny_gguf):
@@ -273,16 +306,20 @@ def _run_offline(script: str, hub_cache: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_hub_ids_offline_load_from_the_cache_and_unknown_ids_fail_clearly(tiny, tmp_path):
-    # A hub-layout cache holding "tiny-org/tiny-llama", as a previous online run would leave it.
+def fake_hub_snapshot(hub: Path, repo_id: str, folder: Path) -> None:
+    """Copy ``folder`` into a hub-layout cache as ``repo_id``, as a previous online run would leave it."""
     commit = "0" * 40
-    repo = tmp_path / "hub" / "models--tiny-org--tiny-llama"
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
     snapshot = repo / "snapshots" / commit
     snapshot.mkdir(parents=True)
-    for file in tiny[0].iterdir():
+    for file in folder.iterdir():
         (snapshot / file.name).write_bytes(file.read_bytes())
+
+
+def test_hub_ids_offline_load_from_the_cache_and_unknown_ids_fail_clearly(tiny, tmp_path):
+    fake_hub_snapshot(tmp_path / "hub", "tiny-org/tiny-llama", tiny[0])
     script = """
 import json
 from utils.models import ModelLoadError, load_model
@@ -411,6 +448,104 @@ def test_a_real_target_without_drafter_is_refused_and_self_is_a_demo(tiny):
 
 
 # ---------------------------------------------------------------------------------------------
+# Encoder-decoder pairs (T5, BART): tiny random models with the word tokenizer, no chat template
+# ---------------------------------------------------------------------------------------------
+
+
+def tiny_t5(seed: int, d_model: int = 32):
+    """A random two-layer T5 over the word vocabulary (255 tokens)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = T5Config(
+        vocab_size=255, d_model=d_model, d_kv=8, d_ff=2 * d_model, num_layers=2, num_decoder_layers=2,
+        num_heads=4, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
+    )
+    return T5ForConditionalGeneration(config).eval()
+
+
+def tiny_bart(seed: int):
+    """A random one-layer BART over the word vocabulary (255 tokens)."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = BartConfig(
+        vocab_size=255, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
+    )
+    return BartForConditionalGeneration(config).eval()
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tmp_path_factory):
+    """Saved tiny seq2seq models: {"t5": (dir, model), "t5_small": ..., "bart": ...}."""
+    root = tmp_path_factory.mktemp("seq2seq")
+    made = {"t5": tiny_t5(3, d_model=64), "t5_small": tiny_t5(4), "bart": tiny_bart(5)}
+    return {name: (save_pair(root / name, model, word_tokenizer(template=None)), model) for name, model in made.items()}
+
+
+def seq2seq_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """Float32 decoder logits for encoder input ``ids`` and the first 5 of them as decoder input."""
+    with torch.no_grad():
+        return model(input_ids=ids, decoder_input_ids=ids[:, :5]).logits[0].float()
+
+
+def test_a_t5_pair_loads_as_seq2seq_models(seq2seq, ids):
+    (target_dir, target), (drafter_dir, _) = seq2seq["t5"], seq2seq["t5_small"]
+    pair = load_pair(str(target_dir), str(drafter_dir), device="cpu")
+    assert pair.is_encoder_decoder
+    assert type(pair.target).__name__ == type(pair.drafter).__name__ == "T5ForConditionalGeneration"
+    assert pair.target.dtype == pair.drafter.dtype == torch.float32  # auto on a CPU, on 4.x and 5.x alike
+    assert torch.equal(seq2seq_logits(pair.target, ids), seq2seq_logits(target, ids))
+    assert pair.vocab_size == 255 and pair.end_tokens == [2]
+    # No chat template: prompts are the plain text's ids.
+    assert encode_prompt(pair.tokenizer, "w1 w2 w3") == [6, 7, 8]
+
+
+def test_a_bart_directory_loads_in_the_requested_dtype_and_quantises(seq2seq, ids):
+    folder, original = seq2seq["bart"]
+    model, _ = load_model(str(folder), device="cpu", dtype="bfloat16")
+    assert type(model).__name__ == "BartForConditionalGeneration" and model.dtype == torch.bfloat16
+    quantised, _ = load_model(str(folder), device="cpu", quantize="int8")
+    assert type(quantised.model.encoder.layers[0].fc1).__name__ == "QLinear"
+    assert type(quantised.lm_head).__name__ == "Linear"
+    agreement = (seq2seq_logits(quantised, ids).argmax(-1) == seq2seq_logits(original, ids).argmax(-1)).float().mean()
+    assert agreement.item() >= 0.8, agreement.item()
+
+
+def test_a_mixed_pair_is_refused_before_any_weights_are_read(monkeypatch, seq2seq, tiny):
+    import utils.hf_load
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights were read before the pair was checked")
+
+    monkeypatch.setattr(utils.hf_load, "load_weights", no_weights)
+    message = _error(lambda: load_pair(str(seq2seq["t5"][0]), str(tiny[0]), device="cpu"))
+    assert "encoder-decoder (t5)" in message and "decoder-only (llama)" in message and "same kind" in message
+    message = _error(lambda: load_pair(str(tiny[0]), str(seq2seq["bart"][0]), device="cpu"))
+    assert "decoder-only (llama)" in message and "encoder-decoder (bart)" in message
+
+
+def test_decoder_only_pairs_are_not_encoder_decoder(tiny, padded_dir):
+    assert load_pair(str(tiny[0]), str(padded_dir), device="cpu").is_encoder_decoder is False
+
+
+def test_seq2seq_hub_ids_load_offline_from_the_cache(seq2seq, tmp_path):
+    hub = tmp_path / "hub"
+    fake_hub_snapshot(hub, "tiny-org/tiny-t5", seq2seq["t5"][0])
+    fake_hub_snapshot(hub, "tiny-org/tiny-t5-small", seq2seq["t5_small"][0])
+    script = """
+import json
+from utils.models import load_pair
+pair = load_pair("tiny-org/tiny-t5", "tiny-org/tiny-t5-small", device="cpu")
+print(json.dumps({"seq2seq": pair.is_encoder_decoder, "classes": [type(pair.target).__name__, type(pair.drafter).__name__]}))
+"""
+    result = _run_offline(script, hub)
+    assert result == {"seq2seq": True, "classes": ["T5ForConditionalGeneration"] * 2}
+
+
+# ---------------------------------------------------------------------------------------------
 # End tokens and context length
 # ---------------------------------------------------------------------------------------------
 
@@ -434,6 +569,17 @@ def test_end_tokens_find_a_llama3_style_end_of_turn_by_rendering_the_template():
     model.generation_config.eos_token_id = None
     model.config.eos_token_id = None
     assert end_token_ids(tokenizer, model) == [2, tokenizer.convert_tokens_to_ids("<|eot_id|>")]
+
+
+def test_encode_prompt_gives_a_flat_list_of_ints_with_or_without_the_template():
+    # transformers 5.x returns a BatchEncoding from apply_chat_template(tokenize=True), 4.x a list.
+    tokenizer = word_tokenizer()
+    ids = encode_prompt(tokenizer, "w1 w2")
+    # <|im_start|> user(<unk>) w1 w2 <|im_end|> <|im_start|> assistant(<unk>)
+    assert ids == [3, 0, 6, 7, 4, 3, 0] and all(type(i) is int for i in ids)
+    assert encode_prompt(tokenizer, "w1 w2", chat=False) == [6, 7]
+    tokenizer.chat_template = None
+    assert encode_prompt(tokenizer, "w1 w2") == [6, 7]
 
 
 def test_end_tokens_skip_markers_missing_from_the_vocabulary():
@@ -480,6 +626,14 @@ def test_bitsandbytes_on_cpu_is_refused_with_the_alternative(tiny):
         assert "needs a CUDA GPU" in message and f"--quantize {alternative}" in message and "\n" not in message
 
 
+def test_bitsandbytes_on_a_gguf_file_is_refused_before_reading_it(monkeypatch, tiny_gguf):
+    import utils.models
+
+    monkeypatch.setattr(utils.models, "check_quantize_supported", lambda method, device: None)  # as on a GPU
+    message = _error(lambda: load_model(str(tiny_gguf[0]), device="cpu", quantize="bnb4"))
+    assert "cannot be combined with a .gguf file" in message and "--quantize int4" in message
+
+
 def test_unknown_quantisation_is_refused(tiny):
     with pytest.raises(ModelLoadError, match=r"Unknown quantisation 'int2'.*int8, int4, bnb8, bnb4"):
         load_model(str(tiny[0]), device="cpu", quantize="int2")
@@ -516,20 +670,33 @@ def test_out_of_memory_while_loading_is_explained(monkeypatch, tiny):
     assert message.startswith("Out of memory while loading") and "--quantize int8" in message
 
 
+def _hub_error(cls, message: str) -> Exception:
+    """A huggingface_hub HTTP error; hub 1.x and later require the HTTP response it came with."""
+    try:
+        return cls(message)
+    except TypeError:
+        from huggingface_hub import errors
+
+        http = sys.modules[errors.Response.__module__.split(".")[0]]
+        request = http.Request("GET", "https://huggingface.co/api/models/org/model")
+        return cls(message, response=http.Response(404, request=request))
+
+
 def _raise_hub_error(monkeypatch, error: Exception):
-    """Make tokenizer loading fail the way transformers does: an OSError caused by ``error``."""
+    """Make config and tokenizer loading fail the way transformers does: an OSError caused by ``error``."""
     import transformers
 
     def failing(*args, **kwargs):
         raise OSError("transformers wraps hub failures in OSError") from error
 
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", failing)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", failing)
 
 
 def test_gated_repo_is_explained(monkeypatch):
     from huggingface_hub.errors import GatedRepoError
 
-    _raise_hub_error(monkeypatch, GatedRepoError("Access to model meta-llama/Llama-3.2-1B-Instruct is restricted."))
+    _raise_hub_error(monkeypatch, _hub_error(GatedRepoError, "Access to model meta-llama/Llama-3.2-1B-Instruct is restricted."))
     message = _error(lambda: load_model("meta-llama/Llama-3.2-1B-Instruct", device="cpu"))
     assert "gated" in message and "huggingface.co/meta-llama/Llama-3.2-1B-Instruct" in message and "login" in message
 
@@ -537,7 +704,7 @@ def test_gated_repo_is_explained(monkeypatch):
 def test_unknown_repo_is_explained(monkeypatch):
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    _raise_hub_error(monkeypatch, RepositoryNotFoundError("404 Client Error."))
+    _raise_hub_error(monkeypatch, _hub_error(RepositoryNotFoundError, "404 Client Error."))
     message = _error(lambda: load_model("someone/typo-model", device="cpu"))
     assert "'someone/typo-model' is neither a local path nor a model id" in message
 
@@ -605,6 +772,18 @@ def test_default_model_dir_converts_once_then_reuses_the_cache(monkeypatch, tmp_
     (first / default_model.MARKER).write_text(json.dumps({"gguf": "old.gguf"}))
     assert default_model_dir() == first and len(calls) == 2
     assert [p.name for p in (tmp_path / "models").iterdir()] == [first.name]
+
+
+def test_each_transformers_major_version_gets_its_own_default_cache(monkeypatch, tmp_path):
+    # Files written by 5.x are not read back the same by 4.x (rope_theta, tokenizer class).
+    calls = []
+    monkeypatch.setattr(default_model, "convert_gguf", _fake_conversion(calls))
+    monkeypatch.setattr(default_model, "transformers_major", lambda: 4)
+    four = default_model_dir(tmp_path)
+    monkeypatch.setattr(default_model, "transformers_major", lambda: 5)
+    five = default_model_dir(tmp_path)
+    assert four != five and four.name.endswith("-tf4") and five.name.endswith("-tf5") and len(calls) == 2
+    assert default_model_dir(tmp_path) == five and len(calls) == 2  # reused, not rebuilt
 
 
 def test_an_interrupted_conversion_leaves_no_cache_behind(monkeypatch, tmp_path):
@@ -681,8 +860,7 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
     assert pair.vocab_size == 49152 and pair.context_length == 8192
     tokenizer = pair.tokenizer
     assert tokenizer.convert_ids_to_tokens(pair.end_tokens) == ["<|im_end|>"]
-    chat = [{"role": "user", "content": "What is the capital of France?"}]
-    prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt")
+    prompt = torch.tensor([encode_prompt(tokenizer, "What is the capital of France?")])
     output = pair.target.generate(
         prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
         eos_token_id=pair.end_tokens, pad_token_id=tokenizer.pad_token_id,

@@ -7,6 +7,12 @@ to a temporary directory and renamed into place, so an interrupted conversion ne
 half-written cache behind. float32 keeps the dequantised weights exactly; the requested dtype
 is applied when the cache is loaded. A bfloat16 copy sits in the ``bfloat16/`` subfolder because the
 default drafter is bfloat16 and converting 135M weights at every start costs seconds on a CPU.
+
+Each major version of transformers gets its own cache folder (``...-float32-tf4``, ``...-tf5``):
+the files one writes are not read back the same by the other. A config saved by 5.x keeps
+``rope_theta`` inside ``rope_parameters``, which 4.57 does not read (it would silently fall back to
+its default 10000 instead of SmolLM2's 100000), and its tokenizer class ``TokenizersBackend`` does
+not exist in 4.57.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_LABEL = "SmolLM2-135M-Instruct"
 CACHE_ENV = "SPECDEC_CACHE_DIR"
 # Bump when the cache layout or conversion changes, so old caches are rebuilt.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 MARKER = "specdec_source.json"
 BF16_SUBFOLDER = "bfloat16"
 REQUIRED_FILES = (
@@ -70,9 +76,30 @@ def default_gguf_path() -> Path:
     )
 
 
-def source_signature(gguf_path: Path) -> dict:
-    """What the cache was built from; a cache whose marker differs is rebuilt."""
-    return {"gguf": gguf_path.name, "bytes": gguf_path.stat().st_size, "format": CACHE_FORMAT, "dtype": "float32"}
+def transformers_major() -> int:
+    """The major version of the installed transformers (4 or 5), read without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("transformers").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return 0
+
+
+def cache_folder_name(major: int) -> str:
+    """The cache folder of the default model converted by transformers ``major``.x."""
+    return f"{DEFAULT_LABEL}-Q4_1-float32-tf{major}"
+
+
+def source_signature(gguf_path: Path, major: int) -> dict:
+    """What the cache was built from, and by which transformers; a cache whose marker differs is rebuilt."""
+    return {
+        "gguf": gguf_path.name,
+        "bytes": gguf_path.stat().st_size,
+        "format": CACHE_FORMAT,
+        "dtype": "float32",
+        "transformers": major,
+    }
 
 
 def cache_is_valid(folder: Path, signature: dict) -> bool:
@@ -93,7 +120,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     import torch
 
     from utils.hf_load import load_tokenizer, load_weights
+    from utils.progress import quiet_hf_progress
 
+    quiet_hf_progress()  # transformers draws bars while loading and writing shards
     location, name = str(gguf_path.parent), gguf_path.name
     tokenizer = load_tokenizer(location, name)
     model = load_weights(location, name, dtype=torch.float32)
@@ -131,9 +160,10 @@ def default_model_dir(cache_dir: str | os.PathLike | None = None, progress: Prog
     """
     say = progress or no_progress
     gguf_path = default_gguf_path()
-    signature = source_signature(gguf_path)
+    major = transformers_major()
+    signature = source_signature(gguf_path, major)
     models = cache_root(cache_dir) / "models"
-    final = models / f"{DEFAULT_LABEL}-Q4_1-float32"
+    final = models / cache_folder_name(major)
     if cache_is_valid(final, signature):
         return final
     if not gguf_available():

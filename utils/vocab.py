@@ -156,6 +156,22 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+def _flat_ids(encoded) -> list[int]:
+    """Token ids of one sequence from ``apply_chat_template(tokenize=True)``.
+
+    transformers 4.x returns a list of ints; 5.x returns a BatchEncoding (``return_dict=True`` is
+    its default), whose ``input_ids`` may hold one list per conversation.
+    """
+    if hasattr(encoded, "keys"):
+        encoded = encoded["input_ids"]
+    if hasattr(encoded, "tolist"):
+        encoded = encoded.tolist()
+    ids = list(encoded)
+    if ids and isinstance(ids[0], (list, tuple)):
+        ids = list(ids[0])
+    return [int(i) for i in ids]
+
+
 def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
     """Prompt token ids: one user turn through the chat template (with the assistant
     header) when ``chat`` is on and the tokenizer has a template, else the plain text.
@@ -164,10 +180,8 @@ def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
     every strategy gets the same ids.
     """
     if chat and has_chat_template(tokenizer):
-        ids = tokenizer.apply_chat_template(
+        encoded = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
         )
-        if hasattr(ids, "keys"):  # some versions return a BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids)
-    return list(tokenizer(text).input_ids)
+        return _flat_ids(encoded)
+    return [int(i) for i in tokenizer(text).input_ids]
