@@ -65,15 +65,16 @@ def environment(pair) -> dict:
 
 
 def prompt_record(prompt_run: PromptRun, tokenizer=None) -> dict:
-    """One prompt as a trace entry (``tokenizer`` decodes each round's pieces;
-    pieces already on a run are kept)."""
+    """One prompt as a trace entry (``tokenizer`` decodes each drafting round's
+    pieces; pieces already on a run are kept)."""
     record = {"settings": prompt_run.settings, "prompt_ids": prompt_run.prompt_ids,
               "greedy": prompt_run.greedy, **prompt_run.to_dict()}
     for run in prompt_run.runs:
         if run.result is None:
             continue
         trace = run.result.trace or []
-        if run.pieces is None and tokenizer is not None and trace:
+        # the debug view, which the pieces serve, shows drafting runs only
+        if run.pieces is None and tokenizer is not None and trace and run.drafting:
             run.pieces = round_pieces(tokenizer, prompt_run.prompt_ids, trace)
         result = run.result.to_dict(with_trace=True)
         if run.pieces is not None:
