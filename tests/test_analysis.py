@@ -1,6 +1,5 @@
 """The speedup model and the acceptance statistics, on hand-built numbers."""
 
-import math
 import random
 
 import pytest
