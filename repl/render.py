@@ -84,7 +84,9 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
     why = prompt_run.why(run)
     if why is None:
         return None
-    parts = [f"mean accepted {why.mean_accepted:.2f} of gamma {why.gamma}"]
+    policy = run.result.gamma_policy
+    parts = [f"mean accepted {why.mean_accepted:.2f} per drafting round at gamma {why.gamma}"
+             + (f" ({policy})" if policy and policy != "constant" else "")]
     target_pending = prompt_run.settings.get("target") and not any(r.key == "target" for r in prompt_run.runs)
     if target_pending:
         parts.append("predicted speedup and best gamma: in the comparison, once target AR has run")
