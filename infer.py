@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="plain lines (/commands allowed) or JSON lines with 'prompt' or Spec-Bench 'turns'")
     script.add_argument("--json", action="store_true",
                         help="one JSON object per prompt on stdout; messages go to stderr")
+    script.add_argument("--selftest", action="store_true",
+                        help="check that speculative decoding and NASD keep the target's output on the "
+                             "loaded pair (greedy, cache on and off, and sampling); one line per check, "
+                             "exit status 1 when any fails")
     traces = parser.add_argument_group("traces")
     traces.add_argument("--trace-out", metavar="FILE",
                         help="write every prompt's trace (settings, models, rounds, metrics) to FILE as JSON")
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         notices = apply_flags(args, settings)
     except CommandError as e:
         parser.error(str(e))
-    scripted = bool(args.prompt or args.prompts_file or args.json or not sys.stdin.isatty())
+    scripted = not args.selftest and bool(args.prompt or args.prompts_file or args.json
+                                          or not sys.stdin.isatty())
 
     from repl.render import make_console
     from repl.scripted import ScriptError, collect
@@ -138,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in pair.banner_lines():
         messages.print(line, style="bold")
     messages.print(f"device: {pair.device} · context: {pair.context_length} tokens", style="bold")
+    if args.selftest:
+        from checks.selftest import selftest_exit_code
+
+        return selftest_exit_code(pair)
     runner = Runner(pair, notify=lambda m: messages.print(m, style="yellow"))
     with messages.status("Warming up both models…"):
         runner.warm_up()

@@ -281,6 +281,8 @@ COMMANDS: dict[str, Command] = {
         Command("config", "", "show every setting and the models", _no_args("config")),
         Command("stats", "", "the last prompt's acceptance by position, accepted lengths, "
                 "phase times and the speedup model", _no_args("stats")),
+        Command("selftest", "", "check that speculative decoding and NASD keep the target's output "
+                "on this pair (greedy, cache on and off, and sampling)", _no_args("selftest")),
         Command("save", "FILE", "write the last prompt's trace (settings, models, rounds, metrics) "
                 "as JSON; replay it with infer.py --replay FILE", _parse_save),
         Command("help", "[COMMAND]", "list the commands, or explain one", _parse_help,

@@ -75,6 +75,8 @@ class Session:
             self.show_stats()
         elif reply.action == "save":
             self.save(reply.argument)
+        elif reply.action == "selftest":
+            self.selftest()
         elif reply.action == "clear":
             self.console.clear()
         return True
@@ -165,6 +167,19 @@ class Session:
         tokenizer = self.runner.pair.tokenizer
         self.console.print(render.strategy_panel(run, prompt_run.prompt_ids, tokenizer,
                                                  debug=self.settings.debug, prompt_run=prompt_run))
+
+    def selftest(self) -> None:
+        """/selftest: run checks.selftest on the loaded pair, one line per check."""
+        from checks.selftest import run_selftest
+
+        self.say("self-test: greedy and sampling checks on the built-in prompts (takes a while)", "dim")
+        checks = run_selftest(self.runner.pair,
+                              report=lambda c: self.say(c.line(), "green" if c.passed else "bold red"))
+        failed = [c.name for c in checks if not c.passed]
+        if failed:
+            self.error(f"self-test failed: {len(failed)} of {len(checks)} checks ({', '.join(failed)})")
+        else:
+            self.say(f"self-test passed: {len(checks)} checks", "bold green")
 
     def show_summary(self, prompt_run: PromptRun) -> None:
         if prompt_run.runs:

@@ -411,7 +411,7 @@ SAMPLING_FAMILIES = ("mistral", "mamba2", "bart")
 SAMPLING_TOP_K = 3
 SAMPLING_TEMPERATURE = 4.0    # undoes part of LOGIT_SCALE: no top-k token is negligible
 SAMPLING_STEPS = 2            # the distribution of the first two tokens: 3 x 3 outcomes
-SAMPLING_RUNS = 400
+SAMPLING_RUNS = 300
 SAMPLING_SEED = 4321
 # A p-value below this fails the check: a false alarm about once in 10^6 runs.
 SAMPLING_ALPHA = 1e-6

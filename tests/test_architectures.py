@@ -15,8 +15,10 @@ Test ids are ``<family>-<check>``, e.g. ``mistral-speculative-g3``.
 """
 
 import pytest
+import torch
 
 import generation.accept
+import generation.verify
 from tests import arch_zoo
 from tests.arch_zoo import CHECKS, FAMILIES, run_check
 
@@ -68,3 +70,15 @@ def test_sampling_check_catches_resampling_from_p(monkeypatch):
     monkeypatch.setattr(generation.accept, "residual_distributions", lambda p, q, draft: p)
     outcome = arch_zoo.guarded(lambda: arch_zoo.check_sampling("llama", "nasd"))
     assert outcome.status == "fail" and "chi-square" in outcome.detail, outcome
+
+
+def test_greedy_check_catches_a_broken_accept_rule(monkeypatch):
+    """With every draft accepted, the family drafter's wrong drafts reach the
+    output, and the check names the first wrong token."""
+    def accept_everything(p, q, draft, sample, generator=None):
+        k = draft.shape[0]
+        return p.new_tensor(k, dtype=torch.long), sample(p[k:], generator)[0]
+
+    monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
+    outcome = arch_zoo.guarded(lambda: arch_zoo.check_speculative("llama", "drafter", 3))
+    assert outcome.status == "fail" and "generate gave" in outcome.detail, outcome

@@ -1,0 +1,142 @@
+"""The self-test (checks/selftest.py) passes on a correct engine and fails loudly
+on a broken accept rule, in process and through ``infer.py --selftest``."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+import generation.accept
+import generation.verify
+from checks.selftest import Check, run_selftest, selftest_exit_code
+from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_model, build_pair, build_tokenizer, child_env
+from utils.models import ModelPair
+
+CONTEXT = 4096
+RUNS = 200  # sampling runs per strategy: enough power for the mistakes below, a few seconds
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The REPL tests' tiny word-level pair, with a drafter far enough from the
+    target that rejections (and so the resample path) are frequent."""
+    tokenizer = build_tokenizer()
+    target = build_model(1, len(tokenizer), context=CONTEXT)
+    drafter = build_model(1, len(tokenizer), context=CONTEXT, noise=0.05)
+    return ModelPair(
+        target=target, drafter=drafter, tokenizer=tokenizer, target_name="tiny target",
+        drafter_name="tiny drafter", end_tokens=[tokenizer.eos_token_id], device=torch.device("cpu"),
+        vocab_size=len(tokenizer), context_length=CONTEXT, self_draft_demo=False,
+    )
+
+
+def accept_everything(p, q, draft, sample, generator=None):
+    """A broken accept rule: every draft is kept, then a token from p after them."""
+    k = draft.shape[0]
+    return torch.tensor(k, device=p.device), sample(p[k:], generator)[0]
+
+
+def test_passes_on_a_correct_engine(pair):
+    reported: list[Check] = []
+    checks = run_selftest(pair, length=24, sampling_runs=RUNS, report=reported.append)
+    assert checks == reported  # each check is reported as soon as it is done
+    assert [c.name.split(" (")[0] for c in checks] == [
+        "speculative greedy", "NASD greedy", "speculative greedy", "NASD greedy",
+        "speculative sampling", "NASD sampling"]
+    for check in checks:
+        assert check.passed, check.line()
+        assert "\n" not in check.detail
+    greedy = [c for c in checks if "greedy" in c.name]
+    assert any("cache off" in c.name for c in greedy) and any("cache on" in c.name for c in greedy)
+    # The drafts were exercised: both strategies accepted some drafts in the greedy checks.
+    assert all(" 0 of " not in c.detail for c in greedy)
+
+
+def test_accepting_every_draft_fails_with_the_first_wrong_token(pair, monkeypatch):
+    monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
+    checks = run_selftest(pair, length=24, sampling_runs=RUNS)
+    failed = {c.name.split(" (")[0] + ("" if "sampling" in c.name else c.name[c.name.index(" ("):])
+              for c in checks if not c.passed}
+    assert "NASD greedy (cache on)" in failed and "NASD greedy (cache off)" in failed
+    assert "NASD sampling" in failed
+    nasd = next(c for c in checks if c.name == "NASD greedy (cache on)")
+    assert "target AR gave" in nasd.detail and "token " in nasd.detail
+    assert nasd.line().startswith("FAIL  NASD greedy (cache on): prompt ")
+
+
+def test_resampling_from_p_is_caught_by_the_sampling_check(pair, monkeypatch):
+    """The classic mistake keeps greedy output right (so the greedy checks pass)
+    but biases sampling, which the chi-square check catches."""
+    monkeypatch.setattr(generation.accept, "residual_distributions", lambda p, q, draft: p)
+    checks = run_selftest(pair, length=8, sampling_runs=RUNS)
+    sampling = {c.name.split(" (")[0]: c for c in checks if "sampling" in c.name}
+    assert not sampling["speculative sampling"].passed
+    assert "chi-square" in sampling["speculative sampling"].detail or "probability 0" in \
+        sampling["speculative sampling"].detail
+    assert all(c.passed for c in checks if "greedy" in c.name)
+
+
+def test_exit_code_and_lines(pair, monkeypatch):
+    lines: list[str] = []
+    assert selftest_exit_code(pair, out=lines.append, length=8, sampling_runs=50) == 0
+    assert lines[-1] == "self-test passed: 6 checks"
+    assert all(line.startswith("PASS  ") for line in lines[:-1])
+    monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
+    lines.clear()
+    assert selftest_exit_code(pair, out=lines.append, length=24, sampling_runs=50) == 1
+    assert lines[-1].startswith("self-test failed: ")
+    assert any(line.startswith("FAIL  NASD greedy") for line in lines)
+
+
+def test_bad_length_is_refused(pair):
+    with pytest.raises(ValueError, match="length must be an integer >= 1, got 0"):
+        run_selftest(pair, length=0)
+
+
+# ------------------------------------------------------------ through infer.py
+
+BROKEN_LAUNCHER = """\
+import runpy, sys
+sys.path.insert(0, {repo!r})
+import torch
+import generation.verify
+
+def accept_everything(p, q, draft, sample, generator=None):
+    k = draft.shape[0]
+    return torch.tensor(k, device=p.device), sample(p[k:], generator)[0]
+
+generation.verify.accept_drafts = accept_everything
+sys.argv = ["infer.py", *sys.argv[1:]]
+runpy.run_path({infer!r}, run_name="__main__")
+"""
+
+
+@pytest.fixture(scope="module")
+def saved_pair(tmp_path_factory):
+    return build_pair(tmp_path_factory.mktemp("tiny_pair_selftest"), context=CONTEXT)
+
+
+def _selftest(args, tmp_path, script=None):
+    command = [PYTHON, str(script)] if script else [PYTHON, str(INFER)]
+    return subprocess.run([*command, *args, "--selftest"], cwd=REPO, env=child_env(tmp_path),
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def test_infer_selftest_passes_and_fails_loudly(saved_pair, tmp_path):
+    target, drafter = saved_pair
+    args = ["--target", str(target), "--drafter", str(drafter), "--device", "cpu"]
+    done = _selftest(args, tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
+    assert len(lines) == 6 and all(line.startswith("PASS  ") for line in lines), done.stdout
+    assert "self-test passed: 6 checks" in done.stdout
+
+    launcher = tmp_path / "broken_infer.py"
+    launcher.write_text(BROKEN_LAUNCHER.format(repo=str(REPO), infer=str(INFER)))
+    broken = _selftest(args, tmp_path, script=launcher)
+    assert broken.returncode == 1, broken.stdout[-2000:] + broken.stderr[-2000:]
+    assert "FAIL  NASD greedy (cache on): prompt " in broken.stdout
+    assert "self-test failed: " in broken.stdout
+    assert "Traceback" not in broken.stderr
