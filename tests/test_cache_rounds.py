@@ -3,13 +3,12 @@ token), and each forward feeds only unseen tokens."""
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from generation import autoregressive_generate, speculative_generate
 from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
 from sampling import GreedyProcessor, NucleusProcessor
 from tests.tiny_models import RecordingModel, tiny_llama
-from utils.cache import cache_length, crop_cache, forward_unseen
+from utils.cache import CachedModel, cache_length, drop_last
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 2]
 
@@ -65,39 +64,28 @@ def test_without_cache_the_whole_sequence_is_fed():
     assert model.calls == [(0, len(PROMPT) + i) for i in range(4)]
 
 
-def make_cache(layers=2, length=7):
-    return tuple((torch.randn(1, 2, length, 4), torch.randn(1, 2, length, 4)) for _ in range(layers))
-
-
-def test_crop_dynamic_cache_through_public_api():
+def test_drop_last_goes_through_the_public_crop():
     model = tiny_llama(0)
-    cache = DynamicCache(config=model.config)
+    cached = CachedModel(model)
     with torch.inference_mode():
-        forward_unseen(model, torch.tensor([PROMPT[:7]]), cache, keep=1)
+        cached.begin(PROMPT)
+        cached.forward(torch.tensor([PROMPT[:7]]), keep=1)
+    cache = cached.cache
     before = [layer.keys.clone() for layer in cache.layers]
     assert cache_length(cache) == 7
-    assert crop_cache(cache, 4) is cache
+    drop_last(cache, 3)
     assert cache_length(cache) == 4
     assert all(torch.equal(layer.keys, old[..., :4, :]) for layer, old in zip(cache.layers, before))
-    crop_cache(cache, 10)      # beyond the current length: no-op
-    assert cache_length(cache) == 4
+    assert cache_length(None) == 0
 
 
-def test_crop_legacy_tuple_cache():
-    legacy = make_cache()
-    cropped = crop_cache(legacy, 3)
-    assert cache_length(cropped) == 3
-    assert torch.equal(cropped[0][1], legacy[0][1][..., :3, :])
-    assert cache_length(None) == 0 and crop_cache(None, 3) is None
-    with pytest.raises(ValueError):
-        crop_cache(legacy, -1)
-
-
-def test_forward_unseen_refuses_when_nothing_is_new():
+def test_forward_refuses_when_nothing_is_new():
     model = tiny_llama(0)
     ids = torch.tensor([PROMPT])
+    cached = CachedModel(model)
     with torch.inference_mode():
-        logits, cache = forward_unseen(model, ids, DynamicCache(), keep=2)
-        assert logits.shape == (2, 64) and cache_length(cache) == len(PROMPT)
+        cached.begin(PROMPT)
+        logits = cached.forward(ids, keep=2)
+        assert logits.shape == (2, 64) and cached.length == len(PROMPT)
         with pytest.raises(ValueError, match="nothing new"):
-            forward_unseen(model, ids, cache, keep=1)
+            cached.forward(ids, keep=1)

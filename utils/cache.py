@@ -117,31 +117,8 @@ def _self_attention(cache):
 
 
 def cache_length(cache) -> int:
-    """Number of positions a cache holds (0 for no cache)."""
-    if cache is None:
-        return 0
-    if isinstance(cache, Cache):
-        return int(cache.get_seq_length())
-    if len(cache) == 0:  # a legacy tuple of (key, value) per layer
-        return 0
-    return cache[0][0].shape[-2]
-
-
-def crop_cache(cache, length: int):
-    """Roll a cache whose layers are all croppable back to its first ``length`` positions.
-
-    Returns the cache (the same object for a ``Cache``, a new tuple for the
-    legacy format). A length at or beyond the current one changes nothing.
-    """
-    if length < 0:
-        raise ValueError(f"cannot crop a cache to a negative length ({length})")
-    current = cache_length(cache)
-    if cache is None or current <= length:
-        return cache
-    if isinstance(cache, Cache):
-        drop_last(cache, current - length)
-        return cache
-    return tuple((k[..., :length, :], v[..., :length, :]) for k, v in cache)
+    """Number of positions an attention cache holds (0 for no cache)."""
+    return int(cache.get_seq_length()) if cache is not None else 0
 
 
 # --------------------------------------------------------- per-layer policy
@@ -363,8 +340,8 @@ class CachedModel:
         for i, layer in enumerate(layers):
             if i in self._snapshots:
                 layers[i] = self._snapshots[i]
-            elif drop > 0:
-                layer.crop(-drop)
+            else:
+                drop_last(layer, drop)
         self._snapshots = {}
         self._length = kept
         self.stats.restores += 1
@@ -377,22 +354,8 @@ class CachedModel:
         ``crop(0)`` removes nothing but drops the sliding-window and conv
         history recorded since the last round (transformers >= 5.14).
         """
-        if not CROP_ZERO_KEEPS or self._length == 0:
+        if self._length == 0:
             return
         for layer in _layers(self.cache):
             if getattr(layer, "record_past", False) and getattr(layer, "is_initialized", True):
-                layer.crop(0)
-
-
-# ----------------------------------------------- stateless helper (tests, peers)
-
-def forward_unseen(model, ids: torch.Tensor, cache, keep: int):
-    """Run a decoder-only ``model`` on the tokens of ``ids`` that ``cache`` has not seen.
-
-    ids: (1, L) the whole sequence so far. cache: a cache holding fewer than L
-    positions, or None to recompute the whole sequence (no cache).
-    Returns (logits of the last ``keep`` positions, shape (keep, V), the cache).
-    """
-    runner = CachedModel(model, use_cache=cache is not None)
-    runner.cache, runner._length = cache, cache_length(cache)
-    return runner.forward(ids, keep), cache
+                drop_last(layer, 0)
