@@ -1,7 +1,7 @@
 """A zoo of tiny random models, one target and one drafter per architecture family,
 and the checks that hold every decoding strategy to transformers' own ``generate``.
 
-Everything is built offline from configs (no downloads): hidden sizes of 32-64,
+Everything is built offline from configs (no downloads): hidden size 32,
 2-4 layers, a vocabulary of 96, so one forward takes milliseconds. The output
 layer is scaled up (``LOGIT_SCALE``) so greedy decoding is not a coin toss.
 Sliding-window families get a window of 8, shorter than every prompt here, and
@@ -22,7 +22,6 @@ with a one-line detail); ``tests/test_architectures.py`` asserts on them and
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -433,17 +432,15 @@ def sampling_prompt(name: str) -> tuple[int, ...]:
 
     A 2-gram storage then drafts t first, and the target accepts it with a fair
     probability: NASD's accept and resample paths both run. t is the smallest id
-    that works (every candidate is scored in one batch).
+    that works.
     """
     model, processor = build(name), sampling_processor()
-    candidates = [[SAMPLING_LAST, t, *SAMPLING_BASE, SAMPLING_LAST] for t in range(VOCAB)]
+    encoder_decoder = family(name).encoder_decoder
     with torch.inference_mode():
-        rows = [_next_distributions(model, c, [()], processor, family(name).encoder_decoder)[0]
-                for c in candidates] if family(name).encoder_decoder else \
-            list(processor(model(torch.tensor(candidates)).logits[:, -1, :VOCAB]))
-    for t, row in enumerate(rows):
-        if row[t] > 0:
-            return tuple(candidates[t])
+        for t in range(VOCAB):
+            prompt = [SAMPLING_LAST, t, *SAMPLING_BASE, SAMPLING_LAST]
+            if _next_distributions(model, prompt, [()], processor, encoder_decoder)[0, t] > 0:
+                return tuple(prompt)
     raise RuntimeError(f"{name}: no token is in the target's top-{SAMPLING_TOP_K} after itself")
 
 
