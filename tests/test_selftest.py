@@ -95,6 +95,35 @@ def test_bad_length_is_refused(pair):
         run_selftest(pair, length=0)
 
 
+def test_repl_selftest_command_prints_one_line_per_check(pair, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import checks.selftest
+    from repl.runner import Runner
+    from repl.session import Session
+    from repl.settings import Settings
+
+    full = checks.selftest.run_selftest
+    monkeypatch.setattr(checks.selftest, "run_selftest",
+                        lambda p, **kw: full(p, length=24, sampling_runs=50, **kw))
+    out = io.StringIO()
+    session = Session(Runner(pair), Settings(), Console(file=out, width=200, color_system=None))
+    assert session.handle("/selftest") is True
+    lines = out.getvalue().splitlines()
+    assert sum(line.startswith("PASS  ") for line in lines) == 6
+    assert "self-test passed: 6 checks" in lines
+    assert session.failures == 0
+
+    monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
+    out.seek(0)
+    out.truncate(0)
+    session.handle("/selftest")
+    assert session.failures == 1 and session.last_error.startswith("self-test failed: ")
+    assert any(line.startswith("FAIL  NASD greedy") for line in out.getvalue().splitlines())
+
+
 # ------------------------------------------------------------ through infer.py
 
 BROKEN_LAUNCHER = """\
