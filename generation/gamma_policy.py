@@ -28,6 +28,7 @@ Pure Python: no torch, no device syncs; the times arrive in the Round.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from analysis.speedup import CostModel
@@ -137,6 +138,30 @@ class _Rate:
         return (self.successes + weight * prior) / (self.trials + weight)
 
 
+class _Recent:
+    """The median of the last few samples: one slow forward (another process, a
+    collector pause) moves it little, and it follows a lasting change within a
+    few samples."""
+
+    __slots__ = ("samples",)
+
+    def __init__(self, keep: int = 5):
+        self.samples: deque[float] = deque(maxlen=keep)
+
+    def add(self, x: float) -> None:
+        self.samples.append(x)
+
+    @property
+    def count(self) -> int:
+        return len(self.samples)
+
+    @property
+    def value(self) -> float:
+        ordered = sorted(self.samples)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 class _Mean:
     """An exponential moving average that starts at its first sample."""
 
@@ -185,7 +210,10 @@ class ModelPolicy:
     (``probes``) so the cost curve is learned early; after that every
     ``explore_every``-th round tries a neighbour of the current choice
     (gamma + 1 and gamma - 1 in turn), which keeps the costs around the choice
-    fresh and lets acceptance that has risen (or fallen) be noticed.
+    fresh and lets acceptance that has risen (or fallen) be noticed, and every
+    ``reprobe_every``-th round tries the next probe width again. A width's
+    verify cost is the median of its last five measurements, so one slow
+    forward does not mislead it for long.
 
     What it learned persists across generations (the costs belong to the
     machine and the models); a new drafter kind starts it afresh. The first
@@ -199,12 +227,14 @@ class ModelPolicy:
     TABLE_REFRESH = 8       # rounds between rebuilds of the verify-cost table
 
     def __init__(self, max_gamma: int = 16, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
-                 explore_every: int = 16, decay: float = 0.95, cost_alpha: float = 0.2,
+                 explore_every: int = 16, reprobe_every: int = 128, decay: float = 0.95,
+                 cost_alpha: float = 0.2,
                  prior: float = 0.5, prior_weight: float = 2.0,
                  clock: Callable[[], float] | None = time.perf_counter):
         self.max_gamma = max_gamma
         self.probes = tuple(g for g in probes if 0 <= g <= max_gamma)
         self.explore_every = explore_every
+        self.reprobe_every = reprobe_every
         self.decay = decay
         self.cost_alpha = cost_alpha
         self.prior = prior
@@ -216,7 +246,7 @@ class ModelPolicy:
     def _reset(self) -> None:
         self.accept = [_Rate() for _ in range(self.max_gamma)]     # c_i
         self.propose = [_Rate() for _ in range(self.max_gamma)]    # q_i
-        self.verify_s: dict[int, _Mean] = {}
+        self.verify_s: dict[int, _Recent] = {}
         self.draft_step_s = _Mean()
         self.other_s = _Mean()
         self.rounds = 0               # observed over the policy's life
@@ -224,6 +254,8 @@ class ModelPolicy:
         self._last_mark: float | None = None
         self._asked_none = False
         self._pending_probes = list(self.probes)
+        self._reprobe_turn = 0
+        self._chosen = 0              # rounds it chose for (not the first of a generation, no probe)
         self._explore_turn = 0
         self._choice = 0
         self._table: list[float] | None = None      # verify seconds by width, 1..max+1
@@ -244,7 +276,11 @@ class ModelPolicy:
         if self._pending_probes:
             return self._pending_probes.pop(0)
         best = self._exploit()
-        if self.explore_every and self.rounds % self.explore_every == 0:
+        self._chosen += 1
+        if self.reprobe_every and self.probes and self._chosen % self.reprobe_every == 0:
+            self._reprobe_turn += 1
+            return self.probes[(self._reprobe_turn - 1) % len(self.probes)]
+        if self.explore_every and self._chosen % self.explore_every == 0:
             return self._neighbour(best)
         return best
 
@@ -286,12 +322,13 @@ class ModelPolicy:
 
     def predicted(self) -> list[float]:
         """Predicted tokens per second for gamma = 0..max_gamma ([] before any cost is known)."""
-        costs = self.cost_model()
-        if costs is None:
+        if not self.verify_s:
             return []
         if self._table is None:
+            costs = self.cost_model()
             self._table = [costs.verify(w) for w in range(1, self.max_gamma + 2)]
         verify, c, q = self._table, self.rates(), self.propose_rates()
+        draft_step, other = self.draft_step_s.value, self.other_s.value
         out = []
         tokens, reach = 1.0, 1.0        # E(gamma); P(drafts 0..gamma-1 all accepted)
         length_at_least = 1.0           # P(drafter proposes >= gamma tokens)
@@ -305,8 +342,8 @@ class ModelPolicy:
                 verify_below += (length_at_least - longer) * verify[gamma - 1]
                 length_at_least = longer
                 drafted += longer
-            seconds = (costs.draft_step_s * drafted + verify_below
-                       + length_at_least * verify[gamma] + costs.other_per_round_s)
+            seconds = (draft_step * drafted + verify_below
+                       + length_at_least * verify[gamma] + other)
             out.append(tokens / seconds if seconds > 0 else 0.0)
         return out
 
@@ -351,7 +388,7 @@ class ModelPolicy:
         drafted = len(rnd.drafted)
         width = drafted + 1
         if rnd.verify_s > 0:
-            self.verify_s.setdefault(width, _Mean()).add(rnd.verify_s, self.cost_alpha)
+            self.verify_s.setdefault(width, _Recent()).add(rnd.verify_s)
         # After a round without drafts a model drafter first catches up on the tokens it
         # skipped, in the same forward as its first draft: that round's draft time is
         # not the price of its drafts.
