@@ -26,8 +26,8 @@ def pair():
 
 @pytest.fixture(scope="module")
 def prompt(pair):
-    ids = pair.tokenizer.apply_chat_template([{"role": "user", "content": TEXT}], add_generation_prompt=True)
-    return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    from utils.vocab import encode_prompt  # the REPL's encoding: a flat id list on 4.x and 5.x
+    return encode_prompt(pair.tokenizer, TEXT)
 
 
 @pytest.fixture(scope="module")

@@ -176,6 +176,7 @@ def load_model(
     device_map=None,
     progress: Progress | None = None,
     cache_dir=None,
+    tokenizer=None,
 ):
     """Load ``(model, tokenizer)``, the model in eval mode.
 
@@ -187,6 +188,8 @@ def load_model(
     ``quantize``: None|int8|int4 (optimum-quanto) or bnb8|bnb4 (bitsandbytes, CUDA only).
     ``device_map``: e.g. ``"auto"`` to shard a large model over all GPUs with accelerate.
     ``progress``: callable receiving status lines. ``cache_dir`` overrides the default-model cache.
+    ``tokenizer``: reuse this tokenizer instead of reading the one of ``spec`` (a self-draft pair
+    loads the same files twice; parsing a large ``tokenizer.json`` costs a few tenths of a second).
     Raises ``ModelLoadError`` (one line: cause and next step) for anything that goes wrong.
     """
     from utils.hf_load import load_tokenizer, load_weights
@@ -203,8 +206,9 @@ def load_model(
     config = read_config(source)
     placement = f"device map {device_map}" if device_map is not None else str(where)
     try:
-        say(f"Loading tokenizer of {source.label}")
-        tokenizer = load_tokenizer(source.location, source.gguf_file)
+        if tokenizer is None:
+            say(f"Loading tokenizer of {source.label}")
+            tokenizer = load_tokenizer(source.location, source.gguf_file)
         say(f"Loading {source.label} ({dtype_name(torch_dtype)}, {placement})")
         kwargs = _weight_kwargs(torch_dtype, where, method, device_map)
         if source.kind == "default" and (subfolder := weights_subfolder(Path(source.location), torch_dtype)):
@@ -333,7 +337,8 @@ def load_pair(
     seq2seq = _check_same_kind(target, drafter_spec, cache_dir=cache_dir, progress=progress)
     common = {"device": device, "device_map": device_map, "progress": progress, "cache_dir": cache_dir}
     target_model, tokenizer = load_model(target, dtype=dtype, quantize=quantize, **common)
-    drafter_model, drafter_tok = load_model(drafter_spec, dtype=d_dtype, quantize=d_quantize, **common)
+    shared = tokenizer if drafter_spec == target else None  # a self-draft reads the same tokenizer
+    drafter_model, drafter_tok = load_model(drafter_spec, dtype=d_dtype, quantize=d_quantize, tokenizer=shared, **common)
     vocab_size = check_compatible(tokenizer, drafter_tok, target_model, drafter_model)
     note = "self-draft demo" if self_draft else ""
     return ModelPair(

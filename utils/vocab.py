@@ -56,11 +56,12 @@ def check_compatible(target_tok, drafter_tok, target_model, drafter_model) -> in
     """
     t_len, d_len = len(target_tok), len(drafter_tok)
     t_width, d_width = logits_width(target_model), logits_width(drafter_model)
-    detail = None
-    if t_len != d_len or target_tok.get_vocab() != drafter_tok.get_vocab():
-        detail = _first_vocab_difference(target_tok, drafter_tok)
-    else:
-        detail = _special_token_difference(target_tok, drafter_tok)
+    detail = None  # stays None for one shared tokenizer object (a self-draft pair)
+    if drafter_tok is not target_tok:
+        if t_len != d_len or target_tok.get_vocab() != drafter_tok.get_vocab():
+            detail = _first_vocab_difference(target_tok, drafter_tok)
+        else:
+            detail = _special_token_difference(target_tok, drafter_tok)
     if detail is not None:
         raise ModelLoadError(
             f"Target and drafter do not share a tokenizer (target: {t_len} tokens, {t_width} logits; "
