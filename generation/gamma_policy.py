@@ -213,7 +213,10 @@ class ModelPolicy:
     fresh and lets acceptance that has risen (or fallen) be noticed, and every
     ``reprobe_every``-th round tries the next probe width again. A width's
     verify cost is the median of its last five measurements, so one slow
-    forward does not mislead it for long.
+    forward does not mislead it for long. A model drafter that skipped rounds
+    must catch up on the skipped tokens when it drafts again, so while not
+    drafting is best for a model drafter the policy looks (gamma 1) ever more
+    rarely and does not re-probe (see ``_idle``).
 
     What it learned persists across generations (the costs belong to the
     machine and the models); a new drafter kind starts it afresh. The first
@@ -225,6 +228,7 @@ class ModelPolicy:
     name = "model"
     threshold = None
     TABLE_REFRESH = 8       # rounds between rebuilds of the verify-cost table
+    MAX_IDLE_GAP = 512      # the longest a model drafter goes without a look when it does not pay
 
     def __init__(self, max_gamma: int = 16, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
                  explore_every: int = 16, reprobe_every: int = 128, decay: float = 0.95,
@@ -257,6 +261,7 @@ class ModelPolicy:
         self._reprobe_turn = 0
         self._chosen = 0              # rounds it chose for (not the first of a generation, no probe)
         self._explore_turn = 0
+        self._idle_wait, self._idle_gap = 0, self.explore_every
         self._choice = 0
         self._table: list[float] | None = None      # verify seconds by width, 1..max+1
 
@@ -277,6 +282,9 @@ class ModelPolicy:
             return self._pending_probes.pop(0)
         best = self._exploit()
         self._chosen += 1
+        if self.kind == "model" and best == 0:
+            return self._idle()
+        self._idle_wait, self._idle_gap = 0, self.explore_every
         if self.reprobe_every and self.probes and self._chosen % self.reprobe_every == 0:
             self._reprobe_turn += 1
             return self.probes[(self._reprobe_turn - 1) % len(self.probes)]
@@ -360,6 +368,20 @@ class ModelPolicy:
     def _exploit(self) -> int:
         self._choice = self.best()[0]
         return self._choice
+
+    def _idle(self) -> int:
+        """Gamma while not drafting pays for a model drafter: 0, and now and then 1.
+
+        Each look (gamma 1) makes the drafter catch up on every token it skipped,
+        so the looks grow rarer while they keep confirming 0: after 16 rounds,
+        then 32, 64, ... at most ``MAX_IDLE_GAP``.
+        """
+        self._idle_wait += 1
+        if not self.explore_every or self._idle_wait < self._idle_gap:
+            return 0
+        self._idle_wait = 0
+        self._idle_gap = min(2 * self._idle_gap, self.MAX_IDLE_GAP)
+        return 1
 
     def _neighbour(self, best: int) -> int:
         self._explore_turn += 1

@@ -190,6 +190,18 @@ def test_model_policy_drafts_long_when_ngram_drafts_are_accepted():
     assert policy.best()[0] >= 4
 
 
+def test_model_drafter_that_does_not_pay_looks_ever_more_rarely():
+    """Drafts cost 3 target steps each: never draft, and look (gamma 1) at growing gaps."""
+    policy = ModelPolicy(8, clock=None)
+    asked = simulate(policy, kind="model", rates=[0.9], verify=_cpu_verify, draft_step=30.0,
+                     rounds=1200, per_generation=1200)
+    assert policy.best()[0] == 0
+    looks = [i for i, g in enumerate(asked) if g > 0 and i > 10]
+    gaps = [b - a for a, b in zip(looks, looks[1:])]
+    assert set(asked[10:]) <= {0, 1}                       # no re-probing while idle
+    assert gaps == sorted(gaps) and gaps[-1] >= 256 and len(looks) <= 8
+
+
 def test_model_policy_learns_from_what_the_drafter_proposes():
     """An n-gram drafter that proposes only 30% of the time costs less than asked."""
     policy = ModelPolicy(16, clock=None)
