@@ -134,6 +134,11 @@ class _Rate:
         self.successes = self.successes * decay + (1.0 if success else 0.0)
         self.trials = self.trials * decay + 1.0
 
+    def scale(self, factor: float) -> None:
+        """Keep the estimate, with ``factor`` times the weight."""
+        self.successes *= factor
+        self.trials *= factor
+
     def value(self, prior: float, weight: float) -> float:
         return (self.successes + weight * prior) / (self.trials + weight)
 
@@ -219,9 +224,12 @@ class ModelPolicy:
     rarely and does not re-probe (see ``_idle``).
 
     What it learned persists across generations (the costs belong to the
-    machine and the models); a new drafter kind starts it afresh. The first
-    round of each generation carries the prompt's prefill, so its times are
-    not used. ``clock`` measures the wall time between rounds (None: other host
+    machine and the models); acceptance, which belongs to the prompt, keeps a
+    quarter of its weight at each new generation; a new drafter kind starts it
+    afresh. The first round of each generation carries the prompt's prefill,
+    so its times are not used, and with an n-gram drafter it asks for at least
+    ``FIRST_LOOK`` drafts: verifying them inside the prefill costs next to
+    nothing and shows how well the storage knows this prompt. ``clock`` measures the wall time between rounds (None: other host
     work counts as zero, for simulations).
     """
 
@@ -229,9 +237,11 @@ class ModelPolicy:
     threshold = None
     TABLE_REFRESH = 8       # rounds between rebuilds of the verify-cost table
     MAX_IDLE_GAP = 512      # the longest a model drafter goes without a look when it does not pay
+    CARRY = 0.25            # weight kept from earlier prompts' acceptance counts at each begin
+    FIRST_LOOK = 8          # n-gram drafts asked in a generation's first (prefill) round
 
     def __init__(self, max_gamma: int = 16, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
-                 explore_every: int = 16, reprobe_every: int = 128, decay: float = 0.95,
+                 explore_every: int = 16, reprobe_every: int = 128, decay: float = 0.98,
                  cost_alpha: float = 0.2,
                  prior: float = 0.5, prior_weight: float = 2.0,
                  clock: Callable[[], float] | None = time.perf_counter):
@@ -272,12 +282,17 @@ class ModelPolicy:
         if drafter_kind != self.kind:
             self.kind = drafter_kind
             self._reset()
+        for rate in self.accept + self.propose:     # a new prompt: its own rounds soon dominate
+            rate.scale(self.CARRY)
         self._round_in_generation = 0
         self._last_mark = None
 
     def next_gamma(self) -> int:
         if self._round_in_generation == 0:
-            return self._exploit()          # its times are not used: no probe here
+            # The first round's target forward is the prompt's prefill: a few more tokens
+            # in it cost next to nothing, so n-gram drafts are a free look at acceptance.
+            best = self._exploit()
+            return max(best, min(self.FIRST_LOOK, self.max_gamma)) if self.kind == "ngram" else best
         if self._pending_probes:
             return self._pending_probes.pop(0)
         best = self._exploit()
