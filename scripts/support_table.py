@@ -68,17 +68,34 @@ tests in `tests/test_architectures.py`.
 """
 
 
-def column_cell(outcomes: list[tuple[str, arch_zoo.Outcome]]) -> str:
-    """A tick when every check of the column passed, else the first other outcome."""
+class Footnotes:
+    """Numbered reasons: a long refusal or failure is written once, under the table."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def mark(self, text: str) -> str:
+        if text not in self.texts:
+            self.texts.append(text)
+        return f"[{self.texts.index(text) + 1}]"
+
+    def lines(self) -> list[str]:
+        return [f"{i}. {text}" for i, text in enumerate(self.texts, start=1)]
+
+
+def column_cell(outcomes: list[tuple[str, arch_zoo.Outcome]], notes: Footnotes) -> str:
+    """A tick when every check of the column passed, else the first other
+    outcome: its status, a footnote with the reason, and the check's id."""
     if not outcomes:
         return "—"
     for check_id, outcome in outcomes:
         if not outcome.passed:
-            return f"{outcome.cell()} ({check_id})" if outcome.status != "skip" else outcome.cell()
+            mark = notes.mark(outcome.cell())
+            return f"{outcome.status} {mark}" if outcome.status == "skip" else f"{outcome.status} {mark} ({check_id})"
     return "✓"
 
 
-def family_row(name: str) -> tuple[list[str], float]:
+def family_row(name: str, notes: Footnotes) -> tuple[list[str], float]:
     """The table cells of one family and the seconds its checks took."""
     fam = arch_zoo.family(name)
     start = time.perf_counter()
@@ -87,27 +104,27 @@ def family_row(name: str) -> tuple[list[str], float]:
         if spec.applies(name):
             by_column[spec.column].append((spec.id, arch_zoo.run_check(name, spec)))
     seconds = time.perf_counter() - start
-    cells = [f"{name}", fam.kind] + [column_cell(by_column[c]) for c in arch_zoo.COLUMNS]
+    cells = [f"{name}", fam.kind] + [column_cell(by_column[c], notes) for c in arch_zoo.COLUMNS]
     return cells, seconds
 
 
 def table(names: list[str], say) -> str:
     header = ["family", "kind", *arch_zoo.COLUMNS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    notes = []
+    notes, descriptions = Footnotes(), []
     total = 0.0
     for name in names:
-        cells, seconds = family_row(name)
+        cells, seconds = family_row(name, notes)
         total += seconds
         say(f"{name}: {seconds:.1f} s  " + "  ".join(cells[2:]))
         lines.append("| " + " | ".join(cells) + " |")
         fam = arch_zoo.family(name)
-        if fam.note:
-            notes.append(f"- **{name}** ({fam.model_class}): {fam.note}")
+        descriptions.append(f"- **{name}**: `{fam.model_class}`" + (f", {fam.note}" if fam.note else ""))
     when = time.strftime("%Y-%m-%d", time.gmtime())
     head = (f"## transformers {transformers.__version__} (torch {torch.__version__}, {when}, "
             f"{total:.0f} s on 1 CPU thread)\n")
-    return "\n".join([head, *lines, "", *notes, ""])
+    reasons = ["", "Reasons:", "", *notes.lines()] if notes.texts else []
+    return "\n".join([head, *lines, *reasons, "", "Families:", "", *descriptions, ""])
 
 
 def merge(existing: str, version: str, section_body: str) -> str:

@@ -39,9 +39,9 @@ TARGET_SEED, DRAFTER_SEED = 1000, 2000
 MAX_POSITIONS = 256
 
 # Prompts longer than WINDOW, with repeats so that n-gram drafts exist.
-PROMPTS = (
-    [5, 17, 33, 8, 41, 5, 17, 33, 8, 41, 5, 17, 60, 72, 9, 5, 17, 33, 8, 23],
-    [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 11, 12, 13, 14, 15, 30, 31, 11, 12, 13, 14, 3, 4, 5],
+PROMPTS: tuple[tuple[int, ...], ...] = (
+    (5, 17, 33, 8, 41, 5, 17, 33, 8, 41, 5, 17, 60, 72, 9, 5, 17, 33, 8, 23),
+    (11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 11, 12, 13, 14, 15, 30, 31, 11, 12, 13, 14, 3, 4, 5),
 )
 LENGTH = 24
 GAMMAS = (1, 3, 5)
@@ -329,16 +329,25 @@ def compare(got: list[int], want: list[int], where: str, reference: str = "gener
 # --------------------------------------------------------- greedy reference
 
 @functools.lru_cache(maxsize=None)
-def reference(name: str, prompt_index: int) -> tuple[int, ...]:
+def reference(name: str, prompt: tuple[int, ...]) -> tuple[int, ...]:
     """transformers' own greedy ``generate`` on a prompt: LENGTH new tokens
     (for an encoder-decoder, the decoder tokens after the start token)."""
     model = build(name)
-    prompt = torch.tensor([PROMPTS[prompt_index]])
+    ids = torch.tensor([prompt])
     with torch.inference_mode():
-        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                              max_new_tokens=LENGTH, min_new_tokens=LENGTH, do_sample=False)
-    skip = 1 if family(name).encoder_decoder else prompt.shape[1]
+    skip = 1 if family(name).encoder_decoder else ids.shape[1]
     return tuple(out[0, skip:].tolist())
+
+
+@functools.lru_cache(maxsize=None)
+def echo_prompt(name: str) -> tuple[int, ...]:
+    """The first prompt, the first half of the target's own continuation of it,
+    and the first prompt again: the n-gram storage then holds text the target is
+    likely to produce, so NASD drafts get accepted for a while and then rejected."""
+    first = PROMPTS[0]
+    return (*first, *reference(name, first)[:LENGTH // 2], *first)
 
 
 def _greedy():
@@ -348,9 +357,10 @@ def _greedy():
 
 
 def _each_prompt(name: str, run: Callable[[list[int]], object], label: str,
-                 after: Callable[[object, str], Outcome] | None = None) -> Outcome:
-    for i, prompt in enumerate(PROMPTS):
-        want = list(reference(name, i))
+                 after: Callable[[object, str], Outcome] | None = None,
+                 prompts: tuple[tuple[int, ...], ...] = PROMPTS) -> Outcome:
+    for i, prompt in enumerate(prompts):
+        want = list(reference(name, tuple(prompt)))
         result = run(list(prompt))
         outcome = compare(result.tokens, want, f"{label}, prompt {i}")
         if not outcome.passed:
@@ -392,14 +402,15 @@ def check_speculative(name: str, drafter: str, gamma: int, use_cache: bool = Tru
 
 
 def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
-    """Greedy NASD equals ``generate`` (a fresh 3-gram storage per prompt, filler top-2)."""
+    """Greedy NASD equals ``generate`` (a fresh 3-gram storage per prompt, filler top-2),
+    on the shared prompts and the family's echo prompt."""
     from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
 
     target = build(name)
     label = f"NASD (gamma {gamma}, cache {'on' if use_cache else 'off'})"
     return _each_prompt(name, lambda p: ngram_assisted_speculative_generate(
         p, NGramStorage(3, VOCAB), target, gamma=gamma, filler_top_k=2, logits_processor=_greedy(),
-        max_gen_len=LENGTH, use_cache=use_cache), label)
+        max_gen_len=LENGTH, use_cache=use_cache), label, prompts=(*PROMPTS, echo_prompt(name)))
 
 
 # ---------------------------------------------------------------- sampling
