@@ -56,7 +56,7 @@ def _panel(ax, rows: list[SummaryRow], category: str, title: str) -> None:
     for strategy, points in speedup_series(rows, category).items():
         gammas, speedups = zip(*points)
         ax.plot(gammas, speedups, label=LABELS.get(strategy, strategy), **_STYLE.get(strategy, {}))
-    gammas = sorted({r.gamma for r in rows if r.gamma is not None})
+    gammas = sorted({g for points in speedup_series(rows, category).values() for g, _ in points})
     if gammas:
         ax.set_xscale("log", base=2)
         ax.set_xticks(gammas, [str(g) for g in gammas])
@@ -76,14 +76,18 @@ def speedup_chart(rows: list[SummaryRow], path: Path, *, title: str = "") -> Pat
     panels = [(ALL, "all prompts")]
     if any(r.category == GROUNDED for r in rows):
         panels.append((GROUNDED, "input-grounded prompts"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    legend_rows = -(-len({r.variant for r in rows}) // 4)      # an upper bound: 4 entries a row
+    height = 4.5 + 0.25 * legend_rows
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), height), squeeze=False)
     for ax, (category, name) in zip(axes[0], panels):
         _panel(ax, rows, category, name)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize="small")
+    ncol = min(len(labels), 4)
+    fig.legend(handles, labels, loc="lower center", ncol=max(ncol, 1), fontsize="small")
     if title:
         fig.suptitle(title, fontsize="medium")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    bottom = (0.3 + 0.22 * -(-len(labels) // max(ncol, 1))) / height
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
