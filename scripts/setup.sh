@@ -34,7 +34,7 @@ stamp="$venv/.requirements.sha"
 want="$( { cat requirements.txt requirements-dev.txt; [ ${#pin[@]} -eq 0 ] || printf '%s\n' "${pin[@]}"; } \
     | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "Installing the requirements into $venv (first run only)..." >&2
+    echo "Installing the requirements into $venv (new environment or changed requirements)..." >&2
     # --upgrade: a changed requirements file gives what a fresh install would, the newest
     # releases allowed (an old .venv is not left on transformers 4.x). The floor pin narrows
     # requirements.txt's transformers range to one release.
