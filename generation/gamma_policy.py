@@ -221,7 +221,11 @@ class ModelPolicy:
     forward does not mislead it for long. A model drafter that skipped rounds
     must catch up on the skipped tokens when it drafts again, so while not
     drafting is best for a model drafter the policy looks (gamma 1) ever more
-    rarely and does not re-probe (see ``_idle``).
+    rarely and does not re-probe (see ``_idle``). For an n-gram drafter a look
+    is cheap, so while not drafting is best it looks every 4 to 8 rounds
+    (``_ngram_idle``); and since copied passages make acceptance come in runs,
+    after an n-gram round whose drafts were all accepted it asks for at least
+    one more draft than that round had.
 
     What it learned persists across generations (the costs belong to the
     machine and the models); acceptance, which belongs to the prompt, keeps a
@@ -239,6 +243,8 @@ class ModelPolicy:
     MAX_IDLE_GAP = 512      # the longest a model drafter goes without a look when it does not pay
     CARRY = 0.25            # weight kept from earlier prompts' acceptance counts at each begin
     FIRST_LOOK = 8          # n-gram drafts asked in a generation's first (prefill) round
+    NGRAM_LOOK_GAP = 4      # rounds between looks at gamma 1 while n-gram drafts do not pay...
+    NGRAM_MAX_GAP = 8      # ...growing to this while the looks keep failing
 
     def __init__(self, max_gamma: int = 16, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
                  explore_every: int = 16, reprobe_every: int = 128, decay: float = 0.98,
@@ -272,6 +278,8 @@ class ModelPolicy:
         self._chosen = 0              # rounds it chose for (not the first of a generation, no probe)
         self._explore_turn = 0
         self._idle_wait, self._idle_gap = 0, self.explore_every
+        self._ngram_wait, self._ngram_gap, self._looking = 0, self.NGRAM_LOOK_GAP, False
+        self._run = 0                 # drafts of the last round when all were accepted, else 0
         self._choice = 0
         self._table: list[float] | None = None      # verify seconds by width, 1..max+1
 
@@ -286,6 +294,7 @@ class ModelPolicy:
             rate.scale(self.CARRY)
         self._round_in_generation = 0
         self._last_mark = None
+        self._run = 0
 
     def next_gamma(self) -> int:
         if self._round_in_generation == 0:
@@ -295,11 +304,21 @@ class ModelPolicy:
             return max(best, min(self.FIRST_LOOK, self.max_gamma)) if self.kind == "ngram" else best
         if self._pending_probes:
             return self._pending_probes.pop(0)
+        gamma = self._choose()
+        if self.kind == "ngram" and self._run:
+            # Acceptance comes in runs (a passage being copied): after a round whose
+            # drafts were all accepted, ask for at least one more than it drafted.
+            gamma = max(gamma, min(self._run + 1, self.max_gamma))
+        return gamma
+
+    def _choose(self) -> int:
+        """The exploiting choice, or now and then an exploring one."""
         best = self._exploit()
         self._chosen += 1
-        if self.kind == "model" and best == 0:
-            return self._idle()
+        if best == 0:
+            return self._idle() if self.kind == "model" else self._ngram_idle()
         self._idle_wait, self._idle_gap = 0, self.explore_every
+        self._ngram_gap = self.NGRAM_LOOK_GAP
         if self.reprobe_every and self.probes and self._chosen % self.reprobe_every == 0:
             self._reprobe_turn += 1
             return self.probes[(self._reprobe_turn - 1) % len(self.probes)]
@@ -313,7 +332,14 @@ class ModelPolicy:
         if self._round_in_generation > 0:
             self._learn_costs(rnd, now)
         self._last_mark = now
-        self._asked_none = len(rnd.drafted) == 0
+        drafted = len(rnd.drafted)
+        if self._looking and drafted:
+            accepted = rnd.accepted > 0
+            self._ngram_gap = (self.NGRAM_LOOK_GAP if accepted
+                               else min(2 * self._ngram_gap, self.NGRAM_MAX_GAP))
+        self._looking = False
+        self._run = drafted if drafted and rnd.accepted == drafted and rnd.token is not None else 0
+        self._asked_none = drafted == 0
         self._round_in_generation += 1
         self.rounds += 1
 
@@ -396,6 +422,21 @@ class ModelPolicy:
             return 0
         self._idle_wait = 0
         self._idle_gap = min(2 * self._idle_gap, self.MAX_IDLE_GAP)
+        return 1
+
+    def _ngram_idle(self) -> int:
+        """Gamma while n-gram drafts do not pay: 0, and every few rounds a look at 1.
+
+        A look costs nothing when the storage knows no continuation and one
+        wider verify when it drafts; looks whose draft was rejected double the
+        gap (4, 8, ... at most ``NGRAM_MAX_GAP`` rounds), an accepted one resets it,
+        so a passage starting to repeat is noticed within a few rounds.
+        """
+        self._ngram_wait += 1
+        if self._ngram_wait < self._ngram_gap:
+            return 0
+        self._ngram_wait = 0
+        self._looking = True
         return 1
 
     def _neighbour(self, best: int) -> int:

@@ -56,6 +56,55 @@ def simulate(policy, *, kind, rates, verify, draft_step, rounds, seed=0, propose
     return asked
 
 
+def copying_text(policy, verify, *, seed, prompts=20, tokens=128, stay=0.85, enter=0.1,
+                 copy=(0.95, 0.95), free=(0.5, 0.15)):
+    """Tokens per second of NASD on text that now and then copies a passage.
+
+    Each round the text is in a copying stretch or not (a two-state chain: a
+    stretch goes on with probability ``stay``, starts with ``enter``). The n-gram
+    drafter proposes each next position with probability ``copy[0]`` or
+    ``free[0]``, and the target accepts it with ``copy[1]`` or ``free[1]``.
+    """
+    rng = random.Random(seed)
+    seconds = produced = 0
+    for _ in range(prompts):
+        policy.begin("ngram")
+        copying, done, first = False, 0, True
+        while done < tokens:
+            k = min(policy.next_gamma(), tokens - done - 1)
+            propose, accept = copy if copying else free
+            drafted = 0
+            while drafted < k and rng.random() < propose:
+                drafted += 1
+            accepted = 0
+            while accepted < drafted and rng.random() < accept:
+                accepted += 1
+            cost = verify(drafted + 1) + 0.001 * drafted
+            policy.observe(_round(k, drafted, accepted, draft_s=0.001 * drafted,
+                                  verify_s=cost + (100.0 if first else 0.0)))
+            first = False
+            seconds += cost
+            done += accepted + 1
+            produced += accepted + 1
+            copying = rng.random() < (stay if copying else enter)
+    return produced / seconds
+
+
+@pytest.mark.parametrize("verify", [
+    lambda w: 10.0 * (1 + 0.3 * (w - 1)),                     # CPU-like, even steps
+    lambda w: 10.0 if w == 1 else 17.0 + (w - 2),              # CPU: 2 tokens cost 1.7x one
+    lambda w: 10.0 + 0.1 * (w - 1),                            # GPU-like
+])
+def test_model_policy_keeps_up_with_the_best_constant_on_copying_text(verify):
+    """The goal the benchmark checks, on a simulation: >= 0.95x the best constant of 2, 4, 8."""
+    def mean_speed(make):
+        return sum(copying_text(make(), verify, seed=seed, prompts=40) for seed in range(3)) / 3
+
+    constants = [mean_speed(lambda: make_policy("constant", g)) for g in (2, 4, 8)]
+    model = mean_speed(lambda: ModelPolicy(16, clock=None))
+    assert model >= 0.95 * max(constants), model / max(constants)
+
+
 # ---------------------------------------------------------------- names and values
 
 def test_make_policy_builds_each_kind():
@@ -184,8 +233,8 @@ def test_model_policy_picks_zero_for_ngram_drafts_never_accepted():
                      draft_step=0.01, rounds=1000)
     assert policy.best()[0] == 0
     late = asked[-500:]
-    assert late.count(0) >= 0.9 * len(late)      # the rest: exploring gamma 1, re-probing
-    assert sum(g > 1 for g in late) <= 0.02 * len(late)
+    assert late.count(0) >= 0.85 * len(late)     # the rest: a look at gamma 1 every 8 rounds
+    assert set(late) <= {0, 1, ModelPolicy.FIRST_LOOK}     # and each prompt's first round
 
 
 def test_model_policy_drafts_long_when_ngram_drafts_are_accepted():
@@ -215,7 +264,8 @@ def test_ngram_policy_adapts_when_a_prompt_repeats_itself():
     assert policy.best()[0] == 0
     asked = simulate(policy, kind="ngram", rates=[0.98], verify=cpu, draft_step=0.01, rounds=64)
     assert asked[0] == ModelPolicy.FIRST_LOOK           # the free look inside the prefill
-    assert min(asked[8:]) >= 2
+    assert asked[1] >= 2                                  # drafting from the next round on
+    assert sorted(asked)[len(asked) // 2] >= 8
 
 
 def test_model_policy_learns_from_what_the_drafter_proposes():
@@ -253,9 +303,30 @@ def test_one_slow_forward_does_not_mislead_the_verify_cost():
 
 def test_model_policy_reprobes_widths_now_and_then():
     policy = ModelPolicy(16, reprobe_every=32, clock=None)
-    asked = simulate(policy, kind="ngram", rates=[0.0], verify=lambda w: 10.0 * (1 + 0.7 * (w - 1)),
-                     draft_step=0.01, rounds=600, per_generation=600)
-    assert {2, 4, 8} <= set(asked[100:])
+    asked = simulate(policy, kind="model", rates=[0.6], verify=_gpu_verify, draft_step=1.0,
+                     rounds=600, per_generation=600)
+    assert {0, 1, 2, 4, 8} <= set(asked[100:])
+
+
+def test_ngram_looks_grow_rarer_while_they_fail_and_runs_raise_gamma():
+    policy = ModelPolicy(8, probes=(), reprobe_every=0, explore_every=0, clock=None)
+    policy.begin("ngram")
+    for verify_s in (99.0, 10.0):                          # prefill, then one plain step
+        policy.observe(_round(0, 0, 0, verify_s=verify_s))
+    policy.observe(_round(1, 1, 0, verify_s=17.0))         # a rejected draft: width 2 costs 1.7x
+    assert policy.best()[0] == 0
+    asked = []
+    for _ in range(40):
+        k = policy.next_gamma()
+        asked.append(k)
+        policy.observe(_round(k, k, 0, verify_s=10.0 + 7.0 * k))
+    looks = [i for i, k in enumerate(asked) if k]
+    assert [b - a for a, b in zip(looks, looks[1:])][:3] == [8, 8, 8]   # 4, then 8 at most
+    # A look whose draft is accepted: the next round asks for at least 2 (a run may be starting).
+    while policy.next_gamma() == 0:
+        policy.observe(_round(0, 0, 0, verify_s=10.0))
+    policy.observe(_round(1, 1, 1, verify_s=17.0))
+    assert policy.next_gamma() >= 2
 
 
 def test_model_policy_counts_host_time_between_rounds():
