@@ -13,8 +13,10 @@ DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_
 
 DESCRIPTION = """\
 Benchmark the decoding strategies (speculative, NASD, target and drafter
-autoregressive) on a prompt set, optionally beside transformers' own decoders
-(--peers), and write a table, JSON, CSV and a speedup-vs-gamma chart.
+autoregressive) on a prompt set, with constant gammas and adaptive gamma
+policies, optionally beside transformers' own decoders (--peers), and write a
+table, the goal check, JSON, CSV and a speedup-vs-gamma chart.
+See docs/benchmark.md.
 """
 
 
