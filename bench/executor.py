@@ -42,9 +42,10 @@ class Executor:
     one gamma policy object per variant.
 
     A variant's policy object lives for the whole benchmark (warm-up included):
-    ``begin`` starts each generation, and what a policy learns about this
-    machine's costs and the drafter's acceptance carries over from prompt to
-    prompt, as transformers' persistent heuristic schedule does.
+    ``begin`` starts each generation, and what the model policy learns about
+    this machine's costs carries over from prompt to prompt (the heuristic
+    policy starts again at its gamma every generation; see
+    ``generation.gamma_policy``).
     """
 
     def __init__(self, models, settings: RunSettings):
