@@ -49,7 +49,9 @@ What a tick means, per column:
   (which must then accept every draft), KV cache on.
 - **speculative cache off**: the family's drafter at gamma 3 without a cache.
 - **NASD / NASD cache off**: n-gram drafting (3-gram storage, filler top-2) at
-  gamma {", ".join(map(str, arch_zoo.GAMMAS))} with the cache, gamma 3 without.
+  gamma {", ".join(map(str, arch_zoo.GAMMAS))} with the cache, gamma 3 without, on the same prompts and an
+  *echo* prompt (the first prompt, half of the target's own continuation of it,
+  the first prompt again), on which drafts are accepted for a while and then rejected.
 - **sampling** (one sliding-window, one recurrent and one encoder-decoder family):
   under top-{arch_zoo.SAMPLING_TOP_K} sampling, the first {arch_zoo.SAMPLING_STEPS} tokens of speculative decoding and
   of NASD, drawn {arch_zoo.SAMPLING_RUNS} times from one seeded generator, follow the target's exact
@@ -140,7 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", help=f"comma-separated subset of: {', '.join(arch_zoo.FAMILIES)}")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="markdown file to write (default: %(default)s)")
+    parser.add_argument("--intro-only", action="store_true",
+                        help="rewrite the introduction, keep every table, run no check")
     args = parser.parse_args(argv)
+    existing = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    if args.intro_only:
+        tables = [m.group(0) for m in SECTION.finditer(existing)]
+        args.out.write_text(INTRO + "\n" + "\n".join(tables), encoding="utf-8")
+        print(f"rewrote the introduction of {args.out} ({len(tables)} tables kept)")
+        return 0
     names = list(arch_zoo.FAMILIES)
     if args.families:
         names = [n.strip() for n in args.families.split(",") if n.strip()]
@@ -150,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
     body = table(names, lambda line: print(line, file=sys.stderr, flush=True))
-    existing = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    existing = args.out.read_text(encoding="utf-8") if args.out.exists() else ""  # again: it took a while
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(merge(existing, transformers.__version__, body), encoding="utf-8")
     print(f"wrote the transformers {transformers.__version__} table to {args.out}")
