@@ -18,6 +18,8 @@ from analysis.speedup import (
     ar_step_from_result,
     costs_from_result,
     expected_tokens,
+    first_round,
+    predicted_run_speedup,
     predicted_speedup,
 )
 
@@ -30,8 +32,10 @@ __all__ = [
     "costs_from_result",
     "draft_share",
     "expected_tokens",
+    "first_round",
     "mean_accepted_length",
     "position_counts",
+    "predicted_run_speedup",
     "predicted_speedup",
     "yield_by_position",
 ]

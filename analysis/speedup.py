@@ -100,15 +100,8 @@ class CostModel:
         return gamma * self.draft_step_s + self.verify(gamma + 1) + self.other_per_round_s
 
 
-def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
-                      draft_share: float = 1.0) -> float:
-    """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round.
-
-    ``rates``: per-position acceptance of the rounds that draft; ``draft_share``:
-    the share of rounds that draft at all (the rest are plain target steps).
-    """
-    if gamma == 0:
-        return 1.0
+def _round_mix(rates: Sequence[float], gamma: int, costs: CostModel, draft_share: float) -> tuple[float, float]:
+    """(expected tokens, expected seconds) of one round when a share of rounds drafts gamma."""
     if not 0.0 <= draft_share <= 1.0:
         raise ValueError(f"draft_share must be in [0, 1], got {draft_share}")
     m, plain = draft_share, costs.verify(1)
@@ -117,7 +110,53 @@ def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
                + costs.other_per_round_s)
     if round_s <= 0:
         raise ValueError("a round's predicted cost is not positive")
-    return tokens * plain / round_s
+    return tokens, round_s
+
+
+def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
+                      draft_share: float = 1.0) -> float:
+    """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round.
+
+    ``rates``: per-position acceptance of the rounds that draft; ``draft_share``:
+    the share of rounds that draft at all (the rest are plain target steps).
+    This is the steady state, the limit for long outputs: one-time costs such
+    as the prompt's prefill are left out (see :func:`predicted_run_speedup`).
+    """
+    if gamma == 0:
+        return 1.0
+    tokens, round_s = _round_mix(rates, gamma, costs, draft_share)
+    return tokens * costs.verify(1) / round_s
+
+
+def first_round(result: Any) -> tuple[float, int]:
+    """(seconds, tokens) of a run's first round: it carries the prompt's prefill
+    (both models' prefill in speculative decoding)."""
+    rounds = list(_get(result, "trace", None) or [])
+    if not rounds:
+        return 0.0, 0
+    rnd = rounds[0]
+    drafted, accepted = round_counts(rnd)
+    seconds = float(_get(rnd, "draft_s", 0.0) or 0.0) + float(_get(rnd, "verify_s", 0.0) or 0.0)
+    return seconds, accepted + (_get(rnd, "token", None) is not None)
+
+
+def predicted_run_speedup(result: Any, rates: Sequence[float], gamma: int, costs: CostModel,
+                          ar_tokens_per_s: float, *, draft_share: float = 1.0) -> float | None:
+    """The model's speedup for this run, comparable with the measured one.
+
+    The first round (the prompt's prefill) is taken as measured; the other
+    tokens are priced by the model: ``first_s + rest * round_s / tokens_per_round``.
+    Against target AR's measured tokens/s (which carries its own prefill), this
+    predicts the speedup a run of this length shows; for long outputs it tends
+    to :func:`predicted_speedup`. None when the run is too short to say.
+    """
+    total = len(_get(result, "tokens", None) or [])
+    first_s, first_tokens = first_round(result)
+    if total <= first_tokens or ar_tokens_per_s <= 0 or gamma < 1:
+        return None
+    tokens, round_s = _round_mix(rates, gamma, costs, draft_share)
+    seconds = first_s + (total - first_tokens) * round_s / tokens
+    return total / seconds / ar_tokens_per_s
 
 
 def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,

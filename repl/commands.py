@@ -274,8 +274,9 @@ COMMANDS: dict[str, Command] = {
         Command("seed", "N", "random seed set before every strategy",
                 _int_setting("seed", "N", SEED_RANGE), show=lambda s: str(s.seed), flag="seed"),
         Command("gamma_policy", "constant | heuristic | confidence T | model",
-                "how many drafts each round asks for: always gamma, adapted to acceptance, "
-                "until the drafter's confidence falls under T in (0, 1), or a learned predictor",
+                "how many drafts each round asks for: always gamma; +2/-1 after each round; up to gamma "
+                "until the drafter's confidence falls under T in (0, 1); or 0..max(gamma, 16) chosen "
+                "for the best predicted tokens/s from measured acceptance and costs",
                 parse_gamma_policy, show=lambda s: s.gamma_policy_text(), values=GAMMA_POLICIES,
                 flag="gamma-policy", fields=("gamma_policy", "gamma_threshold")),
         Command("config", "", "show every setting and the models", _no_args("config")),

@@ -95,6 +95,7 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
     else:
         measured = prompt_run.speedup(run)
         parts.append(f"predicted {_x(why.predicted)}" + (f" vs measured {_x(measured)}" if measured else ""))
+        parts.append(f"first round (prefill) {why.first_round_s:.2f} s; long outputs {_x(why.predicted_steady)}")
         parts.append(f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
         parts.append(f"plain step cost from {why.cost_source}")
     return Text(" · ".join(parts), style="dim")
@@ -274,7 +275,10 @@ def summary_table(prompt_run: PromptRun) -> Table:
     for phase in ("draft", "verify", "other"):
         row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
     row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))
-    row("predicted speedup", lambda run, why: f"{_x(why.predicted)} at γ {why.gamma}")
+    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)} at γ {why.gamma}")
+    row("first round (prefill) seconds", lambda run, why: "-" if why.first_round_s is None
+        else f"{why.first_round_s:.3f}")
+    row("predicted, long outputs", lambda run, why: _x(why.predicted_steady))
     row("best γ (predicted)", lambda run, why: "n/a" if why.best_gamma is None
         else f"{why.best_gamma} ({_x(why.best_speedup)})")
     row("gamma policy", lambda run, why: run.result.gamma_policy or "-")

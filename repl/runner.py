@@ -11,7 +11,6 @@ trace files read.
 from __future__ import annotations
 
 import gc
-import inspect
 from typing import Callable
 
 import torch
@@ -30,6 +29,7 @@ from utils.vocab import encode_prompt, has_chat_template
 
 STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage}
 WARMUP_TEXT = "Hello, how are you?"
+MODEL_POLICY_MAX_GAMMA = 16  # the most drafts the model policy considers (more when /gamma is higher)
 
 
 class PromptRefused(ValueError):
@@ -55,7 +55,6 @@ class Runner:
         self._storage = None
         self._storage_key: tuple[str, int] | None = None
         self._told_no_template = False
-        self._told_no_policy = False
         self._policies: dict[str, tuple] = {}  # strategy key -> ((name, gamma, threshold), policy)
 
     # ------------------------------------------------------------ prompt -> ids
@@ -107,38 +106,22 @@ class Runner:
         return torch.Generator(device=model_device(model)).manual_seed(seed)
 
     def gamma_policy(self, settings: Settings, key: str = "speculative"):
-        """The draft-length policy object for strategy ``key``, or None when
-        generation.gamma_policy is missing (every round then drafts gamma).
+        """The draft-length policy object for strategy ``key``.
 
         One policy per strategy is kept across prompts, so a policy that learns
         (heuristic, model) carries what it learned to the next prompt, as
         transformers' assisted generation does; changing /gamma_policy or /gamma
-        starts a fresh one. WIRING POINT: ``make_policy(name, gamma, threshold)``.
+        starts a fresh one. ``model`` chooses among 0..max(/gamma, 16) drafts.
         """
-        try:
-            from generation.gamma_policy import make_policy
-        except ImportError:
-            self._say_policy_missing(settings, "generation.gamma_policy is not there")
-            return None
+        from generation.gamma_policy import make_policy
+
         threshold = settings.gamma_threshold if settings.gamma_policy == "confidence" else None
-        spec = (settings.gamma_policy, settings.gamma, threshold)
+        gamma = max(settings.gamma, MODEL_POLICY_MAX_GAMMA) if settings.gamma_policy == "model" else settings.gamma
+        spec = (settings.gamma_policy, gamma, threshold)
         kept = self._policies.get(key)
         if kept is None or kept[0] != spec:
             kept = self._policies[key] = (spec, make_policy(*spec))
         return kept[1]
-
-    def _say_policy_missing(self, settings: Settings, why: str) -> None:
-        if settings.gamma_policy != "constant" and not self._told_no_policy:
-            self._told_no_policy = True
-            self.notify(f"gamma policy {settings.gamma_policy!r} is not wired into this engine ({why}): "
-                        f"every round drafts {settings.gamma} tokens")
-
-    def _policy_kwargs(self, generate, settings: Settings, key: str) -> dict:
-        """``gamma_policy=`` for ``generate`` when it takes one (WIRING POINT: the engine's kwarg)."""
-        if "gamma_policy" not in inspect.signature(generate).parameters:
-            self._say_policy_missing(settings, f"{generate.__name__} takes no gamma_policy")
-            return {}
-        return {"gamma_policy": self.gamma_policy(settings, key)}
 
     def _generate(self, key: str, ids: list[int], settings: Settings, processor,
                   *, trace: bool, interruptible: bool = True) -> GenerationResult:
@@ -152,16 +135,17 @@ class Runner:
         if key == "speculative":
             return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma,
                                         vocab_size=pair.vocab_size, **common,
-                                        **self._policy_kwargs(speculative_generate, settings, key))
+                                        gamma_policy=self.gamma_policy(settings, key))
         if key == "ngram":
             storage = self.storage(settings)
             return ngram_assisted_speculative_generate(
                 ids, storage, pair.target, gamma=settings.gamma,
                 filler_top_k=settings.top_k_filler, **common,
-                **self._policy_kwargs(ngram_assisted_speculative_generate, settings, key),
+                gamma_policy=self.gamma_policy(settings, key),
             )
-        model = pair.target if key == "target" else pair.drafter
-        return autoregressive_generate(ids, model, **common)
+        if key == "target":
+            return autoregressive_generate(ids, pair.target, **common)
+        return autoregressive_generate(ids, pair.drafter, phase="draft", **common)
 
     def run_strategy(self, key: str, ids: list[int], settings: Settings, processor) -> StrategyRun:
         """One strategy, with its failures turned into an error line."""

@@ -18,6 +18,8 @@ from analysis import (
     draft_share,
     mean_accepted_length,
     position_counts,
+    first_round,
+    predicted_run_speedup,
     predicted_speedup,
     yield_by_position,
 )
@@ -103,8 +105,11 @@ class Why:
     ``counts[i]``: (accepted, judged) behind it. ``histogram[i]``: drafting
     rounds that accepted exactly i drafts. ``yield_rates``: the rates the
     speedup model uses (a draft asked for and not made counts as rejected).
-    ``predicted`` is the model's speedup at ``gamma``; ``best_gamma`` /
-    ``best_speedup`` its optimum. ``cost_source`` says where the cost of a plain
+    ``predicted`` is the model's speedup for this run (its first round, the
+    prompt's prefill, as measured; the rest priced by the model), comparable
+    with the measured speedup; ``predicted_steady`` the long-output limit (no
+    prefill); ``first_round_s`` what the prefill round took. ``best_gamma`` /
+    ``best_speedup`` the steady-state optimum. ``cost_source`` says where the cost of a plain
     target step came from: "target AR" (its seconds per token) or "own rounds".
     """
 
@@ -117,6 +122,8 @@ class Why:
     gamma: int
     costs: CostModel | None = None
     predicted: float | None = None
+    predicted_steady: float | None = None
+    first_round_s: float | None = None
     best_gamma: int | None = None
     best_speedup: float | None = None
     cost_source: str | None = None
@@ -192,7 +199,11 @@ class PromptRun:
             return why
         try:
             share = why.draft_share
-            why.predicted = predicted_speedup(why.yield_rates, gamma, costs, draft_share=share)
+            why.predicted_steady = predicted_speedup(why.yield_rates, gamma, costs, draft_share=share)
+            base = self.baseline()
+            why.predicted = why.predicted_steady if base is None else predicted_run_speedup(
+                run.result, why.yield_rates, gamma, costs, base.result.tokens_per_second, draft_share=share)
+            why.first_round_s = first_round(run.result)[0]
             why.best_gamma, why.best_speedup = best_gamma(why.yield_rates, costs, max(MAX_GAMMA, gamma),
                                                           draft_share=share)
         except ValueError:  # costs that cannot price a round (all zero)
@@ -235,6 +246,8 @@ class PromptRun:
             mean_accepted_length=why.mean_accepted if why else None,
             draft_share=why.draft_share if why else None,
             predicted_speedup=why.predicted if why else None,
+            predicted_speedup_steady=why.predicted_steady if why else None,
+            first_round_s=why.first_round_s if why else None,
             best_gamma=why.best_gamma if why else None,
             best_gamma_speedup=why.best_speedup if why else None,
             prediction_cost_source=why.cost_source if why else None,

@@ -241,3 +241,23 @@ def test_yield_counts_missing_drafts_as_rejections():
     # gamma 0 (not recorded) falls back to the draft length
     assert yield_by_position([Round((1,), 1, 2, True)]) == [1.0]
     assert draft_share([]) == 1.0
+
+
+def test_run_prediction_takes_the_first_round_as_measured_and_prices_the_rest():
+    """A run whose first round took 1 s for 3 tokens, then 7 tokens priced at
+    E = 1 + a + a^2 tokens per round of cost 2 drafts + verify(3)."""
+    from analysis.speedup import CostModel, expected_tokens, first_round, predicted_run_speedup
+
+    rounds = [{"drafted": [1, 2], "accepted": 2, "token": 3, "bonus": True, "draft_s": 0.4, "verify_s": 0.6},
+              {"drafted": [4, 5], "accepted": 1, "token": 6, "bonus": False, "draft_s": 0.1, "verify_s": 0.2}]
+    result = {"tokens": list(range(10)), "trace": rounds}
+    assert first_round(result) == (1.0, 3)
+    costs = CostModel(draft_step_s=0.05, verify_s={1: 0.1, 3: 0.2})
+    rates = [0.5]
+    per_round = (2 * 0.05 + 0.2) / expected_tokens(rates, 2)
+    seconds = 1.0 + 7 * per_round
+    ar_tps = 5.0
+    assert predicted_run_speedup(result, rates, 2, costs, ar_tps) == pytest.approx(10 / seconds / ar_tps)
+    # Nothing to price after the first round, or no AR speed: no prediction.
+    assert predicted_run_speedup({"tokens": [1, 2, 3], "trace": rounds}, rates, 2, costs, ar_tps) is None
+    assert predicted_run_speedup(result, rates, 2, costs, 0.0) is None

@@ -291,7 +291,11 @@ def test_why_numbers_by_hand():
     assert pr.ar_step_s() == pytest.approx(0.06)
     assert why.rates == pytest.approx([2 / 3, 1.0]) and why.counts == [(2, 3), (2, 2)]
     assert why.histogram == [1, 0, 2] and why.mean_accepted == pytest.approx(4 / 3)
-    assert why.predicted == pytest.approx(0.14 / 0.13)
+    assert why.predicted_steady == pytest.approx(0.14 / 0.13)
+    # This run: the first round (0.52 s, 3 tokens) as measured, 4 tokens at 0.13 s per 7/3 tokens,
+    # against target AR's measured 7 tokens in 0.72 s.
+    assert why.first_round_s == pytest.approx(0.52)
+    assert why.predicted == pytest.approx((7 / (0.52 + 4 * 0.13 / (7 / 3))) / (7 / 0.72))
     # E(g) = 1 + 2g/3, cost 0.07 + 0.03g: rising in g, so the largest gamma searched wins
     assert why.best_gamma == 16 and why.best_speedup == pytest.approx(0.70 / 0.55)
     assert why.cost_source == "target AR"
@@ -305,7 +309,7 @@ def test_panel_shows_phases_and_the_model():
     c.print(render.strategy_panel(pr.runs[1], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
     text = out.getvalue()
     assert "phases: draft 0.06 s (8%) · verify 0.70 s (89%) · other 0.03 s (4%)" in text
-    assert "predicted 1.08x vs measured 0.90x" in text and "best gamma 16 (1.27x)" in text
+    assert "predicted 0.97x vs measured 0.90x" in text and "best gamma 16 (1.27x)" in text
     assert "plain step cost from target AR" in text
     assert "phases: draft 0.00 s (0%) · verify 0.60 s (90%) · other 0.07 s (10%)" in text
 
@@ -315,7 +319,7 @@ def test_comparison_shows_predicted_best_gamma_and_phase_split():
     c.print(render.comparison_table(why_prompt_run()))
     rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
             for line in out.getvalue().splitlines() if "│" in line}
-    assert rows["Speculative"][1:] == ["7", "8.8", "0.90x", "1.08x", "16", "8/89/4%", "yes"]
+    assert rows["Speculative"][1:] == ["7", "8.8", "0.90x", "0.97x", "16", "8/89/4%", "yes"]
     assert rows["Target AR"][1:] == ["7", "9.7", "1.00x", "-", "-", "0/90/10%", "baseline"]
 
 
@@ -325,7 +329,9 @@ def test_json_carries_the_why_numbers():
     assert entry["acceptance_by_position"] == pytest.approx([2 / 3, 1.0])
     assert entry["accepted_length_histogram"] == [1, 0, 2]
     assert entry["mean_accepted_length"] == pytest.approx(4 / 3)
-    assert entry["predicted_speedup"] == pytest.approx(0.14 / 0.13)
+    assert entry["predicted_speedup"] == pytest.approx(0.9692307)
+    assert entry["predicted_speedup_steady"] == pytest.approx(0.14 / 0.13)
+    assert entry["first_round_s"] == pytest.approx(0.52)
     assert entry["best_gamma"] == 16 and entry["draft_share"] == 1.0
     assert entry["rollback"]["target"]["restores"] == 3 and entry["gamma_policy"] == "constant"
     target = why_prompt_run().to_dict()["strategies"]["target"]
@@ -347,7 +353,8 @@ def test_stats_view():
     text = out.getvalue()
     lines = text.splitlines()
     assert any("mean accepted per drafting round" in line and "1.33" in line for line in lines)
-    assert any("predicted speedup" in line and "1.08x at γ 2" in line for line in lines)
+    assert any("predicted speedup (this run)" in line and "0.97x at γ 2" in line for line in lines)
+    assert any("predicted, long outputs" in line and "1.08x" in line for line in lines)
     assert any("best γ (predicted)" in line and "16 (1.27x)" in line for line in lines)
     assert any("measured speedup" in line and "0.90x" in line for line in lines)
     # position 0: 2 of 3 judged drafts accepted; 1 round accepted 0 drafts, 2 rounds accepted 2
@@ -393,22 +400,11 @@ def test_round_pieces_match_the_live_view():
 
 # ------------------------------------------------ gamma policy wiring
 
-def test_runner_passes_a_gamma_policy_when_the_engine_takes_one():
-    said = []
-    runner = Runner(fake_pair(), notify=said.append)
-
-    def takes_policy(ids, *, gamma_policy=None):
-        return gamma_policy
-
-    def takes_none(ids):
-        return None
-
-    kwargs = runner._policy_kwargs(takes_policy, Settings(gamma=5), "speculative")
-    assert list(kwargs) == ["gamma_policy"]
-    assert runner._policy_kwargs(takes_none, Settings(gamma_policy="constant"), "ngram") == {} and not said
-    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"), "ngram")
-    runner._policy_kwargs(takes_none, Settings(gamma_policy="heuristic"), "ngram")
-    assert len(said) == 1 and "'heuristic' is not wired" in said[0]
+def test_the_model_policy_may_ask_for_more_than_gamma():
+    runner = Runner(fake_pair())
+    policy = runner.gamma_policy(Settings(gamma=4, gamma_policy="model"))
+    assert policy.name == "model" and policy.max_gamma == 16
+    assert runner.gamma_policy(Settings(gamma=20, gamma_policy="model"), "ngram").max_gamma == 20
 
 
 def test_a_policy_is_kept_across_prompts_until_its_settings_change():
