@@ -9,7 +9,10 @@ tokens follow the target's exact top-k distribution.
 
 An engine may refuse a model it cannot roll back (``UnsupportedCacheError``,
 one line); only static caches may be refused, and none of these families has
-one, so here a refusal fails the test with its reason.
+one, so on transformers 5.x a refusal fails the test with its reason. On the
+4.57 floor, recurrent and hybrid families keep their state in a cache class of
+their own model (``MambaCache``, ...), which the engine refuses with the cache
+on (docs/versions.md); that one refusal is expected there and nowhere else.
 
 Test ids are ``<family>-<check>``, e.g. ``mistral-speculative-g3``.
 """
@@ -21,6 +24,7 @@ import generation.accept
 import generation.verify
 from tests import arch_zoo
 from tests.arch_zoo import CHECKS, FAMILIES, run_check
+from utils.cache import TRANSFORMERS_RELEASE
 
 CASES = [(name, spec) for name in FAMILIES for spec in CHECKS if spec.applies(name)]
 
@@ -31,7 +35,9 @@ def test_family(name, spec):
     if outcome.status == "skip":
         pytest.skip(outcome.detail)
     if outcome.status == "refused":
-        assert FAMILIES[name].may_refuse, f"refused a dynamic cache (only static caches may be): {outcome.detail}"
+        floor_own_cache = TRANSFORMERS_RELEASE < (5,) and "keeps its state in its own" in outcome.detail
+        assert FAMILIES[name].may_refuse or floor_own_cache, (
+            f"refused a dynamic cache (only static caches may be): {outcome.detail}")
         pytest.skip(f"refused: {outcome.detail}")
     assert outcome.passed, outcome.detail
 
