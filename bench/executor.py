@@ -121,7 +121,10 @@ class Executor:
         torch.manual_seed(s.seed)
         with quiet_transformers(), self._assistant(variant):
             output, seconds = timed(call, self.device)
-        generated = output[0, len(ids):].tolist()
+        # A decoder-only model returns the prompt and what follows it; an encoder-decoder one
+        # returns its decoder sequence, which starts with the decoder start token.
+        skip = 1 if getattr(models.target.config, "is_encoder_decoder", False) else len(ids)
+        generated = output[0, skip:].tolist()
         record.tokens = generated[:s.length]
         record.overshoot = len(generated) - len(record.tokens)
         record.seconds = seconds

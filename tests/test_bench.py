@@ -543,3 +543,29 @@ def test_bad_prompt_file_exits_with_an_error(tmp_path, capsys):
     code = main(["--prompts", str(tmp_path / "none.jsonl")], loader=lambda args: pytest.fail("loaded"))
     assert code == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_an_encoder_decoder_pair_runs_with_its_peers(tmp_path):
+    """T5: ours and transformers' peers decode the same decoder tokens (the peers'
+    output starts with the decoder start token, not the prompt)."""
+    from bench.cli import main
+    from tests.test_models import tiny_t5, word_tokenizer
+
+    tokenizer = word_tokenizer(template=None)
+    target = tiny_t5(3, d_model=64)
+    pair = types.SimpleNamespace(
+        target=target, drafter=tiny_t5(4), tokenizer=tokenizer, target_name="t5", drafter_name="t5-small",
+        end_tokens=[tokenizer.eos_token_id], device=torch.device("cpu"), vocab_size=len(tokenizer),
+        context_length=512, self_draft_demo=False, is_encoder_decoder=True)
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["w5 w9 w14 w5 w9 w14 w22"]}),
+                       encoding="utf-8")
+    code = main(["--prompts", str(prompts), "--peers", "--gamma", "2", "--length", "8", "--repeats", "1",
+                 "--threads", "1", "--policies", "none", "--no-chart", "--out", str(tmp_path / "out")],
+                loader=lambda args: pair)
+    assert code == 0
+    outputs = json.loads((tmp_path / "out" / "bench.json").read_text())["outputs"]
+    (prompt_id, reference), = outputs["target"].items()
+    assert 0 < len(reference) <= 8
+    for name in ("hf_generate", "hf_assisted@2", "hf_prompt_lookup@2", "speculative@2", "ngram@2"):
+        assert outputs[name][prompt_id] == reference, name
