@@ -280,6 +280,7 @@ class ModelPolicy:
         self._idle_wait, self._idle_gap = 0, self.explore_every
         self._ngram_wait, self._ngram_gap, self._looking = 0, self.NGRAM_LOOK_GAP, False
         self._run = 0                 # drafts of the last round when all were accepted, else 0
+        self._drafter_warm = False
         self._choice = 0
         self._table: list[float] | None = None      # verify seconds by width, 1..max+1
 
@@ -295,6 +296,7 @@ class ModelPolicy:
         self._round_in_generation = 0
         self._last_mark = None
         self._run = 0
+        self._drafter_warm = False    # the drafter has drafted in this generation (its cache holds the prompt)
 
     def next_gamma(self) -> int:
         if self._round_in_generation == 0:
@@ -333,6 +335,7 @@ class ModelPolicy:
             self._learn_costs(rnd, now)
         self._last_mark = now
         drafted = len(rnd.drafted)
+        self._drafter_warm = self._drafter_warm or drafted > 0
         if self._looking and drafted:
             accepted = rnd.accepted > 0
             self._ngram_gap = (self.NGRAM_LOOK_GAP if accepted
@@ -415,8 +418,13 @@ class ModelPolicy:
 
         Each look (gamma 1) makes the drafter catch up on every token it skipped,
         so the looks grow rarer while they keep confirming 0: after 16 rounds,
-        then 32, 64, ... at most ``MAX_IDLE_GAP``.
+        then 32, 64, ... at most ``MAX_IDLE_GAP``. In a generation where the
+        drafter has not drafted yet, a look would make it prefill the whole
+        prompt (on a CPU without native bfloat16, seconds for a bf16 drafter),
+        so there it does not look at all.
         """
+        if not self._drafter_warm:
+            return 0
         self._idle_wait += 1
         if not self.explore_every or self._idle_wait < self._idle_gap:
             return 0

@@ -256,6 +256,19 @@ def test_model_drafter_that_does_not_pay_looks_ever_more_rarely():
     assert gaps == sorted(gaps) and gaps[-1] >= 256 and len(looks) <= 8
 
 
+def test_model_drafter_that_does_not_pay_never_looks_before_it_has_drafted_in_a_generation():
+    """Once not drafting is best, a new generation asks for no drafts at all: a look
+    would make the drafter prefill the whole prompt. Within a generation where it
+    already drafted, the rare looks go on."""
+    policy = ModelPolicy(8, clock=None)
+    first = simulate(policy, kind="model", rates=[0.9], verify=_cpu_verify, draft_step=30.0,
+                     rounds=1200, per_generation=1200)
+    assert policy.best()[0] == 0 and any(g > 0 for g in first[10:])   # looks in the warm generation
+    later = simulate(policy, kind="model", rates=[0.9], verify=_cpu_verify, draft_step=30.0,
+                     rounds=600, per_generation=200, seed=1)
+    assert set(later) == {0}
+
+
 def test_ngram_policy_adapts_when_a_prompt_repeats_itself():
     """After prompts whose drafts always fail, a prompt whose drafts always pass gets drafts soon."""
     policy = ModelPolicy(16, clock=None)
