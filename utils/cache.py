@@ -129,8 +129,8 @@ def _layers(cache) -> list:
 
 
 def _is_static(layer) -> bool:
-    return type(layer).__name__.startswith("Static") or getattr(layer, "is_compileable", False) and not hasattr(
-        layer, "crop")
+    """A fixed-size layer (``StaticLayer``, ``StaticSlidingWindowLayer``, ...)."""
+    return type(layer).__name__.startswith("Static")
 
 
 def _croppable(layer) -> bool:
