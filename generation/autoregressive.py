@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from generation.common import check_request, end_tokens, model_device, timed_run
@@ -21,9 +23,9 @@ def autoregressive_generate(
     eos_tokens_id=None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
-    trace: bool = True,
     interruptible: bool = False,
     phase: str = "verify",
+    observer: Callable[[Round], None] | None = None,
 ) -> GenerationResult:
     """One token per forward pass, feeding only the newest token when the cache is on.
 
@@ -33,7 +35,8 @@ def autoregressive_generate(
     for the target (its forward is what speculative rounds call verifying),
     "draft" when the model is a drafter running on its own. For an
     encoder-decoder model ``inputs`` are the encoder's ids and ``tokens`` the
-    generated decoder ids (without the decoder start token).
+    generated decoder ids (without the decoder start token). ``observer``, when
+    given, is called with each step's Round (for live rendering).
     """
     if phase not in ("draft", "verify"):
         raise ValueError(f"phase must be 'draft' or 'verify', got {phase!r}")
@@ -59,6 +62,8 @@ def autoregressive_generate(
             result.trace.append(Round(drafted=(), accepted=0, token=value, bonus=False, gamma=0,
                                       draft_s=seconds if phase == "draft" else 0.0,
                                       verify_s=seconds if phase == "verify" else 0.0))
+            if observer is not None:
+                observer(result.trace[-1])
             if value in eos:
                 result.stop_reason = "eos"
                 break

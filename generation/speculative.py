@@ -88,7 +88,6 @@ def speculative_generate(
     use_cache: bool = True,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
-    trace: bool = True,
     interruptible: bool = False,
     gamma_policy=None,
 ) -> GenerationResult:
@@ -112,5 +111,5 @@ def speculative_generate(
         prompt, model_drafter, target,
         logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
         eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
-        generator=generator, trace=trace, interruptible=interruptible, gamma_policy=gamma_policy,
+        generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
     )

@@ -10,6 +10,7 @@ and learns from the finished round.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -77,9 +78,9 @@ def verify_loop(
     use_cache: bool = True,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
-    trace: bool = True,
     interruptible: bool = False,
     gamma_policy=None,
+    observer: Callable[[Round], None] | None = None,
 ) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
@@ -88,8 +89,9 @@ def verify_loop(
     After every round the target cache holds a prefix of the kept sequence
     minus its last token: all of it when its layers can be cropped, a shorter
     one after a snapshot restore (recurrent layers). ``gamma_policy`` (None:
-    always ``gamma``) picks each round's draft length. ``trace`` is kept for
-    compatibility: the per-round record is always filled (a few ints a round).
+    always ``gamma``) picks each round's draft length. ``observer``, when given,
+    is called with each finished round (for live rendering); it runs inside the
+    timed loop, so it should be quick.
     """
     from generation.gamma_policy import make_policy
 
@@ -110,6 +112,8 @@ def verify_loop(
             k_max = min(policy.next_gamma(), max_gen_len - generated - 1)
             ids, new, stop = _round(loop, ids, k_max, policy.threshold)
             policy.observe(result.trace[-1])
+            if observer is not None:
+                observer(result.trace[-1])
             generated += len(new)
             if stop:
                 result.stop_reason = "eos"

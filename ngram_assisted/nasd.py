@@ -26,7 +26,6 @@ def ngram_assisted_speculative_generate(
     stop_if_unknown: bool = True,
     confident_start: bool = True,
     generator: torch.Generator | None = None,
-    trace: bool = True,
     interruptible: bool = False,
     gamma_policy=None,
 ) -> GenerationResult:
@@ -55,5 +54,5 @@ def ngram_assisted_speculative_generate(
         logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
         eos_tokens_id=eos_tokens_id, use_cache=use_cache,
         vocab_size=min(target.config.vocab_size, ngram_storage.vocab_size),
-        generator=generator, trace=trace, interruptible=interruptible, gamma_policy=gamma_policy,
+        generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
     )

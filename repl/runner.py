@@ -15,19 +15,12 @@ from typing import Callable
 
 import torch
 
-from generation import (
-    ContextLengthError,
-    GenerationResult,
-    autoregressive_generate,
-    speculative_generate,
-)
-from ngram_assisted import NGramStorage, OneLevelNGramStorage, ngram_assisted_speculative_generate
+from engine import EngineState, NGramOptions, Strategy, run_strategy
+from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun  # noqa: F401  (the runner's products, torch-free)
-from repl.settings import ProcessorSpec, Settings
-from utils.devices import model_device
+from repl.settings import Settings
 from utils.vocab import encode_prompt, has_chat_template
 
-STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage}
 WARMUP_TEXT = "Hello, how are you?"
 MODEL_POLICY_MAX_GAMMA = 16  # the most drafts the model policy considers (more when /gamma is higher)
 
@@ -52,10 +45,8 @@ class Runner:
     def __init__(self, pair, notify: Callable[[str], None] = lambda message: None):
         self.pair = pair
         self.notify = notify
-        self._storage = None
-        self._storage_key: tuple[str, int] | None = None
+        self.state = EngineState()  # the n-gram storage and the gamma policies, kept across prompts
         self._told_no_template = False
-        self._policies: dict[str, tuple] = {}  # strategy key -> ((name, gamma, threshold), policy)
 
     # ------------------------------------------------------------ prompt -> ids
 
@@ -79,17 +70,6 @@ class Runner:
                 f"(at most {max(limit - len(ids), 0)} new tokens fit; lower /length)"
             )
 
-    # ------------------------------------------------------------------ storage
-
-    def storage(self, settings: Settings):
-        """The n-gram storage of the configured kind and N (rebuilt when they change)."""
-        key = (settings.ngram_storage, settings.ngram_n)
-        if self._storage is None or key != self._storage_key:
-            cls = STORAGE_CLASSES[settings.ngram_storage]
-            self._storage = cls(settings.ngram_n, self.pair.vocab_size)
-            self._storage_key = key
-        return self._storage
-
     # ------------------------------------------------------------------ running
 
     def warm_up(self) -> None:
@@ -97,62 +77,19 @@ class Runner:
         strategy does not pay for lazy initialisation."""
         settings = Settings(length=4, gamma=2, chat=False)
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
-        processor = ProcessorSpec().build()
         for key in ("target", "drafter", "speculative"):
-            self._generate(key, ids, settings, processor, trace=False, interruptible=False)
+            self._generate(key, ids, settings, interruptible=False)
 
-    def _generator(self, key: str, seed: int) -> torch.Generator:
-        model = self.pair.drafter if key == "drafter" else self.pair.target
-        return torch.Generator(device=model_device(model)).manual_seed(seed)
+    def _generate(self, key: str, ids: list[int], settings: Settings, *,
+                  interruptible: bool = True) -> GenerationResult:
+        return run_strategy(strategy_for(key, settings), self.pair, ids, state=self.state,
+                            interruptible=interruptible)
 
-    def gamma_policy(self, settings: Settings, key: str = "speculative"):
-        """The draft-length policy object for strategy ``key``.
-
-        One policy per strategy is kept across prompts, so a policy that learns
-        (heuristic, model) carries what it learned to the next prompt, as
-        transformers' assisted generation does; changing /gamma_policy or /gamma
-        starts a fresh one. ``model`` chooses among 0..max(/gamma, 16) drafts.
-        """
-        from generation.gamma_policy import make_policy
-
-        threshold = settings.gamma_threshold if settings.gamma_policy == "confidence" else None
-        gamma = max(settings.gamma, MODEL_POLICY_MAX_GAMMA) if settings.gamma_policy == "model" else settings.gamma
-        spec = (settings.gamma_policy, gamma, threshold)
-        kept = self._policies.get(key)
-        if kept is None or kept[0] != spec:
-            kept = self._policies[key] = (spec, make_policy(*spec))
-        return kept[1]
-
-    def _generate(self, key: str, ids: list[int], settings: Settings, processor,
-                  *, trace: bool, interruptible: bool = True) -> GenerationResult:
-        pair = self.pair
-        torch.manual_seed(settings.seed)
-        common = dict(
-            logits_processor=processor, max_gen_len=settings.length, eos_tokens_id=pair.end_tokens,
-            use_cache=settings.cache, generator=self._generator(key, settings.seed),
-            trace=trace, interruptible=interruptible,
-        )
-        if key == "speculative":
-            return speculative_generate(ids, pair.drafter, pair.target, gamma=settings.gamma,
-                                        vocab_size=pair.vocab_size, **common,
-                                        gamma_policy=self.gamma_policy(settings, key))
-        if key == "ngram":
-            storage = self.storage(settings)
-            return ngram_assisted_speculative_generate(
-                ids, storage, pair.target, gamma=settings.gamma,
-                filler_top_k=settings.top_k_filler, **common,
-                gamma_policy=self.gamma_policy(settings, key),
-            )
-        if key == "target":
-            return autoregressive_generate(ids, pair.target, **common)
-        return autoregressive_generate(ids, pair.drafter, phase="draft", **common)
-
-    def run_strategy(self, key: str, ids: list[int], settings: Settings, processor) -> StrategyRun:
+    def run_strategy(self, key: str, ids: list[int], settings: Settings) -> StrategyRun:
         """One strategy, with its failures turned into an error line."""
         run = StrategyRun(key)
         try:
-            # The rounds are always kept: /stats, the speedup model and traces read them.
-            run.result = self._generate(key, ids, settings, processor, trace=True)
+            run.result = self._generate(key, ids, settings)
         except ContextLengthError as e:
             run.error = f"refused: {e}"
         except Exception as e:  # a failing strategy must not end the session
@@ -180,12 +117,9 @@ class Runner:
         A Ctrl-C ends the current strategy (its partial output is kept, marked
         interrupted) and skips the rest.
         """
-        processor = settings.processor.build()
-        if settings.reset_in_between:
-            self.storage(settings).reset()
         try:
             for key in settings.enabled_strategies():
-                run = self.run_strategy(key, prompt_run.prompt_ids, settings, processor)
+                run = self.run_strategy(key, prompt_run.prompt_ids, settings)
                 prompt_run.runs.append(run)
                 on_run(prompt_run, run)
                 if run.result is not None and run.result.interrupted:
@@ -194,3 +128,25 @@ class Runner:
         except KeyboardInterrupt:
             prompt_run.interrupted = True
         return prompt_run
+
+
+def strategy_for(key: str, settings: Settings) -> Strategy:
+    """The engine strategy ``key`` ("speculative", "ngram", "target", "drafter") under ``settings``.
+
+    The model policy chooses among 0..max(/gamma, 16) drafts; the confidence
+    policy alone takes /gamma_policy's threshold.
+    """
+    policy = settings.gamma_policy
+    return Strategy(
+        key=key,
+        drafter={"speculative": "model", "ngram": "ngram"}.get(key),
+        drafter_options=NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
+                                     reset=settings.reset_in_between) if key == "ngram" else None,
+        gamma=max(settings.gamma, MODEL_POLICY_MAX_GAMMA) if policy == "model" else settings.gamma,
+        gamma_policy=policy,
+        gamma_threshold=settings.gamma_threshold if policy == "confidence" else None,
+        processor=settings.processor,
+        use_cache=settings.cache,
+        max_gen_len=settings.length,
+        seed=settings.seed,
+    )

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-# The processors a user can pick, in the order /help lists them, with the
-# arguments each takes after the name (the first is always the temperature).
-PROCESSOR_ARGS: dict[str, tuple[str, ...]] = {
-    "greedy": ("temperature",),
-    "multinomial": ("temperature",),
-    "topk": ("temperature", "top_k"),
-    "nucleus": ("temperature", "top_p"),
-    "topknucleus": ("temperature", "top_k", "top_p"),
-}
+from sampling.spec import PROCESSOR_ARGS, ProcessorSpec, fmt_number
 
 # The decoding strategies, in the order a prompt runs them.
 STRATEGIES: tuple[str, ...] = ("speculative", "ngram", "target", "drafter")
@@ -33,59 +25,6 @@ NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel")
 # Draft-length policies (generation.gamma_policy builds them); "confidence"
 # alone takes a threshold T in (0, 1).
 GAMMA_POLICIES: tuple[str, ...] = ("constant", "heuristic", "confidence", "model")
-
-
-@dataclass(frozen=True)
-class ProcessorSpec:
-    """Which logits processor to build, and with what arguments.
-
-    ``top_k`` and ``top_p`` are None for the processors that do not take them.
-    """
-
-    name: str = "greedy"
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.name == "greedy"
-
-    def args(self) -> tuple:
-        """The argument values in command order, e.g. (0.7, 0.9) for nucleus."""
-        return tuple(getattr(self, a) for a in PROCESSOR_ARGS[self.name])
-
-    def command_text(self) -> str:
-        """The text after ``/processor`` that selects exactly this processor."""
-        if self.is_greedy:
-            return "greedy"
-        return " ".join([self.name, *(_fmt(v) for v in self.args())])
-
-    def describe(self) -> str:
-        """Human form: ``nucleus(temperature=0.7, top_p=0.9)``; plain ``greedy``."""
-        if self.is_greedy:
-            return "greedy"
-        inner = ", ".join(f"{a}={_fmt(v)}" for a, v in zip(PROCESSOR_ARGS[self.name], self.args()))
-        return f"{self.name}({inner})"
-
-    def build(self):
-        """The processor object (imports the sampling module, hence torch, lazily)."""
-        import sampling
-
-        classes = {
-            "greedy": sampling.GreedyProcessor,
-            "multinomial": sampling.MultinomialProcessor,
-            "topk": sampling.TopKProcessor,
-            "nucleus": sampling.NucleusProcessor,
-            "topknucleus": sampling.TopKNucleusProcessor,
-        }
-        kwargs = dict(zip(PROCESSOR_ARGS[self.name], self.args()))
-        return classes[self.name](**kwargs)
-
-
-def _fmt(value) -> str:
-    """Numbers as a user would type them: 1.0 -> "1.0", 0.90 -> "0.9", 40 -> "40"."""
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 @dataclass
@@ -113,7 +52,7 @@ class Settings:
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""
         if self.gamma_policy == "confidence":
-            return f"confidence {_fmt(self.gamma_threshold)}"
+            return f"confidence {fmt_number(self.gamma_threshold)}"
         return self.gamma_policy
 
     def enabled_strategies(self) -> list[str]:

@@ -31,7 +31,7 @@ def test_speculative_cache_pinned_every_round(processor):
     drafter = RecordingModel(tiny_llama(1, logit_scale=5.0))
     with torch.inference_mode():
         result = speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
-                                      max_gen_len=30, trace=True, generator=torch.Generator().manual_seed(0))
+                                      max_gen_len=30, generator=torch.Generator().manual_seed(0))
     assert len(result.tokens) == 30
     check_target_calls(target.calls, result.trace, len(PROMPT))
     # The drafter too only ever sees unseen tokens: one or two per step after the first.
@@ -45,7 +45,7 @@ def test_nasd_cache_pinned_every_round():
     with torch.inference_mode():
         result = ngram_assisted_speculative_generate(
             PROMPT, NGramStorage(3, 64), target, gamma=4, filler_top_k=3,
-            logits_processor=GreedyProcessor(), max_gen_len=30, trace=True)
+            logits_processor=GreedyProcessor(), max_gen_len=30)
     check_target_calls(target.calls, result.trace, len(PROMPT))
     assert result.drafter_calls == 0
 

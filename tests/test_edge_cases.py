@@ -59,7 +59,7 @@ def test_two_token_budget_drafts_one(target, greedy_tokens):
 @pytest.mark.parametrize("gamma", [5, 8])
 def test_gamma_larger_than_remaining_budget(target, greedy_tokens, name, gamma):
     with torch.inference_mode():
-        result = strategies(target)[name](PROMPT, max_gen_len=3, gamma=gamma, trace=True)
+        result = strategies(target)[name](PROMPT, max_gen_len=3, gamma=gamma)
     assert result.tokens == greedy_tokens[:3]
     assert all(len(r.drafted) <= 2 for r in result.trace)
 
@@ -70,7 +70,7 @@ def test_end_token_inside_accepted_drafts_stops_right_after_it(target, greedy_to
     end_at = next(i for i in range(2, 30) if greedy_tokens[i] not in greedy_tokens[:i])
     eos = greedy_tokens[end_at]
     with torch.inference_mode():
-        result = strategies(target)[name](PROMPT, max_gen_len=30, gamma=8, eos_tokens_id=eos, trace=True)
+        result = strategies(target)[name](PROMPT, max_gen_len=30, gamma=8, eos_tokens_id=eos)
     assert result.tokens == greedy_tokens[:end_at + 1]
     assert result.stop_reason == "eos"
     if name == "speculative":

@@ -11,7 +11,7 @@ import torch
 
 from generation import GenerationResult, Round
 from repl import render
-from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun
+from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun, strategy_for
 from repl.runs import round_pieces
 from repl.session import Session, unescape
 from repl.settings import ProcessorSpec, Settings
@@ -192,7 +192,7 @@ def fake_pair(context=1000):
 def test_out_of_memory_is_reported_and_the_rest_still_run(monkeypatch):
     runner = Runner(fake_pair())
 
-    def generate(key, ids, settings, processor, *, trace):
+    def generate(key, ids, settings, **kw):
         if key == "speculative":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         if key == "ngram":
@@ -211,7 +211,7 @@ def test_ctrl_c_outside_the_engine_stops_the_prompt(monkeypatch):
     runner = Runner(fake_pair())
     seen = []
 
-    def generate(key, ids, settings, processor, *, trace):
+    def generate(key, ids, settings, **kw):
         seen.append(key)
         if key == "ngram":
             raise KeyboardInterrupt
@@ -400,22 +400,25 @@ def test_round_pieces_match_the_live_view():
 
 # ------------------------------------------------ gamma policy wiring
 
+def _policy(runner, settings, key="speculative"):
+    return runner.state.gamma_policy(strategy_for(key, settings))
+
+
 def test_the_model_policy_may_ask_for_more_than_gamma():
     runner = Runner(fake_pair())
-    policy = runner.gamma_policy(Settings(gamma=4, gamma_policy="model"))
+    policy = _policy(runner, Settings(gamma=4, gamma_policy="model"))
     assert policy.name == "model" and policy.max_gamma == 16
-    assert runner.gamma_policy(Settings(gamma=20, gamma_policy="model"), "ngram").max_gamma == 20
+    assert _policy(runner, Settings(gamma=20, gamma_policy="model"), "ngram").max_gamma == 20
 
 
 def test_a_policy_is_kept_across_prompts_until_its_settings_change():
-    pytest.importorskip("generation.gamma_policy")
     runner = Runner(fake_pair())
     heuristic = Settings(gamma_policy="heuristic", gamma=4)
-    first = runner.gamma_policy(heuristic, "speculative")
-    assert runner.gamma_policy(heuristic, "speculative") is first
-    assert runner.gamma_policy(heuristic, "ngram") is not first  # one per strategy
-    assert runner.gamma_policy(Settings(gamma_policy="heuristic", gamma=6), "speculative") is not first
-    confident = runner.gamma_policy(Settings(gamma_policy="confidence", gamma_threshold=0.3), "speculative")
+    first = _policy(runner, heuristic, "speculative")
+    assert _policy(runner, heuristic, "speculative") is first
+    assert _policy(runner, heuristic, "ngram") is not first  # one per strategy
+    assert _policy(runner, Settings(gamma_policy="heuristic", gamma=6), "speculative") is not first
+    confident = _policy(runner, Settings(gamma_policy="confidence", gamma_threshold=0.3), "speculative")
     assert confident.threshold == 0.3
 
 

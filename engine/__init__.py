@@ -1,0 +1,27 @@
+"""The engine API every front end calls: a strategy is a value, and one function runs it.
+
+    from engine import Strategy, NGramOptions, EngineState, run_strategy
+    result = run_strategy(Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(n=3)),
+                          pair, prompt_ids, state=EngineState())
+
+A drafting method is a ``generation.verify.Drafter`` plus a factory registered
+with :func:`register_drafter`; the REPL, the benchmark, the self-test and the
+architecture tests then run it unchanged.
+"""
+
+from engine.drafters import DRAFTERS, DraftContext, register_drafter
+from engine.run import loop_vocab_size, run_strategy
+from engine.state import EngineState
+from engine.strategy import MAX_GAMMA, NGramOptions, Strategy
+
+__all__ = [
+    "DRAFTERS",
+    "DraftContext",
+    "EngineState",
+    "MAX_GAMMA",
+    "NGramOptions",
+    "Strategy",
+    "loop_vocab_size",
+    "register_drafter",
+    "run_strategy",
+]

@@ -1,0 +1,71 @@
+"""The drafter registry: a drafting method is a ``generation.verify.Drafter`` and a factory.
+
+A factory is called once per run as ``factory(pair, strategy, state, context)``
+and returns a fresh Drafter: ``pair`` has ``target``, ``drafter``,
+``end_tokens`` and ``vocab_size``; ``strategy`` is the
+:class:`engine.strategy.Strategy` (its ``drafter_options`` are the factory's
+to read); ``state`` the :class:`engine.state.EngineState` kept across prompts;
+``context`` the run's :class:`DraftContext`. Registering a factory under a
+new kind makes ``Strategy(drafter=kind)`` run it in every front end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.strategy import NGramOptions
+from generation.common import check_request, model_device
+from generation.speculative import ModelDrafter
+from generation.verify import Drafter
+from ngram_assisted import NGramDrafter
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What one run gives its drafter: the built processor (the drafter's q
+    comes from it), the run's generator (drafts and the accept rule draw from
+    the same one), the vocabulary the loop compares over, the prompt and the
+    length budget."""
+
+    processor: object
+    generator: torch.Generator | None
+    vocab_size: int
+    prompt: list[int]
+    max_gen_len: int
+
+
+DrafterFactory = Callable[..., Drafter]
+DRAFTERS: dict[str, DrafterFactory] = {}
+
+
+def register_drafter(kind: str, factory: DrafterFactory) -> DrafterFactory:
+    """Make ``Strategy(drafter=kind)`` build its drafter with ``factory``; returns the factory."""
+    DRAFTERS[kind] = factory
+    return factory
+
+
+def model_drafter(pair, strategy, state, context: DraftContext) -> ModelDrafter:
+    """Speculative decoding's drafter: the pair's drafter model (its context must fit too)."""
+    check_request(context.prompt, context.max_gen_len, pair.drafter)
+    return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
+                        vocab_size=context.vocab_size, generator=context.generator)
+
+
+def ngram_drafter(pair, strategy, state, context: DraftContext) -> NGramDrafter:
+    """NASD's drafter over the state's n-gram storage (emptied first when ``reset``)."""
+    options = strategy.drafter_options or NGramOptions()
+    storage = state.ngram_storage(options, context.vocab_size)
+    if options.reset:
+        storage.reset()
+    top_k = options.top_k_filler
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k_filler must be an integer >= 1, got {top_k!r}")
+    return NGramDrafter(storage, filler_top_k=top_k, stop_if_unknown=options.stop_if_unknown,
+                        confident_start=options.confident_start, device=model_device(pair.target))
+
+
+register_drafter("model", model_drafter)
+register_drafter("ngram", ngram_drafter)

@@ -1,0 +1,63 @@
+"""The one function that turns a strategy into a decode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from engine.drafters import DRAFTERS, DraftContext
+from engine.state import EngineState
+from engine.strategy import Strategy
+from generation.autoregressive import autoregressive_generate
+from generation.common import check_gamma, check_request
+from generation.result import GenerationResult, Round
+from generation.verify import verify_loop
+from sampling.spec import ProcessorSpec
+from utils.devices import model_device
+
+
+def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: EngineState | None = None,
+                 interruptible: bool = False, generator: torch.Generator | None = None,
+                 observer: Callable[[Round], None] | None = None) -> GenerationResult:
+    """Decode ``prompt_ids`` (the encoder's ids for a seq2seq pair) with ``strategy`` on ``pair``.
+
+    ``pair`` needs ``target``, ``drafter`` (None when no strategy uses it),
+    ``end_tokens`` and ``vocab_size`` (None: the models' shared length), as a
+    ``utils.models.ModelPair`` has. ``state`` carries the n-gram storage and
+    the γ policies from run to run (a fresh one when None). ``generator``, when
+    given, is drawn from instead of one seeded from ``strategy.seed`` (a caller
+    that samples many runs from one stream). ``observer`` is called with each
+    finished round (live rendering); with an interruptible run, Ctrl-C ends the
+    decode and keeps what was made.
+    """
+    state = state if state is not None else EngineState()
+    model = pair.drafter if strategy.key == "drafter" and not strategy.drafts else pair.target
+    if generator is None and strategy.seed is not None:
+        torch.manual_seed(strategy.seed)
+        generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)
+    processor = strategy.processor
+    if isinstance(processor, ProcessorSpec):
+        processor = processor.build()
+    common = dict(logits_processor=processor, max_gen_len=strategy.max_gen_len,
+                  eos_tokens_id=pair.end_tokens, use_cache=strategy.use_cache, generator=generator,
+                  interruptible=interruptible, observer=observer)
+    if not strategy.drafts:
+        phase = "draft" if strategy.key == "drafter" else "verify"
+        return autoregressive_generate(prompt_ids, model, phase=phase, **common)
+    if strategy.drafter not in DRAFTERS:
+        raise ValueError(f"unknown drafter {strategy.drafter!r} (choose from {', '.join(DRAFTERS)})")
+    prompt = check_request(prompt_ids, strategy.max_gen_len, pair.target)
+    gamma = check_gamma(strategy.gamma)
+    vocab = loop_vocab_size(pair)
+    context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len)
+    drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
+    return verify_loop(prompt, drafter, pair.target, gamma=gamma, vocab_size=vocab,
+                       gamma_policy=state.gamma_policy(strategy), **common)
+
+
+def loop_vocab_size(pair) -> int:
+    """The vocabulary the verify loop compares over: the pair's shared length, within the target's logits."""
+    models = [m for m in (pair.target, pair.drafter) if m is not None]
+    shared = pair.vocab_size or min(m.config.vocab_size for m in models)
+    return min(pair.target.config.vocab_size, shared)

@@ -1,0 +1,45 @@
+"""What the engine keeps between prompts: the n-gram storage and the γ policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.strategy import NGramOptions, Strategy
+from generation.gamma_policy import make_policy
+from ngram_assisted import NGramStorage, OneLevelNGramStorage
+
+STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage}
+
+
+@dataclass
+class EngineState:
+    """Kept by a front end across prompts and passed to every ``run_strategy``.
+
+    One n-gram storage (rebuilt when its kind, N or vocabulary changes, else
+    kept with what it learned) and one γ policy per strategy key (a policy
+    that learns, heuristic or model, carries what it learned to the next
+    prompt; a changed policy name, γ or threshold starts a fresh one).
+    """
+
+    storage: object = None
+    storage_key: tuple | None = None
+    policies: dict[str, tuple[tuple, object]] = field(default_factory=dict)
+
+    def ngram_storage(self, options: NGramOptions, vocab_size: int):
+        """The storage of ``options``' kind and N over ``vocab_size`` tokens."""
+        key = (options.storage, options.n, vocab_size)
+        if self.storage is None or key != self.storage_key:
+            if options.storage not in STORAGE_CLASSES:
+                raise ValueError(f"unknown n-gram storage {options.storage!r} "
+                                 f"(choose {' or '.join(STORAGE_CLASSES)})")
+            self.storage = STORAGE_CLASSES[options.storage](options.n, vocab_size)
+            self.storage_key = key
+        return self.storage
+
+    def gamma_policy(self, strategy: Strategy):
+        """The γ policy object of ``strategy.key`` for this strategy's policy, γ and threshold."""
+        spec = (strategy.gamma_policy, strategy.gamma, strategy.gamma_threshold)
+        kept = self.policies.get(strategy.key)
+        if kept is None or kept[0] != spec:
+            kept = self.policies[strategy.key] = (spec, make_policy(*spec))
+        return kept[1]

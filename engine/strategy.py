@@ -1,0 +1,66 @@
+"""A decoding strategy as a value: what to run, with which drafter, γ, policy and processor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sampling.spec import ProcessorSpec
+
+# The most drafts a round may ask for (the REPL's /gamma range ends here too).
+MAX_GAMMA = 128
+
+
+@dataclass(frozen=True)
+class NGramOptions:
+    """How NASD's n-gram drafter and its storage are set up.
+
+    ``storage`` is ``basic`` (every order up to n) or ``onelevel`` (n-grams
+    only). ``reset`` empties the storage before the run; without it the
+    storage keeps what earlier runs taught it (it lives in the
+    :class:`engine.state.EngineState`).
+    """
+
+    storage: str = "basic"
+    n: int = 3
+    top_k_filler: int = 3
+    stop_if_unknown: bool = True
+    confident_start: bool = True
+    reset: bool = True
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to decode a prompt.
+
+    ``key`` names the strategy as a front end shows it ("speculative", "ngram",
+    "target", "drafter", or a benchmark variant's name); the engine's
+    persistent state keeps one γ policy per key. ``drafter`` is a key of
+    :data:`engine.drafters.DRAFTERS` ("model", "ngram", ...) or None for
+    autoregressive decoding, which runs the drafter model when ``key`` is
+    "drafter" and the target otherwise. ``drafter_options`` belongs to the
+    drafter kind (:class:`NGramOptions` for "ngram"; None for "model"); a new
+    drafter brings its own options type.
+
+    ``gamma_policy`` is a name ``generation.gamma_policies.make_policy``
+    takes ("constant", "heuristic", "confidence", "model"; "confidence 0.4"
+    carries its threshold), ``gamma_threshold`` the confidence threshold.
+    ``processor`` is a :class:`ProcessorSpec` or a built processor. With a
+    ``seed`` the run seeds torch's global generator and a ``torch.Generator``
+    on the decoding model's device; with None it seeds nothing.
+    """
+
+    key: str
+    drafter: str | None = None
+    drafter_options: object = None
+    gamma: int = 4
+    gamma_policy: str = "constant"
+    gamma_threshold: float | None = None
+    processor: object = ProcessorSpec()
+    use_cache: bool = True
+    max_gen_len: int = 128
+    seed: int | None = None
+
+    @property
+    def drafts(self) -> bool:
+        """Whether the strategy drafts (runs the verify loop) rather than decoding one token a step."""
+        return self.drafter is not None

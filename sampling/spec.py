@@ -1,0 +1,77 @@
+"""Which processor to build, as a value: the REPL, the benchmark and the engine share it.
+
+Torch-free: the REPL's settings hold a :class:`ProcessorSpec` and ``infer.py
+--help`` must not import torch; :meth:`ProcessorSpec.build` imports the
+processors only when one is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The processors a user can pick, in the order /help lists them, with the
+# arguments each takes after the name (the first is always the temperature).
+PROCESSOR_ARGS: dict[str, tuple[str, ...]] = {
+    "greedy": ("temperature",),
+    "multinomial": ("temperature",),
+    "topk": ("temperature", "top_k"),
+    "nucleus": ("temperature", "top_p"),
+    "topknucleus": ("temperature", "top_k", "top_p"),
+}
+
+# The processor classes in sampling.processors, by name.
+_CLASSES = {
+    "greedy": "GreedyProcessor",
+    "multinomial": "MultinomialProcessor",
+    "topk": "TopKProcessor",
+    "nucleus": "NucleusProcessor",
+    "topknucleus": "TopKNucleusProcessor",
+}
+
+
+@dataclass(frozen=True)
+class ProcessorSpec:
+    """Which logits processor to build, and with what arguments.
+
+    ``top_k`` and ``top_p`` are None for the processors that do not take them.
+    """
+
+    name: str = "greedy"
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.name == "greedy"
+
+    def args(self) -> tuple:
+        """The argument values in command order, e.g. (0.7, 0.9) for nucleus."""
+        return tuple(getattr(self, a) for a in PROCESSOR_ARGS[self.name])
+
+    def command_text(self) -> str:
+        """The text after ``/processor`` that selects exactly this processor."""
+        if self.is_greedy:
+            return "greedy"
+        return " ".join([self.name, *(fmt_number(v) for v in self.args())])
+
+    def describe(self) -> str:
+        """Human form: ``nucleus(temperature=0.7, top_p=0.9)``; plain ``greedy``."""
+        if self.is_greedy:
+            return "greedy"
+        inner = ", ".join(f"{a}={fmt_number(v)}" for a, v in zip(PROCESSOR_ARGS[self.name], self.args()))
+        return f"{self.name}({inner})"
+
+    def build(self):
+        """The processor object."""
+        # Imported here, not at the top: the processors import torch, and this
+        # module is read by ``infer.py --help``, which must start without it.
+        from sampling import processors
+
+        kwargs = dict(zip(PROCESSOR_ARGS[self.name], self.args()))
+        return getattr(processors, _CLASSES[self.name])(**kwargs)
+
+
+def fmt_number(value) -> str:
+    """Numbers as a user would type them: 1.0 -> "1.0", 0.90 -> "0.9", 40 -> "40"."""
+    return repr(value) if isinstance(value, float) else str(value)
