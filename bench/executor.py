@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from bench.counting import ForwardCounter
-from bench.ours import make_storage, our_call
+from bench.ours import our_call, our_strategy
 from bench.peers import (
     assistant_schedule, assistant_settings, generation_config, peer_call, quiet_transformers,
 )
@@ -20,6 +20,7 @@ from bench.processors import ProcessorSpec, make_processor
 from bench.records import RunRecord
 from bench.timing import timed
 from bench.variants import Variant
+from engine import EngineState, NGramOptions
 
 
 @dataclass
@@ -38,14 +39,14 @@ class RunSettings:
 
 
 class Executor:
-    """Holds the models, the processor, one n-gram storage, the call counters and
-    one gamma policy object per variant.
+    """Holds the models, the processor, the engine state (one n-gram storage, and
+    one gamma policy object per variant) and the call counters.
 
     A variant's policy object lives for the whole benchmark (warm-up included):
     ``begin`` starts each generation, and what the model policy learns about
     this machine's costs carries over from prompt to prompt (the heuristic
     policy starts again at its gamma every generation; see
-    ``generation.gamma_policy``).
+    ``generation.gamma_policies``).
     """
 
     def __init__(self, models, settings: RunSettings):
@@ -53,21 +54,12 @@ class Executor:
         self.settings = settings
         self.processor = make_processor(settings.spec)
         self.device = torch.device(str(models.device))
-        self.storage = make_storage(settings.ngram_storage, settings.ngram_n, _vocab(models))
+        self.state = EngineState()
+        self.ngram = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
+                                  stop_if_unknown=settings.stop_if_unknown, reset=False)
         self.target_counter = ForwardCounter(models.target)
         self.drafter_counter = ForwardCounter(models.drafter)
         self.pad_token_id = getattr(models.tokenizer, "pad_token_id", None)
-        self.policies: dict[str, object] = {}
-
-    def policy_for(self, variant: Variant):
-        """The variant's gamma policy object (None for constant gamma: the engine's default)."""
-        if variant.constant or variant.gamma is None:
-            return None
-        if variant.name not in self.policies:
-            from generation.gamma_policy import make_policy
-
-            self.policies[variant.name] = make_policy(variant.policy, variant.gamma)
-        return self.policies[variant.name]
 
     def close(self) -> None:
         self.target_counter.detach()
@@ -90,10 +82,8 @@ class Executor:
     def _run_ours(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
         s = self.settings
         generator = torch.Generator(device=self.device).manual_seed(s.seed)
-        call = our_call(variant.strategy, variant.gamma, self.models, ids,
-                        processor=self.processor, max_gen_len=s.length, generator=generator,
-                        storage=self.storage, filler_top_k=s.filler_top_k,
-                        stop_if_unknown=s.stop_if_unknown, gamma_policy=self.policy_for(variant))
+        strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=self.ngram)
+        call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
         record.tokens = list(result.tokens)
         record.seconds = seconds
@@ -101,12 +91,12 @@ class Executor:
         record.stop_reason = result.stop_reason
         record.target_calls = result.target_calls
         record.drafter_calls = result.drafter_calls
-        record.phases = dict(getattr(result, "phases", None) or {}) or None
+        record.phases = dict(result.phases) or None
         if variant.strategy in ("speculative", "ngram"):
             record.drafted, record.accepted = result.drafted, result.accepted
             record.rounds = result.rounds
-            record.gamma_policy = getattr(result, "gamma_policy", "") or record.gamma_policy
-            record.mean_gamma = _mean_gamma(getattr(result, "trace", None))
+            record.gamma_policy = result.gamma_policy or record.gamma_policy
+            record.mean_gamma = _mean_gamma(result.trace)
 
     def _run_peer(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
         s, models = self.settings, self.models
@@ -147,7 +137,3 @@ def _mean_gamma(trace) -> float | None:
         return None
     return sum(r.gamma for r in trace) / len(trace)
 
-
-def _vocab(models) -> int:
-    vocab = getattr(models, "vocab_size", None)
-    return int(vocab) if vocab else int(models.target.config.vocab_size)

@@ -14,7 +14,6 @@ from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, load_prompts
 from bench.report import markdown_report, print_report
 from bench.runner import encode_prompts, iter_runs, run_count, split_fitting
-from bench.ours import engine_takes_policies
 from bench.targets import check_goals, policy_goals
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
@@ -75,12 +74,7 @@ def run_session(args, loader, settings_dict) -> int:
                                      context_length=getattr(models, "context_length", None))
     for s in skipped:
         err.print(f"skipping {s.prompt_id}: {s.reason}", style="yellow", highlight=False)
-    policies = args.policies
-    if policies and not engine_takes_policies():
-        err.print("this engine takes no gamma_policy: running constant gammas only",
-                  style="yellow", highlight=False)
-        policies = []
-    variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=policies)
+    variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,

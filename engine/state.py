@@ -36,6 +36,11 @@ class EngineState:
             self.storage_key = key
         return self.storage
 
+    def reset_storage(self) -> None:
+        """Empty the n-gram storage, if there is one yet."""
+        if self.storage is not None:
+            self.storage.reset()
+
     def gamma_policy(self, strategy: Strategy):
         """The γ policy object of ``strategy.key`` for this strategy's policy, γ and threshold."""
         spec = (strategy.gamma_policy, strategy.gamma, strategy.gamma_threshold)

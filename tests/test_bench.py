@@ -498,10 +498,7 @@ def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):
 def test_end_to_end_tiny_run_with_gamma_policies(tiny_pair, tmp_path):
     """Every policy of both drafting strategies, and HF dynamic, on the tiny pair (greedy)."""
     from bench.cli import main
-    from bench.ours import engine_takes_policies
 
-    if not engine_takes_policies():
-        pytest.skip("the engine takes no gamma_policy yet")
     prompts = tmp_path / "q.jsonl"
     prompts.write_text(json.dumps({"question_id": 1, "category": "summarization",
                                    "turns": ["the cat sat on the mat. the cat sat."]}), encoding="utf-8")
