@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bench.builtin_prompts import GROUNDED_CATEGORIES
+from utils.builtin_prompts import GROUNDED_CATEGORIES
 from generation.result import first_divergence
 from bench.records import RunRecord
 from bench.variants import BASELINE, parse_variant_name

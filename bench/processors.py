@@ -8,7 +8,7 @@ Forms: ``greedy``, ``multinomial T``, ``topk T K``, ``nucleus T P``, ``topknucle
 from __future__ import annotations
 
 from repl.commands import parse_processor as _parse_words
-from repl.settings import ProcessorSpec
+from sampling.spec import ProcessorSpec
 
 __all__ = ["ProcessorSpec", "hf_sampling_kwargs", "make_processor", "parse_processor"]
 

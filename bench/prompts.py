@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.builtin_prompts import BUILTIN
+from utils.builtin_prompts import BUILTIN
 
 # Spec-Bench's 80 MT-bench items carry these eight categories; "mt_bench" selects all.
 MT_BENCH_CATEGORIES = (

@@ -22,6 +22,11 @@ from dataclasses import dataclass
 import torch
 
 from checks.stats import goodness_of_fit
+from engine import DEFAULT_GAMMA, NGramOptions, Strategy, run_strategy
+from generation.result import first_divergence
+from sampling import GreedyProcessor, TopKProcessor
+from utils.builtin_prompts import BUILTIN
+from utils.vocab import encode_prompt
 
 DEFAULT_LENGTH = 32
 # Without a cache every forward recomputes the whole sequence: the cache-off
@@ -33,7 +38,7 @@ SAMPLING_STEPS = 1
 SAMPLING_SEED = 1234
 # A p-value below this fails: about one false alarm in 10^6 runs of a correct engine.
 ALPHA = 1e-6
-# (category, index within it) in bench.builtin_prompts.BUILTIN: one prompt whose
+# (category, index within it) in utils.builtin_prompts.BUILTIN: one prompt whose
 # answer copies from it (n-gram drafts find material), one open question.
 PROMPTS = (("code_editing", 0), ("chat", 0))
 # Raw text (no chat template) ending in a phrase it already holds, so NASD's
@@ -54,8 +59,6 @@ class Check:
 
 
 def builtin_texts() -> list[str]:
-    from bench.builtin_prompts import BUILTIN
-
     out = []
     for category, index in PROMPTS:
         texts = [text for cat, text in BUILTIN if cat == category]
@@ -64,58 +67,33 @@ def builtin_texts() -> list[str]:
 
 
 def _encode(pair, text: str, *, chat: bool = True) -> list[int]:
-    from utils.vocab import encode_prompt
-
     ids = encode_prompt(pair.tokenizer, text, chat=chat)
     if not ids:
         raise ValueError(f"the prompt {text[:30]!r} encodes to no tokens")
     return ids
 
 
-def _settings():
-    from repl.settings import Settings
-
-    return Settings()
-
-
-def _storage(pair, settings):
-    from ngram_assisted import NGramStorage, OneLevelNGramStorage
-
-    cls = OneLevelNGramStorage if settings.ngram_storage == "onelevel" else NGramStorage
-    return cls(settings.ngram_n, pair.vocab_size)
-
-
-def _strategies(pair, settings, gamma: int) -> dict[str, Callable]:
+def _strategies(pair, ngram: NGramOptions, gamma: int) -> dict[str, Callable]:
     """name -> run(ids, processor, use_cache, max_gen_len, generator) for the two drafting strategies."""
-    from generation import speculative_generate
-    from ngram_assisted import ngram_assisted_speculative_generate
 
-    def speculative(ids, processor, use_cache, length, generator=None):
-        return speculative_generate(ids, pair.drafter, pair.target, logits_processor=processor,
-                                    gamma=gamma, max_gen_len=length, eos_tokens_id=pair.end_tokens,
-                                    use_cache=use_cache, vocab_size=pair.vocab_size, generator=generator)
+    def runner(key: str, drafter: str, options) -> Callable:
+        def run(ids, processor, use_cache, length, generator=None):
+            strategy = Strategy(key, drafter=drafter, drafter_options=options, gamma=gamma,
+                                processor=processor, use_cache=use_cache, max_gen_len=length)
+            return run_strategy(strategy, pair, ids, generator=generator)
 
-    def nasd(ids, processor, use_cache, length, generator=None):
-        return ngram_assisted_speculative_generate(
-            ids, _storage(pair, settings), pair.target, gamma=gamma, filler_top_k=settings.top_k_filler,
-            logits_processor=processor, max_gen_len=length, eos_tokens_id=pair.end_tokens,
-            use_cache=use_cache, generator=generator)
+        return run
 
-    return {"speculative": speculative, "NASD": nasd}
+    return {"speculative": runner("speculative", "model", None), "NASD": runner("ngram", "ngram", ngram)}
 
 
 def _target_ar(pair, ids, use_cache: bool, length: int) -> list[int]:
-    from generation import autoregressive_generate
-    from sampling import GreedyProcessor
-
-    return autoregressive_generate(ids, pair.target, logits_processor=GreedyProcessor(), max_gen_len=length,
-                                   eos_tokens_id=pair.end_tokens, use_cache=use_cache).tokens
+    strategy = Strategy("target", processor=GreedyProcessor(), use_cache=use_cache, max_gen_len=length)
+    return run_strategy(strategy, pair, ids).tokens
 
 
 def _difference(name: str, prompt_no: int, got: list[int], want: list[int]) -> str | None:
     """'prompt 2: token 17 is 345, target AR gave 12', or None when equal."""
-    from generation.result import first_divergence
-
     index = first_divergence(got, want)
     if index is None:
         return None
@@ -134,13 +112,11 @@ def _guard(name: str, body: Callable[[], Check]) -> Check:
         return Check(name, False, f"{type(e).__name__}: {text[0] if text else ''}")
 
 
-def greedy_checks(pair, *, length: int, gamma: int, settings=None) -> list[Callable[[], Check]]:
+def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None = None
+                  ) -> list[Callable[[], Check]]:
     """One deferred check per (strategy, cache setting): greedy output == target AR
     (the same strategy and cache setting), ``length`` tokens with the cache and at
     most CACHE_OFF_LENGTH without."""
-    from sampling import GreedyProcessor
-
-    settings = settings or _settings()
     prompts = [_encode(pair, text) for text in builtin_texts()]
     references: dict[bool, list[list[int]]] = {}
 
@@ -168,7 +144,7 @@ def greedy_checks(pair, *, length: int, gamma: int, settings=None) -> list[Calla
 
         return lambda: _guard(name, body)
 
-    runs = _strategies(pair, settings, gamma)
+    runs = _strategies(pair, ngram or NGramOptions(), gamma)
     return [make(s, run, c) for c in (True, False) for s, run in runs.items()]
 
 
@@ -199,11 +175,9 @@ def exact_first_tokens(model, ids: list[int], processor, steps: int, vocab: int,
     return probs
 
 
-def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, settings=None) -> list[Callable[[], Check]]:
+def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGramOptions | None = None
+                    ) -> list[Callable[[], Check]]:
     """One deferred check per drafting strategy: first tokens ~ the exact target distribution."""
-    from sampling import TopKProcessor
-
-    settings = settings or _settings()
     processor = TopKProcessor(1.0, SAMPLING_TOP_K)
     ids = _encode(pair, SAMPLING_TEXT, chat=False)
     exact: dict = {}
@@ -235,7 +209,7 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, settings=Non
 
         return lambda: _guard(name, body)
 
-    runs_by = _strategies(pair, settings, max(gamma, SAMPLING_STEPS))
+    runs_by = _strategies(pair, ngram or NGramOptions(), max(gamma, SAMPLING_STEPS))
     return [make(s, run) for s, run in runs_by.items()]
 
 
@@ -245,14 +219,13 @@ def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None
     """Run every check on ``pair`` (a ``utils.models.ModelPair``); return them in order.
 
     ``report`` is called with each check as soon as it is done (to print it).
-    ``gamma`` defaults to the REPL's default.
+    ``gamma`` defaults to the engine's default.
     """
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be an integer >= 1, got {length!r}")
-    settings = _settings()
-    gamma = settings.gamma if gamma is None else gamma
-    pending = greedy_checks(pair, length=length, gamma=gamma, settings=settings)
-    pending += sampling_checks(pair, gamma=gamma, runs=sampling_runs, settings=settings)
+    gamma = DEFAULT_GAMMA if gamma is None else gamma
+    pending = greedy_checks(pair, length=length, gamma=gamma)
+    pending += sampling_checks(pair, gamma=gamma, runs=sampling_runs)
     checks = []
     for body in pending:
         check = body()

@@ -8,6 +8,7 @@ from sampling.spec import ProcessorSpec
 
 # The most drafts a round may ask for (the REPL's /gamma range ends here too).
 MAX_GAMMA = 128
+DEFAULT_GAMMA = 4
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Strategy:
     key: str
     drafter: str | None = None
     drafter_options: object = None
-    gamma: int = 4
+    gamma: int = DEFAULT_GAMMA
     gamma_policy: str = "constant"
     gamma_threshold: float | None = None
     processor: object = ProcessorSpec()

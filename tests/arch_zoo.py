@@ -24,11 +24,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 import transformers
 
 from checks.stats import goodness_of_fit
+from engine import NGramOptions, Strategy, run_strategy
 
 VOCAB = 96
 HIDDEN = 32
@@ -370,14 +372,20 @@ def _each_prompt(name: str, run: Callable[[list[int]], object], label: str,
     return PASS
 
 
+def _pair(target, drafter=None, vocab_size: int | None = None):
+    """What ``engine.run_strategy`` needs of a pair: no end tokens (``generate`` runs to the length)."""
+    return SimpleNamespace(target=target, drafter=drafter, end_tokens=None, vocab_size=vocab_size)
+
+
+def _run(strategy: Strategy, pair, generator=None) -> Callable[[list[int]], object]:
+    return lambda p: run_strategy(strategy, pair, p, generator=generator)
+
+
 def check_ar(name: str, use_cache: bool) -> Outcome:
     """Greedy autoregressive decoding equals ``generate``."""
-    from generation import autoregressive_generate
-
-    model = build(name)
+    strategy = Strategy("target", processor=_greedy(), max_gen_len=LENGTH, use_cache=use_cache)
     label = f"AR (cache {'on' if use_cache else 'off'})"
-    return _each_prompt(name, lambda p: autoregressive_generate(
-        p, model, logits_processor=_greedy(), max_gen_len=LENGTH, use_cache=use_cache), label)
+    return _each_prompt(name, _run(strategy, _pair(build(name))), label)
 
 
 def _all_accepted(result, where: str) -> Outcome:
@@ -391,26 +399,23 @@ def check_speculative(name: str, drafter: str, gamma: int, use_cache: bool = Tru
     """Greedy speculative decoding equals ``generate``, with the family's drafter
     (``drafter="drafter"``) or with the target itself (``"self"``, which must
     then accept every draft)."""
-    from generation import speculative_generate
-
     target = build(name)
     draft_model = target if drafter == "self" else build(name, "drafter")
     label = f"speculative ({drafter}, gamma {gamma}, cache {'on' if use_cache else 'off'})"
-    return _each_prompt(name, lambda p: speculative_generate(
-        p, draft_model, target, logits_processor=_greedy(), gamma=gamma, max_gen_len=LENGTH,
-        use_cache=use_cache), label, after=_all_accepted if drafter == "self" else None)
+    strategy = Strategy("speculative", drafter="model", gamma=gamma, processor=_greedy(),
+                        max_gen_len=LENGTH, use_cache=use_cache)
+    return _each_prompt(name, _run(strategy, _pair(target, draft_model)), label,
+                        after=_all_accepted if drafter == "self" else None)
 
 
 def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
     """Greedy NASD equals ``generate`` (a fresh 3-gram storage per prompt, filler top-2),
     on the shared prompts and the family's echo prompt."""
-    from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
-
-    target = build(name)
     label = f"NASD (gamma {gamma}, cache {'on' if use_cache else 'off'})"
-    return _each_prompt(name, lambda p: ngram_assisted_speculative_generate(
-        p, NGramStorage(3, VOCAB), target, gamma=gamma, filler_top_k=2, logits_processor=_greedy(),
-        max_gen_len=LENGTH, use_cache=use_cache), label, prompts=(*PROMPTS, echo_prompt(name)))
+    strategy = Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(n=3, top_k_filler=2),
+                        gamma=gamma, processor=_greedy(), max_gen_len=LENGTH, use_cache=use_cache)
+    return _each_prompt(name, _run(strategy, _pair(build(name), vocab_size=VOCAB)), label,
+                        prompts=(*PROMPTS, echo_prompt(name)))
 
 
 # ---------------------------------------------------------------- sampling
@@ -499,19 +504,15 @@ def sampled_counts(run: Callable[[torch.Generator], object], runs: int, steps: i
 
 def _sampling_run(name: str, strategy: str, processor):
     target, prompt = build(name), list(sampling_prompt(name))
+    common = dict(gamma=SAMPLING_STEPS, processor=processor, max_gen_len=SAMPLING_STEPS + 1)
     if strategy == "speculative":
-        from generation import speculative_generate
-
-        drafter = build(name, "drafter")
-        return lambda g: speculative_generate(
-            prompt, drafter, target, logits_processor=processor, gamma=SAMPLING_STEPS,
-            max_gen_len=SAMPLING_STEPS + 1, generator=g)
+        pair = _pair(target, build(name, "drafter"))
+        return lambda g: run_strategy(Strategy("speculative", drafter="model", **common), pair, prompt, generator=g)
     if strategy == "nasd":
-        from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
-
-        return lambda g: ngram_assisted_speculative_generate(
-            prompt, NGramStorage(2, VOCAB), target, gamma=SAMPLING_STEPS, filler_top_k=1,
-            logits_processor=processor, max_gen_len=SAMPLING_STEPS + 1, generator=g)
+        options = NGramOptions(n=2, top_k_filler=1)
+        pair = _pair(target, vocab_size=VOCAB)
+        return lambda g: run_strategy(Strategy("ngram", drafter="ngram", drafter_options=options, **common),
+                                      pair, prompt, generator=g)
     raise ValueError(f"unknown sampling strategy {strategy!r}")
 
 
