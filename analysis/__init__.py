@@ -21,6 +21,7 @@ from analysis.speedup import (
     first_round,
     predicted_run_speedup,
     predicted_speedup,
+    throughput_by_gamma,
 )
 
 __all__ = [
@@ -37,5 +38,6 @@ __all__ = [
     "position_counts",
     "predicted_run_speedup",
     "predicted_speedup",
+    "throughput_by_gamma",
     "yield_by_position",
 ]

@@ -128,6 +128,36 @@ def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
     return tokens * costs.verify(1) / round_s
 
 
+def throughput_by_gamma(accept: Sequence[float], propose: Sequence[float], verify: Sequence[float], *,
+                        draft_step_s: float, other_s: float) -> list[float]:
+    """Predicted tokens per second for gamma = 0..len(accept), when the drafter may stop early.
+
+    ``accept[i]``: P(draft i is proposed and accepted | drafts 0..i-1 were);
+    ``propose[i]``: P(the drafter proposes draft i | it proposed 0..i-1);
+    ``verify[w - 1]``: target forward seconds at width w (1..len(accept) + 1).
+    A round of gamma drafts yields E(gamma) tokens (as :func:`expected_tokens`)
+    and costs draft_step * E[drafted] + E[verify(1 + drafted)] + other, the
+    drafted count capped at gamma and distributed as ``propose`` says. With
+    every ``propose`` at 1 this is :meth:`CostModel.round_s`'s price.
+    """
+    out = []
+    tokens, reach = 1.0, 1.0        # E(gamma); P(drafts 0..gamma-1 all accepted)
+    length_at_least = 1.0           # P(drafter proposes >= gamma tokens)
+    drafted = 0.0                   # E[drafted], drafts capped at gamma
+    verify_below = 0.0              # sum_{k<gamma} P(drafted == k) * verify(1 + k)
+    for gamma in range(len(accept) + 1):
+        if gamma > 0:
+            reach *= accept[gamma - 1]
+            tokens += reach
+            longer = length_at_least * propose[gamma - 1]
+            verify_below += (length_at_least - longer) * verify[gamma - 1]
+            length_at_least = longer
+            drafted += longer
+        seconds = draft_step_s * drafted + verify_below + length_at_least * verify[gamma] + other_s
+        out.append(tokens / seconds if seconds > 0 else 0.0)
+    return out
+
+
 def first_round(result: Any) -> tuple[float, int]:
     """(seconds, tokens) of a run's first round: it carries the prompt's prefill
     (both models' prefill in speculative decoding)."""

@@ -49,7 +49,7 @@ def parse_policies(text: str) -> list[tuple[str, int]]:
     Without ``@G`` a policy takes its default gamma (heuristic 4, confidence 20,
     model 16). ValueError with a one-line message for a bad item.
     """
-    from generation.gamma_policy import make_policy
+    from generation.gamma_policies import make_policy
 
     if text.strip().lower() == "none":
         return []

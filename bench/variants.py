@@ -5,7 +5,7 @@ model) and ``ngram`` (NASD). Peers, transformers' own decoders on the same
 models: ``hf_generate``, ``hf_assisted`` (assisted generation with the drafter)
 and ``hf_prompt_lookup`` (prompt lookup decoding).
 
-A drafting variant has a gamma policy (``generation.gamma_policy``):
+A drafting variant has a gamma policy (``generation.gamma_policies``):
 ``constant`` (gamma drafts every round), ``heuristic`` (gamma is the start),
 ``confidence T`` or ``model`` (gamma is the most drafts a round). Names:
 ``speculative@4`` (constant), ``speculative:heuristic@4``,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.strategy import NGramOptions, Strategy
-from generation.gamma_policy import make_policy
+from generation.gamma_policies import make_policy
 from ngram_assisted import NGramStorage, OneLevelNGramStorage
 
 STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage}

@@ -98,7 +98,7 @@ def speculative_generate(
     target's distribution under ``logits_processor`` exactly; under greedy it is
     the target's greedy output token for token. ``vocab_size`` defaults to the
     shorter of the two models' vocabularies. ``gamma_policy`` (see
-    ``generation.gamma_policy``) varies the draft length per round; None keeps
+    ``generation.gamma_policies``) varies the draft length per round; None keeps
     it at ``gamma``. For an encoder-decoder pair ``inputs`` are the encoder's
     ids and both decoders start from the decoder start token.
     """

@@ -4,7 +4,7 @@ A drafter proposes up to gamma tokens (with their probabilities when it has
 them); the target scores them all in one forward pass; the accept rule keeps a
 prefix and adds one target token; caches are rolled back to what was kept; the
 drafter is told what the sequence became. Strategies differ only in the drafter.
-A gamma policy (``generation.gamma_policy``) picks each round's draft length
+A gamma policy (``generation.gamma_policies``) picks each round's draft length
 and learns from the finished round.
 """
 
@@ -18,6 +18,7 @@ import torch
 
 from generation.accept import accept_drafts
 from generation.common import cut_at_end, end_tokens, model_device, timed_run
+from generation.gamma_policies import make_policy
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from sampling import LogitsProcessor
@@ -93,8 +94,6 @@ def verify_loop(
     is called with each finished round (for live rendering); it runs inside the
     timed loop, so it should be quick.
     """
-    from generation.gamma_policy import make_policy
-
     policy = gamma_policy if gamma_policy is not None else make_policy("constant", gamma)
     device = model_device(target)
     model = CachedModel(target, use_cache=use_cache)

@@ -22,7 +22,7 @@ STRATEGY_LABELS: dict[str, str] = {
 
 NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel")
 
-# Draft-length policies (generation.gamma_policy builds them); "confidence"
+# Draft-length policies (generation.gamma_policies builds them); "confidence"
 # alone takes a threshold T in (0, 1).
 GAMMA_POLICIES: tuple[str, ...] = ("constant", "heuristic", "confidence", "model")
 

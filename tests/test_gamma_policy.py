@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from generation.gamma_policy import (
+from generation.gamma_policies import (
     ConfidencePolicy, ConstantPolicy, HeuristicPolicy, ModelPolicy, make_policy,
 )
 from generation.result import Round
@@ -147,7 +147,7 @@ def test_unknown_drafter_kind_is_refused():
 def test_policies_import_without_torch():
     import subprocess
 
-    code = "import sys, generation.gamma_policy; print('torch' in sys.modules)"
+    code = "import sys, generation.gamma_policies; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

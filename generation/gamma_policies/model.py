@@ -1,184 +1,14 @@
-"""Draft-length (gamma) policies: how many tokens the drafter proposes each round.
-
-The verify loop asks a policy for each round's draft length and shows it the
-finished round::
-
-    policy.begin(drafter_kind)          # "model" or "ngram", once per generation
-    k = policy.next_gamma()             # the loop caps k by the length budget
-    ... draft up to k tokens (a model drafter stops early when its top
-        probability falls below policy.threshold, if that is not None) ...
-    policy.observe(round)               # the finished generation.result.Round
-
-Four policies (``make_policy(name, gamma, threshold)``):
-
-* ``constant``: always ``gamma``.
-* ``heuristic``: transformers' ``num_assistant_tokens_schedule="heuristic"``:
-  start at ``gamma``, +2 after a round whose drafts were all accepted, -1
-  (never below 1) after a round with a rejected draft.
-* ``confidence T``: ``gamma`` drafts at most, and the drafter stops as soon as
-  its top probability falls below ``T`` (transformers' dynamic speculation,
-  ``assistant_confidence_threshold``, default 0.4).
-* ``model``: picks each round's gamma in 0..``gamma`` that maximises predicted
-  tokens per second, from running estimates of per-position acceptance and of
-  what drafting and verifying cost on this machine (see :class:`ModelPolicy`).
-
-Pure Python: no torch, no device syncs; the times arrive in the Round.
-"""
+"""The model policy: each round's gamma from the speedup model, fed with what the run measures."""
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 
-from analysis.speedup import CostModel
+from analysis.speedup import CostModel, throughput_by_gamma
+from generation.gamma_policies.base import check_kind
+from generation.gamma_policies.estimates import Mean, Rate, Recent
 from generation.result import Round
-
-POLICIES = ("constant", "heuristic", "confidence", "model")
-DEFAULT_CONFIDENCE = 0.4     # transformers' assistant_confidence_threshold default
-DRAFTER_KINDS = ("model", "ngram")
-
-
-class ConstantPolicy:
-    """Always ``gamma`` drafts a round."""
-
-    name = "constant"
-    threshold = None
-
-    def __init__(self, gamma: int):
-        self.gamma = gamma
-
-    def begin(self, drafter_kind: str) -> None:
-        _check_kind(drafter_kind)
-
-    def next_gamma(self) -> int:
-        return self.gamma
-
-    def observe(self, rnd: Round) -> None:
-        pass
-
-
-class HeuristicPolicy:
-    """transformers' heuristic schedule: +2 after a fully accepted round, else -1 (min 1).
-
-    Starts at ``gamma`` at every generation (transformers' ``heuristic_transient``;
-    its plain ``heuristic`` carries the value over to the next call). The value
-    has no upper bound, as in transformers; the loop caps it by the budget.
-    A round with no drafts (an n-gram drafter that knew no continuation) says
-    nothing about acceptance and leaves the value as it was.
-    """
-
-    name = "heuristic"
-    threshold = None
-
-    def __init__(self, gamma: int):
-        self.start = gamma
-        self.gamma = gamma
-
-    def begin(self, drafter_kind: str) -> None:
-        _check_kind(drafter_kind)
-        self.gamma = self.start
-
-    def next_gamma(self) -> int:
-        return self.gamma
-
-    def observe(self, rnd: Round) -> None:
-        drafted = len(rnd.drafted)
-        if drafted == 0:
-            return
-        if rnd.accepted == drafted:
-            self.gamma += 2
-        else:
-            self.gamma = max(1, self.gamma - 1)
-
-
-class ConfidencePolicy:
-    """At most ``gamma`` drafts; a model drafter stops below top probability ``threshold``.
-
-    An n-gram drafter has no probabilities: with one this policy is the
-    constant policy (``threshold`` reads None after ``begin("ngram")``).
-    """
-
-    def __init__(self, gamma: int, threshold: float = DEFAULT_CONFIDENCE):
-        self.gamma = gamma
-        self.confidence = threshold
-        self.threshold: float | None = threshold
-        self.name = f"confidence {threshold:g}"
-
-    def begin(self, drafter_kind: str) -> None:
-        _check_kind(drafter_kind)
-        self.threshold = self.confidence if drafter_kind == "model" else None
-
-    def next_gamma(self) -> int:
-        return self.gamma
-
-    def observe(self, rnd: Round) -> None:
-        pass
-
-
-class _Rate:
-    """A success rate from exponentially decayed counts, shrunk toward a prior.
-
-    rate = (successes + weight * prior) / (trials + weight); each new trial first
-    multiplies the old counts by ``decay``, so about 1 / (1 - decay) recent
-    trials carry the estimate.
-    """
-
-    __slots__ = ("successes", "trials")
-
-    def __init__(self):
-        self.successes = 0.0
-        self.trials = 0.0
-
-    def add(self, success: bool, decay: float) -> None:
-        self.successes = self.successes * decay + (1.0 if success else 0.0)
-        self.trials = self.trials * decay + 1.0
-
-    def scale(self, factor: float) -> None:
-        """Keep the estimate, with ``factor`` times the weight."""
-        self.successes *= factor
-        self.trials *= factor
-
-    def value(self, prior: float, weight: float) -> float:
-        return (self.successes + weight * prior) / (self.trials + weight)
-
-
-class _Recent:
-    """The median of the last few samples: one slow forward (another process, a
-    collector pause) moves it little, and it follows a lasting change within a
-    few samples."""
-
-    __slots__ = ("samples",)
-
-    def __init__(self, keep: int = 5):
-        self.samples: deque[float] = deque(maxlen=keep)
-
-    def add(self, x: float) -> None:
-        self.samples.append(x)
-
-    @property
-    def count(self) -> int:
-        return len(self.samples)
-
-    @property
-    def value(self) -> float:
-        ordered = sorted(self.samples)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-class _Mean:
-    """An exponential moving average that starts at its first sample."""
-
-    __slots__ = ("value", "count")
-
-    def __init__(self):
-        self.value = 0.0
-        self.count = 0
-
-    def add(self, x: float, alpha: float) -> None:
-        self.value = x if self.count == 0 else self.value + alpha * (x - self.value)
-        self.count += 1
 
 
 class ModelPolicy:
@@ -264,11 +94,11 @@ class ModelPolicy:
         self._reset()
 
     def _reset(self) -> None:
-        self.accept = [_Rate() for _ in range(self.max_gamma)]     # c_i
-        self.propose = [_Rate() for _ in range(self.max_gamma)]    # q_i
-        self.verify_s: dict[int, _Recent] = {}
-        self.draft_step_s = _Mean()
-        self.other_s = _Mean()
+        self.accept = [Rate() for _ in range(self.max_gamma)]     # c_i
+        self.propose = [Rate() for _ in range(self.max_gamma)]    # q_i
+        self.verify_s: dict[int, Recent] = {}
+        self.draft_step_s = Mean()
+        self.other_s = Mean()
         self.rounds = 0               # observed over the policy's life
         self._round_in_generation = 0
         self._last_mark: float | None = None
@@ -287,7 +117,7 @@ class ModelPolicy:
     # ---------------------------------------------------------------- the loop's interface
 
     def begin(self, drafter_kind: str) -> None:
-        _check_kind(drafter_kind)
+        check_kind(drafter_kind)
         if drafter_kind != self.kind:
             self.kind = drafter_kind
             self._reset()
@@ -379,25 +209,8 @@ class ModelPolicy:
         if self._table is None:
             costs = self.cost_model()
             self._table = [costs.verify(w) for w in range(1, self.max_gamma + 2)]
-        verify, c, q = self._table, self.rates(), self.propose_rates()
-        draft_step, other = self.draft_step_s.value, self.other_s.value
-        out = []
-        tokens, reach = 1.0, 1.0        # E(gamma); P(drafts 0..gamma-1 all accepted)
-        length_at_least = 1.0           # P(drafter proposes >= gamma tokens)
-        drafted = 0.0                   # E[drafted], drafts capped at gamma
-        verify_below = 0.0              # sum_{k<gamma} P(drafted == k) * verify(1 + k)
-        for gamma in range(self.max_gamma + 1):
-            if gamma > 0:
-                reach *= c[gamma - 1]
-                tokens += reach
-                longer = length_at_least * q[gamma - 1]
-                verify_below += (length_at_least - longer) * verify[gamma - 1]
-                length_at_least = longer
-                drafted += longer
-            seconds = (draft_step * drafted + verify_below
-                       + length_at_least * verify[gamma] + other)
-            out.append(tokens / seconds if seconds > 0 else 0.0)
-        return out
+        return throughput_by_gamma(self.rates(), self.propose_rates(), self._table,
+                                   draft_step_s=self.draft_step_s.value, other_s=self.other_s.value)
 
     def best(self) -> tuple[int, float]:
         """(gamma, predicted tokens/s) of the exploiting choice; ties go to the smaller gamma."""
@@ -474,7 +287,7 @@ class ModelPolicy:
         drafted = len(rnd.drafted)
         width = drafted + 1
         if rnd.verify_s > 0:
-            self.verify_s.setdefault(width, _Recent()).add(rnd.verify_s)
+            self.verify_s.setdefault(width, Recent()).add(rnd.verify_s)
         # After a round without drafts a model drafter first catches up on the tokens it
         # skipped, in the same forward as its first draft: that round's draft time is
         # not the price of its drafts.
@@ -490,54 +303,3 @@ class ModelPolicy:
             self._table = None
         elif self.rounds % self.TABLE_REFRESH == 0:
             self._table = None
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in DRAFTER_KINDS:
-        raise ValueError(f"unknown drafter kind {kind!r} (expected model or ngram)")
-
-
-def _check_gamma(gamma) -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    return gamma
-
-
-def _split_name(name: str, threshold: float | None) -> tuple[str, float | None]:
-    """``"confidence 0.4"`` -> ("confidence", 0.4); a threshold in both places must agree."""
-    words = str(name).split()
-    if not words:
-        raise ValueError(f"empty gamma policy name (choose from {', '.join(POLICIES)})")
-    if len(words) > 2:
-        raise ValueError(f"gamma policy {name!r}: expected a name and at most one threshold")
-    if len(words) == 2:
-        try:
-            value = float(words[1])
-        except ValueError:
-            raise ValueError(f"gamma policy {name!r}: threshold {words[1]!r} is not a number") from None
-        if threshold is not None and threshold != value:
-            raise ValueError(f"gamma policy {name!r} and threshold={threshold} disagree")
-        threshold = value
-    return words[0], threshold
-
-
-def make_policy(name: str, gamma: int, threshold: float | None = None):
-    """A fresh gamma policy. ``gamma``: the constant value, the heuristic's start,
-    or the most drafts a round (confidence, model). ``threshold`` only for
-    ``confidence`` (default 0.4; also written as ``"confidence 0.4"``).
-    ValueError with a one-line message for an unknown name or a bad value."""
-    kind, threshold = _split_name(name, threshold)
-    if kind not in POLICIES:
-        raise ValueError(f"unknown gamma policy {kind!r} (choose from {', '.join(POLICIES)})")
-    gamma = _check_gamma(gamma)
-    if kind != "confidence":
-        if threshold is not None:
-            raise ValueError(f"gamma policy {kind!r} takes no threshold (only confidence does)")
-        return {"constant": ConstantPolicy, "heuristic": HeuristicPolicy,
-                "model": ModelPolicy}[kind](gamma)
-    if threshold is None:
-        threshold = DEFAULT_CONFIDENCE
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
-        raise ValueError(f"confidence threshold must be a number between 0 and 1 (exclusive), "
-                         f"got {threshold!r}")
-    return ConfidencePolicy(gamma, float(threshold))
