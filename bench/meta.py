@@ -54,11 +54,11 @@ def environment(models) -> dict:
         # retunes its confidence threshold during a call; without it the threshold stays.
         "scikit_learn": _version("scikit-learn"),
         "platform": platform.platform(),
-        "target": getattr(models, "target_name", None) or models.target.config.name_or_path,
-        "drafter": getattr(models, "drafter_name", None) or models.drafter.config.name_or_path,
+        "target": models.target_name,
+        "drafter": models.drafter_name,
         "target_dtype": _dtype(models.target),
         "drafter_dtype": _dtype(models.drafter),
-        "self_draft_demo": bool(getattr(models, "self_draft_demo", False)),
+        "self_draft_demo": models.self_draft_demo,
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))

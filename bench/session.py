@@ -17,6 +17,7 @@ from bench.runner import encode_prompts, iter_runs, run_count, split_fitting
 from bench.targets import check_goals, policy_goals
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
+from utils.errors import ModelLoadError
 
 
 def _consoles():
@@ -39,10 +40,6 @@ def _progress(console):
 
 
 def _load(args, loader, err):
-    try:
-        from utils.errors import ModelLoadError
-    except ImportError:                          # the loader's errors are not there yet
-        ModelLoadError = RuntimeError            # noqa: N806
     try:
         with err.status("loading models..."):
             return loader(args)
@@ -71,7 +68,7 @@ def run_session(args, loader, settings_dict) -> int:
 
     encoded, skipped = split_fitting(encode_prompts(prompts, models.tokenizer, chat=args.chat),
                                      length=args.length,
-                                     context_length=getattr(models, "context_length", None))
+                                     context_length=models.context_length)
     for s in skipped:
         err.print(f"skipping {s.prompt_id}: {s.reason}", style="yellow", highlight=False)
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies)

@@ -5,7 +5,7 @@ works without importing torch: ``infer.py --replay`` renders a saved trace
 through the same result types without loading a model or torch.
 """
 
-from importlib import import_module
+from utils.lazy import lazy_exports
 
 _EXPORTS = {
     "ContextLengthError": "generation.common",
@@ -22,10 +22,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'generation' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

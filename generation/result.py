@@ -69,7 +69,7 @@ class GenerationResult:
     rounds: int = 0
     seconds: float = 0.0
     stop_reason: str = "length"
-    trace: list[Round] | None = field(default_factory=list)
+    trace: list[Round] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=lambda: {"draft": 0.0, "verify": 0.0, "other": 0.0})
     rollback: dict[str, dict] = field(default_factory=dict)
     gamma_policy: str = ""
@@ -102,7 +102,7 @@ class GenerationResult:
             tokens_per_s=self.tokens_per_second,
             tokens_per_target_call=self.tokens_per_target_call,
         )
-        if with_trace and self.trace is not None:
+        if with_trace:
             out["trace"] = [asdict(r) for r in self.trace]
         return out
 

@@ -180,7 +180,7 @@ class PromptRun:
 
     def why(self, run: StrategyRun) -> Why | None:
         """Acceptance statistics and the speedup model for a drafting run."""
-        if not run.drafting or run.result is None or run.result.trace is None:
+        if not run.drafting or run.result is None:
             return None
         trace = run.result.trace
         gamma = int(self.settings.get("gamma") or _round_gamma(trace))

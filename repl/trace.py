@@ -54,7 +54,7 @@ def environment(pair) -> dict:
         "device": str(pair.device),
         "context_length": pair.context_length,
         "vocab_size": pair.vocab_size,
-        "self_draft_demo": bool(getattr(pair, "self_draft_demo", False)),
+        "self_draft_demo": pair.self_draft_demo,
         "versions": {
             "python": sys.version.split()[0],
             "torch": torch.__version__,
@@ -72,7 +72,7 @@ def prompt_record(prompt_run: PromptRun, tokenizer=None) -> dict:
     for run in prompt_run.runs:
         if run.result is None:
             continue
-        trace = run.result.trace or []
+        trace = run.result.trace
         # the debug view, which the pieces serve, shows drafting runs only
         if run.pieces is None and tokenizer is not None and trace and run.drafting:
             run.pieces = round_pieces(tokenizer, prompt_run.prompt_ids, trace)

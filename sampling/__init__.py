@@ -4,7 +4,7 @@ Names are imported lazily (PEP 562), so ``sampling.spec`` (the torch-free
 :class:`~sampling.spec.ProcessorSpec`) can be read without importing torch.
 """
 
-from importlib import import_module
+from utils.lazy import lazy_exports
 
 _EXPORTS = {
     "GreedyProcessor": "sampling.processors",
@@ -19,10 +19,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sampling' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -31,6 +31,7 @@ import transformers
 
 from checks.stats import goodness_of_fit
 from engine import NGramOptions, Strategy, run_strategy
+from utils.cache import UnsupportedCacheError
 
 VOCAB = 96
 HIDDEN = 32
@@ -266,13 +267,6 @@ def decoder_start(model) -> int:
 
 
 # ------------------------------------------------------------------ outcomes
-
-try:
-    from utils.cache import UnsupportedCacheError
-except ImportError:     # an engine without refusals: every exception is a failure
-    class UnsupportedCacheError(ValueError):
-        pass
-
 
 @dataclass(frozen=True)
 class Outcome:

@@ -41,23 +41,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 import transformers
-from transformers import Cache, DynamicCache
+from packaging.version import Version
+from transformers import Cache, DynamicCache, EncoderDecoderCache
 
-try:  # transformers >= 4.56 has one EncoderDecoderCache for every seq2seq model
-    from transformers import EncoderDecoderCache
-except ImportError:  # pragma: no cover - older than the declared floor
-    EncoderDecoderCache = None
+from utils.devices import model_device
 
-
-def _release(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
-TRANSFORMERS_RELEASE = _release(transformers.__version__)
+# (major, minor, micro) of the installed transformers, e.g. (5, 23, 0)
+TRANSFORMERS_RELEASE = Version(transformers.__version__).release
 # Before 5.14 ``crop(0)`` means "keep 0 tokens"; from 5.14 it removes nothing
 # (and, from 5.19, trims sliding-window and conv buffers back to their size).
 CROP_ZERO_KEEPS = TRANSFORMERS_RELEASE >= (5, 14)
@@ -111,7 +101,7 @@ def drop_last(cache, n: int) -> None:
 
 def _self_attention(cache):
     """The cache whose layers hold the generated sequence (the decoder's self-attention)."""
-    if EncoderDecoderCache is not None and isinstance(cache, EncoderDecoderCache):
+    if isinstance(cache, EncoderDecoderCache):
         return cache.self_attention_cache
     return cache
 
@@ -266,8 +256,6 @@ class CachedModel:
 
     @property
     def device(self) -> torch.device:
-        from utils.devices import model_device
-
         return model_device(self.model)
 
     @property
