@@ -6,8 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_POLICIES, OURS
+from generation.gamma_policies import make_policy
+from utils.models import load_pair
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
 
@@ -15,7 +18,7 @@ DESCRIPTION = """\
 Benchmark the decoding strategies (speculative, NASD, target and drafter
 autoregressive) on a prompt set, with constant gammas and adaptive gamma
 policies, optionally beside transformers' own decoders (--peers), and write a
-table, the goal check, JSON, CSV and a speedup-vs-gamma chart.
+table, the checks of any --expect, JSON, CSV and a speedup-vs-gamma chart.
 See docs/benchmark.md.
 """
 
@@ -49,8 +52,6 @@ def parse_policies(text: str) -> list[tuple[str, int]]:
     Without ``@G`` a policy takes its default gamma (heuristic 4, confidence 20,
     model 16). ValueError with a one-line message for a bad item.
     """
-    from generation.gamma_policies import make_policy
-
     if text.strip().lower() == "none":
         return []
     out = []
@@ -76,6 +77,13 @@ def parse_policies(text: str) -> list[tuple[str, int]]:
 def _policies(text: str) -> list[tuple[str, int]]:
     try:
         return parse_policies(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _expectation(text: str):
+    try:
+        return parse_expectation(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -155,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="the same seed for every run (default 0)")
     r.add_argument("--out", type=Path, default=Path("bench_out"), help="output folder (default bench_out/)")
     r.add_argument("--no-chart", dest="chart", action="store_false", help="skip the PNG chart")
+    r.add_argument("--expect", type=_expectation, action="append", default=[], metavar="A/B=X",
+                   help="check that variant A runs at least X times as fast as B, e.g. "
+                        "speculative@4/target=1.2; B may be 'best' (A's fastest constant gamma); "
+                        "'@grounded' or '@CATEGORY' after X restricts the prompts (repeatable)")
     return p
 
 
@@ -170,14 +182,12 @@ def settings_dict(args, prompt_count: int) -> dict:
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
         "assisted_confidence": args.assisted_confidence, "repeats": args.repeats,
         "warmup": args.warmup, "seed": args.seed, "device_arg": args.device,
-        "dtype_arg": args.dtype,
+        "dtype_arg": args.dtype, "expect": [e.text for e in args.expect],
     }
 
 
 def default_loader(args):
     """Load the model pair through the project's loader."""
-    from utils.models import load_pair
-
     kwargs = dict(device=args.device, dtype=args.dtype)
     if args.drafter_dtype:
         kwargs["drafter_dtype"] = args.drafter_dtype
@@ -186,6 +196,7 @@ def default_loader(args):
 
 def main(argv: list[str] | None = None, *, loader=default_loader) -> int:
     """Run the benchmark; ``loader(args)`` returns the model pair (tests pass their own)."""
+    # Imported here: the session imports torch, which ``bench.py --help`` does without.
     from bench.session import run_session
 
     args = build_parser().parse_args(argv)

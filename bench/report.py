@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.aggregate import ALL, SummaryRow
-from bench.targets import Goal
+from bench.expect import Verdict
 from bench.variants import parse_variant_name
 
 DASH = "—"
@@ -51,12 +51,11 @@ def category_table(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-GOAL_COLUMNS = ("Goal", "measured", "beside it", "status")
+EXPECT_COLUMNS = ("Expectation", "measured", "status")
 
 
-def goal_cells(goal: Goal) -> list[str]:
-    beside = DASH if goal.beside is None else f"{goal.beside} {_num(goal.beside_value, '.2f', '×')}"
-    return [goal.description, _num(goal.value, ".2f", "×"), beside, goal.status]
+def verdict_cells(verdict: Verdict) -> list[str]:
+    return [verdict.description, _num(verdict.value, ".2f", "×"), verdict.status]
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
@@ -65,7 +64,7 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown_report(header_lines: list[str], rows: list[SummaryRow], goals: list[Goal]) -> str:
+def markdown_report(header_lines: list[str], rows: list[SummaryRow], verdicts: list[Verdict]) -> str:
     overall = [overall_cells(r) for r in rows if r.category == ALL]
     cat_header, cat_body = category_table(rows)
     parts = [
@@ -73,14 +72,14 @@ def markdown_report(header_lines: list[str], rows: list[SummaryRow], goals: list
         "All prompts:\n\n" + markdown_table(list(OVERALL_COLUMNS), overall),
         "Tokens/s (speedup over target AR) per category:\n\n" + markdown_table(cat_header, cat_body),
     ]
-    if goals:
-        parts.append("Speed goals:\n\n" + markdown_table(
-            list(GOAL_COLUMNS), [goal_cells(g) for g in goals]))
+    if verdicts:
+        parts.append("Expectations:\n\n" + markdown_table(
+            list(EXPECT_COLUMNS), [verdict_cells(v) for v in verdicts]))
     return "\n\n".join(parts) + "\n"
 
 
 def print_report(console, header_lines: list[str], rows: list[SummaryRow],
-                 goals: list[Goal]) -> None:
+                 verdicts: list[Verdict]) -> None:
     """The same three tables, drawn with rich."""
     from rich.table import Table
 
@@ -100,13 +99,13 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
     for cells in body:
         per_cat.add_row(*cells)
     console.print(per_cat)
-    if goals:
-        table = Table(title="Speed goals", title_justify="left")
-        for name in GOAL_COLUMNS:
+    if verdicts:
+        table = Table(title="Expectations", title_justify="left")
+        for name in EXPECT_COLUMNS:
             table.add_column(name)
         colour = {"met": "green", "missed": "red", "not checked": "dim"}
-        for goal in goals:
-            cells = goal_cells(goal)
-            cells[-1] = f"[{colour[goal.status]}]{cells[-1]}[/]"
+        for verdict in verdicts:
+            cells = verdict_cells(verdict)
+            cells[-1] = f"[{colour[verdict.status]}]{cells[-1]}[/]"
             table.add_row(*cells)
         console.print(table)

@@ -26,8 +26,6 @@ CONSTANT = "constant"
 
 # The policies run besides constant gamma, each with its gamma (start or maximum).
 DEFAULT_POLICIES = (("heuristic", 4), ("confidence 0.4", 20), ("model", 16))
-# The goal check compares the model policy with the best of these constant gammas.
-GOAL_GAMMAS = (2, 4, 8)
 
 LABELS = {
     "target": "target AR",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.aggregate import SummaryRow
 from bench.records import RunRecord
-from bench.targets import Goal
+from bench.expect import Verdict
 
 
 def outputs_by_variant(records: list[RunRecord]) -> dict[str, dict[str, list[int]]]:
@@ -21,14 +21,15 @@ def outputs_by_variant(records: list[RunRecord]) -> dict[str, dict[str, list[int
     return out
 
 
-def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], goals: list[Goal],
+def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], verdicts: list[Verdict],
                 records: list[RunRecord], skipped: list) -> dict:
     return {
         "environment": environment,
         "settings": settings,
         "variants": list(dict.fromkeys(r.variant for r in records)),
         "summary": [asdict(r) for r in rows],
-        "goals": [dict(asdict(g), status=g.status) for g in goals],
+        "expectations": [dict(expect=v.expectation.text, description=v.description, value=v.value,
+                              reference=v.reference, status=v.status) for v in verdicts],
         "skipped": [asdict(s) for s in skipped],
         "runs": [r.row() for r in records],
         "outputs": outputs_by_variant(records),

@@ -19,7 +19,7 @@ from bench.prompts import (
 from bench.records import RunRecord
 from bench.report import markdown_report
 from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, split_fitting
-from bench.targets import check_goals, policy_goals
+from bench.expect import Expectation, check_expectations, parse_expectation
 from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variants
 from bench.writers import report_dict, write_csv, write_json
 
@@ -298,14 +298,29 @@ def test_identical_share_and_first_divergence():
     assert summarize(_hand_records(), greedy=False)[0].identical is None
 
 
-def test_goals_are_checked_against_the_right_rows():
-    rows = summarize(_hand_records(), greedy=True)
-    goals = {g.description: g for g in check_goals(rows, [4], greedy=True)}
-    grounded_peer = goals["NASD γ=4 ≥ 1.0× HF prompt lookup (grounded)"]
-    assert grounded_peer.value == pytest.approx(2.0) and grounded_peer.status == "met"
-    assert goals["NASD γ=4 ≥ 1.8× target AR (grounded)"].status == "met"
-    assert goals["target AR ≥ 1.0× HF generate"].status == "not checked"   # no hf_generate here
-    assert all(g.status == "not checked" for g in check_goals(rows, [4], greedy=False))
+def test_expectations_parse_and_reject_bad_text():
+    assert parse_expectation("speculative@4/target=1.2") == Expectation("speculative@4", "target", 1.2)
+    assert parse_expectation("ngram@4/target=1.8@grounded") == Expectation("ngram@4", "target", 1.8, GROUNDED)
+    assert parse_expectation("speculative:confidence=0.4@20/best=0.95").variant == "speculative:confidence=0.4@20"
+    assert parse_expectation("ngram@4/target=1.8@grounded").text == "ngram@4/target=1.8@grounded"
+    for bad in ("speculative@4=1.2", "a/b", "a/b=x", "a/b=0", "/b=1"):
+        with pytest.raises(ValueError):
+            parse_expectation(bad)
+
+
+def test_expectations_are_checked_against_the_right_records():
+    records = _hand_records()
+    peer, speed, missing, lower = check_expectations(records, [
+        Expectation("ngram@4", "hf_prompt_lookup@4", 1.0, GROUNDED),
+        Expectation("ngram@4", "target", 1.8, GROUNDED),
+        Expectation("target", "hf_generate", 1.0),                 # no hf_generate here
+        Expectation("ngram@4", "target", 100.0),
+    ])
+    assert peer.value == pytest.approx(2.0) and peer.status == "met"
+    assert speed.value == pytest.approx(_row(summarize(records, greedy=True), "ngram@4", GROUNDED).speedup)
+    assert speed.status == "met"
+    assert missing.status == "not checked"
+    assert lower.status == "missed"
 
 
 def _policy_records():
@@ -324,36 +339,26 @@ def _policy_records():
     return out
 
 
-def test_policy_goal_compares_with_the_best_constant_in_hindsight():
-    goals = policy_goals(_policy_records())
-    assert len(goals) == 1
-    goal = goals[0]
-    assert goal.reference == "speculative@4" and goal.description.endswith("γ=4")
-    assert goal.value == pytest.approx(0.5 / 0.52)            # median of 0.96, 1.25, 0.96
-    assert goal.status == "met"
-    assert goal.beside == "HF assisted dynamic (confidence 0.4)"
-    assert goal.beside_value == pytest.approx(0.8)
+def test_best_is_the_fastest_constant_gamma_in_hindsight():
+    expect = [Expectation("speculative:model@16", "best", 0.95)]
+    verdict, = check_expectations(_policy_records(), expect)
+    assert verdict.reference == "speculative@4" and verdict.description.endswith("speculative@4")
+    assert verdict.value == pytest.approx(0.5 / 0.52)            # median of 0.96, 1.25, 0.96
+    assert verdict.status == "met"
     slow = [r for r in _policy_records() if r.variant != "speculative:model@16"]
     slow += [_rec("speculative:model@16", "h1", "chat", r, 10, 1.0) for r in range(3)]
-    assert policy_goals(slow)[0].status == "missed"
+    assert check_expectations(slow, expect)[0].status == "missed"
     no_constants = [r for r in _policy_records() if r.variant.startswith(("target", "speculative:"))]
-    assert policy_goals(no_constants)[0].status == "not checked"
-    assert policy_goals(_hand_records()) == []                  # no model policy in that run
-    md = markdown_report(["header"], summarize(_policy_records(), greedy=True), goals)
+    assert check_expectations(no_constants, expect)[0].status == "not checked"
+    md = markdown_report(["header"], summarize(_policy_records(), greedy=True), [verdict])
     assert "| speculative model | ≤16 |" in md
-    assert "HF assisted dynamic (confidence 0.4) 0.80×" in md
+    assert "| speculative:model@16 ≥ 0.95× speculative@4 | 0.96× | met |" in md
 
 
-def test_ngram_policy_goal_is_also_checked_on_grounded_prompts():
-    records = []
-    for r in range(2):
-        for prompt, category in (("c1", "code_editing"), ("h1", "chat")):
-            for name, seconds in (("ngram@2", 1.0), ("ngram@4", 0.8), ("ngram@8", 0.9),
-                                  ("ngram:model@16", 0.8)):
-                records.append(_rec(name, prompt, category, r, 10, seconds))
-    goals = {g.category: g for g in policy_goals(records)}
-    assert set(goals) == {ALL, GROUNDED}
-    assert goals[GROUNDED].value == pytest.approx(1.0) and goals[GROUNDED].beside is None
+def test_no_expectation_no_check():
+    assert check_expectations(_policy_records(), []) == []
+    md = markdown_report(["header"], summarize(_policy_records(), greedy=True), [])
+    assert "Expectations" not in md
 
 
 # ---------------------------------------------------------------- writers and chart
@@ -370,13 +375,15 @@ def test_csv_spreads_phases_over_columns(tmp_path):
 def test_json_and_csv_writers(tmp_path):
     records = _hand_records()
     rows = summarize(records, greedy=True)
-    goals = check_goals(rows, [4], greedy=True)
-    data = report_dict({"device": "cpu"}, {"length": 10}, rows, goals, records, [])
+    verdicts = check_expectations(records, [parse_expectation("ngram@4/target=1.8@grounded")])
+    data = report_dict({"device": "cpu"}, {"length": 10}, rows, verdicts, records, [])
     path = write_json(tmp_path / "bench.json", data)
     loaded = json.loads(path.read_text())
     assert loaded["variants"] == ["target", "ngram@4", "hf_prompt_lookup@4"]
     assert loaded["outputs"]["ngram@4"]["h1"][3] == 99
     assert len(loaded["runs"]) == len(records) and "tokens" not in loaded["runs"][0]
+    assert loaded["expectations"][0]["expect"] == "ngram@4/target=1.8@grounded"
+    assert loaded["expectations"][0]["status"] == "met"
     from dataclasses import asdict
     csv_path = write_csv(tmp_path / "summary.csv", [asdict(r) for r in rows])
     with csv_path.open() as f:
@@ -384,8 +391,8 @@ def test_json_and_csv_writers(tmp_path):
     assert len(table) == len(rows)
     code = next(r for r in table if r["variant"] == "ngram@4" and r["category"] == "code_editing")
     assert float(code["speedup"]) == pytest.approx(4.0) and code["first_divergence"] == ""
-    md = markdown_report(["header"], rows, goals)
-    assert "| NASD | 4 |" in md and "Speed goals" in md
+    md = markdown_report(["header"], rows, verdicts)
+    assert "| NASD | 4 |" in md and "Expectations" in md
 
 
 def test_chart_png_is_written(tmp_path):
@@ -506,9 +513,13 @@ def test_end_to_end_tiny_run_with_gamma_policies(tiny_pair, tmp_path):
     code = main(["--prompts", str(prompts), "--peers", "--strategies", "speculative,ngram",
                  "--gamma", "2", "--policies", "heuristic@2,confidence 0.4@3,model@4",
                  "--length", "8", "--repeats", "1", "--threads", "1", "--no-chart",
+                 "--expect", "ngram:model@4/best=0.001", "--expect", "speculative@2/drafter=1",
                  "--out", str(out)], loader=lambda args: tiny_pair)
     assert code == 0
     data = json.loads((out / "bench.json").read_text())
+    assert [e["status"] for e in data["expectations"]] == ["met", "not checked"]  # no drafter AR here
+    assert data["expectations"][0]["reference"] == "ngram@2"
+    assert "Expectations" in (out / "summary.md").read_text()
     ours = ["speculative@2", "speculative:heuristic@2", "speculative:confidence=0.4@3",
             "speculative:model@4", "ngram@2", "ngram:heuristic@2", "ngram:confidence=0.4@3",
             "ngram:model@4"]
@@ -526,11 +537,7 @@ def test_end_to_end_tiny_run_with_gamma_policies(tiny_pair, tmp_path):
     assert set(runs["speculative:model@4"]["phases"]) == {"draft", "verify", "other"}
     assert runs["hf_assisted:confidence=0.4@20"]["phases"] is None
     assert 0 <= runs["speculative:model@4"]["mean_gamma"] <= 4
-    goals = {g["variant"] + "/" + g["category"]: g for g in data["goals"]}
-    spec = goals["speculative:model@4/all"]
-    assert spec["reference"] == "speculative@2" and spec["value"] > 0
-    assert spec["beside"] == "HF assisted dynamic (confidence 0.4)" and spec["beside_value"] > 0
-    assert goals["ngram:model@4/grounded"]["value"] > 0
+    assert data["expectations"][0]["value"] > 0
     assert "speculative model" in (out / "summary.md").read_text()
 
 

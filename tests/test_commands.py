@@ -24,7 +24,7 @@ def flags(*argv: str) -> Settings:
     return settings
 
 
-def test_defaults_match_the_issue():
+def test_defaults_match_the_documented_ones():
     s = Settings()
     assert (s.gamma, s.length, s.processor, s.seed) == (4, 128, ProcessorSpec("greedy"), 42)
     assert (s.ngram_storage, s.ngram_n, s.top_k_filler) == ("basic", 3, 3)

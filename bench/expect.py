@@ -1,0 +1,109 @@
+"""Expectations a user states about a benchmark's speed, checked on its numbers.
+
+``--expect A/B=X`` (repeatable) says variant A should run at least X times as
+fast as variant B: ``speculative@4/target=1.2``, ``ngram@4/hf_prompt_lookup@4=1.0``.
+``@CATEGORY`` after the ratio restricts it to one category or to ``grounded``
+(``ngram@4/target=1.8@grounded``). B may be ``best``: the fastest constant γ
+of A's strategy in this very run (``speculative:model@16/best=0.95``). The
+ratio is paired per repeat (the median of per-repeat tokens/s ratios), like
+every other ratio of the report. An expectation whose variants the run lacks is
+reported as not checked rather than passed. There are no built-in thresholds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.aggregate import ALL, category_groups, median, paired_ratio, per_repeat_throughput
+from bench.records import RunRecord
+from bench.variants import parse_variant_name
+
+BEST = "best"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """``variant`` at least ``ratio`` times as fast as ``reference`` on ``category``."""
+
+    variant: str
+    reference: str
+    ratio: float
+    category: str = ALL
+
+    @property
+    def text(self) -> str:
+        where = "" if self.category == ALL else f"@{self.category}"
+        return f"{self.variant}/{self.reference}={self.ratio:g}{where}"
+
+
+def parse_expectation(text: str) -> Expectation:
+    """``"speculative@4/target=1.2"`` -> Expectation; ValueError with a one-line message."""
+    pair, equals, value = text.strip().rpartition("=")
+    variant, slash, reference = pair.partition("/")
+    ratio_text, _, category = value.partition("@")
+    if not (equals and slash and variant and reference):
+        raise ValueError(f"expected VARIANT/REFERENCE=RATIO[@CATEGORY], got {text!r}")
+    try:
+        ratio = float(ratio_text)
+    except ValueError:
+        raise ValueError(f"{text!r}: ratio {ratio_text!r} is not a number") from None
+    if not ratio > 0:
+        raise ValueError(f"{text!r}: the ratio must be > 0")
+    return Expectation(variant.strip(), reference.strip(), ratio, category.strip() or ALL)
+
+
+@dataclass
+class Verdict:
+    """One expectation checked: the measured ratio (None when the run lacks a side)."""
+
+    expectation: Expectation
+    value: float | None = None
+    reference: str | None = None     # the variant measured against (``best`` resolved)
+
+    @property
+    def description(self) -> str:
+        e = self.expectation
+        where = "" if e.category == ALL else f" ({e.category})"
+        against = self.reference or e.reference
+        return f"{e.variant} ≥ {e.ratio:g}× {against}{where}"
+
+    @property
+    def status(self) -> str:
+        if self.value is None:
+            return "not checked"
+        return "met" if self.value >= self.expectation.ratio else "missed"
+
+
+def check_expectations(records: Sequence[RunRecord], expectations: Sequence[Expectation]) -> list[Verdict]:
+    """Each expectation, measured on ``records``."""
+    present = list(dict.fromkeys(r.variant for r in records))
+    groups = category_groups(r.category for r in records)
+    return [_check(records, e, present, groups) for e in expectations]
+
+
+def _check(records, e: Expectation, present: list[str], groups: dict[str, set[str]]) -> Verdict:
+    verdict = Verdict(e)
+    members = groups.get(e.category)
+    if members is None or e.variant not in present:
+        return verdict
+
+    def tps(name: str) -> dict[int, float]:
+        return per_repeat_throughput(r for r in records if r.variant == name and r.category in members)
+
+    reference = _best_constant(e.variant, present, tps) if e.reference == BEST else e.reference
+    if reference is None or reference not in present:
+        return verdict
+    verdict.reference = reference
+    verdict.value = paired_ratio(tps(e.variant), tps(reference))
+    return verdict
+
+
+def _best_constant(name: str, present: list[str], tps) -> str | None:
+    """The constant-γ variant of ``name``'s strategy with the highest median tokens/s."""
+    strategy = parse_variant_name(name).strategy
+    constants = [v for v in present if (p := parse_variant_name(v)).strategy == strategy
+                 and p.gamma is not None and p.constant and v != name]
+    if not constants:
+        return None
+    return max(constants, key=lambda c: median(tps(c).values()) or 0.0)
