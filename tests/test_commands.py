@@ -182,7 +182,7 @@ def test_every_command_has_usage_help_and_a_parser():
         assert callable(command.parse)
 
 
-def test_issue_commands_are_all_in_the_table():
+def test_documented_commands_are_all_in_the_table():
     assert set(COMMANDS) == {
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
