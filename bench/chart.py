@@ -68,6 +68,7 @@ def _panel(ax, rows: list[SummaryRow], category: str, title: str) -> None:
 
 def speedup_chart(rows: list[SummaryRow], path: Path, *, title: str = "") -> Path:
     """Save the chart: all prompts, and the input-grounded ones when there are some."""
+    # Imported here: matplotlib takes seconds to import, and only a run that draws the chart needs it.
     import matplotlib
 
     matplotlib.use("Agg")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+from importlib.metadata import PackageNotFoundError, version
 
 import torch
 import transformers
@@ -30,8 +31,6 @@ def _dtype(model) -> str:
 
 
 def _version(module: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(module)
     except PackageNotFoundError:

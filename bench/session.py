@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import asdict
 
 import torch
+from rich.console import Console
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
 
 from bench.aggregate import summarize
 from bench.chart import speedup_chart
@@ -22,8 +27,6 @@ from utils.errors import ModelLoadError
 
 def _consoles():
     """stdout for the report (wide when it is not a terminal, so files keep whole rows)."""
-    from rich.console import Console
-
     out = Console()
     if not out.is_terminal:
         out = Console(width=200)
@@ -31,10 +34,6 @@ def _consoles():
 
 
 def _progress(console):
-    from rich.progress import (
-        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
-    )
-
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console)
 
@@ -121,8 +120,6 @@ def _run_all(executor, encoded, variants, args, err):
 
 
 def _write_files(args, env, settings, rows, goals, records, skipped, header, err) -> None:
-    from dataclasses import asdict
-
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     paths = [

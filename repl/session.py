@@ -13,11 +13,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+import checks.selftest
 from repl import render
 from repl.commands import completions, execute
 from repl.runner import PromptRefused, Runner
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
+from repl.trace import TraceError, prompt_record, trace_document, write_trace
+from repl.trace import environment as trace_environment
 
 QUIT_HINT = "(Ctrl-C stops a generation; to leave press Ctrl-D or type /quit)"
 
@@ -91,20 +94,14 @@ class Session:
 
     def environment(self) -> dict:
         if self._environment is None:
-            from repl.trace import environment
-
-            self._environment = environment(self.runner.pair)
+            self._environment = trace_environment(self.runner.pair)
         return self._environment
 
     def _record(self, prompt_run: PromptRun) -> dict:
-        from repl.trace import prompt_record
-
         return prompt_record(prompt_run, self.runner.pair.tokenizer)
 
     def save(self, path: str) -> bool:
         """/save FILE: the last prompt's trace; a bad path is one error line."""
-        from repl.trace import TraceError, trace_document, write_trace
-
         if self.last_run is None:
             self.error("no prompt has run yet: /save writes the last prompt's trace")
             return False
@@ -118,8 +115,6 @@ class Session:
 
     def add_to_trace_out(self, prompt_run: PromptRun) -> None:
         """--trace-out: rewrite the file with every prompt so far."""
-        from repl.trace import TraceError, trace_document, write_trace
-
         self._traced.append(self._record(prompt_run))
         try:
             write_trace(self.trace_out, trace_document(self._traced, self.environment()))
@@ -170,16 +165,14 @@ class Session:
 
     def selftest(self) -> None:
         """/selftest: run checks.selftest on the loaded pair, one line per check."""
-        from checks.selftest import run_selftest
-
         self.say("self-test: greedy and sampling checks on the built-in prompts (takes a while)", "dim")
-        checks = run_selftest(self.runner.pair,
-                              report=lambda c: self.say(c.line(), "green" if c.passed else "bold red"))
-        failed = [c.name for c in checks if not c.passed]
+        done = checks.selftest.run_selftest(
+            self.runner.pair, report=lambda c: self.say(c.line(), "green" if c.passed else "bold red"))
+        failed = [c.name for c in done if not c.passed]
         if failed:
-            self.error(f"self-test failed: {len(failed)} of {len(checks)} checks ({', '.join(failed)})")
+            self.error(f"self-test failed: {len(failed)} of {len(done)} checks ({', '.join(failed)})")
         else:
-            self.say(f"self-test passed: {len(checks)} checks", "bold green")
+            self.say(f"self-test passed: {len(done)} checks", "bold green")
 
     def show_summary(self, prompt_run: PromptRun) -> None:
         if prompt_run.runs:

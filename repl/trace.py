@@ -37,6 +37,7 @@ class TraceError(ValueError):
 
 def environment(pair) -> dict:
     """Models, dtypes, device and library versions of a live session."""
+    # Imported here: reading a trace (``infer.py --replay``) must not import torch.
     import sys
 
     import torch
