@@ -1,0 +1,85 @@
+"""What the model policy knows about cost: drafter steps, verify forwards by width, host time."""
+
+from __future__ import annotations
+
+from analysis.speedup import CostModel
+from generation.gamma_policies.estimates import Mean, Recent
+from generation.result import Round
+
+
+class Costs:
+    """Seconds per round's pieces, learned from the rounds observed.
+
+    * ``draft_step_s``: seconds per drafter step (a moving mean).
+    * ``verify_s``: target verify seconds by width (tokens fed at once:
+      drafts + 1), each the median of its last five measurements
+      (``estimates.Recent``), so one slow forward does not mislead it for long.
+    * ``other_s``: other host seconds per round: the wall time between two
+      observed rounds minus their draft and verify time (a moving mean).
+
+    The costs belong to the machine and the models, so they persist across
+    generations. A generation's first round carries the prompt's prefill, so
+    its times are not used. Widths not measured yet are interpolated or
+    extrapolated by ``analysis.speedup.CostModel``, in a table rebuilt when a
+    width is measured for the first time and every ``TABLE_REFRESH`` rounds.
+    ``catches_up``: the drafter catches up on skipped tokens (a model drafter).
+    """
+
+    TABLE_REFRESH = 8       # rounds between rebuilds of the verify-cost table
+
+    def __init__(self, cost_alpha: float, *, catches_up: bool):
+        self.cost_alpha, self.catches_up = cost_alpha, catches_up
+        self.verify_s: dict[int, Recent] = {}
+        self.draft_step_s = Mean()
+        self.other_s = Mean()
+        self.rounds = 0                             # observed, prefill rounds included
+        self._mark: float | None = None             # the clock at the last observed round
+        self._table: list[float] | None = None      # verify seconds by width, 1..max+1
+        self._drafted_none = False                  # the last observed round drafted nothing
+
+    def begin(self) -> None:
+        self._mark = None       # the wall time before a generation's first round is not a round's
+
+    def observe(self, rnd: Round, now: float | None, *, prefill: bool) -> None:
+        """Learn from a finished round (``now``: the clock, None without one);
+        a generation's first round (``prefill``) teaches nothing."""
+        # After a round without drafts a model drafter first catches up on the tokens it
+        # skipped, in the same forward as its first draft: that round's draft time is
+        # not the price of its drafts.
+        caught_up = self.catches_up and self._drafted_none
+        if not prefill:
+            self._learn(rnd, now, caught_up)
+        self._mark = now
+        self._drafted_none = not rnd.drafted
+        self.rounds += 1
+
+    def _learn(self, rnd: Round, now: float | None, caught_up: bool) -> None:
+        drafted = len(rnd.drafted)
+        width = drafted + 1
+        if rnd.verify_s > 0:
+            self.verify_s.setdefault(width, Recent()).add(rnd.verify_s)
+        if drafted and rnd.draft_s > 0 and not caught_up:
+            self.draft_step_s.add(rnd.draft_s / drafted, self.cost_alpha)
+        if now is not None and self._mark is not None:
+            other = max(0.0, now - self._mark - rnd.draft_s - rnd.verify_s)
+            self.other_s.add(other, self.cost_alpha)
+        # Costs drift slowly, and a rebuild costs ~50 us: rebuild when a width is new,
+        # and every few rounds after that.
+        recent = self.verify_s.get(width)
+        if (recent is not None and recent.count == 1) or self.rounds % self.TABLE_REFRESH == 0:
+            self._table = None
+
+    def model(self) -> CostModel | None:
+        """The measured costs, or None before any verify time was measured."""
+        if not self.verify_s:
+            return None
+        return CostModel(draft_step_s=self.draft_step_s.value,
+                         verify_s={w: m.value for w, m in self.verify_s.items()},
+                         other_per_round_s=self.other_s.value)
+
+    def verify_table(self, max_gamma: int) -> list[float]:
+        """Verify seconds at widths 1..max_gamma + 1 (needs a measured verify time)."""
+        if self._table is None:
+            costs = self.model()
+            self._table = [costs.verify(w) for w in range(1, max_gamma + 2)]
+        return self._table
