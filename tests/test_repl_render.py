@@ -439,7 +439,7 @@ def test_stats_and_save_after_a_prompt(tmp_path, monkeypatch):
     session = Session(Runner(fake_pair()), Settings(chat=False), c)
     pr = why_prompt_run()
     monkeypatch.setattr(session.runner, "prepare", lambda text, settings: pr)
-    monkeypatch.setattr(session.runner, "run", lambda prompt_run, settings, on_run: prompt_run)
+    monkeypatch.setattr(session.runner, "run", lambda prompt_run, settings, on_run, watch=None: prompt_run)
     monkeypatch.setattr(session, "environment", lambda: {"target": "t", "drafter": "d"})
     assert session.handle("w3 w4") and session.last_run is pr
     assert session.handle("/stats") and "Why (last prompt)" in out.getvalue()
