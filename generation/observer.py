@@ -53,10 +53,6 @@ class Watch:
         self.paused_s = 0.0
         self._start = time.perf_counter()
 
-    def elapsed(self) -> float:
-        """Host seconds since the watch started, observer time left out."""
-        return time.perf_counter() - self._start - self.paused_s
-
     def drafted(self, draft: list[int]) -> None:
         if self.active:
             t0 = time.perf_counter()

@@ -109,7 +109,8 @@ class LiveView:
         self.draw(self.panel())
 
     def status(self) -> str:
-        """``live · round 12 · 40 tokens · 15.2 tokens/s · acceptance 90% (36/40) · draft 1.20 s / verify 0.80 s (60/40%)``."""
+        """``live · round 12 · 40 tokens · 15.2 tokens/s · acceptance 90% (36/40) ·
+        draft 1.20 s / verify 0.80 s (60/40%)``."""
         parts = [LIVE_MARK, f"round {self.rounds}", f"{self.tokens} tokens"]
         if self.elapsed_s > 0:
             parts.append(f"{self.tokens / self.elapsed_s:.1f} tokens/s")

@@ -104,7 +104,8 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
 
 
 def what_if_text(what_if) -> str:
-    """``at a 20 ms round trip per target call: predicted 1.42x (long outputs 1.55x), best gamma 7 (1.61x)``."""
+    """``at a 20 ms round trip per target call (/rtt): predicted 1.42x (long outputs
+    1.55x), best gamma 7 (1.61x)``."""
     w = what_if
     predicted = "" if w.predicted is None else f"predicted {_x(w.predicted)} ("
     steady = f"long outputs {_x(w.predicted_steady)}" + (")" if predicted else "")

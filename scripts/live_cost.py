@@ -36,11 +36,16 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's own choice); 1 helps on a shared machine")
     parser.add_argument("--out", help="write the figures as JSON to this file")
+    parser.add_argument("--report", metavar="JSON", help="print the report of a saved --out file and exit")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        print(report(saved["samples"], saved["environment"]))
+        return 0
     from rich.console import Console
 
     from bench.meta import environment
@@ -81,8 +86,8 @@ def main(argv=None) -> int:
                 samples.append(sample)
                 print(json.dumps(sample), flush=True)
     env = environment(pair)
-    env.update(threads=args.threads, load_before=load_before, load_after=os.getloadavg(), minutes=(time.time() - started) / 60,
-               length=args.length, rounds=args.rounds, prompts=len(prompts))
+    env.update(threads=args.threads, load_before=load_before, load_after=os.getloadavg(),
+               minutes=(time.time() - started) / 60, length=args.length, rounds=args.rounds, prompts=len(prompts))
     print(report(samples, env))
     if args.out:
         Path(args.out).write_text(json.dumps({"environment": env, "samples": samples}, indent=1))

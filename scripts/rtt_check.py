@@ -40,6 +40,7 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's own choice); 1 helps on a shared machine")
     parser.add_argument("--out", help="write the figures as JSON to this file")
+    parser.add_argument("--report", metavar="JSON", help="print the report of a saved --out file and exit")
     return parser.parse_args(argv)
 
 
@@ -61,6 +62,10 @@ def run_prompt(runner, text: str, settings):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        print(report(saved["rows"], saved["environment"]))
+        return 0
     from bench.meta import environment
     from bench.prompts import builtin_prompts
     from repl.runner import Runner
@@ -105,7 +110,8 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     load_after = os.getloadavg()
     env = environment(pair)
-    env.update(threads=args.threads, load_before=load_before, load_after=load_after, minutes=(time.time() - started) / 60,
+    env.update(threads=args.threads, load_before=load_before, load_after=load_after,
+               minutes=(time.time() - started) / 60,
                rtt_ms=args.rtt, length=args.length, gamma=args.gamma, prompts=len(prompts))
     print(report(rows, env))
     if args.out:
@@ -122,12 +128,13 @@ def report(rows: list[dict], env: dict) -> str:
              f"load {env['load_before'][0]:.2f} before, {env['load_after'][0]:.2f} after · "
              f"{env['minutes']:.1f} min",
              f"rtt {env['rtt_ms']:g} ms · {env['prompts']} prompts · length {env['length']} · gamma {env['gamma']}",
-             "", "| prompt | strategy | predicted (/rtt) | measured (--rtt-inject) | error | best γ |",
-             "|---|---|---|---|---|---|"]
+             "", "| prompt | strategy | predicted (/rtt) | measured (--rtt-inject) | error | best γ "
+             "| no round trip: predicted / measured |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         error = "n/a" if r["error"] is None else f"{r['error']:+.1%}"
         lines.append(f"| {r['prompt']} | {r['strategy']} | {_x(r['predicted'])} | {_x(r['measured'])} | "
-                     f"{error} | {r['best_gamma']} |")
+                     f"{error} | {r['best_gamma']} | {_x(r['local_predicted'])} / {_x(r['local_measured'])} |")
     lines.append("")
     for key in DRAFTING:
         errors = [r["error"] for r in rows if r["strategy"] == key and r["error"] is not None]
