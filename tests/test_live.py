@@ -117,8 +117,9 @@ def test_the_injected_round_trip_is_paid_before_every_target_forward_as_verify_t
     slowed = run(target_delay_s=delay)
     assert slowed.tokens == plain.tokens
     assert all(r.verify_s >= delay for r in slowed.trace)
-    assert all(r.draft_s < delay for r in slowed.trace) or key == "speculative"
-    assert slowed.seconds >= plain.seconds + delay * slowed.target_calls * 0.9
+    if key != "speculative":  # the wait is never booked as drafting
+        assert slowed.phases["draft"] < delay * slowed.target_calls / 2
+    assert slowed.phases["verify"] >= delay * slowed.target_calls <= slowed.seconds  # one wait per target call
     # Mutation check: without the wait the verify times fall under it.
     monkeypatch.setattr("generation.verify.target_delay", lambda s, d: None)
     monkeypatch.setattr("generation.autoregressive.target_delay", lambda s, d: None)
