@@ -42,7 +42,7 @@ class LiveView:
 
     def __init__(self, key: str, tokenizer, prompt_ids: list[int], *,
                  draw: Callable[[Panel], None] | None = None, interval: float = REFRESH_S,
-                 clock: Callable[[], float] = time.monotonic, height: int = 40):
+                 clock: Callable[[], float] = time.monotonic, height: int = 40, width: int = 100):
         self.key = key
         self.coloured = key in DRAFTING
         self.decoder = IncrementalDecoder(tokenizer, prompt_ids)
@@ -52,6 +52,7 @@ class LiveView:
         self.interval = interval
         self.clock = clock
         self.height = height
+        self.tail_chars = height * width  # at most a screenful is ever rendered
         self.draws = 0
         self._last_draw: float | None = None
         self.rounds = self.tokens = self.drafted_total = self.accepted_total = 0
@@ -124,8 +125,11 @@ class LiveView:
         return " · ".join(parts)
 
     def body(self) -> Text:
-        """The text so far (its last lines, to fit the screen) and the pending drafts, dim."""
-        text = self.text.copy()
+        """The text so far (its last lines, to fit the screen) and the pending drafts, dim.
+
+        Only the tail is rendered, so a draw costs the same at token 10 and 10,000.
+        """
+        text = self.text[-self.tail_chars:] if len(self.text) > self.tail_chars else self.text.copy()
         if self.pending:
             text.append("".join(self.decoder.preview(self.pending)), style=PENDING)
         lines = text.split("\n", allow_blank=True)
@@ -151,7 +155,7 @@ def live_panel(console: Console, key: str, tokenizer, prompt_ids: list[int],
     ``interval`` seconds, and the region is erased when the strategy ends.
     """
     view = LiveView(key, tokenizer, prompt_ids, interval=interval,
-                    height=max(4, console.size.height - 8))
+                    height=max(4, console.size.height - 8), width=console.size.width)
     with Live(view.panel(), console=console, auto_refresh=False, transient=True,
               vertical_overflow="crop") as live:
         view.draw = lambda panel: live.update(panel, refresh=True)

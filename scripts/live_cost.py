@@ -85,13 +85,45 @@ def main(argv=None) -> int:
                                        "tokens_per_s": run.result.tokens_per_second}
                 samples.append(sample)
                 print(json.dumps(sample), flush=True)
+    ids = pair.tokenizer(prompts[0].text).input_ids
+    overhead = counted_overhead_s(pair.tokenizer, ids)
     env = environment(pair)
-    env.update(threads=args.threads, load_before=load_before, load_after=os.getloadavg(),
+    env.update(counted_overhead_s=overhead, threads=args.threads, load_before=load_before, load_after=os.getloadavg(),
                minutes=(time.time() - started) / 60, length=args.length, rounds=args.rounds, prompts=len(prompts))
     print(report(samples, env))
     if args.out:
         Path(args.out).write_text(json.dumps({"environment": env, "samples": samples}, indent=1))
     return 0
+
+
+def counted_overhead_s(tokenizer, prompt_ids: list[int], iterations: int = 2000) -> float:
+    """Seconds per round that watching adds to a strategy's own time.
+
+    What stays inside the timed run with the live view on: the drafts copied
+    to the host and the calls into the watch outside its own clock (the live
+    view's recording and drawing are measured and subtracted). Timed here on
+    a 4-token round with a drawing view, the drawing time subtracted as the
+    loop subtracts it; load-independent enough to set beside the A/B figure.
+    """
+    import io
+
+    import torch
+    from rich.console import Console
+
+    from generation.observer import Watch
+    from generation.result import Round
+    from repl.live import LiveView
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=100, height=40)
+    view = LiveView("speculative", tokenizer, prompt_ids, draw=console.print, interval=0.1)
+    watch = Watch(view)
+    draft = torch.tensor([504, 3003, 14797, 359])
+    rnd = Round(drafted=(504, 3003, 14797, 359), accepted=3, token=28, bonus=False, gamma=4)
+    t0 = time.perf_counter()
+    for _ in range(iterations):
+        watch.drafted(draft.tolist())
+        watch.round(rnd, [504, 3003, 14797, 28])
+    return (time.perf_counter() - t0 - watch.paused_s) / iterations
 
 
 def totals(samples: list[dict], mode: str, key: str) -> tuple[int, float]:
@@ -125,6 +157,13 @@ def report(samples: list[dict], env: dict) -> str:
         median = ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1:][:2]) / 2
         lines.append(f"| {key} | {off_tokens / off_s:.2f} | {on_tokens / on_s:.2f} | "
                      f"{(on_tokens / on_s) / (off_tokens / off_s):.3f} | {median:.3f} |")
+    if "counted_overhead_s" in env:
+        on_rounds_s = [s["speculative"]["seconds"] / max(1, s["speculative"]["tokens"] / 4.0)
+                       for s in samples if s["mode"] == "on" and "speculative" in s]
+        lines.append("")
+        lines.append(f"counted overhead of watching: {env['counted_overhead_s'] * 1e6:.1f} µs per round "
+                     f"(drafts copied to the host, calls into the watch); a speculative round took "
+                     f"{min(on_rounds_s) * 1e3:.0f} ms or more here")
     walls = {m: sum(s["wall_s"] for s in samples if s["mode"] == m) for m in ("on", "off")}
     lines.append("")
     lines.append(f"whole prompts, wall clock (drawing and panels included): live on {walls['on']:.1f} s, "

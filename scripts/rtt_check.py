@@ -37,6 +37,7 @@ def parse_args(argv=None):
     parser.add_argument("--gamma", type=int, default=4, help="drafts per round (default 4)")
     parser.add_argument("--per-category", type=int, default=None,
                         help="only the first N prompts of each category (default: all)")
+    parser.add_argument("--only", metavar="IDS", help="comma-separated prompt ids (e.g. chat-1,math-2)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's own choice); 1 helps on a shared machine")
     parser.add_argument("--out", help="write the figures as JSON to this file")
@@ -53,6 +54,13 @@ def first_of_each_category(prompts, n: int):
         if seen[prompt.category] <= n:
             kept.append(prompt)
     return kept
+
+
+def raw(prompt_run) -> dict:
+    """Per strategy: tokens, seconds, target calls and verify seconds (to see what a wait really cost)."""
+    return {run.key: {"tokens": len(run.result.tokens), "seconds": run.result.seconds,
+                      "target_calls": run.result.target_calls, "verify_s": run.result.phases["verify"]}
+            for run in prompt_run.runs if run.result is not None}
 
 
 def run_prompt(runner, text: str, settings):
@@ -82,6 +90,8 @@ def main(argv=None) -> int:
     prompts = builtin_prompts()
     if args.per_category:
         prompts = first_of_each_category(prompts, args.per_category)
+    if args.only:
+        prompts = [p for p in prompts if p.id in args.only.split(",")]
     plain = Settings(length=args.length, gamma=args.gamma, live=False)
     injected = Settings(length=args.length, gamma=args.gamma, live=False, rtt_inject=args.rtt)
     load_before = os.getloadavg()
@@ -93,6 +103,7 @@ def main(argv=None) -> int:
         for name, settings in (order if i % 2 == 0 else order[::-1]):
             runs[name] = run_prompt(runner, prompt.text, settings)
         base, real = runs["plain"], runs["injected"]
+        print(json.dumps({"prompt": prompt.id, "runs": {name: raw(pr) for name, pr in runs.items()}}), flush=True)
         for key in DRAFTING:
             run_a = next(r for r in base.runs if r.key == key)
             run_b = next(r for r in real.runs if r.key == key)
@@ -123,18 +134,24 @@ def _x(v) -> str:
     return "n/a" if v is None else f"{v:.2f}x"
 
 
+def _change(at_rtt, without) -> str:
+    """How much the round trip moves a speedup (``+2.0%``); ``n/a`` when either is missing."""
+    return "n/a" if at_rtt is None or not without else f"{at_rtt / without - 1:+.1%}"
+
+
 def report(rows: list[dict], env: dict) -> str:
     lines = [f"{env['date']} · {env['cpu']} · torch {env['torch']} · transformers {env['transformers']} · "
              f"load {env['load_before'][0]:.2f} before, {env['load_after'][0]:.2f} after · "
              f"{env['minutes']:.1f} min",
              f"rtt {env['rtt_ms']:g} ms · {env['prompts']} prompts · length {env['length']} · gamma {env['gamma']}",
              "", "| prompt | strategy | predicted (/rtt) | measured (--rtt-inject) | error | best γ "
-             "| no round trip: predicted / measured |",
-             "|---|---|---|---|---|---|---|"]
+             "| no round trip: predicted / measured | change the round trip makes: predicted / measured |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         error = "n/a" if r["error"] is None else f"{r['error']:+.1%}"
         lines.append(f"| {r['prompt']} | {r['strategy']} | {_x(r['predicted'])} | {_x(r['measured'])} | "
-                     f"{error} | {r['best_gamma']} | {_x(r['local_predicted'])} / {_x(r['local_measured'])} |")
+                     f"{error} | {r['best_gamma']} | {_x(r['local_predicted'])} / {_x(r['local_measured'])} | "
+                     f"{_change(r['predicted'], r['local_predicted'])} / {_change(r['measured'], r['local_measured'])} |")
     lines.append("")
     for key in DRAFTING:
         errors = [r["error"] for r in rows if r["strategy"] == key and r["error"] is not None]
@@ -143,6 +160,10 @@ def report(rows: list[dict], env: dict) -> str:
             lines.append(f"{key}: mean error {sum(errors) / len(errors):+.1%}, mean |error| "
                          f"{sum(abs(e) for e in errors) / len(errors):.1%}, max |error| "
                          f"{max(abs(e) for e in errors):.1%}; within 10% on {inside}/{len(errors)} prompts")
+            noise = [r["local_measured"] / r["local_predicted"] - 1 for r in rows
+                     if r["strategy"] == key and r["local_measured"] and r["local_predicted"]]
+            lines.append(f"{key}, for scale: the same model without a round trip against the same run's "
+                         f"measurement: mean |error| {sum(abs(e) for e in noise) / len(noise):.1%}")
     return "\n".join(lines)
 
 
