@@ -147,14 +147,15 @@ class LiveView:
 
 @contextmanager
 def live_panel(console: Console, key: str, tokenizer, prompt_ids: list[int],
-               interval: float = REFRESH_S) -> Iterator[LiveView]:
+               interval: float | None = None) -> Iterator[LiveView]:
     """A :class:`LiveView` drawing into a transient rich ``Live`` on ``console``.
 
     The ``Live`` never refreshes on its own (no drawing thread competes with
     the decoding): the view draws from the observer calls, at most every
-    ``interval`` seconds, and the region is erased when the strategy ends.
+    ``interval`` seconds (default ``REFRESH_S``), and the region is erased when
+    the strategy ends.
     """
-    view = LiveView(key, tokenizer, prompt_ids, interval=interval,
+    view = LiveView(key, tokenizer, prompt_ids, interval=REFRESH_S if interval is None else interval,
                     height=max(4, console.size.height - 8), width=console.size.width)
     with Live(view.panel(), console=console, auto_refresh=False, transient=True,
               vertical_overflow="crop") as live:
