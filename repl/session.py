@@ -142,8 +142,8 @@ class Session:
         try:
             prompt_run = self.runner.prepare(text, self.settings)
             self.say(render.prompt_line(prompt_run), "dim")
-            self.runner.run(prompt_run, self.settings, on_run=self.show_run,
-                            watch=(lambda key: self.watch(key, prompt_run.prompt_ids)) if self.live() else None)
+            watch = (lambda key: self.watch(key, prompt_run.prompt_ids)) if self.live() else None
+            self.runner.run(prompt_run, self.settings, on_run=self.show_run, watch=watch)
         except PromptRefused as e:
             self.error(str(e))
             return None
