@@ -14,12 +14,15 @@ import time
 import pytest
 import torch
 
-from generation import autoregressive_generate, speculative_generate
+from types import SimpleNamespace
+
+from engine import NGramOptions, Strategy, run_strategy
 from generation import observer as observer_module
 from generation.result import Round
-from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
 from repl import live, render
-from sampling import GreedyProcessor
+from repl.runner import strategy_for
+from repl.settings import Settings
+from sampling.spec import ProcessorSpec
 from tests.tiny_models import tiny_llama
 
 PROMPT = [3, 17, 5, 9, 22, 5, 9]
@@ -47,15 +50,22 @@ class Recorder:
 
 
 def strategies(models):
+    """Each strategy run through the engine: ``observer`` goes to ``run_strategy``,
+    ``target_delay_s`` into the ``Strategy``."""
     target, drafter = models
-    common = dict(logits_processor=GreedyProcessor(), max_gen_len=40, gamma=4)
-    return {
-        "speculative": lambda **kw: speculative_generate(PROMPT, drafter, target, **common, **kw),
-        "ngram": lambda **kw: ngram_assisted_speculative_generate(PROMPT, NGramStorage(2, 64), target,
-                                                                  **common, **kw),
-        "target": lambda **kw: autoregressive_generate(PROMPT, target, logits_processor=GreedyProcessor(),
-                                                       max_gen_len=40, **kw),
-    }
+    pair = SimpleNamespace(target=target, drafter=drafter, end_tokens=None, vocab_size=None)
+    kinds = {"speculative": ("model", None), "ngram": ("ngram", NGramOptions(n=2)),
+             "target": (None, None), "drafter": (None, None)}
+
+    def runner(key):
+        kind, options = kinds[key]
+
+        def run(observer=None, target_delay_s=0.0):
+            strategy = Strategy(key, drafter=kind, drafter_options=options, gamma=4,
+                                processor=ProcessorSpec("greedy"), max_gen_len=40, target_delay_s=target_delay_s)
+            return run_strategy(strategy, pair, PROMPT, observer=observer)
+        return run
+    return {key: runner(key) for key in kinds}
 
 
 # ------------------------------------------------------------ the observer hook
@@ -124,6 +134,14 @@ def test_the_injected_round_trip_is_paid_before_every_target_forward_as_verify_t
     monkeypatch.setattr("generation.verify.target_delay", lambda s, d: None)
     monkeypatch.setattr("generation.autoregressive.target_delay", lambda s, d: None)
     assert not all(r.verify_s >= delay for r in run(target_delay_s=delay).trace)
+
+
+def test_the_drafter_alone_never_waits_and_the_repl_setting_reaches_the_engine(models):
+    delay = 0.05
+    slowed = strategies(models)["drafter"](target_delay_s=delay)
+    assert slowed.seconds < delay * len(slowed.trace) / 2  # no target call, no round trip
+    settings = Settings(rtt_inject=25.0)
+    assert [strategy_for(key, settings).target_delay_s for key in ("speculative", "ngram", "target")] == [0.025] * 3
 
 
 # ------------------------------------------------------------ the live view
