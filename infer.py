@@ -114,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     scripted = not args.selftest and bool(args.prompt or args.prompts_file or args.json
                                           or not sys.stdin.isatty())
+    if args.json or not sys.stdout.isatty():
+        # Live drawing needs a terminal, and stdout carries JSON or a pipe's text.
+        if args.cmd_live:
+            notices.append("--live is off: it needs a terminal on stdout and no --json")
+        settings.live = False
 
     from repl.render import make_console
     from repl.scripted import ScriptError, collect

@@ -22,6 +22,7 @@ from analysis.speedup import (
     predicted_run_speedup,
     predicted_speedup,
     throughput_by_gamma,
+    tokens_per_s_at_rtt,
 )
 
 __all__ = [
@@ -39,5 +40,6 @@ __all__ = [
     "predicted_run_speedup",
     "predicted_speedup",
     "throughput_by_gamma",
+    "tokens_per_s_at_rtt",
     "yield_by_position",
 ]

@@ -15,6 +15,11 @@ work; a plain autoregressive step costs one target forward over 1 token, so
 
 and gamma = 0 (do not draft) is plain decoding: speedup 1 by definition.
 
+A target behind a network (the what-if of ``/rtt``) pays a round trip on
+every call: each verify and each plain step costs ``rtt`` more, so verify(w)
+reads verify(w) + rtt throughout (``CostModel.rtt_s``). Drafting gains from it:
+a round pays one round trip for E(gamma) tokens, plain decoding one per token.
+
 When only a share m of the rounds drafts (an n-gram drafter that does not know
 the context, a policy that chose not to draft), the other rounds are plain
 target steps: one token for verify(1). Tokens and cost per round are then the
@@ -55,12 +60,18 @@ class CostModel:
     ``draft_step_s``: one drafter step (one model forward; about 0 for n-gram
     look-ups). ``verify_s``: measured target forward seconds by width (the
     tokens fed at once: k drafts + 1). ``other_per_round_s``: host work per round
-    outside both (sampling, acceptance, cache rollback).
+    outside both (sampling, acceptance, cache rollback). ``rtt_s``: a network
+    round trip added to every target call (0: the target is local).
     """
 
     draft_step_s: float
     verify_s: dict[int, float] = field(default_factory=dict)
     other_per_round_s: float = 0.0
+    rtt_s: float = 0.0
+
+    def target_call(self, width: int) -> float:
+        """Seconds of one target call at ``width`` tokens: its forward plus the round trip."""
+        return self.verify(width) + self.rtt_s
 
     def verify(self, width: int) -> float:
         """Target forward seconds at ``width`` tokens.
@@ -97,16 +108,16 @@ class CostModel:
 
     def round_s(self, gamma: int) -> float:
         """Seconds for one round of ``gamma`` drafts."""
-        return gamma * self.draft_step_s + self.verify(gamma + 1) + self.other_per_round_s
+        return gamma * self.draft_step_s + self.target_call(gamma + 1) + self.other_per_round_s
 
 
 def _round_mix(rates: Sequence[float], gamma: int, costs: CostModel, draft_share: float) -> tuple[float, float]:
     """(expected tokens, expected seconds) of one round when a share of rounds drafts gamma."""
     if not 0.0 <= draft_share <= 1.0:
         raise ValueError(f"draft_share must be in [0, 1], got {draft_share}")
-    m, plain = draft_share, costs.verify(1)
+    m, plain = draft_share, costs.target_call(1)
     tokens = m * expected_tokens(rates, gamma) + (1 - m)
-    round_s = (m * (gamma * costs.draft_step_s + costs.verify(gamma + 1)) + (1 - m) * plain
+    round_s = (m * (gamma * costs.draft_step_s + costs.target_call(gamma + 1)) + (1 - m) * plain
                + costs.other_per_round_s)
     if round_s <= 0:
         raise ValueError("a round's predicted cost is not positive")
@@ -125,7 +136,7 @@ def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
     if gamma == 0:
         return 1.0
     tokens, round_s = _round_mix(rates, gamma, costs, draft_share)
-    return tokens * costs.verify(1) / round_s
+    return tokens * costs.target_call(1) / round_s
 
 
 def throughput_by_gamma(accept: Sequence[float], propose: Sequence[float], verify: Sequence[float], *,
@@ -179,14 +190,24 @@ def predicted_run_speedup(result: Any, rates: Sequence[float], gamma: int, costs
     Against target AR's measured tokens/s (which carries its own prefill), this
     predicts the speedup a run of this length shows; for long outputs it tends
     to :func:`predicted_speedup`. None when the run is too short to say.
+    With ``costs.rtt_s`` the first round pays one round trip more, and
+    ``ar_tokens_per_s`` must be target AR's rate at that round trip too
+    (:func:`tokens_per_s_at_rtt`).
     """
     total = len(_get(result, "tokens", None) or [])
     first_s, first_tokens = first_round(result)
     if total <= first_tokens or ar_tokens_per_s <= 0 or gamma < 1:
         return None
     tokens, round_s = _round_mix(rates, gamma, costs, draft_share)
-    seconds = first_s + (total - first_tokens) * round_s / tokens
+    seconds = first_s + costs.rtt_s + (total - first_tokens) * round_s / tokens
     return total / seconds / ar_tokens_per_s
+
+
+def tokens_per_s_at_rtt(result: Any, rtt_s: float) -> float:
+    """A run's tokens/s had each of its target calls paid ``rtt_s`` more."""
+    tokens = len(_get(result, "tokens", None) or [])
+    seconds = float(_get(result, "seconds", 0.0) or 0.0) + rtt_s * int(_get(result, "target_calls", 0) or 0)
+    return tokens / seconds if seconds > 0 else 0.0
 
 
 def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,
@@ -228,7 +249,7 @@ def ar_step_from_result(result: Any) -> float | None:
     return seconds / tokens if tokens and seconds > 0 else None
 
 
-def costs_from_result(result: Any, ar_step_s: float | None = None) -> CostModel | None:
+def costs_from_result(result: Any, ar_step_s: float | None = None, rtt_s: float = 0.0) -> CostModel | None:
     """A CostModel from a run's rounds (a GenerationResult, or its trace-file dict).
 
     ``draft_step_s``: draft seconds over drafted tokens. ``verify_s``: the mean
@@ -237,7 +258,8 @@ def costs_from_result(result: Any, ar_step_s: float | None = None) -> CostModel 
     prompt's prefill and is left out of the draft and verify costs when there
     are others. ``ar_step_s`` (target AR's seconds per token, see
     :func:`ar_step_from_result`) replaces the width-1 cost, since that is what
-    plain decoding pays per token. None when no round measured a verify time.
+    plain decoding pays per token. ``rtt_s``: the what-if round trip per
+    target call (``CostModel.rtt_s``). None when no round measured a verify time.
     """
     rounds = list(_get(result, "trace", None) or [])
     by_width: dict[int, list[float]] = {}
@@ -260,4 +282,5 @@ def costs_from_result(result: Any, ar_step_s: float | None = None) -> CostModel 
         draft_step_s=draft_s / drafted_total if drafted_total else 0.0,
         verify_s=verify_s,
         other_per_round_s=other,
+        rtt_s=rtt_s,
     )

@@ -13,6 +13,7 @@ from engine.drafters import DRAFTERS, DraftContext, register_drafter
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, NGramOptions, Strategy
+from generation.observer import NoObserver, Observer
 
 __all__ = [
     "DEFAULT_GAMMA",
@@ -21,6 +22,8 @@ __all__ = [
     "EngineState",
     "MAX_GAMMA",
     "NGramOptions",
+    "NoObserver",
+    "Observer",
     "Strategy",
     "loop_vocab_size",
     "register_drafter",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from engine.drafters import DRAFTERS, DraftContext
@@ -11,7 +9,8 @@ from engine.state import EngineState
 from engine.strategy import Strategy
 from generation.autoregressive import autoregressive_generate
 from generation.common import check_gamma, check_request
-from generation.result import GenerationResult, Round
+from generation.observer import Observer
+from generation.result import GenerationResult
 from generation.verify import verify_loop
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
@@ -19,7 +18,7 @@ from utils.devices import model_device
 
 def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: EngineState | None = None,
                  interruptible: bool = False, generator: torch.Generator | None = None,
-                 observer: Callable[[Round], None] | None = None) -> GenerationResult:
+                 observer: Observer | None = None) -> GenerationResult:
     """Decode ``prompt_ids`` (the encoder's ids for a seq2seq pair) with ``strategy`` on ``pair``.
 
     ``pair`` needs ``target``, ``drafter`` (None when no strategy uses it),
@@ -27,9 +26,11 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     ``utils.models.ModelPair`` has. ``state`` carries the n-gram storage and
     the γ policies from run to run (a fresh one when None). ``generator``, when
     given, is drawn from instead of one seeded from ``strategy.seed`` (a caller
-    that samples many runs from one stream). ``observer`` is called with each
-    finished round (live rendering); with an interruptible run, Ctrl-C ends the
-    decode and keeps what was made.
+    that samples many runs from one stream). ``observer`` (see
+    ``generation.observer``: ``drafted`` and ``round``) is told each round as
+    it runs (live rendering); the time spent inside it is left out of the
+    result's seconds. With an interruptible run, Ctrl-C ends the decode and
+    keeps what was made.
     """
     state = state if state is not None else EngineState()
     model = pair.drafter if strategy.key == "drafter" and not strategy.drafts else pair.target
@@ -42,9 +43,11 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     common = dict(logits_processor=processor, max_gen_len=strategy.max_gen_len,
                   eos_tokens_id=pair.end_tokens, use_cache=strategy.use_cache, generator=generator,
                   interruptible=interruptible, observer=observer)
+    # The injected round trip is paid by every target forward, and only by those.
+    delay = strategy.target_delay_s if strategy.drafts or strategy.key != "drafter" else 0.0
     if not strategy.drafts:
         phase = "draft" if strategy.key == "drafter" else "verify"
-        return autoregressive_generate(prompt_ids, model, phase=phase, **common)
+        return autoregressive_generate(prompt_ids, model, phase=phase, target_delay_s=delay, **common)
     if strategy.drafter not in DRAFTERS:
         raise ValueError(f"unknown drafter {strategy.drafter!r} (choose from {', '.join(DRAFTERS)})")
     prompt = check_request(prompt_ids, strategy.max_gen_len, pair.target)
@@ -53,7 +56,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len)
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     return verify_loop(prompt, drafter, pair.target, gamma=gamma, vocab_size=vocab,
-                       gamma_policy=state.gamma_policy(strategy), **common)
+                       gamma_policy=state.gamma_policy(strategy), target_delay_s=delay, **common)
 
 
 def loop_vocab_size(pair) -> int:

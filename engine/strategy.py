@@ -48,6 +48,9 @@ class Strategy:
     ``processor`` is a :class:`ProcessorSpec` or a built processor. With a
     ``seed`` the run seeds torch's global generator and a ``torch.Generator``
     on the decoding model's device; with None it seeds nothing.
+    ``target_delay_s`` waits that long before every target forward (an
+    injected network round trip, the REPL's ``/rtt_inject``); the drafter
+    model decoding on its own never waits.
     """
 
     key: str
@@ -60,6 +63,7 @@ class Strategy:
     use_cache: bool = True
     max_gen_len: int = 128
     seed: int | None = None
+    target_delay_s: float = 0.0
 
     @property
     def drafts(self) -> bool:

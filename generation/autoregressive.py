@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from generation.common import check_request, end_tokens, model_device, timed_run
+from generation.observer import Observer, Watch, target_delay
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from sampling import LogitsProcessor
@@ -25,7 +24,8 @@ def autoregressive_generate(
     generator: torch.Generator | None = None,
     interruptible: bool = False,
     phase: str = "verify",
-    observer: Callable[[Round], None] | None = None,
+    observer: Observer | None = None,
+    target_delay_s: float = 0.0,
 ) -> GenerationResult:
     """One token per forward pass, feeding only the newest token when the cache is on.
 
@@ -35,8 +35,10 @@ def autoregressive_generate(
     for the target (its forward is what speculative rounds call verifying),
     "draft" when the model is a drafter running on its own. For an
     encoder-decoder model ``inputs`` are the encoder's ids and ``tokens`` the
-    generated decoder ids (without the decoder start token). ``observer``, when
-    given, is called with each step's Round (for live rendering).
+    generated decoder ids (without the decoder start token). ``observer`` is
+    told each step (its time is left out of ``seconds``); ``target_delay_s``
+    waits that long before every forward (an injected network round trip,
+    booked under ``phase``).
     """
     if phase not in ("draft", "verify"):
         raise ValueError(f"phase must be 'draft' or 'verify', got {phase!r}")
@@ -46,12 +48,14 @@ def autoregressive_generate(
     cached = CachedModel(model, use_cache=use_cache)
     clock = PhaseClock(device)
     result = GenerationResult()
+    watch = Watch(observer)
     start = None
     with timed_run(result, device, interruptible=interruptible):
         start = cached.begin(prompt)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         for _ in range(max_gen_len):
             t0 = clock.mark()
+            target_delay(target_delay_s, device)
             logits = cached.forward(ids, keep=1)                             # (1, V)
             token = logits_processor.sample(logits_processor(logits), generator)  # (1,)
             t1 = clock.mark()
@@ -62,11 +66,11 @@ def autoregressive_generate(
             result.trace.append(Round(drafted=(), accepted=0, token=value, bonus=False, gamma=0,
                                       draft_s=seconds if phase == "draft" else 0.0,
                                       verify_s=seconds if phase == "verify" else 0.0))
-            if observer is not None:
-                observer(result.trace[-1])
+            watch.round(result.trace[-1], [value])
             if value in eos:
                 result.stop_reason = "eos"
                 break
+    result.seconds -= watch.paused_s
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
     result.target_calls = cached.forwards
     result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),

@@ -90,6 +90,8 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     interruptible: bool = False,
     gamma_policy=None,
+    observer=None,
+    target_delay_s: float = 0.0,
 ) -> GenerationResult:
     """Generate up to ``max_gen_len`` tokens after ``inputs`` with a drafter model.
 
@@ -100,7 +102,8 @@ def speculative_generate(
     shorter of the two models' vocabularies. ``gamma_policy`` (see
     ``generation.gamma_policies``) varies the draft length per round; None keeps
     it at ``gamma``. For an encoder-decoder pair ``inputs`` are the encoder's
-    ids and both decoders start from the decoder start token.
+    ids and both decoders start from the decoder start token. ``observer``
+    and ``target_delay_s``: see :func:`generation.verify.verify_loop`.
     """
     prompt = check_request(inputs, max_gen_len, target, drafter)
     gamma = check_gamma(gamma)
@@ -112,4 +115,5 @@ def speculative_generate(
         logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
         eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
+        observer=observer, target_delay_s=target_delay_s,
     )

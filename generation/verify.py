@@ -10,7 +10,6 @@ and learns from the finished round.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +18,7 @@ import torch
 from generation.accept import accept_drafts
 from generation.common import cut_at_end, end_tokens, model_device, timed_run
 from generation.gamma_policies import make_policy
+from generation.observer import Observer, Watch, target_delay
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from sampling import LogitsProcessor
@@ -64,6 +64,8 @@ class _Loop:
     eos: frozenset[int]
     clock: PhaseClock
     result: GenerationResult
+    watch: Watch
+    target_delay_s: float = 0.0
 
 
 @torch.inference_mode()
@@ -81,7 +83,8 @@ def verify_loop(
     generator: torch.Generator | None = None,
     interruptible: bool = False,
     gamma_policy=None,
-    observer: Callable[[Round], None] | None = None,
+    observer: Observer | None = None,
+    target_delay_s: float = 0.0,
 ) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
@@ -90,16 +93,17 @@ def verify_loop(
     After every round the target cache holds a prefix of the kept sequence
     minus its last token: all of it when its layers can be cropped, a shorter
     one after a snapshot restore (recurrent layers). ``gamma_policy`` (None:
-    always ``gamma``) picks each round's draft length. ``observer``, when given,
-    is called with each finished round (for live rendering); it runs inside the
-    timed loop, so it should be quick.
+    always ``gamma``) picks each round's draft length. ``observer`` (see
+    ``generation.observer``) is told each round's drafts and outcome; the
+    time spent inside it is left out of ``seconds``. ``target_delay_s`` waits that long before every target forward (an
+    injected network round trip), booked as verify time.
     """
     policy = gamma_policy if gamma_policy is not None else make_policy("constant", gamma)
     device = model_device(target)
     model = CachedModel(target, use_cache=use_cache)
     result = GenerationResult(gamma_policy=policy.name)
     loop = _Loop(model, drafter, logits_processor, generator, vocab_size, end_tokens(eos_tokens_id),
-                 PhaseClock(device), result)
+                 PhaseClock(device), result, Watch(observer), target_delay_s)
     start = None
     with timed_run(result, device, interruptible=interruptible):
         start = model.begin(prompt)
@@ -111,12 +115,11 @@ def verify_loop(
             k_max = min(policy.next_gamma(), max_gen_len - generated - 1)
             ids, new, stop = _round(loop, ids, k_max, policy.threshold)
             policy.observe(result.trace[-1])
-            if observer is not None:
-                observer(result.trace[-1])
             generated += len(new)
             if stop:
                 result.stop_reason = "eos"
                 break
+    result.seconds -= loop.watch.paused_s
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
     result.target_calls = model.forwards
     result.drafter_calls = drafter.calls
@@ -138,7 +141,15 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
     else:
         draft, q = ids.new_empty(0), None
     t1 = clock.mark()
+    if loop.watch.active:
+        # Shown as pending before the verify. The copy to the host counts (as
+        # other: a GPU pays a sync for it); the observer call itself does not.
+        loop.watch.drafted(draft.tolist())
+        t_verify = clock.mark()
+    else:
+        t_verify = t1
     k = draft.shape[0]
+    target_delay(loop.target_delay_s, ids.device)
     target.checkpoint()
     logits = target.forward(torch.cat([ids, draft.view(1, -1)], dim=1), keep=k + 1)
     if loop.vocab_size is not None:
@@ -162,7 +173,8 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
         top_k_rows = [rows[i * width:(i + 1) * width] for i in range(len(new))]
     drafter.update(new, top_k_rows)
     _count(loop.result, drafts, n, new, gamma=k_max,
-           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t1, t2))
+           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2))
+    loop.watch.round(loop.result.trace[-1], new)
     return ids, new, stop
 
 

@@ -28,6 +28,8 @@ def ngram_assisted_speculative_generate(
     generator: torch.Generator | None = None,
     interruptible: bool = False,
     gamma_policy=None,
+    observer=None,
+    target_delay_s: float = 0.0,
 ) -> GenerationResult:
     """Generate with drafts from ``ngram_storage``, verified by ``target``.
 
@@ -41,6 +43,7 @@ def ngram_assisted_speculative_generate(
     ``gamma_policy`` (None: always ``gamma``) picks each round's draft length;
     it may choose 0, a plain target step. For an encoder-decoder target the
     storage starts from the encoder's ids, so drafts can copy from the source.
+    ``observer`` and ``target_delay_s``: see :func:`generation.verify.verify_loop`.
     """
     prompt = check_request(inputs, max_gen_len, target)
     gamma = check_gamma(gamma)
@@ -55,4 +58,5 @@ def ngram_assisted_speculative_generate(
         eos_tokens_id=eos_tokens_id, use_cache=use_cache,
         vocab_size=min(target.config.vocab_size, ngram_storage.vocab_size),
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
+        observer=observer, target_delay_s=target_delay_s,
     )

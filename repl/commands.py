@@ -23,6 +23,7 @@ LENGTH_RANGE = (1, 1_000_000)
 NGRAM_N_RANGE = (2, 16)
 FILLER_RANGE = (1, 1000)
 SEED_RANGE = (0, 2**63 - 1)
+RTT_RANGE = (0.0, 10_000.0)  # milliseconds
 
 ON_WORDS = ("on", "true", "yes", "1")
 OFF_WORDS = ("off", "false", "no", "0")
@@ -205,6 +206,28 @@ def parse_gamma_policy(words: list[str], settings: Settings | None = None) -> Up
     return Update({"gamma_policy": name, "gamma_threshold": threshold})
 
 
+def _ms_setting(name: str, other: str, clash: str):
+    """A round trip in milliseconds; ``clash`` is the notice shown when the
+    other round-trip setting is also non-zero."""
+    def parse(words: list[str], settings: Settings) -> Update:
+        value = _float(_one_word(words, "MS"), "MS")
+        lo, hi = RTT_RANGE
+        if not lo <= value <= hi:
+            raise CommandError(f"MS must be between {lo:g} and {hi:g}, got {value:g}")
+        notices = (clash,) if value > 0 and getattr(settings, other) > 0 else ()
+        return Update({name: value}, notices=notices)
+
+    return parse
+
+
+RTT_CLASH = ("with --rtt-inject the measured costs already include the injected wait: "
+             "/rtt adds its round trip on top of it")
+
+
+def _show_ms(value: float) -> str:
+    return f"{value:g} ms"
+
+
 def _parse_save(words: list[str], settings: Settings) -> Update:
     if not words:
         raise CommandError("missing file name")
@@ -263,6 +286,8 @@ COMMANDS: dict[str, Command] = {
         _toggle("cache", "use the KV cache"),
         _toggle("chat", "wrap the prompt in the chat template"),
         _toggle("debug", "colour each round: accepted, rejected, target token"),
+        _toggle("live", "draw each strategy's rounds as they run (drafts dim until verified) with a "
+                "status line; on in a terminal, off with --json or piped output"),
         Command("set_ngramstorage", "basic|onelevel N",
                 f"NASD n-gram storage kind and N ({NGRAM_N_RANGE[0]}-{NGRAM_N_RANGE[1]})",
                 parse_ngram_storage, show=_show_storage, values=NGRAM_STORAGES, flag="ngram-storage",
@@ -279,6 +304,13 @@ COMMANDS: dict[str, Command] = {
                 "for the best predicted tokens/s from measured acceptance and costs",
                 parse_gamma_policy, show=lambda s: s.gamma_policy_text(), values=GAMMA_POLICIES,
                 flag="gamma-policy", fields=("gamma_policy", "gamma_threshold")),
+        Command("rtt", "MS", "what-if: a network round trip of MS milliseconds on every target call; "
+                "the panels and /stats add the predicted speedup and best γ at it (0 = off)",
+                _ms_setting("rtt", "rtt_inject", RTT_CLASH), show=lambda s: _show_ms(s.rtt), flag="rtt"),
+        Command("rtt_inject", "MS", "really wait MS milliseconds before every target forward "
+                "(speculative, NASD, target AR), to check the /rtt prediction; counted as verify time",
+                _ms_setting("rtt_inject", "rtt", RTT_CLASH), show=lambda s: _show_ms(s.rtt_inject),
+                flag="rtt-inject"),
         Command("config", "", "show every setting and the models", _no_args("config")),
         Command("stats", "", "the last prompt's acceptance by position, accepted lengths, "
                 "phase times and the speedup model", _no_args("stats")),

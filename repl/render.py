@@ -98,7 +98,19 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
         parts.append(f"first round (prefill) {why.first_round_s:.2f} s; long outputs {_x(why.predicted_steady)}")
         parts.append(f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
         parts.append(f"plain step cost from {why.cost_source}")
+    if why.what_if is not None:
+        parts.append(what_if_text(why.what_if))
     return Text(" · ".join(parts), style="dim")
+
+
+def what_if_text(what_if) -> str:
+    """``at a 20 ms round trip per target call (/rtt): predicted 1.42x (long outputs
+    1.55x), best gamma 7 (1.61x)``."""
+    w = what_if
+    predicted = "" if w.predicted is None else f"predicted {_x(w.predicted)} ("
+    steady = f"long outputs {_x(w.predicted_steady)}" + (")" if predicted else "")
+    return (f"at a {w.rtt_ms:g} ms round trip per target call (/rtt): {predicted}{steady}, "
+            f"best gamma {w.best_gamma} ({_x(w.best_speedup)})")
 
 
 def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug: bool,
@@ -255,9 +267,10 @@ def _cost_text(why: Why) -> str:
             f"other {_ms(costs.other_per_round_s)}/round · plain step cost from {why.cost_source}")
 
 
-def summary_table(prompt_run: PromptRun) -> Table:
-    """One column per drafting strategy, one row per number behind its speed."""
-    whys = [(run, prompt_run.why(run)) for run in prompt_run.runs]
+def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
+    """One column per drafting strategy, one row per number behind its speed;
+    with a round trip (``rtt_ms``, default the prompt's /rtt) the what-if rows."""
+    whys = [(run, prompt_run.why(run, rtt_ms)) for run in prompt_run.runs]
     whys = [(run, why) for run, why in whys if why is not None]
     table = Table(title=Text("Why (last prompt)"), title_justify="left", show_edge=False, pad_edge=False)
     table.add_column(Text(""))
@@ -282,6 +295,15 @@ def summary_table(prompt_run: PromptRun) -> Table:
     row("best γ (predicted)", lambda run, why: "n/a" if why.best_gamma is None
         else f"{why.best_gamma} ({_x(why.best_speedup)})")
     row("gamma policy", lambda run, why: run.result.gamma_policy or "-")
+    if any(why.what_if is not None for _, why in whys):
+        rtt = next(why.what_if.rtt_ms for _, why in whys if why.what_if is not None)
+        row(f"at a {rtt:g} ms round trip (/rtt): predicted",
+            lambda run, why: "-" if why.what_if is None else _x(why.what_if.predicted))
+        row(f"at a {rtt:g} ms round trip: long outputs",
+            lambda run, why: "-" if why.what_if is None else _x(why.what_if.predicted_steady))
+        row(f"at a {rtt:g} ms round trip: best γ",
+            lambda run, why: "-" if why.what_if is None
+            else f"{why.what_if.best_gamma} ({_x(why.what_if.best_speedup)})")
     return table
 
 
@@ -307,11 +329,12 @@ def acceptance_chart(why: Why) -> Table:
     return table
 
 
-def stats_view(prompt_run: PromptRun) -> Group:
+def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
     """What /stats shows: the summary, then per drafting strategy its acceptance
     by position and accepted-length histogram as bar charts, the cost model
-    and the cache rollbacks."""
-    parts: list = [summary_table(prompt_run)]
+    and the cache rollbacks. ``rtt_ms``: the /rtt what-if (default: the
+    prompt's own setting)."""
+    parts: list = [summary_table(prompt_run, rtt_ms)]
     for run in prompt_run.runs:
         why = prompt_run.why(run)
         if why is None:
@@ -404,7 +427,11 @@ def toolbar_text(settings: Settings) -> str:
     strategies = " ".join(f"{mark(getattr(settings, k))}{name}" for k, name in
                           (("speculative", "spec"), ("ngram", "nasd"), ("target", "target"),
                            ("drafter", "drafter")))
-    toggles = " ".join(f"{mark(getattr(settings, k))}{k}" for k in ("cache", "chat", "debug"))
+    toggles = " ".join(f"{mark(getattr(settings, k))}{k}" for k in ("cache", "chat", "debug", "live"))
+    if settings.rtt:
+        toggles += f" | rtt {settings.rtt:g} ms"
+    if settings.rtt_inject:
+        toggles += f" | rtt-inject {settings.rtt_inject:g} ms"
     reset = " reset" if settings.reset_in_between else " keep"
     policy = "" if settings.gamma_policy == "constant" else f" ({settings.gamma_policy_text()})"
     return (f" gamma {settings.gamma}{policy} | length {settings.length} | {settings.processor.describe()} | "

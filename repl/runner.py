@@ -11,11 +11,12 @@ trace files read.
 from __future__ import annotations
 
 import gc
-from typing import Callable
+from contextlib import nullcontext
+from typing import Callable, ContextManager
 
 import torch
 
-from engine import EngineState, NGramOptions, Strategy, run_strategy
+from engine import EngineState, NGramOptions, Observer, Strategy, run_strategy
 from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun  # noqa: F401  (the runner's products, torch-free)
 from repl.settings import Settings
@@ -81,15 +82,16 @@ class Runner:
             self._generate(key, ids, settings, interruptible=False)
 
     def _generate(self, key: str, ids: list[int], settings: Settings, *,
-                  interruptible: bool = True) -> GenerationResult:
+                  interruptible: bool = True, observer: Observer | None = None) -> GenerationResult:
         return run_strategy(strategy_for(key, settings), self.pair, ids, state=self.state,
-                            interruptible=interruptible)
+                            interruptible=interruptible, observer=observer)
 
-    def run_strategy(self, key: str, ids: list[int], settings: Settings) -> StrategyRun:
+    def run_strategy(self, key: str, ids: list[int], settings: Settings,
+                     observer: Observer | None = None) -> StrategyRun:
         """One strategy, with its failures turned into an error line."""
         run = StrategyRun(key)
         try:
-            run.result = self._generate(key, ids, settings)
+            run.result = self._generate(key, ids, settings, observer=observer)
         except ContextLengthError as e:
             run.error = f"refused: {e}"
         except Exception as e:  # a failing strategy must not end the session
@@ -110,16 +112,20 @@ class Runner:
         return PromptRun(text, ids, greedy=settings.processor.is_greedy, settings=settings.to_dict())
 
     def run(self, prompt_run: PromptRun, settings: Settings,
-            on_run: Callable[[PromptRun, StrategyRun], None] = lambda prompt_run, run: None) -> PromptRun:
+            on_run: Callable[[PromptRun, StrategyRun], None] = lambda prompt_run, run: None,
+            watch: Callable[[str], ContextManager] | None = None) -> PromptRun:
         """Run each enabled strategy in order on a prepared prompt.
 
         The n-gram storage is emptied first when ``reset_in_between`` is on.
         A Ctrl-C ends the current strategy (its partial output is kept, marked
-        interrupted) and skips the rest.
+        interrupted) and skips the rest. ``watch(key)`` (the live view) is a
+        context manager around one strategy that gives its observer; it ends
+        before ``on_run`` shows the finished strategy.
         """
         try:
             for key in settings.enabled_strategies():
-                run = self.run_strategy(key, prompt_run.prompt_ids, settings)
+                with watch(key) if watch is not None else nullcontext() as observer:
+                    run = self.run_strategy(key, prompt_run.prompt_ids, settings, observer)
                 prompt_run.runs.append(run)
                 on_run(prompt_run, run)
                 if run.result is not None and run.result.interrupted:
@@ -149,4 +155,5 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         use_cache=settings.cache,
         max_gen_len=settings.length,
         seed=settings.seed,
+        target_delay_s=settings.rtt_inject / 1000.0,
     )

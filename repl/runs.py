@@ -21,6 +21,7 @@ from analysis import (
     first_round,
     predicted_run_speedup,
     predicted_speedup,
+    tokens_per_s_at_rtt,
     yield_by_position,
 )
 from generation.result import GenerationResult, Round, first_divergence
@@ -98,6 +99,20 @@ class StrategyRun:
 
 
 @dataclass
+class WhatIf:
+    """The speedup model with a network round trip of ``rtt_ms`` on every target
+    call (``/rtt``), from the run's own acceptance and costs: ``predicted`` for
+    this run (target AR's rate at that round trip as the baseline),
+    ``predicted_steady`` for long outputs, and the best γ there."""
+
+    rtt_ms: float
+    predicted: float | None
+    predicted_steady: float
+    best_gamma: int
+    best_speedup: float
+
+
+@dataclass
 class Why:
     """Why a drafting strategy ran as fast as it did (see docs/why.md).
 
@@ -127,6 +142,7 @@ class Why:
     best_gamma: int | None = None
     best_speedup: float | None = None
     cost_source: str | None = None
+    what_if: WhatIf | None = None
 
 
 def _round_gamma(trace: list[Round]) -> int:
@@ -178,8 +194,16 @@ class PromptRun:
         base = self.baseline()
         return None if base is None else ar_step_from_result(base.result)
 
-    def why(self, run: StrategyRun) -> Why | None:
-        """Acceptance statistics and the speedup model for a drafting run."""
+    def rtt_ms(self) -> float:
+        """The what-if round trip the prompt ran with (``/rtt``; 0 in old traces)."""
+        return float(self.settings.get("rtt") or 0.0)
+
+    def why(self, run: StrategyRun, rtt_ms: float | None = None) -> Why | None:
+        """Acceptance statistics and the speedup model for a drafting run.
+
+        ``rtt_ms`` (default: the prompt's ``/rtt``) > 0 adds the model's
+        prediction with that round trip on every target call (``Why.what_if``).
+        """
         if not run.drafting or run.result is None:
             return None
         trace = run.result.trace
@@ -210,7 +234,23 @@ class PromptRun:
             return why
         why.costs = costs
         why.cost_source = "target AR" if ar_step is not None else "own rounds"
+        rtt_ms = self.rtt_ms() if rtt_ms is None else rtt_ms
+        if rtt_ms > 0:
+            why.what_if = self._what_if(run, why, rtt_ms)
         return why
+
+    def _what_if(self, run: StrategyRun, why: Why, rtt_ms: float) -> WhatIf:
+        """The speedup model with ``rtt_ms`` added to every target call."""
+        costs = costs_from_result(run.result, ar_step_s=self.ar_step_s(), rtt_s=rtt_ms / 1000.0)
+        share, base = why.draft_share, self.baseline()
+        predicted = None
+        if base is not None:
+            ar_rate = tokens_per_s_at_rtt(base.result, costs.rtt_s)
+            predicted = predicted_run_speedup(run.result, why.yield_rates, why.gamma, costs, ar_rate,
+                                              draft_share=share)
+        best, best_speedup = best_gamma(why.yield_rates, costs, max(MAX_GAMMA, why.gamma), draft_share=share)
+        return WhatIf(rtt_ms, predicted, predicted_speedup(why.yield_rates, why.gamma, costs, draft_share=share),
+                      best, best_speedup)
 
     def strategy_dict(self, run: StrategyRun) -> dict:
         """One strategy's JSON entry: output, measured numbers and the why numbers."""
@@ -252,6 +292,11 @@ class PromptRun:
             best_gamma_speedup=why.best_speedup if why else None,
             prediction_cost_source=why.cost_source if why else None,
         )
+        if why is not None and why.what_if is not None:
+            w = why.what_if
+            entry["what_if_rtt"] = {"rtt_ms": w.rtt_ms, "predicted_speedup": w.predicted,
+                                    "predicted_speedup_steady": w.predicted_steady,
+                                    "best_gamma": w.best_gamma, "best_gamma_speedup": w.best_speedup}
         return entry
 
     def to_dict(self) -> dict:

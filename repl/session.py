@@ -90,7 +90,7 @@ class Session:
         if self.last_run is None:
             self.error("no prompt has run yet: /stats shows the last prompt's numbers")
             return
-        self.console.print(render.stats_view(self.last_run))
+        self.console.print(render.stats_view(self.last_run, rtt_ms=self.settings.rtt))
 
     def environment(self) -> dict:
         if self._environment is None:
@@ -142,7 +142,8 @@ class Session:
         try:
             prompt_run = self.runner.prepare(text, self.settings)
             self.say(render.prompt_line(prompt_run), "dim")
-            self.runner.run(prompt_run, self.settings, on_run=self.show_run)
+            watch = (lambda key: self.watch(key, prompt_run.prompt_ids)) if self.live() else None
+            self.runner.run(prompt_run, self.settings, on_run=self.show_run, watch=watch)
         except PromptRefused as e:
             self.error(str(e))
             return None
@@ -155,6 +156,16 @@ class Session:
             if self.trace_out:
                 self.add_to_trace_out(prompt_run)
         return prompt_run
+
+    def live(self) -> bool:
+        """Draw the rounds as they run: /live on, and a terminal to draw on."""
+        return self.settings.live and self.console.is_terminal
+
+    def watch(self, key: str, prompt_ids: list[int]):
+        """The live panel around one strategy (see ``repl.live``)."""
+        from repl.live import live_panel
+
+        return live_panel(self.console, key, self.runner.pair.tokenizer, prompt_ids)
 
     def show_run(self, prompt_run: PromptRun, run: StrategyRun) -> None:
         if run.error is not None:

@@ -48,6 +48,9 @@ class Settings:
     seed: int = 42
     gamma_policy: str = "constant"
     gamma_threshold: float = 0.4  # used by the "confidence" policy only
+    live: bool = True  # draw each strategy's rounds as they happen (off for JSON and pipes)
+    rtt: float = 0.0  # ms: what-if network round trip per target call, in the speedup model
+    rtt_inject: float = 0.0  # ms: really wait this long before every target forward
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""

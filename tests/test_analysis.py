@@ -261,3 +261,68 @@ def test_run_prediction_takes_the_first_round_as_measured_and_prices_the_rest():
     # Nothing to price after the first round, or no AR speed: no prediction.
     assert predicted_run_speedup({"tokens": [1, 2, 3], "trace": rounds}, rates, 2, costs, ar_tps) is None
     assert predicted_run_speedup(result, rates, 2, costs, 0.0) is None
+
+
+# ---------------------------------------------------------------- the network what-if (/rtt)
+
+def test_a_round_trip_is_added_to_every_target_call():
+    """speedup = E * (verify(1) + rtt) / (gamma * draft + verify(gamma + 1) + rtt + other), by hand."""
+    costs = CostModel(draft_step_s=0.01, verify_s={1: 0.05, 5: 0.07}, other_per_round_s=0.002, rtt_s=0.02)
+    rates = [0.8]
+    e = expected_tokens(rates, 4)
+    assert costs.target_call(5) == pytest.approx(0.09)
+    assert predicted_speedup(rates, 4, costs) == pytest.approx(e * 0.07 / (4 * 0.01 + 0.09 + 0.002))
+    local = CostModel(draft_step_s=0.01, verify_s={1: 0.05, 5: 0.07}, other_per_round_s=0.002)
+    assert predicted_speedup(rates, 4, costs) > predicted_speedup(rates, 4, local)
+    # plain steps of a partly drafting run pay the round trip too
+    m = 0.5
+    mixed = (m * e + 1 - m) * 0.07 / (m * (0.04 + 0.09) + (1 - m) * 0.07 + 0.002)
+    assert predicted_speedup(rates, 4, costs, draft_share=m) == pytest.approx(mixed)
+
+
+def test_a_long_round_trip_favours_longer_drafts():
+    costs = {rtt: CostModel(draft_step_s=0.01, verify_s={1: 0.05, 2: 0.052}, rtt_s=rtt) for rtt in (0.0, 0.2)}
+    rates = [0.9]
+    assert best_gamma(rates, costs[0.2])[0] > best_gamma(rates, costs[0.0])[0]
+
+
+def test_tokens_per_s_at_a_round_trip():
+    from analysis import tokens_per_s_at_rtt
+
+    ar = GenerationResult(tokens=list(range(10)), seconds=1.0, target_calls=10)
+    assert tokens_per_s_at_rtt(ar, 0.0) == pytest.approx(10.0)
+    assert tokens_per_s_at_rtt(ar, 0.02) == pytest.approx(10 / 1.2)
+
+
+def _uniform_runs(rtt: float):
+    """A speculative run of 8 identical rounds (2 drafts, the first accepted: 2
+    tokens a round) and a target AR run of 16 steps, each target call taking
+    ``rtt`` longer: what --rtt-inject would measure if the model were exact."""
+    from repl.runs import PromptRun, StrategyRun
+
+    spec_rounds = [Round((1, 2), 1, 3, False, gamma=2, draft_s=0.02, verify_s=0.06 + rtt) for _ in range(8)]
+    spec = GenerationResult(tokens=list(range(16)), drafted=16, accepted=8, target_calls=8,
+                            seconds=8 * (0.08 + rtt), trace=spec_rounds,
+                            phases={"draft": 0.16, "verify": 8 * (0.06 + rtt), "other": 0.0})
+    ar_rounds = [Round((), 0, 1, False, verify_s=0.05 + rtt) for _ in range(16)]
+    ar = GenerationResult(tokens=list(range(16)), target_calls=16, seconds=16 * (0.05 + rtt), trace=ar_rounds,
+                          phases={"draft": 0.0, "verify": 16 * (0.05 + rtt), "other": 0.0})
+    runs = [StrategyRun("speculative", spec), StrategyRun("target", ar)]
+    return PromptRun("p", [1, 2], greedy=True, runs=runs, settings={"gamma": 2})
+
+
+def test_the_what_if_predicts_what_an_injected_round_trip_measures(monkeypatch):
+    plain, injected = _uniform_runs(0.0), _uniform_runs(0.02)
+    spec = plain.runs[0]
+    why = plain.why(spec, rtt_ms=20)
+    assert why.what_if.rtt_ms == 20 and plain.why(spec).what_if is None  # /rtt 0: no what-if
+    measured = injected.speedup(injected.runs[0])
+    assert why.what_if.predicted == pytest.approx(measured, rel=1e-9)
+    assert why.what_if.predicted > why.predicted  # the round trip favours drafting
+    entry = plain.strategy_dict(spec)
+    assert "what_if_rtt" not in entry
+    plain.settings["rtt"] = 20
+    assert plain.strategy_dict(spec)["what_if_rtt"]["predicted_speedup"] == pytest.approx(measured)
+    # Mutation check: a baseline left without its round trips misses the measurement.
+    monkeypatch.setattr("repl.runs.tokens_per_s_at_rtt", lambda result, rtt_s: result.tokens_per_second)
+    assert plain.why(spec, rtt_ms=20).what_if.predicted != pytest.approx(measured, rel=0.05)

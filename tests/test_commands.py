@@ -30,6 +30,15 @@ def test_defaults_match_the_documented_ones():
     assert (s.ngram_storage, s.ngram_n, s.top_k_filler) == ("basic", 3, 3)
     assert s.reset_in_between and s.cache and s.chat and not s.debug
     assert s.enabled_strategies() == ["speculative", "ngram", "target"]
+    assert s.live and s.rtt == 0 and s.rtt_inject == 0
+
+
+def test_both_round_trips_set_give_a_notice():
+    s = Settings(rtt_inject=20.0)
+    reply = execute("/rtt 20", s)
+    assert reply.ok and reply.message == "rtt: 20 ms" and "already include the injected wait" in reply.notices[0]
+    assert execute("/rtt_inject 0", s).notices == ()
+    assert not execute("/rtt 5", Settings()).notices
 
 
 @pytest.mark.parametrize("line, field, value", [
@@ -44,6 +53,10 @@ def test_defaults_match_the_documented_ones():
     ("/set_ngramstorage ONELEVEL 4", "ngram_n", 4),
     ("/set_ngramstorage basic 2", "ngram_n", 2),
     ("/GAMMA 7", "gamma", 7),
+    ("/rtt 20", "rtt", 20.0),
+    ("/rtt 0.5", "rtt", 0.5),
+    ("/rtt 0", "rtt", 0.0),
+    ("/rtt_inject 20", "rtt_inject", 20.0),
 ])
 def test_value_commands_set_their_field(line, field, value):
     reply, s = run(line)
@@ -98,6 +111,11 @@ def test_processor_forms(line, processor):
     ("/quit now", "/quit: takes no arguments"),
     ("/config x", "takes no arguments"),
     ("/help nosuch", "no command /nosuch"),
+    ("/rtt -1", "MS must be between 0 and 10000, got -1"),
+    ("/rtt 20000", "MS must be between 0 and 10000"),
+    ("/rtt abc", "MS must be a number"),
+    ("/rtt nan", "MS must be a finite number"),
+    ("/rtt_inject", "missing MS"),
 ])
 def test_bad_arguments_keep_old_settings_and_explain(line, expected):
     before = Settings(gamma=7, length=99, processor=ProcessorSpec("topk", 0.5, top_k=3))
@@ -141,7 +159,7 @@ def test_bare_slash_is_an_error():
 
 
 @pytest.mark.parametrize("name", ["speculative", "ngram", "target", "drafter", "cache", "chat",
-                                  "debug", "reset_in_between"])
+                                  "debug", "reset_in_between", "live"])
 def test_toggles_flip_and_accept_on_off(name):
     s = Settings()
     start = getattr(s, name)
@@ -186,7 +204,7 @@ def test_documented_commands_are_all_in_the_table():
     assert set(COMMANDS) == {
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
-        "clear", "quit", "gamma_policy", "stats", "save",
+        "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
@@ -214,6 +232,9 @@ def test_flags_and_slash_commands_write_the_same_settings():
         (["--seed", "7"], ["/seed 7"]),
         (["--gamma-policy", "confidence", "0.25"], ["/gamma_policy confidence 0.25"]),
         (["--gamma-policy", "heuristic"], ["/gamma_policy heuristic"]),
+        (["--no-live"], ["/live off"]),
+        (["--rtt", "20"], ["/rtt 20"]),
+        (["--rtt-inject", "12.5"], ["/rtt_inject 12.5"]),
     ]
     for argv, lines in pairs:
         by_slash = Settings()

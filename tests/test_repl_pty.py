@@ -221,3 +221,52 @@ def test_flags_configure_the_session_and_quit_exits_zero(pair, tmp_path):
             pty.child.terminate(force=True)
     assert status == 0
     assert "Traceback" not in pty.text
+
+
+FINAL_PANEL = r"╭─ {label} ─[^\n]*\n(?:│[^\n]*\n)+?╰"
+
+
+def _final_text(text: str, label: str) -> list[str]:
+    """The body lines of the last finished ``label`` panel, metrics left out."""
+    panel = re.findall(FINAL_PANEL.format(label=label), text)[-1]
+    lines = [line.strip("│ ") for line in panel.splitlines()[1:-1]]
+    return [line for line in lines if not re.search(r"tokens/s|phases:|mean accepted|target forward|stop:", line)]
+
+
+def test_live_rounds_update_the_panel_and_leave_the_output_unchanged(pair, tmp_path):
+    """With a terminal the live view is on: the running panel is redrawn round by
+    round (its status line counts the rounds), then the ordinary panel is
+    printed; /live off gives the same output."""
+    target, drafter = pair
+    pty = Pty(["--target", str(target), "--drafter", str(drafter), "--length", "300", "--no-ngram",
+               "--no-target-ar"], child_env(tmp_path))
+    try:
+        pty.wait("Type a prompt", timeout=START_TIMEOUT)
+        pty.wait("+live")  # the toolbar
+        pty.type("the water is hot")
+        pty.wait("prompt: 6 tokens")
+        start = pty.cursor
+        pty.wait("Speculative  running")
+        pty.wait(r"╭─ Speculative ─", regex=True)  # the finished panel
+        live_part = pty.text[start:pty.cursor]
+        rounds = [int(n) for n in re.findall(r"live · round (\d+) · \d+ tokens", live_part)]
+        assert len(set(rounds)) >= 2 and rounds == sorted(rounds), rounds  # updated at least twice
+        pty.wait(r"300 tokens · [0-9.]+ s", regex=True)
+        pty.wait("Comparison")
+        live_on = _final_text(pty.text, "Speculative")
+
+        pty.command("/live off", "live: off")
+        pty.type("the water is hot")
+        pty.wait("prompt: 6 tokens")
+        start = pty.cursor
+        pty.wait("Comparison")
+        assert "live · round" not in pty.text[start:]
+        live_off = _final_text(pty.text, "Speculative")
+        assert live_on == live_off and len(" ".join(live_on).split()) >= 250
+        pty.type("/quit")
+        status = pty.finish()
+    finally:
+        if pty.child.isalive():
+            pty.child.terminate(force=True)
+    assert status == 0
+    assert "Traceback" not in pty.text

@@ -439,7 +439,7 @@ def test_stats_and_save_after_a_prompt(tmp_path, monkeypatch):
     session = Session(Runner(fake_pair()), Settings(chat=False), c)
     pr = why_prompt_run()
     monkeypatch.setattr(session.runner, "prepare", lambda text, settings: pr)
-    monkeypatch.setattr(session.runner, "run", lambda prompt_run, settings, on_run: prompt_run)
+    monkeypatch.setattr(session.runner, "run", lambda prompt_run, settings, on_run, watch=None: prompt_run)
     monkeypatch.setattr(session, "environment", lambda: {"target": "t", "drafter": "d"})
     assert session.handle("w3 w4") and session.last_run is pr
     assert session.handle("/stats") and "Why (last prompt)" in out.getvalue()
@@ -465,3 +465,32 @@ def test_a_live_panel_waits_for_target_ar_before_predicting():
     c, out = console()
     c.print(render.strategy_panel(spec, pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
     assert "plain step cost from own rounds" in out.getvalue()
+
+
+# ------------------------------------------------ the network what-if (/rtt)
+
+def test_panel_and_stats_show_the_round_trip_what_if():
+    """At 20 ms per target call: E(2) = 7/3 tokens for 2 * 0.01 + (0.1 + 0.02) + 0.01 s,
+    against 0.06 + 0.02 s per plain step: (7/3) * 0.08 / 0.15 = 1.24x for long outputs."""
+    pr = why_prompt_run()
+    spec = pr.runs[0]
+    c, out = console()
+    c.print(render.strategy_panel(spec, pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    assert "round trip" not in out.getvalue()  # /rtt 0: nothing added
+    pr.settings["rtt"] = 20.0
+    c.print(render.strategy_panel(spec, pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    assert "at a 20 ms round trip per target call (/rtt): predicted" in out.getvalue()
+    assert "long outputs 1.24x)" in out.getvalue()
+    c2, out2 = console()
+    c2.print(render.stats_view(pr, rtt_ms=50))  # /stats reads the session's current /rtt
+    assert "at a 50 ms round trip (/rtt): predicted" in out2.getvalue()
+    assert "at a 50 ms round trip: best γ" in out2.getvalue()
+
+
+def test_session_stats_use_the_current_rtt(monkeypatch):
+    c, out = console()
+    session = Session(Runner(fake_pair()), Settings(chat=False), c)
+    session.last_run = why_prompt_run()
+    assert session.handle("/stats") and "round trip" not in out.getvalue()
+    assert session.handle("/rtt 20") and "rtt: 20 ms" in out.getvalue()
+    assert session.handle("/stats") and "at a 20 ms round trip (/rtt): predicted" in out.getvalue()

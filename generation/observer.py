@@ -1,0 +1,82 @@
+"""Watching a generation round by round, without the watching counting as its time.
+
+An observer is told what each round drafted (before the target verifies it)
+and what the round appended. The REPL's live view is one; the default does
+nothing. The loops call it through :class:`Watch`, which measures the time
+spent inside the observer's calls so the loop can leave it out of the result's
+``seconds`` (and hence out of tokens/s and the ``other`` phase): a live view
+may draw the screen from inside a call, and drawing is not decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from generation.result import Round
+from utils.devices import synchronize
+
+
+class Observer(Protocol):
+    """What a loop tells whoever watches it."""
+
+    def drafted(self, draft: list[int]) -> None:
+        """The drafts of the round now being verified (ids; may be empty)."""
+
+    def round(self, rnd: Round, new_tokens: list[int], elapsed_s: float) -> None:
+        """A finished round, the tokens it appended, and the generation's
+        seconds so far (observer time left out)."""
+
+
+class NoObserver:
+    """The default: nobody is watching."""
+
+    def drafted(self, draft: list[int]) -> None:
+        pass
+
+    def round(self, rnd: Round, new_tokens: list[int], elapsed_s: float) -> None:
+        pass
+
+
+class Watch:
+    """An observer plus the host seconds spent inside it.
+
+    ``active`` is False for no observer, so a loop can skip work done only to
+    feed one (such as copying the drafts to the host). ``paused_s`` is the
+    time to take out of the run's seconds. The observer is called after the
+    round's host sync, when the device is idle, so host time is the whole cost.
+    """
+
+    def __init__(self, observer: Observer | None):
+        self.observer = observer if observer is not None else NoObserver()
+        self.active = observer is not None
+        self.paused_s = 0.0
+        self._start = time.perf_counter()
+
+    def drafted(self, draft: list[int]) -> None:
+        if self.active:
+            t0 = time.perf_counter()
+            try:
+                self.observer.drafted(draft)
+            finally:
+                self.paused_s += time.perf_counter() - t0
+
+    def round(self, rnd: Round, new_tokens: list[int]) -> None:
+        if self.active:
+            t0 = time.perf_counter()
+            try:
+                self.observer.round(rnd, new_tokens, t0 - self._start - self.paused_s)
+            finally:
+                self.paused_s += time.perf_counter() - t0
+
+
+def target_delay(seconds: float, device) -> None:
+    """An injected network round trip before a target forward (``--rtt-inject``).
+
+    The device first finishes the work queued before it (a request leaves only
+    once its drafts are known), so the wait never overlaps with compute and
+    lands whole in the phase that contains it.
+    """
+    if seconds > 0:
+        synchronize(device)
+        time.sleep(seconds)
