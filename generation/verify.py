@@ -22,7 +22,8 @@ from generation.gamma_policies import make_policy
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from sampling import LogitsProcessor
-from utils.cache import CachedModel
+from generation.tree_round import tree_round
+from utils.cache import CachedModel, tree_support
 
 
 class Drafter(Protocol):
@@ -82,6 +83,8 @@ def verify_loop(
     interruptible: bool = False,
     gamma_policy=None,
     observer: Callable[[Round], None] | None = None,
+    tree: int = 0,
+    tree_branch: int = 2,
 ) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
@@ -93,11 +96,15 @@ def verify_loop(
     always ``gamma``) picks each round's draft length. ``observer``, when given,
     is called with each finished round (for live rendering); it runs inside the
     timed loop, so it should be quick.
+    ``tree`` > 0 verifies a token tree of at most that many nodes per round
+    (``generation.tree_round``; ``tree_branch`` children per expanded node)
+    when both the target and the drafter can; otherwise chains run and
+    ``result.tree_fallback`` says why.
     """
     policy = gamma_policy if gamma_policy is not None else make_policy("constant", gamma)
     device = model_device(target)
     model = CachedModel(target, use_cache=use_cache)
-    result = GenerationResult(gamma_policy=policy.name)
+    result = GenerationResult(gamma_policy=policy.name, tree=tree)
     loop = _Loop(model, drafter, logits_processor, generator, vocab_size, end_tokens(eos_tokens_id),
                  PhaseClock(device), result)
     start = None
@@ -106,10 +113,14 @@ def verify_loop(
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         drafter.begin(prompt)
         policy.begin(drafter.kind)
+        trees = tree > 0 and _trees_possible(model, drafter, result)
         generated = 0
         while generated < max_gen_len:
             k_max = min(policy.next_gamma(), max_gen_len - generated - 1)
-            ids, new, stop = _round(loop, ids, k_max, policy.threshold)
+            if trees:
+                ids, new, stop = tree_round(loop, ids, k_max, tree, tree_branch)
+            else:
+                ids, new, stop = _round(loop, ids, k_max, policy.threshold)
             policy.observe(result.trace[-1])
             if observer is not None:
                 observer(result.trace[-1])
@@ -127,6 +138,16 @@ def verify_loop(
     if drafter_stats is not None:
         result.rollback["drafter"] = drafter_stats
     return result
+
+
+def _trees_possible(model: CachedModel, drafter, result: GenerationResult) -> bool:
+    """Whether this target and drafter can take trees; if not, record why (one line)."""
+    reason = tree_support(model)
+    if reason is None and not hasattr(drafter, "propose_tree"):
+        reason = f"the {drafter.kind} drafter proposes chains only"
+    if reason is not None:
+        result.tree_fallback = f"chain instead of a tree: {reason}"
+    return reason is None
 
 
 def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None):

@@ -420,14 +420,14 @@ def tree_support(cached: CachedModel) -> str | None:
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ("eager", "sdpa"):
         return f"attention implementation {impl!r} takes no custom mask"
-    if "position_ids" not in inspect.signature(model.forward).parameters:
-        return f"{type(model).__name__} takes no position ids"
     layers = _layers(cached.cache)
     if cached.needs_snapshots:
         return "layers that cannot be cropped exactly (recurrent state or no past recording)"
     odd = sorted({type(layer).__name__ for layer in layers if type(layer).__name__ not in _TREE_LAYERS})
     if not layers or odd:
         return f"{', '.join(odd) or 'no'} cache layers: recurrent or other state cannot hold branches"
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return f"{type(model).__name__} takes no position ids"
     windows = {int(layer.sliding_window) for layer in layers if getattr(layer, "is_sliding", False)}
     if len(windows) > 1:
         return "sliding layers with different windows"
