@@ -28,6 +28,8 @@ def ngram_assisted_speculative_generate(
     generator: torch.Generator | None = None,
     interruptible: bool = False,
     gamma_policy=None,
+    tree: int = 0,
+    tree_branch: int = 2,
 ) -> GenerationResult:
     """Generate with drafts from ``ngram_storage``, verified by ``target``.
 
@@ -41,6 +43,8 @@ def ngram_assisted_speculative_generate(
     ``gamma_policy`` (None: always ``gamma``) picks each round's draft length;
     it may choose 0, a plain target step. For an encoder-decoder target the
     storage starts from the encoder's ids, so drafts can copy from the source.
+    ``tree`` > 0 verifies a trie of the storage's top continuations (at most
+    that many nodes, ``tree_branch`` per context) instead of one chain.
     """
     prompt = check_request(inputs, max_gen_len, target)
     gamma = check_gamma(gamma)
@@ -55,4 +59,5 @@ def ngram_assisted_speculative_generate(
         eos_tokens_id=eos_tokens_id, use_cache=use_cache,
         vocab_size=min(target.config.vocab_size, ngram_storage.vocab_size),
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
+        tree=tree, tree_branch=tree_branch,
     )
