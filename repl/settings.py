@@ -20,7 +20,7 @@ STRATEGY_LABELS: dict[str, str] = {
     "drafter": "Drafter AR",
 }
 
-NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel")
+NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel", "recycling")
 
 # Draft-length policies (generation.gamma_policies builds them); "confidence"
 # alone takes a threshold T in (0, 1).
@@ -48,6 +48,8 @@ class Settings:
     seed: int = 42
     gamma_policy: str = "constant"
     gamma_threshold: float = 0.4  # used by the "confidence" policy only
+    tree: int = 0                 # draft nodes per round verified as a token tree (0: a chain)
+    tree_branch: int = 2          # children per expanded tree node
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""
