@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from analysis.trees import tree_summary
+
 
 @dataclass(frozen=True)
 class Round:
@@ -124,6 +126,8 @@ class GenerationResult:
             tokens_per_s=self.tokens_per_second,
             tokens_per_target_call=self.tokens_per_target_call,
         )
+        if self.tree and self.trace:
+            out["tree_stats"] = tree_summary(self.trace, tokens=len(self.tokens), target_calls=self.target_calls)
         if with_trace:
             out["trace"] = [asdict(r) for r in self.trace]
         return out
