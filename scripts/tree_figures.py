@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 
-def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 15) -> dict[int, float]:
+def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 9) -> dict[int, float]:
     from generation.tree import Tree
     from generation.tree_forward import tree_forward
     from utils.cache import CachedModel
@@ -36,24 +36,26 @@ def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 15) -> dict[i
     prefix = list(range(1000, 1200))
     out = {}
     with torch.inference_mode():
-        for width in widths:
-            times = []
-            for _ in range(repeats):
-                cached = CachedModel(pair.target)
-                cached.begin(prefix)
-                cached.forward(torch.tensor([prefix[:-1]]), keep=1)
-                # A tree of width - 1 nodes (a bushy one: the shape does not change the cost).
+        cached = CachedModel(pair.target)
+        cached.begin(prefix)
+        cached.forward(torch.tensor([prefix[:-1]]), keep=1)
+        ids = torch.tensor([prefix])
+        times: dict[int, list[float]] = {w: [] for w in widths}
+        for _ in range(repeats):                  # widths interleaved, so load drifts hit all alike
+            for width in widths:
+                # The root and width - 1 nodes (a bushy tree: the shape does not change the cost).
                 nodes = width - 1
-                tree = Tree(tuple(range(2000, 2000 + nodes)), tuple(-1 if i < 4 else (i - 4) // 3 for i in range(nodes)),
-                            (0,) * nodes) if nodes else Tree((), (), ())
+                tree = Tree(tuple(range(2000, 2000 + nodes)),
+                            tuple(-1 if i < 4 else (i - 4) // 3 for i in range(nodes)), (0,) * nodes)
                 start = time.perf_counter()
-                tree_forward(cached, torch.tensor([prefix]), tree)
-                times.append(time.perf_counter() - start)
-            out[width] = statistics.median(times[2:])
+                tree_forward(cached, ids, tree)
+                times[width].append(time.perf_counter() - start)
+                cached.keep_block(width, [])      # back to the 199-token prefix
+        out = {w: statistics.median(t[1:]) for w, t in times.items()}
     return out
 
 
-def run_prompts(pair, length: int, limit: int) -> list[dict]:
+def run_prompts(pair, length: int, limit: int, stride: int, on_row=None) -> list[dict]:
     from bench.builtin_prompts import BUILTIN
     from bench.prompts import chat_ids
     from generation import speculative_generate
@@ -75,22 +77,27 @@ def run_prompts(pair, length: int, limit: int) -> list[dict]:
     }
     with torch.inference_mode():
         strategies["speculative"](chat_ids(pair.tokenizer, "warm up"), 8)       # warm
-        for index, (category, text) in enumerate(BUILTIN[:limit]):
-            ids = chat_ids(pair.tokenizer, text)
-            for name, run in strategies.items():
-                chain = None
-                for tree in (0, 8, 16, 32):
-                    result = run(ids, tree)
-                    if tree == 0:
-                        chain = result.tokens
-                    rows.append(dict(prompt=index, category=category, strategy=name, tree=tree,
-                                     tokens=len(result.tokens), target_calls=result.target_calls,
-                                     drafter_calls=result.drafter_calls, seconds=result.seconds,
-                                     same_as_chain=result.tokens == chain, fallback=result.tree_fallback,
-                                     trace=[dict(size=r.tree_size, depth=len(r.path), ranks=list(r.ranks))
-                                            for r in result.trace]))
-                    print(name, index, tree, rows[-1]["tokens"], rows[-1]["target_calls"],
-                          f"{rows[-1]['seconds']:.2f}s", flush=True)
+        chains: dict = {}
+        picked = list(enumerate(BUILTIN))[::stride][:limit]
+        for trees in ((0, 16), (8, 32)):          # the chain-vs-16 comparison first
+            for index, (category, text) in picked:
+                ids = chat_ids(pair.tokenizer, text)
+                for name, run in strategies.items():
+                    for tree in trees:
+                        result = run(ids, tree)
+                        if tree == 0:
+                            chains[name, index] = result.tokens
+                        rows.append(dict(prompt=index, category=category, strategy=name, tree=tree,
+                                         tokens=len(result.tokens), target_calls=result.target_calls,
+                                         drafter_calls=result.drafter_calls, seconds=result.seconds,
+                                         same_as_chain=result.tokens == chains[name, index],
+                                         fallback=result.tree_fallback,
+                                         trace=[dict(size=r.tree_size, depth=len(r.path), ranks=list(r.ranks))
+                                                for r in result.trace]))
+                        print(name, index, tree, rows[-1]["tokens"], rows[-1]["target_calls"],
+                              f"{rows[-1]['seconds']:.2f}s", flush=True)
+                        if on_row is not None:
+                            on_row(rows)
     return rows
 
 
@@ -99,6 +106,8 @@ def summary(rows: list[dict]) -> list[dict]:
     for name in dict.fromkeys(r["strategy"] for r in rows):
         for tree in (0, 8, 16, 32):
             sel = [r for r in rows if r["strategy"] == name and r["tree"] == tree]
+            if not sel:
+                continue
             tokens = sum(r["tokens"] for r in sel)
             out.append(dict(strategy=name, tree=tree, tokens=tokens,
                             tokens_per_target_call=tokens / sum(r["target_calls"] for r in sel),
@@ -126,7 +135,8 @@ def environment() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=64)
-    parser.add_argument("--prompts", type=int, default=12)
+    parser.add_argument("--prompts", type=int, default=18, help="how many built-in prompts")
+    parser.add_argument("--stride", type=int, default=1, help="take every STRIDE-th built-in prompt")
     parser.add_argument("--out", default="tree_figures.json")
     args = parser.parse_args()
     from utils.models import load_pair
@@ -135,10 +145,15 @@ def main() -> None:
     env_before = environment()
     costs = verify_costs(pair)
     print("verify seconds by width:", {w: round(c * 1000, 1) for w, c in costs.items()}, flush=True)
-    rows = run_prompts(pair, args.length, args.prompts)
-    result = dict(environment=env_before, load_after=environment()["load"], verify_s=costs,
-                  summary=summary(rows), rows=rows)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+
+    def write(rows, final=False):
+        result = dict(environment=env_before, load_after=environment()["load"] if final else "",
+                      verify_s=costs, summary=summary(rows), rows=rows)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        return result
+
+    rows = run_prompts(pair, args.length, args.prompts, args.stride, on_row=write)
+    result = write(rows, final=True)
     for line in result["summary"]:
         print(line)
 
