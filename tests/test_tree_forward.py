@@ -9,7 +9,7 @@ from generation.tree import Tree
 import generation.tree_forward
 from generation.tree_forward import tree_forward
 from tests.arch_zoo import PROMPTS, build
-from utils.cache import CachedModel, tree_support
+from utils.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError, tree_support
 
 # Two roots, branching below both; depth 3 (node 5 hangs under node 2).
 TREE = Tree(tokens=(7, 9, 30, 31, 40, 50), parents=(-1, -1, 0, 0, 1, 2), ranks=(0, 1, 0, 1, 0, 0))
@@ -24,6 +24,9 @@ def started(model, prompt, fed):
     """A cached model that has been fed ``prompt[:fed]`` (the rest is unseen)."""
     cached = CachedModel(model)
     cached.begin(list(prompt))
+    reason = tree_support(cached)
+    if reason is not None and TRANSFORMERS_RELEASE < (5,):
+        pytest.skip(f"transformers {TRANSFORMERS_RELEASE}: {reason} (chains run instead)")
     if fed:
         cached.forward(torch.tensor([list(prompt[:fed])]), keep=1)
     return cached
@@ -105,5 +108,8 @@ def _no_window(real, visible, positions, window, dtype):
 @pytest.mark.parametrize("name", ["mamba2", "jamba"])
 def test_recurrent_models_report_why_not(name):
     cached = CachedModel(build(name))
-    cached.begin(list(PROMPTS[0]))
+    try:
+        cached.begin(list(PROMPTS[0]))
+    except UnsupportedCacheError:   # transformers 4.57: refused outright, chains and trees alike
+        return
     assert tree_support(cached)
