@@ -55,7 +55,7 @@ def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 9) -> dict[in
     return out
 
 
-def run_prompts(pair, length: int, limit: int, stride: int, on_row=None) -> list[dict]:
+def run_prompts(pair, length: int, limit: int, stride: int, on_row=None, only=None) -> list[dict]:
     from bench.builtin_prompts import BUILTIN
     from bench.prompts import chat_ids
     from generation import speculative_generate
@@ -75,8 +75,9 @@ def run_prompts(pair, length: int, limit: int, stride: int, on_row=None) -> list
             ids, RecyclingStorage(2, pair.vocab_size, width=8), pair.target, gamma=4, filler_top_k=1,
             logits_processor=greedy, max_gen_len=length, eos_tokens_id=pair.end_tokens, tree=tree, tree_branch=3),
     }
+    strategies = {k: v for k, v in strategies.items() if only is None or k in only}
     with torch.inference_mode():
-        strategies["speculative"](chat_ids(pair.tokenizer, "warm up"), 8)       # warm
+        next(iter(strategies.values()))(chat_ids(pair.tokenizer, "warm up"), 8)   # warm
         chains: dict = {}
         picked = list(enumerate(BUILTIN))[::stride][:limit]
         for trees in ((0, 16), (8, 32)):          # the chain-vs-16 comparison first
@@ -138,12 +139,16 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=18, help="how many built-in prompts")
     parser.add_argument("--stride", type=int, default=1, help="take every STRIDE-th built-in prompt")
     parser.add_argument("--out", default="tree_figures.json")
+    parser.add_argument("--strategies", default="speculative,ngram,ngram-recycling",
+                        help="comma-separated subset of speculative,ngram,ngram-recycling")
+    parser.add_argument("--no-verify-costs", dest="verify_costs", action="store_false",
+                        help="skip part 1 (the verify cost by width)")
     args = parser.parse_args()
     from utils.models import load_pair
 
     pair = load_pair()
     env_before = environment()
-    costs = verify_costs(pair)
+    costs = verify_costs(pair) if args.verify_costs else {}
     print("verify seconds by width:", {w: round(c * 1000, 1) for w, c in costs.items()}, flush=True)
 
     def write(rows, final=False):
@@ -152,7 +157,8 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(result, indent=1))
         return result
 
-    rows = run_prompts(pair, args.length, args.prompts, args.stride, on_row=write)
+    rows = run_prompts(pair, args.length, args.prompts, args.stride, on_row=write,
+                       only=args.strategies.split(","))
     result = write(rows, final=True)
     for line in result["summary"]:
         print(line)
