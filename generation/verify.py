@@ -52,6 +52,11 @@ class Drafter(Protocol):
     def rollback_stats(self) -> dict | None:
         """How the drafter's cache was rolled back (None for a storage)."""
 
+    # Optional, for token trees (``tree`` > 0; a drafter without it runs chains):
+    # def propose_tree(self, ids, depth, nodes, branch) -> generation.tree.Tree
+    #     A tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L),
+    #     ``branch`` children per expanded node, built without random draws.
+
 
 @dataclass
 class _Loop:
