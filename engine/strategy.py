@@ -47,7 +47,10 @@ class Strategy:
     carries its threshold), ``gamma_threshold`` the confidence threshold.
     ``processor`` is a :class:`ProcessorSpec` or a built processor. With a
     ``seed`` the run seeds torch's global generator and a ``torch.Generator``
-    on the decoding model's device; with None it seeds nothing.
+    on the decoding model's device; with None it seeds nothing. ``tree`` > 0
+    verifies token trees of at most that many draft nodes per round
+    (``tree_branch`` children per expanded node; ``generation.tree``); models
+    that cannot take a tree run chains and the result says why.
     """
 
     key: str
@@ -60,6 +63,8 @@ class Strategy:
     use_cache: bool = True
     max_gen_len: int = 128
     seed: int | None = None
+    tree: int = 0
+    tree_branch: int = 2
 
     @property
     def drafts(self) -> bool:

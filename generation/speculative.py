@@ -6,10 +6,10 @@ import torch
 
 from generation.common import check_gamma, check_request, model_device
 from generation.result import GenerationResult
-from generation.verify import verify_loop
-from sampling import LogitsProcessor
 from generation.tree import Tree
 from generation.tree_draft import draft_tree
+from generation.verify import verify_loop
+from sampling import LogitsProcessor
 from utils.cache import CachedModel, tree_support
 
 

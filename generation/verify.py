@@ -21,8 +21,8 @@ from generation.common import cut_at_end, end_tokens, model_device, timed_run
 from generation.gamma_policies import make_policy
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
-from sampling import LogitsProcessor
 from generation.tree_round import tree_round
+from sampling import LogitsProcessor
 from utils.cache import CachedModel, tree_support
 
 

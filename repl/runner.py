@@ -149,4 +149,6 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         use_cache=settings.cache,
         max_gen_len=settings.length,
         seed=settings.seed,
+        tree=settings.tree,
+        tree_branch=settings.tree_branch,
     )
