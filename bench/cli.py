@@ -147,7 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--processor", type=_processor, default=parse_processor("greedy"),
                    help="greedy (default), 'multinomial T', 'topk T K', 'nucleus T P', "
                         "'topknucleus T K P'")
-    d.add_argument("--ngram-storage", choices=("basic", "onelevel"), default="basic")
+    d.add_argument("--trees", type=_int_list, default=[],
+                   help="token-tree budgets run beside the chains at every constant gamma, "
+                        "e.g. 8,16,32 (default: none)")
+    d.add_argument("--tree-branch", type=_positive, default=3, help="children per expanded tree node (default 3)")
+    d.add_argument("--ngram-storage", choices=("basic", "onelevel", "recycling"), default="basic")
     d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
     d.add_argument("--top-k-filler", type=_positive, default=1,
                    help="NASD: also store the target's top-k predictions (default 1)")
@@ -176,7 +180,8 @@ def settings_dict(args, prompt_count: int) -> dict:
         "prompts": args.prompts, "categories": args.categories, "limit": args.limit,
         "turn": args.turn, "chat": args.chat, "prompt_count": prompt_count,
         "strategies": args.strategies, "peers": args.peers, "length": args.length,
-        "gammas": args.gamma, "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
+        "gammas": args.gamma, "trees": args.trees, "tree_branch": args.tree_branch,
+        "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
         "processor": args.processor.command_text(),
         "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,

@@ -36,6 +36,7 @@ class RunSettings:
     stop_if_unknown: bool = True
     assisted_confidence: float = 0.0
     max_matching_ngram_size: int | None = None
+    tree_branch: int = 3
 
 
 class Executor:
@@ -82,7 +83,8 @@ class Executor:
     def _run_ours(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
         s = self.settings
         generator = torch.Generator(device=self.device).manual_seed(s.seed)
-        strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=self.ngram)
+        strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=self.ngram,
+                                tree_branch=s.tree_branch)
         call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
         record.tokens = list(result.tokens)

@@ -11,7 +11,8 @@ from engine import EngineState, NGramOptions, Strategy, run_strategy
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram"}
 
 
-def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions) -> Strategy:
+def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
+                 tree_branch: int = 3) -> Strategy:
     """The engine strategy of one of our variants, keyed by the variant's name (so each
     variant keeps its own gamma policy for the whole benchmark).
 
@@ -24,7 +25,8 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     return Strategy(key=variant.name, drafter=drafter,
                     drafter_options=ngram if drafter == "ngram" else None,
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
-                    processor=processor, max_gen_len=max_gen_len)
+                    processor=processor, max_gen_len=max_gen_len,
+                    tree=getattr(variant, "tree", 0), tree_branch=tree_branch)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,

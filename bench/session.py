@@ -70,11 +70,13 @@ def run_session(args, loader, settings_dict) -> int:
                                      context_length=models.context_length)
     for s in skipped:
         err.print(f"skipping {s.prompt_id}: {s.reason}", style="yellow", highlight=False)
-    variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies)
+    variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
+                             trees=args.trees)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
         assisted_confidence=args.assisted_confidence, max_matching_ngram_size=args.lookup_ngram,
+        tree_branch=args.tree_branch,
     ))
     records, interrupted = _run_all(executor, encoded, variants, args, err)
     executor.close()

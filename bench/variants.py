@@ -10,6 +10,10 @@ A drafting variant has a gamma policy (``generation.gamma_policies``):
 ``confidence T`` or ``model`` (gamma is the most drafts a round). Names:
 ``speculative@4`` (constant), ``speculative:heuristic@4``,
 ``speculative:confidence=0.4@20``, ``speculative:model@16``.
+
+A drafting variant may verify token trees of at most N nodes per round
+(``generation.tree``) instead of chains: ``speculative+tree16@4`` (depth up to
+gamma 4). Tree variants have no transformers peer.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class Variant:
     strategy: str
     gamma: int | None = None
     policy: str = CONSTANT
+    tree: int = 0
 
     @property
     def name(self) -> str:
@@ -60,7 +65,8 @@ class Variant:
         if self.gamma is None:
             return self.strategy
         middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
-        return f"{self.strategy}{middle}@{self.gamma}"
+        tree = f"+tree{self.tree}" if self.tree else ""
+        return f"{self.strategy}{tree}{middle}@{self.gamma}"
 
     @property
     def constant(self) -> bool:
@@ -69,6 +75,8 @@ class Variant:
     @property
     def label(self) -> str:
         base = LABELS.get(self.strategy, self.strategy)
+        if self.tree:
+            base = f"{base} tree {self.tree}"
         if self.gamma is None:
             return base
         if self.constant:
@@ -103,7 +111,7 @@ class Variant:
         policies have no peer.
         """
         other = PEER_OF.get(self.strategy)
-        if other is None:
+        if other is None or self.tree:
             return None
         if self.constant or self.gamma is None:
             return Variant(other, self.gamma)
@@ -123,11 +131,13 @@ def parse_variant_name(name: str) -> Variant:
     head, _, gamma = name.partition("@")
     strategy, _, key = head.partition(":")
     policy = " ".join(key.split("=")) if key else CONSTANT
-    return Variant(strategy, int(gamma) if gamma else None, policy)
+    strategy, _, tree = strategy.partition("+tree")
+    return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0)
 
 
 def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
-                  policies: list[tuple[str, int]] | None = None) -> list[Variant]:
+                  policies: list[tuple[str, int]] | None = None,
+                  trees: list[int] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
@@ -144,6 +154,7 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
         if strategy in DRAFTING:
             mine = [Variant(strategy, g) for g in gammas]
             mine += [Variant(strategy, g, p) for p, g in (policies or [])]
+            mine += [Variant(strategy, g, tree=n) for n in (trees or []) if n > 0 for g in gammas]
         else:
             mine = [Variant(strategy)]
         for variant in mine:

@@ -74,13 +74,15 @@ def _encode(pair, text: str, *, chat: bool = True) -> list[int]:
     return ids
 
 
-def _strategies(pair, ngram: NGramOptions, gamma: int) -> dict[str, Callable]:
-    """name -> run(ids, processor, use_cache, max_gen_len, generator) for the two drafting strategies."""
+def _strategies(pair, ngram: NGramOptions, gamma: int, tree: int = 0, tree_branch: int = 2) -> dict[str, Callable]:
+    """name -> run(ids, processor, use_cache, max_gen_len, generator) for the two drafting strategies
+    (verifying token trees of at most ``tree`` nodes when ``tree`` > 0)."""
 
     def runner(key: str, drafter: str, options) -> Callable:
         def run(ids, processor, use_cache, length, generator=None):
             strategy = Strategy(key, drafter=drafter, drafter_options=options, gamma=gamma,
-                                processor=processor, use_cache=use_cache, max_gen_len=length)
+                                processor=processor, use_cache=use_cache, max_gen_len=length,
+                                tree=tree, tree_branch=tree_branch)
             return run_strategy(strategy, pair, ids, generator=generator)
 
         return run
@@ -113,8 +115,8 @@ def _guard(name: str, body: Callable[[], Check]) -> Check:
         return Check(name, False, f"{type(e).__name__}: {text[0] if text else ''}")
 
 
-def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None = None
-                  ) -> list[Callable[[], Check]]:
+def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None = None,
+                  tree: int = 0, tree_branch: int = 2) -> list[Callable[[], Check]]:
     """One deferred check per (strategy, cache setting): greedy output == target AR
     (the same strategy and cache setting), ``length`` tokens with the cache and at
     most CACHE_OFF_LENGTH without."""
@@ -143,7 +145,7 @@ def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None =
 
         return lambda: _guard(name, body)
 
-    runs = _strategies(pair, ngram or NGramOptions(), gamma)
+    runs = _strategies(pair, ngram or NGramOptions(), gamma, tree, tree_branch)
     return [make(s, run, c) for c in (True, False) for s, run in runs.items()]
 
 
@@ -174,8 +176,8 @@ def exact_first_tokens(model, ids: list[int], processor, steps: int, vocab: int,
     return probs
 
 
-def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGramOptions | None = None
-                    ) -> list[Callable[[], Check]]:
+def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGramOptions | None = None,
+                    tree: int = 0, tree_branch: int = 2) -> list[Callable[[], Check]]:
     """One deferred check per drafting strategy: first tokens ~ the exact target distribution."""
     processor = TopKProcessor(1.0, SAMPLING_TOP_K)
     ids = _encode(pair, SAMPLING_TEXT, chat=False)
@@ -208,23 +210,24 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
 
         return lambda: _guard(name, body)
 
-    runs_by = _strategies(pair, ngram or NGramOptions(), max(gamma, SAMPLING_STEPS))
+    runs_by = _strategies(pair, ngram or NGramOptions(), max(gamma, SAMPLING_STEPS), tree, tree_branch)
     return [make(s, run) for s, run in runs_by.items()]
 
 
 def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None,
-                 sampling_runs: int = SAMPLING_RUNS,
+                 sampling_runs: int = SAMPLING_RUNS, tree: int = 0, tree_branch: int = 2,
                  report: Callable[[Check], None] | None = None) -> list[Check]:
     """Run every check on ``pair`` (a ``utils.models.ModelPair``); return them in order.
 
     ``report`` is called with each check as soon as it is done (to print it).
-    ``gamma`` defaults to the engine's default.
+    ``gamma`` defaults to the engine's default. ``tree`` > 0 checks token
+    trees of at most that many nodes (``tree_branch`` children per node) like chains.
     """
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be an integer >= 1, got {length!r}")
     gamma = DEFAULT_GAMMA if gamma is None else gamma
-    pending = greedy_checks(pair, length=length, gamma=gamma)
-    pending += sampling_checks(pair, gamma=gamma, runs=sampling_runs)
+    pending = greedy_checks(pair, length=length, gamma=gamma, tree=tree, tree_branch=tree_branch)
+    pending += sampling_checks(pair, gamma=gamma, runs=sampling_runs, tree=tree, tree_branch=tree_branch)
     checks = []
     for body in pending:
         check = body()

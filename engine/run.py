@@ -56,7 +56,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len)
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     return verify_loop(prompt, drafter, pair.target, gamma=gamma, vocab_size=vocab,
-                       gamma_policy=state.gamma_policy(strategy), target_delay_s=delay, **common)
+                       gamma_policy=state.gamma_policy(strategy), target_delay_s=delay,
+                       tree=strategy.tree, tree_branch=strategy.tree_branch, **common)
 
 
 def loop_vocab_size(pair) -> int:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from engine.strategy import NGramOptions, Strategy
 from generation.gamma_policies import make_policy
-from ngram_assisted import NGramStorage, OneLevelNGramStorage
+from ngram_assisted import NGramStorage, OneLevelNGramStorage, RecyclingStorage
 
-STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage}
+STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage, "recycling": RecyclingStorage}
 
 
 @dataclass

@@ -51,6 +51,10 @@ class Strategy:
     ``target_delay_s`` waits that long before every target forward (an
     injected network round trip, the REPL's ``/rtt_inject``); the drafter
     model decoding on its own never waits.
+    on the decoding model's device; with None it seeds nothing. ``tree`` > 0
+    verifies token trees of at most that many draft nodes per round
+    (``tree_branch`` children per expanded node; ``generation.tree``); models
+    that cannot take a tree run chains and the result says why.
     """
 
     key: str
@@ -64,6 +68,8 @@ class Strategy:
     max_gen_len: int = 128
     seed: int | None = None
     target_delay_s: float = 0.0
+    tree: int = 0
+    tree_branch: int = 2
 
     @property
     def drafts(self) -> bool:

@@ -62,3 +62,41 @@ def accept_drafts(
     candidates = torch.cat([residual_distributions(p[:k], q, draft), p[k:]], dim=0)  # (k+1, V)
     tokens = sample(candidates, generator)                # (k+1,)
     return n, tokens[n]
+
+
+def accept_tree(
+    p: torch.Tensor,
+    tokens: torch.Tensor,
+    parents: torch.Tensor,
+    ancestors: torch.Tensor,
+    sample: Sampler,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Verify a token tree; return (accepted depth, deepest accepted node, next token).
+
+    p: (n + 1, V) target probabilities; row 0 is the root's (the last committed
+    token), row 1 + i node i's. tokens, parents: (n,) the nodes' ids and parent
+    nodes (-1: the root). ancestors: (n, n) bool, [i, j] when j is i or above it.
+    The deepest node is -1 when nothing was accepted.
+
+    The rule draws the target's own token at every node, then walks down from
+    the root following the child equal to the draw, and stops at the first
+    draw no child carries: that draw is the round's token. Along the walk each
+    token is drawn from p given the path so far, so the output is distributed
+    exactly as p for any tree that does not depend on the draws (SpecInfer's
+    "naive" multi-candidate verification; Miao et al. 2024). Under greedy the
+    draw is the argmax: the longest path of argmaxes, plus the target's next
+    token. Siblings must carry distinct tokens, so at most one child matches.
+    Nothing leaves the device.
+    """
+    draws = sample(p, generator)                                   # (n + 1,)
+    if tokens.numel() == 0:
+        none = torch.zeros((), dtype=torch.long, device=p.device)
+        return none, none - 1, draws[0]
+    match = draws[parents + 1] == tokens                           # (n,) node i is the draw at its parent
+    on_path = ~(ancestors & ~match.view(1, -1)).any(dim=-1)        # (n,) every node down to i matched
+    depth = ancestors.sum(dim=-1)                                  # (n,) 1 + depth
+    score = torch.where(on_path, depth, torch.zeros_like(depth))
+    accepted = score.max()
+    deepest = torch.where(accepted > 0, score.argmax(), accepted.new_tensor(-1))
+    return accepted, deepest, draws[deepest + 1]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from analysis.trees import tree_summary
+
 
 @dataclass(frozen=True)
 class Round:
@@ -26,6 +28,14 @@ class Round:
     stopped early: unknown n-gram context, low confidence).
     ``draft_s`` / ``verify_s``: seconds spent drafting and in the target's
     verify forward this round (device-timed, see ``generation.phases``).
+
+    A tree round (see ``generation.tree``) also keeps its tree: ``tree_tokens``
+    and ``tree_parents`` (one entry per node, parents first; -1 is the last
+    committed token), ``path`` (the accepted nodes, one per accepted depth) and
+    ``ranks`` (each accepted node's rank among its siblings: 0 is the drafter's
+    first choice). Its ``drafted`` is the accepted path followed by the
+    first-choice line below where it stopped, so ``accepted`` stays a prefix.
+    Chain rounds leave these empty.
     """
 
     drafted: tuple[int, ...]
@@ -35,6 +45,15 @@ class Round:
     gamma: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    tree_tokens: tuple[int, ...] = ()
+    tree_parents: tuple[int, ...] = ()
+    path: tuple[int, ...] = ()
+    ranks: tuple[int, ...] = ()
+
+    @property
+    def tree_size(self) -> int:
+        """Draft nodes verified this round (0 for a chain round)."""
+        return len(self.tree_tokens)
 
     @property
     def rejected(self) -> tuple[int, ...]:
@@ -59,6 +78,9 @@ class GenerationResult:
     ``rollback`` says, per model (``"target"``, ``"drafter"``), how its cache
     was rolled back and what that cost (see ``utils.cache.RollbackStats``).
     ``gamma_policy`` names the draft-length policy of the run ("" for AR).
+    ``tree``: the tree budget the run verified with (0: chains);
+    ``tree_fallback``: why a run asked for trees verified chains (one line, "" otherwise).
+    With trees, ``drafted`` counts every node verified.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -73,6 +95,8 @@ class GenerationResult:
     phases: dict[str, float] = field(default_factory=lambda: {"draft": 0.0, "verify": 0.0, "other": 0.0})
     rollback: dict[str, dict] = field(default_factory=dict)
     gamma_policy: str = ""
+    tree: int = 0
+    tree_fallback: str = ""
 
     @property
     def acceptance_rate(self) -> float:
@@ -102,6 +126,8 @@ class GenerationResult:
             tokens_per_s=self.tokens_per_second,
             tokens_per_target_call=self.tokens_per_target_call,
         )
+        if self.tree and self.trace:
+            out["tree_stats"] = tree_summary(self.trace, tokens=len(self.tokens), target_calls=self.target_calls)
         if with_trace:
             out["trace"] = [asdict(r) for r in self.trace]
         return out

@@ -6,9 +6,11 @@ import torch
 
 from generation.common import check_gamma, check_request, model_device
 from generation.result import GenerationResult
+from generation.tree import Tree
+from generation.tree_draft import draft_tree
 from generation.verify import verify_loop
 from sampling import LogitsProcessor
-from utils.cache import CachedModel
+from utils.cache import CachedModel, tree_support
 
 
 class ModelDrafter:
@@ -64,6 +66,18 @@ class ModelDrafter:
             probs.append(q)
         return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
 
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """A dynamic tree (``generation.tree_draft``) of at most ``nodes`` nodes and
+        ``depth`` levels; a chain of ``min(depth, nodes)`` drafts when this drafter
+        cannot take a tree (recurrent layers, no custom masks)."""
+        seq = ids.to(self.device)
+        self.cached.rollback(seq.shape[1] - 1)
+        self.cached.checkpoint()
+        if tree_support(self.cached) is not None:
+            drafts, _ = self.propose(ids, min(depth, nodes))
+            return Tree.chain(drafts.tolist())
+        return draft_tree(self.cached, self.processor, self.vocab_size, seq, depth, nodes, branch)
+
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """Nothing to learn: the cache is rolled back lazily at the next proposal."""
 
@@ -92,6 +106,8 @@ def speculative_generate(
     gamma_policy=None,
     observer=None,
     target_delay_s: float = 0.0,
+    tree: int = 0,
+    tree_branch: int = 2,
 ) -> GenerationResult:
     """Generate up to ``max_gen_len`` tokens after ``inputs`` with a drafter model.
 
@@ -104,6 +120,10 @@ def speculative_generate(
     it at ``gamma``. For an encoder-decoder pair ``inputs`` are the encoder's
     ids and both decoders start from the decoder start token. ``observer``
     and ``target_delay_s``: see :func:`generation.verify.verify_loop`.
+    it at ``gamma``. ``tree`` > 0 drafts and verifies a token tree of at most
+    that many nodes per round (``tree_branch`` children per expanded node;
+    depth still gamma). For an encoder-decoder pair ``inputs`` are the encoder's
+    ids and both decoders start from the decoder start token.
     """
     prompt = check_request(inputs, max_gen_len, target, drafter)
     gamma = check_gamma(gamma)
@@ -116,4 +136,5 @@ def speculative_generate(
         eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
         observer=observer, target_delay_s=target_delay_s,
+        tree=tree, tree_branch=tree_branch,
     )

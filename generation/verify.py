@@ -21,8 +21,9 @@ from generation.gamma_policies import make_policy
 from generation.observer import Observer, Watch, target_delay
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
+from generation.tree_round import tree_round
 from sampling import LogitsProcessor
-from utils.cache import CachedModel
+from utils.cache import CachedModel, tree_support
 
 
 class Drafter(Protocol):
@@ -50,6 +51,11 @@ class Drafter(Protocol):
 
     def rollback_stats(self) -> dict | None:
         """How the drafter's cache was rolled back (None for a storage)."""
+
+    # Optional, for token trees (``tree`` > 0; a drafter without it runs chains):
+    # def propose_tree(self, ids, depth, nodes, branch) -> generation.tree.Tree
+    #     A tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L),
+    #     ``branch`` children per expanded node, built without random draws.
 
 
 @dataclass
@@ -85,6 +91,8 @@ def verify_loop(
     gamma_policy=None,
     observer: Observer | None = None,
     target_delay_s: float = 0.0,
+    tree: int = 0,
+    tree_branch: int = 2,
 ) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
@@ -97,11 +105,15 @@ def verify_loop(
     ``generation.observer``) is told each round's drafts and outcome; the
     time spent inside it is left out of ``seconds``. ``target_delay_s`` waits that long before every target forward (an
     injected network round trip), booked as verify time.
+    ``tree`` > 0 verifies a token tree of at most that many nodes per round
+    (``generation.tree_round``; ``tree_branch`` children per expanded node)
+    when both the target and the drafter can; otherwise chains run and
+    ``result.tree_fallback`` says why.
     """
     policy = gamma_policy if gamma_policy is not None else make_policy("constant", gamma)
     device = model_device(target)
     model = CachedModel(target, use_cache=use_cache)
-    result = GenerationResult(gamma_policy=policy.name)
+    result = GenerationResult(gamma_policy=policy.name, tree=tree)
     loop = _Loop(model, drafter, logits_processor, generator, vocab_size, end_tokens(eos_tokens_id),
                  PhaseClock(device), result, Watch(observer), target_delay_s)
     start = None
@@ -110,10 +122,14 @@ def verify_loop(
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         drafter.begin(prompt)
         policy.begin(drafter.kind)
+        trees = tree > 0 and _trees_possible(model, drafter, result)
         generated = 0
         while generated < max_gen_len:
             k_max = min(policy.next_gamma(), max_gen_len - generated - 1)
-            ids, new, stop = _round(loop, ids, k_max, policy.threshold)
+            if trees:
+                ids, new, stop = tree_round(loop, ids, k_max, tree, tree_branch)
+            else:
+                ids, new, stop = _round(loop, ids, k_max, policy.threshold)
             policy.observe(result.trace[-1])
             generated += len(new)
             if stop:
@@ -130,6 +146,16 @@ def verify_loop(
     if drafter_stats is not None:
         result.rollback["drafter"] = drafter_stats
     return result
+
+
+def _trees_possible(model: CachedModel, drafter, result: GenerationResult) -> bool:
+    """Whether this target and drafter can take trees; if not, record why (one line)."""
+    reason = tree_support(model)
+    if reason is None and not hasattr(drafter, "propose_tree"):
+        reason = f"the {drafter.kind} drafter proposes chains only"
+    if reason is not None:
+        result.tree_fallback = f"chain instead of a tree: {reason}"
+    return reason is None
 
 
 def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None):

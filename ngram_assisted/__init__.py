@@ -2,11 +2,12 @@
 
 from ngram_assisted.drafter import NGramDrafter
 from ngram_assisted.nasd import ngram_assisted_speculative_generate
-from ngram_assisted.storage import NGramStorage, OneLevelNGramStorage
+from ngram_assisted.storage import NGramStorage, OneLevelNGramStorage, RecyclingStorage
 
 __all__ = [
     "NGramDrafter",
     "NGramStorage",
     "OneLevelNGramStorage",
+    "RecyclingStorage",
     "ngram_assisted_speculative_generate",
 ]

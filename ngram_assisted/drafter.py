@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import heapq
+
 import torch
 
+from generation.tree import Tree
 from ngram_assisted.storage import NGramStorage
 
 
@@ -21,7 +24,7 @@ class NGramDrafter:
                  stop_if_unknown: bool = True, confident_start: bool = True,
                  device: torch.device | str = "cpu"):
         self.storage = storage
-        self.wants_top_k = filler_top_k if filler_top_k > 1 else 0
+        self.wants_top_k = max(filler_top_k if filler_top_k > 1 else 0, getattr(storage, "wants_top_k", 0))
         self.stop_if_unknown = stop_if_unknown
         self.confident_start = confident_start
         self.device = torch.device(device)
@@ -53,6 +56,43 @@ class NGramDrafter:
             drafts.append(token)
             context = (context + [token])[-width:]
         return torch.tensor(drafts, dtype=torch.long, device=ids.device), None
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """A trie of the storage's continuations: at most ``nodes`` nodes, ``depth`` levels.
+
+        Best first: a node's score is the product of its continuations' weight
+        shares along the path; the best unexpanded candidate joins the trie and
+        offers its own ``branch`` best continuations, until the budget is
+        spent. The first level obeys ``confident_start`` and, like the chain,
+        an unknown context ends a branch when ``stop_if_unknown``.
+        """
+        width = self.storage.n - 1
+        heap: list[tuple[float, int, int, int, int, int, tuple[int, ...]]] = []
+        counter = 0
+
+        def offer(parent: int, context: list[int], score: float, level: int) -> None:
+            nonlocal counter
+            if level >= depth:
+                return
+            min_context = width if (level == 0 and self.confident_start) else 1
+            candidates, known = self.storage.top_tokens(context, branch, min_context=min_context)
+            if not known and self.stop_if_unknown:
+                return
+            for rank, (token, share) in enumerate(candidates):
+                heapq.heappush(heap, (-score * share, counter, parent, token, rank, level, tuple(context)))
+                counter += 1
+
+        tokens: list[int] = []
+        parents: list[int] = []
+        ranks: list[int] = []
+        offer(-1, self.history[-width:], 1.0, 0)
+        while heap and len(tokens) < nodes:
+            negative, _, parent, token, rank, level, context = heapq.heappop(heap)
+            tokens.append(token)
+            parents.append(parent)
+            ranks.append(rank)
+            offer(len(tokens) - 1, (list(context) + [token])[-width:], -negative, level + 1)
+        return Tree(tuple(tokens), tuple(parents), tuple(ranks))
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """Count the appended tokens; with filler, also the target's top-k at each position."""

@@ -30,6 +30,8 @@ def ngram_assisted_speculative_generate(
     gamma_policy=None,
     observer=None,
     target_delay_s: float = 0.0,
+    tree: int = 0,
+    tree_branch: int = 2,
 ) -> GenerationResult:
     """Generate with drafts from ``ngram_storage``, verified by ``target``.
 
@@ -44,6 +46,8 @@ def ngram_assisted_speculative_generate(
     it may choose 0, a plain target step. For an encoder-decoder target the
     storage starts from the encoder's ids, so drafts can copy from the source.
     ``observer`` and ``target_delay_s``: see :func:`generation.verify.verify_loop`.
+    ``tree`` > 0 verifies a trie of the storage's top continuations (at most
+    that many nodes, ``tree_branch`` per context) instead of one chain.
     """
     prompt = check_request(inputs, max_gen_len, target)
     gamma = check_gamma(gamma)
@@ -59,4 +63,5 @@ def ngram_assisted_speculative_generate(
         vocab_size=min(target.config.vocab_size, ngram_storage.vocab_size),
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
         observer=observer, target_delay_s=target_delay_s,
+        tree=tree, tree_branch=tree_branch,
     )

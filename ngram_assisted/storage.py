@@ -105,6 +105,23 @@ class NGramStorage:
         fallback = self._unigrams.best.get(())
         return (fallback[0] if fallback else 0), False
 
+    def top_tokens(self, context: Sequence[int], k: int, *, min_context: int = 1
+                   ) -> tuple[list[tuple[int, float]], bool]:
+        """Up to ``k`` continuations of the longest known context tail (of at least
+        ``min_context`` tokens), best first, each with its share of the context's
+        weight. Returns (candidates, True), or ([(fallback, 1.0)], False) when no
+        such tail is known (see :meth:`next_token`). Token trees branch on these.
+        """
+        for c in self._orders():
+            if c >= min_context and len(context) >= c:
+                weights = self._tables[c].weights.get(tuple(context[-c:]))
+                if weights:
+                    total = sum(weights.values())
+                    ranked = sorted(weights.items(), key=lambda kv: -kv[1])[:k]   # stable: first seen wins ties
+                    return [(t, w / total) for t, w in ranked], True
+        token, _ = self.next_token((), min_context=1)
+        return [(token, 1.0)], False
+
     def _record(self, history: list[int], token: int, weight: float) -> None:
         for c in self._orders():
             if len(history) >= c:
@@ -126,3 +143,81 @@ class OneLevelNGramStorage(NGramStorage):
 
     def _orders(self) -> range:
         return range(self.n - 1, self.n - 2, -1)
+
+
+class RecyclingStorage:
+    """Token Recycling (Luo et al. 2024): for each token, the target's latest top-k
+    next tokens.
+
+    A table of rows ``token -> [candidates, best first]``: every verified
+    position replaces the row of the token before it with the target's top-k
+    there (``fill``), so the table recycles what the target already computed.
+    A token seen in the text only starts a row when it has none yet. The
+    context is the last token (n = 2). Same interface as :class:`NGramStorage`.
+    """
+
+    kind = "recycling"
+    n = 2
+
+    def __init__(self, n: int, vocab_size: int, width: int = 8):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"width must be an integer >= 1, got {width!r}")
+        self.vocab_size = vocab_size
+        self.width = width
+        self.reset()
+
+    @property
+    def wants_top_k(self) -> int:
+        """The top-k the verify loop must hand over: a row's width."""
+        return self.width
+
+    def reset(self) -> None:
+        self.rows: dict[int, list[int]] = {}
+        self._first: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def initialize(self, prompt: Sequence[int]) -> None:
+        self.update((), prompt)
+
+    def update(self, context: Sequence[int], tokens: Iterable[int]) -> None:
+        previous = context[-1] if len(context) else None
+        for token in tokens:
+            token = self._check(token)
+            if self._first is None:
+                self._first = token
+            if previous is not None and previous not in self.rows:
+                self.rows[previous] = [token]
+            previous = token
+
+    def fill(self, context: Sequence[int], candidates: Sequence[int]) -> None:
+        """The target's ranked top-k after ``context``: the new row of its last token."""
+        if len(context):
+            self.rows[self._check(context[-1])] = [self._check(t) for t in candidates[:self.width]]
+
+    def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
+        row = self.rows.get(context[-1]) if len(context) else None
+        if row:
+            return row[0], True
+        return (self._first or 0), False
+
+    def top_tokens(self, context: Sequence[int], k: int, *, min_context: int = 1
+                   ) -> tuple[list[tuple[int, float]], bool]:
+        """Up to k candidates of the last token's row; weights fall with rank (1/(r+1), normalised)."""
+        row = self.rows.get(context[-1]) if len(context) else None
+        if not row:
+            return [(self._first or 0, 1.0)], False
+        weights = [1.0 / (r + 1) for r in range(min(k, len(row)))]
+        total = sum(weights)
+        return [(t, w / total) for t, w in zip(row, weights)], True
+
+    def _check(self, token: int) -> int:
+        if not 0 <= token < self.vocab_size:
+            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
+        return token
+
+    def __repr__(self) -> str:
+        return f"RecyclingStorage(width={self.width}, rows={len(self)})"

@@ -24,6 +24,8 @@ NGRAM_N_RANGE = (2, 16)
 FILLER_RANGE = (1, 1000)
 SEED_RANGE = (0, 2**63 - 1)
 RTT_RANGE = (0.0, 10_000.0)  # milliseconds
+TREE_RANGE = (0, 256)
+TREE_BRANCH_RANGE = (1, 16)
 
 ON_WORDS = ("on", "true", "yes", "1")
 OFF_WORDS = ("off", "false", "no", "0")
@@ -288,7 +290,14 @@ COMMANDS: dict[str, Command] = {
         _toggle("debug", "colour each round: accepted, rejected, target token"),
         _toggle("live", "draw each strategy's rounds as they run (drafts dim until verified) with a "
                 "status line; on in a terminal, off with --json or piped output"),
-        Command("set_ngramstorage", "basic|onelevel N",
+        Command("tree", "N", "verify a token tree of at most N draft nodes per round, depth up to gamma "
+                f"(0 = a chain; {TREE_RANGE[0]}-{TREE_RANGE[1]}); models that cannot take a tree run chains",
+                _int_setting("tree", "N", TREE_RANGE), show=lambda s: str(s.tree), flag="tree"),
+        Command("tree_branch", "K", "token trees: children per expanded node (drafter's top-K, "
+                f"the storage's top-K continuations; {TREE_BRANCH_RANGE[0]}-{TREE_BRANCH_RANGE[1]})",
+                _int_setting("tree_branch", "K", TREE_BRANCH_RANGE), show=lambda s: str(s.tree_branch),
+                flag="tree-branch"),
+        Command("set_ngramstorage", "basic|onelevel|recycling N",
                 f"NASD n-gram storage kind and N ({NGRAM_N_RANGE[0]}-{NGRAM_N_RANGE[1]})",
                 parse_ngram_storage, show=_show_storage, values=NGRAM_STORAGES, flag="ngram-storage",
                 fields=("ngram_storage", "ngram_n")),

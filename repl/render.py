@@ -23,6 +23,7 @@ REJECTED = "red strike"
 TARGET = "bold blue"
 BONUS = "bold magenta"
 GAMMA_MARK = "dim"
+LOSER = "dim strike"
 SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 BLOCKS = " ▏▎▍▌▋▊▉█"  # eighths of a character cell, for the bar charts
 BAR_WIDTH = 16
@@ -53,6 +54,23 @@ def _metrics(run: StrategyRun) -> Text:
         parts.append(f"{r.drafter_calls} drafter forward passes")
     parts.append(f"stop: {r.stop_reason}")
     return Text(" · ".join(parts), style="dim")
+
+
+def tree_text(result: GenerationResult) -> Text | None:
+    """One line on the tree: what it cost and bought, or why a chain ran instead."""
+    if result.tree_fallback:
+        return Text(result.tree_fallback, style="yellow")
+    from analysis.trees import tree_summary
+
+    stats = tree_summary(result.trace, tokens=len(result.tokens), target_calls=result.target_calls)
+    if not result.tree or stats is None:
+        return None
+    by_rank = stats["taken_by_rank"]
+    return Text(f"tree ≤{result.tree}: {stats['mean_nodes']:.1f} nodes/round · accepted depth "
+                f"{stats['mean_accepted_depth']:.2f} · children taken by rank "
+                + " ".join(f"{k}:{v}" for k, v in by_rank.items())
+                + f" · a rank>0 child saved {stats['rounds_saved_by_rank_above_0']}/{stats['rounds']} rounds",
+                style="dim")
 
 
 def phases_text(result: GenerationResult) -> str:
@@ -131,6 +149,9 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
         body.append(Text(f"interrupted after {len(run.result.tokens)} tokens", style="yellow"))
     body.append(_metrics(run))
     body.append(Text(phases_text(run.result), style="dim"))
+    tree = tree_text(run.result) if run.key in DRAFTING else None
+    if tree is not None:
+        body.append(tree)
     why = why_text(prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run]), run)
     if why is not None:
         body.append(why)
@@ -156,7 +177,13 @@ def rounds_view(result: GenerationResult, prompt_ids: list[int], tokenizer, piec
     for rnd, piece in zip(result.trace, pieces):
         if rnd.gamma > 0:
             text.append(str(rnd.gamma).translate(SUPERSCRIPT), style=GAMMA_MARK)
-        for i, drafted in enumerate(piece["drafted"]):
+        if "losers" in piece:
+            # A tree round: the accepted path, then the candidates that lost where it stopped.
+            for drafted in piece["drafted"][:rnd.accepted]:
+                text.append(drafted, style=ACCEPTED)
+            if piece["losers"]:
+                text.append("{" + "|".join(piece["losers"]) + "}", style=LOSER)
+        for i, drafted in enumerate(piece["drafted"] if "losers" not in piece else ()):
             text.append(drafted, style=ACCEPTED if i < rnd.accepted else REJECTED)
         if rnd.token is not None and piece.get("token") is not None:
             text.append(piece["token"], style=BONUS if rnd.bonus else TARGET)
@@ -166,7 +193,8 @@ def rounds_view(result: GenerationResult, prompt_ids: list[int], tokenizer, piec
 def legend() -> Text:
     text = Text("debug colours: ")
     for label, style in (("accepted draft", ACCEPTED), ("rejected draft", REJECTED),
-                         ("target token", TARGET), ("bonus token (all drafts accepted)", BONUS)):
+                         ("target token", TARGET), ("bonus token (all drafts accepted)", BONUS),
+                         ("{tree candidates that lost}", LOSER)):
         text.append(label, style=style)
         text.append("  ")
     text.append("⁴", style=GAMMA_MARK)
@@ -307,6 +335,17 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
     return table
 
 
+def _tree_depth_text(result: GenerationResult) -> str:
+    """``acceptance by tree depth: 0 12/20 60% · 1 ...`` and tokens per target call."""
+    from analysis.trees import tree_summary
+
+    stats = tree_summary(result.trace, tokens=len(result.tokens), target_calls=result.target_calls)
+    if stats is None:
+        return ""
+    depth = " · ".join(f"{i} {a}/{r} {a / r:.0%}" for i, (a, r) in enumerate(stats["acceptance_by_depth"]) if r)
+    return f"acceptance by tree depth: {depth}; {stats['tokens_per_target_call']:.2f} tokens/target call"
+
+
 def acceptance_chart(why: Why) -> Table:
     """Row i: acceptance at draft position i and the rounds that accepted exactly i drafts, as bars."""
     table = Table(show_edge=False, pad_edge=False, box=None)
@@ -349,6 +388,10 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
             parts.append(acceptance_chart(why))
         if why.costs is not None:
             parts.append(Text(_cost_text(why), style="dim"))
+        tree = tree_text(run.result)
+        if tree is not None:
+            parts.append(tree)
+            parts.append(Text(_tree_depth_text(run.result), style="dim"))
         parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
     if len(parts) == 1:
         return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative or NASD",

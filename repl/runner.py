@@ -156,4 +156,6 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         max_gen_len=settings.length,
         seed=settings.seed,
         target_delay_s=settings.rtt_inject / 1000.0,
+        tree=settings.tree,
+        tree_branch=settings.tree_branch,
     )

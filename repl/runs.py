@@ -63,7 +63,13 @@ def round_pieces(tokenizer, prompt_ids: list[int], trace: list[Round]) -> list[d
         after = context + accepted
         drafted = token_pieces(tokenizer, context, accepted) + token_pieces(tokenizer, after, list(rnd.rejected))
         token = None if rnd.token is None else token_pieces(tokenizer, after, [rnd.token])[0]
-        out.append({"drafted": drafted, "token": token})
+        piece = {"drafted": drafted, "token": token}
+        if getattr(rnd, "tree_tokens", ()):
+            # The candidates that lost where the path stopped (the stop node's children).
+            stop = rnd.path[-1] if rnd.path else -1
+            losers = [t for t, p in zip(rnd.tree_tokens, rnd.tree_parents) if p == stop]
+            piece["losers"] = token_pieces(tokenizer, after, losers) if losers else []
+        out.append(piece)
         context = after + ([rnd.token] if rnd.token is not None else [])
     return out
 

@@ -178,7 +178,7 @@ class Session:
         """/selftest: run checks.selftest on the loaded pair, one line per check."""
         self.say("self-test: greedy and sampling checks on the built-in prompts (takes a while)", "dim")
         done = checks.selftest.run_selftest(
-            self.runner.pair, report=lambda c: self.say(c.line(), "green" if c.passed else "bold red"))
+            self.runner.pair, tree=self.settings.tree, tree_branch=self.settings.tree_branch, report=lambda c: self.say(c.line(), "green" if c.passed else "bold red"))
         failed = [c.name for c in done if not c.passed]
         if failed:
             self.error(f"self-test failed: {len(failed)} of {len(done)} checks ({', '.join(failed)})")

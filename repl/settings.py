@@ -20,7 +20,7 @@ STRATEGY_LABELS: dict[str, str] = {
     "drafter": "Drafter AR",
 }
 
-NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel")
+NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel", "recycling")
 
 # Draft-length policies (generation.gamma_policies builds them); "confidence"
 # alone takes a threshold T in (0, 1).
@@ -51,6 +51,8 @@ class Settings:
     live: bool = True  # draw each strategy's rounds as they happen (off for JSON and pipes)
     rtt: float = 0.0  # ms: what-if network round trip per target call, in the speedup model
     rtt_inject: float = 0.0  # ms: really wait this long before every target forward
+    tree: int = 0                 # draft nodes per round verified as a token tree (0: a chain)
+    tree_branch: int = 2          # children per expanded tree node
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""

@@ -144,7 +144,8 @@ def _result(data: dict) -> GenerationResult:
     trace = []
     for rnd in data.get("trace") or []:
         kept = {k: v for k, v in rnd.items() if k in round_names}
-        kept["drafted"] = tuple(int(t) for t in kept.get("drafted", ()))
+        for name in ("drafted", "tree_tokens", "tree_parents", "path", "ranks"):
+            kept[name] = tuple(int(t) for t in kept.get(name, ()))
         trace.append(Round(**kept))
     result = GenerationResult(**values, trace=trace)
     result.tokens = [int(t) for t in result.tokens]

@@ -412,6 +412,47 @@ def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
                         prompts=(*PROMPTS, echo_prompt(name)))
 
 
+# Families that take token trees here (attention only, custom masks); the
+# recurrent one must fall back to chains with one line.
+TREE_FAMILIES = ("llama", "qwen2", "mistral", "gemma2")
+TREE_FALLBACK_FAMILIES = ("mamba2", "jamba")
+
+
+def _tree_used(result, where: str) -> Outcome:
+    if result.tree_fallback or not any(r.tree_size > 1 for r in result.trace):
+        return Outcome("fail", f"{where}: no tree was verified ({result.tree_fallback or 'chains only'})")
+    return PASS
+
+
+def _tree_fell_back(result, where: str) -> Outcome:
+    line = result.tree_fallback
+    if not line or "\n" in line or any(r.tree_size for r in result.trace):
+        return Outcome("fail", f"{where}: expected a chain with one line, got {line!r}")
+    return PASS
+
+
+def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Outcome:
+    """Greedy decoding with token trees equals ``generate``: speculative (the
+    family's drafter), NASD with a filled 3-gram storage, NASD with a
+    token-recycling table. Families that cannot take a tree run chains and say so."""
+    target = build(name)
+    after = _tree_fell_back if name in TREE_FALLBACK_FAMILIES else _tree_used
+    label = f"{strategy} tree {nodes}"
+    if strategy == "speculative":
+        from generation import speculative_generate
+
+        drafter = build(name, "drafter")
+        return _each_prompt(name, lambda p: speculative_generate(
+            p, drafter, target, logits_processor=_greedy(), gamma=4, max_gen_len=LENGTH,
+            tree=nodes, tree_branch=branch), label, after=after)
+    from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
+
+    make = (lambda: NGramStorage(3, VOCAB)) if strategy == "nasd" else (lambda: RecyclingStorage(2, VOCAB, width=4))
+    return _each_prompt(name, lambda p: ngram_assisted_speculative_generate(
+        p, make(), target, gamma=4, filler_top_k=3, logits_processor=_greedy(), max_gen_len=LENGTH,
+        tree=nodes, tree_branch=branch), label, after=after, prompts=(*PROMPTS, echo_prompt(name)))
+
+
 # ---------------------------------------------------------------- sampling
 
 # Families whose sampling is checked against the exact distribution: one with

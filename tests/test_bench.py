@@ -573,3 +573,14 @@ def test_an_encoder_decoder_pair_runs_with_its_peers(tmp_path):
     assert 0 < len(reference) <= 8
     for name in ("hf_generate", "hf_assisted@2", "hf_prompt_lookup@2", "speculative@2", "ngram@2"):
         assert outputs[name][prompt_id] == reference, name
+
+
+def test_tree_variants_sit_beside_the_chains_without_a_peer():
+    from bench.variants import parse_variant_name, plan_variants
+
+    variants = plan_variants(["speculative", "ngram"], [4], peers=True, policies=[], trees=[16])
+    names = [v.name for v in variants]
+    assert names.index("speculative+tree16@4") == names.index("hf_assisted@4") + 1
+    assert "ngram+tree16@4" in names and names.count("hf_prompt_lookup@4") == 1
+    tree = parse_variant_name("speculative+tree16@4")
+    assert (tree.strategy, tree.gamma, tree.tree, tree.peer) == ("speculative", 4, 16, None)

@@ -132,7 +132,7 @@ def test_every_error_shows_the_commands_usage():
     reply, _ = run("/processor foo")
     assert reply.message.endswith(f"(usage: {COMMANDS['processor'].usage})")
     reply, _ = run("/set_ngramstorage tree 3")
-    assert reply.message.endswith("(usage: /set_ngramstorage basic|onelevel N)")
+    assert reply.message.endswith("(usage: /set_ngramstorage basic|onelevel|recycling N)")
 
 
 @pytest.mark.parametrize("line, suggestion", [
@@ -204,7 +204,7 @@ def test_documented_commands_are_all_in_the_table():
     assert set(COMMANDS) == {
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
-        "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject",
+        "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
@@ -343,3 +343,14 @@ def test_stats_and_save_are_actions():
     reply, _ = run("/save my trace.json")
     assert reply.ok and reply.action == "save" and reply.argument == "my trace.json"
     assert not run("/save")[0].ok and not run("/stats now")[0].ok
+
+
+def test_tree_settings_parse_and_check_their_range():
+    reply, settings = run("/tree 16")
+    assert reply.ok and settings.tree == 16
+    reply, settings = run("/tree_branch 3")
+    assert reply.ok and settings.tree_branch == 3
+    reply, _ = run("/tree -1")
+    assert not reply.ok and "\n" not in reply.message
+    reply, _ = run("/tree_branch 0")
+    assert not reply.ok

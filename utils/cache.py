@@ -336,6 +336,57 @@ class CachedModel:
         self.stats.refed_tokens += length - kept
         self.stats.seconds += time.perf_counter() - start
 
+    # ------------------------------------------------------------ token trees
+
+    def attention_kinds(self) -> dict[str, int | None]:
+        """The kinds of attention layer the cache holds: {"full_attention": None,
+        "sliding_attention": window}, either or both."""
+        kinds: dict[str, int | None] = {}
+        for layer in _layers(self.cache):
+            if getattr(layer, "is_sliding", False):
+                kinds["sliding_attention"] = int(layer.sliding_window)
+            else:
+                kinds["full_attention"] = None
+        return kinds
+
+    def forward_masked(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask,
+                       keep: int) -> torch.Tensor:
+        """Feed ``tokens`` (1, m) after the cache with an explicit mask and positions.
+
+        ``attention_mask``: one 4D additive mask, or a dict of them keyed by
+        layer kind (see :meth:`attention_kinds`); ``position_ids``: (1, m).
+        Returns the logits of the last ``keep`` positions, (keep, V). Every
+        token fed stays in the cache until :meth:`keep_block` or a rollback.
+        """
+        kwargs = {"use_cache": True, self.cache_kw: self.cache, "input_ids": tokens,
+                  "attention_mask": attention_mask, "position_ids": position_ids}
+        if self.logits_kw is not None:
+            kwargs[self.logits_kw] = keep
+        out = self.model(**kwargs)
+        self.forwards += 1
+        self._length += tokens.shape[1]
+        return out.logits[0, -keep:]
+
+    def keep_block(self, block: int, kept: list[int]) -> None:
+        """Of the last ``block`` positions of every layer keep those at offsets
+        ``kept`` (ascending, counted from the block's start), in that order.
+
+        A gather, not a crop: the kept keys and values are moved down to the
+        block's start (``index_select`` on each layer's tensors), then the
+        rest of the block is dropped with the layer's own crop.
+        """
+        if self.cache is None:
+            return
+        for layer in _layers(self.cache):
+            size = layer.keys.shape[-2]
+            start = size - block
+            if kept:
+                index = torch.tensor(kept, dtype=torch.long, device=layer.keys.device) + start
+                layer.keys[:, :, start:start + len(kept)] = layer.keys.index_select(-2, index)
+                layer.values[:, :, start:start + len(kept)] = layer.values.index_select(-2, index)
+            drop_last(layer, block - len(kept))
+        self._length += len(kept) - block
+
     def _trim(self) -> None:
         """Bound memory: trim buffers kept for a rollback back to their working size.
 
@@ -347,3 +398,40 @@ class CachedModel:
         for layer in _layers(self.cache):
             if getattr(layer, "record_past", False) and getattr(layer, "is_initialized", True):
                 drop_last(layer, 0)
+
+
+_TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
+
+def tree_support(cached: CachedModel) -> str | None:
+    """None when ``cached`` can verify a token tree in one pass, else why not (one line).
+
+    Decided from what the model reports after :meth:`CachedModel.begin`: its
+    cache layers (attention only: a recurrent or conv state cannot hold
+    branches), its attention implementation (it must take a custom 4D mask),
+    and, for models mixing full and sliding layers, per-kind masks
+    (``config.layer_types``).
+    """
+    model = cached.model
+    if cached.cache is None:
+        return "the cache is off"
+    if cached.encoder_decoder:
+        return "encoder-decoder models verify chains here"
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    if impl not in ("eager", "sdpa"):
+        return f"attention implementation {impl!r} takes no custom mask"
+    layers = _layers(cached.cache)
+    if cached.needs_snapshots:
+        return "layers that cannot be cropped exactly (recurrent state or no past recording)"
+    odd = sorted({type(layer).__name__ for layer in layers if type(layer).__name__ not in _TREE_LAYERS})
+    if not layers or odd:
+        return f"{', '.join(odd) or 'no'} cache layers: recurrent or other state cannot hold branches"
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return f"{type(model).__name__} takes no position ids"
+    windows = {int(layer.sliding_window) for layer in layers if getattr(layer, "is_sliding", False)}
+    if len(windows) > 1:
+        return "sliding layers with different windows"
+    kinds = cached.attention_kinds()
+    if len(kinds) > 1 and not getattr(model.config, "layer_types", None):
+        return "full and sliding layers without per-kind masks"
+    return None

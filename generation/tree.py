@@ -1,0 +1,137 @@
+"""A token tree: many candidate continuations verified in one target forward pass.
+
+The tree hangs from the last committed token (the *root*, not a node). Node i
+has a token, a parent (-1: the root) and a depth (0 for the root's children);
+siblings carry distinct tokens and a *rank* (0: the drafter's first choice).
+Nodes are stored parents-first, so ``parents[i] < i``.
+
+Verifying a tree (SpecInfer, Miao et al. 2024; Medusa, Cai et al. 2024) feeds
+the root and every node in one forward pass. Two things make that pass equal to
+running each root-to-node path on its own:
+
+- the attention mask: a node sees the committed prefix, the root, its own
+  ancestors and itself, nothing else (:func:`visibility`);
+- the position ids: a node sits at ``prefix length + depth``, the position it
+  would have on its own path (:func:`tree_positions`).
+
+Sliding-window layers additionally hide keys ``window`` or more positions back
+(:func:`layer_mask`), as their causal mask would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Draft nodes in parents-first order (all tuples have one entry per node)."""
+
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    def __post_init__(self):
+        n = len(self.tokens)
+        if len(self.parents) != n or len(self.ranks) != n:
+            raise ValueError("tokens, parents and ranks must have one entry per node")
+        seen: set[tuple[int, int]] = set()
+        for i, (token, parent) in enumerate(zip(self.tokens, self.parents)):
+            if not -1 <= parent < i:
+                raise ValueError(f"node {i}: parent {parent} must be -1 or an earlier node")
+            if (parent, token) in seen:
+                raise ValueError(f"node {i}: token {token} repeats a sibling's")
+            seen.add((parent, token))
+
+    @classmethod
+    def chain(cls, tokens) -> "Tree":
+        """A chain of drafts as a tree (each node the only child of the previous one)."""
+        tokens = tuple(int(t) for t in tokens)
+        return cls(tokens, tuple(range(-1, len(tokens) - 1)), (0,) * len(tokens))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        out: list[int] = []
+        for parent in self.parents:
+            out.append(0 if parent < 0 else out[parent] + 1)
+        return tuple(out)
+
+    @property
+    def depth(self) -> int:
+        """Levels in the tree (0 when empty)."""
+        return max(self.depths) + 1 if self.tokens else 0
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root's child down to ``node`` (empty for -1)."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def children(self, node: int) -> list[int]:
+        """Nodes whose parent is ``node`` (-1: the root), by rank."""
+        kids = [i for i, p in enumerate(self.parents) if p == node]
+        return sorted(kids, key=lambda i: self.ranks[i])
+
+
+def ancestors(tree: Tree, device=None) -> torch.Tensor:
+    """(n, n) bool: [i, j] is True when node j is node i or one of its ancestors."""
+    n = len(tree)
+    out = torch.zeros(n, n, dtype=torch.bool)
+    for i, parent in enumerate(tree.parents):
+        out[i, i] = True
+        if parent >= 0:
+            out[i] |= out[parent]
+    return out.to(device) if device is not None else out
+
+
+def tree_positions(tree: Tree, prefix: int, device=None) -> torch.Tensor:
+    """(n,) position ids of the nodes: ``prefix`` (the root's position + 1) plus depth."""
+    return torch.tensor(tree.depths, dtype=torch.long, device=device) + prefix
+
+
+def visibility(tree: Tree, past: int, chain: int, device=None) -> torch.Tensor:
+    """Which keys each query of one tree-verify block may see, before windows.
+
+    The block feeds ``chain`` committed tokens the cache has not seen (the
+    last one is the root), then the n nodes; the cache already holds ``past``
+    positions. Returns (chain + n, past + chain + n) bool: the chain part is
+    causal; a node sees the prefix, the chain and its ancestors.
+    """
+    n = len(tree)
+    rows = torch.zeros(chain + n, past + chain + n, dtype=torch.bool)
+    rows[:, :past] = True
+    rows[:chain, past:past + chain] = torch.ones(chain, chain, dtype=torch.bool).tril()
+    rows[chain:, past:past + chain] = True
+    rows[chain:, past + chain:] = ancestors(tree)
+    return rows.to(device) if device is not None else rows
+
+
+def layer_mask(visible: torch.Tensor, positions: torch.Tensor, *, window: int | None,
+               dtype: torch.dtype) -> torch.Tensor:
+    """The additive 4D mask one kind of attention layer is given.
+
+    visible: (m, K) bool over every key fed so far (cache + block); positions:
+    (K,) their position ids, the last m being the queries'. A sliding layer
+    (``window``) sees a key only when ``q_pos - k_pos < window``, and is handed
+    only the keys its cache returns: the last ``window - 1`` cached ones plus
+    the block (``DynamicSlidingWindowLayer``). Returns (1, 1, m, K') with 0
+    where a query may look and the dtype's minimum elsewhere.
+    """
+    m, keys = visible.shape
+    allowed = visible
+    if window is not None:
+        q_pos = positions[keys - m:].view(m, 1)
+        allowed = allowed & (q_pos - positions.view(1, keys) < window)
+        past = keys - m
+        start = max(past - window + 1, 0)
+        allowed = allowed[:, start:]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.view(1, 1, *allowed.shape)

@@ -1,0 +1,92 @@
+"""A drafter model's dynamic token tree, in the style of EAGLE-2 (Li et al. 2024).
+
+Every candidate node is scored by its cumulative draft probability (the
+product of q along its path). Level by level, the ``branch`` best nodes of the
+newest level are expanded: they are fed to the drafter together, in one
+forward pass with their own tree mask, and each gets its ``branch`` most
+likely children. After ``depth`` levels the ``nodes`` best candidates overall
+form the tree (a child never scores above its parent, so the set keeps every
+ancestor). The tree depends on the drafter only, never on a random draw, so
+the accept rule that follows the target's draw stays exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from generation.tree import Tree
+from generation.tree_forward import masked_forward
+from utils.cache import CachedModel
+
+
+def _children(q: torch.Tensor, branch: int) -> list[list[tuple[int, float]]]:
+    """(rows, V) probabilities -> per row, up to ``branch`` (token, log q) with q > 0, best first."""
+    top = q.topk(min(branch, q.shape[-1]), dim=-1)
+    values, indices = top.values.tolist(), top.indices.tolist()
+    return [[(t, math.log(v)) for t, v in zip(ts, vs) if v > 0] for ts, vs in zip(indices, values)]
+
+
+def _scores(processor, logits: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
+    """The distribution children are ranked by: q, or plain softmax under greedy
+    (whose q is one-hot and would leave one child per node)."""
+    logits = logits[:, :vocab_size] if vocab_size else logits
+    return logits.float().softmax(dim=-1) if processor.is_greedy else processor(logits)
+
+
+def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor,
+               depth: int, nodes: int, branch: int) -> Tree:
+    """Grow a tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L).
+
+    The drafter's cache must hold a prefix of ``ids``; on return it holds ``ids``
+    exactly (the tree's nodes are dropped again). ``depth`` drafter forwards.
+    """
+    device = ids.device
+    length = ids.shape[1]
+    logits = cached.forward(ids, keep=1)                                    # (1, V)
+    q = _scores(processor, logits, vocab_size)                              # (1, V)
+    # Candidates: token, parent (index into cand; -1 root), rank, depth, score (log prob).
+    cand: list[tuple[int, int, int, int, float]] = []
+    for rank, (token, logq) in enumerate(_children(q, branch)[0]):
+        cand.append((token, -1, rank, 0, logq))
+    level = list(range(len(cand)))
+    fed: list[int] = []                      # candidate index of each node fed to the cache
+    slot: dict[int, int] = {}                # candidate index -> its index among the fed
+    for d in range(1, depth):
+        expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
+        if not expand:
+            break
+        tokens = torch.tensor([[cand[c][0] for c in expand]], dtype=torch.long, device=device)
+        # Positions of every key: the sequence, the fed nodes, the new ones.
+        positions = torch.tensor(list(range(length)) + [length + cand[c][3] for c in fed + expand],
+                                 dtype=torch.long, device=device)
+        visible = torch.zeros(len(expand), length + len(fed) + len(expand), dtype=torch.bool)
+        visible[:, :length] = True
+        for row, c in enumerate(expand):
+            visible[row, length + len(fed) + row] = True
+            parent = cand[c][1]
+            while parent >= 0:
+                visible[row, length + slot[parent]] = True
+                parent = cand[parent][1]
+        for c in expand:
+            slot[c] = len(fed)
+            fed.append(c)
+        logits = masked_forward(cached, tokens, positions, visible.to(device), keep=len(expand))
+        q = _scores(processor, logits, vocab_size)                          # (E, V)
+        level = []
+        for c, kids in zip(expand, _children(q, branch)):
+            for rank, (token, logq) in enumerate(kids):
+                level.append(len(cand))
+                cand.append((token, c, rank, d, cand[c][4] + logq))
+    cached.keep_block(len(fed), [])
+    return _best(cand, nodes)
+
+
+def _best(cand, nodes: int) -> Tree:
+    """The ``nodes`` best candidates (score, then shallower first) as a parents-first Tree."""
+    order = sorted(range(len(cand)), key=lambda c: (-cand[c][4], cand[c][3], c))[:nodes]
+    index = {c: i for i, c in enumerate(order)}
+    return Tree(tokens=tuple(cand[c][0] for c in order),
+                parents=tuple(index[cand[c][1]] if cand[c][1] >= 0 else -1 for c in order),
+                ranks=tuple(cand[c][2] for c in order))

@@ -1,0 +1,98 @@
+"""One draft-and-verify round over a token tree, beside the chain round of
+``generation.verify``: the drafter proposes a tree of at most ``nodes`` nodes
+and depth ``k_max``; the target scores the root and every node in one forward
+pass (``generation.tree_forward``); ``accept_tree`` picks the path; the target
+cache keeps exactly that path (a gather); the drafter is told what was appended.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from generation.accept import accept_tree
+from generation.common import cut_at_end
+from generation.observer import target_delay
+from generation.result import GenerationResult, Round
+from generation.tree import Tree, ancestors
+from generation.tree_forward import keep_path, tree_forward
+
+
+def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int):
+    """One tree round; returns (ids, tokens appended, whether an end token ended it)."""
+    clock, target, drafter = loop.clock, loop.target, loop.drafter
+    t0 = clock.mark()
+    tree = drafter.propose_tree(ids, k_max, nodes, branch) if k_max > 0 and nodes > 0 else Tree((), (), ())
+    t1 = clock.mark()
+    if loop.watch.active:
+        # The live view shows the tree's first-choice line as pending (the
+        # observer's time is left out, as in the chain round).
+        loop.watch.drafted(first_choice_line(tree, -1))
+        t_verify = clock.mark()
+    else:
+        t_verify = t1
+    device = ids.device
+    target_delay(loop.target_delay_s, device)
+    logits = tree_forward(target, ids, tree)                            # (n + 1, V)
+    if loop.vocab_size is not None:
+        logits = logits[:, :loop.vocab_size]
+    p = loop.processor(logits)
+    tokens = torch.tensor(tree.tokens, dtype=torch.long, device=device)
+    parents = torch.tensor(tree.parents, dtype=torch.long, device=device)
+    n, deepest, token = accept_tree(p, tokens, parents, ancestors(tree, device), loop.processor.sample,
+                                    loop.generator)
+    width = drafter.wants_top_k
+    top_k = logits.topk(width, dim=-1).indices if width > 1 else None  # (n + 1, width)
+    t2 = clock.mark()
+    # The round's single host sync.
+    parts = [n.view(1), deepest.view(1), token.view(1)] + ([top_k.flatten()] if top_k is not None else [])
+    flat = torch.cat(parts).tolist()
+    deepest, token = flat[1], flat[2]
+    path = tree.path_to(deepest)
+    new, stop = cut_at_end([tree.tokens[i] for i in path] + [token], loop.eos)
+    ids = torch.cat([ids, torch.tensor([new], dtype=torch.long, device=device)], dim=1)
+    keep_path(target, tree, path)
+    rows = None
+    if top_k is not None:
+        at = [0] + [i + 1 for i in path]                               # rows that produced new[j]
+        rows = [flat[3 + r * width:3 + (r + 1) * width] for r in at][:len(new)]
+    drafter.update(new, rows)
+    count_tree(loop.result, tree, path, new, gamma=k_max,
+               draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2))
+    loop.watch.round(loop.result.trace[-1], new)
+    return ids, new, stop
+
+
+def first_choice_line(tree: Tree, node: int) -> list[int]:
+    """Tokens of the rank-0 children below ``node`` (-1: the root), down to a leaf."""
+    line = []
+    kids = tree.children(node)
+    while kids:
+        line.append(tree.tokens[kids[0]])
+        kids = tree.children(kids[0])
+    return line
+
+
+def count_tree(result: GenerationResult, tree: Tree, path: list[int], new: list[int], *,
+               gamma: int, draft_s: float, verify_s: float) -> None:
+    """Add one tree round to the result's counters and trace (see ``Round``)."""
+    n = len(path)
+    token_in = len(new) > n
+    kept = n if token_in else len(new)
+    stop_node = path[-1] if path else -1
+    line = [tree.tokens[i] for i in path] + first_choice_line(tree, stop_node)
+    result.rounds += 1
+    result.drafted += len(tree) if token_in else kept
+    result.accepted += kept
+    result.trace.append(Round(
+        drafted=tuple(line if token_in else line[:kept]),
+        accepted=kept,
+        token=new[-1] if token_in else None,
+        bonus=token_in and n > 0 and not tree.children(stop_node),
+        gamma=gamma,
+        draft_s=draft_s,
+        verify_s=verify_s,
+        tree_tokens=tree.tokens,
+        tree_parents=tree.parents,
+        path=tuple(path[:kept]),
+        ranks=tuple(tree.ranks[i] for i in path[:kept]),
+    ))
