@@ -184,7 +184,8 @@ def _granite_hybrid() -> dict:
 def _recurrent_gemma() -> dict:
     return dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=3, num_attention_heads=4,
                 num_key_value_heads=2, lru_width=32, attention_window_size=WINDOW, conv1d_width=4,
-                block_types=["recurrent", "recurrent", "attention"], tie_word_embeddings=False)
+                block_types=["recurrent", "recurrent", "attention"], w_init_variance_scale=0.25,
+                tie_word_embeddings=False)
 
 
 def _lfm2_moe() -> dict:

@@ -167,7 +167,7 @@ def _replay(model, path: str, prompt: list[int], seqs: list[list[int]], checker:
         return cached.forward(torch.tensor([ids], device=device), keep=keep)
 
     p, k = PREFIX, DRAFTS
-    checker.check(feed(s[:p], 1), 0, range(p - 1, p), f"a {p}-token prefill")
+    checker.check(feed(s[:p], 1), 0, range(p - 1, p), f"the prompt's prefill ({p} tokens)")
     checker.check(feed(s[:p + 1], 1), 0, range(p, p + 1), f"a single step after a cached prefix of {p}")
     cached.checkpoint()                                 # a verify: S[p+1] and k drafts over p+1 cached
     checker.check(feed(j[:p + 2 + k], k + 1), 1, range(p + 1, p + 2 + k),
