@@ -156,6 +156,10 @@ def table(names: list[str], say) -> str:
     head = (f"## transformers {transformers.__version__} (torch {torch.__version__}, {when}, "
             f"{total:.0f} s on 1 CPU thread)\n")
     reasons = ["", "Reasons:", "", *notes.lines()] if notes.texts else []
+    if arch_zoo.GENERATE_CACHE_WRONG:
+        wrong = ", ".join(sorted(arch_zoo.GENERATE_CACHE_WRONG))
+        reasons += ["", f"transformers' own cached `generate` gave other tokens than its uncached `generate` on "
+                        f"{wrong}: the reference there is the uncached one (the model's definition)."]
     return "\n".join([head, *lines, *reasons, "", "Families:", "", *descriptions, ""])
 
 
