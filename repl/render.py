@@ -152,6 +152,7 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     tree = tree_text(run.result) if run.key in DRAFTING else None
     if tree is not None:
         body.append(tree)
+    body.append(Text(path_text(run.result.rollback), style="dim"))
     why = why_text(prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run]), run)
     if why is not None:
         body.append(why)
@@ -282,10 +283,20 @@ def _rollback_text(rollback: dict) -> str:
     for model, stats in (rollback or {}).items():
         if not isinstance(stats, dict):
             continue
-        counts = ", ".join(f"{k} {v}" for k, v in stats.items() if k not in ("method", "seconds"))
+        counts = ", ".join(f"{k} {v}" for k, v in stats.items() if k not in ("method", "seconds", "path", "reason"))
         parts.append(f"{model} {stats.get('method', '?')}: {counts + ', ' if counts else ''}"
                      f"{_ms(float(stats.get('seconds', 0.0) or 0.0))}")
     return "; ".join(parts) or "not recorded"
+
+
+def path_text(rollback: dict) -> str:
+    """``cache path: target cached · drafter stepwise (why)``: how each model was fed (utils.probe)."""
+    parts = []
+    for model, stats in (rollback or {}).items():
+        if isinstance(stats, dict) and stats.get("path"):
+            reason = stats.get("reason") or ""
+            parts.append(f"{model} {stats['path']}" + (f" ({reason})" if reason and stats["path"] != "cached" else ""))
+    return "cache path: " + (" · ".join(parts) or "not recorded")
 
 
 def _cost_text(why: Why) -> str:
@@ -440,6 +451,10 @@ def settings_table(settings: Settings, pair=None) -> Table:
                             ("device", str(pair.device)), ("context length", str(pair.context_length)),
                             ("vocabulary", str(pair.vocab_size))):
             table.add_row(Text(name), Text(str(value), style="bold"), Text(""))
+        probe = getattr(pair, "probe", None)
+        if probe is not None:
+            for name, result in (("target cache path", probe.target), ("drafter cache path", probe.drafter)):
+                table.add_row(Text(name), Text(result.path, style="bold"), Text(result.line(), style="dim"))
     return table
 
 

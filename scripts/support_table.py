@@ -33,23 +33,39 @@ INTRO = f"""\
 
 Which model families each decoding strategy runs on, checked on tiny random
 models built offline from configs (`tests/arch_zoo.py`; hidden size 32, 2-4
-layers, vocabulary {arch_zoo.VOCAB}, output layer scaled by {arch_zoo.LOGIT_SCALE:g} so greedy
-decoding is not a coin toss). Each family has a target and a drafter (the
-target's weights blended {arch_zoo.DRAFT_BLEND:g} towards another random initialisation, so
-drafts are accepted sometimes and rejected sometimes).
+layers, vocabulary {arch_zoo.VOCAB}, weights initialised with a range of {arch_zoo.WIDE_INIT:g} (ten
+times transformers' default) and the output layer scaled by {arch_zoo.LOGIT_SCALE:g}, so the
+argmax is decisive and a wrong cached state shows in the tokens). Each family has a
+target and two drafters: one blended (the target's weights blended {arch_zoo.DRAFT_BLEND:g} towards
+another random initialisation, so drafts are accepted sometimes and rejected
+sometimes) and one initialised independently (drafts mostly rejected, so every
+rollback runs).
+
+**path** and **rollback** say how the engine feeds the target, as its cache
+probe (`utils/probe.py`, see [engine.md](engine.md#trust-no-cached-forward-the-probe))
+measured it: `cached` (k tokens per forward over the cache), `stepwise` (the k
+tokens one per forward, where transformers computes a multi-token cached pass
+wrongly), `uncached` (the whole sequence every step, where even a single cached
+step or a rollback is wrong); `crop` or `restore` (snapshot and restore, then
+re-feed). The footnote gives the measurement behind a path other than `cached`.
 
 What a tick means, per column:
 
+- **logits** (in the speculative column): speculative decoding with the
+  independent drafter at gamma 3 equals `generate` on the first prompt, and every logit any cached
+  forward returned during it (target and drafter, after every crop or restore)
+  equals an uncached forward of the same ids within the dtype's tolerance.
 - **AR cache on / off**: greedy autoregressive decoding gives exactly the tokens
   of transformers' own `model.generate(..., do_sample=False)` on {len(arch_zoo.PROMPTS)} prompts of
   {min(map(len, arch_zoo.PROMPTS))}-{max(map(len, arch_zoo.PROMPTS))} tokens, {arch_zoo.LENGTH} new tokens (sliding windows are {arch_zoo.WINDOW} tokens:
   prompts are longer, and generation crosses the window again).
 - **speculative**: the same, for speculative decoding with the family's drafter
-  at gamma {", ".join(map(str, arch_zoo.GAMMAS))}, and with the target as its own drafter at gamma 3
+  at gamma {", ".join(map(str, arch_zoo.GAMMAS))} (gamma 3 only for the families added in 2026, to keep the
+  suite fast), and with the target as its own drafter at gamma 3
   (which must then accept every draft), KV cache on.
 - **speculative cache off**: the family's drafter at gamma 3 without a cache.
 - **NASD / NASD cache off**: n-gram drafting (3-gram storage, filler top-2) at
-  gamma {", ".join(map(str, arch_zoo.GAMMAS))} with the cache, gamma 3 without, on the same prompts and an
+  gamma {", ".join(map(str, arch_zoo.GAMMAS))} (3 for the 2026 families) with the cache, gamma 3 without, on the same prompts and an
   *echo* prompt (the first prompt, half of the target's own continuation of it,
   the first prompt again), on which drafts are accepted for a while and then rejected.
 - **sampling** (one sliding-window, one recurrent and one encoder-decoder family):
@@ -97,21 +113,35 @@ def column_cell(outcomes: list[tuple[str, arch_zoo.Outcome]], notes: Footnotes) 
     return "✓"
 
 
+def path_cells(name: str, notes: Footnotes) -> list[str]:
+    """The target's feeding path (with a footnote giving the probe's measurement) and rollback kind."""
+    from utils.probe import probe_of
+
+    try:
+        result = probe_of(arch_zoo.build(name))
+    except arch_zoo.FamilyUnavailable:
+        return ["—", "—"]
+    if result.path == "cached":
+        return ["cached", result.rollback]
+    return [f"{result.path} {notes.mark(f'{result.path}: {result.reason}')}", result.rollback or "—"]
+
+
 def family_row(name: str, notes: Footnotes) -> tuple[list[str], float]:
     """The table cells of one family and the seconds its checks took."""
     fam = arch_zoo.family(name)
     start = time.perf_counter()
+    paths = path_cells(name, notes)
     by_column: dict[str, list] = {c: [] for c in arch_zoo.COLUMNS}
     for spec in arch_zoo.CHECKS:
         if spec.applies(name):
             by_column[spec.column].append((spec.id, arch_zoo.run_check(name, spec)))
     seconds = time.perf_counter() - start
-    cells = [f"{name}", fam.kind] + [column_cell(by_column[c], notes) for c in arch_zoo.COLUMNS]
+    cells = [f"{name}", fam.kind, *paths] + [column_cell(by_column[c], notes) for c in arch_zoo.COLUMNS]
     return cells, seconds
 
 
 def table(names: list[str], say) -> str:
-    header = ["family", "kind", *arch_zoo.COLUMNS]
+    header = ["family", "kind", "path", "rollback", *arch_zoo.COLUMNS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     notes, descriptions = Footnotes(), []
     total = 0.0
@@ -126,6 +156,10 @@ def table(names: list[str], say) -> str:
     head = (f"## transformers {transformers.__version__} (torch {torch.__version__}, {when}, "
             f"{total:.0f} s on 1 CPU thread)\n")
     reasons = ["", "Reasons:", "", *notes.lines()] if notes.texts else []
+    if arch_zoo.GENERATE_CACHE_WRONG:
+        wrong = ", ".join(sorted(arch_zoo.GENERATE_CACHE_WRONG))
+        reasons += ["", f"transformers' own cached `generate` gave other tokens than its uncached `generate` on "
+                        f"{wrong}: the reference there is the uncached one (the model's definition)."]
     return "\n".join([head, *lines, *reasons, "", "Families:", "", *descriptions, ""])
 
 

@@ -2,14 +2,24 @@
 and the checks that hold every decoding strategy to transformers' own ``generate``.
 
 Everything is built offline from configs (no downloads): hidden size 32,
-2-4 layers, a vocabulary of 96, so one forward takes milliseconds. The output
-layer is scaled up (``LOGIT_SCALE``) so greedy decoding is not a coin toss.
-Sliding-window families get a window of 8, shorter than every prompt here, and
-generation runs long enough to cross it again.
+2-4 layers, a vocabulary of 96, so one forward takes milliseconds. Weights are
+initialised wide (``WIDE_INIT``, ten times transformers' default) and the
+output layer is scaled up (``LOGIT_SCALE``), so the argmax is decisive (the
+median gap between the top two logits is several units, see
+``tests/test_architectures.py``): near-flat logits would hide a wrong cached
+state, since it would rarely flip an argmax. Sliding-window families get a
+window of 8, shorter than every prompt here, and generation runs long enough to
+cross it again.
 
-The drafter is the target's architecture with its weights blended towards an
-independent random initialisation (another seed): it agrees with the target
-often enough that rounds accept some drafts and reject others.
+Each family has two drafters: ``"drafter"``, the target's weights blended
+towards an independent random initialisation (it agrees with the target often
+enough that rounds accept some drafts and reject others), and
+``"independent"``, initialised from another seed alone (drafts are mostly
+rejected, so every rollback path runs).
+
+Every model is probed by the engine (``utils.probe``) on first use; the
+``logits`` check holds the cached logits of a whole speculative run against
+uncached forwards, whatever path the probe chose.
 
 A family whose classes a transformers version lacks is reported as
 unavailable (``FamilyUnavailable``), never silently dropped.
@@ -36,8 +46,10 @@ from utils.cache import UnsupportedCacheError
 VOCAB = 96
 HIDDEN = 32
 LOGIT_SCALE = 12.0
+WIDE_INIT = 0.2             # initializer_range (transformers' default: 0.02)
 WINDOW = 8
 DRAFT_BLEND = 0.1           # drafter = (1 - b) * target + b * independent init
+ROLES = ("target", "drafter", "independent")
 TARGET_SEED, DRAFTER_SEED = 1000, 2000
 MAX_POSITIONS = 256
 
@@ -77,6 +89,7 @@ class Family:
     may_refuse: bool = False    # only static caches may be refused by the engine
     special: dict = field(default_factory=lambda: {"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1})
     note: str = ""
+    new: bool = False           # a family added in 2026: fewer gammas, to keep the suite fast
 
 
 def _gqa(layers: int = 2) -> dict:
@@ -117,6 +130,67 @@ def _falcon_h1() -> dict:
     return dict(**_gqa(2), head_dim=8, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16,
                 mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
                 mamba_chunk_size=8, mamba_rms_norm=True)
+
+
+def _gpt_oss() -> dict:
+    # Attention sinks; sliding and full layers alternate; every MLP a mixture of experts.
+    return dict(**_gqa(2), head_dim=8, sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2,
+                layer_types=_alternating(2, "sliding_attention", "full_attention"))
+
+
+def _deepseek_v3() -> dict:
+    # Multi-head latent attention (low-rank q and kv); layer 0 dense, layer 1 MoE.
+    return dict(**{**_gqa(2), "num_key_value_heads": 4}, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, v_head_dim=8,
+                qk_nope_head_dim=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                moe_intermediate_size=16, first_k_dense_replace=1, n_group=1, topk_group=1)
+
+
+def _gemma4() -> dict:
+    return dict(**_gqa(3), head_dim=16, sliding_window=WINDOW, hidden_size_per_layer_input=0,
+                vocab_size_per_layer_input=VOCAB, num_kv_shared_layers=0,
+                layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+
+
+def _bamba() -> dict:
+    # Mamba2 layers and one attention layer. The scan chunk (4) divides every
+    # prompt here: transformers' own generate is right only then (see docs/engine.md).
+    return dict(**_gqa(3), attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1,
+                mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=4)
+
+
+def _nemotron_h() -> dict:
+    # M = mamba2, * = attention, - = MLP, E = MoE.
+    return dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=8, max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=False,
+                layers_block_type=["mamba", "attention", "mlp", "mamba"], ssm_state_size=16,
+                mamba_num_heads=4, mamba_head_dim=16, n_groups=1, conv_kernel=4, expand=2, chunk_size=4)
+
+
+def _zamba2() -> dict:
+    # Mamba2 layers with a shared attention block between them.
+    return dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=3,
+                layers_block_type=["mamba", "hybrid", "mamba"], num_attention_heads=4, num_key_value_heads=4,
+                mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, n_mamba_heads=4,
+                chunk_size=4, num_mem_blocks=1, adapter_rank=8, max_position_embeddings=MAX_POSITIONS,
+                tie_word_embeddings=False)
+
+
+def _granite_hybrid() -> dict:
+    return dict(**_gqa(3), layer_types=["mamba", "attention", "mamba"], num_local_experts=4,
+                num_experts_per_tok=2, shared_intermediate_size=32, mamba_n_heads=4, mamba_d_head=16,
+                mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=4)
+
+
+def _recurrent_gemma() -> dict:
+    return dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, lru_width=32, attention_window_size=WINDOW, conv1d_width=4,
+                block_types=["recurrent", "recurrent", "attention"], w_init_variance_scale=0.1,
+                tie_word_embeddings=False)
+
+
+def _lfm2_moe() -> dict:
+    return dict(**_gqa(3), moe_intermediate_size=16, num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                conv_L_cache=3, layer_types=["conv", "full_attention", "conv"])
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
@@ -176,6 +250,31 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            note="mamba and attention layers alternate, MoE on odd layers"),
     Family("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM", _falcon_h1, kind="hybrid",
            note="attention and mamba2 in parallel in every layer"),
+    Family("gpt_oss", "GptOssConfig", "GptOssForCausalLM", _gpt_oss, kind="sliding", window=WINDOW,
+           attn_implementation="eager", note="attention sinks, sliding and full layers alternate, MoE", new=True),
+    Family("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", _deepseek_v3,
+           note="multi-head latent attention, MoE after a dense layer", new=True),
+    Family("gemma4", "Gemma4TextConfig", "Gemma4ForCausalLM", _gemma4, kind="sliding", window=WINDOW,
+           attn_implementation="eager", note="text model: two sliding layers, then a full one", new=True),
+    Family("smollm3", "SmolLM3Config", "SmolLM3ForCausalLM",
+           lambda: dict(**_gqa(4), no_rope_layer_interval=2), note="every other layer without rotary positions",
+           new=True),
+    Family("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+           lambda: dict(**_gqa(), head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                        decoder_sparse_step=1), note="mixture of experts", new=True),
+    Family("nemotron_h", "NemotronHConfig", "NemotronHForCausalLM", _nemotron_h, kind="hybrid",
+           note="mamba2, attention and MLP blocks", new=True),
+    Family("bamba", "BambaConfig", "BambaForCausalLM", _bamba, kind="hybrid",
+           note="mamba2 layers and an attention layer", new=True),
+    Family("zamba2", "Zamba2Config", "Zamba2ForCausalLM", _zamba2, kind="hybrid",
+           note="mamba2 layers and a shared attention block", new=True),
+    Family("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM", _granite_hybrid,
+           kind="hybrid", note="mamba2 and attention layers, MoE", new=True),
+    Family("recurrent_gemma", "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", _recurrent_gemma,
+           kind="hybrid", note="RG-LRU recurrent blocks (state kept in the modules) and local attention",
+           new=True),
+    Family("lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM", _lfm2_moe, kind="hybrid",
+           note="short-convolution and attention layers, MoE after a dense layer", new=True),
     Family("t5", "T5Config", "T5ForConditionalGeneration",
            lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
                         num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,
@@ -210,6 +309,9 @@ def _classes(fam: Family):
 def _random_model(fam: Family, seed: int):
     config_cls, model_cls = _classes(fam)
     config = config_cls(vocab_size=VOCAB, **fam.special, **fam.config())
+    for attr in ("initializer_range", "init_std"):      # T5 sets its own initializer_factor
+        if hasattr(config, attr):
+            setattr(config, attr, WIDE_INIT)
     if fam.attn_implementation:
         config._attn_implementation = fam.attn_implementation
     torch.manual_seed(seed)
@@ -239,14 +341,15 @@ def _neutral_generation_config(model, fam: Family) -> None:
 
 @functools.lru_cache(maxsize=None)
 def build(name: str, role: str = "target"):
-    """The family's tiny target, or its drafter (``role="drafter"``), in eval mode.
+    """The family's tiny target, its blended drafter (``role="drafter"``) or its
+    independently initialised drafter (``"independent"``), in eval mode.
 
     Raises FamilyUnavailable when this transformers version lacks the classes.
     """
     fam = family(name)
-    if role not in ("target", "drafter"):
-        raise ValueError(f"role must be 'target' or 'drafter', got {role!r}")
-    model = _random_model(fam, TARGET_SEED)
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    model = _random_model(fam, DRAFTER_SEED if role == "independent" else TARGET_SEED)
     if role == "drafter":
         other = _random_model(fam, DRAFTER_SEED)
         with torch.no_grad():
@@ -324,16 +427,36 @@ def compare(got: list[int], want: list[int], where: str, reference: str = "gener
 
 # --------------------------------------------------------- greedy reference
 
+# Families whose cached ``generate`` gave other tokens than the uncached one on some prompt
+# (transformers computing over its own cache wrongly); their reference is the uncached one.
+GENERATE_CACHE_WRONG: set[str] = set()
+
+
+def _generate(model, ids: torch.Tensor, use_cache: bool) -> torch.Tensor:
+    with torch.inference_mode():
+        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=LENGTH,
+                              min_new_tokens=LENGTH, do_sample=False, use_cache=use_cache)
+
+
 @functools.lru_cache(maxsize=None)
 def reference(name: str, prompt: tuple[int, ...]) -> tuple[int, ...]:
     """transformers' own greedy ``generate`` on a prompt: LENGTH new tokens
-    (for an encoder-decoder, the decoder tokens after the start token)."""
+    (for an encoder-decoder, the decoder tokens after the start token).
+
+    For recurrent and hybrid families ``generate`` also runs without a cache; where
+    the two differ, transformers' cached path is wrong (Bamba after a prompt that is
+    not a multiple of its scan chunk; several models on 4.57), and the uncached
+    tokens -- the model's own definition -- are the reference (``GENERATE_CACHE_WRONG``).
+    """
     model = build(name)
     ids = torch.tensor([prompt])
-    with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                             max_new_tokens=LENGTH, min_new_tokens=LENGTH, do_sample=False)
     skip = 1 if family(name).encoder_decoder else ids.shape[1]
+    out = _generate(model, ids, use_cache=True)
+    if family(name).kind in ("recurrent", "hybrid"):
+        uncached = _generate(model, ids, use_cache=False)
+        if not torch.equal(out, uncached):
+            GENERATE_CACHE_WRONG.add(name)
+            out = uncached
     return tuple(out[0, skip:].tolist())
 
 
@@ -390,11 +513,11 @@ def _all_accepted(result, where: str) -> Outcome:
 
 
 def check_speculative(name: str, drafter: str, gamma: int, use_cache: bool = True) -> Outcome:
-    """Greedy speculative decoding equals ``generate``, with the family's drafter
-    (``drafter="drafter"``) or with the target itself (``"self"``, which must
-    then accept every draft)."""
+    """Greedy speculative decoding equals ``generate``, with the family's blended
+    drafter (``drafter="drafter"``), its independent one (``"independent"``) or
+    the target itself (``"self"``, which must then accept every draft)."""
     target = build(name)
-    draft_model = target if drafter == "self" else build(name, "drafter")
+    draft_model = target if drafter == "self" else build(name, drafter)
     label = f"speculative ({drafter}, gamma {gamma}, cache {'on' if use_cache else 'off'})"
     strategy = Strategy("speculative", drafter="model", gamma=gamma, processor=_greedy(),
                         max_gen_len=LENGTH, use_cache=use_cache)
@@ -418,9 +541,9 @@ TREE_FAMILIES = ("llama", "qwen2", "mistral", "gemma2")
 TREE_FALLBACK_FAMILIES = ("mamba2", "jamba")
 
 
-def _tree_used(result, where: str) -> Outcome:
-    if result.tree_fallback or not any(r.tree_size > 1 for r in result.trace):
-        return Outcome("fail", f"{where}: no tree was verified ({result.tree_fallback or 'chains only'})")
+def _tree_kept(result, where: str) -> Outcome:
+    if result.tree_fallback:
+        return Outcome("fail", f"{where}: fell back to chains ({result.tree_fallback})")
     return PASS
 
 
@@ -434,23 +557,112 @@ def _tree_fell_back(result, where: str) -> Outcome:
 def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Outcome:
     """Greedy decoding with token trees equals ``generate``: speculative (the
     family's drafter), NASD with a filled 3-gram storage, NASD with a
-    token-recycling table. Families that cannot take a tree run chains and say so."""
+    token-recycling table. Families that cannot take a tree run chains and say
+    so; the others must verify a tree of more than one node on some prompt
+    (a prompt may offer one continuation only)."""
     target = build(name)
-    after = _tree_fell_back if name in TREE_FALLBACK_FAMILIES else _tree_used
+    fallback = name in TREE_FALLBACK_FAMILIES
     label = f"{strategy} tree {nodes}"
+    results = []
+
+    def kept(run):
+        return lambda p: results.append(run(p)) or results[-1]
+
     if strategy == "speculative":
         from generation import speculative_generate
 
         drafter = build(name, "drafter")
-        return _each_prompt(name, lambda p: speculative_generate(
+        outcome = _each_prompt(name, kept(lambda p: speculative_generate(
             p, drafter, target, logits_processor=_greedy(), gamma=4, max_gen_len=LENGTH,
-            tree=nodes, tree_branch=branch), label, after=after)
-    from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
+            tree=nodes, tree_branch=branch)), label, after=_tree_fell_back if fallback else _tree_kept)
+    else:
+        from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
 
-    make = (lambda: NGramStorage(3, VOCAB)) if strategy == "nasd" else (lambda: RecyclingStorage(2, VOCAB, width=4))
-    return _each_prompt(name, lambda p: ngram_assisted_speculative_generate(
-        p, make(), target, gamma=4, filler_top_k=3, logits_processor=_greedy(), max_gen_len=LENGTH,
-        tree=nodes, tree_branch=branch), label, after=after, prompts=(*PROMPTS, echo_prompt(name)))
+        make = (lambda: NGramStorage(3, VOCAB)) if strategy == "nasd" else (lambda: RecyclingStorage(2, VOCAB, width=4))
+        outcome = _each_prompt(name, kept(lambda p: ngram_assisted_speculative_generate(
+            p, make(), target, gamma=4, filler_top_k=3, logits_processor=_greedy(), max_gen_len=LENGTH,
+            tree=nodes, tree_branch=branch)), label, after=_tree_fell_back if fallback else _tree_kept,
+            prompts=(*PROMPTS, echo_prompt(name)))
+    if outcome.passed and not fallback and not any(r.tree_size > 1 for res in results for r in res.trace):
+        return Outcome("fail", f"{label}: no prompt verified a tree of more than one node")
+    return outcome
+
+
+# ------------------------------------------------------------------ logits
+
+@dataclass(frozen=True)
+class _Forward:
+    """One cached forward the engine made: the model, the ids it held, the logits it returned."""
+
+    model: object
+    ids: torch.Tensor           # (1, L): the whole (decoder) sequence
+    seen: int                   # positions the cache held before
+    logits: torch.Tensor        # (keep, V)
+    encoder_outputs: object
+    path: str
+
+
+def _recorded(run: Callable[[], object]) -> tuple[object, list[_Forward]]:
+    """Run ``run()`` and record every forward any CachedModel makes during it."""
+    from utils import cache
+
+    forwards: list[_Forward] = []
+    original = cache.CachedModel.forward
+
+    def recording(self, ids, keep):
+        seen = self.length
+        logits = original(self, ids, keep)
+        forwards.append(_Forward(self.model, ids.clone(), seen, logits.clone(), self.encoder_outputs, self.path))
+        return logits
+
+    cache.CachedModel.forward = recording
+    try:
+        return run(), forwards
+    finally:
+        cache.CachedModel.forward = original
+
+
+def _uncached_logits(f: _Forward) -> torch.Tensor:
+    keep = f.logits.shape[0]
+    if f.encoder_outputs is not None:
+        out = f.model(encoder_outputs=f.encoder_outputs, decoder_input_ids=f.ids, use_cache=False)
+    else:
+        out = f.model(input_ids=f.ids, use_cache=False)
+    return out.logits[0, -keep:]
+
+
+def check_logits(name: str, gamma: int = 3) -> Outcome:
+    """Speculative decoding with the family's independent drafter (drafts mostly
+    rejected, so every rollback runs) equals ``generate``, and every logit any
+    cached forward returned during it -- target and drafter, after every crop or
+    restore -- equals an uncached forward of the same ids, within the dtype's
+    tolerance (``utils.probe.tolerance``)."""
+    from generation import speculative_generate
+    from utils.probe import probe_of, tolerance
+
+    target, drafter = build(name), build(name, "independent")
+    probe_of(target), probe_of(drafter)     # probed first: the probe's own trial forwards are not the run's
+    for i, prompt in enumerate(PROMPTS[:1]):        # one prompt: every forward is checked twice over
+        want = list(reference(name, prompt))
+        label = f"logits (independent drafter, gamma {gamma}), prompt {i}"
+        with torch.inference_mode():
+            result, forwards = _recorded(lambda: speculative_generate(
+                list(prompt), drafter, target, logits_processor=_greedy(), gamma=gamma, max_gen_len=LENGTH))
+            for n, f in enumerate(forwards):
+                want_logits = _uncached_logits(f).float()
+                scale = max(1.0, float(want_logits.abs().max()))
+                error = float((f.logits.float() - want_logits).abs().max()) / scale
+                if not error <= tolerance(f.model):
+                    role = "target" if f.model is target else "drafter"
+                    fed = f.ids.shape[1] - f.seen
+                    return Outcome("fail", f"{label}: {role} forward {n} ({fed} tokens over a cache of {f.seen}, "
+                                           f"{f.path}) is off by {error:.2g} of the logit range")
+        outcome = compare(result.tokens, want, label)
+        if not outcome.passed:
+            return outcome
+        if i == 0 and not any(r.accepted < len(r.drafted) for r in result.trace):
+            return Outcome("fail", f"{label}: no draft was rejected, so no rollback ran")
+    return PASS
 
 
 # ---------------------------------------------------------------- sampling
@@ -584,9 +796,12 @@ class CheckSpec:
     column: str
     run: Callable[[str], Outcome]
     families: tuple[str, ...] | None = None     # None: every family
+    core: bool = True           # False: not run on the families added in 2026 (fewer gammas there)
 
     def applies(self, name: str) -> bool:
-        return self.families is None or name in self.families
+        if self.families is not None:
+            return name in self.families
+        return self.core or not family(name).new
 
 
 COLUMNS = ("AR cache on", "AR cache off", "speculative", "speculative cache off",
@@ -597,15 +812,16 @@ def _specs() -> list[CheckSpec]:
     specs = [
         CheckSpec("ar-cache", "AR cache on", lambda n: check_ar(n, True)),
         CheckSpec("ar-nocache", "AR cache off", lambda n: check_ar(n, False)),
+        CheckSpec("logits", "speculative", check_logits),
     ]
     for g in GAMMAS:
         specs.append(CheckSpec(f"speculative-g{g}", "speculative",
-                               lambda n, g=g: check_speculative(n, "drafter", g)))
+                               lambda n, g=g: check_speculative(n, "drafter", g), core=g == 3))
     specs.append(CheckSpec("speculative-self-g3", "speculative", lambda n: check_speculative(n, "self", 3)))
     specs.append(CheckSpec("speculative-g3-nocache", "speculative cache off",
                            lambda n: check_speculative(n, "drafter", 3, use_cache=False)))
     for g in GAMMAS:
-        specs.append(CheckSpec(f"nasd-g{g}", "NASD", lambda n, g=g: check_nasd(n, g)))
+        specs.append(CheckSpec(f"nasd-g{g}", "NASD", lambda n, g=g: check_nasd(n, g), core=g == 3))
     specs.append(CheckSpec("nasd-g3-nocache", "NASD cache off", lambda n: check_nasd(n, 3, use_cache=False)))
     for strategy in ("speculative", "nasd"):
         specs.append(CheckSpec(f"sampling-{strategy}", "sampling",

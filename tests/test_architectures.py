@@ -88,3 +88,24 @@ def test_greedy_check_catches_a_broken_accept_rule(monkeypatch):
     monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
     outcome = arch_zoo.guarded(lambda: arch_zoo.check_speculative("llama", "drafter", 3))
     assert outcome.status == "fail" and "generate gave" in outcome.detail, outcome
+
+
+def test_the_zoo_argmax_is_decisive():
+    """Wide initialisation: on every family the median gap between the top two logits
+    of the target is above 1 (a wrong cached state then flips argmaxes), and the
+    independent drafter disagrees with the target on most positions."""
+    for name in FAMILIES:
+        try:
+            target, other = arch_zoo.build(name), arch_zoo.build(name, "independent")
+        except arch_zoo.FamilyUnavailable:
+            continue
+        ids = torch.tensor([arch_zoo.PROMPTS[0]])
+        with torch.inference_mode():
+            kwargs = ({"input_ids": ids, "decoder_input_ids": ids[:, :12]} if FAMILIES[name].encoder_decoder
+                      else {"input_ids": ids})
+            logits, others = target(**kwargs).logits[0], other(**kwargs).logits[0]
+        top = logits.topk(2, dim=-1).values
+        margin = float((top[:, 0] - top[:, 1]).median())
+        assert margin > 1.0, f"{name}: median top-1/top-2 logit gap {margin:.2f}"
+        agree = float((logits.argmax(-1) == others.argmax(-1)).float().mean())
+        assert agree < 0.5, f"{name}: the independent drafter agrees with the target on {agree:.0%}"

@@ -125,16 +125,24 @@ def test_interruptible_generation_returns_partial_result(target):
                 raise KeyboardInterrupt
             return self.inner(**kwargs)
 
+    from utils.probe import probe_of
+
+    def interrupt_after(calls):
+        model = InterruptAfter(target, 10**6)
+        probe_of(model)             # the engine's probe on first use: not the run's forwards
+        model.left = calls
+        return model
+
     with torch.inference_mode():
-        result = autoregressive_generate(PROMPT, InterruptAfter(target, 5), logits_processor=GREEDY,
+        result = autoregressive_generate(PROMPT, interrupt_after(5), logits_processor=GREEDY,
                                          max_gen_len=30, interruptible=True)
         assert result.stop_reason == "interrupted" and len(result.tokens) == 5
         assert result.seconds > 0
         # The verify loop keeps every completed round: self-drafting at gamma 3
         # gives 4 tokens per round, and the third target call is interrupted.
-        result = speculative_generate(PROMPT, target, InterruptAfter(target, 2), logits_processor=GREEDY,
+        result = speculative_generate(PROMPT, target, interrupt_after(2), logits_processor=GREEDY,
                                       gamma=3, max_gen_len=30, interruptible=True)
         assert result.stop_reason == "interrupted" and len(result.tokens) == 8
         with pytest.raises(KeyboardInterrupt):
-            speculative_generate(PROMPT, target, InterruptAfter(target, 2), logits_processor=GREEDY,
+            speculative_generate(PROMPT, target, interrupt_after(2), logits_processor=GREEDY,
                                  max_gen_len=30)

@@ -26,13 +26,21 @@ def tiny_llama(seed: int, *, vocab_size: int = 64, hidden: int = 32, layers: int
 
 class RecordingModel(torch.nn.Module):
     """Wraps a model and records, for every forward, the cache length it was
-    given and how many new tokens it was fed."""
+    given and how many new tokens it was fed.
+
+    The engine probes a model's cached forward on first use (``utils.probe``);
+    the wrapper is probed here, up front, so ``calls`` holds a run's forwards only.
+    """
 
     def __init__(self, model):
         super().__init__()
+        from utils.probe import probe_of
+
         self.inner = model
         self.config = model.config
         self.calls: list[tuple[int, int]] = []
+        probe_of(self)
+        self.calls.clear()
 
     def forward(self, input_ids, past_key_values=None, use_cache=None, logits_to_keep=0, **kwargs):
         seen = past_key_values.get_seq_length() if past_key_values is not None else 0

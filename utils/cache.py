@@ -20,6 +20,13 @@ never from a model's name:
   its own (no extra forward pass; :class:`RollbackStats` counts them);
 - static caches: refused with :class:`UnsupportedCacheError`.
 
+How a model is fed is its *path*, decided by :mod:`utils.probe` from what the
+model computes, never from its name: ``cached`` (a k-token forward over the
+cache), ``stepwise`` (the same k tokens fed one at a time over the cache, where
+transformers computes a multi-token cached pass wrongly; every single-token
+forward is counted) or ``uncached`` (the whole sequence every step, where even
+a single cached step or a rollback is wrong).
+
 ``Cache.crop`` changed meaning three times within transformers 5.x
 (``crop(max_length)`` up to 5.13; ``crop(0)`` empties a cache before 5.14;
 only ``crop(-n)`` from 5.20). :func:`drop_last` is the one place that knows.
@@ -68,6 +75,7 @@ class RollbackStats:
     ``refed_tokens``: tokens fed a second time because a restore went back
     further than the kept sequence. ``seconds``: host time spent copying and
     restoring (the re-fed tokens' compute is inside the forward passes).
+    ``path`` / ``reason``: how the model was fed and, unless "cached", why.
     """
 
     method: str = "crop"
@@ -75,6 +83,8 @@ class RollbackStats:
     restores: int = 0
     refed_tokens: int = 0
     seconds: float = 0.0
+    path: str = "cached"    # how the model was fed: cached, stepwise or uncached (see utils.probe)
+    reason: str = ""        # why, when the path is not "cached"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -136,6 +146,11 @@ def _croppable(layer) -> bool:
                                     "HQQQuantizedLayer", "QuantizedLayer")
 
 
+def snapshot(layer):
+    """A copy of a layer that a crop cannot put back, taken before a forward that may be rejected."""
+    return copy.deepcopy(layer)
+
+
 def new_cache(model):
     """An empty dynamic cache for ``model`` (an encoder-decoder cache for seq2seq models)."""
     config = model.config
@@ -191,6 +206,9 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
     return _FORWARD_KWARGS[cls]
 
 
+PATHS = ("cached", "stepwise", "uncached", "refused")
+
+
 class CachedModel:
     """One model and its cache during one generation.
 
@@ -199,28 +217,49 @@ class CachedModel:
     returns the logits of the last ``keep`` positions; ``checkpoint()`` before a
     forward whose tail may be rejected, then ``rollback(length)`` to keep only
     a prefix of at most ``length`` positions.
+
+    ``path`` (None: the one :func:`utils.probe.probe_of` measured for this
+    model, probed on first use): ``cached``, ``stepwise`` (multi-token forwards
+    over a non-empty cache become single-token ones), ``uncached`` (no cache:
+    every forward recomputes the whole sequence) or ``refused`` (the cache is
+    refused with ``reason``, one line).
     """
 
-    def __init__(self, model, *, use_cache: bool = True):
+    def __init__(self, model, *, use_cache: bool = True, path: str | None = None, reason: str = ""):
         self.model = model
-        self.use_cache = use_cache
         self.encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         self.cache_kw, self.logits_kw = _forward_kwargs(model)
+        if use_cache and path is None:
+            from utils.probe import probe_of
+
+            found = probe_of(model)
+            path, reason = found.path, found.reason
+        if path is not None and path not in PATHS:
+            raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
+        self.path = (path or "cached") if use_cache else "uncached"
+        self.reason = reason if use_cache else "cache off"
+        self.use_cache = use_cache and self.path != "uncached"
         self.cache = None
         self.encoder_outputs = None
-        self.stats = RollbackStats(method="crop" if use_cache else "none")
+        self.stats = self._fresh_stats()
         self._snapshots: dict[int, object] = {}
         self._checkpoint_length = 0
         self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
         self.forwards = 0  # forward passes since begin()
+
+    def _fresh_stats(self) -> RollbackStats:
+        return RollbackStats(method="crop" if self.use_cache else "none", path=self.path,
+                             reason=self.reason if self.path != "cached" else "")
 
     # ------------------------------------------------------------- lifecycle
 
     def begin(self, prompt: list[int]) -> list[int]:
         """Start a generation from ``prompt``; returns the (decoder) sequence the loop extends."""
         device = self.device
+        if self.path == "refused":
+            raise UnsupportedCacheError(self.reason)
         self.cache = new_cache(self.model) if self.use_cache else None
-        self.stats = RollbackStats(method="crop" if self.use_cache else "none")
+        self.stats = self._fresh_stats()
         self._snapshots = {}
         self._checkpoint_length = 0
         self._length = 0
@@ -271,10 +310,27 @@ class CachedModel:
     # --------------------------------------------------------------- forward
 
     def forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
-        """Feed the unseen tokens of ``ids`` (1, L); return the last ``keep`` logits, (keep, V)."""
+        """Feed the unseen tokens of ``ids`` (1, L); return the last ``keep`` logits, (keep, V).
+
+        On the ``stepwise`` path, tokens fed over a non-empty cache go one per
+        forward pass (each counted), and the logits of the last ``keep`` are
+        concatenated: what a correct multi-token pass would have returned.
+        """
         seen = self.length
         if seen >= ids.shape[1]:
             raise ValueError(f"cache holds {seen} positions, nothing new to feed of {ids.shape[1]}")
+        if self.path != "stepwise" or seen == 0 or ids.shape[1] - seen == 1:
+            return self._forward(ids, keep)
+        rows = []
+        for end in range(seen + 1, ids.shape[1] + 1):
+            logits = self._forward(ids[:, :end], 1)                         # (1, V)
+            if end > ids.shape[1] - keep:
+                rows.append(logits)
+        return torch.cat(rows, dim=0)                                       # (keep, V)
+
+    def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """One forward pass over the unseen tokens of ``ids``; the last ``keep`` logits."""
+        seen = self.length
         kwargs = {"use_cache": self.cache is not None}
         if self.cache is not None:
             kwargs[self.cache_kw] = self.cache
@@ -299,7 +355,7 @@ class CachedModel:
         start = time.perf_counter()
         self._checkpoint_length = self.length
         layers = _layers(self.cache)
-        self._snapshots = {i: copy.deepcopy(layer) for i, layer in enumerate(layers) if not _croppable(layer)}
+        self._snapshots = {i: snapshot(layer) for i, layer in enumerate(layers) if not _croppable(layer)}
         if self._snapshots:
             self.stats.method = "restore"
             self.stats.snapshots += 1
@@ -311,9 +367,22 @@ class CachedModel:
         Croppable layers are cropped; when the cache holds more than ``length``
         and some layers were snapshotted, those are restored and the rest are
         cropped to the checkpoint's length, so the cache is a shorter prefix.
+        An exception transformers raises while cropping becomes one line
+        (:class:`UnsupportedCacheError`): none escapes a rollback.
         """
         if self.cache is None:
             return
+        try:
+            self._rollback(length)
+        except UnsupportedCacheError:
+            raise
+        except Exception as e:  # noqa: BLE001  (a layer that cannot be cropped or restored)
+            text = str(e).strip()
+            raise UnsupportedCacheError(
+                f"{type(self.model).__name__}'s cache cannot be rolled back here ({type(e).__name__}: "
+                f"{text.splitlines()[0] if text else ''}); turn /cache off") from e
+
+    def _rollback(self, length: int) -> None:
         current = self.length
         if current <= length:
             self._trim()
@@ -415,6 +484,8 @@ def tree_support(cached: CachedModel) -> str | None:
     model = cached.model
     if cached.cache is None:
         return "the cache is off"
+    if cached.path != "cached":
+        return f"its cached forward runs {cached.path} ({cached.reason})"
     if cached.encoder_decoder:
         return "encoder-decoder models verify chains here"
     impl = getattr(model.config, "_attn_implementation", None) or "eager"

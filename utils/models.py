@@ -239,6 +239,7 @@ class ModelPair:
     context_length: int  # target's maximum positions
     self_draft_demo: bool  # True when the drafter is the target's own weights (the default pair)
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
+    probe: Any = None  # utils.probe.PairProbe: how each model is fed over its cache, and why
 
     @property
     def drafter_device(self) -> torch.device:
@@ -248,6 +249,8 @@ class ModelPair:
     def banner_lines(self) -> list[str]:
         """Plain-text lines describing the pair, for the REPL's start-up banner."""
         lines = [f"target:  {self.target_name}", f"drafter: {self.drafter_name}"]
+        if self.probe is not None:
+            lines.append(self.probe.summary())
         if self.self_draft_demo:
             lines.append(
                 "self-draft demo: the drafter is the target's own weights in another dtype, so it shows "
@@ -328,6 +331,8 @@ def load_pair(
     to bfloat16 for a self-draft, else to ``dtype``; ``drafter_quantize=None`` follows ``quantize``
     (pass ``"none"`` to keep the drafter unquantised). Both models must be decoder-only, or both
     encoder-decoder (T5, BART: ``ModelPair.is_encoder_decoder``); a mixed pair is refused.
+    Both models are probed (``utils.probe``): ``ModelPair.probe`` says how each is fed over its
+    cache (cached, stepwise or uncached) and why.
     """
     quantize = parse_quantize(quantize)
     drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
@@ -341,7 +346,7 @@ def load_pair(
     drafter_model, drafter_tok = load_model(drafter_spec, dtype=d_dtype, quantize=d_quantize, tokenizer=shared, **common)
     vocab_size = check_compatible(tokenizer, drafter_tok, target_model, drafter_model)
     note = "self-draft demo" if self_draft else ""
-    return ModelPair(
+    pair = ModelPair(
         target=target_model,
         drafter=drafter_model,
         tokenizer=tokenizer,
@@ -354,3 +359,8 @@ def load_pair(
         self_draft_demo=self_draft,
         is_encoder_decoder=seq2seq,
     )
+    from utils.probe import probe_pair
+
+    (progress or no_progress)("Probing each model's cached forward against the uncached one")
+    pair.probe = probe_pair(pair)
+    return pair

@@ -1,0 +1,245 @@
+"""Trust no cached forward until it is checked: measure, per model, which feeding path is exact.
+
+Some transformers implementations compute a pass over a cache differently from the uncached
+pass (the PyTorch paths of several recurrent models: a multi-token pass does not continue from
+the cached state; a chunked scan leaves a wrong state after a prefill that is not a multiple of
+its chunk; a model keeps its state outside the cache, where no rollback reaches it). The probe
+replays, on a few tokens, what a speculative round does to a model through
+:class:`utils.cache.CachedModel` -- a prefill of an uneven length, a single step, a multi-token
+verify, a rollback of the kind the model uses (crop, or restore plus re-feed), another verify,
+a full rejection and a single step -- and compares every logit it gets with one uncached forward
+of the same ids, within a tolerance set by the dtype.
+
+The first path that is exact, in this order, is the model's path:
+
+- ``cached``: k tokens per forward over the cache (the fast path);
+- ``stepwise``: the k tokens fed one per forward over the cache (exact where only
+  multi-token cached passes are wrong; each forward is counted);
+- ``uncached``: the whole sequence every step (exact by definition, slow): where even a
+  single cached step or a rollback is wrong, or a rollback raises.
+
+A model whose cache the engine refuses outright (``UnsupportedCacheError``, e.g. a cache class
+of the model's own on transformers 4.57) gets ``refused``, with the refusal's one line.
+
+The decision rests on what the probe measures, never on a model's name. :func:`probe_of`
+remembers the result per model object, so a model is probed once; ``load_pair`` probes both
+models at load and attaches the result to the pair (:func:`probe_pair`).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import asdict, dataclass
+
+import torch
+
+from utils.cache import CachedModel, UnsupportedCacheError
+
+PREFIX = 6          # an uneven cached prefix: not a multiple of any chunk or window of 2, 4, 8...
+DRAFTS = 4          # tokens a multi-token verify feeds at once
+LENGTH = PREFIX + 4 + DRAFTS
+# Largest allowed |cached - uncached| logit, as a fraction of the largest |logit| of the
+# uncached forward. Cached and uncached kernels sum in different orders; bfloat16 keeps 8
+# bits of mantissa (relative step 2^-8 = 0.0039), float16 11, float32 24. A wrong state
+# moves logits by a large fraction of their range.
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-6, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+DEFAULT_TOLERANCE = 5e-2
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Which path one model takes, and why.
+
+    ``path``: cached, stepwise, uncached or refused. ``reason``: the first check the
+    faster path failed (empty for cached). ``error``: the largest logit difference
+    measured on the chosen path; ``tolerance``: the bound it was held to.
+    ``rollback``: the rollback kind the model used (crop or restore).
+    """
+
+    model: str
+    dtype: str
+    path: str
+    reason: str = ""
+    error: float = 0.0
+    tolerance: float = 0.0
+    rollback: str = ""
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        """One line: ``cached (restore, max error 3e-06 <= 0.029)`` or ``stepwise: <why>``."""
+        if self.path == "refused":
+            return f"refused: {self.reason}"
+        measured = f"{self.rollback + ', ' if self.rollback else ''}max error {self.error:.2g} <= {self.tolerance:.2g}"
+        if self.path == "cached":
+            return f"cached ({measured})"
+        return f"{self.path} ({measured}): {self.reason}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairProbe:
+    """The probe of a target and a drafter, and the seconds both took."""
+
+    target: ProbeResult
+    drafter: ProbeResult
+    seconds: float
+
+    def summary(self) -> str:
+        """One line for the banner, ``/config`` and the self-test's first line."""
+        return (f"cache probe ({self.seconds:.2f} s): target {self.target.line()}; "
+                f"drafter {self.drafter.line()}")
+
+    def to_dict(self) -> dict:
+        return {"target": self.target.to_dict(), "drafter": self.drafter.to_dict(), "seconds": self.seconds}
+
+
+class ProbeMismatch(AssertionError):
+    """A cached forward gave other logits than the uncached one (the message says where)."""
+
+
+# ----------------------------------------------------------------- the probe
+
+def tolerance(model) -> float:
+    """The relative bound for the model's compute dtype."""
+    return TOLERANCE.get(getattr(model, "dtype", None), DEFAULT_TOLERANCE)
+
+
+def _probe_ids(model) -> tuple[list[int], list[int], list[int]]:
+    """(encoder prompt, the true sequence S, a sequence J that shares S's first PREFIX+3 ids)."""
+    vocab = int(model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config")
+                else model.config.vocab_size)
+    low = 3 if vocab > 16 else 0                                    # keep clear of the usual special ids
+    span = min(vocab, 30000) - low
+
+    def ids(seed: int, n: int) -> list[int]:
+        return [low + (seed + 7919 * i * i + 104729 * i) % span for i in range(n)]
+
+    seq = ids(11, LENGTH)
+    junk = ids(53, LENGTH)
+    return ids(97, PREFIX + 1), seq, seq[:PREFIX + 3] + junk[PREFIX + 3:]
+
+
+def _uncached(model, prompt: list[int], seqs: list[list[int]], start: int | None) -> torch.Tensor:
+    """Uncached logits of every position of each sequence, (len(seqs), L, V)."""
+    device = CachedModel(model, use_cache=False).device
+    if start is None:
+        return model(input_ids=torch.tensor(seqs, device=device), use_cache=False).logits
+    decoder = torch.tensor([[start, *s[1:]] for s in seqs], device=device)
+    encoder = torch.tensor([prompt] * len(seqs), device=device)
+    return model(input_ids=encoder, decoder_input_ids=decoder, use_cache=False).logits
+
+
+class _Checker:
+    """Compares cached logits with the uncached ones and keeps the largest error."""
+
+    def __init__(self, reference: torch.Tensor, bound: float):
+        self.reference = reference.float()                          # (2, L, V)
+        self.scale = max(1.0, float(self.reference.abs().max()))
+        self.bound = bound
+        self.error = 0.0
+
+    def check(self, got: torch.Tensor, seq: int, rows: range, what: str) -> None:
+        want = self.reference[seq, rows.start:rows.stop]            # (keep, V)
+        error = float((got.float()[:, :want.shape[-1]] - want).abs().max()) / self.scale
+        self.error = max(self.error, error)
+        if not error <= self.bound:
+            raise ProbeMismatch(f"{what} differs from the uncached forward by {error:.2g} of the "
+                                f"logit range (tolerance {self.bound:.2g})")
+
+
+def _replay(model, path: str, prompt: list[int], seqs: list[list[int]], checker: _Checker,
+            encoder_decoder: bool) -> str:
+    """One speculative-shaped episode on ``path``; raises ProbeMismatch at the first wrong logit.
+
+    Returns the rollback kind the cache used ("crop" or "restore").
+    """
+    s, j = seqs
+    cached = CachedModel(model, path=path)
+    start = cached.begin(prompt if encoder_decoder else s[:PREFIX])
+    if encoder_decoder:
+        s, j = [start[0], *s[1:]], [start[0], *j[1:]]
+    device = cached.device
+
+    def feed(ids: list[int], keep: int) -> torch.Tensor:
+        return cached.forward(torch.tensor([ids], device=device), keep=keep)
+
+    p, k = PREFIX, DRAFTS
+    checker.check(feed(s[:p], 1), 0, range(p - 1, p), f"the prompt's prefill ({p} tokens)")
+    checker.check(feed(s[:p + 1], 1), 0, range(p, p + 1), f"a single step after a cached prefix of {p}")
+    cached.checkpoint()                                 # a verify: S[p+1] and k drafts over p+1 cached
+    checker.check(feed(j[:p + 2 + k], k + 1), 1, range(p + 1, p + 2 + k),
+                  f"a {k + 1}-token pass over a cached prefix of {p + 1}")
+    cached.rollback(p + 3)                              # kept: one draft and the target's token
+    kind = cached.stats.method
+    cached.checkpoint()
+    checker.check(feed(s[:p + 4 + k], k + 1), 0, range(p + 3, p + 4 + k),
+                  f"a {k + 1}-token pass after a {kind}")
+    cached.rollback(p + 4)                              # every draft rejected
+    checker.check(feed(s[:p + 5], 1), 0, range(p + 4, p + 5), f"a single step after a {kind}")
+    return kind
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@torch.inference_mode()
+def probe_model(model) -> ProbeResult:
+    """Measure which path is exact for ``model`` (a few forwards over 14 tokens)."""
+    begun = time.perf_counter()
+    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    prompt, seq, junk = _probe_ids(model)
+    bound = tolerance(model)
+    name, dtype = type(model).__name__, str(getattr(model, "dtype", "")).removeprefix("torch.")
+    start = None
+    if encoder_decoder:
+        start = CachedModel(model, use_cache=False).decoder_start_token()
+    reference = _uncached(model, prompt, [seq, junk], start)
+    reasons: list[str] = []
+    for path in ("cached", "stepwise"):
+        checker = _Checker(reference, bound)
+        try:
+            kind = _replay(model, path, prompt, [seq, junk], checker, encoder_decoder)
+        except UnsupportedCacheError as e:
+            return ProbeResult(name, dtype, "refused", str(e), seconds=time.perf_counter() - begun)
+        except ProbeMismatch as e:
+            reasons.append(f"{path}: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001  (a transformers error inside a cached pass or a rollback)
+            reasons.append(f"{path}: {_first_line(e)}")
+            continue
+        return ProbeResult(name, dtype, path, "; ".join(reasons), checker.error, bound, kind,
+                           time.perf_counter() - begun)
+    return ProbeResult(name, dtype, "uncached", "; ".join(reasons), 0.0, bound, "", time.perf_counter() - begun)
+
+
+_RESULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def probe_of(model) -> ProbeResult:
+    """The probe of ``model``, run on first use and remembered for the model object."""
+    found = _RESULTS.get(model)
+    if found is None:
+        found = _RESULTS[model] = probe_model(model)
+    return found
+
+
+def forget(model) -> None:
+    """Drop the remembered probe of ``model`` (after its weights changed)."""
+    _RESULTS.pop(model, None)
+
+
+def probe_pair(pair) -> PairProbe:
+    """Probe a pair's target and drafter (once each; a self-draft's one model once).
+
+    The function the REPL, ``load_pair`` and the self-test call: ``probe_pair(pair).summary()``
+    is its one-line result.
+    """
+    begun = time.perf_counter()
+    target = probe_of(pair.target)
+    drafter = probe_of(pair.drafter)
+    return PairProbe(target, drafter, time.perf_counter() - begun)
