@@ -165,7 +165,7 @@ class Session:
 
     def selftest(self) -> None:
         """/selftest: run checks.selftest on the loaded pair, one line per check."""
-        self.say("self-test: greedy and sampling checks on the built-in prompts (about a minute)", "dim")
+        self.say("self-test: greedy and sampling checks on the built-in prompts, one line per check", "dim")
         done, last = checks.selftest.timed_selftest(
             self.runner.pair, report=lambda c: self.say(c.line(), "green" if c.passed else "bold red"))
         if all(c.passed for c in done):
