@@ -2,23 +2,28 @@
 the target's output on *this* pair, on this machine?
 
 Greedy: on a few built-in prompts, speculative decoding and NASD must give the
-target's autoregressive tokens exactly, with the KV cache on and with it off.
+target's autoregressive tokens exactly, with the KV cache on and with it off
+(without a cache every forward recomputes the whole sequence, so the cache-off
+checks use two short prompts and fewer tokens).
 Sampling: under top-k sampling (k = 3) the first token of speculative
 decoding and of NASD, drawn many times from one seeded generator, must follow
 the target's exact top-k distribution; a chi-square test decides, so the check
-is deterministic and can fail. Each draw costs a prefill of both models, so the
-draws are few (SAMPLING_RUNS) and the test only catches gross errors (a
-zero-probability token, a strongly biased resample), not subtle ones.
+is deterministic and can fail. Both models are prefilled with the prompt once,
+and every draw begins from a copy of that cache (``utils.prefill``), then runs
+the real verify loop and accept rule. The draws are still few (SAMPLING_RUNS),
+so the test catches gross errors (a zero-probability token, a strongly biased
+resample), not subtle ones.
 
 Every check yields one :class:`Check` with a one-line detail: what passed, or
-what differed and where.
+what differed and where, and the seconds it took.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -27,11 +32,13 @@ from engine import DEFAULT_GAMMA, NGramOptions, Strategy, run_strategy
 from generation.result import first_divergence
 from sampling import GreedyProcessor, TopKProcessor
 from utils.builtin_prompts import BUILTIN
+from utils.prefill import prefill, starting_from
+from utils.probe import forget, probe_pair
 from utils.vocab import encode_prompt
 
 DEFAULT_LENGTH = 32
 # Without a cache every forward recomputes the whole sequence: the cache-off
-# checks stop after this many tokens to keep the self-test to minutes on a CPU.
+# checks stop after this many tokens, on the short prompts (CACHE_OFF_PROMPTS).
 CACHE_OFF_LENGTH = 16
 SAMPLING_RUNS = 200
 SAMPLING_TOP_K = 3
@@ -45,6 +52,11 @@ PROMPTS = (("code_editing", 0), ("chat", 0))
 # Raw text (no chat template) ending in a phrase it already holds, so NASD's
 # storage drafts from the first position on.
 SAMPLING_TEXT = "one two three four, one two three four, one two three"
+# The cache-off prompts: the open question (chat template) and SAMPLING_TEXT (raw),
+# where n-gram drafts start at once. The code prompt (about 180 tokens on the
+# default pair) is left to the cache-on checks: recomputed at every drafter step,
+# it made the cache-off checks most of the self-test's time.
+CACHE_OFF_PROMPTS = ((("chat", 0), True), (SAMPLING_TEXT, False))
 
 
 @dataclass(frozen=True)
@@ -54,17 +66,24 @@ class Check:
     name: str
     passed: bool
     detail: str
+    seconds: float = 0.0
 
     def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.detail}"
+        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.detail} [{self.seconds:.1f} s]"
+
+
+def _builtin(category: str, index: int) -> str:
+    return [text for cat, text in BUILTIN if cat == category][index]
 
 
 def builtin_texts() -> list[str]:
-    out = []
-    for category, index in PROMPTS:
-        texts = [text for cat, text in BUILTIN if cat == category]
-        out.append(texts[index])
-    return out
+    return [_builtin(category, index) for category, index in PROMPTS]
+
+
+def _cache_off_prompts(pair) -> list[list[int]]:
+    """CACHE_OFF_PROMPTS encoded: a (category, index) is a built-in prompt in the chat template."""
+    return [_encode(pair, _builtin(*text) if isinstance(text, tuple) else text, chat=chat)
+            for text, chat in CACHE_OFF_PROMPTS]
 
 
 def _encode(pair, text: str, *, chat: bool = True) -> list[int]:
@@ -107,33 +126,47 @@ def _difference(name: str, prompt_no: int, got: list[int], want: list[int]) -> s
 
 
 def _guard(name: str, body: Callable[[], Check]) -> Check:
-    """A check that raised fails with the exception's first line."""
+    """Run one check and time it; a check that raised fails with the exception's first line."""
+    start = time.perf_counter()
     try:
-        return body()
+        check = body()
     except Exception as e:  # noqa: BLE001  (the self-test reports, it never crashes)
         text = str(e).strip().splitlines()
-        return Check(name, False, f"{type(e).__name__}: {text[0] if text else ''}")
+        check = Check(name, False, f"{type(e).__name__}: {text[0] if text else ''}")
+    return replace(check, seconds=time.perf_counter() - start)
+
+
+def probe_check(pair) -> Check:
+    """Probe each model's cached forward afresh (``utils.probe``): the path each
+    model takes and the largest logit error behind it. A refused model fails."""
+    for model in {id(m): m for m in (pair.target, pair.drafter) if m is not None}.values():
+        forget(model)
+    probe = probe_pair(pair)
+    refused = [role for role in ("target", "drafter") if getattr(probe, role).path == "refused"]
+    detail = probe.summary() + (f" (refused: {', '.join(refused)})" if refused else "")
+    return Check("cache probe", not refused, detail)
 
 
 def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None = None,
                   tree: int = 0, tree_branch: int = 2) -> list[Callable[[], Check]]:
     """One deferred check per (strategy, cache setting): greedy output == target AR
-    (the same strategy and cache setting), ``length`` tokens with the cache and at
-    most CACHE_OFF_LENGTH without."""
-    prompts = [_encode(pair, text) for text in builtin_texts()]
+    (the same cache setting), ``length`` tokens on PROMPTS with the cache, and at
+    most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without."""
+    prompts_by = {True: [_encode(pair, text) for text in builtin_texts()], False: _cache_off_prompts(pair)}
 
     def budget(use_cache: bool) -> int:
         return length if use_cache else min(length, CACHE_OFF_LENGTH)
 
     @functools.cache  # target AR runs once per cache setting, for both strategies
     def reference(use_cache: bool) -> list[list[int]]:
-        return [_target_ar(pair, ids, use_cache, budget(use_cache)) for ids in prompts]
+        return [_target_ar(pair, ids, use_cache, budget(use_cache)) for ids in prompts_by[use_cache]]
 
     def make(strategy: str, run, use_cache: bool) -> Callable[[], Check]:
         name = f"{strategy} greedy (cache {'on' if use_cache else 'off'})"
 
         def body() -> Check:
             accepted = drafted = 0
+            prompts = prompts_by[use_cache]
             for i, (ids, want) in enumerate(zip(prompts, reference(use_cache)), start=1):
                 result = run(ids, GreedyProcessor(), use_cache, budget(use_cache))
                 drafted += result.drafted
@@ -182,6 +215,18 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
     processor = TopKProcessor(1.0, SAMPLING_TOP_K)
     ids = _encode(pair, SAMPLING_TEXT, chat=False)
     exact: dict = {}
+    prefills: list = []   # both models' prefills of ``ids``, made once for every draw
+
+    def draws(run) -> list:
+        """``runs`` results of ``run``, each beginning from a copy of the prefilled caches."""
+        if not prefills:
+            models = [pair.target] if pair.drafter is pair.target else [pair.target, pair.drafter]
+            prefills.extend(prefill(model, ids) for model in models)
+        generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
+        with starting_from(prefills):
+            # One token more than compared: the first round drafts, so every
+            # compared token goes through the accept rule.
+            return [run(ids, processor, True, SAMPLING_STEPS + 1, generator) for _ in range(runs)]
 
     def make(strategy: str, run) -> Callable[[], Check]:
         what = "first token" if SAMPLING_STEPS == 1 else f"first {SAMPLING_STEPS} tokens"
@@ -191,13 +236,9 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
             if not exact:
                 exact.update(exact_first_tokens(pair.target, ids, processor, SAMPLING_STEPS, pair.vocab_size,
                                                 encoder_decoder=getattr(pair, "is_encoder_decoder", False)))
-            generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
             counts: dict = {}
             drafted = accepted = 0
-            for _ in range(runs):
-                # One token more than compared: the first round drafts, so every
-                # compared token goes through the accept rule.
-                result = run(ids, processor, True, SAMPLING_STEPS + 1, generator)
+            for result in draws(run):
                 key = tuple(result.tokens[:SAMPLING_STEPS])
                 counts[key] = counts.get(key, 0) + 1
                 drafted += result.drafted
@@ -226,8 +267,12 @@ def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be an integer >= 1, got {length!r}")
     gamma = DEFAULT_GAMMA if gamma is None else gamma
-    pending = greedy_checks(pair, length=length, gamma=gamma, tree=tree, tree_branch=tree_branch)
-    pending += sampling_checks(pair, gamma=gamma, runs=sampling_runs, tree=tree, tree_branch=tree_branch)
+    # Every check, in the order they run and print: the cache probe of each model first.
+    pending = [
+        lambda: _guard("cache probe", lambda: probe_check(pair)),
+        *greedy_checks(pair, length=length, gamma=gamma, tree=tree, tree_branch=tree_branch),
+        *sampling_checks(pair, gamma=gamma, runs=sampling_runs, tree=tree, tree_branch=tree_branch),
+    ]
     checks = []
     for body in pending:
         check = body()
@@ -237,12 +282,23 @@ def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None
     return checks
 
 
-def selftest_exit_code(pair, out: Callable[[str], None] = print, **options) -> int:
-    """Run the self-test, print one line per check and a summary; 0 when all pass, 1 otherwise."""
-    checks = run_selftest(pair, report=lambda c: out(c.line()), **options)
+def summary(checks: list[Check], seconds: float) -> str:
+    """The self-test's last line: passed or failed (naming the failed checks), and its total time."""
     failed = [c.name for c in checks if not c.passed]
     if failed:
-        out(f"self-test failed: {len(failed)} of {len(checks)} checks ({', '.join(failed)})")
-        return 1
-    out(f"self-test passed: {len(checks)} checks")
-    return 0
+        return f"self-test failed: {len(failed)} of {len(checks)} checks ({', '.join(failed)}) in {seconds:.1f} s"
+    return f"self-test passed: {len(checks)} checks in {seconds:.1f} s"
+
+
+def timed_selftest(pair, report: Callable[[Check], None] | None = None, **options) -> tuple[list[Check], str]:
+    """Run the self-test; return its checks and its summary line (with the total time)."""
+    start = time.perf_counter()
+    checks = run_selftest(pair, report=report, **options)
+    return checks, summary(checks, time.perf_counter() - start)
+
+
+def selftest_exit_code(pair, out: Callable[[str], None] = print, **options) -> int:
+    """Run the self-test, print one line per check and the summary; 0 when all pass, 1 otherwise."""
+    checks, last = timed_selftest(pair, report=lambda c: out(c.line()), **options)
+    out(last)
+    return 0 if all(c.passed for c in checks) else 1

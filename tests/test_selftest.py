@@ -3,6 +3,7 @@ on a broken accept rule, in process and through ``infer.py --selftest``."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -16,6 +17,7 @@ from utils.models import ModelPair
 
 CONTEXT = 4096
 RUNS = 200  # sampling runs per strategy: enough power for the mistakes below, a few seconds
+PASSED = re.compile(r"self-test passed: 7 checks in \d+\.\d s")
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +45,13 @@ def test_passes_on_a_correct_engine(pair):
     checks = run_selftest(pair, length=24, sampling_runs=RUNS, report=reported.append)
     assert checks == reported  # each check is reported as soon as it is done
     assert [c.name.split(" (")[0] for c in checks] == [
-        "speculative greedy", "NASD greedy", "speculative greedy", "NASD greedy",
+        "cache probe", "speculative greedy", "NASD greedy", "speculative greedy", "NASD greedy",
         "speculative sampling", "NASD sampling"]
     for check in checks:
         assert check.passed, check.line()
         assert "\n" not in check.detail
+        assert check.seconds > 0 and check.line().endswith(f" [{check.seconds:.1f} s]")
+    assert checks[0].detail.startswith("cache probe (") and "target cached" in checks[0].detail
     greedy = [c for c in checks if "greedy" in c.name]
     assert any("cache off" in c.name for c in greedy) and any("cache on" in c.name for c in greedy)
     # The drafts were exercised: both strategies accepted some drafts in the greedy checks.
@@ -81,12 +85,12 @@ def test_resampling_from_p_is_caught_by_the_sampling_check(pair, monkeypatch):
 def test_exit_code_and_lines(pair, monkeypatch):
     lines: list[str] = []
     assert selftest_exit_code(pair, out=lines.append, length=8, sampling_runs=50) == 0
-    assert lines[-1] == "self-test passed: 6 checks"
+    assert PASSED.fullmatch(lines[-1]), lines[-1]
     assert all(line.startswith("PASS  ") for line in lines[:-1])
     monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
     lines.clear()
     assert selftest_exit_code(pair, out=lines.append, length=24, sampling_runs=50) == 1
-    assert lines[-1].startswith("self-test failed: ")
+    assert lines[-1].startswith("self-test failed: ") and re.search(r"\) in \d+\.\d s$", lines[-1])
     assert any(line.startswith("FAIL  NASD greedy") for line in lines)
 
 
@@ -112,8 +116,8 @@ def test_repl_selftest_command_prints_one_line_per_check(pair, monkeypatch):
     session = Session(Runner(pair), Settings(), Console(file=out, width=200, color_system=None))
     assert session.handle("/selftest") is True
     lines = out.getvalue().splitlines()
-    assert sum(line.startswith("PASS  ") for line in lines) == 6
-    assert "self-test passed: 6 checks" in lines
+    assert sum(line.startswith("PASS  ") for line in lines) == 7
+    assert any(PASSED.fullmatch(line) for line in lines)
     assert session.failures == 0
 
     monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
@@ -159,8 +163,8 @@ def test_infer_selftest_passes_and_fails_loudly(saved_pair, tmp_path):
     done = _selftest(args, tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
-    assert len(lines) == 6 and all(line.startswith("PASS  ") for line in lines), done.stdout
-    assert "self-test passed: 6 checks" in done.stdout
+    assert len(lines) == 7 and all(line.startswith("PASS  ") for line in lines), done.stdout
+    assert PASSED.fullmatch(done.stdout.splitlines()[-1]), done.stdout  # the last line gives the time
 
     launcher = tmp_path / "broken_infer.py"
     launcher.write_text(BROKEN_LAUNCHER.format(repo=str(REPO), infer=str(INFER)))

@@ -52,6 +52,7 @@ from packaging.version import Version
 from transformers import Cache, DynamicCache, EncoderDecoderCache
 
 from utils.devices import model_device
+from utils.prefill import active_prefill
 
 # (major, minor, micro) of the installed transformers, e.g. (5, 23, 0)
 TRANSFORMERS_RELEASE = Version(transformers.__version__).release
@@ -254,16 +255,23 @@ class CachedModel:
     # ------------------------------------------------------------- lifecycle
 
     def begin(self, prompt: list[int]) -> list[int]:
-        """Start a generation from ``prompt``; returns the (decoder) sequence the loop extends."""
+        """Start a generation from ``prompt``; returns the (decoder) sequence the loop extends.
+
+        Inside ``utils.prefill.starting_from``, a prefilled model begins from a
+        copy of its prefill's cache (the prompt but its last token, fed once).
+        """
         device = self.device
         if self.path == "refused":
             raise UnsupportedCacheError(self.reason)
-        self.cache = new_cache(self.model) if self.use_cache else None
         self.stats = self._fresh_stats()
         self._snapshots = {}
         self._checkpoint_length = 0
-        self._length = 0
         self.forwards = 0
+        prepared = active_prefill(self.model, prompt) if self.use_cache else None
+        if prepared is not None:
+            return self._begin_from(prepared)
+        self.cache = new_cache(self.model) if self.use_cache else None
+        self._length = 0
         if self.cache is not None:
             _check_rollback_support(self.model, self.cache)
             if hasattr(self.cache, "activate_past_recording"):
@@ -280,6 +288,13 @@ class CachedModel:
             # cover the prompt (a restore then never re-feeds it).
             self.forward(torch.tensor([start[:-1]], dtype=torch.long, device=device), keep=1)
         return start
+
+    def _begin_from(self, prepared) -> list[int]:
+        """Begin from a copy of ``prepared`` (a ``utils.prefill.Prefill`` of this model and prompt)."""
+        self.cache = copy.deepcopy(prepared.cache)
+        self._length = prepared.length
+        self.encoder_outputs = prepared.encoder_outputs       # read-only: shared, not copied
+        return list(prepared.prompt) if not self.encoder_decoder else [self.decoder_start_token()]
 
     def decoder_start_token(self) -> int:
         config = self.model.config

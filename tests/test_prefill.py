@@ -1,0 +1,124 @@
+"""utils.prefill: generations that begin from one prompt's prefill feed the prompt
+once, give what a generation from an empty cache gives (tokens and logits), and
+leave the prefill as it was."""
+
+import pytest
+import torch
+
+from generation import speculative_generate
+from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+from sampling import GreedyProcessor, TopKProcessor
+from tests import arch_zoo
+from tests.tiny_models import RecordingModel, tiny_llama
+from utils.cache import CachedModel, cache_length
+from utils.prefill import active_prefill, prefill, starting_from
+
+PROMPT = [3, 9, 4, 17, 5, 9, 4, 17, 5, 30, 2, 8, 41, 7, 9]
+
+
+def pair():
+    # Independent weights, sharp logits: the drafter is often rejected.
+    return (RecordingModel(tiny_llama(0, logit_scale=8.0)), RecordingModel(tiny_llama(1, logit_scale=8.0)))
+
+
+def speculative(target, drafter, processor, seed=0, length=12):
+    generator = torch.Generator().manual_seed(seed)
+    return speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
+                                max_gen_len=length, generator=generator)
+
+
+@pytest.mark.parametrize("processor", [GreedyProcessor(), TopKProcessor(1.0, 5)], ids=["greedy", "topk"])
+def test_speculative_from_a_prefill_matches_a_fresh_start_and_feeds_the_prompt_once(processor):
+    target, drafter = pair()
+    fresh = [speculative(target, drafter, processor, seed) for seed in range(3)]
+    prepared = [prefill(target, PROMPT), prefill(drafter, PROMPT)]
+    target.calls.clear()
+    drafter.calls.clear()
+    with starting_from(prepared):
+        reused = [speculative(target, drafter, processor, seed) for seed in range(3)]
+    for got, want in zip(reused, fresh):
+        assert got.tokens == want.tokens
+        assert (got.drafted, got.accepted) == (want.drafted, want.accepted)
+        assert got.drafted > got.accepted  # rejections happened: the rollback paths ran
+    # Every generation's first forward sees the prompt but its last token already cached.
+    firsts = [c for c in target.calls if c[0] == len(PROMPT) - 1]
+    assert len(firsts) == 3 and all(fed > 1 for _, fed in firsts)
+    assert all(seen > 0 for seen, _ in target.calls + drafter.calls)
+    assert sum(1 for seen, fed in drafter.calls if (seen, fed) == (len(PROMPT) - 1, 1)) == 3
+    # The prefill is untouched: it is copied, never fed.
+    assert all(cache_length(p.cache) == p.length == len(PROMPT) - 1 for p in prepared)
+
+
+def test_first_verify_logits_match_an_uncached_forward():
+    model = tiny_llama(2, logit_scale=8.0)
+    draft = [12, 40, 7]
+    with starting_from([prefill(model, PROMPT)]):
+        cached = CachedModel(model)
+        with torch.inference_mode():
+            start = cached.begin(PROMPT)
+            assert cached.length == len(PROMPT) - 1 and start == PROMPT
+            got = cached.forward(torch.tensor([start + draft]), keep=len(draft) + 1)
+            want = model(input_ids=torch.tensor([PROMPT + draft])).logits[0, -len(draft) - 1:]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_only_that_model_prompt_and_block_are_served():
+    model, other = tiny_llama(0), tiny_llama(1)
+    prepared = prefill(model, PROMPT)
+    assert active_prefill(model, PROMPT) is None
+    with starting_from([prepared]):
+        assert active_prefill(model, PROMPT) is prepared
+        assert active_prefill(model, PROMPT[:-1]) is None
+        assert active_prefill(other, PROMPT) is None
+        without_cache = CachedModel(model, use_cache=False)
+        without_cache.begin(PROMPT)
+        assert without_cache.cache is None
+    assert active_prefill(model, PROMPT) is None
+
+
+def test_nasd_sampling_draws_from_a_prefill_match_fresh_draws():
+    target = tiny_llama(0, logit_scale=8.0)
+
+    def draws():
+        generator = torch.Generator().manual_seed(7)
+        return [ngram_assisted_speculative_generate(
+            PROMPT, NGramStorage(3, 64), target, gamma=2, logits_processor=TopKProcessor(1.0, 4),
+            max_gen_len=3, generator=generator).tokens for _ in range(10)]
+
+    fresh = draws()
+    with starting_from([prefill(target, PROMPT)]):
+        assert draws() == fresh
+
+
+def test_a_copy_not_the_prefill_is_fed(monkeypatch):
+    """Mutation: beginning on the prefill's own cache (no copy) changes the prefill,
+    which the first test's last assertion catches."""
+    from types import SimpleNamespace
+
+    import utils.cache
+
+    target, drafter = pair()
+    prepared = [prefill(target, PROMPT), prefill(drafter, PROMPT)]
+    monkeypatch.setattr(utils.cache, "copy", SimpleNamespace(deepcopy=lambda x: x))
+    with starting_from(prepared):
+        speculative(target, drafter, GreedyProcessor())
+    assert any(cache_length(p.cache) != p.length for p in prepared)
+
+
+@pytest.mark.parametrize("name", ["mamba2", "t5"])
+def test_snapshotted_and_encoder_decoder_models(name):
+    try:
+        target, drafter = arch_zoo.build(name), arch_zoo.build(name, "drafter")
+    except arch_zoo.FamilyUnavailable as e:
+        pytest.skip(str(e))
+    prompt = list(arch_zoo.echo_prompt(name))
+    processor = TopKProcessor(1.0, 4)
+
+    def run():
+        generator = torch.Generator().manual_seed(3)
+        return [speculative_generate(prompt, drafter, target, logits_processor=processor, gamma=3,
+                                     max_gen_len=8, generator=generator).tokens for _ in range(3)]
+
+    fresh = run()
+    with starting_from([prefill(target, prompt), prefill(drafter, prompt)]):
+        assert run() == fresh
