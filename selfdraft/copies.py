@@ -44,12 +44,11 @@ def int8_available(method: str) -> bool:
 
 
 def _torch_dynamic(model):
-    """Every linear layer to dynamic int8, the head included when the model's code allows.
+    """A copy with every linear layer in dynamic int8, the head included when the model's code allows.
 
     Some models read ``lm_head.weight.dtype`` (a method on a quantised linear):
     a two-token forward tells, and then the head stays in float.
     """
-    spare = copy.deepcopy(model)
     quantised = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     try:
         with torch.inference_mode():
@@ -58,9 +57,9 @@ def _torch_dynamic(model):
     except (AttributeError, TypeError, RuntimeError):
         from utils.quantize import output_head_names
 
-        head = set(output_head_names(spare))
-        names = {name for name, m in spare.named_modules() if isinstance(m, torch.nn.Linear) and name not in head}
-        return torch.ao.quantization.quantize_dynamic(spare, names, dtype=torch.qint8)
+        head = set(output_head_names(model))
+        names = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name not in head}
+        return torch.ao.quantization.quantize_dynamic(model, names, dtype=torch.qint8)
 
 
 def _quanto(model):
@@ -85,8 +84,10 @@ def int8_copy(model, method: str | None = None) -> torch.nn.Module:
         raise ValueError(f"unknown int8 method {method!r}: use {', '.join(INT8_METHODS)}")
     if not int8_available(method):
         raise ValueError(f"int8 method {method!r} is not available in this environment")
-    clone = copy.deepcopy(model).float() if method == "torch" else copy.deepcopy(model)
-    quantised = {"torch": _torch_dynamic, "quanto": _quanto, "torchao": _torchao}[method](clone)
+    if method == "torch":  # quantize_dynamic copies the model itself (float32 in, int8 weights out)
+        quantised = _torch_dynamic(model if model.dtype == torch.float32 else copy.deepcopy(model).float())
+    else:
+        quantised = {"quanto": _quanto, "torchao": _torchao}[method](copy.deepcopy(model))
     quantised.eval()
     object.__setattr__(quantised, "int8_method", method)
     return quantised

@@ -6,7 +6,8 @@ for ``self:skip=auto`` (``selfdraft.search``), and picks the highest predicted
 speedup (``selfdraft.choose``). The measurements and the pick are written to
 ``<cache>/selfdraft/<key>.json``, where the key names this machine (CPU model
 and flags, torch threads), the torch and transformers versions, and the model;
-a later start reads the file and builds only the pick.
+a later start reads the file and builds only the pick (``SPECDEC_REMEASURE=1``
+measures again, e.g. after a run on a busy machine).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
 FORMAT = 1
+REMEASURE_ENV = "SPECDEC_REMEASURE"  # set to measure again even when this machine has a result
 
 
 def cpu_description() -> tuple[str, str]:
@@ -126,7 +128,8 @@ def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, can
     record = {"target": timing.to_dict(), "candidates": measures, "pick": choice.pick,
               "lines": choice_lines(choice) + notes, "gamma": gamma,
               "measured_s": round(time.perf_counter() - started, 2),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
     return record, models
 
 
@@ -138,10 +141,12 @@ def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, ga
 
     key = machine_key(model_label, model_device(target))
     path = cache_file(cache_root, key)
-    record = read_cached(path, key)
+    record = None if os.environ.get(REMEASURE_ENV) else read_cached(path, key)
     if record is not None:
         model = build_self_drafter(target, parse_self_draft(record["pick"]))
-        return model, record["pick"], record["lines"] + [f"(measured {record['date']}, kept in {path})"]
+        return model, record["pick"], record["lines"] + [
+            f"(measured {record['date']} at load average {record.get('load_average')}; kept in {path}: "
+            f"set {REMEASURE_ENV}=1 to measure again)"]
     say("Measuring the self-drafters on this machine, once (the result is kept)")
     record, models = measure_all(target, tokenizer, gamma=gamma, say=say)
     record["key"] = key

@@ -323,7 +323,7 @@ def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quant
     if target is not None and drafter is None:
         raise ModelLoadError(
             f"--target {target} was given without --drafter: pass --drafter with a smaller model that "
-            "shares the target's tokenizer, or --drafter self for a self-draft demo."
+            "shares the target's tokenizer, or a drafter made from the target (self:bf16, self:int8, self:skip=auto)."
         )
     spec = target if self_draft else drafter
     chosen_dtype = drafter_dtype or ("bfloat16" if self_draft else dtype)
