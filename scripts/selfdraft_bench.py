@@ -39,12 +39,16 @@ def main() -> None:
     parser.add_argument("--per-category", type=int, default=1)
     parser.add_argument("--length", type=int, default=96)
     parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's); 1 on a busy machine")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print("load before:", os.getloadavg())
     start = time.perf_counter()
     import torch
     import transformers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from bench.builtin_prompts import BUILTIN
     from generation import autoregressive_generate, speculative_generate

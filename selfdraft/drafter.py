@@ -148,3 +148,25 @@ def _cache_dtype(model) -> torch.dtype:
         if tensor.is_floating_point():
             return tensor.dtype
     return torch.float32
+
+
+def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bool = True,
+                      generator: torch.Generator | None = None) -> SelfDrafter:
+    """A :class:`SelfDrafter` for a loaded ``utils.models.ModelPair`` (the factory an engine registers).
+
+    ``spec`` (``"self:int8"``, ``"self:skip=3,5"``, ...): build that self-drafter from the pair's
+    target, once per pair and spec; None: the pair's own drafter, which must be a self-draft model.
+    """
+    from selfdraft.build import build_self_drafter
+    from selfdraft.spec import parse_self_draft
+
+    if spec is None:
+        model = pair.drafter
+        if self_draft_target(model) is not pair.target:
+            raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
+    else:
+        built = pair.__dict__.setdefault("_self_drafters", {})
+        if spec not in built:
+            built[spec] = build_self_drafter(pair.target, parse_self_draft(spec))
+        model = built[spec]
+    return SelfDrafter(model, processor, use_cache=use_cache, vocab_size=pair.vocab_size, generator=generator)

@@ -281,3 +281,20 @@ def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
     monkeypatch.setattr(default, "machine_key", lambda *a: {"cpu": "another"})
     default.default_drafter(target, None, "tiny", tmp_path)
     assert calls == [1, 1]                                     # another machine measures again
+
+
+def test_skip_search_finds_a_layer_that_does_nothing():
+    """A layer whose output projections are zero passes its input through: the search skips it."""
+    from selfdraft.search import block_influence, search_skip
+    from tests.tiny_models import tiny_llama
+
+    target = tiny_llama(3, vocab_size=96, layers=4, logit_scale=20.0)
+    with torch.no_grad():
+        target.model.layers[2].self_attn.o_proj.weight.zero_()
+        target.model.layers[2].mlp.down_proj.weight.zero_()
+    ids = torch.tensor([PROMPTS[0] + PROMPTS[1]])
+    influence = block_influence(target, ids, 10)
+    assert set(influence) == {1, 2} and influence[2] < 1e-6 < influence[1]
+    found = search_skip(target, ids, 10, {1: 0.010, 2: 0.0105, 5: 0.011})
+    assert 2 in found.layers and found.tried >= 1
+    assert "self:skip=auto searched" in found.line(4)
