@@ -4,8 +4,8 @@
 
 For each route in ``selfdraft.copies.INT8_METHODS`` that imports: the median
 seconds of a one-token decode step (with a cache of 200 prompt positions), and
-the share of next-token argmaxes over a calibration text that equal the float32
-target's. Prints one line per route, and the CPU, torch version and load average.
+the share of next-token argmaxes over the target's own greedy continuation of
+the calibration prompt that equal the float32 target's. Prints one line per route, and the CPU, torch version and load average.
 """
 
 from __future__ import annotations
@@ -42,18 +42,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--torchao-path", help="a folder to import torchao from (pip install --target DIR torchao)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
     if args.torchao_path:
         sys.path.append(args.torchao_path)
     import torch
 
-    from selfdraft.calibrate import agreement, calibration_ids
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from selfdraft.calibrate import agreement, calibration_ids, greedy_continuation
     from selfdraft.copies import INT8_METHODS, int8_available, int8_copy
     from utils.models import load_model
 
     target, tokenizer = load_model(None, device="cpu", dtype="float32")
     ids = calibration_ids(tokenizer)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"torch {torch.__version__} · {torch.get_num_threads()} threads · load {os.getloadavg()}")
+    text = greedy_continuation(target, ids)  # agreement is scored on the target's own continuation
     base = step_seconds(target, ids, args.steps)
     print(f"float32 target: step {base * 1e3:.1f} ms")
     for method in INT8_METHODS:
@@ -63,7 +69,7 @@ def main() -> None:
         try:
             model = int8_copy(target, method)
             seconds = step_seconds(model, ids, args.steps)
-            agree = agreement(target, model, ids)
+            agree = agreement(target, model, text, ids.shape[1])
         except Exception as exc:  # noqa: BLE001  (a route that fails is reported, not fatal)
             print(f"{method}: failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             continue

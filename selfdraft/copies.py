@@ -5,7 +5,8 @@
 of three routes:
 
 - ``torch``: torch's dynamic quantisation (``torch.ao.quantization.quantize_dynamic``):
-  int8 weights, activations quantised per call, fbgemm/onednn int8 kernels.
+  int8 weights (one scale per output row), activations quantised per call,
+  fbgemm/onednn int8 kernels.
   CPU only. It replaces every ``nn.Linear``, the output head included.
 - ``quanto``: optimum-quanto weight-only int8 (the ``--quantize int8`` route);
   the output head stays in float, as transformers' own integration does.
@@ -49,7 +50,8 @@ def _torch_dynamic(model):
     Some models read ``lm_head.weight.dtype`` (a method on a quantised linear):
     a two-token forward tells, and then the head stays in float.
     """
-    quantised = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    per_channel = torch.ao.quantization.per_channel_dynamic_qconfig  # one scale per output row
+    quantised = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: per_channel}, dtype=torch.qint8)
     try:
         with torch.inference_mode():
             quantised(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=False)
@@ -58,7 +60,8 @@ def _torch_dynamic(model):
         from utils.quantize import output_head_names
 
         head = set(output_head_names(model))
-        names = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name not in head}
+        names = {name: per_channel for name, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and name not in head}
         return torch.ao.quantization.quantize_dynamic(model, names, dtype=torch.qint8)
 
 
