@@ -447,6 +447,25 @@ def test_a_real_target_without_drafter_is_refused_and_self_is_a_demo(tiny):
     assert "self-draft demo" in pair.drafter_name and any("self-draft" in line for line in pair.banner_lines())
 
 
+@pytest.mark.parametrize("spec, dtype", [("self:int8", torch.float32), ("self:bf16", torch.bfloat16),
+                                         ("self:skip=0", torch.float32)])
+def test_self_drafters_load_from_the_target(tiny, spec, dtype):
+    from selfdraft.drafter import self_draft_target
+
+    pair = load_pair(str(tiny[0]), spec, device="cpu")
+    assert spec in pair.drafter_name and not pair.self_draft_demo
+    assert self_draft_target(pair.drafter) is pair.target
+    assert next(p.dtype for p in pair.drafter.parameters() if p.is_floating_point()) == dtype
+    assert pair.vocab_size == pair.target.config.vocab_size
+
+
+@pytest.mark.parametrize("spec", ["self:int4", "self:skip=99"])
+def test_a_bad_self_drafter_is_refused_with_one_line(tiny, spec):
+    with pytest.raises(ModelLoadError) as info:
+        load_pair(str(tiny[0]), spec, device="cpu")
+    assert "\n" not in str(info.value) and "self:" in str(info.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoder-decoder pairs (T5, BART): tiny random models with the word tokenizer, no chat template
 # ---------------------------------------------------------------------------------------------

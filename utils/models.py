@@ -307,7 +307,8 @@ def _self_draft_pair(target, drafter, *, device, dtype, quantize, progress, cach
         drafter_name=f"{DEFAULT_LABEL if target is None else target} {spec.label} "
                      f"({dtype_name(_float_dtype(draft))}{', ' + draft.int8_method + ' int8' if spec.kind == 'int8' else ''})",
         end_tokens=end_token_ids(tokenizer, model), device=model_device(model),
-        vocab_size=check_compatible(tokenizer, tokenizer, model, draft), context_length=context_length(model, tokenizer),
+        vocab_size=check_compatible(tokenizer, tokenizer, model, model),  # the drafter has the target's head
+        context_length=context_length(model, tokenizer),
         self_draft_demo=False, is_encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
         notes=tuple(notes),
     )
