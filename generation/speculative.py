@@ -36,16 +36,6 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
     return torch.cat(drafts), torch.cat(probs)
 
 
-def make_drafter(drafter, target, processor: LogitsProcessor, *, use_cache: bool = True,
-                 vocab_size: int | None = None, generator: torch.Generator | None = None):
-    """The Drafter for drafter model ``drafter``: a :class:`selfdraft.drafter.SelfDrafter`
-    (drafting on the target's cache) when it was made from ``target``, else a :class:`ModelDrafter`."""
-    from selfdraft.drafter import SelfDrafter, self_draft_target
-
-    cls = SelfDrafter if self_draft_target(drafter) is target else ModelDrafter
-    return cls(drafter, processor, use_cache=use_cache, vocab_size=vocab_size, generator=generator)
-
-
 class ModelDrafter:
     """Drafts with a smaller model, sampling each token from q = processor(drafter logits).
 
@@ -151,7 +141,7 @@ def speculative_generate(
     prompt = check_request(inputs, max_gen_len, target, drafter)
     gamma = check_gamma(gamma)
     vocab = vocab_size or shared_vocab_size(target, drafter)
-    model_drafter = make_drafter(drafter, target, logits_processor, use_cache=use_cache,
+    model_drafter = ModelDrafter(drafter, logits_processor, use_cache=use_cache,
                                  vocab_size=vocab, generator=generator)
     return verify_loop(
         prompt, model_drafter, target,

@@ -121,10 +121,10 @@ def measure_drafter(label: str, drafter, target, ids: torch.Tensor, *, gamma: in
     """Acceptance and costs of ``drafter`` from a greedy speculative run of ``tokens`` tokens."""
     from analysis.acceptance import acceptance_by_position
     from analysis.speedup import costs_from_result
-    from generation import speculative_generate
     from sampling import GreedyProcessor
+    from selfdraft.drafter import self_speculative_generate
 
-    result = speculative_generate(ids[0].tolist(), drafter, target, logits_processor=GreedyProcessor(),
+    result = self_speculative_generate(ids[0].tolist(), drafter, target, logits_processor=GreedyProcessor(),
                                   gamma=gamma, max_gen_len=tokens)
     costs = costs_from_result(result)
     rounds = result.trace[1:] if len(result.trace) > 1 else result.trace

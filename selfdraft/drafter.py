@@ -150,6 +150,30 @@ def _cache_dtype(model) -> torch.dtype:
     return torch.float32
 
 
+def make_drafter(drafter, target, processor, *, use_cache: bool = True, vocab_size: int | None = None,
+                 generator: torch.Generator | None = None):
+    """The Drafter for drafter model ``drafter``: a :class:`SelfDrafter` (drafting on the target's
+    cache) when it was made from ``target``, else a :class:`ModelDrafter`."""
+    cls = SelfDrafter if self_draft_target(drafter) is target else ModelDrafter
+    return cls(drafter, processor, use_cache=use_cache, vocab_size=vocab_size, generator=generator)
+
+
+def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamma: int = 4, max_gen_len: int = 128,
+                              eos_tokens_id=None, use_cache: bool = True, vocab_size: int | None = None,
+                              generator: torch.Generator | None = None, gamma_policy=None):
+    """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for self-drafters)."""
+    from generation.common import check_gamma, check_request
+    from generation.speculative import shared_vocab_size
+    from generation.verify import verify_loop
+
+    prompt = check_request(inputs, max_gen_len, target, drafter)
+    vocab = vocab_size or shared_vocab_size(target, drafter)
+    made = make_drafter(drafter, target, logits_processor, use_cache=use_cache, vocab_size=vocab, generator=generator)
+    return verify_loop(prompt, made, target, logits_processor=logits_processor, gamma=check_gamma(gamma),
+                       max_gen_len=max_gen_len, eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
+                       generator=generator, gamma_policy=gamma_policy)
+
+
 def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bool = True,
                       generator: torch.Generator | None = None) -> SelfDrafter:
     """A :class:`SelfDrafter` for a loaded ``utils.models.ModelPair`` (the factory an engine registers).

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from generation import autoregressive_generate, speculative_generate
-from generation.gamma_policy import make_policy
+from generation.gamma_policies import make_policy
 from sampling import GreedyProcessor
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
 from selfdraft.choose import choice_lines, choose
-from selfdraft.drafter import SelfDrafter
+from selfdraft.drafter import SelfDrafter, self_speculative_generate
 from selfdraft.skip import SkipRefused, skip_view
 from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from tests.arch_zoo import PROMPTS, build
@@ -134,8 +134,8 @@ def test_self_drafters_are_lossless(family, kind, policy, references):
     drafter = build_self_drafter(target, parse_self_draft(kind))
     rejected = 0
     for prompt, want in zip(PROMPTS, references[family]):
-        got = speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY, gamma=3,
-                                   max_gen_len=LENGTH, gamma_policy=make_policy(policy, 3))
+        got = self_speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY, gamma=3,
+                                        max_gen_len=LENGTH, gamma_policy=make_policy(policy, 3))
         assert got.tokens == want, f"{family} {kind} {policy}"
         rejected += got.drafted - got.accepted
     if kind.startswith("self:skip") and policy == "constant":
@@ -150,8 +150,8 @@ def test_a_drafter_that_keeps_its_draft_positions_in_the_target_cache_is_caught(
     outputs = []
     for prompt in PROMPTS:
         try:
-            outputs.append(speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY,
-                                                gamma=3, max_gen_len=LENGTH).tokens)
+            outputs.append(self_speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY,
+                                                     gamma=3, max_gen_len=LENGTH).tokens)
         except Exception:  # noqa: BLE001  (a broken cache may also raise)
             outputs.append(None)
     assert outputs != references["llama"]
@@ -298,3 +298,20 @@ def test_skip_search_finds_a_layer_that_does_nothing():
     found = search_skip(target, ids, 10, {1: 0.010, 2: 0.0105, 5: 0.011})
     assert 2 in found.layers and found.tried >= 1
     assert "self:skip=auto searched" in found.line(4)
+
+
+@pytest.mark.parametrize("drafter, options", [("self", "self:skip=1"), ("self", "self:int8"), ("model", None)])
+def test_the_engine_runs_self_drafters_on_the_shared_cache(drafter, options, references):
+    """Registered as kind "self" (a spec in drafter_options), and a self-draft model as kind "model"."""
+    from types import SimpleNamespace
+
+    from engine import Strategy, run_strategy
+
+    target = build("llama")
+    model = build_self_drafter(target, parse_self_draft("self:skip=1"))
+    pair = SimpleNamespace(target=target, drafter=model, end_tokens=None, vocab_size=None)
+    strategy = Strategy("speculative", drafter=drafter, drafter_options=options, gamma=3, max_gen_len=LENGTH,
+                        processor=GREEDY)
+    result = run_strategy(strategy, pair, list(PROMPTS[0]))
+    assert result.tokens == references["llama"][0]
+    assert result.rollback["drafter"]["method"] == "shared"
