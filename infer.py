@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--target", metavar="NAME_OR_DIR",
                         help="target model: a hub name or a local directory (default: the offline SmolLM2 pair)")
     models.add_argument("--drafter", metavar="NAME_OR_DIR",
-                        help="drafter model sharing the target's tokenizer (needed with --target; "
-                             "'self' reuses the target's weights as a demo)")
+                        help="drafter model sharing the target's tokenizer (needed with --target), or a "
+                             "self-drafter made from the target: self:bf16, self:fp16, self:int8, "
+                             "self:skip=L1,L2,... or self:skip=auto (default with the default target: the "
+                             "self-drafter measured fastest on this machine)")
     models.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     models.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
     models.add_argument("--quantize", metavar="MODE", help="quantise the target's weights (e.g. int8, int4)")

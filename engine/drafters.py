@@ -48,10 +48,26 @@ def register_drafter(kind: str, factory: DrafterFactory) -> DrafterFactory:
 
 
 def model_drafter(pair, strategy, state, context: DraftContext) -> ModelDrafter:
-    """Speculative decoding's drafter: the pair's drafter model (its context must fit too)."""
+    """Speculative decoding's drafter: the pair's drafter model (its context must fit too).
+
+    A drafter model made from the target (``--drafter self:...``) drafts on the
+    target's own cache (``selfdraft.drafter.SelfDrafter``)."""
+    from selfdraft.drafter import make_drafter
+
     check_request(context.prompt, context.max_gen_len, pair.drafter)
-    return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
+    return make_drafter(pair.drafter, pair.target, context.processor, use_cache=strategy.use_cache,
                         vocab_size=context.vocab_size, generator=context.generator)
+
+
+def self_drafter(pair, strategy, state, context: DraftContext):
+    """A self-drafter built from the pair's target: ``drafter_options`` is its spec
+    (``"self:int8"``, ``"self:skip=3,5"``, ...), or None for the pair's own self-draft model."""
+    from selfdraft.drafter import make_self_drafter
+
+    drafter = make_self_drafter(pair, context.processor, spec=strategy.drafter_options,
+                                use_cache=strategy.use_cache, generator=context.generator)
+    drafter.vocab_size = drafter.own.vocab_size = context.vocab_size
+    return drafter
 
 
 def ngram_drafter(pair, strategy, state, context: DraftContext) -> NGramDrafter:
@@ -69,3 +85,4 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> NGramDrafter:
 
 register_drafter("model", model_drafter)
 register_drafter("ngram", ngram_drafter)
+register_drafter("self", self_drafter)

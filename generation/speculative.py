@@ -13,6 +13,29 @@ from sampling import LogitsProcessor
 from utils.cache import CachedModel, tree_support
 
 
+def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, generator, vocab_size,
+                 stop_below: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to k tokens drawn one by one from q = processor(step(seq)): ids (k',) and q (k', V).
+
+    ``step(seq)`` returns the drafter's logits for the token after ``seq`` (1, L),
+    shape (1, V). With ``stop_below`` the round ends early once the top
+    probability for the next token falls below it (one host sync per step).
+    """
+    drafts, probs = [], []
+    for _ in range(k):
+        logits = step(seq)                                      # (1, V)
+        if vocab_size is not None:
+            logits = logits[:, :vocab_size]
+        q = processor(logits)                                   # (1, V)
+        if stop_below is not None and drafts and q.max().item() < stop_below:
+            break
+        token = processor.sample(q, generator)                  # (1,)
+        seq = torch.cat([seq, token.view(1, 1)], dim=1)
+        drafts.append(token)
+        probs.append(q)
+    return torch.cat(drafts), torch.cat(probs)
+
+
 class ModelDrafter:
     """Drafts with a smaller model, sampling each token from q = processor(drafter logits).
 
@@ -52,19 +75,9 @@ class ModelDrafter:
         seq = ids.to(self.device)
         self.cached.rollback(seq.shape[1] - 1)
         self.cached.checkpoint()
-        drafts, probs = [], []
-        for _ in range(k):
-            logits = self.cached.forward(seq, keep=1)                # (1, V)
-            if self.vocab_size is not None:
-                logits = logits[:, :self.vocab_size]
-            q = self.processor(logits)                              # (1, V)
-            if stop_below is not None and drafts and q.max().item() < stop_below:
-                break
-            token = self.processor.sample(q, self.generator)        # (1,)
-            seq = torch.cat([seq, token.view(1, 1)], dim=1)
-            drafts.append(token)
-            probs.append(q)
-        return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
+        drafts, probs = draft_tokens(lambda s: self.cached.forward(s, keep=1), seq, k, self.processor,
+                                     self.generator, self.vocab_size, stop_below)
+        return drafts.to(ids.device), probs.to(ids.device)
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
         """A dynamic tree (``generation.tree_draft``) of at most ``nodes`` nodes and

@@ -120,6 +120,9 @@ def verify_loop(
     with timed_run(result, device, interruptible=interruptible):
         start = model.begin(prompt)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
+        attach = getattr(drafter, "attach_target", None)
+        if attach is not None:  # a self-drafter reads the target's cache (selfdraft.drafter)
+            attach(model)
         drafter.begin(prompt)
         policy.begin(drafter.kind)
         trees = tree > 0 and _trees_possible(model, drafter, result)

@@ -240,6 +240,7 @@ class ModelPair:
     self_draft_demo: bool  # True when the drafter is the target's own weights (the default pair)
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
     probe: Any = None  # utils.probe.PairProbe: how each model is fed over its cache, and why
+    notes: tuple[str, ...] = ()  # banner lines about the drafter (a self-drafter chosen by measuring)
 
     @property
     def drafter_device(self) -> torch.device:
@@ -248,7 +249,7 @@ class ModelPair:
 
     def banner_lines(self) -> list[str]:
         """Plain-text lines describing the pair, for the REPL's start-up banner."""
-        lines = [f"target:  {self.target_name}", f"drafter: {self.drafter_name}"]
+        lines = [f"target:  {self.target_name}", f"drafter: {self.drafter_name}", *self.notes]
         if self.probe is not None:
             lines.append(self.probe.summary())
         if self.self_draft_demo:
@@ -266,13 +267,67 @@ def describe(spec: str | None, model, quantize: str | None, note: str = "") -> s
     return f"{source} ({', '.join(parts)})"
 
 
+def _self_draft_pair(target, drafter, *, device, dtype, quantize, progress, cache_dir) -> ModelPair:
+    """A pair whose drafter is made from the target (``--drafter self:...``), or, with neither
+    given, the offline default with the self-drafter this machine runs fastest (measured once)."""
+    from selfdraft.build import build_self_drafter
+    from selfdraft.skip import SkipRefused
+    from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
+
+    try:
+        spec = parse_self_draft(drafter) if drafter is not None else None
+    except SelfDraftSpecError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    model, tokenizer = load_model(target, device=device, dtype=dtype, quantize=quantize,
+                                  progress=progress, cache_dir=cache_dir)
+    say = progress or no_progress
+    notes: list[str] = []
+    try:
+        if spec is None:
+            from selfdraft.default import default_drafter
+
+            label = describe(target, model, quantize)
+            draft, chosen, notes = default_drafter(model, tokenizer, label, cache_root(cache_dir), say=say)
+            spec = parse_self_draft(chosen)
+        elif spec.auto:
+            from selfdraft.calibrate import calibration_ids, greedy_continuation, time_target
+            from selfdraft.search import search_skip
+            from selfdraft.skip import num_layers
+
+            say("Searching the layers to skip (self:skip=auto)")
+            ids = calibration_ids(tokenizer)
+            found = search_skip(model, greedy_continuation(model, ids), ids.shape[1], time_target(model, ids).verify_s)
+            spec = SelfDraftSpec("skip", found.layers)
+            draft = build_self_drafter(model, spec)
+            notes = [found.line(num_layers(model))]
+        else:
+            draft = build_self_drafter(model, spec)
+    except SkipRefused as exc:
+        raise ModelLoadError(str(exc)) from exc
+    return ModelPair(
+        target=model, drafter=draft, tokenizer=tokenizer,
+        target_name=describe(target, model, quantize),
+        drafter_name=f"{DEFAULT_LABEL if target is None else target} {spec.label} "
+                     f"({dtype_name(_float_dtype(draft))}{', ' + draft.int8_method + ' int8' if spec.kind == 'int8' else ''})",
+        end_tokens=end_token_ids(tokenizer, model), device=model_device(model),
+        vocab_size=check_compatible(tokenizer, tokenizer, model, model),  # the drafter has the target's head
+        context_length=context_length(model, tokenizer),
+        self_draft_demo=False, is_encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
+        notes=tuple(notes),
+    )
+
+
+def _float_dtype(model):
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+
+
 def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quantize):
     """Decide the drafter spec, dtype and quantisation, and whether this is a self-draft demo."""
     self_draft = drafter == SELF_DRAFT or (target is None and drafter is None)
     if target is not None and drafter is None:
         raise ModelLoadError(
             f"--target {target} was given without --drafter: pass --drafter with a smaller model that "
-            "shares the target's tokenizer, or --drafter self for a self-draft demo."
+            "shares the target's tokenizer, or a drafter made from the target (self:bf16, self:int8, self:skip=auto)."
         )
     spec = target if self_draft else drafter
     chosen_dtype = drafter_dtype or ("bfloat16" if self_draft else dtype)
@@ -335,6 +390,11 @@ def load_pair(
     cache (cached, stepwise or uncached) and why.
     """
     quantize = parse_quantize(quantize)
+    from selfdraft.spec import is_self_draft
+
+    if is_self_draft(drafter) or (target is None and drafter is None):
+        return _self_draft_pair(target, drafter, device=device, dtype=dtype, quantize=quantize,
+                                progress=progress, cache_dir=cache_dir)
     drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
         target, drafter, dtype, drafter_dtype, quantize, drafter_quantize
     )

@@ -1,0 +1,28 @@
+"""Build a self-drafter model from a loaded target, for a :class:`selfdraft.spec.SelfDraftSpec`."""
+
+from __future__ import annotations
+
+import torch
+
+from selfdraft.copies import int8_copy, precision_copy
+from selfdraft.drafter import mark_self_draft
+from selfdraft.skip import skip_view
+from selfdraft.spec import PRECISIONS, SelfDraftSpec
+
+
+def build_self_drafter(target, spec: SelfDraftSpec, *, int8_method: str | None = None) -> torch.nn.Module:
+    """The drafter model for ``spec`` made from ``target`` (which is left untouched).
+
+    ``self:skip=auto`` must be resolved to layers first (``selfdraft.search``).
+    Raises ``selfdraft.skip.SkipRefused`` (one line) where layer skipping does not apply.
+    """
+    if spec.kind in PRECISIONS:
+        model = precision_copy(target, getattr(torch, PRECISIONS[spec.kind]))
+    elif spec.kind == "int8":
+        model = int8_copy(target, int8_method)
+    elif spec.auto:
+        raise ValueError("self:skip=auto: search for the layers first (selfdraft.search.search_skip)")
+    else:
+        model = skip_view(target, spec.layers)
+    mark_self_draft(model, target, spec.label)
+    return model

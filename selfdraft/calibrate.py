@@ -1,0 +1,155 @@
+"""Measure a target and its self-drafters on this machine: forward timings and acceptance.
+
+What the default-drafter choice (``selfdraft.choose``) rests on:
+
+- the target's one-token step, its verify cost at a few widths (tokens fed at
+  once) and its prefill, each the median of a few forward passes on a cache
+  holding a short calibration text (``time_target``);
+- for each self-drafter, a short greedy speculative run on the calibration
+  prompt through the real engine (shared cache included): its acceptance by
+  draft position, its seconds per draft step and the host seconds per round,
+  read from the run's rounds by ``analysis`` (``measure_drafter``);
+- a top-1 agreement on a text (teacher-forced, one uncached forward each):
+  the cheap score the layer-skip search ranks candidates by.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from utils.cache import CachedModel
+
+CALIBRATION_TEXT = ("Explain in a few sentences how the gears of a bicycle work, and why a cyclist "
+                    "changes gear before climbing a steep hill.")
+CALIBRATION_TOKENS = 48     # greedy tokens the calibration runs generate
+VERIFY_WIDTHS = (1, 2, 3, 5, 9)
+REPEATS = 3
+
+
+def calibration_ids(tokenizer) -> torch.Tensor:
+    """The calibration prompt through the chat template, (1, L)."""
+    from utils.vocab import encode_prompt
+
+    return torch.tensor([encode_prompt(tokenizer, CALIBRATION_TEXT)], dtype=torch.long)
+
+
+@dataclass
+class TargetTiming:
+    """Seconds of the target's forwards: ``verify_s`` by width (1 = a plain decode step), and the prefill."""
+
+    verify_s: dict[int, float]
+    prefill_s: float
+    prompt_tokens: int
+
+    def to_dict(self) -> dict:
+        return {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "prefill_s": self.prefill_s,
+                "prompt_tokens": self.prompt_tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TargetTiming":
+        return cls({int(k): float(v) for k, v in data["verify_s"].items()}, float(data["prefill_s"]),
+                   int(data["prompt_tokens"]))
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+@torch.inference_mode()
+def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = REPEATS) -> TargetTiming:
+    """Median seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width."""
+    cached = CachedModel(target)
+    cached.begin(ids[0].tolist())
+    prefill = _timed(lambda: cached.forward(ids, keep=1))
+    base = ids.shape[1]
+    extra = ids[:, -1:].repeat(1, max(widths))
+    verify = {}
+    for width in widths:
+        times = []
+        for _ in range(repeats + 1):                          # the first pass warms up
+            cached.checkpoint()
+            times.append(_timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width)))
+            cached.rollback(base)
+        verify[width] = statistics.median(times[1:])
+    return TargetTiming(verify, prefill, base)
+
+
+@dataclass
+class DrafterMeasure:
+    """One self-drafter measured by a short greedy speculative run.
+
+    ``rates``: acceptance by draft position; ``draft_step_s``: seconds per drafted
+    token (the first round, which holds the prefill, left out); ``other_s``: host
+    seconds per round; ``cache``: how it read the committed tokens ("shared" or
+    "crop"/"restore": a cache of its own). ``skipped``: when the run was not made,
+    why (a number).
+    """
+
+    label: str
+    rates: list[float] = field(default_factory=list)
+    draft_step_s: float = 0.0
+    other_s: float = 0.0
+    cache: str = ""
+    build_s: float = 0.0
+    skipped: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.inference_mode()
+def drafter_step_s(drafter, ids: torch.Tensor, repeats: int = REPEATS) -> float:
+    """Median seconds of one-token forwards of ``drafter`` on a cache holding ``ids`` (its own cache)."""
+    cached = CachedModel(drafter)
+    cached.begin(ids[0].tolist())
+    cached.forward(ids, keep=1)
+    seq, times = ids, []
+    for _ in range(repeats + 1):
+        seq = torch.cat([seq, ids[:, -1:]], dim=1)
+        times.append(_timed(lambda: cached.forward(seq, keep=1)))
+    return statistics.median(times[1:])
+
+
+def measure_drafter(label: str, drafter, target, ids: torch.Tensor, *, gamma: int = 4,
+                    tokens: int = CALIBRATION_TOKENS) -> DrafterMeasure:
+    """Acceptance and costs of ``drafter`` from a greedy speculative run of ``tokens`` tokens."""
+    from analysis.acceptance import acceptance_by_position
+    from analysis.speedup import costs_from_result
+    from sampling import GreedyProcessor
+    from selfdraft.drafter import self_speculative_generate
+
+    result = self_speculative_generate(ids[0].tolist(), drafter, target, logits_processor=GreedyProcessor(),
+                                  gamma=gamma, max_gen_len=tokens)
+    costs = costs_from_result(result)
+    rounds = result.trace[1:] if len(result.trace) > 1 else result.trace
+    return DrafterMeasure(
+        label=label,
+        rates=[round(r, 4) for r in acceptance_by_position(rounds)],
+        draft_step_s=costs.draft_step_s if costs else 0.0,
+        other_s=costs.other_per_round_s if costs else 0.0,
+        cache=(result.rollback.get("drafter") or {}).get("method", ""),
+    )
+
+
+@torch.inference_mode()
+def agreement(target, drafter, ids: torch.Tensor, start: int = 0) -> float:
+    """Share of positions from ``start`` on where the drafter's argmax equals the target's (uncached)."""
+    want = target(input_ids=ids, use_cache=False).logits[0, start:].argmax(-1)
+    got = drafter(input_ids=ids, use_cache=False).logits[0, start:].argmax(-1)
+    return float((want == got).float().mean())
+
+
+@torch.inference_mode()
+def greedy_continuation(target, ids: torch.Tensor, tokens: int = CALIBRATION_TOKENS) -> torch.Tensor:
+    """``ids`` followed by the target's own greedy continuation, (1, L + tokens)."""
+    from generation import autoregressive_generate
+    from sampling import GreedyProcessor
+
+    out = autoregressive_generate(ids[0].tolist(), target, logits_processor=GreedyProcessor(), max_gen_len=tokens)
+    return torch.cat([ids, torch.tensor([out.tokens], dtype=torch.long)], dim=1)

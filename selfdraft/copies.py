@@ -1,0 +1,96 @@
+"""Copies of the target as drafters: the same weights in a lower precision, or quantised to int8.
+
+``precision_copy`` casts a copy of every weight (``self:bf16``, ``self:fp16``).
+``int8_copy`` quantises a copy's linear layers to int8 (``self:int8``) by one
+of three routes:
+
+- ``torch``: torch's dynamic quantisation (``torch.ao.quantization.quantize_dynamic``):
+  int8 weights (one scale per output row), activations quantised per call,
+  fbgemm/onednn int8 kernels.
+  CPU only. It replaces every ``nn.Linear``, the output head included.
+- ``quanto``: optimum-quanto weight-only int8 (the ``--quantize int8`` route);
+  the output head stays in float, as transformers' own integration does.
+- ``torchao``: torchao's int8 weight-only config, when the package is installed.
+
+``scripts/int8_paths.py`` measures them on the default model; on the CPUs
+measured the torch route was the fastest by far (docs/drafters.md), so it is
+the choice on a CPU and quanto elsewhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+
+import torch
+
+INT8_METHODS = ("torch", "quanto", "torchao")
+
+
+def precision_copy(model, dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of ``model`` with every floating-point weight in ``dtype`` (the target is untouched)."""
+    clone = copy.deepcopy(model)
+    return clone.to(dtype).eval()
+
+
+def default_int8_method(device: torch.device) -> str:
+    """The int8 route for ``device``: torch's dynamic int8 on a CPU, optimum-quanto elsewhere."""
+    return "torch" if device.type == "cpu" else "quanto"
+
+
+def int8_available(method: str) -> bool:
+    return {"torch": hasattr(torch.ao.quantization, "quantize_dynamic"),
+            "quanto": importlib.util.find_spec("optimum") is not None,
+            "torchao": importlib.util.find_spec("torchao") is not None}[method]
+
+
+def _torch_dynamic(model):
+    """A copy with every linear layer in dynamic int8, the head included when the model's code allows.
+
+    Some models read ``lm_head.weight.dtype`` (a method on a quantised linear):
+    a two-token forward tells, and then the head stays in float.
+    """
+    per_channel = torch.ao.quantization.per_channel_dynamic_qconfig  # one scale per output row
+    quantised = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: per_channel}, dtype=torch.qint8)
+    try:
+        with torch.inference_mode():
+            quantised(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=False)
+        return quantised
+    except (AttributeError, TypeError, RuntimeError):
+        from utils.quantize import output_head_names
+
+        head = set(output_head_names(model))
+        names = {name: per_channel for name, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and name not in head}
+        return torch.ao.quantization.quantize_dynamic(model, names, dtype=torch.qint8)
+
+
+def _quanto(model):
+    from utils.quantize import apply_quanto
+
+    return apply_quanto(model, "int8")
+
+
+def _torchao(model):
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    quantize_(model, Int8WeightOnlyConfig())
+    return model
+
+
+def int8_copy(model, method: str | None = None) -> torch.nn.Module:
+    """A copy of ``model`` whose linear weights are int8, by ``method`` (None: the device's default)."""
+    from utils.devices import model_device
+
+    method = method or default_int8_method(model_device(model))
+    if method not in INT8_METHODS:
+        raise ValueError(f"unknown int8 method {method!r}: use {', '.join(INT8_METHODS)}")
+    if not int8_available(method):
+        raise ValueError(f"int8 method {method!r} is not available in this environment")
+    if method == "torch":  # quantize_dynamic copies the model itself (float32 in, int8 weights out)
+        quantised = _torch_dynamic(model if model.dtype == torch.float32 else copy.deepcopy(model).float())
+    else:
+        quantised = {"quanto": _quanto, "torchao": _torchao}[method](copy.deepcopy(model))
+    quantised.eval()
+    object.__setattr__(quantised, "int8_method", method)
+    return quantised

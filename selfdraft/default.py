@@ -1,0 +1,155 @@
+"""The default drafter: the self-drafter this machine runs fastest, measured once and remembered.
+
+With no ``--drafter`` on the offline default model, the loader measures the
+target and each self-drafter (``selfdraft.calibrate``), searches the layers
+for ``self:skip=auto`` (``selfdraft.search``), and picks the highest predicted
+speedup (``selfdraft.choose``). The measurements and the pick are written to
+``<cache>/selfdraft/<key>.json``, where the key names this machine (CPU model
+and flags, torch threads), the torch and transformers versions, and the model;
+a later start reads the file and builds only the pick (``SPECDEC_REMEASURE=1``
+measures again, e.g. after a run on a busy machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
+FORMAT = 1
+REMEASURE_ENV = "SPECDEC_REMEASURE"  # set to measure again even when this machine has a result
+
+
+def cpu_description() -> tuple[str, str]:
+    """(CPU model name, its flags) from /proc/cpuinfo, or what platform says."""
+    name, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name in ("", platform.machine(), platform.processor()):
+                name = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = value.strip()
+    except OSError:
+        pass
+    return name, flags
+
+
+def machine_key(model_label: str, device: torch.device) -> dict:
+    """What a measurement depends on: machine, threads, versions, model."""
+    import transformers
+
+    name, flags = cpu_description()
+    return {"format": FORMAT, "cpu": name, "flags": hashlib.sha1(flags.encode()).hexdigest()[:12],
+            "threads": torch.get_num_threads(), "device": str(device), "torch": torch.__version__,
+            "transformers": transformers.__version__, "model": model_label}
+
+
+def cache_file(cache_root: Path, key: dict) -> Path:
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root / "selfdraft" / f"{digest}.json"
+
+
+def read_cached(path: Path, key: dict) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("key") == key and data.get("pick") else None
+
+
+def write_cached(path: Path, data: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs a measurement at the next start
+
+
+def _candidate(label: str, target, text_ids, start: int, verify_s, say):
+    """(resolved label, drafter model, extra banner line) for one candidate label."""
+    from selfdraft.build import build_self_drafter
+    from selfdraft.search import search_skip
+    from selfdraft.skip import num_layers
+    from selfdraft.spec import SelfDraftSpec, parse_self_draft
+
+    spec = parse_self_draft(label)
+    line = ""
+    if spec.auto:
+        say("Searching the layers to skip (self:skip=auto)")
+        found = search_skip(target, text_ids, start, verify_s)
+        spec = SelfDraftSpec("skip", found.layers)
+        line = found.line(num_layers(target))
+    return spec.label, build_self_drafter(target, spec), line
+
+
+def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, candidates=CANDIDATES):
+    """Measure every candidate; returns (the cache record, {label: drafter model})."""
+    from selfdraft.calibrate import (calibration_ids, drafter_step_s, greedy_continuation, measure_drafter,
+                                     time_target)
+    from selfdraft.choose import choice_lines, choose
+    from selfdraft.skip import SkipRefused
+
+    started = time.perf_counter()
+    ids = calibration_ids(tokenizer)
+    say("Timing the target's forward passes")
+    timing = time_target(target, ids)
+    text_ids = greedy_continuation(target, ids)
+    measures, models, notes = [], {}, []
+    for label in candidates:
+        say(f"Measuring {label}")
+        begun = time.perf_counter()
+        try:
+            resolved, model, line = _candidate(label, target, text_ids, ids.shape[1], timing.verify_s, say)
+        except (SkipRefused, ValueError) as exc:
+            measures.append({"label": label, "skipped": str(exc)})
+            continue
+        if line:
+            notes.append(line)
+        step = drafter_step_s(model, ids)
+        if step >= timing.verify_s[1]:
+            measures.append({"label": resolved, "draft_step_s": step,
+                             "skipped": f"a draft step takes {step * 1e3:.0f} ms, a target step "
+                                        f"{timing.verify_s[1] * 1e3:.0f} ms"})
+            continue
+        measure = measure_drafter(resolved, model, target, ids, gamma=gamma).to_dict()
+        measure["build_s"] = time.perf_counter() - begun
+        measures.append(measure)
+        models[resolved] = model
+    choice = choose(measures, timing.verify_s, gamma=gamma)
+    record = {"target": timing.to_dict(), "candidates": measures, "pick": choice.pick,
+              "lines": choice_lines(choice) + notes, "gamma": gamma,
+              "measured_s": round(time.perf_counter() - started, 2),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
+    return record, models
+
+
+def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, gamma: int = 4, say=lambda t: None):
+    """(drafter model, its label, banner lines): the measured pick, from the cache when this machine has one."""
+    from utils.devices import model_device
+    from selfdraft.build import build_self_drafter
+    from selfdraft.spec import parse_self_draft
+
+    key = machine_key(model_label, model_device(target))
+    path = cache_file(cache_root, key)
+    record = None if os.environ.get(REMEASURE_ENV) else read_cached(path, key)
+    if record is not None:
+        model = build_self_drafter(target, parse_self_draft(record["pick"]))
+        return model, record["pick"], record["lines"] + [
+            f"(measured {record['date']} at load average {record.get('load_average')}; kept in {path}: "
+            f"set {REMEASURE_ENV}=1 to measure again)"]
+    say("Measuring the self-drafters on this machine, once (the result is kept)")
+    record, models = measure_all(target, tokenizer, gamma=gamma, say=say)
+    record["key"] = key
+    write_cached(path, record)
+    model = models.get(record["pick"]) or build_self_drafter(target, parse_self_draft(record["pick"]))
+    return model, record["pick"], record["lines"] + [f"(measured in {record['measured_s']:.0f} s; kept in {path})"]

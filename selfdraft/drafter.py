@@ -1,0 +1,196 @@
+"""The self-drafter: a model made from the target, drafting on the target's own cache where it can.
+
+:class:`SelfDrafter` is a ``generation.verify.Drafter``. The verify loop hands
+it the target's cache (``attach_target``) before the generation begins. When
+that cache can be shared (``shared_cache``), each round the drafter
+
+1. makes sure the target's cache holds every committed token but the last (in
+   the first round the target's prefill runs here, once: the verify that
+   follows feeds only the last token and the drafts);
+2. builds its round cache: a view of the target's layers (same dtype), or its
+   own cache topped up with the newly committed positions, cast;
+3. drafts one token per forward, exactly as :class:`ModelDrafter` does;
+4. drops its draft positions, so the target's cache is as it was.
+
+Otherwise (no cache, recurrent layers, sliding layers for a cast copy) it
+drafts like a :class:`ModelDrafter`, on a cache of its own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from generation.common import model_device
+from generation.speculative import ModelDrafter, draft_tokens
+from selfdraft import shared_cache
+from selfdraft.skip import kept_layers
+from utils.cache import RollbackStats, _forward_kwargs, new_cache
+
+SELF_DRAFT_ATTR = "self_draft_of"  # on a self-draft model: the target it was made from
+
+
+def mark_self_draft(drafter, target, label: str) -> None:
+    """Record on ``drafter`` that it was made from ``target`` (so the engine can share the cache)."""
+    object.__setattr__(drafter, SELF_DRAFT_ATTR, (target, label))
+
+
+def self_draft_target(drafter):
+    """The target ``drafter`` was made from, or None for an ordinary drafter model."""
+    mark = getattr(drafter, SELF_DRAFT_ATTR, None)
+    return mark[0] if mark else None
+
+
+class SelfDrafter:
+    """Drafts with a self-draft model, reading the target's KV cache for committed tokens."""
+
+    wants_top_k = 0
+    kind = "model"
+
+    def __init__(self, model, processor, *, use_cache: bool = True, vocab_size: int | None = None,
+                 generator: torch.Generator | None = None):
+        self.model = model
+        self.processor = processor
+        self.vocab_size = vocab_size
+        self.generator = generator
+        self.device = model_device(model)
+        self.own = ModelDrafter(model, processor, use_cache=use_cache, vocab_size=vocab_size, generator=generator)
+        self.layers = kept_layers(model)  # None: every layer of the target
+        self.dtype = _cache_dtype(model)
+        self.target = None
+        self.mode = "own"
+        self.cache = None
+        self._forwards = 0
+        self._copied = 0
+        self.stats = RollbackStats(method="shared")
+        self.cache_kw, self.logits_kw = _forward_kwargs(model)
+
+    # -------------------------------------------------------------- protocol
+
+    @property
+    def calls(self) -> int:
+        return self._forwards if self.mode != "own" else self.own.calls
+
+    def attach_target(self, target_cached) -> None:
+        """The target's ``utils.cache.CachedModel`` of this generation (called before ``begin``)."""
+        self.target = target_cached
+
+    def begin(self, prompt: list[int]) -> None:
+        self.mode = self._choose_mode()
+        self._forwards, self._copied = 0, 0
+        self.stats = RollbackStats(method="shared" if self.mode != "own" else "crop")
+        if self.mode == "copy":
+            self.cache = new_cache(self.model)
+        if self.mode == "own":
+            self.own.begin(prompt)
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None):
+        if self.mode == "own":
+            return self.own.propose(ids, k, stop_below)
+        committed = ids.shape[1] - 1
+        self._fill_target(ids)
+        cache = self._round_cache(committed)
+        fed = [0]
+
+        def step(seq: torch.Tensor) -> torch.Tensor:
+            new = seq[:, committed + fed[0]:]
+            fed[0] += new.shape[1]
+            return self._forward(new, cache)
+
+        try:
+            drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
+                                         self.vocab_size, stop_below)
+        finally:
+            shared_cache.drop_drafts(cache, fed[0])
+        return drafts.to(ids.device), probs.to(ids.device)
+
+    def update(self, new_tokens, top_k) -> None:
+        """Nothing to learn: the committed tokens are read from the target's cache next round."""
+
+    def rollback_stats(self) -> dict:
+        return self.stats.to_dict() if self.mode != "own" else self.own.rollback_stats()
+
+    # ------------------------------------------------------------ internals
+
+    def _choose_mode(self) -> str:
+        target = self.target
+        if target is None or target.cache is None or target.encoder_decoder or not self.own.cached.use_cache:
+            return "own"
+        if target.needs_snapshots or not shared_cache.can_view(target.cache):
+            return "own"
+        if self.dtype == _cache_dtype(target.model):
+            return "view"
+        return "copy" if self.layers is None and shared_cache.can_copy(target.cache) else "own"
+
+    def _fill_target(self, ids: torch.Tensor) -> None:
+        """Feed the target the committed tokens its cache lacks (the prompt, in the first round)."""
+        committed = ids.shape[1] - 1
+        if self.target.length < committed:
+            self.target.forward(ids[:, :committed], keep=1)
+
+    def _round_cache(self, committed: int):
+        if self.mode == "view":
+            return shared_cache.view_of(self.target.cache, self.layers or list(range(len(self.target.cache.layers))))
+        shared_cache.append_committed(self.cache, self.target.cache, self._copied, committed, self.dtype)
+        self._copied = committed
+        return self.cache
+
+    def _forward(self, new: torch.Tensor, cache) -> torch.Tensor:
+        kwargs = {"input_ids": new.to(self.device), self.cache_kw: cache, "use_cache": True}
+        if self.logits_kw is not None:
+            kwargs[self.logits_kw] = 1
+        self._forwards += 1
+        return self.model(**kwargs).logits[0, -1:]
+
+
+def _cache_dtype(model) -> torch.dtype:
+    """The dtype of the keys and values ``model`` writes (its float weights' dtype; float32 for int8)."""
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.float32
+
+
+def make_drafter(drafter, target, processor, *, use_cache: bool = True, vocab_size: int | None = None,
+                 generator: torch.Generator | None = None):
+    """The Drafter for drafter model ``drafter``: a :class:`SelfDrafter` (drafting on the target's
+    cache) when it was made from ``target``, else a :class:`ModelDrafter`."""
+    cls = SelfDrafter if self_draft_target(drafter) is target else ModelDrafter
+    return cls(drafter, processor, use_cache=use_cache, vocab_size=vocab_size, generator=generator)
+
+
+def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamma: int = 4, max_gen_len: int = 128,
+                              eos_tokens_id=None, use_cache: bool = True, vocab_size: int | None = None,
+                              generator: torch.Generator | None = None, gamma_policy=None):
+    """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for self-drafters)."""
+    from generation.common import check_gamma, check_request
+    from generation.speculative import shared_vocab_size
+    from generation.verify import verify_loop
+
+    prompt = check_request(inputs, max_gen_len, target, drafter)
+    vocab = vocab_size or shared_vocab_size(target, drafter)
+    made = make_drafter(drafter, target, logits_processor, use_cache=use_cache, vocab_size=vocab, generator=generator)
+    return verify_loop(prompt, made, target, logits_processor=logits_processor, gamma=check_gamma(gamma),
+                       max_gen_len=max_gen_len, eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
+                       generator=generator, gamma_policy=gamma_policy)
+
+
+def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bool = True,
+                      generator: torch.Generator | None = None) -> SelfDrafter:
+    """A :class:`SelfDrafter` for a loaded ``utils.models.ModelPair`` (the factory an engine registers).
+
+    ``spec`` (``"self:int8"``, ``"self:skip=3,5"``, ...): build that self-drafter from the pair's
+    target, once per pair and spec; None: the pair's own drafter, which must be a self-draft model.
+    """
+    from selfdraft.build import build_self_drafter
+    from selfdraft.spec import parse_self_draft
+
+    if spec is None:
+        model = pair.drafter
+        if self_draft_target(model) is not pair.target:
+            raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
+    else:
+        built = pair.__dict__.setdefault("_self_drafters", {})
+        if spec not in built:
+            built[spec] = build_self_drafter(pair.target, parse_self_draft(spec))
+        model = built[spec]
+    return SelfDrafter(model, processor, use_cache=use_cache, vocab_size=pair.vocab_size, generator=generator)

@@ -1,0 +1,64 @@
+"""A self-drafter's cache made from the target's: what can be shared, and how.
+
+A self-drafter has the target's architecture, so for the tokens already
+committed it can read the target's own KV cache instead of computing one
+(Draft&Verify, Zhang et al. 2023, drafts on the full model's cache). Two ways:
+
+- **view** (``self:skip``, ``self:int8``: the drafter computes in the target's
+  dtype): a ``Cache`` whose layers *are* the target's layers at the drafter's
+  layer positions (all of them, or only the kept ones). The drafter appends its
+  draft positions to those layers and :func:`drop_drafts` removes them again
+  before the target verifies, so the target's cache is left as it was.
+- **copy** (``self:bf16``, ``self:fp16``): the drafter keeps a cache of its
+  own, and each round appends the target's newly committed positions to it,
+  cast to its dtype (:func:`append_committed`); its draft positions are
+  dropped at the end of each round.
+
+Either way the drafter pays no prefill and no catch-up forward. Sharing needs
+every layer to be croppable (attention layers; recurrent state is refused and
+the drafter keeps a cache of its own); the copy also needs plain full-attention
+layers, whose positions are addressable (a sliding layer keeps only a window).
+"""
+
+from __future__ import annotations
+
+from transformers import Cache
+
+from utils.cache import _croppable, _layers, drop_last
+
+
+def can_view(target_cache) -> bool:
+    """Whether a drafter may write into (and crop) the target's layers."""
+    layers = _layers(target_cache)
+    return bool(layers) and all(_croppable(layer) for layer in layers)
+
+
+def can_copy(target_cache) -> bool:
+    """Whether the target's committed positions can be copied by position (full-attention layers only)."""
+    layers = _layers(target_cache)
+    return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+
+
+def view_of(target_cache, layer_numbers: list[int]) -> Cache:
+    """A cache made of the target cache's layers at ``layer_numbers`` (the same objects, not copies)."""
+    layers = _layers(target_cache)
+    return Cache(layers=[layers[i] for i in layer_numbers])
+
+
+def append_committed(own, target_cache, start: int, stop: int, dtype) -> None:
+    """Append the target's positions [start, stop) to ``own``, cast to ``own``'s dtype.
+
+    ``own``: a cache with one layer per target layer holding positions [0, start); ``dtype``:
+    the drafter's.
+    Keys and values are (batch, heads, positions, head_dim).
+    """
+    if stop <= start:
+        return
+    for mine, theirs in zip(_layers(own), _layers(target_cache)):
+        mine.update(theirs.keys[:, :, start:stop].to(dtype), theirs.values[:, :, start:stop].to(dtype))
+
+
+def drop_drafts(cache, n: int) -> None:
+    """Remove the ``n`` draft positions a drafter appended this round."""
+    if n > 0:
+        drop_last(cache, n)

@@ -1,0 +1,317 @@
+"""Self-drafters: layer-skipping views, lower-precision and int8 copies, the shared cache,
+and the choice of the default by measuring (the selection logic on hand-built numbers).
+
+Tiny random models from ``tests.arch_zoo`` (wide output layer, so the argmax is
+decisive): llama (full attention), qwen2 (sliding window) and mamba2 (recurrent).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from generation import autoregressive_generate, speculative_generate
+from generation.gamma_policies import make_policy
+from sampling import GreedyProcessor
+from selfdraft import shared_cache
+from selfdraft.build import build_self_drafter
+from selfdraft.choose import choice_lines, choose
+from selfdraft.drafter import SelfDrafter, self_speculative_generate
+from selfdraft.skip import SkipRefused, skip_view
+from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
+from tests.arch_zoo import PROMPTS, build
+from utils.cache import CachedModel
+
+GREEDY = GreedyProcessor()
+LENGTH = 24
+FAMILIES = ("llama", "qwen2", "mamba2")
+KINDS = ("self:bf16", "self:int8", "self:skip=1", "self:skip=0")
+
+
+# ------------------------------------------------------------------ spec
+
+@pytest.mark.parametrize("text, want", [
+    ("self:bf16", SelfDraftSpec("bf16")), ("self:FP16", SelfDraftSpec("fp16")), ("self:int8", SelfDraftSpec("int8")),
+    ("self:skip=5,3,3", SelfDraftSpec("skip", (3, 5))), ("self:skip=auto", SelfDraftSpec("skip", auto=True)),
+])
+def test_spec_parses(text, want):
+    assert parse_self_draft(text) == want
+    assert parse_self_draft(want.label) == want
+
+
+@pytest.mark.parametrize("text", ["self:int4", "self:skip=", "self:skip=a,b", "self:skip=-1", "self:bf16=2"])
+def test_spec_refuses_with_one_line(text):
+    with pytest.raises(SelfDraftSpecError) as info:
+        parse_self_draft(text)
+    assert "\n" not in str(info.value) and "self:skip=auto" in str(info.value)
+
+
+# ------------------------------------------------------------ skip view
+
+def _identity_hooks(target, skipped, last_only: bool):
+    """Forward hooks that make the ``skipped`` decoder layers pass their input through
+    (at every position, or only at the last one): the slow obvious reference."""
+    from selfdraft.skip import decoder_layers
+
+    _, layers = decoder_layers(target)
+
+    def hook(module, args, kwargs, output):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        out = output[0] if isinstance(output, tuple) else output
+        new = out.clone()
+        if last_only:
+            new[:, -1:] = hidden[:, -1:]
+        else:
+            new = hidden.clone()
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+
+    return [layers[i].register_forward_hook(hook, with_kwargs=True) for i in skipped]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("skipped", [(0,), (1,), (0, 2)])
+def test_skip_view_equals_the_target_with_those_layers_as_identity(family, skipped):
+    target = build(family)
+    if max(skipped) >= target.config.num_hidden_layers:
+        pytest.skip("not that many layers")
+    ids = torch.tensor([PROMPTS[0]])
+    view = skip_view(target, skipped)
+    with torch.inference_mode():
+        got = view(input_ids=ids, use_cache=False).logits
+        handles = _identity_hooks(target, skipped, last_only=False)
+        try:
+            want = target(input_ids=ids, use_cache=False).logits
+        finally:
+            for h in handles:
+                h.remove()
+        full = target(input_ids=ids, use_cache=False).logits
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert (got - full).abs().max() > 0.1                      # the skip changed something
+    own = {id(p) for p in target.parameters()}
+    assert all(id(p) in own for p in view.parameters())      # weights shared, none copied
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_skip_view_cache_keeps_its_length_when_layer_0_is_skipped(family):
+    """Fed token by token on its own cache, the view gives its uncached logits:
+    the renumbered layers keep the sequence length even without target layer 0."""
+    target = build(family)
+    view = skip_view(target, [0])
+    ids = torch.tensor([PROMPTS[1]])
+    cached = CachedModel(view)
+    cached.begin(ids[0, :10].tolist())
+    with torch.inference_mode():
+        steps = [cached.forward(ids[:, :10], keep=1)]
+        for end in range(11, ids.shape[1] + 1):
+            steps.append(cached.forward(ids[:, :end], keep=1))
+        want = view(input_ids=ids, use_cache=False).logits[0, 9:]
+    torch.testing.assert_close(torch.cat(steps), want, rtol=1e-4, atol=1e-4)
+    assert cached.length == ids.shape[1]
+
+
+def test_skip_refuses_what_it_cannot_do_with_one_line():
+    for family, layers in (("t5", [0]), ("jamba", [0]), ("llama", [7]), ("llama", [0, 1])):
+        with pytest.raises(SkipRefused) as info:
+            skip_view(build(family), layers)
+        assert "\n" not in str(info.value)
+
+
+# --------------------------------------------------------------- lossless
+
+@pytest.fixture(scope="module")
+def references():
+    return {f: [autoregressive_generate(list(p), build(f), logits_processor=GREEDY, max_gen_len=LENGTH).tokens
+                for p in PROMPTS] for f in FAMILIES}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("policy", ["constant", "heuristic", "confidence", "model"])
+def test_self_drafters_are_lossless(family, kind, policy, references):
+    target = build(family)
+    drafter = build_self_drafter(target, parse_self_draft(kind))
+    rejected = 0
+    for prompt, want in zip(PROMPTS, references[family]):
+        got = self_speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY, gamma=3,
+                                        max_gen_len=LENGTH, gamma_policy=make_policy(policy, 3))
+        assert got.tokens == want, f"{family} {kind} {policy}"
+        rejected += got.drafted - got.accepted
+    if kind.startswith("self:skip") and policy == "constant":
+        assert rejected > 0                                    # the rollback paths ran
+
+
+def test_a_drafter_that_keeps_its_draft_positions_in_the_target_cache_is_caught(monkeypatch, references):
+    """Mutation: without dropping the drafts from the shared cache the output breaks."""
+    monkeypatch.setattr(shared_cache, "drop_drafts", lambda cache, n: None)
+    target = build("llama")
+    drafter = build_self_drafter(target, parse_self_draft("self:skip=1"))
+    outputs = []
+    for prompt in PROMPTS:
+        try:
+            outputs.append(self_speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY,
+                                                     gamma=3, max_gen_len=LENGTH).tokens)
+        except Exception:  # noqa: BLE001  (a broken cache may also raise)
+            outputs.append(None)
+    assert outputs != references["llama"]
+
+
+# ------------------------------------------------------------ shared cache
+
+def _round(drafter, target, prompt, k=3):
+    """Begin a generation and draft one round; returns (drafts, q) and the target's CachedModel."""
+    cached = CachedModel(target)
+    start = cached.begin(prompt)
+    drafter.attach_target(cached)
+    drafter.begin(prompt)
+    with torch.inference_mode():
+        drafts, q = drafter.propose(torch.tensor([start]), k)
+    return drafts, q, cached
+
+
+@pytest.mark.parametrize("kind, mode", [("self:skip=1", "view"), ("self:int8", "view"), ("self:bf16", "copy")])
+def test_self_drafter_shares_the_target_cache_and_leaves_it_as_it_was(kind, mode):
+    target = build("llama")
+    model = build_self_drafter(target, parse_self_draft(kind))
+    drafter = SelfDrafter(model, GREEDY)
+    prompt = list(PROMPTS[0])
+    drafts, q, cached = _round(drafter, target, prompt)
+    assert drafter.mode == mode
+    assert cached.length == len(prompt) - 1                    # the prefill, done once, by the target
+    layers = shared_cache._layers(cached.cache)
+    assert all(layer.get_seq_length() == len(prompt) - 1 for layer in layers)   # drafts dropped
+    # The target's cache equals a fresh prefill of the committed tokens.
+    fresh = CachedModel(target)
+    fresh.begin(prompt)
+    with torch.inference_mode():
+        fresh.forward(torch.tensor([prompt[:-1]]), keep=1)
+    for mine, theirs in zip(layers, shared_cache._layers(fresh.cache)):
+        torch.testing.assert_close(mine.keys, theirs.keys)
+
+
+def test_shared_skip_drafts_equal_the_target_skipping_layers_at_the_draft_position_only():
+    """Draft&Verify's draft: full-model keys for the committed tokens, the skip path for the new one."""
+    target = build("llama")
+    drafter = SelfDrafter(build_self_drafter(target, parse_self_draft("self:skip=1")), GREEDY)
+    prompt = list(PROMPTS[0])
+    drafts, q, _ = _round(drafter, target, prompt, k=1)
+    handles = _identity_hooks(target, [1], last_only=True)
+    try:
+        with torch.inference_mode():
+            want = target(input_ids=torch.tensor([prompt]), use_cache=False).logits[0, -1]
+    finally:
+        for h in handles:
+            h.remove()
+    torch.testing.assert_close(q[0], GREEDY(want[None])[0])
+    assert drafts.tolist() == [int(want.argmax())]
+
+
+def test_shared_bf16_copy_logits_match_its_own_cache_within_bfloat16_tolerance():
+    target = build("llama")
+    model = build_self_drafter(target, parse_self_draft("self:bf16"))
+    prompt = list(PROMPTS[1])
+    shared = SelfDrafter(model, GREEDY)
+    cached = CachedModel(target)
+    cached.begin(prompt)
+    shared.attach_target(cached)
+    shared.begin(prompt)
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        shared._fill_target(ids)
+        got = shared._forward(ids[:, -1:], shared._round_cache(len(prompt) - 1)).float()
+        want = model(input_ids=ids, use_cache=False).logits[0, -1:].float()
+    scale = want.abs().max()
+    assert shared.mode == "copy"
+    assert (got - want).abs().max() / scale < 0.05             # bfloat16 keys vs keys cast from float32
+    assert got.argmax() == want.argmax()
+
+
+# ------------------------------------------------------------ the choice
+
+VERIFY = {1: 0.025, 2: 0.030, 3: 0.032, 5: 0.036, 9: 0.050}
+
+
+def test_choice_picks_the_highest_predicted_speedup():
+    candidates = [
+        {"label": "self:bf16", "rates": [0.95], "draft_step_s": 0.012, "other_s": 0.001},
+        {"label": "self:int8", "rates": [0.85], "draft_step_s": 0.005, "other_s": 0.001},
+        {"label": "self:skip=3,4", "rates": [0.40], "draft_step_s": 0.018, "other_s": 0.001},
+        {"label": "self:fp16", "skipped": "a draft step takes 90 ms, a target step 25 ms"},
+    ]
+    choice = choose(candidates, VERIFY, gamma=4)
+    assert choice.pick == "self:int8" and choice.beats_ar and choice.reason == ""
+    scores = {s.label: s.speedup for s in choice.scores}
+    assert scores["self:int8"] > scores["self:bf16"] > 1.0 > scores["self:skip=3,4"]
+    lines = choice_lines(choice)
+    assert lines[0].startswith("drafter chosen by measuring this machine: self:int8, predicted ")
+    assert "self:fp16 not run (a draft step takes 90 ms" in lines[1]
+
+
+def test_choice_gives_the_reason_in_numbers_when_nothing_beats_target_ar():
+    candidates = [{"label": "self:bf16", "rates": [0.9], "draft_step_s": 0.030, "other_s": 0.0},
+                  {"label": "self:int8", "rates": [0.8], "draft_step_s": 0.024, "other_s": 0.0}]
+    choice = choose(candidates, {1: 0.025, 2: 0.045, 9: 0.060}, gamma=4)
+    assert not choice.beats_ar
+    assert choice.best.speedup < 1.0
+    reason = choice.reason
+    assert reason.startswith(f"no self-drafter is predicted to beat target AR here: the best, {choice.pick}, ")
+    assert f"{choice.best.draft_step_s * 1e3:.1f} ms" in reason and "target step" in reason and "accepted" in reason
+    assert reason in choice_lines(choice)
+
+
+def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
+    from selfdraft import default
+
+    target = build("llama")
+    calls = []
+
+    def fake_measure(target, tokenizer, **kwargs):
+        calls.append(1)
+        return ({"target": {}, "candidates": [], "pick": "self:skip=1", "lines": ["picked"], "gamma": 4,
+                 "measured_s": 0.5, "date": "today"}, {})
+
+    monkeypatch.setattr(default, "measure_all", fake_measure)
+    model, label, lines = default.default_drafter(target, None, "tiny", tmp_path)
+    assert label == "self:skip=1" and calls == [1] and lines[0] == "picked"
+    again, label2, lines2 = default.default_drafter(target, None, "tiny", tmp_path)
+    assert calls == [1] and label2 == "self:skip=1" and "kept in" in lines2[-1]
+    stored = json.loads(next((tmp_path / "selfdraft").glob("*.json")).read_text())
+    assert stored["key"]["model"] == "tiny" and stored["key"]["threads"] == torch.get_num_threads()
+    monkeypatch.setattr(default, "machine_key", lambda *a: {"cpu": "another"})
+    default.default_drafter(target, None, "tiny", tmp_path)
+    assert calls == [1, 1]                                     # another machine measures again
+
+
+def test_skip_search_finds_a_layer_that_does_nothing():
+    """A layer whose output projections are zero passes its input through: the search skips it."""
+    from selfdraft.search import block_influence, search_skip
+    from tests.tiny_models import tiny_llama
+
+    target = tiny_llama(3, vocab_size=96, layers=4, logit_scale=20.0)
+    with torch.no_grad():
+        target.model.layers[2].self_attn.o_proj.weight.zero_()
+        target.model.layers[2].mlp.down_proj.weight.zero_()
+    ids = torch.tensor([PROMPTS[0] + PROMPTS[1]])
+    influence = block_influence(target, ids, 10)
+    assert set(influence) == {1, 2} and influence[2] < 1e-6 < influence[1]
+    found = search_skip(target, ids, 10, {1: 0.010, 2: 0.0105, 5: 0.011})
+    assert 2 in found.layers and found.tried >= 1
+    assert "self:skip=auto searched" in found.line(4)
+
+
+@pytest.mark.parametrize("drafter, options", [("self", "self:skip=1"), ("self", "self:int8"), ("model", None)])
+def test_the_engine_runs_self_drafters_on_the_shared_cache(drafter, options, references):
+    """Registered as kind "self" (a spec in drafter_options), and a self-draft model as kind "model"."""
+    from types import SimpleNamespace
+
+    from engine import Strategy, run_strategy
+
+    target = build("llama")
+    model = build_self_drafter(target, parse_self_draft("self:skip=1"))
+    pair = SimpleNamespace(target=target, drafter=model, end_tokens=None, vocab_size=None)
+    strategy = Strategy("speculative", drafter=drafter, drafter_options=options, gamma=3, max_gen_len=LENGTH,
+                        processor=GREEDY)
+    result = run_strategy(strategy, pair, list(PROMPTS[0]))
+    assert result.tokens == references["llama"][0]
+    assert result.rollback["drafter"]["method"] == "shared"
