@@ -54,6 +54,12 @@ class SelfDrafter:
         self.generator = generator
         self.device = model_device(model)
         self.own = ModelDrafter(model, processor, use_cache=use_cache, vocab_size=vocab_size, generator=generator)
+        # Whether a cache was asked for. The drafter's own cache may still run
+        # uncached where the probe found its cached forward inexact (a dynamic
+        # int8 copy quantises each forward's activations as one tensor, so no
+        # split of a sequence reproduces it); drafting on the target's cache
+        # needs no exact drafter forward: q is what the drafts were drawn from.
+        self.use_cache = use_cache
         self.layers = kept_layers(model)  # None: every layer of the target
         self.dtype = _cache_dtype(model)
         self.target = None
@@ -113,7 +119,7 @@ class SelfDrafter:
 
     def _choose_mode(self) -> str:
         target = self.target
-        if target is None or target.cache is None or target.encoder_decoder or not self.own.cached.use_cache:
+        if target is None or target.cache is None or target.encoder_decoder or not self.use_cache:
             return "own"
         if target.needs_snapshots or not shared_cache.can_view(target.cache):
             return "own"
