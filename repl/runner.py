@@ -102,7 +102,8 @@ class Runner:
             else:
                 run.error = f"failed: {type(e).__name__}: {e}"
         else:
-            run.text = self.pair.tokenizer.decode(run.result.tokens, skip_special_tokens=True)
+            tokenizer = self.pair.drafter_tok if key == "drafter" else self.pair.tokenizer
+            run.text = tokenizer.decode(run.result.tokens, skip_special_tokens=True)
         return run
 
     def prepare(self, text: str, settings: Settings) -> PromptRun:
