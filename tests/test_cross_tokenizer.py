@@ -351,3 +351,77 @@ def test_slem_with_the_classic_resample_mistake_is_caught(monkeypatch, tiny_twin
     monkeypatch.setattr(generation.accept, "residual_distributions", lambda p, q, draft: p)
     stat, _, _ = excess(tiny_twin, "slem", MultinomialProcessor(1.0))
     assert stat > BOUND
+
+
+# ------------------------------------------- transformers' universal assisted generation, as a peer
+
+PEER_SAMPLES = 300
+
+
+def _peer_counts(pair, strategy: str, processor_spec, samples: int) -> dict:
+    """First STEPS tokens of ``samples`` draws of the benchmark's transformers peer call."""
+    import copy
+
+    from bench.peers import assistant_settings, generation_config, peer_call, quiet_transformers
+
+    prompt = _prompt(pair)
+    ids = torch.tensor([prompt])
+    config = generation_config(processor_spec, max_new_tokens=STEPS, end_tokens=[0], pad_token_id=0)
+    config.eos_token_id = None  # no end token: every draw is STEPS long
+    assistant = copy.deepcopy(pair.drafter)   # sampling prunes the assistant in place
+    call = peer_call(strategy, pair.target, assistant, ids, config,
+                     (pair.tokenizer, pair.drafter_tokenizer))
+    torch.manual_seed(1234)
+    counts: dict = {}
+    with quiet_transformers(), assistant_settings(assistant, 3, 0.0):
+        for _ in range(samples):
+            key = tuple(call()[0, len(prompt):len(prompt) + STEPS].tolist())
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_transformers_universal_assisted_sampling_does_not_keep_the_target_distribution(tiny_pair):
+    """transformers 5.23's TLI (``UniversalSpeculativeDecodingGenerator``) orders the assistant's
+    pruned LM-head columns by ``get_vocab()`` but places them on target ids in ascending id order.
+    On this pair its sampled output is far from the target's exact distribution, while
+    transformers' own sampling (the same harness, no assistant) is not. If transformers fixes
+    this, the first assertion fails: then update docs/models.md."""
+    from bench.processors import ProcessorSpec
+
+    spec = ProcessorSpec("multinomial", 1.0)
+    exact = exact_distribution(tiny_pair.target, _prompt(tiny_pair), MultinomialProcessor(1.0))
+    from transformers.generation.candidate_generator import AssistantToTargetTranslator
+
+    translator = AssistantToTargetTranslator(tiny_pair.tokenizer, tiny_pair.drafter_tokenizer, V)
+    columns = list(translator.target_to_assistant_input_ids.values())   # the pruned head's column order
+    assert len(columns) > 1 and columns != sorted(columns)              # not the order q is placed in
+    uag = _peer_counts(tiny_pair, "hf_assisted", spec, PEER_SAMPLES)
+    assert chi_square_excess(uag, exact, PEER_SAMPLES) > BOUND
+    plain = _peer_counts(tiny_pair, "hf_generate", spec, PEER_SAMPLES)
+    assert chi_square_excess(plain, exact, PEER_SAMPLES) < BOUND
+
+
+def test_the_benchmark_runs_ours_and_transformers_universal_assisted_generation(bpe, meta, tmp_path):
+    """Greedy, on a pair with two tokenizers: our speculative decoding (SLEM) and transformers'
+    universal assisted generation both give target AR's tokens; drafter AR runs on its own ids."""
+    import json
+
+    from bench.cli import main
+
+    pair = _greedy_pair(bpe, meta)
+    pair.__dict__.update(target_name="bpe", drafter_name="meta", device=torch.device("cpu"),
+                         context_length=256, self_draft_demo=False, shares_tokenizer=False,
+                         end_tokens=[bpe.eos_token_id])   # the target never writes it (biased away)
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["Hello 日本 😀"]}),
+                       encoding="utf-8")
+    code = main(["--prompts", str(prompts), "--peers", "--gamma", "3", "--length", "12", "--repeats", "1",
+                 "--threads", "1", "--policies", "none", "--no-chart", "--out", str(tmp_path / "out")],
+                loader=lambda args: pair)
+    assert code == 0
+    outputs = json.loads((tmp_path / "out" / "bench.json").read_text())["outputs"]
+    (prompt_id, reference), = outputs["target"].items()
+    assert len(reference) == 12
+    for name in ("hf_generate", "hf_assisted@3", "speculative@3"):
+        assert outputs[name][prompt_id] == reference, name
+    assert outputs["drafter"][prompt_id] != reference
