@@ -47,8 +47,11 @@ def cross_tokenizer_drafter(pair, processor: LogitsProcessor, *, method: str = "
         raise ValueError(f"unknown cross-tokenizer method {method!r} (choose {' or '.join(METHODS)})")
     if getattr(pair, "is_encoder_decoder", False):
         raise ValueError("a drafter with another tokenizer needs decoder-only models")
+    vmap = vocab_map_of(pair)
+    if method == "tli" and vmap.shared == 0:
+        raise ValueError("the two vocabularies share no token, so tli cannot draft: use /uag slem")
     return CrossTokenizerDrafter(
-        pair.drafter, pair.tokenizer, pair.drafter_tokenizer, processor, vocab_map_of(pair),
+        pair.drafter, pair.tokenizer, pair.drafter_tokenizer, processor, vmap,
         method=method, use_cache=use_cache, generator=generator,
         target_end=_target_end(pair), drafter_ends=_drafter_ends(pair),
     )

@@ -102,7 +102,7 @@ class Runner:
             else:
                 run.error = f"failed: {type(e).__name__}: {e}"
         else:
-            tokenizer = self.pair.drafter_tok if key == "drafter" else self.pair.tokenizer
+            tokenizer = getattr(self.pair, "drafter_tok", self.pair.tokenizer) if key == "drafter" else self.pair.tokenizer
             run.text = tokenizer.decode(run.result.tokens, skip_special_tokens=True)
         return run
 

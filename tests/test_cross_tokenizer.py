@@ -172,22 +172,25 @@ def test_greedy_is_token_identical_to_target_ar(request, bpe, meta, method, orde
         assert out.tokens == ar.tokens, text
         assert out.drafted > 0
         assert out.cross_tokenizer["method"] == method and out.cross_tokenizer["retokenize_s"] > 0
+        assert out.cross_tokenizer["sync_misses"] == 0
 
 
-@pytest.fixture(scope="module")
-def twin_pair(bpe):
+@pytest.fixture(scope="module", params=["bpe", "meta"])
+def twin_pair(request):
     """The target, and a drafter that is its blend with another init in a shuffled id space."""
-    target = tiny_llama(5, vocab_size=len(bpe), hidden=32, logit_scale=12.0)
-    with_bias(target, whole_character_bias(bpe, len(bpe)))
-    other = tiny_llama(6, vocab_size=len(bpe), hidden=32, logit_scale=12.0)
-    blend = tiny_llama(5, vocab_size=len(bpe), hidden=32, logit_scale=12.0)
-    with_bias(blend, whole_character_bias(bpe, len(bpe)))
+    tok = request.getfixturevalue(request.param)
+    size = len(tok)
+    target = tiny_llama(5, vocab_size=size, hidden=32, logit_scale=12.0)
+    with_bias(target, whole_character_bias(tok, size))
+    other = tiny_llama(6, vocab_size=size, hidden=32, logit_scale=12.0)
+    blend = tiny_llama(5, vocab_size=size, hidden=32, logit_scale=12.0)
+    with_bias(blend, whole_character_bias(tok, size))
     with torch.no_grad():
         for p, q in zip(blend.parameters(), other.parameters()):
             if p.shape == q.shape:
                 p.mul_(0.7).add_(q, alpha=0.3)
-    shuffled, order = permuted(bpe)
-    return make_pair(target, permute_model(blend, order), bpe, shuffled)
+    shuffled, order = permuted(tok)
+    return make_pair(target, permute_model(blend, order), tok, shuffled)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -199,6 +202,7 @@ def test_greedy_with_a_partly_agreeing_drafter_accepts_and_rejects(twin_pair, me
                                    gamma=4, max_gen_len=40, use_cache=use_cache)
     assert out.tokens == ar.tokens
     assert 0 < out.accepted < out.drafted
+    assert out.cross_tokenizer["sync_misses"] == 0     # the drafter always spelt the committed text
 
 
 def test_the_drafter_cache_keeps_the_longest_prefix_whose_text_was_committed(bpe, meta):
@@ -244,6 +248,15 @@ def test_an_unknown_method_is_refused(bpe, meta):
     pair = make_pair(*tiny_models(bpe, meta), bpe, meta)
     with pytest.raises(ValueError, match="slem or tli"):
         cross_tokenizer_drafter(pair, GreedyProcessor(), method="exact")
+
+
+def test_tli_without_a_shared_token_is_refused_with_one_line(bpe, meta):
+    pair = make_pair(*tiny_models(bpe, meta), bpe, meta)
+    pair._cross_vocab_map = VocabMap(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                                     len(meta), len(bpe))
+    with pytest.raises(ValueError, match="share no token.*slem"):
+        cross_tokenizer_drafter(pair, GreedyProcessor(), method="tli")
+    assert cross_tokenizer_drafter(pair, GreedyProcessor(), method="slem").method == "slem"
 
 
 # --------------------------------------------------------- sampling == target's distribution
