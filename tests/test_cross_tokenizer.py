@@ -205,6 +205,21 @@ def test_greedy_with_a_partly_agreeing_drafter_accepts_and_rejects(twin_pair, me
     assert out.cross_tokenizer["sync_misses"] == 0     # the drafter always spelt the committed text
 
 
+def test_the_text_sync_is_what_keeps_the_drafter_useful(monkeypatch, twin_pair):
+    """Mutation: a drafter that never reads the committed text stays lossless but stops agreeing."""
+    from cross_tokenizer.drafter import CrossTokenizerDrafter
+
+    ids = encode_prompt(twin_pair.tokenizer, "Hello world", chat=True)
+
+    def accepted():
+        return cross_tokenizer_generate(ids, twin_pair, logits_processor=GreedyProcessor(), method="slem",
+                                        gamma=4, max_gen_len=40).accepted
+
+    synced = accepted()
+    monkeypatch.setattr(CrossTokenizerDrafter, "_sync", lambda self: self._keep(len(self.d_gen), []))
+    assert synced >= 5 and accepted() <= synced // 4
+
+
 def test_the_drafter_cache_keeps_the_longest_prefix_whose_text_was_committed(bpe, meta):
     target, drafter = tiny_models(bpe, meta)
     pair = make_pair(target, drafter, bpe, meta)
