@@ -64,6 +64,7 @@ def run_session(args, loader, settings_dict) -> int:
     models = _load(args, loader, err)
     if models is None:
         return 2
+    models.uag_method = getattr(args, "uag", "slem")  # read by bench.ours for a drafter with another tokenizer
 
     encoded, skipped = split_fitting(encode_prompts(prompts, models.tokenizer, chat=args.chat),
                                      length=args.length,

@@ -430,8 +430,9 @@ def test_transformers_universal_assisted_sampling_does_not_keep_the_target_distr
 
 
 def test_the_benchmark_runs_ours_and_transformers_universal_assisted_generation(bpe, meta, tmp_path):
-    """Greedy, on a pair with two tokenizers: our speculative decoding (SLEM) and transformers'
-    universal assisted generation both give target AR's tokens; drafter AR runs on its own ids."""
+    """Greedy, on a pair with two tokenizers: our speculative decoding (``--uag tli`` here) and
+    transformers' universal assisted generation both give target AR's tokens; drafter AR runs on
+    its own ids."""
     import json
 
     from bench.cli import main
@@ -444,10 +445,12 @@ def test_the_benchmark_runs_ours_and_transformers_universal_assisted_generation(
     prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["Hello 日本 😀"]}),
                        encoding="utf-8")
     code = main(["--prompts", str(prompts), "--peers", "--gamma", "3", "--length", "12", "--repeats", "1",
-                 "--threads", "1", "--policies", "none", "--no-chart", "--out", str(tmp_path / "out")],
-                loader=lambda args: pair)
-    assert code == 0
-    outputs = json.loads((tmp_path / "out" / "bench.json").read_text())["outputs"]
+                 "--threads", "1", "--policies", "none", "--no-chart", "--uag", "tli",
+                 "--out", str(tmp_path / "out")], loader=lambda args: pair)
+    assert code == 0 and pair.uag_method == "tli"
+    data = json.loads((tmp_path / "out" / "bench.json").read_text())
+    outputs = data["outputs"]
+    assert data["settings"]["uag"] == "tli"
     (prompt_id, reference), = outputs["target"].items()
     assert len(reference) == 12
     for name in ("hf_generate", "hf_assisted@3", "speculative@3"):
