@@ -21,7 +21,7 @@ from bench.processors import ProcessorSpec, make_processor
 from bench.records import RunRecord
 from bench.timing import timed
 from bench.variants import Variant
-from engine import EngineState, NGramOptions
+from engine import CrossTokenizerOptions, EngineState, NGramOptions
 
 
 @dataclass
@@ -38,6 +38,7 @@ class RunSettings:
     assisted_confidence: float = 0.0
     max_matching_ngram_size: int | None = None
     tree_branch: int = 3
+    uag: str = "slem"  # how a drafter with another tokenizer drafts (slem or tli)
 
 
 class Executor:
@@ -59,6 +60,7 @@ class Executor:
         self.state = EngineState()
         self.ngram = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
                                   stop_if_unknown=settings.stop_if_unknown, reset=False)
+        self.cross_options = CrossTokenizerOptions(settings.uag)
         # transformers' universal assisted generation prunes its assistant in place: on a pair
         # with two tokenizers its peer drafts with a copy (made before any hook is attached).
         self.cross = not getattr(models, "shares_tokenizer", True)
@@ -94,7 +96,7 @@ class Executor:
         s = self.settings
         generator = torch.Generator(device=self.device).manual_seed(s.seed)
         strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=self.ngram,
-                                tree_branch=s.tree_branch)
+                                tree_branch=s.tree_branch, cross=self.cross_options)
         call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
         record.tokens = list(result.tokens)

@@ -64,7 +64,6 @@ def run_session(args, loader, settings_dict) -> int:
     models = _load(args, loader, err)
     if models is None:
         return 2
-    models.uag_method = getattr(args, "uag", "slem")  # read by bench.ours for a drafter with another tokenizer
 
     encoded, skipped = split_fitting(encode_prompts(prompts, models.tokenizer, chat=args.chat),
                                      length=args.length,
@@ -78,6 +77,7 @@ def run_session(args, loader, settings_dict) -> int:
         ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
         assisted_confidence=args.assisted_confidence, max_matching_ngram_size=args.lookup_ngram,
         tree_branch=args.tree_branch,
+        uag=args.uag,
     ))
     records, interrupted = _run_all(executor, encoded, variants, args, err)
     executor.close()

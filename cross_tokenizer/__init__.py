@@ -12,6 +12,8 @@ _EXPORTS = {
     "build_vocab_map": "cross_tokenizer.vocab_map",
     "cross_tokenizer_drafter": "cross_tokenizer.factory",
     "cross_tokenizer_generate": "cross_tokenizer.factory",
+    "drafter_inputs": "cross_tokenizer.factory",
+    "has_own_tokenizer": "cross_tokenizer.factory",
     "vocab_map_of": "cross_tokenizer.factory",
 }
 

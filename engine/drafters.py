@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.strategy import NGramOptions
+from cross_tokenizer import cross_tokenizer_drafter, has_own_tokenizer
+from engine.strategy import CrossTokenizerOptions, NGramOptions
 from generation.common import check_request, model_device
 from generation.speculative import ModelDrafter
 from generation.verify import Drafter
@@ -47,8 +48,16 @@ def register_drafter(kind: str, factory: DrafterFactory) -> DrafterFactory:
     return factory
 
 
-def model_drafter(pair, strategy, state, context: DraftContext) -> ModelDrafter:
-    """Speculative decoding's drafter: the pair's drafter model (its context must fit too)."""
+def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
+    """Speculative decoding's drafter: the pair's drafter model (its context must fit too).
+
+    This is the one place the engine chooses how a drafter model drafts: one
+    whose tokenizer differs from the target's (``pair.drafter_tokenizer`` set)
+    drafts through the ``cross_tokenizer`` drafter, so every front end that
+    runs ``Strategy(drafter="model")`` gets it without asking.
+    """
+    if has_own_tokenizer(pair):
+        return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
     return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
                         vocab_size=context.vocab_size, generator=context.generator)
@@ -67,5 +76,18 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> NGramDrafter:
                         confident_start=options.confident_start, device=model_device(pair.target))
 
 
+def cross_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
+    """A drafter model with a tokenizer of its own (SLEM or TLI, Timor et al. 2025), by
+    ``strategy.drafter_options`` (:class:`CrossTokenizerOptions`; SLEM when None)."""
+    options = strategy.drafter_options
+    if options is None:
+        options = CrossTokenizerOptions()
+    if not isinstance(options, CrossTokenizerOptions):
+        raise ValueError(f"the model drafter takes CrossTokenizerOptions, got {type(options).__name__}")
+    return cross_tokenizer_drafter(pair, context.processor, method=options.method,
+                                   use_cache=strategy.use_cache, generator=context.generator)
+
+
 register_drafter("model", model_drafter)
+register_drafter("cross_tokenizer", cross_drafter)
 register_drafter("ngram", ngram_drafter)

@@ -8,11 +8,14 @@ on text with accents, CJK and emoji, and tiny random Llamas.
 import pytest
 import torch
 
+import engine.drafters
+import engine.run
 import generation.accept
 from cross_tokenizer import cross_tokenizer_drafter, cross_tokenizer_generate, vocab_map_of
 from cross_tokenizer.prompt import drafter_prompt
 from cross_tokenizer.text import TextView, complete, continuation, cut_word_tail
 from cross_tokenizer.vocab_map import VocabMap, special_ids, token_surfaces
+from engine import CrossTokenizerOptions, NGramOptions, Strategy, run_strategy
 from generation import autoregressive_generate
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
 from tests.cross_pairs import (
@@ -30,7 +33,7 @@ from tests.cross_pairs import (
 )
 from tests.test_distribution import BOUND, chi_square_excess
 from tests.tiny_models import RecordingModel, tiny_llama
-from utils.vocab import encode_prompt
+from utils.vocab import encode_prompt, end_token_ids
 
 METHODS = ("slem", "tli")
 TEXTS = ["Hello world", "hello", " hello", "\nhello", "\n\n  x = 1", "日本語のテキスト", " 😀 and 🎉",
@@ -274,6 +277,81 @@ def test_tli_without_a_shared_token_is_refused_with_one_line(bpe, meta):
     assert cross_tokenizer_drafter(pair, GreedyProcessor(), method="slem").method == "slem"
 
 
+# ------------------------------------------- through the engine, so in every front end
+
+def _greedy(key: str, drafter=None, options=None, length: int = 16):
+    return Strategy(key, drafter=drafter, drafter_options=options, gamma=3, processor=GreedyProcessor(),
+                    max_gen_len=length)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_engine_drafts_across_tokenizers_for_the_model_drafter(monkeypatch, bpe, meta, method):
+    """Strategy(drafter="model") on a pair with two tokenizers runs the cross-tokenizer
+    drafter (the method from CrossTokenizerOptions); mutation: an engine that does not
+    look at the tokenizers stays lossless (any drafter does) but drafts without crossing."""
+    pair = _greedy_pair(bpe, meta)
+    ids = encode_prompt(bpe, "Hello world", chat=True)
+    ar = run_strategy(_greedy("target"), pair, ids)
+    speculative = _greedy("speculative", "model", CrossTokenizerOptions(method))
+    out = run_strategy(speculative, pair, ids)
+    assert out.tokens == ar.tokens and out.drafted > 0
+    assert out.cross_tokenizer["method"] == method and out.cross_tokenizer["shared_tokens"] > 0
+    monkeypatch.setattr(engine.drafters, "has_own_tokenizer", lambda pair: False)
+    blind = run_strategy(speculative, pair, ids)
+    assert blind.tokens == ar.tokens and blind.cross_tokenizer == {}
+
+
+def test_the_cross_tokenizer_kind_also_runs_on_one_shared_tokenizer(bpe):
+    """Registered as its own kind, the drafter also drafts through text when the tokenizers
+    are one: with the target as its own drafter every draft is kept."""
+    target, _ = tiny_models(bpe, bpe, target_seed=3)
+    with_bias(target, whole_character_bias(bpe, len(bpe)))
+    pair = make_pair(target, target, bpe, bpe)
+    pair.drafter_tokenizer = None                  # what load_pair gives a pair sharing one tokenizer
+    ids = encode_prompt(bpe, "Hello world", chat=True)
+    out = run_strategy(_greedy("speculative", "cross_tokenizer"), pair, ids)
+    assert out.tokens == run_strategy(_greedy("target"), pair, ids).tokens
+    assert out.drafted > 0 and out.accepted == out.drafted and out.cross_tokenizer["method"] == "slem"
+
+
+def test_the_model_drafter_refuses_options_of_another_kind(bpe, meta):
+    pair = _greedy_pair(bpe, meta)
+    with pytest.raises(ValueError, match="CrossTokenizerOptions"):
+        run_strategy(_greedy("speculative", "model", NGramOptions()), pair, encode_prompt(bpe, "Hi", chat=True))
+
+
+def test_drafter_ar_runs_on_the_drafters_own_ids(monkeypatch, bpe, meta):
+    """Mutation: fed the target's ids and end tokens, the drafter writes something else."""
+    pair = _greedy_pair(bpe, meta)
+    ids = encode_prompt(bpe, "Hello world", chat=True)
+    own = autoregressive_generate(drafter_prompt(bpe, meta, ids), pair.drafter, logits_processor=GreedyProcessor(),
+                                  max_gen_len=16, eos_tokens_id=end_token_ids(meta, pair.drafter))
+    assert run_strategy(_greedy("drafter"), pair, ids).tokens == own.tokens
+    monkeypatch.setattr(engine.run, "has_own_tokenizer", lambda pair: False)
+    assert run_strategy(_greedy("drafter"), pair, ids).tokens != own.tokens
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_repl_and_the_self_test_need_no_switch_of_their_own(bpe, meta, method):
+    """The REPL's runner (/uag chooses the method) and the self-test's strategies reach the
+    cross-tokenizer drafter through the engine alone; drafter AR text is the drafter's."""
+    from checks.selftest import _strategies
+    from repl.runner import Runner
+    from repl.settings import Settings
+
+    pair = _greedy_pair(bpe, meta)
+    ids = encode_prompt(bpe, "Hello world", chat=True)
+    want = run_strategy(_greedy("target"), pair, ids).tokens
+    runner = Runner(pair)
+    settings = Settings(length=16, gamma=3, uag=method)
+    run = runner.run_strategy("speculative", ids, settings)
+    assert run.error is None and run.result.tokens == want and run.result.cross_tokenizer["method"] == method
+    drafted = runner.run_strategy("drafter", ids, settings)
+    assert drafted.text == meta.decode(drafted.result.tokens, skip_special_tokens=True)
+    selftest = _strategies(pair, NGramOptions(), 3)["speculative"](ids, GreedyProcessor(), True, 16)
+    assert selftest.tokens == want and selftest.cross_tokenizer["method"] == "slem"
+
+
 # --------------------------------------------------------- sampling == target's distribution
 
 V = 8
@@ -429,13 +507,23 @@ def test_transformers_universal_assisted_sampling_does_not_keep_the_target_distr
     assert chi_square_excess(plain, exact, PEER_SAMPLES) < BOUND
 
 
-def test_the_benchmark_runs_ours_and_transformers_universal_assisted_generation(bpe, meta, tmp_path):
-    """Greedy, on a pair with two tokenizers: our speculative decoding (``--uag tli`` here) and
-    transformers' universal assisted generation both give target AR's tokens; drafter AR runs on
-    its own ids."""
+def test_the_benchmark_runs_ours_and_transformers_universal_assisted_generation(monkeypatch, bpe, meta,
+                                                                                 tmp_path):
+    """Greedy, on a pair with two tokenizers: our speculative decoding (``--uag tli`` here, which
+    reaches the engine's drafter) and transformers' universal assisted generation both give
+    target AR's tokens; drafter AR runs on its own ids."""
     import json
 
     from bench.cli import main
+
+    methods = []
+    build = engine.drafters.cross_tokenizer_drafter
+
+    def spy(pair, processor, *, method, **kw):
+        methods.append(method)
+        return build(pair, processor, method=method, **kw)
+
+    monkeypatch.setattr(engine.drafters, "cross_tokenizer_drafter", spy)
 
     pair = _greedy_pair(bpe, meta)
     pair.__dict__.update(target_name="bpe", drafter_name="meta", device=torch.device("cpu"),
@@ -447,7 +535,7 @@ def test_the_benchmark_runs_ours_and_transformers_universal_assisted_generation(
     code = main(["--prompts", str(prompts), "--peers", "--gamma", "3", "--length", "12", "--repeats", "1",
                  "--threads", "1", "--policies", "none", "--no-chart", "--uag", "tli",
                  "--out", str(tmp_path / "out")], loader=lambda args: pair)
-    assert code == 0 and pair.uag_method == "tli"
+    assert code == 0 and methods and set(methods) == {"tli"}
     data = json.loads((tmp_path / "out" / "bench.json").read_text())
     outputs = data["outputs"]
     assert data["settings"]["uag"] == "tli"
