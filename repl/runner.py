@@ -102,11 +102,14 @@ class Runner:
             else:
                 run.error = f"failed: {type(e).__name__}: {e}"
         else:
-            tokenizer = self.pair.tokenizer
-            if key == "drafter" and getattr(self.pair, "drafter_tokenizer", None) is not None:
-                tokenizer = self.pair.drafter_tokenizer  # drafter AR returns the drafter's own ids
-            run.text = tokenizer.decode(run.result.tokens, skip_special_tokens=True)
+            run.text = self.output_tokenizer(key).decode(run.result.tokens, skip_special_tokens=True)
         return run
+
+    def output_tokenizer(self, key: str):
+        """The tokenizer of strategy ``key``'s output ids: the drafter's own for drafter AR
+        when its tokenizer differs from the target's (the engine runs it on its own ids)."""
+        own = getattr(self.pair, "drafter_tokenizer", None)
+        return own if key == "drafter" and own is not None else self.pair.tokenizer
 
     def prepare(self, text: str, settings: Settings) -> PromptRun:
         """Encode ``text`` and check it fits; raises PromptRefused otherwise."""

@@ -348,6 +348,7 @@ def test_the_repl_and_the_self_test_need_no_switch_of_their_own(bpe, meta, metho
     assert run.error is None and run.result.tokens == want and run.result.cross_tokenizer["method"] == method
     drafted = runner.run_strategy("drafter", ids, settings)
     assert drafted.text == meta.decode(drafted.result.tokens, skip_special_tokens=True)
+    assert runner.output_tokenizer("drafter") is meta and runner.output_tokenizer("speculative") is bpe
     selftest = _strategies(pair, NGramOptions(), 3)["speculative"](ids, GreedyProcessor(), True, 16)
     assert selftest.tokens == want and selftest.cross_tokenizer["method"] == "slem"
 
