@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--assisted-confidence", type=float, default=0.0,
                    help="HF assisted: assistant_confidence_threshold; 0 (default) drafts exactly "
                         "gamma tokens a round like ours, transformers' own default is 0.4")
+    d.add_argument("--uag", choices=("slem", "tli"), default="slem",
+                   help="a drafter with another tokenizer: draft through text (slem, default) or over "
+                        "the shared vocabulary (tli); see docs/models.md")
     r = p.add_argument_group("measurement and output")
     r.add_argument("--repeats", type=_positive, default=3, help="timed runs per prompt (default 3)")
     r.add_argument("--warmup", type=_non_negative, default=1,
@@ -185,7 +188,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "processor": args.processor.command_text(),
         "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
-        "assisted_confidence": args.assisted_confidence, "repeats": args.repeats,
+        "assisted_confidence": args.assisted_confidence, "uag": args.uag, "repeats": args.repeats,
         "warmup": args.warmup, "seed": args.seed, "device_arg": args.device,
         "dtype_arg": args.dtype, "expect": [e.text for e in args.expect],
     }

@@ -7,6 +7,7 @@ hooks that stay attached for every run, so their cost falls on all alike.
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,7 @@ from bench.processors import ProcessorSpec, make_processor
 from bench.records import RunRecord
 from bench.timing import timed
 from bench.variants import Variant
-from engine import EngineState, NGramOptions
+from engine import CrossTokenizerOptions, EngineState, NGramOptions
 
 
 @dataclass
@@ -37,6 +38,7 @@ class RunSettings:
     assisted_confidence: float = 0.0
     max_matching_ngram_size: int | None = None
     tree_branch: int = 3
+    uag: str = "slem"  # how a drafter with another tokenizer drafts (slem or tli)
 
 
 class Executor:
@@ -58,13 +60,21 @@ class Executor:
         self.state = EngineState()
         self.ngram = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
                                   stop_if_unknown=settings.stop_if_unknown, reset=False)
+        self.cross_options = CrossTokenizerOptions(settings.uag)
+        # transformers' universal assisted generation prunes its assistant in place: on a pair
+        # with two tokenizers its peer drafts with a copy (made before any hook is attached).
+        self.cross = not getattr(models, "shares_tokenizer", True)
+        self.peer_drafter = copy.deepcopy(models.drafter) if self.cross else models.drafter
         self.target_counter = ForwardCounter(models.target)
         self.drafter_counter = ForwardCounter(models.drafter)
+        self.peer_counter = ForwardCounter(self.peer_drafter) if self.cross else None
         self.pad_token_id = getattr(models.tokenizer, "pad_token_id", None)
 
     def close(self) -> None:
         self.target_counter.detach()
         self.drafter_counter.detach()
+        if self.peer_counter is not None:
+            self.peer_counter.detach()
 
     def run(self, variant: Variant, ids: list[int], **where) -> RunRecord:
         """Decode ``ids`` with ``variant``; ``where`` fills the record's prompt fields."""
@@ -74,6 +84,8 @@ class Executor:
                            **where)
         self.target_counter.take()
         self.drafter_counter.take()
+        if self.peer_counter is not None:
+            self.peer_counter.take()
         if variant.family == "peer":
             self._run_peer(variant, ids, record)
         else:
@@ -84,7 +96,7 @@ class Executor:
         s = self.settings
         generator = torch.Generator(device=self.device).manual_seed(s.seed)
         strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=self.ngram,
-                                tree_branch=s.tree_branch)
+                                tree_branch=s.tree_branch, cross=self.cross_options)
         call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
         record.tokens = list(result.tokens)
@@ -109,7 +121,8 @@ class Executor:
             max_matching_ngram_size=s.max_matching_ngram_size,
         )
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        call = peer_call(variant.strategy, models.target, models.drafter, input_ids, config)
+        tokenizers = (models.tokenizer, models.drafter_tokenizer) if self.cross else None
+        call = peer_call(variant.strategy, models.target, self.peer_drafter, input_ids, config, tokenizers)
         torch.manual_seed(s.seed)
         with quiet_transformers(), self._assistant(variant):
             output, seconds = timed(call, self.device)
@@ -122,6 +135,8 @@ class Executor:
         record.seconds = seconds
         record.target_calls = self.target_counter.take()
         record.drafter_calls = self.drafter_counter.take()
+        if self.peer_counter is not None:
+            record.drafter_calls += self.peer_counter.take()
         ends = set(models.end_tokens)
         record.stop_reason = "eos" if record.tokens and record.tokens[-1] in ends else "length"
 
@@ -130,7 +145,7 @@ class Executor:
         if variant.strategy != "hf_assisted":
             return contextlib.nullcontext()
         schedule, confidence = assistant_schedule(variant.policy, self.settings.assisted_confidence)
-        return assistant_settings(self.models.drafter, variant.gamma, confidence, schedule)
+        return assistant_settings(self.peer_drafter, variant.gamma, confidence, schedule)
 
 
 def _mean_gamma(trace) -> float | None:

@@ -5,25 +5,26 @@ from __future__ import annotations
 import torch
 
 from bench.variants import Variant
-from engine import EngineState, NGramOptions, Strategy, run_strategy
+from engine import CrossTokenizerOptions, EngineState, NGramOptions, Strategy, run_strategy
 
 # Our drafting strategies and the engine drafter each uses.
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram"}
 
 
 def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
-                 tree_branch: int = 3) -> Strategy:
+                 tree_branch: int = 3, cross: CrossTokenizerOptions = CrossTokenizerOptions()) -> Strategy:
     """The engine strategy of one of our variants, keyed by the variant's name (so each
     variant keeps its own gamma policy for the whole benchmark).
 
     The n-gram storage is not reset by the engine: :func:`our_call` empties it
-    before the clock starts.
+    before the clock starts. ``cross`` says how the drafter model drafts should
+    its tokenizer differ from the target's (the engine decides when it does).
     """
     if variant.strategy not in ("speculative", "ngram", "target", "drafter"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
     drafter = DRAFTER_OF.get(variant.strategy)
-    return Strategy(key=variant.name, drafter=drafter,
-                    drafter_options=ngram if drafter == "ngram" else None,
+    options = {"ngram": ngram, "model": cross}.get(drafter)
+    return Strategy(key=variant.name, drafter=drafter, drafter_options=options,
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
                     tree=getattr(variant, "tree", 0), tree_branch=tree_branch)

@@ -9,6 +9,12 @@ probability T (transformers 5.x's default is T = 0.4 with at most 20 tokens:
 "dynamic" assisted generation). ``hf_prompt_lookup``: prompt lookup decoding
 with ``prompt_lookup_num_tokens`` = gamma.
 
+On a pair with two tokenizers ``hf_assisted`` is transformers' universal
+assisted generation (both tokenizers passed to ``generate``): string-level
+matching under greedy decoding, token-level intersection under sampling. The
+latter prunes the assistant's LM head and embeddings in place, so it is given
+a copy of the drafter (see ``bench.executor``).
+
 Every call gets an explicit generation config, so no model default (a
 repetition penalty, a sampling flag) changes what is compared: transformers 4.x
 is told not to use the model's defaults (``use_model_defaults=False``); 5.x
@@ -111,10 +117,16 @@ def _takes_use_model_defaults(generate) -> bool:
     return "use_model_defaults" in inspect.signature(generate).parameters
 
 
-def peer_call(strategy: str, target, drafter, input_ids: torch.Tensor, config: GenerationConfig):
-    """A zero-argument function that runs one peer decode and returns its output ids."""
+def peer_call(strategy: str, target, drafter, input_ids: torch.Tensor, config: GenerationConfig,
+              tokenizers: tuple | None = None):
+    """A zero-argument function that runs one peer decode and returns its output ids.
+
+    ``tokenizers``: (target's, drafter's) when they differ (universal assisted generation).
+    """
     mask = torch.ones_like(input_ids)
     kwargs = {"assistant_model": drafter} if strategy == "hf_assisted" else {}
+    if kwargs and tokenizers is not None:
+        kwargs.update(tokenizer=tokenizers[0], assistant_tokenizer=tokenizers[1])
     if _takes_use_model_defaults(type(target).generate):     # transformers 4.x
         kwargs["use_model_defaults"] = False
 

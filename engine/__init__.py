@@ -12,10 +12,11 @@ architecture tests then run it unchanged.
 from engine.drafters import DRAFTERS, DraftContext, register_drafter
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
-from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, NGramOptions, Strategy
+from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, CrossTokenizerOptions, NGramOptions, Strategy
 from generation.observer import NoObserver, Observer
 
 __all__ = [
+    "CrossTokenizerOptions",
     "DEFAULT_GAMMA",
     "DRAFTERS",
     "DraftContext",

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.strategy import NGramOptions
+from cross_tokenizer import cross_tokenizer_drafter, has_own_tokenizer
+from engine.strategy import CrossTokenizerOptions, NGramOptions
 from generation.common import check_request, model_device
-from generation.speculative import ModelDrafter
 from generation.verify import Drafter
 from ngram_assisted import NGramDrafter
+from selfdraft.drafter import make_drafter, make_self_drafter
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,18 @@ def register_drafter(kind: str, factory: DrafterFactory) -> DrafterFactory:
     return factory
 
 
-def model_drafter(pair, strategy, state, context: DraftContext) -> ModelDrafter:
+def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """Speculative decoding's drafter: the pair's drafter model (its context must fit too).
 
-    A drafter model made from the target (``--drafter self:...``) drafts on the
-    target's own cache (``selfdraft.drafter.SelfDrafter``)."""
-    from selfdraft.drafter import make_drafter
-
+    This is the one place the engine chooses how a drafter model drafts: one
+    whose tokenizer differs from the target's (``pair.drafter_tokenizer`` set)
+    drafts through the ``cross_tokenizer`` drafter, so every front end that
+    runs ``Strategy(drafter="model")`` gets it without asking; a drafter model
+    made from the target (``--drafter self:...``) drafts on the target's own
+    cache (``selfdraft.drafter.SelfDrafter``).
+    """
+    if has_own_tokenizer(pair):
+        return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
     return make_drafter(pair.drafter, pair.target, context.processor, use_cache=strategy.use_cache,
                         vocab_size=context.vocab_size, generator=context.generator)
@@ -62,8 +68,6 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> ModelDrafter:
 def self_drafter(pair, strategy, state, context: DraftContext):
     """A self-drafter built from the pair's target: ``drafter_options`` is its spec
     (``"self:int8"``, ``"self:skip=3,5"``, ...), or None for the pair's own self-draft model."""
-    from selfdraft.drafter import make_self_drafter
-
     drafter = make_self_drafter(pair, context.processor, spec=strategy.drafter_options,
                                 use_cache=strategy.use_cache, generator=context.generator)
     drafter.vocab_size = drafter.own.vocab_size = context.vocab_size
@@ -83,6 +87,19 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> NGramDrafter:
                         confident_start=options.confident_start, device=model_device(pair.target))
 
 
+def cross_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
+    """A drafter model with a tokenizer of its own (SLEM or TLI, Timor et al. 2025), by
+    ``strategy.drafter_options`` (:class:`CrossTokenizerOptions`; SLEM when None)."""
+    options = strategy.drafter_options
+    if options is None:
+        options = CrossTokenizerOptions()
+    if not isinstance(options, CrossTokenizerOptions):
+        raise ValueError(f"the model drafter takes CrossTokenizerOptions, got {type(options).__name__}")
+    return cross_tokenizer_drafter(pair, context.processor, method=options.method,
+                                   use_cache=strategy.use_cache, generator=context.generator)
+
+
 register_drafter("model", model_drafter)
+register_drafter("cross_tokenizer", cross_drafter)
 register_drafter("ngram", ngram_drafter)
 register_drafter("self", self_drafter)

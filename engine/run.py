@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from cross_tokenizer import drafter_inputs, has_own_tokenizer
 from engine.drafters import DRAFTERS, DraftContext
 from engine.state import EngineState
 from engine.strategy import Strategy
@@ -26,7 +27,10 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     ``utils.models.ModelPair`` has. ``state`` carries the n-gram storage and
     the γ policies from run to run (a fresh one when None). ``generator``, when
     given, is drawn from instead of one seeded from ``strategy.seed`` (a caller
-    that samples many runs from one stream). ``observer`` (see
+    that samples many runs from one stream). When the pair's drafter has a
+    tokenizer of its own, drafter AR starts from the drafter's own prompt ids
+    and returns drafter ids (the "model" drafter crosses the tokenizers itself,
+    see ``engine.drafters.model_drafter``). ``observer`` (see
     ``generation.observer``: ``drafted`` and ``round``) is told each round as
     it runs (live rendering); the time spent inside it is left out of the
     result's seconds. With an interruptible run, Ctrl-C ends the decode and
@@ -47,6 +51,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     delay = strategy.target_delay_s if strategy.drafts or strategy.key != "drafter" else 0.0
     if not strategy.drafts:
         phase = "draft" if strategy.key == "drafter" else "verify"
+        if strategy.key == "drafter" and has_own_tokenizer(pair):  # the drafter reads and writes its own ids
+            prompt_ids, common["eos_tokens_id"] = drafter_inputs(pair, prompt_ids)
         return autoregressive_generate(prompt_ids, model, phase=phase, target_delay_s=delay, **common)
     if strategy.drafter not in DRAFTERS:
         raise ValueError(f"unknown drafter {strategy.drafter!r} (choose from {', '.join(DRAFTERS)})")

@@ -30,6 +30,20 @@ class NGramOptions:
 
 
 @dataclass(frozen=True)
+class CrossTokenizerOptions:
+    """How a drafter model with a tokenizer of its own drafts (the ``cross_tokenizer`` drafter).
+
+    ``method`` is ``slem`` (drafts decoded to text and re-tokenised for the
+    target, any processor) or ``tli`` (drafts sampled over the vocabulary both
+    tokenizers share). The ``model`` drafter takes these options too: it hands
+    a pair whose tokenizers differ to the ``cross_tokenizer`` drafter, and
+    ignores them when the pair shares one tokenizer.
+    """
+
+    method: str = "slem"
+
+
+@dataclass(frozen=True)
 class Strategy:
     """One way to decode a prompt.
 
@@ -39,8 +53,12 @@ class Strategy:
     :data:`engine.drafters.DRAFTERS` ("model", "ngram", ...) or None for
     autoregressive decoding, which runs the drafter model when ``key`` is
     "drafter" and the target otherwise. ``drafter_options`` belongs to the
-    drafter kind (:class:`NGramOptions` for "ngram"; None for "model"); a new
-    drafter brings its own options type.
+    drafter kind (:class:`NGramOptions` for "ngram"; None or
+    :class:`CrossTokenizerOptions` for "model" and "cross_tokenizer"); a new
+    drafter brings its own options type. On a pair whose drafter has a
+    tokenizer of its own, "model" drafts through the cross-tokenizer drafter and
+    "drafter" AR runs on the drafter's own ids (its tokens are then drafter
+    ids).
 
     ``gamma_policy`` is a name ``generation.gamma_policies.make_policy``
     takes ("constant", "heuristic", "confidence", "model"; "confidence 0.4"

@@ -81,6 +81,11 @@ class GenerationResult:
     ``tree``: the tree budget the run verified with (0: chains);
     ``tree_fallback``: why a run asked for trees verified chains (one line, "" otherwise).
     With trees, ``drafted`` counts every node verified.
+    ``cross_tokenizer`` (empty unless the drafter has another tokenizer): the
+    method (``slem``/``tli``), the shared vocabulary (``shared_tokens``,
+    ``shared_of_drafter``, ``shared_of_target``), ``retokenize_s`` (seconds of
+    host work moving text between the vocabularies, part of the draft phase)
+    and ``sync_misses`` (rounds whose text the drafter could not spell exactly).
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -97,6 +102,7 @@ class GenerationResult:
     gamma_policy: str = ""
     tree: int = 0
     tree_fallback: str = ""
+    cross_tokenizer: dict = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:

@@ -148,6 +148,9 @@ def verify_loop(
     drafter_stats = drafter.rollback_stats()
     if drafter_stats is not None:
         result.rollback["drafter"] = drafter_stats
+    crossing = getattr(drafter, "cross_tokenizer_stats", None)  # a drafter with another tokenizer
+    if crossing is not None:
+        result.cross_tokenizer = crossing()
     return result
 
 

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from repl.settings import GAMMA_POLICIES, NGRAM_STORAGES, PROCESSOR_ARGS, ProcessorSpec, Settings
+from repl.settings import GAMMA_POLICIES, NGRAM_STORAGES, PROCESSOR_ARGS, UAG_METHODS, ProcessorSpec, Settings
 
 GAMMA_RANGE = (1, 128)
 LENGTH_RANGE = (1, 1_000_000)
@@ -230,6 +230,15 @@ def _show_ms(value: float) -> str:
     return f"{value:g} ms"
 
 
+def parse_uag(words: list[str], settings: Settings | None = None) -> Update:
+    """``slem|tli``."""
+    name = _one_word(words, "method").lower()
+    if name not in UAG_METHODS:
+        hint = _closest(name, UAG_METHODS)
+        raise CommandError(f"unknown method {words[0]!r}{hint}; choose {' or '.join(UAG_METHODS)}")
+    return Update({"uag": name})
+
+
 def _parse_save(words: list[str], settings: Settings) -> Update:
     if not words:
         raise CommandError("missing file name")
@@ -320,6 +329,10 @@ COMMANDS: dict[str, Command] = {
                 "(speculative, NASD, target AR), to check the /rtt prediction; counted as verify time",
                 _ms_setting("rtt_inject", "rtt", RTT_CLASH), show=lambda s: _show_ms(s.rtt_inject),
                 flag="rtt-inject"),
+        Command("uag", "slem|tli",
+                "a drafter with another tokenizer: slem drafts through text (any processor), tli "
+                "samples over the shared vocabulary; both are lossless",
+                parse_uag, show=lambda s: s.uag, values=UAG_METHODS, flag="uag"),
         Command("config", "", "show every setting and the models", _no_args("config")),
         Command("stats", "", "the last prompt's acceptance by position, accepted lengths, "
                 "phase times and the speedup model", _no_args("stats")),

@@ -83,6 +83,22 @@ def phases_text(result: GenerationResult) -> str:
         f"{k} {phases.get(k, 0.0):.2f} s ({phases.get(k, 0.0) / total:.0%})" for k in ("draft", "verify", "other"))
 
 
+def cross_tokenizer_text(result: GenerationResult) -> str | None:
+    """For a drafter with another tokenizer: the method, the shared vocabulary and the
+    re-tokenisation cost (part of the draft time); None for any other run."""
+    info = getattr(result, "cross_tokenizer", None) or {}
+    if not info:
+        return None
+    draft = (result.phases or {}).get("draft", 0.0)
+    seconds = float(info.get("retokenize_s", 0.0))
+    share = f" ({seconds / draft:.0%} of draft time)" if draft > 0 else ""
+    text = (f"another tokenizer ({info.get('method', '?')}): shared vocabulary "
+            f"{info.get('shared_of_drafter', 0.0):.0%} of the drafter's, {info.get('shared_of_target', 0.0):.0%} "
+            f"of the target's ({info.get('shared_tokens', 0)} tokens) · re-tokenisation {seconds:.3f} s{share}")
+    misses = info.get("sync_misses", 0)
+    return text + (f" · {misses} rounds re-spelt approximately" if misses else "")
+
+
 def phase_split(result: GenerationResult) -> str:
     """The compact ``8/84/8%`` draft/verify/other split of the comparison table."""
     phases = result.phases or {}
@@ -153,6 +169,9 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     if tree is not None:
         body.append(tree)
     body.append(Text(path_text(run.result.rollback), style="dim"))
+    crossing = cross_tokenizer_text(run.result)
+    if crossing is not None:
+        body.append(Text(crossing, style="dim"))
     why = why_text(prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run]), run)
     if why is not None:
         body.append(why)
@@ -404,6 +423,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
             parts.append(tree)
             parts.append(Text(_tree_depth_text(run.result), style="dim"))
         parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
+        crossing = cross_tokenizer_text(run.result)
+        if crossing is not None:
+            parts.append(Text(crossing, style="dim"))
     if len(parts) == 1:
         return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative or NASD",
                           style="yellow"))

@@ -16,7 +16,7 @@ from typing import Callable, ContextManager
 
 import torch
 
-from engine import EngineState, NGramOptions, Observer, Strategy, run_strategy
+from engine import CrossTokenizerOptions, EngineState, NGramOptions, Observer, Strategy, run_strategy
 from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun  # noqa: F401  (the runner's products, torch-free)
 from repl.settings import Settings
@@ -102,8 +102,14 @@ class Runner:
             else:
                 run.error = f"failed: {type(e).__name__}: {e}"
         else:
-            run.text = self.pair.tokenizer.decode(run.result.tokens, skip_special_tokens=True)
+            run.text = self.output_tokenizer(key).decode(run.result.tokens, skip_special_tokens=True)
         return run
+
+    def output_tokenizer(self, key: str):
+        """The tokenizer of strategy ``key``'s output ids: the drafter's own for drafter AR
+        when its tokenizer differs from the target's (the engine runs it on its own ids)."""
+        own = getattr(self.pair, "drafter_tokenizer", None)
+        return own if key == "drafter" and own is not None else self.pair.tokenizer
 
     def prepare(self, text: str, settings: Settings) -> PromptRun:
         """Encode ``text`` and check it fits; raises PromptRefused otherwise."""
@@ -140,14 +146,19 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
     """The engine strategy ``key`` ("speculative", "ngram", "target", "drafter") under ``settings``.
 
     The model policy chooses among 0..max(/gamma, 16) drafts; the confidence
-    policy alone takes /gamma_policy's threshold.
+    policy alone takes /gamma_policy's threshold. /uag says how the drafter
+    model drafts should its tokenizer differ (the engine decides when it does).
     """
     policy = settings.gamma_policy
+    options = {
+        "ngram": NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
+                              reset=settings.reset_in_between),
+        "speculative": CrossTokenizerOptions(settings.uag),
+    }
     return Strategy(
         key=key,
         drafter={"speculative": "model", "ngram": "ngram"}.get(key),
-        drafter_options=NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
-                                     reset=settings.reset_in_between) if key == "ngram" else None,
+        drafter_options=options.get(key),
         gamma=max(settings.gamma, MODEL_POLICY_MAX_GAMMA) if policy == "model" else settings.gamma,
         gamma_policy=policy,
         gamma_threshold=settings.gamma_threshold if policy == "confidence" else None,

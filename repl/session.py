@@ -165,7 +165,9 @@ class Session:
         """The live panel around one strategy (see ``repl.live``)."""
         from repl.live import live_panel
 
-        return live_panel(self.console, key, self.runner.pair.tokenizer, prompt_ids)
+        tokenizer = self.runner.output_tokenizer(key)
+        context = prompt_ids if tokenizer is self.runner.pair.tokenizer else []  # drafter AR: its own ids
+        return live_panel(self.console, key, tokenizer, context)
 
     def show_run(self, prompt_run: PromptRun, run: StrategyRun) -> None:
         if run.error is not None:

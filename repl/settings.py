@@ -26,6 +26,10 @@ NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel", "recycling")
 # alone takes a threshold T in (0, 1).
 GAMMA_POLICIES: tuple[str, ...] = ("constant", "heuristic", "confidence", "model")
 
+# How a drafter with another tokenizer drafts (cross_tokenizer): through text
+# (string-level exact match) or over the shared vocabulary (token-level intersection).
+UAG_METHODS: tuple[str, ...] = ("slem", "tli")
+
 
 @dataclass
 class Settings:
@@ -53,6 +57,7 @@ class Settings:
     rtt_inject: float = 0.0  # ms: really wait this long before every target forward
     tree: int = 0                 # draft nodes per round verified as a token tree (0: a chain)
     tree_branch: int = 2          # children per expanded tree node
+    uag: str = "slem"  # a drafter with another tokenizer: "slem" or "tli"
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""

@@ -204,7 +204,7 @@ def test_documented_commands_are_all_in_the_table():
     assert set(COMMANDS) == {
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
-        "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch",
+        "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
@@ -354,3 +354,18 @@ def test_tree_settings_parse_and_check_their_range():
     assert not reply.ok and "\n" not in reply.message
     reply, _ = run("/tree_branch 0")
     assert not reply.ok
+
+
+# -------------------------------------------------------- drafters with another tokenizer
+
+def test_uag_method_is_a_setting_and_a_flag():
+    reply, s = run("/uag TLI")
+    assert reply.ok and s.uag == "tli" and reply.message == "uag: tli"
+    reply, s = run("/uag slm")
+    assert not reply.ok and "did you mean slem" in reply.message and s.uag == "slem"
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    settings = Settings()
+    apply_flags(parser.parse_args(["--uag", "tli"]), settings)
+    assert settings.uag == "tli"
+    assert completions("/uag ") == ["slem", "tli"]

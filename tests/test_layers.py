@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Bottom first; a package may import its own layer and those below it.
 LAYERS = (
     ("analysis", "sampling", "utils"),
-    ("generation", "ngram_assisted"),
+    ("generation", "ngram_assisted", "cross_tokenizer"),
     ("engine",),
     ("checks", "bench", "repl"),
 )
@@ -115,3 +115,12 @@ def test_each_package_imports_alone(package):
     done = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_drafter_package_looking_up_to_the_engine_would_be_caught():
+    # Mutation check: cross_tokenizer sits beside generation; an import of the engine is upward.
+    graph = package_graph()
+    assert "engine" not in graph["cross_tokenizer"]
+    graph["cross_tokenizer"] = graph["cross_tokenizer"] | {"engine"}
+    assert ("cross_tokenizer", "engine") in upward_edges(graph)
+    assert find_cycle(graph) is not None           # the engine imports cross_tokenizer

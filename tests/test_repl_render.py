@@ -494,3 +494,23 @@ def test_session_stats_use_the_current_rtt(monkeypatch):
     assert session.handle("/stats") and "round trip" not in out.getvalue()
     assert session.handle("/rtt 20") and "rtt: 20 ms" in out.getvalue()
     assert session.handle("/stats") and "at a 20 ms round trip (/rtt): predicted" in out.getvalue()
+
+
+def test_a_drafter_with_another_tokenizer_shows_its_shared_vocabulary_and_retokenisation_cost():
+    crossing = {"method": "slem", "shared_tokens": 76, "shared_of_drafter": 0.21, "shared_of_target": 0.24,
+                "retokenize_s": 0.05, "sync_misses": 0}
+    r = result([1] * 12, seconds=2.0, drafted=10, accepted=7, target_calls=4, drafter_calls=10,
+               phases={"draft": 0.5, "verify": 1.4, "other": 0.1}, cross_tokenizer=crossing)
+    line = ("another tokenizer (slem): shared vocabulary 21% of the drafter's, 24% of the target's "
+            "(76 tokens) · re-tokenisation 0.050 s (10% of draft time)")
+    c, out = console()
+    c.print(render.strategy_panel(StrategyRun("speculative", r, text="hello"), [], WordTokenizer(), debug=False))
+    assert render.cross_tokenizer_text(r) == line
+    assert "another tokenizer (slem): shared vocabulary 21%" in out.getvalue()
+    pr = why_prompt_run()
+    pr.runs[0].result.cross_tokenizer = crossing
+    c, out = console()
+    c.print(render.stats_view(pr))
+    assert "another tokenizer (slem): shared vocabulary 21% of the drafter's" in out.getvalue()
+    # Any other run shows nothing of it.
+    assert render.cross_tokenizer_text(result([1])) is None

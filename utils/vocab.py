@@ -47,27 +47,46 @@ def _special_token_difference(a, b) -> str | None:
     return None
 
 
+def tokenizer_difference(target_tok, drafter_tok) -> str | None:
+    """None when the two tokenizers map every token to the same id and agree on bos/eos/unk;
+    otherwise the first difference, in words."""
+    if drafter_tok is target_tok:
+        return None  # one shared tokenizer object (a self-draft pair)
+    if len(target_tok) != len(drafter_tok) or target_tok.get_vocab() != drafter_tok.get_vocab():
+        return _first_vocab_difference(target_tok, drafter_tok)
+    return _special_token_difference(target_tok, drafter_tok)
+
+
 def check_compatible(target_tok, drafter_tok, target_model, drafter_model) -> int:
     """Check that target and drafter share a tokenizer; return the vocabulary length to compare logits over.
 
     The tokenizers must map every token to the same id and agree on bos/eos/unk. The models may pad
     their embeddings differently; logits are compared over ``[:n]`` with ``n`` the shared tokenizer
-    length (capped by the narrower model). A real mismatch raises ``ModelLoadError`` naming both sizes.
+    length (capped by the narrower model). A real mismatch raises ``ModelLoadError`` naming both sizes
+    (``load_pair`` accepts such a pair as a cross-tokenizer pair instead; see ``pair_vocabulary``).
     """
     t_len, d_len = len(target_tok), len(drafter_tok)
     t_width, d_width = logits_width(target_model), logits_width(drafter_model)
-    detail = None  # stays None for one shared tokenizer object (a self-draft pair)
-    if drafter_tok is not target_tok:
-        if t_len != d_len or target_tok.get_vocab() != drafter_tok.get_vocab():
-            detail = _first_vocab_difference(target_tok, drafter_tok)
-        else:
-            detail = _special_token_difference(target_tok, drafter_tok)
+    detail = tokenizer_difference(target_tok, drafter_tok)
     if detail is not None:
         raise ModelLoadError(
             f"Target and drafter do not share a tokenizer (target: {t_len} tokens, {t_width} logits; "
             f"drafter: {d_len} tokens, {d_width} logits; {detail}): pick a drafter from the target's model family."
         )
     return min(t_len, t_width, d_width)
+
+
+def pair_vocabulary(target_tok, drafter_tok, target_model, drafter_model) -> tuple[int, str | None]:
+    """The vocabulary length the target's distributions cover, and how the tokenizers differ.
+
+    With one shared tokenizer: ``(check_compatible(...), None)``. With two different ones the
+    drafter drafts through text (``cross_tokenizer``): the target's own length (its tokenizer's,
+    capped by its logits), and the difference in words.
+    """
+    detail = tokenizer_difference(target_tok, drafter_tok)
+    if detail is None:
+        return check_compatible(target_tok, drafter_tok, target_model, drafter_model), None
+    return min(len(target_tok), logits_width(target_model)), detail
 
 
 def _as_ids(value) -> list[int]:
