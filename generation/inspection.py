@@ -131,8 +131,11 @@ def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, top: int = 
         p_x_rule = p_rule[rows, draft]
         q_x_rule = torch.ones_like(p_x_rule) if q_rule is None else q_rule[rows, draft]
         accept = (p_x_rule / q_x_rule).clamp(max=1.0)                 # (k,)
-        residual = residual_distributions(p_rule[:k], q_rule, draft).topk(t, dim=-1)   # (k, t)
-        ids.append(residual.indices.flatten())
+        # the residual only at the first rejection (row n; row k-1 when none, then unused)
+        row = n.clamp(max=k - 1)
+        q_row = None if q_rule is None else q_rule[row].unsqueeze(0)  # (1, V)
+        residual = residual_distributions(p_rule[row].unsqueeze(0), q_row, draft[row].view(1)).topk(t, dim=-1)
+        ids.append(residual.indices.flatten())                        # (t,)
         floats += [p_view[rows, draft], accept, residual.values.flatten()]
         if q_view is not None:
             q_top = q_view.topk(t, dim=-1)                            # (k, t)
@@ -147,7 +150,7 @@ def record_size(k: int, vocab: int, *, has_q: bool, top: int = TOP) -> int:
     t = min(top, vocab)
     size = (k + 1) * t + (k + 1) * t + (k + 1) + 1
     if k:
-        size += k * t + k + k + k * t
+        size += t + k + k + t
         if has_q:
             size += k * t + k + k + k * t
     return size
@@ -170,7 +173,7 @@ def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool
     """The host list from :func:`record_round` (same k, vocab, has_q) as an Inspection."""
     k = len(draft)
     t = min(top, vocab)
-    n_ids = (k + 1) * t + (k * t if k else 0) + (k * t if k and has_q else 0)
+    n_ids = (k + 1) * t + (t if k else 0) + (k * t if k and has_q else 0)
     ids, values = flat[:n_ids], _floats(flat[n_ids:])
     cursor = 0
 
@@ -181,7 +184,7 @@ def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool
         return out
 
     p_top_ids = take((k + 1) * t, ids)
-    res_ids = take(k * t, ids) if k else []
+    res_ids = take(t, ids) if k else []
     q_top_ids = take(k * t, ids) if k and has_q else []
     cursor = 0
     p_top_probs = take((k + 1) * t, values)
@@ -189,7 +192,7 @@ def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool
     token_p = take(1, values)[0]
     p_x = accept = res_probs = q_x = entropy_q = q_top_probs = []
     if k:
-        p_x, accept, res_probs = take(k, values), take(k, values), take(k * t, values)
+        p_x, accept, res_probs = take(k, values), take(k, values), take(t, values)
         if has_q:
             q_x, entropy_q, q_top_probs = take(k, values), take(k, values), take(k * t, values)
 
@@ -210,7 +213,7 @@ def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool
         token_p=token_p,
         token_entropy=entropy_p[n],
         token_top=row(p_top_ids, p_top_probs, n),
-        residual=row(res_ids, res_probs, n) if n < k else None,
+        residual=_tops(res_ids, res_probs) if n < k else None,
         shown=shown,
         one_hot_q=not has_q,
     )

@@ -222,15 +222,23 @@ def test_an_old_trace_without_pieces_still_makes_a_page(prompt_run):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_the_page_renders_in_a_headless_browser(prompt_run, tmp_path):
-    path = tmp_path / "r.html"
-    write_report(str(path), [prompt_run], ENV)
+def _browser(path) -> tuple[str, list[str]]:
+    """The DOM headless chromium rendered from ``path``, and the script errors it logged."""
     done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                            "--disable-background-networking", "--enable-logging=stderr", "--v=0",
                            "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    page = parse(done.stdout)
-    assert len(page.tokens) == len(parse(path.read_text()).tokens)
-    errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    return done.stdout, [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_the_page_renders_in_a_headless_browser(prompt_run, tmp_path):
+    path = tmp_path / "r.html"
+    write_report(str(path), [prompt_run], ENV)
+    dom, errors = _browser(path)
     assert not errors, errors
+    assert len(parse(dom).tokens) == len(parse(path.read_text()).tokens) > 0
+    # the check has power: a page with a failing script is caught
+    broken = tmp_path / "broken.html"
+    broken.write_text(path.read_text().replace("</body>", "<script>undefined_function()</script></body>"))
+    assert any("undefined_function" in line for line in _browser(broken)[1])
