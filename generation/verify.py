@@ -57,6 +57,11 @@ class Drafter(Protocol):
     # def propose_tree(self, ids, depth, nodes, branch) -> generation.tree.Tree
     #     A tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L),
     #     ``branch`` children per expanded node, built without random draws.
+    #
+    # Optional, for the inspector:
+    # def draft_logits(self) -> Tensor (k', V) | None
+    #     The last proposal's raw logits; under greedy the inspector shows their
+    #     softmax (q itself is one-hot).
 
 
 @dataclass
