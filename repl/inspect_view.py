@@ -67,12 +67,12 @@ def _header(run: StrategyRun, index: int, rnd: Round) -> Text:
 
 def _notes(ins: Inspection) -> list[Text]:
     notes = []
-    if ins.one_hot_q:
+    if ins.one_hot_q and ins.positions:
         notes.append("q is one-hot: n-gram drafts are deterministic (q(x) = 1, entropy 0), "
                      "so the draft is accepted with probability p(x)")
     if ins.shown == "softmax":
         notes.append("greedy: p and q shown are the models' softmax at temperature 1; the rule "
-                     "accepts a draft iff it is p's top-1 (min(1, p/q) on the one-hot rule is 1 or 0)")
+                     "accepts a draft iff it is p's top-1, so its acceptance probability is 1 or 0")
     return [Text(n, style="dim") for n in notes]
 
 
@@ -90,7 +90,8 @@ def round_view(run: StrategyRun, index: int, text_of: Callable[[int], str]) -> G
         line = Text(f"{i:>2} ")
         line.append(quoted(text_of(x)), style=style)
         line.append(f"  {verdict}", style=style)
-        line.append(f"  q(x) {pos.q:.3f} · p(x) {pos.p:.3f} · min(1, p/q) {pos.accept:.3f} · "
+        rule = "accept (greedy rule)" if ins.shown == "softmax" else "min(1, p/q)"
+        line.append(f"  q(x) {pos.q:.3f} · p(x) {pos.p:.3f} · {rule} {pos.accept:.3f} · "
                     f"H(p) {pos.entropy_p:.2f} · H(q) {pos.entropy_q:.2f} nats")
         parts.append(line)
         parts.append(Text(f"     p top: {_tops(pos.p_top, text_of)}", style="dim"))

@@ -93,9 +93,10 @@ def test_inspect_shows_each_drafted_position(prompt_run, monkeypatch):
     residual = rnd.inspection.residual
     assert f"residual norm(max(0, p - q)) top: {tok.decode([residual[0][0]])!r}" in shown
     assert f"drawn: {tok.decode([rnd.token])!r}" in shown
+    nasd = next(i for i, r in enumerate(prompt_run.runs[1].result.trace) if r.drafted) + 1
     start = len(out.getvalue())
-    assert session.handle("/inspect nasd 2")
-    assert "NASD · round 2" in out.getvalue()[start:] and "q is one-hot" in out.getvalue()[start:]
+    assert session.handle(f"/inspect nasd {nasd}")
+    assert f"NASD · round {nasd}" in out.getvalue()[start:] and "q is one-hot" in out.getvalue()[start:]
 
 
 def test_greedy_view_says_what_it_shows():
@@ -107,6 +108,8 @@ def test_greedy_view_says_what_it_shows():
     c, out = console()
     c.print(round_view(run, index, lambda i: pr.token_text[i]))
     assert "greedy: p and q shown are the models' softmax at temperature 1" in out.getvalue()
+    pos = rnd.inspection.positions[rnd.accepted]
+    assert f"accept (greedy rule) {pos.accept:.3f}" in out.getvalue() and pos.accept == 0.0
 
 
 # ------------------------------------------------------------------ replay
