@@ -31,7 +31,9 @@ def show_inspector(prompt_run: PromptRun, console: Console) -> None:
             console.print(Text(NO_NUMBERS.format(label=run.label), style="yellow"))
             continue
         index = default_round(run.result.trace)
-        if index is not None:
+        if index is None:
+            console.print(Text(f"inspector: {run.label} drafted nothing on this prompt", style="dim"))
+        else:
             console.print(Text(f"inspector (in a session: /inspect {run.key} {index + 1})", style="dim"))
             console.print(round_view(run, index, text_of))
 
