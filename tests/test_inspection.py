@@ -202,3 +202,29 @@ def test_an_inspection_survives_json():
     ins = Inspection(positions=(), token_p=0.5, token_entropy=math.log(2), token_top=((3, 0.5), (4, 0.5)),
                      residual=((3, 1.0),), shown="softmax")
     assert Inspection.from_dict(json.loads(json.dumps(asdict(ins)))) == ins
+
+
+def test_a_round_ended_by_an_end_token_keeps_only_its_kept_drafts():
+    """An end token among the accepted drafts drops the later drafts, and the round has no target token."""
+    from generation.inspection import Position
+    from generation.result import GenerationResult
+    from generation.verify import _count
+
+    def position(i):
+        return Position(p=0.1 * i, q=0.5, accept=0.2 * i, entropy_p=1.0, entropy_q=2.0,
+                        p_top=((i, 0.5),), q_top=((i, 0.6),))
+
+    full = Inspection(positions=tuple(position(i) for i in range(4)), token_p=0.3, token_entropy=1.5,
+                      token_top=((9, 0.3),), residual=((9, 0.7),))
+    ended = GenerationResult()
+    _count(ended, [4, 2, 5, 6], 2, [4, 2], gamma=4, draft_s=0.0, verify_s=0.0, inspection=full)  # 2 ends it
+    ins = ended.trace[-1].inspection
+    assert ins.positions == full.positions[:2] and ins.token_p is None and ins.token_top == ()
+    assert ins.residual is None
+    rejected = GenerationResult()
+    _count(rejected, [4, 7, 5, 6], 1, [4, 9], gamma=4, draft_s=0.0, verify_s=0.0, inspection=full)
+    ins = rejected.trace[-1].inspection
+    assert ins.positions == full.positions and ins.token_p == 0.3 and ins.residual == ((9, 0.7),)
+    bonus = GenerationResult()
+    _count(bonus, [4, 7, 5, 6], 4, [4, 7, 5, 6, 9], gamma=4, draft_s=0.0, verify_s=0.0, inspection=full)
+    assert bonus.trace[-1].inspection.residual is None and bonus.trace[-1].inspection.token_p == 0.3
