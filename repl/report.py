@@ -179,11 +179,11 @@ def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
     out.append(f'<p class="meta">{len(r.tokens)} tokens · {r.seconds:.2f} s · {r.tokens_per_second:.1f} tokens/s'
                + (f" · acceptance {r.acceptance_rate:.1%} ({r.accepted}/{r.drafted} drafts)" if run.drafting else "")
                + f" · stop: {_e(r.stop_reason)}</p>")
-    shown = {rnd.inspection.shown for rnd in r.trace or [] if rnd.inspection is not None}
+    shown = {rnd.inspection.shown for rnd in r.trace if rnd.inspection is not None}
     if "softmax" in shown:
         out.append('<p class="note">greedy: the p and q on each token are the models\' softmax at temperature 1; '
                    'accept is the greedy rule\'s (1 when the draft is p\'s top-1, else 0)</p>')
-    if any(rnd.inspection is not None and rnd.inspection.one_hot_q and rnd.drafted for rnd in r.trace or []):
+    if any(rnd.inspection is not None and rnd.inspection.one_hot_q and rnd.drafted for rnd in r.trace):
         out.append('<p class="note">n-gram drafts are deterministic: q is one-hot (q(x) = 1)</p>')
     out.append(strategy_text(run))
     if run.drafting:

@@ -30,26 +30,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.builtin_prompts import BUILTIN  # noqa: E402
+from engine import NGramOptions, Strategy, run_strategy  # noqa: E402
 from generation.inspection import decode, record_round  # noqa: E402
-from generation.speculative import speculative_generate  # noqa: E402
-from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate  # noqa: E402
 from sampling import GreedyProcessor, MultinomialProcessor  # noqa: E402
+from utils.builtin_prompts import BUILTIN  # noqa: E402
+from utils.cache import CachedModel  # noqa: E402
 from utils.models import load_pair  # noqa: E402
 from utils.vocab import encode_prompt  # noqa: E402
 
 
 def run(pair, key: str, ids: list[int], processor, length: int, inspect: bool):
-    generator = torch.Generator().manual_seed(42)
-    torch.manual_seed(42)
-    if key == "speculative":
-        return speculative_generate(ids, pair.drafter, pair.target, logits_processor=processor, gamma=4,
-                                    max_gen_len=length, eos_tokens_id=pair.end_tokens,
-                                    vocab_size=pair.vocab_size, generator=generator, inspect=inspect)
-    return ngram_assisted_speculative_generate(
-        ids, NGramStorage(3, pair.vocab_size), pair.target, logits_processor=processor, gamma=4,
-        filler_top_k=3, max_gen_len=length, eos_tokens_id=pair.end_tokens, generator=generator,
-        inspect=inspect)
+    """One decode through the engine, the inspector's recording switched by ``Strategy.inspect``."""
+    options = NGramOptions(n=3, top_k_filler=3) if key == "ngram" else None
+    strategy = Strategy(key, drafter={"speculative": "model", "ngram": "ngram"}[key], drafter_options=options,
+                        gamma=4, processor=processor, max_gen_len=length, seed=42, inspect=inspect)
+    return run_strategy(strategy, pair, ids)
 
 
 def cpu_seconds(fn, reps: int) -> float:
@@ -90,8 +85,6 @@ def recorder(kind: str, vocab: int, k: int = 4):
 
 def cached_forward(model, ids: list[int], width: int):
     """``model`` scoring the last ``width`` of ``ids`` after the rest as cache, then rolled back."""
-    from utils.cache import CachedModel
-
     cached = CachedModel(model)
     seq = torch.tensor([cached.begin(ids)])                # (1, L)
     with torch.inference_mode():
