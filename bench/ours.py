@@ -17,7 +17,8 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     variant keeps its own gamma policy for the whole benchmark).
 
     The n-gram storage is not reset by the engine: :func:`our_call` empties it
-    before the clock starts.
+    before the clock starts. The per-token inspector is off: the benchmark
+    never shows its numbers, so it times the decode without recording them.
     """
     if variant.strategy not in ("speculative", "ngram", "target", "drafter"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
@@ -26,7 +27,7 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
                     drafter_options=ngram if drafter == "ngram" else None,
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
-                    tree=getattr(variant, "tree", 0), tree_branch=tree_branch)
+                    tree=getattr(variant, "tree", 0), tree_branch=tree_branch, inspect=False)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,
