@@ -29,7 +29,7 @@ def session_with(prompt_run, monkeypatch) -> tuple:
     pair.tokenizer = HtmlTokenizer()
     session = Session(Runner(pair), Settings(chat=False), c)
     monkeypatch.setattr(session.runner, "prepare", lambda text, settings: prompt_run)
-    monkeypatch.setattr(session.runner, "run", lambda pr, settings, on_run: pr)
+    monkeypatch.setattr(session.runner, "run", lambda pr, settings, on_run, watch=None: pr)
     return session, out
 
 
