@@ -62,20 +62,29 @@ def build_parser() -> argparse.ArgumentParser:
     traces.add_argument("--trace-out", metavar="FILE",
                         help="write every prompt's trace (settings, models, rounds, metrics) to FILE as JSON")
     traces.add_argument("--replay", metavar="FILE",
-                        help="show a trace file again: panels, debug view, comparison and /stats; "
-                             "loads neither torch nor a model")
+                        help="show a trace file again: panels, debug view, comparison, /stats and the "
+                             "inspector; loads neither torch nor a model")
+    traces.add_argument("--html", metavar="OUT.html",
+                        help="with --replay: write the trace as one self-contained HTML report instead "
+                             "(in a session: /save NAME.html)")
     return parser
 
 
-def replay(path: str) -> int:
-    """``--replay FILE``: render a trace file; torch is never imported."""
+def replay(path: str, html: str | None = None) -> int:
+    """``--replay FILE [--html OUT]``: render a trace file, or write it as an
+    HTML report; torch is never imported."""
     from repl.render import make_console
     from repl.replay import show_trace
+    from repl.report import write_report
     from repl.trace import TraceError, read_trace
 
     console = make_console()
     try:
         trace = read_trace(path)
+        if html is not None:
+            write_report(html, trace.prompts, trace.environment, created=trace.created)
+            console.print(f"report written to {html} (one self-contained page)")
+            return 0
     except TraceError as e:
         make_console(stderr=True).print(str(e), style="bold red")
         return 2
@@ -107,8 +116,10 @@ def _load(args, console):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.html and not args.replay:
+        parser.error("--html needs --replay FILE (in a session, /save NAME.html writes the report)")
     if args.replay:
-        return replay(args.replay)
+        return replay(args.replay, args.html)
     settings = Settings()
     try:
         notices = apply_flags(args, settings)

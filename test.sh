@@ -15,6 +15,7 @@ FLOOR_TESTS=(
     tests/test_distribution.py
     tests/test_edge_cases.py
     tests/test_equivalence.py
+    tests/test_inspection.py
     tests/test_processors.py
     tests/test_ngram_storage.py
     tests/test_architectures.py

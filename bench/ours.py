@@ -19,6 +19,8 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     The n-gram storage is not reset by the engine: :func:`our_call` empties it
     before the clock starts. ``cross`` says how the drafter model drafts should
     its tokenizer differ from the target's (the engine decides when it does).
+    The per-token inspector is off: the benchmark never shows its numbers, so
+    it times the decode without recording them.
     """
     if variant.strategy not in ("speculative", "ngram", "target", "drafter"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
@@ -27,7 +29,7 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     return Strategy(key=variant.name, drafter=drafter, drafter_options=options,
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
-                    tree=getattr(variant, "tree", 0), tree_branch=tree_branch)
+                    tree=getattr(variant, "tree", 0), tree_branch=tree_branch, inspect=False)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,

@@ -73,6 +73,9 @@ class Strategy:
     verifies token trees of at most that many draft nodes per round
     (``tree_branch`` children per expanded node; ``generation.tree``); models
     that cannot take a tree run chains and the result says why.
+    ``inspect`` records the per-token inspector's numbers in each round of
+    a drafting strategy (``generation.inspection``; read back in the round's
+    one host sync); False leaves ``Round.inspection`` None.
     """
 
     key: str
@@ -88,6 +91,7 @@ class Strategy:
     target_delay_s: float = 0.0
     tree: int = 0
     tree_branch: int = 2
+    inspect: bool = True
 
     @property
     def drafts(self) -> bool:

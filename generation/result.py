@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from analysis.trees import tree_summary
+from generation.inspection import Inspection
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class Round:
     first choice). Its ``drafted`` is the accepted path followed by the
     first-choice line below where it stopped, so ``accepted`` stays a prefix.
     Chain rounds leave these empty.
+
+    ``inspection``: what both models thought at each drafted position (top
+    tokens, p, q, acceptance probability, entropies; ``generation.inspection``),
+    or None when it was not recorded (plain decoding, tree rounds, old traces).
     """
 
     drafted: tuple[int, ...]
@@ -49,6 +54,7 @@ class Round:
     tree_parents: tuple[int, ...] = ()
     path: tuple[int, ...] = ()
     ranks: tuple[int, ...] = ()
+    inspection: Inspection | None = None
 
     @property
     def tree_size(self) -> int:

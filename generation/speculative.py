@@ -55,6 +55,7 @@ class ModelDrafter:
         self.generator = generator
         self.device = model_device(model)
         self.cached = CachedModel(model, use_cache=use_cache)
+        self._logits: list[torch.Tensor] = []  # the last proposal's logits rows, (1, V) each
 
     @property
     def calls(self) -> int:
@@ -75,8 +76,15 @@ class ModelDrafter:
         seq = ids.to(self.device)
         self.cached.rollback(seq.shape[1] - 1)
         self.cached.checkpoint()
-        drafts, probs = draft_tokens(lambda s: self.cached.forward(s, keep=1), seq, k, self.processor,
-                                     self.generator, self.vocab_size, stop_below)
+        self._logits = []
+
+        def step(s: torch.Tensor) -> torch.Tensor:
+            logits = self.cached.forward(s, keep=1)                 # (1, V)
+            self._logits.append(logits)
+            return logits
+
+        drafts, probs = draft_tokens(step, seq, k, self.processor, self.generator, self.vocab_size, stop_below)
+        del self._logits[drafts.shape[0]:]                          # a step past an early stop drafted nothing
         return drafts.to(ids.device), probs.to(ids.device)
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
@@ -90,6 +98,14 @@ class ModelDrafter:
             drafts, _ = self.propose(ids, min(depth, nodes))
             return Tree.chain(drafts.tolist())
         return draft_tree(self.cached, self.processor, self.vocab_size, seq, depth, nodes, branch)
+
+    def draft_logits(self) -> torch.Tensor | None:
+        """The last proposal's raw logits, (k', V): the inspector shows their
+        softmax under greedy, where q itself is one-hot."""
+        if not self._logits:
+            return None
+        logits = torch.cat(self._logits)                            # (k', V_drafter)
+        return logits if self.vocab_size is None else logits[:, :self.vocab_size]
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """Nothing to learn: the cache is rolled back lazily at the next proposal."""
@@ -121,6 +137,7 @@ def speculative_generate(
     target_delay_s: float = 0.0,
     tree: int = 0,
     tree_branch: int = 2,
+    inspect: bool = True,
 ) -> GenerationResult:
     """Generate up to ``max_gen_len`` tokens after ``inputs`` with a drafter model.
 
@@ -136,7 +153,8 @@ def speculative_generate(
     it at ``gamma``. ``tree`` > 0 drafts and verifies a token tree of at most
     that many nodes per round (``tree_branch`` children per expanded node;
     depth still gamma). For an encoder-decoder pair ``inputs`` are the encoder's
-    ids and both decoders start from the decoder start token.
+    ids and both decoders start from the decoder start token. ``inspect``
+    records the per-token inspector's numbers (``generation.inspection``).
     """
     prompt = check_request(inputs, max_gen_len, target, drafter)
     gamma = check_gamma(gamma)
@@ -150,4 +168,5 @@ def speculative_generate(
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
         observer=observer, target_delay_s=target_delay_s,
         tree=tree, tree_branch=tree_branch,
+        inspect=inspect,
     )

@@ -18,6 +18,7 @@ import torch
 from generation.accept import accept_drafts
 from generation.common import cut_at_end, end_tokens, model_device, timed_run
 from generation.gamma_policies import make_policy
+from generation.inspection import Inspection, decode, record_round
 from generation.observer import Observer, Watch, target_delay
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
@@ -56,6 +57,11 @@ class Drafter(Protocol):
     # def propose_tree(self, ids, depth, nodes, branch) -> generation.tree.Tree
     #     A tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L),
     #     ``branch`` children per expanded node, built without random draws.
+    #
+    # Optional, for the inspector:
+    # def draft_logits(self) -> Tensor (k', V) | None
+    #     The last proposal's raw logits; under greedy the inspector shows their
+    #     softmax (q itself is one-hot).
 
 
 @dataclass
@@ -72,6 +78,7 @@ class _Loop:
     result: GenerationResult
     watch: Watch
     target_delay_s: float = 0.0
+    inspect: bool = False
 
 
 @torch.inference_mode()
@@ -87,6 +94,7 @@ def verify_loop(
     use_cache: bool = True,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
+    inspect: bool = True,
     interruptible: bool = False,
     gamma_policy=None,
     observer: Observer | None = None,
@@ -95,6 +103,10 @@ def verify_loop(
     tree_branch: int = 2,
 ) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
+
+    ``inspect`` adds to each round what both models thought at each drafted
+    position (``generation.inspection``), top-k only, read back with the
+    round's one host sync.
 
     ``vocab_size`` limits the distributions to a vocabulary the drafter shares
     with the target (pairs whose embedding matrices are padded differently).
@@ -115,7 +127,7 @@ def verify_loop(
     model = CachedModel(target, use_cache=use_cache)
     result = GenerationResult(gamma_policy=policy.name, tree=tree)
     loop = _Loop(model, drafter, logits_processor, generator, vocab_size, end_tokens(eos_tokens_id),
-                 PhaseClock(device), result, Watch(observer), target_delay_s)
+                 PhaseClock(device), result, Watch(observer), target_delay_s, inspect)
     start = None
     with timed_run(result, device, interruptible=interruptible):
         start = model.begin(prompt)
@@ -190,10 +202,13 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
     n, token = accept_drafts(p, q, draft, loop.processor.sample, loop.generator)
     top_k = logits.topk(drafter.wants_top_k, dim=-1).indices if drafter.wants_top_k > 1 else None
     t2 = clock.mark()
-    # The round's single host sync: n, the target token, the drafts, the top-k.
+    record = _record(loop, logits, p, q, draft, n, token) if loop.inspect else None
+    # The round's single host sync: n, the target token, the drafts, the top-k (, the record).
     parts = [n.view(1), token.view(1), draft]
     if top_k is not None:
         parts.append(top_k.flatten())
+    if record is not None:
+        parts.append(record)
     flat = torch.cat(parts).tolist()
     n, token, drafts = flat[0], flat[1], flat[2:2 + k]
     new, stop = cut_at_end(drafts[:n] + [token], loop.eos)
@@ -204,14 +219,35 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
         width, rows = drafter.wants_top_k, flat[2 + k:]
         top_k_rows = [rows[i * width:(i + 1) * width] for i in range(len(new))]
     drafter.update(new, top_k_rows)
+    inspection = None
+    if record is not None:
+        inspection = decode(flat[len(flat) - record.numel():], drafts, n, vocab=p.shape[-1],
+                            has_q=q is not None, shown="softmax" if loop.processor.is_greedy else "rule")
     _count(loop.result, drafts, n, new, gamma=k_max,
-           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2))
+           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2),
+           inspection=inspection)
     loop.watch.round(loop.result.trace[-1], new)
     return ids, new, stop
 
 
+def _record(loop: _Loop, logits, p, q, draft, n, token) -> torch.Tensor:
+    """The inspector's numbers for this round, on the device (``generation.inspection``).
+
+    Under greedy, p and q are one-hot; the models' softmax is shown instead
+    (the drafter's logits when it keeps them, else its one-hot q).
+    """
+    p_view, q_view = p, q
+    if loop.processor.is_greedy:
+        p_view = logits.float().softmax(dim=-1)                          # (k+1, V)
+        kept = getattr(loop.drafter, "draft_logits", None)
+        draft_logits = kept() if callable(kept) and q is not None else None
+        if draft_logits is not None and draft_logits.shape[0] == draft.shape[0]:
+            q_view = draft_logits.to(p.device).float().softmax(dim=-1)   # (k, V)
+    return record_round(p, q, draft, n, token, p_view=p_view, q_view=q_view)
+
+
 def _count(result: GenerationResult, drafts: list[int], n: int, new: list[int], *,
-           gamma: int, draft_s: float, verify_s: float) -> None:
+           gamma: int, draft_s: float, verify_s: float, inspection: Inspection | None = None) -> None:
     """Add one round to the result's counters and trace.
 
     drafts: all drafts proposed; n: how many the target accepted; new: what was
@@ -233,4 +269,5 @@ def _count(result: GenerationResult, drafts: list[int], n: int, new: list[int], 
         gamma=gamma,
         draft_s=draft_s,
         verify_s=verify_s,
+        inspection=None if inspection is None else inspection.trimmed(len(drafted), token_in, n < len(drafts)),
     ))

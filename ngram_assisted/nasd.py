@@ -32,6 +32,7 @@ def ngram_assisted_speculative_generate(
     target_delay_s: float = 0.0,
     tree: int = 0,
     tree_branch: int = 2,
+    inspect: bool = True,
 ) -> GenerationResult:
     """Generate with drafts from ``ngram_storage``, verified by ``target``.
 
@@ -48,6 +49,7 @@ def ngram_assisted_speculative_generate(
     ``observer`` and ``target_delay_s``: see :func:`generation.verify.verify_loop`.
     ``tree`` > 0 verifies a trie of the storage's top continuations (at most
     that many nodes, ``tree_branch`` per context) instead of one chain.
+    ``inspect`` records the per-token inspector's numbers (``generation.inspection``).
     """
     prompt = check_request(inputs, max_gen_len, target)
     gamma = check_gamma(gamma)
@@ -64,4 +66,5 @@ def ngram_assisted_speculative_generate(
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
         observer=observer, target_delay_s=target_delay_s,
         tree=tree, tree_branch=tree_branch,
+        inspect=inspect,
     )

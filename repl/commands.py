@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from repl.settings import GAMMA_POLICIES, NGRAM_STORAGES, PROCESSOR_ARGS, UAG_METHODS, ProcessorSpec, Settings
+from repl.settings import (GAMMA_POLICIES, NGRAM_STORAGES, PROCESSOR_ARGS, STRATEGIES, UAG_METHODS,
+                           ProcessorSpec, Settings)
 
 GAMMA_RANGE = (1, 128)
 LENGTH_RANGE = (1, 1_000_000)
@@ -239,6 +240,34 @@ def parse_uag(words: list[str], settings: Settings | None = None) -> Update:
     return Update({"uag": name})
 
 
+STRATEGY_WORDS = {**{k: k for k in STRATEGIES}, "nasd": "ngram", "spec": "speculative"}
+
+
+def parse_inspect(words: list[str], settings: Settings | None = None) -> Update:
+    """``[STRATEGY] [ROUND]``: a strategy name (or nasd) and/or a round number >= 1.
+
+    The session checks them against the last prompt (the round count, whether
+    the strategy drafted): this only checks their form.
+    """
+    if len(words) > 2:
+        raise CommandError(f"expected at most a strategy and a round, got {len(words)} words")
+    strategy = round_word = None
+    for word in words:
+        if word.isdigit() or word.lstrip("+-").isdigit():
+            if round_word is not None:
+                raise CommandError(f"expected one round number, got {words[0]!r} and {words[1]!r}")
+            round_word = word
+        elif strategy is None and word.lower() in STRATEGY_WORDS:
+            strategy = STRATEGY_WORDS[word.lower()]
+        else:
+            hint = _closest(word.lower(), STRATEGY_WORDS)
+            raise CommandError(f"unknown strategy {word!r}{hint}; choose speculative or ngram (nasd), "
+                               f"then a round number")
+    if round_word is not None:
+        _int(round_word, "ROUND", 1, 10**9)
+    return Update(action="inspect", topic=strategy, argument=round_word)
+
+
 def _parse_save(words: list[str], settings: Settings) -> Update:
     if not words:
         raise CommandError("missing file name")
@@ -338,8 +367,13 @@ COMMANDS: dict[str, Command] = {
                 "phase times and the speedup model", _no_args("stats")),
         Command("selftest", "", "check that speculative decoding and NASD keep the target's output "
                 "on this pair (greedy, cache on and off, and sampling)", _no_args("selftest")),
+        Command("inspect", "[STRATEGY] [ROUND]", "what both models thought at each drafted position of "
+                "a round of the last prompt: q(x), p(x), min(1, p/q), entropies, top-5 tokens, the "
+                "residual at a rejection (default: the first round with a rejection)", parse_inspect,
+                values=("speculative", "ngram")),
         Command("save", "FILE", "write the last prompt's trace (settings, models, rounds, metrics) "
-                "as JSON; replay it with infer.py --replay FILE", _parse_save),
+                "as JSON, or, for a FILE ending in .html, a self-contained HTML report; "
+                "replay a trace with infer.py --replay FILE", _parse_save),
         Command("help", "[COMMAND]", "list the commands, or explain one", _parse_help,
                 values=()),
         Command("clear", "", "clear the screen", _no_args("clear")),

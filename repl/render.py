@@ -224,18 +224,22 @@ def legend() -> Text:
 
 # ----------------------------------------------------------- comparison table
 
+# The comparison's columns (header, justification): comparison_cells fills them.
+COMPARISON_COLUMNS = (("strategy", "left"), ("tokens", "right"), ("tokens/s", "right"), ("speedup", "right"),
+                      ("predicted", "right"), ("best γ", "right"), ("d/v/o %", "right"), ("identical", "left"))
+
+
 def comparison_table(prompt_run: PromptRun) -> Table:
     """Speedup over target AR for each strategy, what the speedup model
     predicts, the phase split and, under greedy, identity."""
     table = Table(title=Text("Comparison"), title_justify="left", show_edge=False, pad_edge=False,
                   collapse_padding=True)
-    for header, justify in (("strategy", "left"), ("tokens", "right"), ("tokens/s", "right"), ("speedup", "right"), ("predicted", "right"),
-                            ("best γ", "right"), ("d/v/o %", "right"), ("identical", "left")):
+    for header, justify in COMPARISON_COLUMNS:
         # headers may wrap on a narrow terminal; the cells themselves stay whole
         table.add_column(Text(header), justify=justify, overflow="fold",
                          min_width=11 if header == "strategy" else None)
     for run in prompt_run.runs:
-        table.add_row(*(Text(cell) for cell in _comparison_cells(prompt_run, run)),
+        table.add_row(*(Text(cell) for cell in comparison_cells(prompt_run, run)),
                       style=STRATEGY_COLOURS[run.key])
     notes = ["speedup = tokens/s over target AR's tokens/s",
              "predicted, best γ: the speedup model (docs/why.md, /stats)",
@@ -251,7 +255,9 @@ def comparison_table(prompt_run: PromptRun) -> Table:
     return table
 
 
-def _comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
+def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
+    """One run's row of the comparison, as plain strings in ``COMPARISON_COLUMNS`` order
+    (the terminal table and the HTML report both show it)."""
     if run.result is None:
         return [run.label, "-", "-", "n/a", "-", "-", "-", "n/a"]
     r = run.result

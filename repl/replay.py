@@ -1,8 +1,10 @@
 """``infer.py --replay FILE``: show a trace file the way the session showed it.
 
 Every prompt gets its panels (with the debug view, from the token pieces the
-trace stores), the comparison table and the /stats view. Imports neither
-torch nor a tokenizer: a trace carries everything it needs.
+trace stores), the comparison table, the /stats view and, per drafting
+strategy, the inspector on the round ``/inspect`` shows by default (or one
+line saying the trace lacks the numbers). Imports neither torch nor a
+tokenizer: a trace carries everything it needs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,28 @@ from rich.rule import Rule
 from rich.text import Text
 
 from repl import render
+from repl.inspect_view import NO_NUMBERS, default_round, has_numbers, round_view
+from repl.runs import PromptRun
 from repl.trace import Trace
+
+
+def show_inspector(prompt_run: PromptRun, console: Console) -> None:
+    """Per drafting run, the round /inspect shows by default, with the trace's token text."""
+    def text_of(token: int) -> str:
+        return prompt_run.token_text.get(token, f"<id {token}>")
+
+    for run in prompt_run.runs:
+        if not run.drafting or run.result is None:
+            continue
+        if not has_numbers(run):
+            console.print(Text(NO_NUMBERS.format(label=run.label), style="yellow"))
+            continue
+        index = default_round(run.result.trace)
+        if index is None:
+            console.print(Text(f"inspector: {run.label} drafted nothing on this prompt", style="dim"))
+        else:
+            console.print(Text(f"inspector (in a session: /inspect {run.key} {index + 1})", style="dim"))
+            console.print(round_view(run, index, text_of))
 
 
 def show_trace(trace: Trace, console: Console) -> None:
@@ -31,5 +54,6 @@ def show_trace(trace: Trace, console: Console) -> None:
         if prompt_run.runs:
             console.print(render.comparison_table(prompt_run))
             console.print(render.stats_view(prompt_run))
+            show_inspector(prompt_run, console)
         if prompt_run.interrupted:
             console.print(Text("this prompt was interrupted: later strategies did not run", style="yellow"))

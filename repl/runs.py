@@ -162,6 +162,8 @@ class PromptRun:
     """Every strategy's run on one prompt, and the comparisons between them.
 
     ``settings``: the session settings the prompt ran with (``Settings.to_dict``).
+    ``token_text``: the text of token ids the inspector names (filled when a
+    trace is written or read back; a live session decodes with its tokenizer).
     """
 
     prompt: str
@@ -170,6 +172,7 @@ class PromptRun:
     runs: list[StrategyRun] = field(default_factory=list)
     interrupted: bool = False
     settings: dict = field(default_factory=dict)
+    token_text: dict[int, str] = field(default_factory=dict)
 
     def baseline(self) -> StrategyRun | None:
         """The target autoregressive run, when it ran to completion."""

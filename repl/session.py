@@ -16,6 +16,8 @@ from rich.text import Text
 import checks.selftest
 from repl import render
 from repl.commands import completions, execute
+from repl.inspect_view import InspectError, has_numbers, pick, round_view
+from repl.report import write_report
 from repl.runner import PromptRefused, Runner
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
@@ -76,8 +78,13 @@ class Session:
             self.console.print(render.settings_table(self.settings, self.runner.pair))
         elif reply.action == "stats":
             self.show_stats()
+        elif reply.action == "inspect":
+            self.inspect(reply.topic, reply.argument)
         elif reply.action == "save":
-            self.save(reply.argument)
+            if reply.argument.lower().endswith((".html", ".htm")):
+                self.save_html(reply.argument)
+            else:
+                self.save(reply.argument)
         elif reply.action == "selftest":
             self.selftest()
         elif reply.action == "clear":
@@ -91,6 +98,36 @@ class Session:
             self.error("no prompt has run yet: /stats shows the last prompt's numbers")
             return
         self.console.print(render.stats_view(self.last_run, rtt_ms=self.settings.rtt))
+
+    def inspect(self, strategy: str | None, round_word: str | None) -> None:
+        """/inspect [STRATEGY] [ROUND]: one round of the last prompt, position by position."""
+        if self.last_run is None:
+            self.error("no prompt has run yet: /inspect shows a round of the last prompt")
+            return
+        try:
+            run, index = pick(self.last_run.runs, strategy, round_word)
+        except InspectError as e:
+            self.error(str(e))
+            return
+        if not has_numbers(run):
+            self.error(f"{run.label} recorded no per-token numbers on the last prompt")
+            return
+        tokenizer = self.runner.pair.tokenizer
+        self.console.print(round_view(run, index, lambda i: tokenizer.decode([i], skip_special_tokens=False)))
+
+    def save_html(self, path: str) -> bool:
+        """/save NAME.html: the last prompt as a self-contained HTML report."""
+        if self.last_run is None:
+            self.error("no prompt has run yet: /save writes the last prompt's report")
+            return False
+        self._record(self.last_run)  # decodes each token's text into the run, as a trace would
+        try:
+            write_report(path, [self.last_run], self.environment())
+        except TraceError as e:
+            self.error(str(e))
+            return False
+        self.say(f"report saved to {path} (one self-contained page: open it in a browser)", "cyan")
+        return True
 
     def environment(self) -> dict:
         if self._environment is None:

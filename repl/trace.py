@@ -3,7 +3,9 @@
 A trace holds the environment (models, dtypes, device, library versions) and,
 per prompt, the settings and, per strategy, the output ids and text, every
 round (gamma, drafted ids, accepted count, target token, bonus, phase times,
-the text of each token) and every metric the REPL shows. ``infer.py --replay
+the text of each token, and, from format 2 on, the inspector's numbers: what both
+models thought at each drafted position) and every metric the REPL shows; a
+prompt's ``token_text`` gives the text of every token id the inspector names. ``infer.py --replay
 FILE`` renders it again without torch or a model, which makes a trace the way
 to file a bug report: it shows exactly what the engine did.
 
@@ -21,11 +23,13 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
+from generation.inspection import Inspection
 from generation.result import GenerationResult, Round
 from repl.runs import PromptRun, StrategyRun, round_pieces
 from repl.settings import STRATEGIES, settings_from_dict
 
-FORMAT = 1
+FORMAT = 2
+READS = (1, 2)  # format 1: no inspector numbers, no token text, pieces for drafting runs only
 KIND = "specdec-trace"
 
 
@@ -75,15 +79,44 @@ def prompt_record(prompt_run: PromptRun, tokenizer=None) -> dict:
         if run.result is None:
             continue
         trace = run.result.trace
-        # the debug view, which the pieces serve, shows drafting runs only
-        if run.pieces is None and tokenizer is not None and trace and run.drafting:
+        # the debug view and the HTML report show each token's text
+        if run.pieces is None and tokenizer is not None and trace:
             run.pieces = round_pieces(tokenizer, prompt_run.prompt_ids, trace)
         result = run.result.to_dict(with_trace=True)
         if run.pieces is not None:
             for rnd, pieces in zip(result.get("trace", []), run.pieces):
                 rnd["pieces"] = pieces
         record["strategies"][run.key]["result"] = result
+    if tokenizer is not None:
+        prompt_run.token_text.update(token_texts(tokenizer, prompt_run, prompt_run.token_text))
+    if prompt_run.token_text:
+        record["token_text"] = {str(k): v for k, v in sorted(prompt_run.token_text.items())}
     return record
+
+
+def inspected_ids(prompt_run: PromptRun) -> set[int]:
+    """Every token id the inspector names on this prompt (drafts, top tokens, residuals)."""
+    ids: set[int] = set()
+    for run in prompt_run.runs:
+        for rnd in run.result.trace if run.result is not None else []:
+            ins = rnd.inspection
+            if ins is None:
+                continue
+            ids.update(rnd.drafted)
+            ids.update(t for t, _ in ins.token_top)
+            ids.update(t for t, _ in ins.residual or ())
+            if rnd.token is not None:
+                ids.add(rnd.token)
+            for pos in ins.positions:
+                ids.update(t for t, _ in pos.p_top)
+                ids.update(t for t, _ in pos.q_top)
+    return ids
+
+
+def token_texts(tokenizer, prompt_run: PromptRun, known: dict[int, str]) -> dict[int, str]:
+    """The text of each inspected token id not in ``known``, decoded alone (special tokens shown)."""
+    return {i: tokenizer.decode([i], skip_special_tokens=False)
+            for i in sorted(inspected_ids(prompt_run) - set(known))}
 
 
 def trace_document(records: list[dict], env: dict) -> dict:
@@ -136,6 +169,7 @@ class Trace:
     environment: dict
     prompts: list[PromptRun]
     created: str = ""
+    format: int = FORMAT
 
 
 def _result(data: dict) -> GenerationResult:
@@ -147,6 +181,8 @@ def _result(data: dict) -> GenerationResult:
         kept = {k: v for k, v in rnd.items() if k in round_names}
         for name in ("drafted", "tree_tokens", "tree_parents", "path", "ranks"):
             kept[name] = tuple(int(t) for t in kept.get(name, ()))
+        if kept.get("inspection") is not None:
+            kept["inspection"] = Inspection.from_dict(kept["inspection"])
         trace.append(Round(**kept))
     result = GenerationResult(**values, trace=trace)
     result.tokens = [int(t) for t in result.tokens]
@@ -176,6 +212,7 @@ def _prompt(record: dict) -> PromptRun:
         settings=settings.to_dict(),
     )
     prompt_run.runs = [_strategy(key, entry) for key, entry in record["strategies"].items()]
+    prompt_run.token_text = {int(k): str(v) for k, v in (record.get("token_text") or {}).items()}
     return prompt_run
 
 
@@ -191,9 +228,9 @@ def read_trace(path: str) -> Trace:
         raise TraceError(f"{path}: not a trace file (not valid JSON: {e.msg} at line {e.lineno})") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise TraceError(f"{path}: not a trace file (no \"kind\": \"{KIND}\")")
-    if data.get("format") != FORMAT:
+    if data.get("format") not in READS:
         raise TraceError(f"{path}: trace format {data.get('format')!r} is not one this version reads "
-                         f"(it reads format {FORMAT})")
+                         f"(it reads formats {', '.join(map(str, READS))})")
     try:
         prompts = [_prompt(record) for record in data["prompts"]]
         env = data.get("environment") or {}
@@ -204,5 +241,5 @@ def read_trace(path: str) -> Trace:
         raise TraceError(f"{path}: a damaged trace file ({detail})") from None
     if not prompts:
         raise TraceError(f"{path}: the trace holds no prompts")
-    return Trace(env, prompts, str(data.get("created", "")))
+    return Trace(env, prompts, str(data.get("created", "")), int(data["format"]))
 

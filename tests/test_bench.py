@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import types
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,8 +21,11 @@ from bench.records import RunRecord
 from bench.report import markdown_report
 from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, split_fitting
 from bench.expect import Expectation, check_expectations, parse_expectation
+from bench.ours import our_call, our_strategy
 from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variants
 from bench.writers import report_dict, write_csv, write_json
+from engine import EngineState, NGramOptions
+from sampling import GreedyProcessor
 
 # ---------------------------------------------------------------- prompt sets
 
@@ -448,6 +452,20 @@ def tiny_pair(tmp_path_factory):
 
 def test_chat_ids_without_a_template_is_plain_encoding(tiny_pair):
     assert chat_ids(tiny_pair.tokenizer, "ab") == tiny_pair.tokenizer("ab")["input_ids"]
+
+
+def test_our_drafting_variants_time_the_decode_without_the_inspector(tiny_pair):
+    """The benchmark never shows the inspector's numbers, so its strategies do not record them;
+    the same strategy with recording switched on does (the switch reaches the verify loop)."""
+    ids = [3, 4, 5, 3, 4, 5, 3, 4]
+    for strategy_name in ("speculative", "ngram"):
+        ours = our_strategy(Variant(strategy_name, 2), processor=GreedyProcessor(), max_gen_len=8,
+                            ngram=NGramOptions(n=2, confident_start=False))
+        for strategy, recorded in ((ours, False), (replace(ours, inspect=True), True)):
+            result = our_call(strategy, tiny_pair, ids, state=EngineState(),
+                              generator=torch.Generator().manual_seed(0))()
+            assert result.trace, strategy_name
+            assert all((r.inspection is not None) == recorded for r in result.trace), (strategy_name, recorded)
 
 
 def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):

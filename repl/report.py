@@ -1,0 +1,237 @@
+"""A report to share: one prompt's (or a trace's) runs as one self-contained HTML page.
+
+``infer.py --replay FILE --html OUT.html`` and ``/save NAME.html`` write it.
+The page carries everything inline (CSS, SVG charts; no script) and loads
+nothing from the network. It shows the prompt, each strategy's text with
+every token coloured by how it was produced (accepted draft, rejected draft
+struck through, the target's own token, the bonus token), a tooltip on each
+token (round, position, p, q, acceptance probability, entropies: the
+``title`` attribute, also kept as ``data-*`` attributes), per-round stacked
+bars of draft and verify time, acceptance by draft position and the
+comparison table. Every piece of text is escaped. No torch.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from html import escape
+from pathlib import Path
+
+from generation.result import Round
+from repl.render import COMPARISON_COLUMNS, comparison_cells, environment_lines, prompt_line
+from repl.runs import PromptRun, StrategyRun
+from repl.trace import TraceError
+
+COLOURS = {"speculative": "#2e7d32", "ngram": "#00838f", "target": "#1565c0", "drafter": "#8e24aa"}
+DRAFT_FILL, VERIFY_FILL = "#f9a825", "#1e88e5"
+CHART_W, CHART_H = 640, 120
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222;line-height:1.45}
+h1{font-size:1.4em} h2{font-size:1.2em;border-bottom:1px solid #ccc} h3{font-size:1.05em;margin-bottom:.3em}
+pre.prompt{background:#f5f5f5;padding:.6em;white-space:pre-wrap}
+.env,.note,.meta{color:#666;font-size:.9em}
+.text{white-space:pre-wrap;font-family:ui-monospace,monospace;background:#fafafa;padding:.6em;border:1px solid #eee}
+.tok{border-radius:2px;cursor:help}
+.tok:hover{outline:1px solid #555}
+.acc{background:#c8e6c9}
+.rej{color:#b71c1c;text-decoration:line-through;opacity:.55}
+.tgt{background:#bbdefb;font-weight:bold}
+.bonus{background:#e1bee7;font-weight:bold}
+.ar{background:#eceff1}
+.legend span{margin-right:1em;padding:0 .3em}
+#hide-rejected:checked ~ main .rej{display:none}
+table{border-collapse:collapse;font-size:.92em} th,td{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:right}
+th:first-child,td:first-child{text-align:left}
+svg{display:block;margin:.3em 0 1em 0}
+"""
+
+
+def _e(text) -> str:
+    return escape(str(text), quote=True)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+# ------------------------------------------------------------------ tokens
+
+def _attrs(values: dict) -> str:
+    """``data-*`` attributes (exact values) for the numbers that exist."""
+    return "".join(f' data-{k}="{_e(repr(v) if isinstance(v, float) else v)}"'
+                   for k, v in values.items() if v is not None)
+
+
+def _span(piece: str, kind: str, label: str, numbers: dict) -> str:
+    parts = [label] + [f"{k} {_num(v) if isinstance(v, float) else v}" for k, v in numbers.items()
+                       if v is not None and k not in ("round", "position", "id")]
+    title = f"round {numbers['round']} · position {numbers['position']} · " + " · ".join(parts)
+    return f'<span class="tok {kind}" title="{_e(title)}"{_attrs(numbers)}>{_e(piece)}</span>'
+
+
+def round_spans(rnd: Round, index: int, piece: dict, ar_kind: str | None) -> list[str]:
+    """One span per token of round ``index`` (0-based): drafts, then the target's token."""
+    ins = rnd.inspection
+    spans = []
+    for i, (x, text) in enumerate(zip(rnd.drafted, piece["drafted"])):
+        pos = ins.positions[i] if ins is not None and i < len(ins.positions) else None
+        numbers = {"round": index + 1, "position": i, "id": x}
+        if pos is not None:
+            numbers.update({"p": pos.p, "q": pos.q, "accept": pos.accept,
+                            "entropy-p": pos.entropy_p, "entropy-q": pos.entropy_q})
+        accepted = i < rnd.accepted
+        spans.append(_span(text, "acc" if accepted else "rej",
+                           "accepted draft" if accepted else "rejected draft", numbers))
+    if rnd.token is not None and piece.get("token") is not None:
+        numbers = {"round": index + 1, "position": rnd.accepted, "id": rnd.token}
+        if ins is not None:
+            numbers.update({"p": ins.token_p, "entropy-p": ins.token_entropy})
+        if ar_kind is not None:
+            kind, label = "ar", f"{ar_kind} step"
+        elif rnd.bonus:
+            kind, label = "bonus", "bonus token"
+        else:
+            kind, label = "tgt", "target token" if rnd.drafted else "target step (nothing drafted)"
+        spans.append(_span(piece["token"], kind, label, numbers))
+    return spans
+
+
+def strategy_text(run: StrategyRun) -> str:
+    """The run's text, token by token, or its plain text when the trace has no pieces."""
+    result = run.result
+    if run.pieces is None or len(run.pieces) != len(result.trace):
+        return (f'<p class="note">this trace has no per-token text for {_e(run.label)} (written by an '
+                f'older version): the plain text follows</p><div class="text">{_e(run.text)}</div>')
+    ar_kind = None if run.drafting else ("target AR" if run.key == "target" else "drafter AR")
+    spans = []
+    for index, (rnd, piece) in enumerate(zip(result.trace, run.pieces)):
+        spans += round_spans(rnd, index, piece, ar_kind)
+    return f'<div class="text">{"".join(spans)}</div>'
+
+
+# ------------------------------------------------------------------ charts
+
+def phase_bars(run: StrategyRun) -> str:
+    """Per round, a bar of draft time under verify time (inline SVG)."""
+    trace = run.result.trace
+    totals = [r.draft_s + r.verify_s for r in trace]
+    top = max(totals, default=0.0)
+    if not trace or top <= 0:
+        return '<p class="note">no round timings recorded</p>'
+    width = CHART_W / len(trace)
+    bars = []
+    for i, rnd in enumerate(trace):
+        x = i * width
+        d_h, v_h = rnd.draft_s / top * CHART_H, rnd.verify_s / top * CHART_H
+        tip = (f"round {i + 1}: draft {rnd.draft_s * 1000:.1f} ms, verify {rnd.verify_s * 1000:.1f} ms, "
+               f"{len(rnd.drafted)} drafted, {rnd.accepted} accepted")
+        bars.append(f'<g><title>{_e(tip)}</title>'
+                    f'<rect x="{x:.2f}" y="{CHART_H - d_h:.2f}" width="{max(width - 1, 0.5):.2f}" '
+                    f'height="{d_h:.2f}" fill="{DRAFT_FILL}"/>'
+                    f'<rect x="{x:.2f}" y="{CHART_H - d_h - v_h:.2f}" width="{max(width - 1, 0.5):.2f}" '
+                    f'height="{v_h:.2f}" fill="{VERIFY_FILL}"/></g>')
+    label = f"draft (amber) and verify (blue) seconds per round; tallest {top * 1000:.1f} ms"
+    return (f'<svg class="phases" width="{CHART_W}" height="{CHART_H}" viewBox="0 0 {CHART_W} {CHART_H}" '
+            f'role="img" aria-label="{_e(label)}">{"".join(bars)}</svg><p class="meta">{_e(label)}</p>')
+
+
+def acceptance_bars(prompt_run: PromptRun, run: StrategyRun) -> str:
+    """Acceptance at each draft position (inline SVG), from the same numbers as /stats."""
+    why = prompt_run.why(run)
+    if why is None or not why.counts:
+        return '<p class="note">no round drafted anything</p>'
+    row, label_w, bar_w = 18, 170, CHART_W - 170 - 10
+    rows = []
+    for i, (passed, judged) in enumerate(why.counts):
+        rate = passed / judged if judged else 0.0
+        y = i * row
+        rows.append(f'<g><title>{_e(f"position {i}: {passed}/{judged} accepted")}</title>'
+                    f'<text x="0" y="{y + 13}" font-size="12">{_e(f"{i}: {passed}/{judged} ({rate:.0%})")}</text>'
+                    f'<rect x="{label_w}" y="{y + 3}" width="{rate * bar_w:.2f}" height="{row - 6}" '
+                    f'fill="{COLOURS[run.key]}"/></g>')
+    height = row * len(why.counts)
+    return (f'<svg class="acceptance" width="{CHART_W}" height="{height}" viewBox="0 0 {CHART_W} {height}" '
+            f'role="img" aria-label="acceptance by draft position">{"".join(rows)}</svg>')
+
+
+def comparison(prompt_run: PromptRun) -> str:
+    head = "".join(f"<th>{_e(header)}</th>" for header, _ in COMPARISON_COLUMNS)
+    body = "".join(
+        f'<tr style="color:{COLOURS[run.key]}">'
+        + "".join(f"<td>{_e(cell)}</td>" for cell in comparison_cells(prompt_run, run)) + "</tr>"
+        for run in prompt_run.runs)
+    return (f'<table class="comparison"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+            '<p class="meta">speedup = tokens/s over target AR; predicted, best γ: the speedup model; '
+            'd/v/o = share of time drafting / verifying / other</p>')
+
+
+# ------------------------------------------------------------------ page
+
+def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
+    out = [f'<section class="strategy" data-key="{_e(run.key)}">'
+           f'<h3 style="color:{COLOURS[run.key]}">{_e(run.label)}</h3>']
+    if run.result is None:
+        out.append(f'<p class="note">{_e(run.error or "no result")}</p></section>')
+        return "".join(out)
+    r = run.result
+    out.append(f'<p class="meta">{len(r.tokens)} tokens · {r.seconds:.2f} s · {r.tokens_per_second:.1f} tokens/s'
+               + (f" · acceptance {r.acceptance_rate:.1%} ({r.accepted}/{r.drafted} drafts)" if run.drafting else "")
+               + f" · stop: {_e(r.stop_reason)}</p>")
+    shown = {rnd.inspection.shown for rnd in r.trace if rnd.inspection is not None}
+    if "softmax" in shown:
+        out.append('<p class="note">greedy: the p and q on each token are the models\' softmax at temperature 1; '
+                   'accept is the greedy rule\'s (1 when the draft is p\'s top-1, else 0)</p>')
+    if any(rnd.inspection is not None and rnd.inspection.one_hot_q and rnd.drafted for rnd in r.trace):
+        out.append('<p class="note">n-gram drafts are deterministic: q is one-hot (q(x) = 1)</p>')
+    out.append(strategy_text(run))
+    if run.drafting:
+        out.append("<h4>draft and verify time per round</h4>" + phase_bars(run))
+        out.append("<h4>acceptance by draft position</h4>" + acceptance_bars(prompt_run, run))
+    out.append("</section>")
+    return "".join(out)
+
+
+def _prompt_section(index: int, total: int, prompt_run: PromptRun) -> str:
+    parts = [f'<section class="prompt-run"><h2>prompt {index} of {total}</h2>',
+             f'<pre class="prompt">{_e(prompt_run.prompt)}</pre>',
+             f'<p class="meta">{_e(prompt_line(prompt_run))}</p>']
+    parts += [_strategy_section(prompt_run, run) for run in prompt_run.runs]
+    if prompt_run.runs:
+        parts.append("<h3>Comparison</h3>" + comparison(prompt_run))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def report_html(prompt_runs: list[PromptRun], environment: dict, *, created: str = "") -> str:
+    """The whole page as one string."""
+    env = "<br>".join(_e(line) for line in environment_lines(environment))
+    legend = ('<p class="legend"><span class="acc">accepted draft</span><span class="rej">rejected draft</span>'
+              '<span class="tgt">target token</span><span class="bonus">bonus token</span>'
+              '<span class="ar">autoregressive step</span> · hover a token for its numbers</p>')
+    body = "".join(_prompt_section(i, len(prompt_runs), pr) for i, pr in enumerate(prompt_runs, start=1))
+    title = "specdec report" + (f" · {created}" if created else "")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f'<style>{CSS}</style></head><body><h1>{_e(title)}</h1><p class="env">{env}</p>{legend}'
+            '<input type="checkbox" id="hide-rejected"><label for="hide-rejected"> hide rejected drafts</label>'
+            f'<main>{body}</main></body></html>\n')
+
+
+def write_report(path: str, prompt_runs: list[PromptRun], environment: dict, *, created: str = "") -> None:
+    """Write the page to ``path`` whole (a temporary file, then a rename); TraceError (one line) on failure."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise TraceError(f"cannot write report to {path!r}: it is a directory")
+    text = report_html(prompt_runs, environment, created=created)
+    try:
+        handle, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent or ".")
+    except OSError as e:
+        raise TraceError(f"cannot write report to {path!r}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise TraceError(f"cannot write report to {path!r}: {e.strerror or e}") from None

@@ -1,0 +1,244 @@
+"""The HTML report: parsed back, every generated token has its element and the trace's numbers.
+
+Real runs of tiny random models (so every round carries real inspector
+numbers), a word tokenizer whose pieces include HTML's special characters.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+from generation.autoregressive import autoregressive_generate
+from generation.speculative import speculative_generate
+from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+from repl.report import report_html, write_report
+from repl.runs import PromptRun, StrategyRun
+from repl.settings import Settings
+from repl.trace import TraceError, prompt_record, read_trace, trace_document, write_trace
+from sampling import MultinomialProcessor
+from tests.test_repl_render import WordTokenizer
+from tests.test_trace import ENV, _infer
+from tests.tiny_models import tiny_llama
+
+V = 64
+PROMPT = [1, 5, 9, 5, 9, 5, 9, 3, 7]
+NASTY = '<script>alert("x")</script> & <b>'
+
+
+class HtmlTokenizer(WordTokenizer):
+    """Token 9 decodes to markup, token 12 to a quote and an ampersand."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        words = {9: " <i>&amp;", 12: ' "q"&'}
+        return "".join(words.get(i, f" w{i}") for i in ids if not (skip_special_tokens and i < 2))
+
+
+def inspected_prompt_run(processor=None, *, greedy: bool = False) -> PromptRun:
+    """Speculative, NASD and target AR on tiny random models; each run's pieces decoded."""
+    processor = processor or MultinomialProcessor(1.0)
+    target = tiny_llama(1, vocab_size=V, logit_scale=6.0)
+    drafter = tiny_llama(2, vocab_size=V, logit_scale=6.0)
+    common = dict(logits_processor=processor, max_gen_len=20)
+    results = {
+        "speculative": speculative_generate(PROMPT, drafter, target, gamma=4,
+                                            generator=torch.Generator().manual_seed(3), **common),
+        "ngram": ngram_assisted_speculative_generate(PROMPT, NGramStorage(2, V), target, gamma=3,
+                                                     confident_start=False,
+                                                     generator=torch.Generator().manual_seed(4), **common),
+        "target": autoregressive_generate(PROMPT, target, generator=torch.Generator().manual_seed(5), **common),
+    }
+    pr = PromptRun(NASTY, PROMPT, greedy=greedy, settings=Settings(gamma=4, chat=False).to_dict())
+    tokenizer = HtmlTokenizer()
+    pr.runs = [StrategyRun(key, r, text=tokenizer.decode(r.tokens)) for key, r in results.items()]
+    prompt_record(pr, tokenizer)  # fills each run's pieces and the prompt's token text
+    return pr
+
+
+@pytest.fixture(scope="module")
+def prompt_run():
+    return inspected_prompt_run()
+
+
+class Page(HTMLParser):
+    """Every element's tag and attributes, every token span, the text, in order."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict]] = []
+        self.tokens: list[dict] = []   # attributes of each token span, plus its text
+        self.sections: list[str] = []  # the strategy key each token span belongs to
+        self.text: list[str] = []
+        self._open: dict | None = None
+        self._section: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.elements.append((tag, attrs))
+        if tag == "section" and "data-key" in attrs:
+            self._section = attrs["data-key"]
+        if tag == "span" and "tok" in attrs.get("class", "").split():
+            self._open = dict(attrs, text="")
+            self.tokens.append(self._open)
+            self.sections.append(self._section)
+
+    def handle_endtag(self, tag):
+        if tag == "span":
+            self._open = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._open is not None:
+            self._open["text"] += data
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    return page
+
+
+def _tokens_of(page: Page, key: str) -> list[dict]:
+    return [t for t, section in zip(page.tokens, page.sections) if section == key]
+
+
+def test_every_generated_token_has_its_element_with_the_traces_numbers(prompt_run):
+    page = parse(report_html([prompt_run], ENV))
+    for run in prompt_run.runs:
+        spans = _tokens_of(page, run.key)
+        kinds = [t["class"].split()[1] for t in spans]
+        generated = [t for t, kind in zip(spans, kinds) if kind != "rej"]
+        assert [int(t["data-id"]) for t in generated] == run.result.tokens
+        assert "".join(t["text"] for t in generated) == run.text
+        # walk the trace: each round's drafts, then its token, with the recorded numbers
+        expected = []
+        for index, rnd in enumerate(run.result.trace):
+            ins = rnd.inspection
+            for i, x in enumerate(rnd.drafted):
+                kind = "acc" if i < rnd.accepted else "rej"
+                pos = ins.positions[i]
+                expected.append((kind, index + 1, i, x, pos.p, pos.q, pos.accept, pos.entropy_p, pos.entropy_q))
+            if rnd.token is not None:
+                kind = "ar" if not run.drafting else "bonus" if rnd.bonus else "tgt"
+                p = None if ins is None else ins.token_p
+                h = None if ins is None else ins.token_entropy
+                expected.append((kind, index + 1, rnd.accepted, rnd.token, p, None, None, h, None))
+
+        def number(t, name):
+            return float(t[name]) if name in t else None
+
+        got = [(kind, int(t["data-round"]), int(t["data-position"]), int(t["data-id"]),
+                number(t, "data-p"), number(t, "data-q"), number(t, "data-accept"),
+                number(t, "data-entropy-p"), number(t, "data-entropy-q")) for t, kind in zip(spans, kinds)]
+        assert got == expected
+        if run.drafting:
+            assert {"rej", "tgt"} <= set(kinds)
+    assert "acc" in {t["class"].split()[1] for t in _tokens_of(page, "speculative")}
+    # every span's tooltip names its round and position and, where recorded, p, q and acceptance
+    for t in page.tokens:
+        assert t["title"].startswith(f"round {t['data-round']} · position {t['data-position']}")
+        if "data-q" in t:
+            assert f"p {float(t['data-p']):.3f}" in t["title"] and f"accept {float(t['data-accept']):.3f}" in t["title"]
+
+
+def test_a_mutated_number_is_caught(prompt_run, monkeypatch):
+    """Swapping p and q in the page must fail the comparison above."""
+    import repl.report as report
+
+    real = report._span
+
+    def swapped(piece, kind, label, numbers):
+        if "q" in numbers:
+            numbers = dict(numbers, p=numbers["q"], q=numbers["p"])
+        return real(piece, kind, label, numbers)
+
+    monkeypatch.setattr(report, "_span", swapped)
+    with pytest.raises(AssertionError):
+        test_every_generated_token_has_its_element_with_the_traces_numbers(prompt_run)
+
+
+def test_the_page_is_self_contained_and_escaped(prompt_run):
+    html = report_html([prompt_run], ENV)
+    page = parse(html)
+    tags = {tag for tag, _ in page.elements}
+    assert "script" not in tags and "link" not in tags and "iframe" not in tags and "img" not in tags
+    for tag, attrs in page.elements:
+        assert not {"src", "href"} & set(attrs), (tag, attrs)
+    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
+    text = "".join(page.text)
+    assert NASTY in text                              # the prompt, as text, not as markup
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    pieces = [t["text"] for t in page.tokens]
+    assert " <i>&amp;" in pieces and ' "q"&' in pieces  # token text comes back exactly
+    assert page.elements[0][0] == "html" and html.count("<svg") == 4  # phase and acceptance charts, twice
+    assert "Comparison" in text and "Target AR" in text and "baseline" in text
+
+
+def test_charts_carry_each_rounds_times(prompt_run):
+    page = parse(report_html([prompt_run], ENV))
+    spec = prompt_run.runs[0].result.trace
+    svgs = [attrs for tag, attrs in page.elements if tag == "svg"]
+    assert [s["class"] for s in svgs] == ["phases", "acceptance", "phases", "acceptance"]
+    tips = [t for t in page.text if t.startswith("round ") and "draft" in t and "verify" in t]
+    assert tips[:len(spec)] == [f"round {i + 1}: draft {r.draft_s * 1000:.1f} ms, verify {r.verify_s * 1000:.1f} ms, "
+                                f"{len(r.drafted)} drafted, {r.accepted} accepted" for i, r in enumerate(spec)]
+
+
+def test_replay_writes_the_same_report_from_a_trace(prompt_run, tmp_path):
+    trace_path, html_path = tmp_path / "t.json", tmp_path / "r.html"
+    write_trace(str(trace_path), trace_document([prompt_record(prompt_run, HtmlTokenizer())], ENV))
+    done = _infer(["--replay", str(trace_path), "--html", str(html_path)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "report written to" in done.stdout
+    back = read_trace(str(trace_path))
+    assert html_path.read_text() == report_html(back.prompts, back.environment, created=back.created)
+    live = parse(report_html([prompt_run], ENV))
+    replayed = parse(html_path.read_text())
+    assert [t for t in replayed.tokens] == [t for t in live.tokens]
+
+
+def test_html_needs_replay_and_a_bad_path_is_one_line(prompt_run, tmp_path):
+    done = _infer(["--html", str(tmp_path / "r.html")], tmp_path)
+    assert done.returncode == 2 and "--html needs --replay" in done.stderr and "Traceback" not in done.stderr
+    with pytest.raises(TraceError, match="cannot write report to"):
+        write_report(str(tmp_path / "no" / "r.html"), [prompt_run], ENV)
+    with pytest.raises(TraceError, match="it is a directory"):
+        write_report(str(tmp_path), [prompt_run], ENV)
+
+
+def test_an_old_trace_without_pieces_still_makes_a_page(prompt_run):
+    run = prompt_run.runs[2]
+    old = StrategyRun(run.key, run.result, text="plain <text>")
+    pr = PromptRun("p", PROMPT, greedy=False, runs=[old], settings=prompt_run.settings)
+    page = parse(report_html([pr], ENV))
+    assert not page.tokens and "plain <text>" in "".join(page.text) and "no per-token text" in "".join(page.text)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _browser(path) -> tuple[str, list[str]]:
+    """The DOM headless chromium rendered from ``path``, and the script errors it logged."""
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--disable-background-networking", "--enable-logging=stderr", "--v=0",
+                           "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_the_page_renders_in_a_headless_browser(prompt_run, tmp_path):
+    path = tmp_path / "r.html"
+    write_report(str(path), [prompt_run], ENV)
+    dom, errors = _browser(path)
+    assert not errors, errors
+    assert len(parse(dom).tokens) == len(parse(path.read_text()).tokens) > 0
+    # the check has power: a page with a failing script is caught
+    broken = tmp_path / "broken.html"
+    broken.write_text(path.read_text().replace("</body>", "<script>undefined_function()</script></body>"))
+    assert any("undefined_function" in line for line in _browser(broken)[1])
