@@ -98,7 +98,7 @@ BAD_COMMANDS = [
     ("/length -5", "/length: N must be between 1 and 1000000, got -5 (usage: /length N)"),
     ("/processor nucleus 0.7 1.5", "/processor: top_p must be in (0, 1], got 1.5 (usage: /processor"),
     ("/processor foo", "/processor: unknown processor 'foo'; choose one of greedy"),
-    ("/set_ngramstorage tree 3", "/set_ngramstorage: unknown storage 'tree'; choose basic or onelevel"),
+    ("/set_ngramstorage tree 3", "/set_ngramstorage: unknown storage 'tree'; choose basic or onelevel or recycling"),
     ("/set_ngramstorage basic 1", "/set_ngramstorage: N must be between 2 and 16, got 1"),
     ("/gama 5", "unknown command /gama (did you mean /gamma?)"),
     ("/frobnicate", "unknown command /frobnicate; type /help for the list"),
@@ -123,7 +123,7 @@ def test_interactive_session(pair, tmp_path):
         pty.wait(rf"/gamma{S}4{S}drafts per", regex=True)  # old values kept
         pty.wait(rf"/length{S}12{S}", regex=True)
         pty.wait(rf"/set_ngramstorage{S}basic 3{S}", regex=True)
-        pty.command("/help", "/set_ngramstorage basic|onelevel N")
+        pty.command("/help", "/set_ngramstorage basic|onelevel|recycling N")
         pty.wait("Ctrl-D or /quit leaves")
         pty.child.send("/proc\t")  # Tab completes the command name
         pty.type(" foo")
