@@ -22,6 +22,17 @@ def round_counts(rnd: Any) -> tuple[int, int]:
     return len(drafted), int(_get(rnd, "accepted", 0) or 0)
 
 
+def verify_width(rnd: Any) -> int:
+    """Tokens the target's verify forward took in this round: a chain round feeds
+    its drafts plus the last committed token (``len(drafted) + 1``); a tree round
+    feeds every node of its tree plus that token (``tree_size + 1``), although its
+    ``drafted`` records only the accepted path and the first-choice line below it."""
+    tree = _get(rnd, "tree_tokens", ()) or ()
+    if tree:
+        return len(tree) + 1
+    return len(_get(rnd, "drafted", ()) or ()) + 1
+
+
 def position_counts(rounds: Iterable[Any], *, missing_is_rejection: bool = False) -> list[tuple[int, int]]:
     """(passed, reached) per draft position.
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from analysis.acceptance import _get, round_counts
+from analysis.acceptance import _get, round_counts, verify_width
 
 
 def _rate(rates: Sequence[float], j: int) -> float:
@@ -253,7 +253,9 @@ def costs_from_result(result: Any, ar_step_s: float | None = None, rtt_s: float 
     """A CostModel from a run's rounds (a GenerationResult, or its trace-file dict).
 
     ``draft_step_s``: draft seconds over drafted tokens. ``verify_s``: the mean
-    verify seconds of the rounds at each width (drafted + 1). ``other``: the
+    verify seconds of the rounds at each width (the tokens the verify fed:
+    drafted + 1 for a chain round, tree_size + 1 for a tree round, see
+    :func:`analysis.acceptance.verify_width`). ``other``: the
     result's ``other`` phase over its rounds. The first round carries the
     prompt's prefill and is left out of the draft and verify costs when there
     are others. ``ar_step_s`` (target AR's seconds per token, see
@@ -270,7 +272,7 @@ def costs_from_result(result: Any, ar_step_s: float | None = None, rtt_s: float 
         draft_s += float(_get(rnd, "draft_s", 0.0) or 0.0)
         drafted_total += drafted
         if verify > 0:
-            by_width.setdefault(drafted + 1, []).append(verify)
+            by_width.setdefault(verify_width(rnd), []).append(verify)
     if not by_width:
         return None
     verify_s = {w: sum(v) / len(v) for w, v in by_width.items()}

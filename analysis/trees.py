@@ -137,3 +137,35 @@ def best_tree(rates, depth: int, verify_s, draft_s: float,
     scored = [(predicted_tree(rates, n, depth, verify_s, draft_s)[1], -n, n) for n in budgets]
     speedup, _, n = max(scored)
     return n, speedup
+
+
+def tree_model(result: Any, ar_step_s: float | None = None) -> dict | None:
+    """The tree speedup model on a run's own numbers: its rank rates by depth, the
+    verify cost by width its rounds measured (a tree round at its nodes + 1,
+    ``analysis.speedup.costs_from_result``; width 1 from target AR's seconds per
+    token when given) and its drafting plus host seconds per tree round.
+
+    Returns ``best_nodes`` (0: plain steps pay best), ``best_nodes_speedup`` (the
+    prediction there, steady state), ``model_depth`` (the deepest round asked for)
+    and ``predicted_speedup_at_budget`` (the run's own budget); None without timed
+    tree rounds.
+    """
+    from analysis.speedup import costs_from_result
+
+    rounds = tree_rounds(_get(result, "trace", None))
+    costs = costs_from_result(result, ar_step_s=ar_step_s)
+    if not rounds or costs is None:
+        return None
+    steady = rounds[1:] if len(rounds) > 1 else rounds       # the first carries the prefill
+    draft_s = sum(float(_get(r, "draft_s", 0.0) or 0.0) for r in steady) / len(steady)
+    rates = rank_rates(rounds)
+    depth = max(int(_get(r, "gamma", 0) or 0) for r in rounds) or len(rates)
+    own = int(_get(result, "tree", 0) or 0)
+    budgets = sorted({0, 1, 2, 4, 8, 16, 32, 64, own})
+    per_round = draft_s + costs.other_per_round_s
+    try:
+        best, speedup = best_tree(rates, depth, costs.target_call, per_round, budgets)
+        mine = predicted_tree(rates, own, depth, costs.target_call, per_round)[1] if own else None
+    except ValueError:  # costs that cannot price a round
+        return None
+    return dict(best_nodes=best, best_nodes_speedup=speedup, model_depth=depth, predicted_speedup_at_budget=mine)

@@ -111,6 +111,7 @@ class Executor:
             record.rounds = result.rounds
             record.gamma_policy = result.gamma_policy or record.gamma_policy
             record.mean_gamma = _mean_gamma(result.trace)
+            record.tree_fallback = result.tree_fallback
 
     def _run_peer(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
         s, models = self.settings, self.models

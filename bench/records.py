@@ -21,6 +21,7 @@ class RunRecord:
     ``phases``: our engine's split of its time into ``draft``, ``verify`` and
     ``other`` seconds (None for peers). ``rounds`` and ``mean_gamma``: draft
     rounds and the mean draft length they asked for (ours, drafting only).
+    ``tree_fallback``: why a tree variant verified chains instead ("" otherwise).
     """
 
     variant: str
@@ -44,6 +45,7 @@ class RunRecord:
     phases: dict[str, float] | None = None
     rounds: int | None = None
     mean_gamma: float | None = None
+    tree_fallback: str = ""
 
     @property
     def n_tokens(self) -> int:

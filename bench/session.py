@@ -91,7 +91,7 @@ def run_session(args, loader, settings_dict) -> int:
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
     goals = check_expectations(records, args.expect)
-    header = header_lines(env, settings)
+    header = header_lines(env, settings) + fallback_lines(records)
     print_report(out, header, rows, goals)
     _write_files(args, env, settings, rows, goals, records, skipped, header, err)
     return 130 if interrupted else 0
@@ -120,6 +120,12 @@ def _run_all(executor, encoded, variants, args, err):
             err.print(f"[yellow]interrupted: reporting the {len(records)} runs that finished[/]")
             return records, True
     return records, False
+
+
+def fallback_lines(records) -> list[str]:
+    """One line per tree variant that verified chains instead, saying why."""
+    why = {r.variant: r.tree_fallback for r in records if r.tree_fallback}
+    return [f"{variant}: {line}" for variant, line in why.items()]
 
 
 def _write_files(args, env, settings, rows, goals, records, skipped, header, err) -> None:

@@ -131,10 +131,19 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
         parts.append(f"predicted {_x(why.predicted)}" + (f" vs measured {_x(measured)}" if measured else ""))
         parts.append(f"first round (prefill) {why.first_round_s:.2f} s; long outputs {_x(why.predicted_steady)}")
         parts.append(f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
+        if why.tree is not None:
+            parts.append(tree_best_text(why.tree))
         parts.append(f"plain step cost from {why.cost_source}")
     if why.what_if is not None:
         parts.append(what_if_text(why.what_if))
     return Text(" · ".join(parts), style="dim")
+
+
+def tree_best_text(tree: dict) -> str:
+    """``best tree 8 nodes (1.31x; this run's budget 1.20x)``: the tree model's pick."""
+    own = tree.get("predicted_speedup_at_budget")
+    return (f"best tree {tree['best_nodes']} nodes ({_x(tree['best_nodes_speedup'])}"
+            + (f"; this run's budget {_x(own)})" if own is not None else ")"))
 
 
 def what_if_text(what_if) -> str:
@@ -358,6 +367,9 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
     row("predicted, long outputs", lambda run, why: _x(why.predicted_steady))
     row("best γ (predicted)", lambda run, why: "n/a" if why.best_gamma is None
         else f"{why.best_gamma} ({_x(why.best_speedup)})")
+    if any(why.tree is not None for _, why in whys):
+        row("best tree nodes (predicted)", lambda run, why: "-" if why.tree is None
+            else f"{why.tree['best_nodes']} ({_x(why.tree['best_nodes_speedup'])})")
     row("gamma policy", lambda run, why: run.result.gamma_policy or "-")
     if any(why.what_if is not None for _, why in whys):
         rtt = next(why.what_if.rtt_ms for _, why in whys if why.what_if is not None)

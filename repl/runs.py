@@ -24,6 +24,7 @@ from analysis import (
     tokens_per_s_at_rtt,
     yield_by_position,
 )
+from analysis.trees import tree_model, tree_summary
 from generation.result import GenerationResult, Round, first_divergence
 from repl.settings import STRATEGY_LABELS
 
@@ -149,6 +150,7 @@ class Why:
     best_speedup: float | None = None
     cost_source: str | None = None
     what_if: WhatIf | None = None
+    tree: dict | None = None
 
 
 def _round_gamma(trace: list[Round]) -> int:
@@ -227,6 +229,8 @@ class PromptRun:
             gamma=gamma,
         )
         ar_step = self.ar_step_s()
+        if run.result.tree:
+            why.tree = tree_model(run.result, ar_step_s=ar_step)
         costs = costs_from_result(run.result, ar_step_s=ar_step)
         if costs is None or gamma < 1:
             return why
@@ -301,6 +305,9 @@ class PromptRun:
             best_gamma_speedup=why.best_speedup if why else None,
             prediction_cost_source=why.cost_source if why else None,
         )
+        stats = tree_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls) if r.tree else None
+        if stats is not None:
+            entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}
         if why is not None and why.what_if is not None:
             w = why.what_if
             entry["what_if_rtt"] = {"rtt_ms": w.rtt_ms, "predicted_speedup": w.predicted,

@@ -18,6 +18,7 @@ from analysis import (
     predicted_speedup,
     yield_by_position,
 )
+from analysis.acceptance import verify_width
 from generation.result import GenerationResult, Round
 
 
@@ -134,6 +135,28 @@ def test_costs_from_result():
     # a single round is all there is: it is used, prefill and all
     single = GenerationResult(tokens=[1], trace=trace[:1], phases={"draft": 0.9, "verify": 5.0, "other": 0.0})
     assert costs_from_result(single).verify_s == {3: 5.0}
+
+
+def _tree_round(verify_s: float) -> Round:
+    """A tree of 6 nodes (root children 10, 11, 12; 20, 21 under 10; 30 under 20),
+    accepted path 10 -> 20, a first-choice line 10, 20, 30: drafted is 3 long, the
+    verify fed 6 + 1 tokens."""
+    return Round((10, 20, 30), 2, 5, False, gamma=3, draft_s=0.3, verify_s=verify_s,
+                 tree_tokens=(10, 11, 12, 20, 21, 30), tree_parents=(-1, -1, -1, 0, 0, 3),
+                 path=(0, 3), ranks=(0, 0))
+
+
+def test_a_tree_round_is_priced_at_its_tree_width():
+    trace = [_tree_round(9.0)] + [_tree_round(v) for v in (2.0, 2.4)]   # the first carries the prefill
+    result = GenerationResult(tokens=[10, 20, 5] * 3, trace=trace, tree=6,
+                              phases={"draft": 0.9, "verify": 13.4, "other": 0.0})
+    assert verify_width(trace[1]) == 7
+    costs = costs_from_result(result)
+    assert costs.verify_s == {7: pytest.approx(2.2)}      # not width 4 (drafted + 1)
+    assert costs_from_result(result.to_dict(with_trace=True)) == costs
+    # a chain round beside it keeps its own width
+    chain = Round((1, 2), 2, 3, True, gamma=2, verify_s=1.0)
+    assert verify_width(chain) == 3 and verify_width({"drafted": [1, 2], "tree_tokens": []}) == 3
 
 
 def test_ar_step_leaves_the_prefill_out():

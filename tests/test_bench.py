@@ -602,3 +602,49 @@ def test_tree_variants_sit_beside_the_chains_without_a_peer():
     assert "ngram+tree16@4" in names and names.count("hf_prompt_lookup@4") == 1
     tree = parse_variant_name("speculative+tree16@4")
     assert (tree.strategy, tree.gamma, tree.tree, tree.peer) == ("speculative", 4, 16, None)
+
+
+def test_end_to_end_tiny_run_with_trees(tiny_pair, tmp_path, monkeypatch):
+    """--trees 8,16 runs tree variants of both drafting strategies beside the chains:
+    lossless under greedy, really verifying trees (more nodes per round than the
+    chain's gamma), and the report shows tokens/s and tokens per target call for each.
+    A variant that falls back to chains says so in the report's header."""
+    from bench.cli import main
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "summarization",
+                                   "turns": ["the cat sat on the mat. the cat sat."]}), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["--prompts", str(prompts), "--strategies", "speculative,ngram", "--gamma", "3",
+                 "--trees", "8,16", "--policies", "none", "--length", "10", "--repeats", "1", "--warmup", "0",
+                 "--threads", "1", "--no-chart", "--out", str(out)], loader=lambda args: tiny_pair)
+    assert code == 0
+    data = json.loads((out / "bench.json").read_text())
+    trees = ["speculative+tree8@3", "speculative+tree16@3", "ngram+tree8@3", "ngram+tree16@3"]
+    assert set(trees) | {"speculative@3", "ngram@3", "target"} <= set(data["variants"])
+    runs = {r["variant"]: r for r in data["runs"]}
+    for name in trees:
+        assert data["outputs"][name] == data["outputs"]["target"], name
+        assert runs[name]["tree_fallback"] == "", name
+    # With trees, drafted counts every node verified: the model drafter's trees are wider than its chain.
+    for name in ("speculative+tree8@3", "speculative+tree16@3"):
+        assert runs[name]["drafted"] / runs[name]["rounds"] > 3, name
+    summary = (out / "summary.md").read_text()
+    assert "tok/s" in summary and "tok/call" in summary
+    rows = [line for line in summary.splitlines() if line.startswith("| speculative tree 16")]
+    assert len(rows) >= 1 and rows[0].count("|") == len(("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer",
+                                                        "accept", "tok/call", "target calls", "identical",
+                                                        "1st div")) + 1
+
+    # A drafter without trees: the tree variant runs chains and the report says why.
+    from generation.speculative import ModelDrafter
+
+    monkeypatch.delattr(ModelDrafter, "propose_tree")
+    out2 = tmp_path / "out2"
+    code = main(["--prompts", str(prompts), "--strategies", "speculative", "--gamma", "3", "--trees", "8",
+                 "--policies", "none", "--length", "6", "--repeats", "1", "--warmup", "0", "--threads", "1",
+                 "--no-chart", "--out", str(out2)], loader=lambda args: tiny_pair)
+    assert code == 0
+    runs = {r["variant"]: r for r in json.loads((out2 / "bench.json").read_text())["runs"]}
+    assert "proposes chains only" in runs["speculative+tree8@3"]["tree_fallback"]
+    assert "speculative+tree8@3: chain instead of a tree" in (out2 / "summary.md").read_text()

@@ -314,6 +314,22 @@ def test_one_slow_forward_does_not_mislead_the_verify_cost():
     assert policy.cost_model().verify_s[1] == pytest.approx(2.0)
 
 
+def test_model_policy_prices_tree_rounds_at_the_width_they_verified():
+    """A tree round that drafted 2 along its line verified 8 nodes + 1: its verify
+    time is the cost of width 9, and rounds of 2 drafts are priced there."""
+    policy = ModelPolicy(4, probes=(), explore_every=0, clock=None)
+    policy.begin("model")
+    tree = dict(tree_tokens=tuple(range(100, 108)), tree_parents=(-1, -1, -1, -1, 0, 0, 1, 1),
+                path=(0,), ranks=(0,))
+    policy.observe(Round((100, 104), 1, 7, False, gamma=2, draft_s=0.2, verify_s=99.0, **tree))  # prefill
+    policy.observe(Round((), 0, 7, False, gamma=0, verify_s=1.0))
+    for _ in range(3):
+        policy.observe(Round((100, 104), 1, 7, False, gamma=2, draft_s=0.2, verify_s=3.0, **tree))
+    assert policy.cost_model().verify_s == {1: pytest.approx(1.0), 9: pytest.approx(3.0)}
+    assert policy.costs.width(2) == 9 and policy.costs.width(1) == 2
+    assert policy.costs.verify_table(4)[2] == pytest.approx(3.0)
+
+
 def test_model_policy_reprobes_widths_now_and_then():
     policy = ModelPolicy(16, reprobe_every=32, clock=None)
     asked = simulate(policy, kind="model", rates=[0.6], verify=_gpu_verify, draft_step=1.0,

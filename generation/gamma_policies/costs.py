@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analysis.acceptance import verify_width
 from analysis.speedup import CostModel
 from generation.gamma_policies.estimates import Mean, Recent
 from generation.result import Round
@@ -12,7 +13,7 @@ class Costs:
 
     * ``draft_step_s``: seconds per drafter step (a moving mean).
     * ``verify_s``: target verify seconds by width (tokens fed at once:
-      drafts + 1), each the median of its last five measurements
+      drafts + 1 in a chain round, tree nodes + 1 in a tree round), each the median of its last five measurements
       (``estimates.Recent``), so one slow forward does not mislead it for long.
     * ``other_s``: other host seconds per round: the wall time between two
       observed rounds minus their draft and verify time (a moving mean).
@@ -36,6 +37,9 @@ class Costs:
         self._mark: float | None = None             # the clock at the last observed round
         self._table: list[float] | None = None      # verify seconds by width, 1..max+1
         self._drafted_none = False                  # the last observed round drafted nothing
+        # A tree round that drafted k along its line verified its whole tree: the width
+        # it really fed, by k (the median of the last few), prices rounds of k drafts.
+        self.tree_width: dict[int, Recent] = {}
 
     def begin(self) -> None:
         self._mark = None       # the wall time before a generation's first round is not a round's
@@ -55,9 +59,11 @@ class Costs:
 
     def _learn(self, rnd: Round, now: float | None, caught_up: bool) -> None:
         drafted = len(rnd.drafted)
-        width = drafted + 1
+        width = verify_width(rnd)  # a tree round verified tree_size + 1 tokens, not drafted + 1
         if rnd.verify_s > 0:
             self.verify_s.setdefault(width, Recent()).add(rnd.verify_s)
+        if rnd.tree_size:
+            self.tree_width.setdefault(drafted, Recent()).add(width)
         if drafted and rnd.draft_s > 0 and not caught_up:
             self.draft_step_s.add(rnd.draft_s / drafted, self.cost_alpha)
         if now is not None and self._mark is not None:
@@ -77,9 +83,19 @@ class Costs:
                          verify_s={w: m.value for w, m in self.verify_s.items()},
                          other_per_round_s=self.other_s.value)
 
+    def width(self, drafted: int) -> int:
+        """Tokens a round of ``drafted`` drafts feeds the verify: drafted + 1 for a chain,
+        the tree's nodes + 1 as measured for tree rounds."""
+        recent = self.tree_width.get(drafted)
+        return max(drafted + 1, round(recent.value)) if recent is not None else drafted + 1
+
     def verify_table(self, max_gamma: int) -> list[float]:
-        """Verify seconds at widths 1..max_gamma + 1 (needs a measured verify time)."""
+        """Verify seconds of a round of k drafts, k = 0..max_gamma (needs a measured verify time).
+
+        A chain round of k drafts feeds k + 1 tokens; with trees, a round of k drafts
+        along its line fed its whole tree, so it is priced at the width such rounds fed.
+        """
         if self._table is None:
             costs = self.model()
-            self._table = [costs.verify(w) for w in range(1, max_gamma + 2)]
+            self._table = [costs.verify(self.width(k)) for k in range(max_gamma + 1)]
         return self._table
