@@ -96,9 +96,12 @@ def _load(args, console):
     """The model pair, or exit with the loader's one-line message."""
     if args.cache_dir:
         os.environ["SPECDEC_CACHE_DIR"] = args.cache_dir
-    from utils.models import ModelLoadError, load_pair, set_offline
+    from utils.models import ModelLoadError, set_offline
 
-    set_offline(args.offline)
+    set_offline(args.offline)  # before transformers is imported
+    # Imported here, not at the top: the engine imports torch and transformers, which
+    # infer.py --help and --replay never need (start-up time), and only after set_offline.
+    from engine import load_pair
     from utils.progress import loading_status
 
     try:

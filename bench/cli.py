@@ -9,8 +9,8 @@ from pathlib import Path
 from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_POLICIES, OURS
+from engine import load_pair
 from generation.gamma_policies import make_policy
-from utils.models import load_pair
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
 

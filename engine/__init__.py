@@ -4,12 +4,16 @@
     result = run_strategy(Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(n=3)),
                           pair, prompt_ids, state=EngineState())
 
+``load_pair(target, drafter, ...)`` loads the pair every front end runs on (two models,
+or a drafter made from the target; see ``engine.loading``).
+
 A drafting method is a ``generation.verify.Drafter`` plus a factory registered
 with :func:`register_drafter`; the REPL, the benchmark, the self-test and the
 architecture tests then run it unchanged.
 """
 
 from engine.drafters import DRAFTERS, DraftContext, register_drafter
+from engine.loading import load_pair
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, CrossTokenizerOptions, NGramOptions, Strategy
@@ -26,6 +30,7 @@ __all__ = [
     "NoObserver",
     "Observer",
     "Strategy",
+    "load_pair",
     "loop_vocab_size",
     "register_drafter",
     "run_strategy",

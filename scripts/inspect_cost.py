@@ -35,7 +35,7 @@ from generation.inspection import decode, record_round  # noqa: E402
 from sampling import GreedyProcessor, MultinomialProcessor  # noqa: E402
 from utils.builtin_prompts import BUILTIN  # noqa: E402
 from utils.cache import CachedModel  # noqa: E402
-from utils.models import load_pair  # noqa: E402
+from engine import load_pair  # noqa: E402
 from utils.vocab import encode_prompt  # noqa: E402
 
 

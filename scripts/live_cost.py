@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     from repl.runner import Runner
     from repl.session import Session
     from repl.settings import Settings
-    from utils.models import load_pair
+    from engine import load_pair
 
     if args.threads:
         import torch

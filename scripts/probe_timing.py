@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    from utils.models import load_pair
+    from engine import load_pair
     from utils.probe import forget, probe_model
 
     pair = load_pair(args.target, args.drafter)

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     from bench.prompts import builtin_prompts
     from repl.runner import Runner
     from repl.settings import Settings
-    from utils.models import load_pair
+    from engine import load_pair
 
     if args.threads:
         import torch

@@ -55,7 +55,7 @@ def main() -> None:
     from sampling import GreedyProcessor
     from selfdraft.build import build_self_drafter
     from selfdraft.spec import parse_self_draft
-    from utils.models import load_pair
+    from engine import load_pair
     from utils.vocab import encode_prompt
 
     imported = time.perf_counter()

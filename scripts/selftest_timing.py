@@ -53,7 +53,7 @@ def main() -> int:
     import transformers
 
     from checks.selftest import timed_selftest
-    from utils.models import load_pair
+    from engine import load_pair
 
     start = time.perf_counter()
     pair = load_pair(args.target, args.drafter)

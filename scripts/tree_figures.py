@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--no-verify-costs", dest="verify_costs", action="store_false",
                         help="skip part 1 (the verify cost by width)")
     args = parser.parse_args()
-    from utils.models import load_pair
+    from engine import load_pair
 
     pair = load_pair()
     env_before = environment()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from selfdraft.copies import int8_copy, precision_copy
-from selfdraft.drafter import mark_self_draft
+from selfdraft.mark import mark_self_draft
 from selfdraft.skip import skip_view
 from selfdraft.spec import PRECISIONS, SelfDraftSpec
 

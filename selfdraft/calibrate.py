@@ -21,7 +21,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from analysis.acceptance import acceptance_by_position
+from analysis.speedup import costs_from_result
+from generation import autoregressive_generate
+from sampling import GreedyProcessor
+from selfdraft.drafter import self_speculative_generate
 from utils.cache import CachedModel
+from utils.vocab import encode_prompt
 
 CALIBRATION_TEXT = ("Explain in a few sentences how the gears of a bicycle work, and why a cyclist "
                     "changes gear before climbing a steep hill.")
@@ -32,8 +38,6 @@ REPEATS = 3
 
 def calibration_ids(tokenizer) -> torch.Tensor:
     """The calibration prompt through the chat template, (1, L)."""
-    from utils.vocab import encode_prompt
-
     return torch.tensor([encode_prompt(tokenizer, CALIBRATION_TEXT)], dtype=torch.long)
 
 
@@ -119,11 +123,6 @@ def drafter_step_s(drafter, ids: torch.Tensor, repeats: int = REPEATS) -> float:
 def measure_drafter(label: str, drafter, target, ids: torch.Tensor, *, gamma: int = 4,
                     tokens: int = CALIBRATION_TOKENS) -> DrafterMeasure:
     """Acceptance and costs of ``drafter`` from a greedy speculative run of ``tokens`` tokens."""
-    from analysis.acceptance import acceptance_by_position
-    from analysis.speedup import costs_from_result
-    from sampling import GreedyProcessor
-    from selfdraft.drafter import self_speculative_generate
-
     result = self_speculative_generate(ids[0].tolist(), drafter, target, logits_processor=GreedyProcessor(),
                                   gamma=gamma, max_gen_len=tokens)
     costs = costs_from_result(result)
@@ -148,8 +147,5 @@ def agreement(target, drafter, ids: torch.Tensor, start: int = 0) -> float:
 @torch.inference_mode()
 def greedy_continuation(target, ids: torch.Tensor, tokens: int = CALIBRATION_TOKENS) -> torch.Tensor:
     """``ids`` followed by the target's own greedy continuation, (1, L + tokens)."""
-    from generation import autoregressive_generate
-    from sampling import GreedyProcessor
-
     out = autoregressive_generate(ids[0].tolist(), target, logits_processor=GreedyProcessor(), max_gen_len=tokens)
     return torch.cat([ids, torch.tensor([out.tokens], dtype=torch.long)], dim=1)

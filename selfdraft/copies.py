@@ -24,6 +24,9 @@ import importlib.util
 
 import torch
 
+from utils.devices import model_device
+from utils.quantize import apply_quanto, output_head_names
+
 INT8_METHODS = ("torch", "quanto", "torchao")
 
 
@@ -57,8 +60,6 @@ def _torch_dynamic(model):
             quantised(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=False)
         return quantised
     except (AttributeError, TypeError, RuntimeError):
-        from utils.quantize import output_head_names
-
         head = set(output_head_names(model))
         names = {name: per_channel for name, m in model.named_modules()
                  if isinstance(m, torch.nn.Linear) and name not in head}
@@ -66,13 +67,11 @@ def _torch_dynamic(model):
 
 
 def _quanto(model):
-    from utils.quantize import apply_quanto
-
     return apply_quanto(model, "int8")
 
 
 def _torchao(model):
-    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_  # optional: imported only when chosen
 
     quantize_(model, Int8WeightOnlyConfig())
     return model
@@ -80,8 +79,6 @@ def _torchao(model):
 
 def int8_copy(model, method: str | None = None) -> torch.nn.Module:
     """A copy of ``model`` whose linear weights are int8, by ``method`` (None: the device's default)."""
-    from utils.devices import model_device
-
     method = method or default_int8_method(model_device(model))
     if method not in INT8_METHODS:
         raise ValueError(f"unknown int8 method {method!r}: use {', '.join(INT8_METHODS)}")

@@ -20,6 +20,16 @@ import time
 from pathlib import Path
 
 import torch
+import transformers
+
+from selfdraft.build import build_self_drafter
+from selfdraft.calibrate import (calibration_ids, drafter_step_s, greedy_continuation, measure_drafter,
+                                 time_target)
+from selfdraft.choose import choice_lines, choose
+from selfdraft.search import search_skip
+from selfdraft.skip import SkipRefused, num_layers
+from selfdraft.spec import SelfDraftSpec, parse_self_draft
+from utils.devices import model_device
 
 CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
 FORMAT = 1
@@ -43,8 +53,6 @@ def cpu_description() -> tuple[str, str]:
 
 def machine_key(model_label: str, device: torch.device) -> dict:
     """What a measurement depends on: machine, threads, versions, model."""
-    import transformers
-
     name, flags = cpu_description()
     return {"format": FORMAT, "cpu": name, "flags": hashlib.sha1(flags.encode()).hexdigest()[:12],
             "threads": torch.get_num_threads(), "device": str(device), "torch": torch.__version__,
@@ -76,11 +84,6 @@ def write_cached(path: Path, data: dict) -> None:
 
 def _candidate(label: str, target, text_ids, start: int, verify_s, say):
     """(resolved label, drafter model, extra banner line) for one candidate label."""
-    from selfdraft.build import build_self_drafter
-    from selfdraft.search import search_skip
-    from selfdraft.skip import num_layers
-    from selfdraft.spec import SelfDraftSpec, parse_self_draft
-
     spec = parse_self_draft(label)
     line = ""
     if spec.auto:
@@ -93,11 +96,6 @@ def _candidate(label: str, target, text_ids, start: int, verify_s, say):
 
 def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, candidates=CANDIDATES):
     """Measure every candidate; returns (the cache record, {label: drafter model})."""
-    from selfdraft.calibrate import (calibration_ids, drafter_step_s, greedy_continuation, measure_drafter,
-                                     time_target)
-    from selfdraft.choose import choice_lines, choose
-    from selfdraft.skip import SkipRefused
-
     started = time.perf_counter()
     ids = calibration_ids(tokenizer)
     say("Timing the target's forward passes")
@@ -135,10 +133,6 @@ def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, can
 
 def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, gamma: int = 4, say=lambda t: None):
     """(drafter model, its label, banner lines): the measured pick, from the cache when this machine has one."""
-    from utils.devices import model_device
-    from selfdraft.build import build_self_drafter
-    from selfdraft.spec import parse_self_draft
-
     key = machine_key(model_label, model_device(target))
     path = cache_file(cache_root, key)
     record = None if os.environ.get(REMEASURE_ENV) else read_cached(path, key)

@@ -20,24 +20,15 @@ from __future__ import annotations
 
 import torch
 
-from generation.common import model_device
-from generation.speculative import ModelDrafter, draft_tokens
+from generation.common import check_gamma, check_request, model_device
+from generation.speculative import ModelDrafter, draft_tokens, shared_vocab_size
+from generation.verify import verify_loop
 from selfdraft import shared_cache
+from selfdraft.build import build_self_drafter
+from selfdraft.mark import SELF_DRAFT_ATTR, mark_self_draft, self_draft_target  # noqa: F401 (re-exported)
 from selfdraft.skip import kept_layers
+from selfdraft.spec import parse_self_draft
 from utils.cache import RollbackStats, _forward_kwargs, new_cache
-
-SELF_DRAFT_ATTR = "self_draft_of"  # on a self-draft model: the target it was made from
-
-
-def mark_self_draft(drafter, target, label: str) -> None:
-    """Record on ``drafter`` that it was made from ``target`` (so the engine can share the cache)."""
-    object.__setattr__(drafter, SELF_DRAFT_ATTR, (target, label))
-
-
-def self_draft_target(drafter):
-    """The target ``drafter`` was made from, or None for an ordinary drafter model."""
-    mark = getattr(drafter, SELF_DRAFT_ATTR, None)
-    return mark[0] if mark else None
 
 
 class SelfDrafter:
@@ -168,10 +159,6 @@ def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamm
                               eos_tokens_id=None, use_cache: bool = True, vocab_size: int | None = None,
                               generator: torch.Generator | None = None, gamma_policy=None):
     """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for self-drafters)."""
-    from generation.common import check_gamma, check_request
-    from generation.speculative import shared_vocab_size
-    from generation.verify import verify_loop
-
     prompt = check_request(inputs, max_gen_len, target, drafter)
     vocab = vocab_size or shared_vocab_size(target, drafter)
     made = make_drafter(drafter, target, logits_processor, use_cache=use_cache, vocab_size=vocab, generator=generator)
@@ -187,9 +174,6 @@ def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bo
     ``spec`` (``"self:int8"``, ``"self:skip=3,5"``, ...): build that self-drafter from the pair's
     target, once per pair and spec; None: the pair's own drafter, which must be a self-draft model.
     """
-    from selfdraft.build import build_self_drafter
-    from selfdraft.spec import parse_self_draft
-
     if spec is None:
         model = pair.drafter
         if self_draft_target(model) is not pair.target:

@@ -26,7 +26,7 @@ import torch
 
 from analysis.speedup import CostModel, best_gamma
 from selfdraft.calibrate import agreement, drafter_step_s
-from selfdraft.skip import num_layers, skip_view
+from selfdraft.skip import decoder_layers, num_layers, skip_view
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,6 @@ class SkipSearch:
 @torch.inference_mode()
 def block_influence(target, ids: torch.Tensor, start: int) -> dict[int, float]:
     """For each inner layer: 1 - cosine(input, output hidden state), averaged over positions from ``start``."""
-    from selfdraft.skip import decoder_layers
-
     _, layers = decoder_layers(target)
     seen: dict[int, float] = {}
 

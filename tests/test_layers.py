@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Bottom first; a package may import its own layer and those below it.
 LAYERS = (
     ("analysis", "sampling", "utils"),
-    ("generation", "ngram_assisted", "cross_tokenizer"),
+    ("generation", "ngram_assisted", "cross_tokenizer", "selfdraft"),
     ("engine",),
     ("checks", "bench", "repl"),
 )
@@ -124,3 +124,12 @@ def test_a_drafter_package_looking_up_to_the_engine_would_be_caught():
     graph["cross_tokenizer"] = graph["cross_tokenizer"] | {"engine"}
     assert ("cross_tokenizer", "engine") in upward_edges(graph)
     assert find_cycle(graph) is not None           # the engine imports cross_tokenizer
+
+
+def test_self_drafters_sit_beside_generation_and_utils_does_not_look_up_to_them():
+    # Mutation check: the self-draft loader once lived in utils.models (utils -> selfdraft -> utils).
+    graph = package_graph()
+    assert "selfdraft" not in graph["utils"] and "selfdraft" in graph["engine"]
+    graph["utils"] = graph["utils"] | {"selfdraft"}
+    assert ("utils", "selfdraft") in upward_edges(graph)
+    assert find_cycle(graph) is not None

@@ -22,6 +22,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+import engine
 import utils.default_model as default_model
 from utils.devices import resolve_device, resolve_dtype
 from utils.models import (
@@ -457,17 +458,36 @@ def test_a_real_target_without_drafter_is_refused_and_self_is_a_demo(tiny):
 def test_self_drafters_load_from_the_target(tiny, spec, dtype):
     from selfdraft.drafter import self_draft_target
 
-    pair = load_pair(str(tiny[0]), spec, device="cpu")
+    pair = engine.load_pair(str(tiny[0]), spec, device="cpu")
     assert spec in pair.drafter_name and not pair.self_draft_demo
     assert self_draft_target(pair.drafter) is pair.target
     assert next(p.dtype for p in pair.drafter.parameters() if p.is_floating_point()) == dtype
     assert pair.vocab_size == pair.target.config.vocab_size
+    # Probed like every pair, and the banner says the drafter drafts on the target's cache.
+    assert pair.probe is not None and pair.probe.summary() in pair.banner_lines()
+    assert pair.probe.drafter_on_target_cache and "drafts on the target's cache" in pair.probe.summary()
+    assert pair.probe.to_dict()["drafter_on_target_cache"] is True
+
+
+def test_the_engine_loader_sends_two_models_to_utils_and_self_drafters_to_selfdraft(tiny, padded_dir, monkeypatch):
+    import engine.loading as loading
+
+    pair = engine.load_pair(str(tiny[0]), str(padded_dir), device="cpu")
+    assert pair.probe is not None and not pair.probe.drafter_on_target_cache
+    assert "drafts on the target's cache" not in pair.probe.summary()
+    assert loading.wants_self_draft(None, None) and loading.wants_self_draft("x", "self:int8")
+    assert not loading.wants_self_draft("x", "self") and not loading.wants_self_draft("x", "y")
+    # Mutation check: a loader that sends self: specs to utils.models gets a one-line refusal.
+    monkeypatch.setattr(loading, "wants_self_draft", lambda target, drafter: False)
+    with pytest.raises(ModelLoadError, match="engine.load_pair") as info:
+        engine.load_pair(str(tiny[0]), "self:int8", device="cpu")
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("spec", ["self:int4", "self:skip=99"])
 def test_a_bad_self_drafter_is_refused_with_one_line(tiny, spec):
     with pytest.raises(ModelLoadError) as info:
-        load_pair(str(tiny[0]), spec, device="cpu")
+        engine.load_pair(str(tiny[0]), spec, device="cpu")
     assert "\n" not in str(info.value) and "self:" in str(info.value)
 
 
@@ -887,9 +907,9 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    load_pair(device="cpu")  # first start: converts the GGUF if the cache is cold
+    engine.load_pair(device="cpu")  # first start: converts the GGUF if the cache is cold
     start = time.perf_counter()
-    pair = load_pair(device="cpu")
+    pair = engine.load_pair(device="cpu")
     warm_seconds = time.perf_counter() - start
     # The cache probe is timed on its own (scripts/probe_timing.py; docs/engine.md).
     assert warm_seconds - pair.probe.seconds < 3.0, (warm_seconds, pair.probe.seconds)
@@ -897,6 +917,7 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
     # The drafter is the self-drafter measured fastest on this machine (measured once, then read back).
     assert pair.target.dtype == torch.float32 and pair.drafter_name.split()[1].startswith("self:")
     assert pair.notes[0].startswith("drafter chosen by measuring this machine: ")
+    assert pair.probe.drafter_on_target_cache and pair.probe.summary() in pair.banner_lines()
     assert pair.vocab_size == 49152 and pair.context_length == 8192
     tokenizer = pair.tokenizer
     assert tokenizer.convert_ids_to_tokens(pair.end_tokens) == ["<|im_end|>"]

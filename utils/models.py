@@ -6,6 +6,8 @@ once and cached). Decoder-only models load as causal LMs, encoder-decoder ones (
 seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of the same kind,
 compares their tokenizers (a drafter with another tokenizer drafts through text, see
 ``cross_tokenizer``), and returns a ``ModelPair`` with everything the decoding loops need.
+Drafters made from the target (``self:...``, and the measured default drafter) are built a
+layer up, in ``selfdraft.load``; ``engine.load_pair`` chooses between the two loaders.
 
 Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
 module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
@@ -49,6 +51,7 @@ __all__ = [
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 SELF_DRAFT = "self"
+SELF_DRAFT_PREFIX = "self:"  # selfdraft.spec.PREFIX: such drafters load through selfdraft.load
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -246,6 +249,7 @@ class ModelPair:
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
     probe: Any = None  # utils.probe.PairProbe: how each model is fed over its cache, and why
     notes: tuple[str, ...] = ()  # banner lines about the drafter (a self-drafter chosen by measuring)
+    drafts_on_target_cache: bool = False  # a self-drafter (selfdraft.load): drafts on the target's cache
     drafter_tokenizer: Any = None  # the drafter's own tokenizer when it differs from the target's
     tokenizer_difference: str | None = None  # how the two tokenizers differ, in words
 
@@ -286,60 +290,6 @@ def describe(spec: str | None, model, quantize: str | None, note: str = "") -> s
     source = DEFAULT_LABEL if spec is None else str(spec)
     parts = [dtype_name(model.dtype)] + ([quantize] if quantize else []) + ([note] if note else [])
     return f"{source} ({', '.join(parts)})"
-
-
-def _self_draft_pair(target, drafter, *, device, dtype, quantize, progress, cache_dir) -> ModelPair:
-    """A pair whose drafter is made from the target (``--drafter self:...``), or, with neither
-    given, the offline default with the self-drafter this machine runs fastest (measured once)."""
-    from selfdraft.build import build_self_drafter
-    from selfdraft.skip import SkipRefused
-    from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
-
-    try:
-        spec = parse_self_draft(drafter) if drafter is not None else None
-    except SelfDraftSpecError as exc:
-        raise ModelLoadError(str(exc)) from exc
-    model, tokenizer = load_model(target, device=device, dtype=dtype, quantize=quantize,
-                                  progress=progress, cache_dir=cache_dir)
-    say = progress or no_progress
-    notes: list[str] = []
-    try:
-        if spec is None:
-            from selfdraft.default import default_drafter
-
-            label = describe(target, model, quantize)
-            draft, chosen, notes = default_drafter(model, tokenizer, label, cache_root(cache_dir), say=say)
-            spec = parse_self_draft(chosen)
-        elif spec.auto:
-            from selfdraft.calibrate import calibration_ids, greedy_continuation, time_target
-            from selfdraft.search import search_skip
-            from selfdraft.skip import num_layers
-
-            say("Searching the layers to skip (self:skip=auto)")
-            ids = calibration_ids(tokenizer)
-            found = search_skip(model, greedy_continuation(model, ids), ids.shape[1], time_target(model, ids).verify_s)
-            spec = SelfDraftSpec("skip", found.layers)
-            draft = build_self_drafter(model, spec)
-            notes = [found.line(num_layers(model))]
-        else:
-            draft = build_self_drafter(model, spec)
-    except SkipRefused as exc:
-        raise ModelLoadError(str(exc)) from exc
-    return ModelPair(
-        target=model, drafter=draft, tokenizer=tokenizer,
-        target_name=describe(target, model, quantize),
-        drafter_name=f"{DEFAULT_LABEL if target is None else target} {spec.label} "
-                     f"({dtype_name(_float_dtype(draft))}{', ' + draft.int8_method + ' int8' if spec.kind == 'int8' else ''})",
-        end_tokens=end_token_ids(tokenizer, model), device=model_device(model),
-        vocab_size=check_compatible(tokenizer, tokenizer, model, model),  # the drafter has the target's head
-        context_length=context_length(model, tokenizer),
-        self_draft_demo=False, is_encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
-        notes=tuple(notes),
-    )
-
-
-def _float_dtype(model):
-    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
 
 
 def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quantize):
@@ -400,23 +350,23 @@ def load_pair(
     progress: Progress | None = None,
     cache_dir=None,
 ) -> ModelPair:
-    """Load a target and a drafter and check that they can decode together.
+    """Load a target and a drafter model and check that they can decode together.
 
-    ``target=None`` is the offline default. ``drafter=None`` with ``target=None`` (or
-    ``drafter="self"`` with any target) reuses the target's weights in bfloat16: a self-draft demo.
-    ``drafter=None`` with a real target is refused (pass ``--drafter``). ``drafter_dtype`` defaults
-    to bfloat16 for a self-draft, else to ``dtype``; ``drafter_quantize=None`` follows ``quantize``
-    (pass ``"none"`` to keep the drafter unquantised). Both models must be decoder-only, or both
-    encoder-decoder (T5, BART: ``ModelPair.is_encoder_decoder``); a mixed pair is refused.
-    Both models are probed (``utils.probe``): ``ModelPair.probe`` says how each is fed over its
-    cache (cached, stepwise or uncached) and why.
+    ``target=None`` is the offline default. ``drafter="self"`` (or neither given) reuses the
+    target's weights in bfloat16: a self-draft demo. ``drafter=None`` with a real target is
+    refused (pass ``--drafter``). ``drafter_dtype`` defaults to bfloat16 for a self-draft, else
+    to ``dtype``; ``drafter_quantize=None`` follows ``quantize`` (pass ``"none"`` to keep the
+    drafter unquantised). Both models must be decoder-only, or both encoder-decoder (T5, BART:
+    ``ModelPair.is_encoder_decoder``); a mixed pair is refused. Both models are probed
+    (``utils.probe``): ``ModelPair.probe`` says how each is fed over its cache (cached, stepwise
+    or uncached) and why.
+
+    Drafters made from the target (``self:...``) and the measured default drafter live a layer
+    up, in ``selfdraft.load``; ``engine.load_pair`` is the loader the front ends call for both.
     """
+    if drafter is not None and str(drafter).strip().lower().startswith(SELF_DRAFT_PREFIX):
+        raise ModelLoadError(f"--drafter {drafter} is made from the target: load it with engine.load_pair")
     quantize = parse_quantize(quantize)
-    from selfdraft.spec import is_self_draft
-
-    if is_self_draft(drafter) or (target is None and drafter is None):
-        return _self_draft_pair(target, drafter, device=device, dtype=dtype, quantize=quantize,
-                                progress=progress, cache_dir=cache_dir)
     drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
         target, drafter, dtype, drafter_dtype, quantize, drafter_quantize
     )
@@ -448,7 +398,7 @@ def load_pair(
         drafter_tokenizer=None if difference is None else drafter_tok,
         tokenizer_difference=difference,
     )
-    from utils.probe import probe_pair
+    from utils.probe import probe_pair  # imports torch: kept out of this module's import (infer.py --help)
 
     (progress or no_progress)("Probing each model's cached forward against the uncached one")
     pair.probe = probe_pair(pair)

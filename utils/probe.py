@@ -22,8 +22,8 @@ A model whose cache the engine refuses outright (``UnsupportedCacheError``, e.g.
 of the model's own on transformers 4.57) gets ``refused``, with the refusal's one line.
 
 The decision rests on what the probe measures, never on a model's name. :func:`probe_of`
-remembers the result per model object, so a model is probed once; ``load_pair`` probes both
-models at load and attaches the result to the pair (:func:`probe_pair`).
+remembers the result per model object, so a model is probed once; the loaders probe both
+models at load and attach the result to the pair (:func:`probe_pair`).
 """
 
 from __future__ import annotations
@@ -81,19 +81,32 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class PairProbe:
-    """The probe of a target and a drafter, and the seconds both took."""
+    """The probe of a target and a drafter, and the seconds both took.
+
+    ``drafter_on_target_cache``: the drafter is made from the target and drafts on the target's
+    cache where it can (``selfdraft.drafter.SelfDrafter``). Its own probe then describes only
+    the fallback where it keeps a cache of its own: a dynamic int8 copy, say, probes
+    ``uncached`` (each forward quantises its activations as one tensor) yet drafts exactly
+    over the target's cache.
+    """
 
     target: ProbeResult
     drafter: ProbeResult
     seconds: float
+    drafter_on_target_cache: bool = False
 
     def summary(self) -> str:
         """One line for the banner, ``/config`` and the self-test's first line."""
-        return (f"cache probe ({self.seconds:.2f} s): target {self.target.line()}; "
+        line = (f"cache probe ({self.seconds:.2f} s): target {self.target.line()}; "
                 f"drafter {self.drafter.line()}")
+        if self.drafter_on_target_cache:
+            line += (" (the drafter drafts on the target's cache where it can; its own probe "
+                     "applies only when it keeps a cache of its own)")
+        return line
 
     def to_dict(self) -> dict:
-        return {"target": self.target.to_dict(), "drafter": self.drafter.to_dict(), "seconds": self.seconds}
+        return {"target": self.target.to_dict(), "drafter": self.drafter.to_dict(), "seconds": self.seconds,
+                "drafter_on_target_cache": self.drafter_on_target_cache}
 
 
 class ProbeMismatch(AssertionError):
@@ -236,10 +249,12 @@ def forget(model) -> None:
 def probe_pair(pair) -> PairProbe:
     """Probe a pair's target and drafter (once each; a self-draft's one model once).
 
-    The function the REPL, ``load_pair`` and the self-test call: ``probe_pair(pair).summary()``
-    is its one-line result.
+    The function the loaders (``utils.models.load_pair``, ``selfdraft.load``) and the self-test
+    call: ``probe_pair(pair).summary()`` is its one-line result. A pair whose
+    ``drafts_on_target_cache`` is set (a self-drafter) says so beside the drafter's result.
     """
     begun = time.perf_counter()
     target = probe_of(pair.target)
     drafter = probe_of(pair.drafter)
-    return PairProbe(target, drafter, time.perf_counter() - begun)
+    return PairProbe(target, drafter, time.perf_counter() - begun,
+                     drafter_on_target_cache=bool(getattr(pair, "drafts_on_target_cache", False)))

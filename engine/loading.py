@@ -1,0 +1,46 @@
+"""The one model loader the front ends call: a self-drafter, or a pair of two models.
+
+A ``self:`` drafter (``self:bf16``, ``self:int8``, ``self:skip=auto``, ...) and the call with
+neither a target nor a drafter (the offline default with the self-drafter measured fastest on
+this machine) go to ``selfdraft.load``; everything else (two models, or the ``--drafter self``
+bfloat16 demo) to ``utils.models.load_pair``. Both attach the cache probe (``utils.probe``).
+"""
+
+from __future__ import annotations
+
+from selfdraft.load import load_self_draft_pair
+from selfdraft.spec import is_self_draft
+from utils import models
+from utils.models import ModelPair
+from utils.progress import Progress
+
+
+def wants_self_draft(target: str | None, drafter: str | None) -> bool:
+    """Whether the drafter is made from the target: a ``self:`` spec, or the default (neither given)."""
+    return is_self_draft(drafter) or (target is None and drafter is None)
+
+
+def load_pair(
+    target: str | None = None,
+    drafter: str | None = None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    drafter_dtype: str | None = None,
+    quantize: str | None = None,
+    drafter_quantize: str | None = None,
+    device_map=None,
+    progress: Progress | None = None,
+    cache_dir=None,
+) -> ModelPair:
+    """Load the pair the user asked for; the arguments are ``utils.models.load_pair``'s.
+
+    A self-drafter is built from the loaded target, so ``drafter_dtype``, ``drafter_quantize``
+    and ``device_map`` do not apply to it (the spec names its precision).
+    """
+    if wants_self_draft(target, drafter):
+        return load_self_draft_pair(target, drafter, device=device, dtype=dtype, quantize=quantize,
+                                    progress=progress, cache_dir=cache_dir)
+    return models.load_pair(target, drafter, device=device, dtype=dtype, drafter_dtype=drafter_dtype,
+                            quantize=quantize, drafter_quantize=drafter_quantize, device_map=device_map,
+                            progress=progress, cache_dir=cache_dir)

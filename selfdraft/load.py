@@ -1,0 +1,91 @@
+"""Load a pair whose drafter is made from the target: ``--drafter self:...``, or the measured default.
+
+``load_self_draft_pair`` loads the target once (``utils.models.load_model``) and builds the
+drafter from it (``selfdraft.build``). With neither a target nor a drafter it loads the offline
+default and the self-drafter this machine runs fastest, measured once and kept
+(``selfdraft.default``). Like ``utils.models.load_pair`` it probes both models' cached forwards
+(``utils.probe.probe_pair``) and attaches the result to the pair.
+"""
+
+from __future__ import annotations
+
+from selfdraft.build import build_self_drafter
+from selfdraft.calibrate import calibration_ids, greedy_continuation, time_target
+from selfdraft.default import default_drafter
+from selfdraft.search import search_skip
+from selfdraft.skip import SkipRefused, num_layers
+from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
+from utils.default_model import DEFAULT_LABEL, cache_root
+from utils.devices import dtype_name, model_device
+from utils.models import ModelLoadError, ModelPair, describe, load_model
+from utils.probe import probe_pair
+from utils.progress import Progress, no_progress
+from utils.quantize import parse_quantize
+from utils.vocab import check_compatible, context_length, end_token_ids
+
+
+def _float_dtype(model):
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+
+
+def _drafter_name(target: str | None, spec: SelfDraftSpec, draft) -> str:
+    """``SmolLM2-135M-Instruct self:int8 (float32, torch int8)``."""
+    int8 = f", {draft.int8_method} int8" if spec.kind == "int8" else ""
+    return f"{DEFAULT_LABEL if target is None else target} {spec.label} ({dtype_name(_float_dtype(draft))}{int8})"
+
+
+def _build(model, tokenizer, spec: SelfDraftSpec | None, label: str, cache_dir, say):
+    """(drafter model, its resolved spec, banner lines) for ``spec`` (None: the measured default)."""
+    if spec is None:
+        draft, chosen, notes = default_drafter(model, tokenizer, label, cache_root(cache_dir), say=say)
+        return draft, parse_self_draft(chosen), list(notes)
+    if spec.auto:
+        say("Searching the layers to skip (self:skip=auto)")
+        ids = calibration_ids(tokenizer)
+        found = search_skip(model, greedy_continuation(model, ids), ids.shape[1], time_target(model, ids).verify_s)
+        resolved = SelfDraftSpec("skip", found.layers)
+        return build_self_drafter(model, resolved), resolved, [found.line(num_layers(model))]
+    return build_self_drafter(model, spec), spec, []
+
+
+def load_self_draft_pair(
+    target: str | None = None,
+    drafter: str | None = None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    quantize: str | None = None,
+    progress: Progress | None = None,
+    cache_dir=None,
+) -> ModelPair:
+    """A pair whose drafter is made from the target (``drafter`` a ``self:`` spec), or, with
+    ``drafter=None``, the self-drafter this machine runs fastest (measured once, then read back).
+
+    Every failure a user can cause surfaces as ``ModelLoadError`` with one line.
+    """
+    quantize = parse_quantize(quantize)
+    try:
+        spec = parse_self_draft(drafter) if drafter is not None else None
+    except SelfDraftSpecError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    model, tokenizer = load_model(target, device=device, dtype=dtype, quantize=quantize,
+                                  progress=progress, cache_dir=cache_dir)
+    say = progress or no_progress
+    label = describe(target, model, quantize)
+    try:
+        draft, spec, notes = _build(model, tokenizer, spec, label, cache_dir, say)
+    except SkipRefused as exc:
+        raise ModelLoadError(str(exc)) from exc
+    pair = ModelPair(
+        target=model, drafter=draft, tokenizer=tokenizer,
+        target_name=label,
+        drafter_name=_drafter_name(target, spec, draft),
+        end_tokens=end_token_ids(tokenizer, model), device=model_device(model),
+        vocab_size=check_compatible(tokenizer, tokenizer, model, model),  # the drafter has the target's head
+        context_length=context_length(model, tokenizer),
+        self_draft_demo=False, is_encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
+        notes=tuple(notes), drafts_on_target_cache=True,
+    )
+    say("Probing each model's cached forward against the uncached one")
+    pair.probe = probe_pair(pair)
+    return pair

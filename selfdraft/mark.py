@@ -1,0 +1,16 @@
+"""The mark a self-draft model carries: the target it was made from (``selfdraft.build`` sets it)."""
+
+from __future__ import annotations
+
+SELF_DRAFT_ATTR = "self_draft_of"  # on a self-draft model: the target it was made from
+
+
+def mark_self_draft(drafter, target, label: str) -> None:
+    """Record on ``drafter`` that it was made from ``target`` (so the engine can share the cache)."""
+    object.__setattr__(drafter, SELF_DRAFT_ATTR, (target, label))
+
+
+def self_draft_target(drafter):
+    """The target ``drafter`` was made from, or None for an ordinary drafter model."""
+    mark = getattr(drafter, SELF_DRAFT_ATTR, None)
+    return mark[0] if mark else None
