@@ -142,8 +142,23 @@ def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, ga
             f"(measured {record['date']} at load average {record.get('load_average')}; kept in {path}: "
             f"set {REMEASURE_ENV}=1 to measure again)"]
     say("Measuring the self-drafters on this machine, once (the result is kept)")
+    busy = busy_load()
     record, models = measure_all(target, tokenizer, gamma=gamma, say=say)
     record["key"] = key
-    write_cached(path, record)
     model = models.get(record["pick"]) or build_self_drafter(target, parse_self_draft(record["pick"]))
+    if busy is not None:
+        # Timings taken while other work shares the cores can pick the wrong
+        # drafter; such a measurement is used once and never kept.
+        return model, record["pick"], record["lines"] + [
+            f"(measured in {record['measured_s']:.0f} s while the machine was busy, load average {busy:.1f} "
+            f"on {os.cpu_count()} cores: the pick may be wrong and is not kept; it is measured again next start)"]
+    write_cached(path, record)
     return model, record["pick"], record["lines"] + [f"(measured in {record['measured_s']:.0f} s; kept in {path})"]
+
+
+def busy_load() -> float | None:
+    """The 1-minute load average when it exceeds the core count (other work is running), else None."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    load = os.getloadavg()[0]
+    return load if load > (os.cpu_count() or 1) else None

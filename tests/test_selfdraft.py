@@ -272,6 +272,7 @@ def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
                  "measured_s": 0.5, "date": "today"}, {})
 
     monkeypatch.setattr(default, "measure_all", fake_measure)
+    monkeypatch.setattr(default, "busy_load", lambda: None)
     model, label, lines = default.default_drafter(target, None, "tiny", tmp_path)
     assert label == "self:skip=1" and calls == [1] and lines[0] == "picked"
     again, label2, lines2 = default.default_drafter(target, None, "tiny", tmp_path)
@@ -281,6 +282,36 @@ def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
     monkeypatch.setattr(default, "machine_key", lambda *a: {"cpu": "another"})
     default.default_drafter(target, None, "tiny", tmp_path)
     assert calls == [1, 1]                                     # another machine measures again
+
+
+def test_a_measurement_on_a_busy_machine_is_used_once_and_not_kept(tmp_path, monkeypatch):
+    from selfdraft import default
+
+    target = build("llama")
+    calls = []
+
+    def fake_measure(target, tokenizer, **kwargs):
+        calls.append(1)
+        return ({"target": {}, "candidates": [], "pick": "self:skip=1", "lines": ["picked"], "gamma": 4,
+                 "measured_s": 0.5, "date": "today"}, {})
+
+    monkeypatch.setattr(default, "measure_all", fake_measure)
+    monkeypatch.setattr(default, "busy_load", lambda: 7.5)
+    _, label, lines = default.default_drafter(target, None, "tiny", tmp_path)
+    assert label == "self:skip=1" and "busy, load average 7.5" in lines[-1] and "not kept" in lines[-1]
+    assert not list(tmp_path.rglob("*.json"))                 # nothing kept
+    default.default_drafter(target, None, "tiny", tmp_path)
+    assert calls == [1, 1]                                     # measured again: nothing was kept
+
+
+def test_busy_load_reads_the_load_against_the_core_count(monkeypatch):
+    from selfdraft import default
+
+    cores = default.os.cpu_count() or 1
+    monkeypatch.setattr(default.os, "getloadavg", lambda: (cores + 0.5, 0.0, 0.0))
+    assert default.busy_load() == cores + 0.5
+    monkeypatch.setattr(default.os, "getloadavg", lambda: (cores - 0.5, 0.0, 0.0))
+    assert default.busy_load() is None
 
 
 def test_skip_search_finds_a_layer_that_does_nothing():
