@@ -260,10 +260,8 @@ def test_choice_gives_the_reason_in_numbers_when_nothing_beats_target_ar():
     assert reason in choice_lines(choice)
 
 
-def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
-    from selfdraft import default
-
-    target = build("llama")
+def _fake_measurement(monkeypatch, default) -> list:
+    """Replace the measurement by one that picks self:skip=1; returns the list its calls land in."""
     calls = []
 
     def fake_measure(target, tokenizer, **kwargs):
@@ -272,6 +270,14 @@ def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
                  "measured_s": 0.5, "date": "today"}, {})
 
     monkeypatch.setattr(default, "measure_all", fake_measure)
+    return calls
+
+
+def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
+    from selfdraft import default
+
+    target = build("llama")
+    calls = _fake_measurement(monkeypatch, default)
     monkeypatch.setattr(default, "busy_load", lambda: None)
     model, label, lines = default.default_drafter(target, None, "tiny", tmp_path)
     assert label == "self:skip=1" and calls == [1] and lines[0] == "picked"
@@ -288,14 +294,7 @@ def test_a_measurement_on_a_busy_machine_is_used_once_and_not_kept(tmp_path, mon
     from selfdraft import default
 
     target = build("llama")
-    calls = []
-
-    def fake_measure(target, tokenizer, **kwargs):
-        calls.append(1)
-        return ({"target": {}, "candidates": [], "pick": "self:skip=1", "lines": ["picked"], "gamma": 4,
-                 "measured_s": 0.5, "date": "today"}, {})
-
-    monkeypatch.setattr(default, "measure_all", fake_measure)
+    calls = _fake_measurement(monkeypatch, default)
     monkeypatch.setattr(default, "busy_load", lambda: 7.5)
     _, label, lines = default.default_drafter(target, None, "tiny", tmp_path)
     assert label == "self:skip=1" and "busy, load average 7.5" in lines[-1] and "not kept" in lines[-1]
