@@ -50,18 +50,13 @@ def main(argv=None) -> int:
 
     from bench.meta import environment
     from bench.prompts import builtin_prompts
-    from repl.runner import Runner
     from repl.session import Session
     from repl.settings import Settings
-    from engine import load_pair
 
-    if args.threads:
-        import torch
+    from default_runner import default_runner  # scripts/ is this script's first import path
 
-        torch.set_num_threads(args.threads)
-    pair = load_pair()
-    runner = Runner(pair)
-    runner.warm_up()
+    runner = default_runner(args.threads)
+    pair = runner.pair
     sink = open(os.devnull, "w", encoding="utf-8")
     terminal = Console(file=sink, force_terminal=True, width=100, height=40, markup=False, emoji=False,
                        highlight=False)

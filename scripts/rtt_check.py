@@ -76,17 +76,12 @@ def main(argv=None) -> int:
         return 0
     from bench.meta import environment
     from bench.prompts import builtin_prompts
-    from repl.runner import Runner
     from repl.settings import Settings
-    from engine import load_pair
 
-    if args.threads:
-        import torch
+    from default_runner import default_runner  # scripts/ is this script's first import path
 
-        torch.set_num_threads(args.threads)
-    pair = load_pair()
-    runner = Runner(pair)
-    runner.warm_up()
+    runner = default_runner(args.threads)
+    pair = runner.pair
     prompts = builtin_prompts()
     if args.per_category:
         prompts = first_of_each_category(prompts, args.per_category)
