@@ -224,6 +224,17 @@ def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,
     return best
 
 
+def best_drafting_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,
+                        draft_share: float = 1.0) -> tuple[int, float]:
+    """(gamma >= 1, predicted speedup) maximising the prediction when drafting at all.
+
+    Where :func:`best_gamma` says 0 (drafting does not pay), this still ranks
+    drafters by how close they come: the best of them loses least.
+    """
+    return max(((gamma, predicted_speedup(rates, gamma, costs, draft_share=draft_share))
+                for gamma in range(1, max_gamma + 1)), key=lambda item: item[1])
+
+
 def _timed_rounds(rounds: list) -> list:
     """The rounds whose times describe a steady round: the first carries the
     prompt's prefill, so it is left out when there are others."""

@@ -50,7 +50,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from bench.builtin_prompts import BUILTIN
+    from utils.builtin_prompts import BUILTIN
     from generation import autoregressive_generate, speculative_generate
     from sampling import GreedyProcessor
     from selfdraft.build import build_self_drafter
@@ -66,7 +66,7 @@ def main() -> None:
     chosen = pair.drafter_name.split()[1]
     drafters = {f"{chosen} (chosen)": pair.drafter}
     skip = next((line.split("(")[1].split(")")[0] for line in pair.notes if line.startswith("self:skip=auto")), None)
-    for label in ["self:bf16", "self:int8"] + ([f"self:skip={skip}"] if skip else []):
+    for label in ["self:bf16", "self:fp16", "self:int8"] + ([f"self:skip={skip}"] if skip else []):
         if label != chosen:
             drafters[label] = build_self_drafter(pair.target, parse_self_draft(label))
     counts: dict[str, list[float]] = {"target AR": [0, 0.0], **{k: [0, 0.0] for k in drafters}}

@@ -56,7 +56,7 @@ def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 9) -> dict[in
 
 
 def run_prompts(pair, length: int, limit: int, stride: int, on_row=None, only=None) -> list[dict]:
-    from bench.builtin_prompts import BUILTIN
+    from utils.builtin_prompts import BUILTIN
     from bench.prompts import chat_ids
     from generation import speculative_generate
     from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate

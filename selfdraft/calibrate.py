@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from analysis.acceptance import acceptance_by_position
+from analysis.acceptance import acceptance_by_position, verify_width
 from analysis.speedup import costs_from_result
 from generation import autoregressive_generate
 from sampling import GreedyProcessor
@@ -33,7 +33,7 @@ CALIBRATION_TEXT = ("Explain in a few sentences how the gears of a bicycle work,
                     "changes gear before climbing a steep hill.")
 CALIBRATION_TOKENS = 48     # greedy tokens the calibration runs generate
 VERIFY_WIDTHS = (1, 2, 3, 5, 9)
-REPEATS = 3
+REPEATS = 5
 
 
 def calibration_ids(tokenizer) -> torch.Tensor:
@@ -67,20 +67,28 @@ def _timed(fn) -> float:
 
 @torch.inference_mode()
 def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = REPEATS) -> TargetTiming:
-    """Median seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width."""
+    """Seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width.
+
+    The widths are timed in turn, ``repeats`` times over: each width's cost is
+    its median ratio to the one-token step of the same turn, times the median
+    step. A load that comes and goes between turns then moves the step, not
+    the ratios the speedup model rests on.
+    """
     cached = CachedModel(target)
     cached.begin(ids[0].tolist())
     prefill = _timed(lambda: cached.forward(ids, keep=1))
     base = ids.shape[1]
     extra = ids[:, -1:].repeat(1, max(widths))
-    verify = {}
-    for width in widths:
-        times = []
-        for _ in range(repeats + 1):                          # the first pass warms up
+    turns = []
+    for _ in range(repeats + 1):                              # the first turn warms up
+        turn = {}
+        for width in sorted(set(widths) | {1}):
             cached.checkpoint()
-            times.append(_timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width)))
+            turn[width] = _timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width))
             cached.rollback(base)
-        verify[width] = statistics.median(times[1:])
+        turns.append(turn)
+    step = statistics.median(t[1] for t in turns[1:])
+    verify = {w: step * statistics.median(t[w] / t[1] for t in turns[1:]) for w in turns[0]}
     return TargetTiming(verify, prefill, base)
 
 
@@ -90,7 +98,7 @@ class DrafterMeasure:
 
     ``rates``: acceptance by draft position; ``draft_step_s``: seconds per drafted
     token (the first round, which holds the prefill, left out); ``other_s``: host
-    seconds per round; ``cache``: how it read the committed tokens ("shared" or
+    seconds per round (both scaled by ``load_scale``, see :func:`load_scale`); ``cache``: how it read the committed tokens ("shared" or
     "crop"/"restore": a cache of its own). ``skipped``: when the run was not made,
     why (a number).
     """
@@ -102,15 +110,16 @@ class DrafterMeasure:
     cache: str = ""
     build_s: float = 0.0
     skipped: str = ""
+    load_scale: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 @torch.inference_mode()
-def drafter_step_s(drafter, ids: torch.Tensor, repeats: int = REPEATS) -> float:
-    """Median seconds of one-token forwards of ``drafter`` on a cache holding ``ids`` (its own cache)."""
-    cached = CachedModel(drafter)
+def step_s(model, ids: torch.Tensor, repeats: int = REPEATS) -> float:
+    """Median seconds of one-token forwards of ``model`` on a cache holding ``ids`` (its own cache)."""
+    cached = CachedModel(model)
     cached.begin(ids[0].tolist())
     cached.forward(ids, keep=1)
     seq, times = ids, []
@@ -120,19 +129,62 @@ def drafter_step_s(drafter, ids: torch.Tensor, repeats: int = REPEATS) -> float:
     return statistics.median(times[1:])
 
 
+@torch.inference_mode()
+def paired_step_s(drafter, target, ids: torch.Tensor, repeats: int = REPEATS) -> tuple[float, float]:
+    """(drafter step, target step): median seconds of one-token forwards of each,
+    taken in turn (drafter, target, drafter, ...) on caches holding ``ids``.
+
+    Interleaved, the two share whatever else the machine is doing at the time,
+    so their ratio holds when the load drifts between one measurement and the next.
+    """
+    models = [CachedModel(drafter), CachedModel(target)]
+    seqs = [ids, ids]
+    for cached in models:
+        cached.begin(ids[0].tolist())
+        cached.forward(ids, keep=1)
+    times: list[list[float]] = [[], []]
+    for _ in range(repeats + 1):                              # the first pair warms up
+        for i, cached in enumerate(models):
+            seqs[i] = torch.cat([seqs[i], ids[:, -1:]], dim=1)
+            times[i].append(_timed(lambda: cached.forward(seqs[i], keep=1)))
+    return statistics.median(times[0][1:]), statistics.median(times[1][1:])
+
+
+def load_scale(rounds, reference: dict[int, float]) -> float:
+    """How much faster the machine was when ``reference`` (the target's verify
+    seconds by width) was timed than during ``rounds``: the median, over the
+    rounds whose verify width ``reference`` holds, of reference / that round's
+    verify seconds. 1.0 when no round can be compared.
+
+    Every round drafts and then verifies, so its verify time is a target timing
+    taken under the same load as its drafts: scaling the run's costs by this
+    brings them to the conditions ``reference`` was measured in.
+    """
+    ratios = [reference[w] / rnd.verify_s for rnd in rounds
+              if (w := verify_width(rnd)) in reference and rnd.verify_s > 0]
+    return statistics.median(ratios) if ratios else 1.0
+
+
 def measure_drafter(label: str, drafter, target, ids: torch.Tensor, *, gamma: int = 4,
-                    tokens: int = CALIBRATION_TOKENS) -> DrafterMeasure:
-    """Acceptance and costs of ``drafter`` from a greedy speculative run of ``tokens`` tokens."""
+                    tokens: int = CALIBRATION_TOKENS, reference: dict[int, float] | None = None) -> DrafterMeasure:
+    """Acceptance and costs of ``drafter`` from a greedy speculative run of ``tokens`` tokens.
+
+    With ``reference`` (the target's verify seconds by width, ``time_target``),
+    the costs are scaled by :func:`load_scale` to the load ``reference`` was
+    measured under, so candidates measured at different times compare fairly.
+    """
     result = self_speculative_generate(ids[0].tolist(), drafter, target, logits_processor=GreedyProcessor(),
                                   gamma=gamma, max_gen_len=tokens)
     costs = costs_from_result(result)
     rounds = result.trace[1:] if len(result.trace) > 1 else result.trace
+    scale = load_scale(rounds, reference) if reference else 1.0
     return DrafterMeasure(
         label=label,
         rates=[round(r, 4) for r in acceptance_by_position(rounds)],
-        draft_step_s=costs.draft_step_s if costs else 0.0,
-        other_s=costs.other_per_round_s if costs else 0.0,
+        draft_step_s=costs.draft_step_s * scale if costs else 0.0,
+        other_s=costs.other_per_round_s * scale if costs else 0.0,
         cache=(result.rollback.get("drafter") or {}).get("method", ""),
+        load_scale=round(scale, 4),
     )
 
 

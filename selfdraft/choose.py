@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.speedup import CostModel, best_gamma, predicted_speedup
+from analysis.speedup import CostModel, best_drafting_gamma, best_gamma, predicted_speedup
 
 MAX_GAMMA = 16
 
@@ -58,8 +58,7 @@ def score(label: str, rates, draft_step_s: float, other_s: float, verify_s: dict
     costs = CostModel(draft_step_s=draft_step_s, verify_s=dict(verify_s), other_per_round_s=other_s)
     g, best = best_gamma(rates, costs, max(MAX_GAMMA, gamma))
     if g == 0:  # drafting never pays: report its best drafting γ all the same
-        g, best = max(((k, predicted_speedup(rates, k, costs)) for k in range(1, MAX_GAMMA + 1)),
-                      key=lambda item: item[1])
+        g, best = best_drafting_gamma(rates, costs, MAX_GAMMA)
     return Scored(label, g, best, predicted_speedup(rates, gamma, costs), draft_step_s, _mean(rates))
 
 

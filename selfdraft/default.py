@@ -23,7 +23,7 @@ import torch
 import transformers
 
 from selfdraft.build import build_self_drafter
-from selfdraft.calibrate import (calibration_ids, drafter_step_s, greedy_continuation, measure_drafter,
+from selfdraft.calibrate import (calibration_ids, greedy_continuation, measure_drafter, paired_step_s,
                                  time_target)
 from selfdraft.choose import choice_lines, choose
 from selfdraft.search import search_skip
@@ -95,15 +95,26 @@ def _candidate(label: str, target, text_ids, start: int, verify_s, say):
 
 
 def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, candidates=CANDIDATES):
-    """Measure every candidate; returns (the cache record, {label: drafter model})."""
+    """Measure every candidate; returns (the cache record, {label: drafter model}).
+
+    Each candidate's draft step is timed in turn with a target step
+    (``paired_step_s``), and its run's costs are scaled by the run's own verify
+    times to the target's timing taken at the start (``calibrate.load_scale``),
+    so a load that changes during the measurement does not favour the
+    candidates measured while it was light. A candidate whose step
+    costs at least a target step cannot pay (a verify costs at least a step)
+    and is not run, unless no candidate is cheaper: then every one is run, so
+    that the pick is the one that loses least and the banner's numbers are real.
+    """
     started = time.perf_counter()
     ids = calibration_ids(tokenizer)
     say("Timing the target's forward passes")
     timing = time_target(target, ids)
+    step_1 = timing.verify_s[1]
     text_ids = greedy_continuation(target, ids)
-    measures, models, notes = [], {}, []
+    built, measures, notes = [], [], []
     for label in candidates:
-        say(f"Measuring {label}")
+        say(f"Timing {label}")
         begun = time.perf_counter()
         try:
             resolved, model, line = _candidate(label, target, text_ids, ids.shape[1], timing.verify_s, say)
@@ -112,14 +123,18 @@ def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, can
             continue
         if line:
             notes.append(line)
-        step = drafter_step_s(model, ids)
-        if step >= timing.verify_s[1]:
-            measures.append({"label": resolved, "draft_step_s": step,
-                             "skipped": f"a draft step takes {step * 1e3:.0f} ms, a target step "
-                                        f"{timing.verify_s[1] * 1e3:.0f} ms"})
+        step, target_step = paired_step_s(model, target, ids)
+        built.append((resolved, model, step / target_step, time.perf_counter() - begun))
+    run_all = not any(ratio < 1 for *_, ratio, _ in built)
+    models = {}
+    for resolved, model, ratio, build_s in built:
+        if ratio >= 1 and not run_all:
+            measures.append({"label": resolved, "draft_step_s": ratio * step_1,
+                             "skipped": f"a draft step costs {ratio:.2f} target steps"})
             continue
-        measure = measure_drafter(resolved, model, target, ids, gamma=gamma).to_dict()
-        measure["build_s"] = time.perf_counter() - begun
+        say(f"Measuring {resolved}")
+        measure = measure_drafter(resolved, model, target, ids, gamma=gamma, reference=timing.verify_s).to_dict()
+        measure.update(step_ratio=round(ratio, 4), build_s=build_s)
         measures.append(measure)
         models[resolved] = model
     choice = choose(measures, timing.verify_s, gamma=gamma)

@@ -13,7 +13,8 @@ the calibration text (the prompt and the target's own greedy continuation):
    the top-1 agreement with the target (one uncached forward each) and price a
    draft step as the target's step less k layers' share (the per-layer cost
    from one timed view with n/2 layers skipped);
-3. keep the k with the highest predicted speedup (``analysis.speedup``).
+3. keep the k with the highest predicted speedup at its best drafting γ
+   (``analysis.speedup``), also where none beats target AR.
 
 About n/4 + 2 forward passes over a ~100-token text.
 """
@@ -24,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from analysis.speedup import CostModel, best_gamma
-from selfdraft.calibrate import agreement, drafter_step_s
+from analysis.speedup import CostModel, best_drafting_gamma
+from selfdraft.calibrate import agreement, paired_step_s
 from selfdraft.skip import decoder_layers, num_layers, skip_view
 
 
@@ -75,15 +76,19 @@ def search_skip(target, text_ids: torch.Tensor, start: int, verify_s: dict[int, 
     influence = block_influence(target, text_ids, start)
     order = sorted(influence, key=influence.get)
     half = max(1, min(len(order), n // 2))
-    step_half = drafter_step_s(skip_view(target, order[:half]), text_ids[:, :start])
-    per_layer = max(0.0, (verify_s[1] - step_half) / half)
+    # The per-layer share from one view with n/2 layers skipped, timed in turn
+    # with the target (a load that drifts since verify_s was taken cancels).
+    step_half, target_step = paired_step_s(skip_view(target, order[:half]), target, text_ids[:, :start])
+    per_layer = max(0.0, verify_s[1] * (1 - step_half / target_step) / half)
     best = None
     sizes = sorted(set(range(2, half + 1, 2)) | {1, half})
     for k in sizes:
         layers = tuple(sorted(order[:k]))
         agree = agreement(target, skip_view(target, layers), text_ids, start)
         costs = CostModel(draft_step_s=max(verify_s[1] - k * per_layer, 1e-6), verify_s=dict(verify_s))
-        gamma, speedup = best_gamma([agree], costs)
+        # Ranked at the best γ >= 1: where no set pays, the one that loses least
+        # (not the first tried, as a tie at γ 0 would give).
+        gamma, speedup = best_drafting_gamma([agree], costs)
         if best is None or speedup > best.predicted:
             best = SkipSearch(layers, speedup, gamma, agree, 0)
     return SkipSearch(best.layers, best.predicted, best.gamma, best.agreement, len(sizes))

@@ -313,6 +313,92 @@ def test_busy_load_reads_the_load_against_the_core_count(monkeypatch):
     assert default.busy_load() is None
 
 
+class _Machine:
+    """A fake machine for ``selfdraft.default.measure_all``: every candidate's step
+    costs ``ratios[label]`` target steps and its acceptance is ``rates[label]``."""
+
+    def __init__(self, monkeypatch, ratios: dict, rates: dict):
+        from selfdraft import calibrate, default
+
+        self.run = []
+        step = VERIFY[1]
+        monkeypatch.setattr(default, "calibration_ids", lambda tokenizer: torch.tensor([[1, 2, 3]]))
+        monkeypatch.setattr(default, "greedy_continuation", lambda target, ids: ids)
+        monkeypatch.setattr(default, "time_target",
+                            lambda target, ids: calibrate.TargetTiming(dict(VERIFY), 0.1, 3))
+        monkeypatch.setattr(default, "_candidate", lambda label, *a: (label, label, ""))
+        monkeypatch.setattr(default, "paired_step_s", lambda model, target, ids: (ratios[model] * step, step))
+
+        def measure(label, model, target, ids, gamma, reference):
+            assert reference == VERIFY                      # scaled to the target's timing
+            self.run.append(label)
+            return calibrate.DrafterMeasure(label, rates=[rates[label]] * gamma,
+                                            draft_step_s=ratios[label] * step, other_s=0.0005)
+
+        monkeypatch.setattr(default, "measure_drafter", measure)
+
+
+def test_a_drafter_whose_step_costs_a_target_step_is_not_run_while_a_cheaper_one_is(monkeypatch):
+    from selfdraft import default
+
+    machine = _Machine(monkeypatch, {"a": 0.4, "b": 1.1, "c": 0.6}, {"a": 0.8, "b": 0.99, "c": 0.7})
+    record, models = default.measure_all(None, None, candidates=("a", "b", "c"))
+    assert machine.run == ["a", "c"] and set(models) == {"a", "c"} and record["pick"] == "a"
+    skipped = next(c for c in record["candidates"] if c["label"] == "b")
+    assert skipped["skipped"] == "a draft step costs 1.10 target steps"
+
+
+def test_when_no_drafter_is_cheaper_than_a_target_step_every_one_is_run_and_the_least_bad_picked(monkeypatch):
+    """No candidate can pay: all are measured, the pick loses least, and every prediction is a real number."""
+    from selfdraft import default
+
+    machine = _Machine(monkeypatch, {"a": 1.2, "b": 1.0, "c": 1.6}, {"a": 0.9, "b": 0.9, "c": 0.9})
+    record, _ = default.measure_all(None, None, candidates=("a", "b", "c"))
+    assert machine.run == ["a", "b", "c"] and record["pick"] == "b"
+    first = record["lines"][0]
+    assert first.startswith("drafter chosen by measuring this machine: b, predicted 0.") and "0.00x" not in first and "acceptance 90%" in first
+    assert record["lines"][-1].startswith("no self-drafter is predicted to beat target AR here: the best, b,")
+
+
+def _timed_round(width: int, verify_s: float, draft_s: float):
+    from generation.result import Round
+
+    return Round(drafted=tuple(range(width - 1)), accepted=width - 1, token=0, bonus=True, gamma=width - 1,
+                 draft_s=draft_s, verify_s=verify_s)
+
+
+def test_load_scale_compares_each_round_verify_with_the_target_timing_of_its_width():
+    from selfdraft.calibrate import load_scale
+
+    rounds = [_timed_round(5, 3 * VERIFY[5], 0.1), _timed_round(3, 3 * VERIFY[3], 0.1),
+              _timed_round(9, 3 * VERIFY[9], 0.1), _timed_round(4, 1.0, 0.1)]   # width 4 was not timed
+    assert load_scale(rounds, VERIFY) == pytest.approx(1 / 3)
+    assert load_scale([_timed_round(5, VERIFY[5], 0.1)], VERIFY) == pytest.approx(1.0)
+    assert load_scale([_timed_round(4, 1.0, 0.1)], VERIFY) == 1.0 and load_scale([], VERIFY) == 1.0
+
+
+def test_a_drafter_run_under_load_is_priced_as_if_the_machine_were_as_quiet_as_at_the_start(monkeypatch):
+    """The run's rounds took three times the target's timed verify (another job
+    ran meanwhile): its draft step and host time come back a third as large.
+    Mutation: with no scale the loaded run's costs stay three times too large."""
+    from generation.result import GenerationResult
+    from selfdraft import calibrate
+
+    def loaded_run(*args, **kwargs):
+        result = GenerationResult(tokens=[0] * 8)
+        result.trace = [_timed_round(5, 3 * VERIFY[5], 4 * 0.036) for _ in range(3)]
+        result.phases = {"draft": 3 * 4 * 0.036, "verify": 9 * VERIFY[5], "other": 3 * 0.003}
+        return result
+
+    monkeypatch.setattr(calibrate, "self_speculative_generate", loaded_run)
+    ids = torch.tensor([[1, 2, 3]])
+    scaled = calibrate.measure_drafter("d", None, None, ids, reference=dict(VERIFY))
+    assert scaled.load_scale == pytest.approx(1 / 3, abs=1e-4)
+    assert scaled.draft_step_s == pytest.approx(0.012) and scaled.other_s == pytest.approx(0.001)
+    raw = calibrate.measure_drafter("d", None, None, ids)
+    assert raw.draft_step_s == pytest.approx(0.036) and raw.load_scale == 1.0
+
+
 def test_skip_search_finds_a_layer_that_does_nothing():
     """A layer whose output projections are zero passes its input through: the search skips it."""
     from selfdraft.search import block_influence, search_skip
