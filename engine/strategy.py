@@ -68,8 +68,7 @@ class Strategy:
     on the decoding model's device; with None it seeds nothing.
     ``target_delay_s`` waits that long before every target forward (an
     injected network round trip, the REPL's ``/rtt_inject``); the drafter
-    model decoding on its own never waits.
-    on the decoding model's device; with None it seeds nothing. ``tree`` > 0
+    model decoding on its own never waits. ``tree`` > 0
     verifies token trees of at most that many draft nodes per round
     (``tree_branch`` children per expanded node; ``generation.tree``); models
     that cannot take a tree run chains and the result says why.

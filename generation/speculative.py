@@ -147,10 +147,8 @@ def speculative_generate(
     the target's greedy output token for token. ``vocab_size`` defaults to the
     shorter of the two models' vocabularies. ``gamma_policy`` (see
     ``generation.gamma_policies``) varies the draft length per round; None keeps
-    it at ``gamma``. For an encoder-decoder pair ``inputs`` are the encoder's
-    ids and both decoders start from the decoder start token. ``observer``
-    and ``target_delay_s``: see :func:`generation.verify.verify_loop`.
-    it at ``gamma``. ``tree`` > 0 drafts and verifies a token tree of at most
+    it at ``gamma``. ``observer`` and ``target_delay_s``: see
+    :func:`generation.verify.verify_loop`. ``tree`` > 0 drafts and verifies a token tree of at most
     that many nodes per round (``tree_branch`` children per expanded node;
     depth still gamma). For an encoder-decoder pair ``inputs`` are the encoder's
     ids and both decoders start from the decoder start token. ``inspect``

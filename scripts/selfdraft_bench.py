@@ -3,10 +3,11 @@
     .venv/bin/python scripts/selfdraft_bench.py [--per-category 1] [--length 96] [--gamma 4]
 
 Loads the default pair the way ``infer.py`` does (with no ``--drafter``: the
-self-drafter chosen by measuring, with its predicted speedup), builds
-``self:bf16``, ``self:int8`` and the chosen (or searched) ``self:skip`` next to
-it, and runs greedy target AR and speculative decoding with each drafter on the
-first ``--per-category`` built-in prompts of every category (chat template on),
+self-drafter chosen by measuring, with its predicted speedup), takes
+``self:bf16``, ``self:fp16``, ``self:int8`` and the chosen (or searched)
+``self:skip`` next to it, and runs greedy target AR and speculative decoding
+with each drafter through the engine (``run_strategy``, as the REPL and the
+benchmark run them: drafting on the target's cache) on the first ``--per-category`` built-in prompts of every category (chat template on),
 the strategies in a rotating order per prompt after one untimed warm-up.
 Prints tokens/s and the speedup over target AR (summed over the prompts), the
 load-time prediction beside the measured speedup of the chosen drafter, the
@@ -51,11 +52,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from utils.builtin_prompts import BUILTIN
-    from generation import autoregressive_generate, speculative_generate
+    from engine import Strategy, load_pair, run_strategy
     from sampling import GreedyProcessor
-    from selfdraft.build import build_self_drafter
-    from selfdraft.spec import parse_self_draft
-    from engine import load_pair
     from utils.vocab import encode_prompt
 
     imported = time.perf_counter()
@@ -64,11 +62,13 @@ def main() -> None:
     print(f"import {imported - start:.1f} s, load_pair {loaded - imported:.1f} s")
     print("\n".join(pair.banner_lines()))
     chosen = pair.drafter_name.split()[1]
-    drafters = {f"{chosen} (chosen)": pair.drafter}
+    # Each drafter as the engine runs it (the REPL's and the benchmark's path): the
+    # pair's own drafter as kind "model", the others built from the target by spec.
+    drafters = {f"{chosen} (chosen)": ("model", None)}
     skip = next((line.split("(")[1].split(")")[0] for line in pair.notes if line.startswith("self:skip=auto")), None)
     for label in ["self:bf16", "self:fp16", "self:int8"] + ([f"self:skip={skip}"] if skip else []):
         if label != chosen:
-            drafters[label] = build_self_drafter(pair.target, parse_self_draft(label))
+            drafters[label] = ("self", label)
     counts: dict[str, list[float]] = {"target AR": [0, 0.0], **{k: [0, 0.0] for k in drafters}}
     seen: dict[str, int] = {}
     prompts = []
@@ -76,12 +76,15 @@ def main() -> None:
         if seen.get(category, 0) < args.per_category:
             seen[category] = seen.get(category, 0) + 1
             prompts.append(encode_prompt(pair.tokenizer, text))
-    common = dict(logits_processor=GreedyProcessor(), max_gen_len=args.length, eos_tokens_id=pair.end_tokens)
 
     def run(name, ids):
         if name == "target AR":
-            return autoregressive_generate(ids, pair.target, **common)
-        return speculative_generate(ids, drafters[name], pair.target, gamma=args.gamma, vocab_size=pair.vocab_size, **common)
+            strategy = Strategy("target", processor=GreedyProcessor(), max_gen_len=args.length)
+        else:
+            kind, options = drafters[name]
+            strategy = Strategy(name, drafter=kind, drafter_options=options, gamma=args.gamma,
+                                processor=GreedyProcessor(), max_gen_len=args.length)
+        return run_strategy(strategy, pair, ids)
 
     names = list(counts)
     for name in names:  # warm-up
