@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import torch
 
+import checks.selftest
 import generation.accept
 import generation.verify
 from checks.selftest import Check, run_selftest, selftest_exit_code
@@ -80,6 +81,33 @@ def test_resampling_from_p_is_caught_by_the_sampling_check(pair, monkeypatch):
     assert "chi-square" in sampling["speculative sampling"].detail or "probability 0" in \
         sampling["speculative sampling"].detail
     assert all(c.passed for c in checks if "greedy" in c.name)
+
+
+@pytest.fixture(scope="module")
+def twin_pair(pair):
+    """A drafter identical to its target: q equals p, so no draft is ever rejected."""
+    twin = build_model(1, len(pair.tokenizer), context=CONTEXT)
+    return ModelPair(
+        target=pair.target, drafter=twin, tokenizer=pair.tokenizer, target_name="tiny target",
+        drafter_name="its twin", end_tokens=pair.end_tokens, device=torch.device("cpu"),
+        vocab_size=pair.vocab_size, context_length=CONTEXT, self_draft_demo=False,
+    )
+
+
+def _speculative_sampling(pair) -> Check:
+    return next(c for c in run_selftest(pair, length=4, sampling_runs=RUNS) if c.name.startswith("speculative samp"))
+
+
+def test_the_sampling_check_tries_the_resample_even_when_the_drafter_always_agrees(twin_pair, monkeypatch):
+    """With its own q a twin drafter is never rejected, so a wrong resample goes
+    unseen; the check's one-hot q is rejected often, and catches it."""
+    assert _speculative_sampling(twin_pair).passed
+    monkeypatch.setattr(generation.accept, "residual_distributions", lambda p, q, draft: p)
+    caught = _speculative_sampling(twin_pair)
+    assert not caught.passed and "drafts: the drafter's most likely token" in caught.detail
+    monkeypatch.setattr(checks.selftest, "ONE_HOT_DRAFTER", "model")           # the pair's own q
+    unseen = _speculative_sampling(twin_pair)
+    assert unseen.passed and re.search(r" (\d+) of \1 drafts accepted\)", unseen.detail)
 
 
 def test_exit_code_and_lines(pair, monkeypatch):
