@@ -252,7 +252,7 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
     def make(strategy: str, run) -> Callable[[], Check]:
         what = "first token" if SAMPLING_STEPS == 1 else f"first {SAMPLING_STEPS} tokens"
         name = f"{strategy} sampling (top-{SAMPLING_TOP_K}, {what}, {runs} runs)"
-        drafts = "drafts: the drafter's most likely token, " if strategy == "speculative" else ""
+        drafts = "drafts: the drafter's most likely token, " if strategy == "speculative" and tree == 0 else ""
 
         def body() -> Check:
             if not exact:
@@ -273,8 +273,12 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
 
         return lambda: _guard(name, body)
 
+    # A tree's accept rule draws the target's token and follows the child equal
+    # to it (no residual): its drafts keep the drafter's own q, which gives a
+    # node several children.
+    drafter = ONE_HOT_DRAFTER if tree == 0 else "model"
     runs_by = _strategies(pair, ngram or NGramOptions(), max(gamma, SAMPLING_STEPS), tree, tree_branch,
-                          model=ONE_HOT_DRAFTER)
+                          model=drafter)
     return [make(s, run) for s, run in runs_by.items()]
 
 
