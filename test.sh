@@ -20,6 +20,7 @@ FLOOR_TESTS=(
     tests/test_ngram_storage.py
     tests/test_architectures.py
     tests/test_cache.py
+    tests/test_selfdraft_matrix.py
 )
 
 # run_pytest LABEL PYTHON ARGS...: run pytest, turning "no tests collected" into a failure.

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 
 import torch
 
+from utils.cache import UnsupportedCacheError
 from utils.devices import model_device
 from utils.quantize import apply_quanto, output_head_names
 
@@ -47,23 +49,58 @@ def int8_available(method: str) -> bool:
             "torchao": importlib.util.find_spec("torchao") is not None}[method]
 
 
-def _torch_dynamic(model):
-    """A copy with every linear layer in dynamic int8, the head included when the model's code allows.
+class Int8Refused(UnsupportedCacheError):
+    """The model does not run with int8 linear layers here; the message is one line."""
 
-    Some models read ``lm_head.weight.dtype`` (a method on a quantised linear):
-    a two-token forward tells, and then the head stays in float.
+
+def _trial(model) -> None:
+    """A two-token forward, without a cache (the decoder's too for an encoder-decoder)."""
+    ids = torch.zeros(1, 2, dtype=torch.long)
+    kwargs = {"decoder_input_ids": ids} if getattr(model.config, "is_encoder_decoder", False) else {}
+    with torch.inference_mode():
+        model(input_ids=ids, use_cache=False, **kwargs)
+
+
+def _weights_read_directly(model) -> set[str]:
+    """Linear layers whose parent's code reads ``self.<name>.weight`` itself (Mamba's
+    ``dt_proj``): a dynamic int8 layer has no weight tensor to give it."""
+    found = set()
+    for parent_name, parent in model.named_modules():
+        try:
+            source = inspect.getsource(type(parent))
+        except (OSError, TypeError):
+            continue
+        for name, child in parent.named_children():
+            if isinstance(child, torch.nn.Linear) and f"self.{name}.weight" in source:
+                found.add(f"{parent_name}.{name}" if parent_name else name)
+    return found
+
+
+def _torch_dynamic(model):
+    """A copy with every linear layer in dynamic int8 that the model's code allows.
+
+    Some models read a linear layer's weight tensor themselves (the head's
+    ``lm_head.weight.dtype``, Mamba's ``dt_proj.weight @ x``), which a quantised
+    linear does not have: a two-token forward tells, and then those layers stay
+    in float. A model that still does not run is refused with one line.
     """
     per_channel = torch.ao.quantization.per_channel_dynamic_qconfig  # one scale per output row
-    quantised = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: per_channel}, dtype=torch.qint8)
-    try:
-        with torch.inference_mode():
-            quantised(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=False)
-        return quantised
-    except (AttributeError, TypeError, RuntimeError):
-        head = set(output_head_names(model))
-        names = {name: per_channel for name, m in model.named_modules()
-                 if isinstance(m, torch.nn.Linear) and name not in head}
-        return torch.ao.quantization.quantize_dynamic(model, names, dtype=torch.qint8)
+    linears = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    keep_float: set[str] = set()
+    error: Exception | None = None
+    for extra in (set, lambda: set(output_head_names(model)), lambda: _weights_read_directly(model)):
+        keep_float |= extra()
+        spec = ({torch.nn.Linear: per_channel} if not keep_float
+                else {name: per_channel for name in linears - keep_float})
+        quantised = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
+        try:
+            _trial(quantised)
+            return quantised
+        except (AttributeError, TypeError, RuntimeError, ValueError) as e:
+            error = e
+    text = str(error).strip().splitlines()
+    raise Int8Refused(f"self:int8: {type(model).__name__} does not run with torch's dynamic int8 layers "
+                      f"({type(error).__name__}: {text[0] if text else ''}); use self:bf16 or self:fp16")
 
 
 def _quanto(model):

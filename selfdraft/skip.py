@@ -85,6 +85,11 @@ def _view_config(config, kept: list[int]):
         if not isinstance(types, (list, tuple)) or len(types) != config.num_hidden_layers:
             continue
         wanted = [types[i] for i in kept]
+        attention = [i for i, t in enumerate(types) if "attention" in str(t)]
+        if attention and not any("attention" in str(t) for t in wanted):
+            # A hybrid's cache reads its length from an attention layer.
+            raise SkipRefused(f"self:skip: {type(config).__name__} needs an attention layer and these would skip "
+                              f"all of them (keep one of layers {', '.join(map(str, attention))})")
         try:
             setattr(view, key, wanted)
         except AttributeError:  # a read-only property, derived from the layer count
