@@ -63,7 +63,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     return verify_loop(prompt, drafter, pair.target, gamma=gamma, vocab_size=vocab,
                        gamma_policy=state.gamma_policy(strategy), target_delay_s=delay,
-                       tree=strategy.tree, tree_branch=strategy.tree_branch, inspect=strategy.inspect,
+                       tree=strategy.tree, tree_branch=strategy.tree_branch,
+                       tree_sample=strategy.tree_sample, inspect=strategy.inspect,
                        **common)
 
 

@@ -72,6 +72,9 @@ class Strategy:
     verifies token trees of at most that many draft nodes per round
     (``tree_branch`` children per expanded node; ``generation.tree``); models
     that cannot take a tree run chains and the result says why.
+    ``tree_sample``: under sampling, a drafter model draws each node's
+    children from q and recursive rejection sampling verifies them
+    (``generation.accept.accept_tree_rrs``); otherwise its top children.
     ``inspect`` records the per-token inspector's numbers in each round of
     a drafting strategy (``generation.inspection``; read back in the round's
     one host sync); False leaves ``Round.inspection`` None.
@@ -90,6 +93,7 @@ class Strategy:
     target_delay_s: float = 0.0
     tree: int = 0
     tree_branch: int = 2
+    tree_sample: bool = False
     inspect: bool = True
 
     @property

@@ -100,3 +100,58 @@ def accept_tree(
     accepted = score.max()
     deepest = torch.where(accepted > 0, score.argmax(), accepted.new_tensor(-1))
     return accepted, deepest, draws[deepest + 1]
+
+
+def accept_tree_rrs(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    tree,
+    sample: Sampler,
+    generator: torch.Generator | None = None,
+) -> tuple[int, int, int]:
+    """Verify a sampled token tree by recursive rejection sampling; return
+    (accepted depth, deepest accepted node, next token) as ints.
+
+    p, q: (n + 1, V) target and draft probabilities; row 0 is the root's, row
+    1 + i node i's (q only matters at nodes with children). ``tree``: a
+    ``generation.tree.Tree`` whose children of each node were drawn from that
+    node's q *without replacement*, in rank order (``generation.tree_draft.sample_tree``).
+
+    At each node, starting from the root, with r = p and q' = q: the children are
+    tried in the order they were drawn; child t is kept with probability
+    min(1, r(t) / q'(t)), and the walk goes on below it; on a rejection
+    r becomes norm(max(0, r - q')) and q' loses t (renormalised), as the next
+    child was drawn from q without the ones before it. When every child is
+    rejected the next token is drawn from r; below a leaf, from p. Each step is
+    standard speculative sampling with the residual carried over, so the token
+    at each depth follows p exactly (multi-draft speculative sampling: Jeon et
+    al. 2024; SpecInfer, Miao et al. 2024), and a second child is tried where
+    the first was rejected, which the draw-and-follow rule of :func:`accept_tree`
+    cannot do with children drawn at random. Several small host syncs per round.
+    """
+    node, depth = -1, 0
+    while True:
+        kids = tree.children(node)
+        r = p[node + 1]
+        if not kids:
+            return depth, node, int(sample(r.view(1, -1), generator)[0])
+        q_left = q[node + 1].clone()
+        kept = None
+        for child in kids:
+            token = tree.tokens[child]
+            ratio = (r[token] / q_left[token]).clamp(max=1.0)
+            u = torch.rand((), generator=generator, device=p.device)
+            if bool(u < ratio):
+                kept = child
+                break
+            residual = (r - q_left).clamp(min=0.0)
+            total = residual.sum()
+            # r == q' leaves nothing: then the child was kept with probability 1 (never here).
+            r = residual / total if bool(total > 0) else r
+            q_left[token] = 0.0
+            left = q_left.sum()
+            if bool(left > 0):
+                q_left = q_left / left
+        if kept is None:
+            return depth, node, int(sample(r.view(1, -1), generator)[0])
+        node, depth = kept, depth + 1

@@ -85,7 +85,10 @@ class GenerationResult:
     was rolled back and what that cost (see ``utils.cache.RollbackStats``).
     ``gamma_policy`` names the draft-length policy of the run ("" for AR).
     ``tree``: the tree budget the run verified with (0: chains);
-    ``tree_fallback``: why a run asked for trees verified chains (one line, "" otherwise).
+    ``tree_fallback``: why a run asked for trees verified chains (one line, "" otherwise);
+    ``tree_rule``: how its trees were drafted and verified: "top" (each node's top
+    children, the target's draw followed) or "sampled" (children drawn from q,
+    recursive rejection sampling); "" without trees.
     With trees, ``drafted`` counts every node verified.
     ``cross_tokenizer`` (empty unless the drafter has another tokenizer): the
     method (``slem``/``tli``), the shared vocabulary (``shared_tokens``,
@@ -108,6 +111,7 @@ class GenerationResult:
     gamma_policy: str = ""
     tree: int = 0
     tree_fallback: str = ""
+    tree_rule: str = ""
     cross_tokenizer: dict = field(default_factory=dict)
 
     @property

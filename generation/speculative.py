@@ -7,7 +7,7 @@ import torch
 from generation.common import check_gamma, check_request, model_device
 from generation.result import GenerationResult
 from generation.tree import Tree
-from generation.tree_draft import draft_tree
+from generation.tree_draft import draft_tree, sample_tree
 from generation.verify import verify_loop
 from sampling import LogitsProcessor
 from utils.cache import CachedModel, tree_support
@@ -99,6 +99,22 @@ class ModelDrafter:
             return Tree.chain(drafts.tolist())
         return draft_tree(self.cached, self.processor, self.vocab_size, seq, depth, nodes, branch)
 
+    def propose_sampled_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int
+                             ) -> tuple[Tree, torch.Tensor]:
+        """A tree whose children are drawn from q without replacement
+        (``generation.tree_draft.sample_tree``) and q at the root and each node,
+        (n + 1, V); a chain of ``min(depth, nodes)`` drafts and their q when this
+        drafter cannot take a tree."""
+        seq = ids.to(self.device)
+        self.cached.rollback(seq.shape[1] - 1)
+        self.cached.checkpoint()
+        if tree_support(self.cached) is not None:
+            drafts, q = self.propose(ids, min(depth, nodes))
+            return Tree.chain(drafts.tolist()), torch.cat([q, torch.zeros_like(q[:1])])
+        tree, q = sample_tree(self.cached, self.processor, self.vocab_size, seq, depth, nodes, branch,
+                              self.generator)
+        return tree, q.to(ids.device)
+
     def draft_logits(self) -> torch.Tensor | None:
         """The last proposal's raw logits, (k', V): the inspector shows their
         softmax under greedy, where q itself is one-hot."""
@@ -137,6 +153,7 @@ def speculative_generate(
     target_delay_s: float = 0.0,
     tree: int = 0,
     tree_branch: int = 2,
+    tree_sample: bool = False,
     inspect: bool = True,
 ) -> GenerationResult:
     """Generate up to ``max_gen_len`` tokens after ``inputs`` with a drafter model.
@@ -148,11 +165,13 @@ def speculative_generate(
     shorter of the two models' vocabularies. ``gamma_policy`` (see
     ``generation.gamma_policies``) varies the draft length per round; None keeps
     it at ``gamma``. ``observer`` and ``target_delay_s``: see
-    :func:`generation.verify.verify_loop`. ``tree`` > 0 drafts and verifies a token tree of at most
-    that many nodes per round (``tree_branch`` children per expanded node;
-    depth still gamma). For an encoder-decoder pair ``inputs`` are the encoder's
-    ids and both decoders start from the decoder start token. ``inspect``
-    records the per-token inspector's numbers (``generation.inspection``).
+    :func:`generation.verify.verify_loop`. ``tree`` > 0 drafts and verifies a
+    token tree of at most that many nodes per round (``tree_branch`` children
+    per expanded node; depth still gamma; ``tree_sample``: children drawn from
+    q and verified by recursive rejection sampling, see
+    ``generation.verify.verify_loop``). For an encoder-decoder pair ``inputs``
+    are the encoder's ids and both decoders start from the decoder start token.
+    ``inspect`` records the per-token inspector's numbers (``generation.inspection``).
     """
     prompt = check_request(inputs, max_gen_len, target, drafter)
     gamma = check_gamma(gamma)
@@ -165,6 +184,6 @@ def speculative_generate(
         eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
         generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
         observer=observer, target_delay_s=target_delay_s,
-        tree=tree, tree_branch=tree_branch,
+        tree=tree, tree_branch=tree_branch, tree_sample=tree_sample,
         inspect=inspect,
     )

@@ -57,22 +57,7 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
         expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
         if not expand:
             break
-        tokens = torch.tensor([[cand[c][0] for c in expand]], dtype=torch.long, device=device)
-        # Positions of every key: the sequence, the fed nodes, the new ones.
-        positions = torch.tensor(list(range(length)) + [length + cand[c][3] for c in fed + expand],
-                                 dtype=torch.long, device=device)
-        visible = torch.zeros(len(expand), length + len(fed) + len(expand), dtype=torch.bool)
-        visible[:, :length] = True
-        for row, c in enumerate(expand):
-            visible[row, length + len(fed) + row] = True
-            parent = cand[c][1]
-            while parent >= 0:
-                visible[row, length + slot[parent]] = True
-                parent = cand[parent][1]
-        for c in expand:
-            slot[c] = len(fed)
-            fed.append(c)
-        logits = masked_forward(cached, tokens, positions, visible.to(device), keep=len(expand))
+        logits = _feed_level(cached, cand, fed, slot, expand, length, device)
         q = _scores(processor, logits, vocab_size)                          # (E, V)
         level = []
         for c, kids in zip(expand, _children(q, branch)):
@@ -81,6 +66,89 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
                 cand.append((token, c, rank, d, cand[c][4] + logq))
     cached.keep_block(len(fed), [])
     return _best(cand, nodes)
+
+
+def _feed_level(cached: CachedModel, cand, fed: list[int], slot: dict[int, int], expand: list[int],
+                length: int, device) -> torch.Tensor:
+    """Feed the candidates ``expand`` to the drafter in one pass, each seeing the
+    sequence (``length`` positions), its fed ancestors and itself; returns their
+    logits (E, V). ``fed`` and ``slot`` (candidate -> index among the fed) grow."""
+    tokens = torch.tensor([[cand[c][0] for c in expand]], dtype=torch.long, device=device)
+    # Positions of every key: the sequence, the fed nodes, the new ones.
+    positions = torch.tensor(list(range(length)) + [length + cand[c][3] for c in fed + expand],
+                             dtype=torch.long, device=device)
+    visible = torch.zeros(len(expand), length + len(fed) + len(expand), dtype=torch.bool)
+    visible[:, :length] = True
+    for row, c in enumerate(expand):
+        visible[row, length + len(fed) + row] = True
+        parent = cand[c][1]
+        while parent >= 0:
+            visible[row, length + slot[parent]] = True
+            parent = cand[parent][1]
+    for c in expand:
+        slot[c] = len(fed)
+        fed.append(c)
+    return masked_forward(cached, tokens, positions, visible.to(device), keep=len(expand))
+
+
+def draw_children(q: torch.Tensor, counts: list[int], generator) -> list[list[tuple[int, float]]]:
+    """Per row of q (rows, V), ``counts[row]`` tokens drawn without replacement, in
+    the order drawn, as (token, log q): the Gumbel top-k of log q (sorting
+    log q + Gumbel noise orders tokens as successive draws without replacement
+    would; Kool et al. 2019). Tokens with q = 0 are never drawn."""
+    u = torch.rand(q.shape, generator=generator, device=q.device).clamp_(min=1e-30)
+    keys = q.float().log() - (-u.log()).log()
+    top = keys.topk(min(max(counts, default=0), q.shape[-1]), dim=-1).indices        # (rows, k)
+    values = q.gather(-1, top).tolist()
+    return [[(t, math.log(v)) for t, v in zip(tokens[:count], vs[:count]) if v > 0]
+            for tokens, vs, count in zip(top.tolist(), values, counts)]
+
+
+def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor, depth: int,
+                nodes: int, branch: int, generator) -> tuple[Tree, torch.Tensor]:
+    """A tree of at most ``nodes`` nodes whose children are *drawn* from q without
+    replacement, for :func:`generation.accept.accept_tree_rrs`; returns the tree
+    and q at the root and at every node (n + 1, V; zero rows at leaves).
+
+    The shape is grown as in :func:`draft_tree` (the ``branch`` best nodes of the
+    newest level expanded, one drafter forward per level), each expanded node
+    getting ``branch`` children, or what is left of the budget. Nothing is pruned
+    afterwards: the children a node keeps must be the first ones drawn, whatever
+    their values, for the accept rule to stay exact.
+    """
+    device = ids.device
+    length = ids.shape[1]
+    logits = cached.forward(ids, keep=1)                                    # (1, V)
+    q = processor(logits[:, :vocab_size] if vocab_size else logits)          # (1, V)
+    rows: dict[int, torch.Tensor] = {-1: q[0]}
+    cand: list[tuple[int, int, int, int, float]] = []
+    for rank, (token, logq) in enumerate(draw_children(q, [min(branch, nodes)], generator)[0]):
+        cand.append((token, -1, rank, 0, logq))
+    level = list(range(len(cand)))
+    fed: list[int] = []
+    slot: dict[int, int] = {}
+    for d in range(1, depth):
+        room = nodes - len(cand)
+        expand = sorted(level, key=lambda c: -cand[c][4])[:min(branch, room)]
+        if not expand:
+            break
+        logits = _feed_level(cached, cand, fed, slot, expand, length, device)
+        q = processor(logits[:, :vocab_size] if vocab_size else logits)       # (E, V)
+        counts = [max(0, min(branch, room - branch * i)) for i in range(len(expand))]
+        level = []
+        for row, (c, kids) in enumerate(zip(expand, draw_children(q, counts, generator))):
+            if kids:
+                rows[c] = q[row]
+            for rank, (token, logq) in enumerate(kids):
+                level.append(len(cand))
+                cand.append((token, c, rank, d, cand[c][4] + logq))
+    cached.keep_block(len(fed), [])
+    tree = Tree(tokens=tuple(c[0] for c in cand), parents=tuple(c[1] for c in cand),
+                ranks=tuple(c[2] for c in cand))
+    q_rows = torch.zeros(len(cand) + 1, rows[-1].shape[-1], device=rows[-1].device, dtype=rows[-1].dtype)
+    for node, row in rows.items():
+        q_rows[node + 1] = row
+    return tree, q_rows
 
 
 def _best(cand, nodes: int) -> Tree:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.accept import accept_tree
+from generation.accept import accept_tree, accept_tree_rrs
 from generation.common import cut_at_end
 from generation.observer import target_delay
 from generation.result import GenerationResult, Round
@@ -17,11 +17,23 @@ from generation.tree import Tree, ancestors
 from generation.tree_forward import keep_path, tree_forward
 
 
-def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int):
-    """One tree round; returns (ids, tokens appended, whether an end token ended it)."""
+def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, sampled: bool = False):
+    """One tree round; returns (ids, tokens appended, whether an end token ended it).
+
+    ``sampled``: the drafter draws each node's children from q without
+    replacement (``propose_sampled_tree``) and recursive rejection sampling
+    verifies them (``accept_tree_rrs``); otherwise its top children, verified
+    by drawing the target's token and following the equal child (``accept_tree``).
+    """
     clock, target, drafter = loop.clock, loop.target, loop.drafter
     t0 = clock.mark()
-    tree = drafter.propose_tree(ids, k_max, nodes, branch) if k_max > 0 and nodes > 0 else Tree((), (), ())
+    q = None
+    if k_max <= 0 or nodes <= 0:
+        tree = Tree((), (), ())
+    elif sampled:
+        tree, q = drafter.propose_sampled_tree(ids, k_max, nodes, branch)
+    else:
+        tree = drafter.propose_tree(ids, k_max, nodes, branch)
     t1 = clock.mark()
     if loop.watch.active:
         # The live view shows the tree's first-choice line as pending (the
@@ -38,8 +50,12 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int):
     p = loop.processor(logits)
     tokens = torch.tensor(tree.tokens, dtype=torch.long, device=device)
     parents = torch.tensor(tree.parents, dtype=torch.long, device=device)
-    n, deepest, token = accept_tree(p, tokens, parents, ancestors(tree, device), loop.processor.sample,
-                                    loop.generator)
+    if q is not None:
+        n, deepest, token = (torch.tensor(v, device=device) for v in
+                             accept_tree_rrs(p, q[:, :p.shape[-1]], tree, loop.processor.sample, loop.generator))
+    else:
+        n, deepest, token = accept_tree(p, tokens, parents, ancestors(tree, device), loop.processor.sample,
+                                        loop.generator)
     width = drafter.wants_top_k
     top_k = logits.topk(width, dim=-1).indices if width > 1 else None  # (n + 1, width)
     t2 = clock.mark()

@@ -54,6 +54,8 @@ class Drafter(Protocol):
         """How the drafter's cache was rolled back (None for a storage)."""
 
     # Optional, for token trees (``tree`` > 0; a drafter without it runs chains):
+    # def propose_sampled_tree(self, ids, depth, nodes, branch) -> (Tree, q (n + 1, V))
+    #     Children drawn from q without replacement, for recursive rejection sampling.
     # def propose_tree(self, ids, depth, nodes, branch) -> generation.tree.Tree
     #     A tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L),
     #     ``branch`` children per expanded node, built without random draws.
@@ -101,6 +103,7 @@ def verify_loop(
     target_delay_s: float = 0.0,
     tree: int = 0,
     tree_branch: int = 2,
+    tree_sample: bool = False,
 ) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
@@ -120,7 +123,10 @@ def verify_loop(
     ``tree`` > 0 verifies a token tree of at most that many nodes per round
     (``generation.tree_round``; ``tree_branch`` children per expanded node)
     when both the target and the drafter can; otherwise chains run and
-    ``result.tree_fallback`` says why.
+    ``result.tree_fallback`` says why. ``tree_sample`` (under sampling, with a
+    drafter that has ``propose_sampled_tree``) draws each node's children from
+    q and verifies them by recursive rejection sampling (``result.tree_rule``
+    says which rule ran: "top" or "sampled").
     """
     policy = gamma_policy if gamma_policy is not None else make_policy("constant", gamma)
     device = model_device(target)
@@ -138,11 +144,14 @@ def verify_loop(
         drafter.begin(prompt)
         policy.begin(drafter.kind)
         trees = tree > 0 and _trees_possible(model, drafter, result)
+        sampled = (trees and tree_sample and not logits_processor.is_greedy
+                   and hasattr(drafter, "propose_sampled_tree"))
+        result.tree_rule = ("sampled" if sampled else "top") if trees else ""
         generated = 0
         while generated < max_gen_len:
             k_max = min(policy.next_gamma(), max_gen_len - generated - 1)
             if trees:
-                ids, new, stop = tree_round(loop, ids, k_max, tree, tree_branch)
+                ids, new, stop = tree_round(loop, ids, k_max, tree, tree_branch, sampled=sampled)
             else:
                 ids, new, stop = _round(loop, ids, k_max, policy.threshold)
             policy.observe(result.trace[-1])

@@ -66,7 +66,8 @@ def tree_text(result: GenerationResult) -> Text | None:
     if not result.tree or stats is None:
         return None
     by_rank = stats["taken_by_rank"]
-    return Text(f"tree ≤{result.tree}: {stats['mean_nodes']:.1f} nodes/round · accepted depth "
+    rule = " (children drawn from q, recursive rejection sampling)" if result.tree_rule == "sampled" else ""
+    return Text(f"tree ≤{result.tree}{rule}: {stats['mean_nodes']:.1f} nodes/round · accepted depth "
                 f"{stats['mean_accepted_depth']:.2f} · children taken by rank "
                 + " ".join(f"{k}:{v}" for k, v in by_rank.items())
                 + f" · a rank>0 child saved {stats['rounds_saved_by_rank_above_0']}/{stats['rounds']} rounds",

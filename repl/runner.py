@@ -169,4 +169,5 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         target_delay_s=settings.rtt_inject / 1000.0,
         tree=settings.tree,
         tree_branch=settings.tree_branch,
+        tree_sample=settings.tree_sample,
     )

@@ -205,7 +205,7 @@ def test_documented_commands_are_all_in_the_table():
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
         "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
-        "inspect",
+        "inspect", "tree_sample",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
@@ -355,6 +355,10 @@ def test_tree_settings_parse_and_check_their_range():
     assert not reply.ok and "\n" not in reply.message
     reply, _ = run("/tree_branch 0")
     assert not reply.ok
+    reply, settings = run("/tree_sample on")
+    assert reply.ok and settings.tree_sample is True
+    reply, _ = run("/tree_sample maybe")
+    assert not reply.ok and "\n" not in reply.message
 
 
 # -------------------------------------------------------- drafters with another tokenizer
