@@ -459,8 +459,16 @@ class CachedModel:
         A gather, not a crop: the kept keys and values are moved down to the
         block's start (``index_select`` on each layer's tensors), then the
         rest of the block is dropped with the layer's own crop.
+
+        When layers were snapshotted at the :meth:`checkpoint` before the block
+        (sliding layers that record no past), a gather cannot put them back:
+        the block is rolled back like a chain's (restore, crop the rest), and
+        the kept tokens are re-fed with the next forward.
         """
         if self.cache is None:
+            return
+        if self._snapshots:
+            self.rollback(self._length - block + len(kept))
             return
         for layer in _layers(self.cache):
             size = layer.keys.shape[-2]
@@ -500,7 +508,9 @@ def tree_support(cached: CachedModel) -> str | None:
     for it when it runs without); a cached forward the probe found wrong (a
     tree is a multi-token pass over the cache); no ``position_ids``; sliding
     layers with different windows; full and sliding layers without per-kind
-    masks (``config.layer_types``).
+    masks (``config.layer_types``). Sliding layers that cannot record their
+    past (older transformers, 4.57 among them) take trees: they are
+    snapshotted before the verify and restored after it, like a chain's.
     """
     model = cached.model
     if cached.cache_off:
@@ -522,8 +532,6 @@ def tree_support(cached: CachedModel) -> str | None:
         return f"{', '.join(named)} cache layers: a recurrent or conv state cannot hold branches"
     if cached.path != "cached":
         return f"its cached forward is not exact, so it runs {cached.path} ({cached.reason})"
-    if cached.needs_snapshots:
-        return "sliding layers that record no past cannot drop a tree's rejected nodes"
     if "position_ids" not in params:
         return f"{type(model).__name__} takes no position ids"
     windows = {int(layer.sliding_window) for layer in layers if getattr(layer, "is_sliding", False)}
