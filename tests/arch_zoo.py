@@ -568,14 +568,13 @@ def _tree_fell_back(reason: str):
     return check
 
 
-def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3, prompts: int | None = None) -> Outcome:
+def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Outcome:
     """Greedy decoding with token trees equals ``generate``: speculative (the
     family's drafter), NASD with a filled 3-gram storage, NASD with a
     token-recycling table. A family whose target ``tree_support`` refuses runs
     chains and says so in exactly its one line; the others keep their trees and
     must verify a tree of more than one node on some prompt (a prompt may offer
-    one continuation only). ``prompts``: how many of the prompts to run (None:
-    all, the echo prompt included for the n-gram strategies)."""
+    one continuation only)."""
     target = build(name)
     reason = tree_reason(name)
     after = _tree_kept if reason is None else _tree_fell_back(reason)
@@ -591,7 +590,7 @@ def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3, promp
         drafter = build(name, "drafter")
         outcome = _each_prompt(name, kept(lambda p: speculative_generate(
             p, drafter, target, logits_processor=_greedy(), gamma=4, max_gen_len=LENGTH,
-            tree=nodes, tree_branch=branch)), label, after=after, prompts=PROMPTS[:prompts])
+            tree=nodes, tree_branch=branch)), label, after=after)
     elif strategy in ("nasd", "recycling"):
         from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
 
@@ -599,7 +598,7 @@ def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3, promp
         outcome = _each_prompt(name, kept(lambda p: ngram_assisted_speculative_generate(
             p, make(), target, gamma=4, filler_top_k=3, logits_processor=_greedy(), max_gen_len=LENGTH,
             tree=nodes, tree_branch=branch)), label, after=after,
-            prompts=(echo_prompt(name), *PROMPTS)[:prompts])
+            prompts=(*PROMPTS, echo_prompt(name)))
     else:
         raise ValueError(f"unknown tree strategy {strategy!r}; known: {', '.join(TREE_STRATEGIES)}")
     if outcome.passed and reason is None and not any(r.tree_size > 1 for res in results for r in res.trace):

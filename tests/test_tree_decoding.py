@@ -87,6 +87,60 @@ def test_an_over_broad_rule_is_caught(monkeypatch):
     assert takes != {n for n in names if should_take_trees(n)}
 
 
+def expected_obstacle(name: str) -> str | None:
+    """This test's own word for why a family cannot take a tree (None: it can)."""
+    fam = arch_zoo.family(name)
+    if fam.encoder_decoder:
+        return "takes no decoder position ids"
+    if fam.kind in ("recurrent", "hybrid"):
+        return "a recurrent or conv state cannot hold branches"
+    return None
+
+
+def obstacle_mismatches() -> list[tuple[str, str]]:
+    """(family, reason) where the fallback line does not name the family's obstacle.
+
+    One allowance: where transformers' own cache for a model holds attention
+    layers only (4.57 keeps RecurrentGemma's state inside its modules), the
+    engine cannot see the state, and the probe's wrong cached forward is the reason."""
+    wrong = []
+    for name in arch_zoo.FAMILIES:
+        want = expected_obstacle(name)
+        if want is None:
+            continue
+        try:
+            reason = arch_zoo.tree_reason(name)
+        except (arch_zoo.FamilyUnavailable, utils.cache.UnsupportedCacheError):
+            continue
+        if reason is not None and want in reason:
+            continue
+        if reason is not None and not arch_zoo.family(name).encoder_decoder and "so it runs" in reason:
+            layers = {type(layer).__name__ for layer in utils.cache.new_cache(arch_zoo.build(name)).layers}
+            if layers <= {"DynamicLayer", "DynamicSlidingWindowLayer"}:
+                continue
+        wrong.append((name, reason))
+    return wrong
+
+
+def test_each_chain_family_names_its_obstacle():
+    assert obstacle_mismatches() == []
+
+
+def test_a_reason_that_blames_the_cache_is_caught(monkeypatch):
+    """Mutation: a model the probe runs uncached reported as "the cache is off"
+    (the reason before the layers were read from an empty cache)."""
+    real = utils.cache.tree_support
+    monkeypatch.setattr(utils.cache, "tree_support",
+                        lambda cached: "the cache is off" if cached.cache is None else real(cached))
+    assert obstacle_mismatches()
+
+
+def test_a_cache_turned_off_is_the_reason():
+    cached = utils.cache.CachedModel(arch_zoo.build("llama"), use_cache=False)
+    cached.begin(list(arch_zoo.PROMPTS[0]))
+    assert utils.cache.tree_support(cached) == "the cache is off"
+
+
 def test_a_recurrent_model_given_a_tree_is_caught(monkeypatch):
     """Mutation: a rule letting every cached model take trees. Qwen3-Next's
     linear-attention layers then run a tree's siblings as one sequence through
