@@ -40,7 +40,9 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
     """Grow a tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L).
 
     The drafter's cache must hold a prefix of ``ids``; on return it holds ``ids``
-    exactly (the tree's nodes are dropped again). ``depth`` drafter forwards.
+    exactly (the tree's nodes are dropped again), or a shorter prefix where
+    snapshotted layers were restored (sliding layers that record no past).
+    ``depth`` drafter forwards.
     """
     device = ids.device
     length = ids.shape[1]

@@ -44,6 +44,7 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
         t_verify = t1
     device = ids.device
     target_delay(loop.target_delay_s, device)
+    target.checkpoint()         # snapshots only layers a gather cannot put back (none on most models)
     logits = tree_forward(target, ids, tree)                            # (n + 1, V)
     if loop.vocab_size is not None:
         logits = logits[:, :loop.vocab_size]

@@ -535,10 +535,22 @@ def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
                         prompts=(*PROMPTS, echo_prompt(name)))
 
 
-# Families that take token trees here (attention only, custom masks); the
-# recurrent one must fall back to chains with one line.
-TREE_FAMILIES = ("llama", "qwen2", "mistral", "gemma2")
-TREE_FALLBACK_FAMILIES = ("mamba2", "jamba")
+# Token trees: every family runs them; the engine decides per model
+# (``utils.cache.tree_support``) whether a tree is verified or a chain with one line.
+TREE_STRATEGIES = ("speculative", "nasd", "recycling")
+
+
+def tree_reason(name: str) -> str | None:
+    """Why the family's target verifies chains instead of trees (None: it takes trees),
+    as ``utils.cache.tree_support`` says once the cache has begun on the first prompt.
+
+    Raises UnsupportedCacheError where the cache is refused outright (no chain either).
+    """
+    from utils import cache
+
+    cached = cache.CachedModel(build(name))
+    cached.begin(list(PROMPTS[0]))
+    return cache.tree_support(cached)
 
 
 def _tree_kept(result, where: str) -> Outcome:
@@ -547,21 +559,25 @@ def _tree_kept(result, where: str) -> Outcome:
     return PASS
 
 
-def _tree_fell_back(result, where: str) -> Outcome:
-    line = result.tree_fallback
-    if not line or "\n" in line or any(r.tree_size for r in result.trace):
-        return Outcome("fail", f"{where}: expected a chain with one line, got {line!r}")
-    return PASS
+def _tree_fell_back(reason: str):
+    def check(result, where: str) -> Outcome:
+        want = f"chain instead of a tree: {reason}"
+        if result.tree_fallback != want or "\n" in want or any(r.tree_size for r in result.trace):
+            return Outcome("fail", f"{where}: expected a chain with the line {want!r}, got {result.tree_fallback!r}")
+        return PASS
+    return check
 
 
 def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Outcome:
     """Greedy decoding with token trees equals ``generate``: speculative (the
     family's drafter), NASD with a filled 3-gram storage, NASD with a
-    token-recycling table. Families that cannot take a tree run chains and say
-    so; the others must verify a tree of more than one node on some prompt
-    (a prompt may offer one continuation only)."""
+    token-recycling table. A family whose target ``tree_support`` refuses runs
+    chains and says so in exactly its one line; the others keep their trees and
+    must verify a tree of more than one node on some prompt (a prompt may offer
+    one continuation only)."""
     target = build(name)
-    fallback = name in TREE_FALLBACK_FAMILIES
+    reason = tree_reason(name)
+    after = _tree_kept if reason is None else _tree_fell_back(reason)
     label = f"{strategy} tree {nodes}"
     results = []
 
@@ -574,16 +590,18 @@ def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Ou
         drafter = build(name, "drafter")
         outcome = _each_prompt(name, kept(lambda p: speculative_generate(
             p, drafter, target, logits_processor=_greedy(), gamma=4, max_gen_len=LENGTH,
-            tree=nodes, tree_branch=branch)), label, after=_tree_fell_back if fallback else _tree_kept)
-    else:
+            tree=nodes, tree_branch=branch)), label, after=after)
+    elif strategy in ("nasd", "recycling"):
         from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
 
         make = (lambda: NGramStorage(3, VOCAB)) if strategy == "nasd" else (lambda: RecyclingStorage(2, VOCAB, width=4))
         outcome = _each_prompt(name, kept(lambda p: ngram_assisted_speculative_generate(
             p, make(), target, gamma=4, filler_top_k=3, logits_processor=_greedy(), max_gen_len=LENGTH,
-            tree=nodes, tree_branch=branch)), label, after=_tree_fell_back if fallback else _tree_kept,
+            tree=nodes, tree_branch=branch)), label, after=after,
             prompts=(*PROMPTS, echo_prompt(name)))
-    if outcome.passed and not fallback and not any(r.tree_size > 1 for res in results for r in res.trace):
+    else:
+        raise ValueError(f"unknown tree strategy {strategy!r}; known: {', '.join(TREE_STRATEGIES)}")
+    if outcome.passed and reason is None and not any(r.tree_size > 1 for res in results for r in res.trace):
         return Outcome("fail", f"{label}: no prompt verified a tree of more than one node")
     return outcome
 

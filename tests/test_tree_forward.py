@@ -27,7 +27,7 @@ def started(model, prompt, fed):
     reason = tree_support(cached)
     if reason is not None and TRANSFORMERS_RELEASE < (5,):
         pytest.skip(f"transformers {TRANSFORMERS_RELEASE}: {reason} (chains run instead)")
-    if fed:
+    if fed > cached.length:     # a cache that snapshots layers has the prompt but its last token already
         cached.forward(torch.tensor([list(prompt[:fed])]), keep=1)
     return cached
 
@@ -56,6 +56,9 @@ def test_cache_after_gather_equals_cache_of_the_path(name):
     tokens = [TREE.tokens[i] for i in path]
     with torch.inference_mode():
         cached = started(model, prompt, len(prompt) - 1)
+        if cached.needs_snapshots:
+            pytest.skip("sliding layers that record no past are restored after a tree, not gathered "
+                        "(tests/test_tree_decoding.py runs that path)")
         tree_forward(cached, torch.tensor([prompt]), TREE)
         generation.tree_forward.keep_path(cached, TREE, path)
         plain = started(model, prompt + tokens, len(prompt) + len(tokens))

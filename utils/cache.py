@@ -237,6 +237,7 @@ class CachedModel:
             path, reason = found.path, found.reason
         if path is not None and path not in PATHS:
             raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
+        self.cache_off = not use_cache     # turned off by the caller (not by the probe)
         self.path = (path or "cached") if use_cache else "uncached"
         self.reason = reason if use_cache else "cache off"
         self.use_cache = use_cache and self.path != "uncached"
@@ -458,8 +459,16 @@ class CachedModel:
         A gather, not a crop: the kept keys and values are moved down to the
         block's start (``index_select`` on each layer's tensors), then the
         rest of the block is dropped with the layer's own crop.
+
+        When layers were snapshotted at the :meth:`checkpoint` before the block
+        (sliding layers that record no past), a gather cannot put them back:
+        the block is rolled back like a chain's (restore, crop the rest), and
+        the kept tokens are re-fed with the next forward.
         """
         if self.cache is None:
+            return
+        if self._snapshots:
+            self.rollback(self._length - block + len(kept))
             return
         for layer in _layers(self.cache):
             size = layer.keys.shape[-2]
@@ -490,29 +499,40 @@ _TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
 def tree_support(cached: CachedModel) -> str | None:
     """None when ``cached`` can verify a token tree in one pass, else why not (one line).
 
-    Decided from what the model reports after :meth:`CachedModel.begin`: its
-    cache layers (attention only: a recurrent or conv state cannot hold
-    branches), its attention implementation (it must take a custom 4D mask),
-    and, for models mixing full and sliding layers, per-kind masks
-    (``config.layer_types``).
+    Decided from what the model reports after :meth:`CachedModel.begin`, the
+    first obstacle found in this order: the cache turned off; an
+    encoder-decoder forward that takes no decoder position ids (siblings must
+    share a position); an attention implementation that takes no custom 4D
+    mask; cache layers other than attention (a recurrent or conv state cannot
+    hold branches: read from the model's own cache, or from an empty one built
+    for it when it runs without); a cached forward the probe found wrong (a
+    tree is a multi-token pass over the cache); no ``position_ids``; sliding
+    layers with different windows; full and sliding layers without per-kind
+    masks (``config.layer_types``). Sliding layers that cannot record their
+    past (older transformers, 4.57 among them) take trees: they are
+    snapshotted before the verify and restored after it, like a chain's.
     """
     model = cached.model
-    if cached.cache is None:
+    if cached.cache_off:
         return "the cache is off"
-    if cached.path != "cached":
-        return f"its cached forward runs {cached.path} ({cached.reason})"
+    params = inspect.signature(model.forward).parameters
     if cached.encoder_decoder:
-        return "encoder-decoder models verify chains here"
+        if "decoder_position_ids" not in params:
+            return f"{type(model).__name__} takes no decoder position ids (a tree's siblings share a position)"
+        return "encoder-decoder tree verification is not built here"
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ("eager", "sdpa"):
         return f"attention implementation {impl!r} takes no custom mask"
-    layers = _layers(cached.cache)
-    if cached.needs_snapshots:
-        return "layers that cannot be cropped exactly (recurrent state or no past recording)"
+    layers = _layers(cached.cache if cached.cache is not None else new_cache(model))
     odd = sorted({type(layer).__name__ for layer in layers if type(layer).__name__ not in _TREE_LAYERS})
-    if not layers or odd:
-        return f"{', '.join(odd) or 'no'} cache layers: recurrent or other state cannot hold branches"
-    if "position_ids" not in inspect.signature(model.forward).parameters:
+    if not layers:
+        return "its cache has no layers to hold a tree"
+    if odd:
+        named = [n for n in odd if n != "DummyLayer"] or odd
+        return f"{', '.join(named)} cache layers: a recurrent or conv state cannot hold branches"
+    if cached.path != "cached":
+        return f"its cached forward is not exact, so it runs {cached.path} ({cached.reason})"
+    if "position_ids" not in params:
         return f"{type(model).__name__} takes no position ids"
     windows = {int(layer.sliding_window) for layer in layers if getattr(layer, "is_sliding", False)}
     if len(windows) > 1:
