@@ -21,6 +21,7 @@ FLOOR_TESTS=(
     tests/test_architectures.py
     tests/test_cache.py
     tests/test_selfdraft_matrix.py
+    tests/test_tree_forward.py
 )
 
 # run_pytest LABEL PYTHON ARGS...: run pytest, turning "no tests collected" into a failure.
