@@ -106,17 +106,25 @@ def draw_children(q: torch.Tensor, counts: list[int], generator) -> list[list[tu
             for tokens, vs, count in zip(top.tolist(), values, counts)]
 
 
+def _share(budget: int, levels: int) -> int:
+    """Nodes for the next level: an equal share of ``budget`` over ``levels`` (rounded up)."""
+    return -(-budget // levels) if levels > 0 and budget > 0 else 0
+
+
 def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor, depth: int,
                 nodes: int, branch: int, generator) -> tuple[Tree, torch.Tensor]:
     """A tree of at most ``nodes`` nodes whose children are *drawn* from q without
     replacement, for :func:`generation.accept.accept_tree_rrs`; returns the tree
     and q at the root and at every node (n + 1, V; zero rows at leaves).
 
-    The shape is grown as in :func:`draft_tree` (the ``branch`` best nodes of the
-    newest level expanded, one drafter forward per level), each expanded node
-    getting ``branch`` children, or what is left of the budget. Nothing is pruned
-    afterwards: the children a node keeps must be the first ones drawn, whatever
-    their values, for the accept rule to stay exact.
+    Nothing can be pruned afterwards (the children a node keeps must be the
+    first ones drawn, whatever their values, for the accept rule to stay
+    exact), so the budget is shared out as the tree grows: each level gets an
+    equal share of what is left over the levels to come, and gives it to the
+    best nodes of the level before (by cumulative q), up to ``branch`` children
+    each, one drafter forward per level. A tree of 16 nodes and depth 4 then
+    reaches depth 4 (3 + 5 + 4 + 4 nodes with branch 3) instead of spending its
+    budget on the first levels.
     """
     device = ids.device
     length = ids.shape[1]
@@ -124,19 +132,20 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
     q = processor(logits[:, :vocab_size] if vocab_size else logits)          # (1, V)
     rows: dict[int, torch.Tensor] = {-1: q[0]}
     cand: list[tuple[int, int, int, int, float]] = []
-    for rank, (token, logq) in enumerate(draw_children(q, [min(branch, nodes)], generator)[0]):
+    first = min(branch, _share(nodes, depth))
+    for rank, (token, logq) in enumerate(draw_children(q, [first], generator)[0]):
         cand.append((token, -1, rank, 0, logq))
     level = list(range(len(cand)))
     fed: list[int] = []
     slot: dict[int, int] = {}
     for d in range(1, depth):
-        room = nodes - len(cand)
-        expand = sorted(level, key=lambda c: -cand[c][4])[:min(branch, room)]
+        share = _share(nodes - len(cand), depth - d)
+        counts = [min(branch, share - branch * i) for i in range(-(-share // branch))]
+        expand = sorted(level, key=lambda c: -cand[c][4])[:len(counts)]
         if not expand:
             break
         logits = _feed_level(cached, cand, fed, slot, expand, length, device)
         q = processor(logits[:, :vocab_size] if vocab_size else logits)       # (E, V)
-        counts = [max(0, min(branch, room - branch * i)) for i in range(len(expand))]
         level = []
         for row, (c, kids) in enumerate(zip(expand, draw_children(q, counts, generator))):
             if kids:
