@@ -36,13 +36,16 @@ def _scores(processor, logits: torch.Tensor, vocab_size: int | None) -> torch.Te
 
 
 def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor,
-               depth: int, nodes: int, branch: int) -> Tree:
+               depth: int, nodes: int, branch: int, *, drop_root: bool = False) -> Tree:
     """Grow a tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L).
 
     The drafter's cache must hold a prefix of ``ids``; on return it holds ``ids``
     exactly (the tree's nodes are dropped again), or a shorter prefix where
-    snapshotted layers were restored (sliding layers that record no past).
-    ``depth`` drafter forwards.
+    snapshotted layers were restored (sliding layers that record no past); with
+    ``drop_root`` ``ids`` but its last token (a cache shared with the target,
+    which feeds the root itself). Nodes and root go in one crop: a sliding-window
+    layer cropped twice in a row would lose a position of its window. ``depth``
+    drafter forwards.
     """
     device = ids.device
     length = ids.shape[1]
@@ -66,7 +69,7 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
             for rank, (token, logq) in enumerate(kids):
                 level.append(len(cand))
                 cand.append((token, c, rank, d, cand[c][4] + logq))
-    cached.keep_block(len(fed), [])
+    cached.keep_block(len(fed) + int(drop_root), [])
     return _best(cand, nodes)
 
 

@@ -127,9 +127,13 @@ class SelfDrafter:
             return Tree.chain(drafts.tolist())
         self._logits = []
         try:
-            return draft_tree(cached, self.processor, self.vocab_size, ids.to(self.device), depth, nodes, branch)
-        finally:
+            # The tree's nodes and its root leave the cache in one crop inside draft_tree.
+            return draft_tree(cached, self.processor, self.vocab_size, ids.to(self.device), depth, nodes, branch,
+                              drop_root=True)
+        except BaseException:  # a forward raised: still leave the target's cache as it was
             shared_cache.drop_drafts(cached.cache, cached.length - committed)
+            raise
+        finally:
             self._forwards += cached.forwards
 
     def draft_logits(self) -> torch.Tensor | None:
@@ -199,14 +203,16 @@ def make_drafter(drafter, target, processor, *, use_cache: bool = True, vocab_si
 
 def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamma: int = 4, max_gen_len: int = 128,
                               eos_tokens_id=None, use_cache: bool = True, vocab_size: int | None = None,
-                              generator: torch.Generator | None = None, gamma_policy=None):
-    """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for self-drafters)."""
+                              generator: torch.Generator | None = None, gamma_policy=None, tree: int = 0,
+                              tree_branch: int = 2):
+    """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for
+    self-drafters); ``tree`` > 0 verifies token trees of at most that many nodes."""
     prompt = check_request(inputs, max_gen_len, target, drafter)
     vocab = vocab_size or shared_vocab_size(target, drafter)
     made = make_drafter(drafter, target, logits_processor, use_cache=use_cache, vocab_size=vocab, generator=generator)
     return verify_loop(prompt, made, target, logits_processor=logits_processor, gamma=check_gamma(gamma),
                        max_gen_len=max_gen_len, eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
-                       generator=generator, gamma_policy=gamma_policy)
+                       generator=generator, gamma_policy=gamma_policy, tree=tree, tree_branch=tree_branch)
 
 
 def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bool = True,
