@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.selftest:
         from checks.selftest import selftest_exit_code
 
-        return selftest_exit_code(pair)
+        return selftest_exit_code(pair, tree=settings.tree, tree_branch=settings.tree_branch)
     runner = Runner(pair, notify=lambda m: messages.print(m, style="yellow"))
     with messages.status("Warming up both models…"):
         runner.warm_up()
