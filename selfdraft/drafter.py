@@ -215,6 +215,14 @@ def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamm
                        generator=generator, gamma_policy=gamma_policy, tree=tree, tree_branch=tree_branch)
 
 
+def self_draft_model(pair, spec: str):
+    """The self-draft model for ``spec`` made from ``pair.target``, built once per pair and spec."""
+    built = pair.__dict__.setdefault("_self_drafters", {})
+    if spec not in built:
+        built[spec] = build_self_drafter(pair.target, parse_self_draft(spec))
+    return built[spec]
+
+
 def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bool = True,
                       generator: torch.Generator | None = None) -> SelfDrafter:
     """A :class:`SelfDrafter` for a loaded ``utils.models.ModelPair`` (the factory an engine registers).
@@ -227,8 +235,5 @@ def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bo
         if self_draft_target(model) is not pair.target:
             raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
     else:
-        built = pair.__dict__.setdefault("_self_drafters", {})
-        if spec not in built:
-            built[spec] = build_self_drafter(pair.target, parse_self_draft(spec))
-        model = built[spec]
+        model = self_draft_model(pair, spec)
     return SelfDrafter(model, processor, use_cache=use_cache, vocab_size=pair.vocab_size, generator=generator)
