@@ -112,13 +112,18 @@ def prepare_self_drafters(models, specs: list[str], err) -> tuple[list[str], lis
 
     ``self:skip=auto`` is resolved first by the layer search on this machine.
     Returns the resolved labels (the variants' names use them) and the
-    search's lines for the report's header. Raises ``SkipRefused`` or
+    search's lines for the report's header (a search that keeps every layer
+    leaves its spec out, with a line). Raises ``SkipRefused`` or
     ``ValueError`` (one line) where a spec does not apply to the target.
     """
     labels, notes = [], []
     for text in specs:
         spec, lines = resolve_skip(models.target, models.tokenizer, parse_self_draft(text),
                                    say=lambda message: err.print(message, highlight=False))
+        if spec.kind == "skip" and not spec.layers:  # the search kept every layer: nothing to run
+            notes.append(f"{text}: the layer search found no layer worth skipping on this target; not run")
+            err.print(notes[-1], style="yellow", highlight=False)
+            continue
         with err.status(f"building {spec.label}..."):
             self_draft_model(models, spec.label)
         notes += [f"{text}: {line}" for line in lines]

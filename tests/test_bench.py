@@ -735,3 +735,18 @@ def test_a_self_drafter_that_does_not_apply_is_one_line(tiny_pair, tmp_path, cap
     assert code == 2
     err = capsys.readouterr().err
     assert "cannot skip all 2 layers" in err and "Traceback" not in err
+
+
+def test_a_skip_search_that_keeps_every_layer_is_left_out_with_a_line(tiny_pair, tmp_path):
+    """self:skip=auto on a 2-layer target: the search keeps both layers, so the spec does not run."""
+    from bench.cli import main
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["ab ab"]}), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["--prompts", str(prompts), "--strategies", "speculative", "--gamma", "2", "--policies", "none",
+                 "--self-drafters", "self:skip=auto", "--length", "4", "--repeats", "1", "--warmup", "0",
+                 "--no-chart", "--out", str(out)], loader=lambda args: tiny_pair)
+    assert code == 0
+    assert json.loads((out / "bench.json").read_text())["variants"] == ["target", "speculative@2"]
+    assert "self:skip=auto: the layer search found no layer worth skipping" in (out / "summary.md").read_text()
