@@ -110,7 +110,7 @@ def draw_children(q: torch.Tensor, counts: list[int], generator) -> list[list[tu
 
 
 def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor, depth: int,
-                nodes: int, branch: int, generator) -> tuple[Tree, torch.Tensor]:
+                nodes: int, branch: int, generator, *, drop_root: bool = False) -> tuple[Tree, torch.Tensor]:
     """A tree of at most ``nodes`` nodes whose children are *drawn* from q without
     replacement, for :func:`generation.accept.accept_tree_rrs`; returns the tree
     and q at the root and at every node (n + 1, V; zero rows at leaves).
@@ -119,7 +119,8 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
     newest level expanded, one drafter forward per level), each expanded node
     getting ``branch`` children, or what is left of the budget. Nothing is pruned
     afterwards: the children a node keeps must be the first ones drawn, whatever
-    their values, for the accept rule to stay exact.
+    their values, for the accept rule to stay exact. The cache is left as by
+    :func:`draft_tree` (``drop_root`` likewise).
     """
     device = ids.device
     length = ids.shape[1]
@@ -147,7 +148,7 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
             for rank, (token, logq) in enumerate(kids):
                 level.append(len(cand))
                 cand.append((token, c, rank, d, cand[c][4] + logq))
-    cached.keep_block(len(fed), [])
+    cached.keep_block(len(fed) + int(drop_root), [])
     tree = Tree(tokens=tuple(c[0] for c in cand), parents=tuple(c[1] for c in cand),
                 ranks=tuple(c[2] for c in cand))
     q_rows = torch.zeros(len(cand) + 1, rows[-1].shape[-1], device=rows[-1].device, dtype=rows[-1].dtype)

@@ -26,7 +26,7 @@ import torch
 from generation.common import check_gamma, check_request, model_device
 from generation.speculative import ModelDrafter, draft_tokens, shared_vocab_size
 from generation.tree import Tree
-from generation.tree_draft import draft_tree
+from generation.tree_draft import draft_tree, sample_tree
 from generation.verify import verify_loop
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
@@ -119,22 +119,28 @@ class SelfDrafter:
         drafter cannot take a tree (no custom masks, no position ids)."""
         if self.mode == "own":
             return self.own.propose_tree(ids, depth, nodes, branch)
-        committed = ids.shape[1] - 1
-        self._fill_target(ids)
-        cached = CachedModel.over(self.model, self._round_cache(committed), committed)
-        if tree_support(cached) is not None:
+        tree = self._grow(ids, lambda cached, seq: draft_tree(
+            cached, self.processor, self.vocab_size, seq, depth, nodes, branch, drop_root=True))
+        if tree is None:
             drafts, _ = self.propose(ids, min(depth, nodes))
             return Tree.chain(drafts.tolist())
-        self._logits = []
-        try:
-            # The tree's nodes and its root leave the cache in one crop inside draft_tree.
-            return draft_tree(cached, self.processor, self.vocab_size, ids.to(self.device), depth, nodes, branch,
-                              drop_root=True)
-        except BaseException:  # a forward raised: still leave the target's cache as it was
-            shared_cache.drop_drafts(cached.cache, cached.length - committed)
-            raise
-        finally:
-            self._forwards += cached.forwards
+        return tree
+
+    def propose_sampled_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int
+                             ) -> tuple[Tree, torch.Tensor]:
+        """A tree whose children are drawn from q without replacement
+        (``generation.tree_draft.sample_tree``), grown and dropped again like
+        :meth:`propose_tree`, and q at the root and each node, (n + 1, V); a chain
+        and its q where the drafter cannot take a tree."""
+        if self.mode == "own":
+            return self.own.propose_sampled_tree(ids, depth, nodes, branch)
+        grown = self._grow(ids, lambda cached, seq: sample_tree(
+            cached, self.processor, self.vocab_size, seq, depth, nodes, branch, self.generator, drop_root=True))
+        if grown is None:
+            drafts, q = self.propose(ids, min(depth, nodes))
+            return Tree.chain(drafts.tolist()), torch.cat([q, torch.zeros_like(q[:1])])
+        tree, q = grown
+        return tree, q.to(ids.device)
 
     def draft_logits(self) -> torch.Tensor | None:
         """The last chain proposal's raw logits, (k', V): the inspector shows their
@@ -153,6 +159,27 @@ class SelfDrafter:
         return self.stats.to_dict() if self.mode != "own" else self.own.rollback_stats()
 
     # ------------------------------------------------------------ internals
+
+    def _grow(self, ids: torch.Tensor, grow):
+        """``grow(cached, seq)`` on the round cache wrapped as a ``CachedModel`` holding the
+        committed tokens; None (nothing fed) where the drafter cannot take a tree.
+
+        ``grow`` feeds the root and one level per forward and drops them all in
+        one crop (``drop_root``), so the target's cache is left as it was.
+        """
+        committed = ids.shape[1] - 1
+        self._fill_target(ids)
+        cached = CachedModel.over(self.model, self._round_cache(committed), committed)
+        if tree_support(cached) is not None:
+            return None
+        self._logits = []
+        try:
+            return grow(cached, ids.to(self.device))
+        except BaseException:  # a forward raised: still leave the target's cache as it was
+            shared_cache.drop_drafts(cached.cache, cached.length - committed)
+            raise
+        finally:
+            self._forwards += cached.forwards
 
     def _choose_mode(self) -> str:
         target = self.target
@@ -204,15 +231,17 @@ def make_drafter(drafter, target, processor, *, use_cache: bool = True, vocab_si
 def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamma: int = 4, max_gen_len: int = 128,
                               eos_tokens_id=None, use_cache: bool = True, vocab_size: int | None = None,
                               generator: torch.Generator | None = None, gamma_policy=None, tree: int = 0,
-                              tree_branch: int = 2):
+                              tree_branch: int = 2, tree_sample: bool = False):
     """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for
-    self-drafters); ``tree`` > 0 verifies token trees of at most that many nodes."""
+    self-drafters); ``tree`` > 0 verifies token trees of at most that many nodes (``tree_sample``:
+    children drawn from q, see ``generation.verify.verify_loop``)."""
     prompt = check_request(inputs, max_gen_len, target, drafter)
     vocab = vocab_size or shared_vocab_size(target, drafter)
     made = make_drafter(drafter, target, logits_processor, use_cache=use_cache, vocab_size=vocab, generator=generator)
     return verify_loop(prompt, made, target, logits_processor=logits_processor, gamma=check_gamma(gamma),
                        max_gen_len=max_gen_len, eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
-                       generator=generator, gamma_policy=gamma_policy, tree=tree, tree_branch=tree_branch)
+                       generator=generator, gamma_policy=gamma_policy, tree=tree, tree_branch=tree_branch,
+                       tree_sample=tree_sample)
 
 
 def self_draft_model(pair, spec: str):

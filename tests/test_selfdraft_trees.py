@@ -15,7 +15,7 @@ import torch
 
 import generation.tree_round
 import selfdraft.drafter
-from sampling import GreedyProcessor, MultinomialProcessor
+from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
 from selfdraft.drafter import SelfDrafter, self_speculative_generate
@@ -115,6 +115,9 @@ def test_a_tree_draft_leaves_the_target_cache_exactly_as_it_was(kind, llama, dra
     assert _same(before, after)
     assert len(tree) == NODES and any(rank > 0 for rank in tree.ranks)   # a real tree, with branches
     assert drafter.calls == 4                                           # root, then one forward per level
+    with torch.inference_mode():                                        # a sampled tree likewise
+        sampled, q = drafter.propose_sampled_tree(torch.tensor([list(PROMPTS[0])]), 3, 6, 2)
+    assert _same(before, _state(drafter.target)) and q.shape[0] == len(sampled) + 1 > 2
     if drafter.mode == "copy":                                          # the cast copy holds the committed only
         assert drafter.cache.get_seq_length() == len(PROMPTS[0]) - 1
 
@@ -148,17 +151,20 @@ def small():
 RUNS = 400
 
 
-def _counts(drafter, target, processor) -> tuple[dict, bool]:
-    """First STEPS tokens of RUNS seeded tree runs, and whether some round verified a tree wider than a chain."""
+def _counts(drafter, target, processor, sample: bool = False) -> tuple[dict, bool]:
+    """First STEPS tokens of RUNS seeded tree runs, and whether some round verified a tree wider
+    than a chain by the rule asked for (``sample``: children drawn from q, recursive rejection sampling)."""
     generator = torch.Generator().manual_seed(1234)
     counts, wide = {}, False
     with torch.inference_mode():
         for _ in range(RUNS):
             result = self_speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
-                                               max_gen_len=STEPS, generator=generator, tree=6, tree_branch=2)
+                                               max_gen_len=STEPS, generator=generator, tree=6, tree_branch=2,
+                                               tree_sample=sample)
             key = tuple(result.tokens[:STEPS])
             counts[key] = counts.get(key, 0) + 1
-            wide = wide or any(r.tree_size > r.gamma for r in result.trace)
+            wide = wide or (result.tree_rule == ("sampled" if sample else "top")
+                            and any(r.tree_size > r.gamma for r in result.trace))
     return counts, wide
 
 
@@ -177,6 +183,33 @@ def test_tree_sampling_with_a_wrong_row_is_caught(monkeypatch, small):
     processor = MultinomialProcessor(1.0)
     drafter = build_self_drafter(small, parse_self_draft("self:skip=1"))
     counts, _ = _counts(drafter, small, processor)
+    assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) > 5.0
+
+
+def test_sampled_trees_keep_the_target_distribution(small):
+    """Children drawn from q on the cast copy (self:bf16), verified by recursive rejection sampling."""
+    processor = TopKProcessor(1.0, 4)
+    drafter = build_self_drafter(small, parse_self_draft("self:bf16"))
+    counts, wide = _counts(drafter, small, processor, sample=True)
+    assert wide
+    assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) < 5.0
+
+
+def test_sampled_trees_whose_children_are_picked_not_drawn_are_caught(monkeypatch, small):
+    """Mutation: each node's children are q's top tokens, not draws (the rule is then biased)."""
+    import math
+
+    import generation.tree_draft
+
+    def picked(q, counts, generator):
+        top = q.topk(max(counts, default=0), dim=-1)
+        return [[(t, math.log(v)) for t, v in zip(ts[:n], vs[:n]) if v > 0]
+                for ts, vs, n in zip(top.indices.tolist(), top.values.tolist(), counts)]
+
+    monkeypatch.setattr(generation.tree_draft, "draw_children", picked)
+    processor = TopKProcessor(1.0, 4)
+    drafter = build_self_drafter(small, parse_self_draft("self:bf16"))
+    counts, _ = _counts(drafter, small, processor, sample=True)
     assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) > 5.0
 
 
