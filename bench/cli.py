@@ -102,8 +102,8 @@ def parse_self_drafters(text: str) -> list[str]:
 def _self_drafters(text: str) -> list[str]:
     try:
         return parse_self_drafters(text)
-    except SelfDraftSpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    except SelfDraftSpecError as exc:  # its message names --drafter, the flag it was written for
+        raise argparse.ArgumentTypeError(str(exc).replace("--drafter ", "")) from None
 
 
 def _expectation(text: str):

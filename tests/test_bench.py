@@ -735,6 +735,10 @@ def test_a_self_drafter_that_does_not_apply_is_one_line(tiny_pair, tmp_path, cap
     assert code == 2
     err = capsys.readouterr().err
     assert "cannot skip all 2 layers" in err and "Traceback" not in err
+    with pytest.raises(SystemExit):
+        main(["--self-drafters", "self:int4"], loader=lambda args: pytest.fail("loaded"))
+    last = capsys.readouterr().err.strip().splitlines()[-1]               # argparse: usage, then the error
+    assert "--self-drafters: unknown self-drafter self:int4: use " in last and "--drafter " not in last
 
 
 def test_a_skip_search_that_keeps_every_layer_is_left_out_with_a_line(tiny_pair, tmp_path):
