@@ -241,3 +241,21 @@ def test_a_self_drafter_that_leaves_its_tree_root_in_the_target_cache_fails(self
     failed = {c.name for c in checks if not c.passed}
     assert "speculative greedy (cache on)" in failed and "speculative sampling" in " ".join(failed)
     assert "NASD greedy (cache on)" not in failed                  # the n-gram drafter never shares the cache
+
+
+def test_infer_selftest_checks_the_self_drafter_it_is_given_with_trees(saved_pair, capsys, monkeypatch):
+    """``infer.py --selftest --drafter self:int8 --tree 8`` (in process): the self-drafter is
+    built from the target, and the speculative checks verify trees with it; broken, it fails."""
+    import infer
+
+    target, _ = saved_pair
+    argv = ["--target", str(target), "--drafter", "self:int8", "--device", "cpu", "--tree", "8", "--selftest"]
+    assert infer.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "self:int8" in out and "self-test passed: 7 checks" in out
+    greedy = next(line for line in out.splitlines() if line.startswith("PASS  speculative greedy (cache on)"))
+    assert "; trees in " in greedy and "; trees in 0 of" not in greedy
+
+    _keep_the_tree_root(monkeypatch)
+    assert infer.main(argv) == 1
+    assert "FAIL  speculative greedy (cache on): " in capsys.readouterr().out
