@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one JSON object per prompt on stdout; messages go to stderr")
     script.add_argument("--selftest", action="store_true",
                         help="check that speculative decoding and NASD keep the target's output on the "
-                             "loaded pair (greedy, cache on and off, and sampling); one line per check, "
-                             "exit status 1 when any fails")
+                             "loaded pair (greedy, cache on and off, and sampling; token trees with --tree N); "
+                             "one line per check, exit status 1 when any fails")
     traces = parser.add_argument_group("traces")
     traces.add_argument("--trace-out", metavar="FILE",
                         help="write every prompt's trace (settings, models, rounds, metrics) to FILE as JSON")
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.selftest:
         from checks.selftest import selftest_exit_code
 
-        return selftest_exit_code(pair)
+        return selftest_exit_code(pair, tree=settings.tree, tree_branch=settings.tree_branch)
     runner = Runner(pair, notify=lambda m: messages.print(m, style="yellow"))
     with messages.status("Warming up both models…"):
         runner.warm_up()

@@ -21,6 +21,7 @@ FLOOR_TESTS=(
     tests/test_architectures.py
     tests/test_cache.py
     tests/test_selfdraft_matrix.py
+    tests/test_selfdraft_trees.py
     tests/test_tree_forward.py
 )
 

@@ -23,13 +23,21 @@ _POLICY_STYLE = {"heuristic": dict(linestyle=(0, (1, 1))), "confidence": dict(li
                  "model": dict(linestyle=(0, (5, 1)), linewidth=2)}
 
 
+def series_key(variant) -> str:
+    """The line a constant-gamma variant belongs to: its strategy, or with a tree or a
+    self-drafter the variant's name without its gamma (``speculative[self:int8]+tree8``)."""
+    if not variant.tree and not variant.drafter:
+        return variant.strategy
+    return variant.name.partition("@")[0]
+
+
 def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tuple[int, float]]]:
-    """strategy -> [(gamma, speedup)] sorted by gamma, for the drafting strategies."""
+    """line (see :func:`series_key`) -> [(gamma, speedup)] sorted by gamma, for the drafting strategies."""
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        if (r.category == category and r.gamma is not None and r.speedup is not None
-                and parse_variant_name(r.variant).constant):
-            series.setdefault(r.strategy, []).append((r.gamma, r.speedup))
+        v = parse_variant_name(r.variant)
+        if r.category == category and r.gamma is not None and r.speedup is not None and v.constant:
+            series.setdefault(series_key(v), []).append((r.gamma, r.speedup))
     return {k: sorted(v) for k, v in series.items()}
 
 
@@ -48,14 +56,24 @@ def _flat_style(name: str) -> dict:
     return style
 
 
+def _line_style(variant) -> dict:
+    """The strategy's style; a tree or a self-drafter line is dashed, in its own colour."""
+    style = dict(_STYLE.get(variant.strategy, {}))
+    if variant.tree or variant.drafter:
+        style.pop("color", None)
+        style["linestyle"] = "--" if variant.drafter else "-."
+    return style
+
+
 def _panel(ax, rows: list[SummaryRow], category: str, title: str) -> None:
     ax.axhline(1.0, color="black", linewidth=0.8)
     for name, value in flat_lines(rows, category).items():
         if name != "target":
             ax.axhline(value, label=parse_variant_name(name).label, **_flat_style(name))
-    for strategy, points in speedup_series(rows, category).items():
+    for key, points in speedup_series(rows, category).items():
         gammas, speedups = zip(*points)
-        ax.plot(gammas, speedups, label=LABELS.get(strategy, strategy), **_STYLE.get(strategy, {}))
+        line = parse_variant_name(key)
+        ax.plot(gammas, speedups, label=LABELS.get(key, line.label), **_line_style(line))
     gammas = sorted({g for points in speedup_series(rows, category).values() for g, _ in points})
     if gammas:
         ax.set_xscale("log", base=2)

@@ -11,6 +11,7 @@ from bench.processors import parse_processor
 from bench.variants import DEFAULT_POLICIES, OURS
 from engine import load_pair
 from generation.gamma_policies import make_policy
+from selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
 
@@ -79,6 +80,30 @@ def _policies(text: str) -> list[tuple[str, int]]:
         return parse_policies(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_self_drafters(text: str) -> list[str]:
+    """``"self:bf16,self:skip=3,5,self:int8"`` -> their labels, in order, once each.
+
+    A comma separates specs, except inside a ``self:skip=`` layer list (an item
+    that does not start with ``self:`` continues the one before). ValueError
+    with a one-line message for a bad spec.
+    """
+    items: list[str] = []
+    for part in _name_list(text):
+        if is_self_draft(part) or not items:
+            items.append(part)
+        else:
+            items[-1] += "," + part
+    labels = [parse_self_draft(item).label for item in items]
+    return list(dict.fromkeys(labels))
+
+
+def _self_drafters(text: str) -> list[str]:
+    try:
+        return parse_self_drafters(text)
+    except SelfDraftSpecError as exc:  # its message names --drafter, the flag it was written for
+        raise argparse.ArgumentTypeError(str(exc).replace("--drafter ", "")) from None
 
 
 def _expectation(text: str):
@@ -151,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="token-tree budgets run beside the chains at every constant gamma, "
                         "e.g. 8,16,32 (default: none)")
     d.add_argument("--tree-branch", type=_positive, default=3, help="children per expanded tree node (default 3)")
+    d.add_argument("--self-drafters", type=_self_drafters, default=[], metavar="LIST",
+                   help="self-drafters made from the target, run as speculative variants beside the pair's "
+                        "drafter at every constant gamma (and every --trees budget), e.g. "
+                        "self:bf16,self:int8,self:skip=auto (default: none)")
     d.add_argument("--ngram-storage", choices=("basic", "onelevel", "recycling"), default="basic")
     d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
     d.add_argument("--top-k-filler", type=_positive, default=1,
@@ -184,6 +213,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "turn": args.turn, "chat": args.chat, "prompt_count": prompt_count,
         "strategies": args.strategies, "peers": args.peers, "length": args.length,
         "gammas": args.gamma, "trees": args.trees, "tree_branch": args.tree_branch,
+        "self_drafters": args.self_drafters,
         "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
         "processor": args.processor.command_text(),
         "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,

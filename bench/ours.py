@@ -20,12 +20,16 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     before the clock starts. ``cross`` says how the drafter model drafts should
     its tokenizer differ from the target's (the engine decides when it does).
     The per-token inspector is off: the benchmark never shows its numbers, so
-    it times the decode without recording them.
+    it times the decode without recording them. A variant with a self-drafter
+    spec (``speculative[self:int8]@4``) drafts with that self-drafter (engine
+    kind ``"self"``), built once per pair by :func:`bench.session.prepare_self_drafters`.
     """
     if variant.strategy not in ("speculative", "ngram", "target", "drafter"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
     drafter = DRAFTER_OF.get(variant.strategy)
     options = {"ngram": ngram, "model": cross}.get(drafter)
+    if getattr(variant, "drafter", ""):  # a self-drafter made from the target (selfdraft.drafter)
+        drafter, options = "self", variant.drafter
     return Strategy(key=variant.name, drafter=drafter, drafter_options=options,
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,

@@ -22,6 +22,10 @@ from bench.report import markdown_report, print_report
 from bench.runner import encode_prompts, iter_runs, run_count, split_fitting
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
+from selfdraft.drafter import self_draft_model
+from selfdraft.load import resolve_skip
+from selfdraft.skip import SkipRefused
+from selfdraft.spec import parse_self_draft
 from utils.errors import ModelLoadError
 
 
@@ -70,8 +74,14 @@ def run_session(args, loader, settings_dict) -> int:
                                      context_length=models.context_length)
     for s in skipped:
         err.print(f"skipping {s.prompt_id}: {s.reason}", style="yellow", highlight=False)
+    try:
+        self_drafters, notes = prepare_self_drafters(models, args.self_drafters, err)
+    except (SkipRefused, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return 2
+    args.self_drafters = self_drafters
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
-                             trees=args.trees)
+                             trees=args.trees, self_drafters=self_drafters)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
@@ -91,10 +101,35 @@ def run_session(args, loader, settings_dict) -> int:
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
     goals = check_expectations(records, args.expect)
-    header = header_lines(env, settings) + fallback_lines(records)
+    header = header_lines(env, settings) + notes + fallback_lines(records)
     print_report(out, header, rows, goals)
     _write_files(args, env, settings, rows, goals, records, skipped, header, err)
     return 130 if interrupted else 0
+
+
+def prepare_self_drafters(models, specs: list[str], err) -> tuple[list[str], list[str]]:
+    """Build each self-drafter of ``--self-drafters`` once, before any clock starts.
+
+    ``self:skip=auto`` is resolved first by the layer search on this machine.
+    Returns the resolved labels (the variants' names use them) and the
+    search's lines for the report's header (a search that keeps every layer
+    leaves its spec out, with a line). Raises ``SkipRefused`` or
+    ``ValueError`` (one line) where a spec does not apply to the target.
+    """
+    labels, notes = [], []
+    for text in specs:
+        spec, lines = resolve_skip(models.target, models.tokenizer, parse_self_draft(text),
+                                   say=lambda message: err.print(message, highlight=False))
+        if spec.kind == "skip" and not spec.layers:  # the search kept every layer: nothing to run
+            notes.append(f"{text}: the layer search found no layer worth skipping on this target; not run")
+            err.print(notes[-1], style="yellow", highlight=False)
+            continue
+        with err.status(f"building {spec.label}..."):
+            self_draft_model(models, spec.label)
+        notes += [f"{text}: {line}" for line in lines]
+        if spec.label not in labels:
+            labels.append(spec.label)
+    return labels, notes
 
 
 def _run_all(executor, encoded, variants, args, err):

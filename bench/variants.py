@@ -14,10 +14,15 @@ A drafting variant has a gamma policy (``generation.gamma_policies``):
 A drafting variant may verify token trees of at most N nodes per round
 (``generation.tree``) instead of chains: ``speculative+tree16@4`` (depth up to
 gamma 4). Tree variants have no transformers peer.
+
+A speculative variant may draft with a self-drafter made from the target
+instead of the pair's drafter (``--self-drafters``): ``speculative[self:int8]@4``,
+``speculative[self:skip=3,5]+tree16@4``; constant gammas and trees only, no peer.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 OURS = ("speculative", "ngram", "target", "drafter")
@@ -58,15 +63,18 @@ class Variant:
     gamma: int | None = None
     policy: str = CONSTANT
     tree: int = 0
+    drafter: str = ""       # a self-drafter spec (``self:int8``) drafting instead of the pair's drafter
 
     @property
     def name(self) -> str:
-        """A stable key: ``target``, ``speculative@4``, ``speculative:model@16``..."""
+        """A stable key: ``target``, ``speculative@4``, ``speculative:model@16``,
+        ``speculative[self:int8]+tree16@4``..."""
         if self.gamma is None:
-            return self.strategy
+            return self.strategy + (f"[{self.drafter}]" if self.drafter else "")
         middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
         tree = f"+tree{self.tree}" if self.tree else ""
-        return f"{self.strategy}{tree}{middle}@{self.gamma}"
+        drafter = f"[{self.drafter}]" if self.drafter else ""
+        return f"{self.strategy}{drafter}{tree}{middle}@{self.gamma}"
 
     @property
     def constant(self) -> bool:
@@ -75,6 +83,8 @@ class Variant:
     @property
     def label(self) -> str:
         base = LABELS.get(self.strategy, self.strategy)
+        if self.drafter:
+            base = f"{base} {self.drafter}"
         if self.tree:
             base = f"{base} tree {self.tree}"
         if self.gamma is None:
@@ -111,7 +121,7 @@ class Variant:
         policies have no peer.
         """
         other = PEER_OF.get(self.strategy)
-        if other is None or self.tree:
+        if other is None or self.tree or self.drafter:
             return None
         if self.constant or self.gamma is None:
             return Variant(other, self.gamma)
@@ -126,24 +136,32 @@ class Variant:
 HF_DYNAMIC = Variant("hf_assisted", 20, "confidence 0.4")
 
 
+_DRAFTER = re.compile(r"^([^\[@:+]+)\[([^\]]*)\](.*)$")  # strategy[drafter]rest
+
+
 def parse_variant_name(name: str) -> Variant:
     """The inverse of ``Variant.name``."""
+    drafter = ""
+    if (found := _DRAFTER.match(name)) is not None:
+        name, drafter = found.group(1) + found.group(3), found.group(2)
     head, _, gamma = name.partition("@")
     strategy, _, key = head.partition(":")
     policy = " ".join(key.split("=")) if key else CONSTANT
     strategy, _, tree = strategy.partition("+tree")
-    return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0)
+    return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter)
 
 
 def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   policies: list[tuple[str, int]] | None = None,
-                  trees: list[int] | None = None) -> list[Variant]:
+                  trees: list[int] | None = None, self_drafters: list[str] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
     drafting strategy runs every constant gamma, then every ``(policy, gamma)``
     of ``policies``. Each of our variants is followed by its peer (once: two
-    variants may share one), so a pair is measured back to back.
+    variants may share one), so a pair is measured back to back. Each spec of
+    ``self_drafters`` runs speculative decoding with that self-drafter at every
+    constant gamma, chains and trees, right after the pair's own drafter.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
@@ -157,6 +175,9 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
             mine += [Variant(strategy, g, tree=n) for n in (trees or []) if n > 0 for g in gammas]
         else:
             mine = [Variant(strategy)]
+        if strategy == "speculative" or (strategy == BASELINE and "speculative" not in chosen):
+            mine += [Variant("speculative", g, tree=n, drafter=spec) for spec in (self_drafters or [])
+                     for n in [0, *(trees or [])] for g in gammas]
         for variant in mine:
             out.append(variant)
             if peers and variant.peer is not None and variant.peer not in out:

@@ -187,20 +187,34 @@ def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None =
 
         def body() -> Check:
             accepted = drafted = 0
+            results = []
             prompts = prompts_by[use_cache]
             for i, (ids, want) in enumerate(zip(prompts, reference(use_cache)), start=1):
                 result = run(ids, GreedyProcessor(), use_cache, budget(use_cache))
+                results.append(result)
                 drafted += result.drafted
                 accepted += result.accepted
                 if (diff := _difference(name, i, result.tokens, want)) is not None:
                     return Check(name, False, diff)
             return Check(name, True, f"same tokens as target AR on {len(prompts)} prompts, up to "
-                                     f"{budget(use_cache)} each ({accepted} of {drafted} drafts accepted)")
+                                     f"{budget(use_cache)} each ({accepted} of {drafted} drafts accepted"
+                                     f"{_tree_note(results, tree)})")
 
         return lambda: _guard(name, body)
 
     runs = _strategies(pair, ngram or NGramOptions(), gamma, tree, tree_branch)
     return [make(s, run, c) for c in (True, False) for s, run in runs.items()]
+
+
+def _tree_note(results, tree: int) -> str:
+    """'; trees in 9 of 14 rounds' (more than one node verified), or why chains ran; '' without trees."""
+    if tree <= 0:
+        return ""
+    fallback = next((r.tree_fallback for r in results if r.tree_fallback), "")
+    if fallback:
+        return f"; {fallback}"
+    rounds = [r for result in results for r in result.trace]
+    return f"; trees in {sum(r.tree_size > 1 for r in rounds)} of {len(rounds)} rounds"
 
 
 def _last_logits(model, ids: list[int], prefixes: list[tuple], encoder_decoder: bool) -> torch.Tensor:

@@ -36,13 +36,16 @@ def _scores(processor, logits: torch.Tensor, vocab_size: int | None) -> torch.Te
 
 
 def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor,
-               depth: int, nodes: int, branch: int) -> Tree:
+               depth: int, nodes: int, branch: int, *, drop_root: bool = False) -> Tree:
     """Grow a tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L).
 
     The drafter's cache must hold a prefix of ``ids``; on return it holds ``ids``
     exactly (the tree's nodes are dropped again), or a shorter prefix where
-    snapshotted layers were restored (sliding layers that record no past).
-    ``depth`` drafter forwards.
+    snapshotted layers were restored (sliding layers that record no past); with
+    ``drop_root`` ``ids`` but its last token (a cache shared with the target,
+    which feeds the root itself). Nodes and root go in one crop: a sliding-window
+    layer cropped twice in a row would lose a position of its window. ``depth``
+    drafter forwards.
     """
     device = ids.device
     length = ids.shape[1]
@@ -66,7 +69,7 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
             for rank, (token, logq) in enumerate(kids):
                 level.append(len(cand))
                 cand.append((token, c, rank, d, cand[c][4] + logq))
-    cached.keep_block(len(fed), [])
+    cached.keep_block(len(fed) + int(drop_root), [])
     return _best(cand, nodes)
 
 
@@ -112,7 +115,7 @@ def _share(budget: int, levels: int) -> int:
 
 
 def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor, depth: int,
-                nodes: int, branch: int, generator) -> tuple[Tree, torch.Tensor]:
+                nodes: int, branch: int, generator, *, drop_root: bool = False) -> tuple[Tree, torch.Tensor]:
     """A tree of at most ``nodes`` nodes whose children are *drawn* from q without
     replacement, for :func:`generation.accept.accept_tree_rrs`; returns the tree
     and q at the root and at every node (n + 1, V; zero rows at leaves).
@@ -125,6 +128,7 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
     each, one drafter forward per level. A tree of 16 nodes and depth 4 then
     reaches depth 4 (3 + 5 + 4 + 4 nodes with branch 3) instead of spending its
     budget on the first levels.
+    The cache is left as by :func:`draft_tree` (``drop_root`` likewise).
     """
     device = ids.device
     length = ids.shape[1]
@@ -153,7 +157,7 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
             for rank, (token, logq) in enumerate(kids):
                 level.append(len(cand))
                 cand.append((token, c, rank, d, cand[c][4] + logq))
-    cached.keep_block(len(fed), [])
+    cached.keep_block(len(fed) + int(drop_root), [])
     tree = Tree(tokens=tuple(c[0] for c in cand), parents=tuple(c[1] for c in cand),
                 ranks=tuple(c[2] for c in cand))
     q_rows = torch.zeros(len(cand) + 1, rows[-1].shape[-1], device=rows[-1].device, dtype=rows[-1].dtype)

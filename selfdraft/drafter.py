@@ -9,8 +9,11 @@ that cache can be shared (``shared_cache``), each round the drafter
    follows feeds only the last token and the drafts);
 2. builds its round cache: a view of the target's layers (same dtype), or its
    own cache topped up with the newly committed positions, cast;
-3. drafts one token per forward, exactly as :class:`ModelDrafter` does;
-4. drops its draft positions, so the target's cache is as it was.
+3. drafts one token per forward, exactly as :class:`ModelDrafter` does, or,
+   asked for a token tree (``propose_tree``), grows it on that round cache
+   with ``generation.tree_draft`` (the root and one level per forward);
+4. drops its draft positions (and a tree's root and nodes), so the target's
+   cache is as it was.
 
 Otherwise (no cache, recurrent layers, sliding layers for a cast copy) it
 drafts like a :class:`ModelDrafter`, on a cache of its own.
@@ -22,13 +25,15 @@ import torch
 
 from generation.common import check_gamma, check_request, model_device
 from generation.speculative import ModelDrafter, draft_tokens, shared_vocab_size
+from generation.tree import Tree
+from generation.tree_draft import draft_tree, sample_tree
 from generation.verify import verify_loop
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
 from selfdraft.mark import SELF_DRAFT_ATTR, mark_self_draft, self_draft_target  # noqa: F401 (re-exported)
 from selfdraft.skip import kept_layers
 from selfdraft.spec import parse_self_draft
-from utils.cache import RollbackStats, _forward_kwargs, new_cache
+from utils.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
 
 
 class SelfDrafter:
@@ -58,6 +63,7 @@ class SelfDrafter:
         self.cache = None
         self._forwards = 0
         self._copied = 0
+        self._logits: list[torch.Tensor] = []  # the last chain proposal's logits rows, (1, V) each
         self.stats = RollbackStats(method="shared")
         self.cache_kw, self.logits_kw = _forward_kwargs(model)
 
@@ -74,6 +80,7 @@ class SelfDrafter:
     def begin(self, prompt: list[int]) -> None:
         self.mode = self._choose_mode()
         self._forwards, self._copied = 0, 0
+        self._logits = []
         self.stats = RollbackStats(method="shared" if self.mode != "own" else "crop")
         if self.mode == "copy":
             self.cache = new_cache(self.model)
@@ -87,18 +94,63 @@ class SelfDrafter:
         self._fill_target(ids)
         cache = self._round_cache(committed)
         fed = [0]
+        self._logits = []
 
         def step(seq: torch.Tensor) -> torch.Tensor:
             new = seq[:, committed + fed[0]:]
             fed[0] += new.shape[1]
-            return self._forward(new, cache)
+            logits = self._forward(new, cache)                      # (1, V)
+            self._logits.append(logits)
+            return logits
 
         try:
             drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
                                          self.vocab_size, stop_below)
         finally:
             shared_cache.drop_drafts(cache, fed[0])
+        del self._logits[drafts.shape[0]:]                          # a step past an early stop drafted nothing
         return drafts.to(ids.device), probs.to(ids.device)
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """A dynamic tree (``generation.tree_draft``) of at most ``nodes`` nodes and ``depth``
+        levels, grown on the round cache (the target's layers, or the cast copy): the root
+        and then one level per forward. The root and every node are dropped again, so the
+        target's cache is as it was. A chain of ``min(depth, nodes)`` drafts where the
+        drafter cannot take a tree (no custom masks, no position ids)."""
+        if self.mode == "own":
+            return self.own.propose_tree(ids, depth, nodes, branch)
+        tree = self._grow(ids, lambda cached, seq: draft_tree(
+            cached, self.processor, self.vocab_size, seq, depth, nodes, branch, drop_root=True))
+        if tree is None:
+            drafts, _ = self.propose(ids, min(depth, nodes))
+            return Tree.chain(drafts.tolist())
+        return tree
+
+    def propose_sampled_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int
+                             ) -> tuple[Tree, torch.Tensor]:
+        """A tree whose children are drawn from q without replacement
+        (``generation.tree_draft.sample_tree``), grown and dropped again like
+        :meth:`propose_tree`, and q at the root and each node, (n + 1, V); a chain
+        and its q where the drafter cannot take a tree."""
+        if self.mode == "own":
+            return self.own.propose_sampled_tree(ids, depth, nodes, branch)
+        grown = self._grow(ids, lambda cached, seq: sample_tree(
+            cached, self.processor, self.vocab_size, seq, depth, nodes, branch, self.generator, drop_root=True))
+        if grown is None:
+            drafts, q = self.propose(ids, min(depth, nodes))
+            return Tree.chain(drafts.tolist()), torch.cat([q, torch.zeros_like(q[:1])])
+        tree, q = grown
+        return tree, q.to(ids.device)
+
+    def draft_logits(self) -> torch.Tensor | None:
+        """The last chain proposal's raw logits, (k', V): the inspector shows their
+        softmax under greedy, where q itself is one-hot."""
+        if self.mode == "own":
+            return self.own.draft_logits()
+        if not self._logits:
+            return None
+        logits = torch.cat(self._logits)                            # (k', V_drafter)
+        return logits if self.vocab_size is None else logits[:, :self.vocab_size]
 
     def update(self, new_tokens, top_k) -> None:
         """Nothing to learn: the committed tokens are read from the target's cache next round."""
@@ -107,6 +159,27 @@ class SelfDrafter:
         return self.stats.to_dict() if self.mode != "own" else self.own.rollback_stats()
 
     # ------------------------------------------------------------ internals
+
+    def _grow(self, ids: torch.Tensor, grow):
+        """``grow(cached, seq)`` on the round cache wrapped as a ``CachedModel`` holding the
+        committed tokens; None (nothing fed) where the drafter cannot take a tree.
+
+        ``grow`` feeds the root and one level per forward and drops them all in
+        one crop (``drop_root``), so the target's cache is left as it was.
+        """
+        committed = ids.shape[1] - 1
+        self._fill_target(ids)
+        cached = CachedModel.over(self.model, self._round_cache(committed), committed)
+        if tree_support(cached) is not None:
+            return None
+        self._logits = []
+        try:
+            return grow(cached, ids.to(self.device))
+        except BaseException:  # a forward raised: still leave the target's cache as it was
+            shared_cache.drop_drafts(cached.cache, cached.length - committed)
+            raise
+        finally:
+            self._forwards += cached.forwards
 
     def _choose_mode(self) -> str:
         target = self.target
@@ -157,14 +230,26 @@ def make_drafter(drafter, target, processor, *, use_cache: bool = True, vocab_si
 
 def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamma: int = 4, max_gen_len: int = 128,
                               eos_tokens_id=None, use_cache: bool = True, vocab_size: int | None = None,
-                              generator: torch.Generator | None = None, gamma_policy=None):
-    """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for self-drafters)."""
+                              generator: torch.Generator | None = None, gamma_policy=None, tree: int = 0,
+                              tree_branch: int = 2, tree_sample: bool = False):
+    """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for
+    self-drafters); ``tree`` > 0 verifies token trees of at most that many nodes (``tree_sample``:
+    children drawn from q, see ``generation.verify.verify_loop``)."""
     prompt = check_request(inputs, max_gen_len, target, drafter)
     vocab = vocab_size or shared_vocab_size(target, drafter)
     made = make_drafter(drafter, target, logits_processor, use_cache=use_cache, vocab_size=vocab, generator=generator)
     return verify_loop(prompt, made, target, logits_processor=logits_processor, gamma=check_gamma(gamma),
                        max_gen_len=max_gen_len, eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
-                       generator=generator, gamma_policy=gamma_policy)
+                       generator=generator, gamma_policy=gamma_policy, tree=tree, tree_branch=tree_branch,
+                       tree_sample=tree_sample)
+
+
+def self_draft_model(pair, spec: str):
+    """The self-draft model for ``spec`` made from ``pair.target``, built once per pair and spec."""
+    built = pair.__dict__.setdefault("_self_drafters", {})
+    if spec not in built:
+        built[spec] = build_self_drafter(pair.target, parse_self_draft(spec))
+    return built[spec]
 
 
 def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bool = True,
@@ -179,8 +264,5 @@ def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bo
         if self_draft_target(model) is not pair.target:
             raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
     else:
-        built = pair.__dict__.setdefault("_self_drafters", {})
-        if spec not in built:
-            built[spec] = build_self_drafter(pair.target, parse_self_draft(spec))
-        model = built[spec]
+        model = self_draft_model(pair, spec)
     return SelfDrafter(model, processor, use_cache=use_cache, vocab_size=pair.vocab_size, generator=generator)

@@ -34,18 +34,24 @@ def _drafter_name(target: str | None, spec: SelfDraftSpec, draft) -> str:
     return f"{DEFAULT_LABEL if target is None else target} {spec.label} ({dtype_name(_float_dtype(draft))}{int8})"
 
 
+def resolve_skip(model, tokenizer, spec: SelfDraftSpec, say=no_progress) -> tuple[SelfDraftSpec, list[str]]:
+    """``spec`` with ``self:skip=auto`` replaced by the layers a search on this machine picks
+    (``selfdraft.search``), and the search's one line; any other spec as it is."""
+    if not spec.auto:
+        return spec, []
+    say("Searching the layers to skip (self:skip=auto)")
+    ids = calibration_ids(tokenizer)
+    found = search_skip(model, greedy_continuation(model, ids), ids.shape[1], time_target(model, ids).verify_s)
+    return SelfDraftSpec("skip", found.layers), [found.line(num_layers(model))]
+
+
 def _build(model, tokenizer, spec: SelfDraftSpec | None, label: str, cache_dir, say):
     """(drafter model, its resolved spec, banner lines) for ``spec`` (None: the measured default)."""
     if spec is None:
         draft, chosen, notes = default_drafter(model, tokenizer, label, cache_root(cache_dir), say=say)
         return draft, parse_self_draft(chosen), list(notes)
-    if spec.auto:
-        say("Searching the layers to skip (self:skip=auto)")
-        ids = calibration_ids(tokenizer)
-        found = search_skip(model, greedy_continuation(model, ids), ids.shape[1], time_target(model, ids).verify_s)
-        resolved = SelfDraftSpec("skip", found.layers)
-        return build_self_drafter(model, resolved), resolved, [found.line(num_layers(model))]
-    return build_self_drafter(model, spec), spec, []
+    resolved, notes = resolve_skip(model, tokenizer, spec, say)
+    return build_self_drafter(model, resolved), resolved, notes
 
 
 def load_self_draft_pair(

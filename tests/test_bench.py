@@ -648,3 +648,109 @@ def test_end_to_end_tiny_run_with_trees(tiny_pair, tmp_path, monkeypatch):
     runs = {r["variant"]: r for r in json.loads((out2 / "bench.json").read_text())["runs"]}
     assert "proposes chains only" in runs["speculative+tree8@3"]["tree_fallback"]
     assert "speculative+tree8@3: chain instead of a tree" in (out2 / "summary.md").read_text()
+
+
+# ------------------------------------------------------------- self-drafters
+
+def test_self_drafter_specs_parse_and_plan_beside_the_pairs_drafter():
+    from bench.cli import parse_self_drafters
+
+    assert parse_self_drafters("self:bf16, self:skip=5,3,self:INT8,self:bf16") == [
+        "self:bf16", "self:skip=3,5", "self:int8"]
+    with pytest.raises(ValueError, match="self:skip=auto"):
+        parse_self_drafters("self:int4")
+    variants = plan_variants(["speculative", "ngram"], [2, 4], peers=True, policies=[], trees=[8],
+                             self_drafters=["self:int8", "self:skip=3,5"])
+    names = [v.name for v in variants]
+    assert names.index("speculative[self:int8]@2") > names.index("speculative+tree8@4")
+    assert names.index("speculative[self:skip=3,5]+tree8@4") < names.index("ngram@2")
+    mine = [v for v in variants if v.drafter]
+    assert len(mine) == 2 * 2 * 2 and all(v.peer is None for v in mine)      # specs x (chain, tree) x gammas
+    for v in mine:
+        assert parse_variant_name(v.name) == v
+    assert parse_variant_name("speculative[self:skip=3,5]+tree8@4").label == "speculative self:skip=3,5 tree 8 γ=4"
+
+
+def _self_bench(pair, tmp_path) -> dict:
+    from bench.cli import main
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "summarization",
+                                   "turns": ["the cat sat on the mat. the cat sat."]}), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["--prompts", str(prompts), "--strategies", "speculative", "--gamma", "3", "--trees", "8",
+                 "--self-drafters", "self:int8,self:skip=1", "--policies", "none", "--length", "10",
+                 "--repeats", "1", "--warmup", "0", "--threads", "1", "--no-chart", "--out", str(out)],
+                loader=lambda args: pair)
+    assert code == 0
+    data = json.loads((out / "bench.json").read_text())
+    data["summary_md"] = (out / "summary.md").read_text()
+    return data
+
+
+SELF_VARIANTS = [f"speculative[{s}]{t}@3" for s in ("self:int8", "self:skip=1") for t in ("", "+tree8")]
+
+
+def check_self_runs(data: dict) -> None:
+    """Lossless, trees verified, and drafted by the self-drafter: the int8 copy of the target
+    agrees with it far more often than the pair's independent drafter does."""
+    runs = {r["variant"]: r for r in data["runs"]}
+    for name in SELF_VARIANTS:
+        assert data["outputs"][name] == data["outputs"]["target"], name
+        assert runs[name]["tree_fallback"] == "" and runs[name]["drafter_calls"] > 0, name
+    for name in SELF_VARIANTS[1::2]:                                          # the tree variants
+        assert runs[name]["drafted"] / runs[name]["rounds"] > 3, name
+
+    def rate(name):
+        return runs[name]["accepted"] / runs[name]["drafted"]
+
+    assert rate("speculative[self:int8]@3") > 0.9 > rate("speculative@3") + 0.2
+
+
+def test_end_to_end_tiny_run_with_self_drafters_and_trees(tiny_pair, tmp_path):
+    """--self-drafters runs each self-drafter (chains and trees) beside the pair's drafter and target AR."""
+    data = _self_bench(tiny_pair, tmp_path)
+    assert {"target", "speculative@3", "speculative+tree8@3", *SELF_VARIANTS} == set(data["variants"])
+    assert data["settings"]["self_drafters"] == ["self:int8", "self:skip=1"]
+    check_self_runs(data)
+    assert "| speculative self:int8 tree 8" in data["summary_md"]
+    assert "| speculative self:skip=1 γ=3" in data["summary_md"]
+
+
+def test_self_drafter_variants_that_run_the_pairs_drafter_are_caught(tiny_pair, tmp_path, monkeypatch):
+    """Mutation: the variant's self-drafter spec is ignored (the pair's drafter drafts)."""
+    import bench.executor
+
+    real = bench.executor.our_strategy
+    monkeypatch.setattr(bench.executor, "our_strategy", lambda variant, **kw: real(replace(variant, drafter=""), **kw))
+    with pytest.raises(AssertionError):
+        check_self_runs(_self_bench(tiny_pair, tmp_path))
+
+
+def test_a_self_drafter_that_does_not_apply_is_one_line(tiny_pair, tmp_path, capsys):
+    from bench.cli import main
+
+    code = main(["--self-drafters", "self:skip=0,1", "--limit", "1", "--out", str(tmp_path)],
+                loader=lambda args: tiny_pair)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cannot skip all 2 layers" in err and "Traceback" not in err
+    with pytest.raises(SystemExit):
+        main(["--self-drafters", "self:int4"], loader=lambda args: pytest.fail("loaded"))
+    last = capsys.readouterr().err.strip().splitlines()[-1]               # argparse: usage, then the error
+    assert "--self-drafters: unknown self-drafter self:int4: use " in last and "--drafter " not in last
+
+
+def test_a_skip_search_that_keeps_every_layer_is_left_out_with_a_line(tiny_pair, tmp_path):
+    """self:skip=auto on a 2-layer target: the search keeps both layers, so the spec does not run."""
+    from bench.cli import main
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["ab ab"]}), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["--prompts", str(prompts), "--strategies", "speculative", "--gamma", "2", "--policies", "none",
+                 "--self-drafters", "self:skip=auto", "--length", "4", "--repeats", "1", "--warmup", "0",
+                 "--no-chart", "--out", str(out)], loader=lambda args: tiny_pair)
+    assert code == 0
+    assert json.loads((out / "bench.json").read_text())["variants"] == ["target", "speculative@2"]
+    assert "self:skip=auto: the layer search found no layer worth skipping" in (out / "summary.md").read_text()

@@ -201,3 +201,61 @@ def test_infer_selftest_passes_and_fails_loudly(saved_pair, tmp_path):
     assert "FAIL  NASD greedy (cache on): prompt " in broken.stdout
     assert "self-test failed: " in broken.stdout
     assert "Traceback" not in broken.stderr
+
+
+# ------------------------------------------------------ self-drafters, trees
+
+@pytest.fixture(scope="module")
+def self_pair(pair):
+    """The tiny pair with a self-drafter (the target in int8) in place of its drafter."""
+    from dataclasses import replace
+
+    from selfdraft.build import build_self_drafter
+    from selfdraft.spec import parse_self_draft
+
+    drafter = build_self_drafter(pair.target, parse_self_draft("self:int8"))
+    return replace(pair, drafter=drafter, drafter_name="tiny target self:int8", drafts_on_target_cache=True)
+
+
+def _keep_the_tree_root(monkeypatch):
+    """Mutation: a self-drafter drops its tree's nodes but leaves the root in the target's cache."""
+    import selfdraft.drafter
+
+    real = selfdraft.drafter.draft_tree
+    monkeypatch.setattr(selfdraft.drafter, "draft_tree", lambda *a, **kw: real(*a, **(kw | {"drop_root": False})))
+
+
+def test_a_self_drafter_with_trees_passes_and_says_so(self_pair):
+    checks = run_selftest(self_pair, length=16, sampling_runs=100, tree=8, tree_branch=2)
+    for check in checks:
+        assert check.passed, check.line()
+    on = next(c for c in checks if c.name == "speculative greedy (cache on)")
+    assert "; trees in " in on.detail and "; trees in 0 of" not in on.detail   # trees were verified
+    off = next(c for c in checks if c.name == "speculative greedy (cache off)")
+    assert "chain instead of a tree: the cache is off" in off.detail
+
+
+def test_a_self_drafter_that_leaves_its_tree_root_in_the_target_cache_fails(self_pair, monkeypatch):
+    _keep_the_tree_root(monkeypatch)
+    checks = run_selftest(self_pair, length=16, sampling_runs=100, tree=8, tree_branch=2)
+    failed = {c.name for c in checks if not c.passed}
+    assert "speculative greedy (cache on)" in failed and "speculative sampling" in " ".join(failed)
+    assert "NASD greedy (cache on)" not in failed                  # the n-gram drafter never shares the cache
+
+
+def test_infer_selftest_checks_the_self_drafter_it_is_given_with_trees(saved_pair, capsys, monkeypatch):
+    """``infer.py --selftest --drafter self:int8 --tree 8`` (in process): the self-drafter is
+    built from the target, and the speculative checks verify trees with it; broken, it fails."""
+    import infer
+
+    target, _ = saved_pair
+    argv = ["--target", str(target), "--drafter", "self:int8", "--device", "cpu", "--tree", "8", "--selftest"]
+    assert infer.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "self:int8" in out and "self-test passed: 7 checks" in out
+    greedy = next(line for line in out.splitlines() if line.startswith("PASS  speculative greedy (cache on)"))
+    assert "; trees in " in greedy and "; trees in 0 of" not in greedy
+
+    _keep_the_tree_root(monkeypatch)
+    assert infer.main(argv) == 1
+    assert "FAIL  speculative greedy (cache on): " in capsys.readouterr().out

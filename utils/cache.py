@@ -249,6 +249,19 @@ class CachedModel:
         self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
         self.forwards = 0  # forward passes since begin()
 
+    @classmethod
+    def over(cls, model, cache, length: int) -> CachedModel:
+        """``model`` on an existing ``cache`` that holds ``length`` positions of its sequence.
+
+        Fed on the ``cached`` path, without a probe: for a drafter that grows
+        a tree on a cache it shares (``selfdraft.drafter``), which must leave
+        the cache as it found it (drop what it fed, :func:`drop_last`).
+        """
+        cached = cls(model, path="cached")
+        cached.cache = cache
+        cached._length = length
+        return cached
+
     def _fresh_stats(self) -> RollbackStats:
         return RollbackStats(method="crop" if self.use_cache else "none", path=self.path,
                              reason=self.reason if self.path != "cached" else "")
