@@ -41,7 +41,7 @@ import transformers
 
 from checks.stats import goodness_of_fit
 from engine import NGramOptions, Strategy, run_strategy
-from utils.cache import UnsupportedCacheError
+from utils.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 
 VOCAB = 96
 HIDDEN = 32
@@ -193,6 +193,27 @@ def _lfm2_moe() -> dict:
                 conv_L_cache=3, layer_types=["conv", "full_attention", "conv"])
 
 
+def _minimax() -> dict:
+    # Full attention and lightning (blockwise linear) attention alternate, full first as in
+    # MiniMax's own default (the cache counts positions in layer 0); blocks of 4 tokens, so
+    # a prompt spans several; every MLP a mixture of experts.
+    return dict(**_gqa(4), head_dim=8, block_size=4, num_local_experts=4, num_experts_per_tok=2,
+                layer_types=_alternating(4, "full_attention", "linear_attention"))
+
+
+def _xlstm() -> dict:
+    # mLSTM blocks (matrix memory: C, n, m per head); chunk 4 so the chunkwise kernel
+    # runs over several chunks of a prompt. The cache sizes its state from the qk and v
+    # widths rounded up to 64, the layers from the unrounded ones: hidden 64 with
+    # factors 1 makes them agree. On 4.57 the chunkwise kernel raises on any sequence
+    # as long as its chunk (a reshape error, uncached too): there the chunk (128) is
+    # longer than every sequence here.
+    chunk = 4 if TRANSFORMERS_RELEASE >= (5,) else 128
+    return dict(hidden_size=2 * HIDDEN, num_hidden_layers=2, num_heads=4, chunk_size=chunk, qk_dim_factor=1.0,
+                v_dim_factor=1.0, ffn_round_up_to_multiple_of=16, autocast_kernel_dtype="float32",
+                tie_word_embeddings=False)
+
+
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("llama", "LlamaConfig", "LlamaForCausalLM", lambda: _gqa()),
     Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
@@ -275,6 +296,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            new=True),
     Family("lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM", _lfm2_moe, kind="hybrid",
            note="short-convolution and attention layers, MoE after a dense layer", new=True),
+    Family("minimax", "MiniMaxConfig", "MiniMaxForCausalLM", _minimax, kind="hybrid",
+           note="lightning attention (blockwise linear attention, its state in the model's own cache) "
+                "and full attention, MoE", new=True),
+    Family("xlstm", "xLSTMConfig", "xLSTMForCausalLM", _xlstm, kind="recurrent",
+           note="mLSTM blocks (matrix memory) in a cache class of the model's own", new=True),
     Family("t5", "T5Config", "T5ForConditionalGeneration",
            lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
                         num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,

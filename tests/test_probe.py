@@ -180,10 +180,11 @@ def test_a_crop_that_raises_becomes_one_line(monkeypatch):
 # ------------------------------------------------------------- mutation
 
 @needs_5
-@pytest.mark.parametrize("name", ["mamba2", "jamba"])
+@pytest.mark.parametrize("name", ["mamba2", "jamba", "xlstm", "minimax"])
 def test_skipping_the_recurrent_restore_fails_the_logits_check(name, monkeypatch):
-    """Mutation: a 'snapshot' that is the live layer itself restores nothing. The
-    architecture logits check must fail; and a fresh probe must not trust the cache."""
+    """Mutation: a 'snapshot' that is the live layer itself restores nothing (for xLSTM and
+    MiniMax, the live cache of the model's own class). The architecture logits check must
+    fail; and a fresh probe must not trust the cache."""
     target, independent = built(name), built(name, "independent")
     probe_of(target), probe_of(independent)
     assert arch_zoo.check_logits(name).passed
