@@ -193,6 +193,24 @@ def _lfm2_moe() -> dict:
                 conv_L_cache=3, layer_types=["conv", "full_attention", "conv"])
 
 
+def _olmo_hybrid() -> dict:
+    # Gated delta-net linear attention (conv + recurrent state, negative eigenvalues
+    # allowed) and full-attention layers; the linear layers take no rotary positions.
+    return dict(**_gqa(4), layer_types=_alternating(4, "linear_attention", "full_attention"),
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                linear_value_head_dim=8, linear_conv_kernel_dim=4)
+
+
+def _kimi_linear() -> dict:
+    # Kimi delta attention (conv + recurrent state) and multi-head latent attention
+    # layers; layer 0 a dense MLP, the others MoE.
+    return dict(**{**_gqa(4), "num_key_value_heads": 4}, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+                v_head_dim=8, qk_nope_head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=16, linear_head_dim=8, linear_num_heads=4, linear_conv_kernel_dim=4,
+                layer_types=_alternating(4, "linear_attention", "full_attention"),
+                mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+
+
 def _minimax() -> dict:
     # Full attention and lightning (blockwise linear) attention alternate, full first as in
     # MiniMax's own default (the cache counts positions in layer 0); blocks of 4 tokens, so
@@ -212,6 +230,13 @@ def _xlstm() -> dict:
     return dict(hidden_size=2 * HIDDEN, num_hidden_layers=2, num_heads=4, chunk_size=chunk, qk_dim_factor=1.0,
                 v_dim_factor=1.0, ffn_round_up_to_multiple_of=16, autocast_kernel_dtype="float32",
                 tie_word_embeddings=False)
+
+
+def _cohere2() -> dict:
+    # Three sliding layers with rotary positions, then a global one without;
+    # logit_scale 1 (the zoo scales the output layer itself).
+    return dict(**_gqa(4), sliding_window=WINDOW, logit_scale=1.0,
+                layer_types=["sliding_attention"] * 3 + ["full_attention"])
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
@@ -296,11 +321,21 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            new=True),
     Family("lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM", _lfm2_moe, kind="hybrid",
            note="short-convolution and attention layers, MoE after a dense layer", new=True),
+    Family("olmo_hybrid", "OlmoHybridConfig", "OlmoHybridForCausalLM", _olmo_hybrid, kind="hybrid",
+           note="gated delta-net linear attention (conv + recurrent state) and full attention", new=True),
+    Family("kimi_linear", "KimiLinearConfig", "KimiLinearForCausalLM", _kimi_linear, kind="hybrid",
+           note="Kimi delta attention (conv + recurrent state) and multi-head latent attention, MoE", new=True),
     Family("minimax", "MiniMaxConfig", "MiniMaxForCausalLM", _minimax, kind="hybrid",
            note="lightning attention (blockwise linear attention, its state in the model's own cache) "
                 "and full attention, MoE", new=True),
     Family("xlstm", "xLSTMConfig", "xLSTMForCausalLM", _xlstm, kind="recurrent",
            note="mLSTM blocks (matrix memory) in a cache class of the model's own", new=True),
+    Family("falcon_mamba", "FalconMambaConfig", "FalconMambaForCausalLM",
+           lambda: dict(hidden_size=HIDDEN, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4,
+                        time_step_rank=4, use_mambapy=False, tie_word_embeddings=False),
+           kind="recurrent", note="mamba with RMS-normalised B, C and dt", new=True),
+    Family("cohere2", "Cohere2Config", "Cohere2ForCausalLM", _cohere2, kind="sliding", window=WINDOW,
+           note="three sliding layers with rotary positions, then a global one without", new=True),
     Family("t5", "T5Config", "T5ForConditionalGeneration",
            lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
                         num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,
