@@ -239,6 +239,37 @@ def _cohere2() -> dict:
                 layer_types=["sliding_attention"] * 3 + ["full_attention"])
 
 
+def _deepseek_v32() -> dict:
+    # Multi-head latent attention whose keys are chosen per query by a lightning indexer
+    # (its own key cache in the layer): each query attends to its top 6 positions only,
+    # fewer than any prompt, so the selection matters; layer 0 dense, layer 1 MoE. An index
+    # score is a weighted sum of ReLUs over the indexer heads: with 2 heads, exact zeros tie
+    # at the top-6 cut, and which one is kept depends on the length of the tensor topk
+    # sees (transformers' own uncached forward of 7 and of 14 tokens then disagree at
+    # position 6); with 8 heads such ties are improbable.
+    return dict(**_deepseek_v3(), head_dim=8, index_topk=6, index_head_dim=8, index_n_heads=8)
+
+
+def _lfm3() -> dict:
+    # Short-convolution layers, a sliding and a full attention layer (gated, sandwich norms).
+    return dict(**_gqa(4), head_dim=8, conv_L_cache=3, sliding_window=WINDOW,
+                layer_types=["conv", "sliding_attention", "full_attention", "conv"])
+
+
+def _longcat_flash() -> dict:
+    # Each of the 2 layers runs two MLA attentions and two MLPs, and MoE with zero-compute
+    # experts (a token routed there passes through unchanged).
+    return dict(hidden_size=HIDDEN, num_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=False, ffn_hidden_size=2 * HIDDEN,
+                q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8,
+                v_head_dim=8, moe_topk=2, n_routed_experts=4, zero_expert_num=2, expert_ffn_hidden_size=16)
+
+
+def _exaone4() -> dict:
+    # Three sliding layers with rotary positions, then a global one without; QK norms.
+    return dict(**_gqa(4), sliding_window=WINDOW, layer_types=["sliding_attention"] * 3 + ["full_attention"])
+
+
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("llama", "LlamaConfig", "LlamaForCausalLM", lambda: _gqa()),
     Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
@@ -336,6 +367,15 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            kind="recurrent", note="mamba with RMS-normalised B, C and dt", new=True),
     Family("cohere2", "Cohere2Config", "Cohere2ForCausalLM", _cohere2, kind="sliding", window=WINDOW,
            note="three sliding layers with rotary positions, then a global one without", new=True),
+    Family("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM", _deepseek_v32,
+           note="sparse attention: an indexer (keys cached beside the layer's) picks each query's top 6 "
+                "positions; MLA, MoE after a dense layer", new=True),
+    Family("lfm3", "Lfm3Config", "Lfm3ForCausalLM", _lfm3, kind="hybrid", window=WINDOW,
+           note="short-convolution layers, a sliding and a full gated attention layer", new=True),
+    Family("longcat_flash", "LongcatFlashConfig", "LongcatFlashForCausalLM", _longcat_flash,
+           note="two MLA attentions per layer, MoE with zero-compute experts", new=True),
+    Family("exaone4", "Exaone4Config", "Exaone4ForCausalLM", _exaone4, kind="sliding", window=WINDOW,
+           note="three sliding layers with rotary positions, then a global one without; QK norms", new=True),
     Family("t5", "T5Config", "T5ForConditionalGeneration",
            lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
                         num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,

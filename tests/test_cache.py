@@ -62,7 +62,7 @@ def reference_logits(model, ids):
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "gemma3", "lfm2", "mamba2", "jamba", "qwen3_next", "xlstm",
-                                  "minimax", "t5"])
+                                  "minimax", "deepseek_v32", "t5"])
 def test_rollback_then_continue_matches_a_cacheless_forward(name):
     """A round whose drafts are rejected leaves the cache a prefix of the kept
     sequence: the next forward gives the logits a cacheless forward gives."""
@@ -91,7 +91,7 @@ def test_rollback_then_continue_matches_a_cacheless_forward(name):
 
 
 @pytest.mark.parametrize("name, expected", [("llama", "crop"), ("mamba2", "restore"), ("jamba", "restore"),
-                                            ("xlstm", "restore")])
+                                            ("xlstm", "restore"), ("deepseek_v32", "crop")])
 def test_speculative_reports_the_rollback_it_used(name, expected):
     target, drafter = built(name), built(name, "drafter")
     try:
