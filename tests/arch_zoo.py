@@ -1,7 +1,7 @@
 """A zoo of tiny random models, one target and one drafter per architecture family,
 and the checks that hold every decoding strategy to transformers' own ``generate``.
 
-Everything is built offline from configs (no downloads): hidden size 32,
+Everything is built offline from configs (no downloads): hidden size 32 (64 for xLSTM),
 2-4 layers, a vocabulary of 96, so one forward takes milliseconds. Weights are
 initialised wide (``WIDE_INIT``, ten times transformers' default) and the
 output layer is scaled up (``LOGIT_SCALE``), so the argmax is decisive (the
@@ -270,6 +270,16 @@ def _exaone4() -> dict:
     return dict(**_gqa(4), sliding_window=WINDOW, layer_types=["sliding_attention"] * 3 + ["full_attention"])
 
 
+def _ministral3() -> dict:
+    # YaRN rotary positions and a query scale that steps up with the position (Llama-4
+    # style: 1 + beta * log(1 + floor(position / original length))); an original length
+    # of 16 makes the scale step several times within every run here.
+    rope = dict(rope_type="yarn", rope_theta=10000.0, factor=MAX_POSITIONS / 16, original_max_position_embeddings=16,
+                max_position_embeddings=MAX_POSITIONS, beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                mscale_all_dim=1.0, llama_4_scaling_beta=0.5)
+    return dict(**_gqa(2), head_dim=8, rope_parameters=rope)
+
+
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("llama", "LlamaConfig", "LlamaForCausalLM", lambda: _gqa()),
     Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
@@ -376,6 +386,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            note="two MLA attentions per layer, MoE with zero-compute experts", new=True),
     Family("exaone4", "Exaone4Config", "Exaone4ForCausalLM", _exaone4, kind="sliding", window=WINDOW,
            note="three sliding layers with rotary positions, then a global one without; QK norms", new=True),
+    Family("ministral3", "Ministral3Config", "Ministral3ForCausalLM", _ministral3,
+           note="YaRN positions and a query scale that steps with the position", new=True),
     Family("t5", "T5Config", "T5ForConditionalGeneration",
            lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
                         num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,
