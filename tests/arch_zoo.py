@@ -280,6 +280,13 @@ def _ministral3() -> dict:
     return dict(**_gqa(2), head_dim=8, rope_parameters=rope)
 
 
+def _glm4_moe() -> dict:
+    # Rotary positions on half of each head (partial_rotary_factor 0.5), QK norms,
+    # sigmoid-routed MoE with a shared expert after a dense layer.
+    return dict(**_gqa(2), head_dim=16, use_qk_norm=True, moe_intermediate_size=16, n_routed_experts=4,
+                num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1)
+
+
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("llama", "LlamaConfig", "LlamaForCausalLM", lambda: _gqa()),
     Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
@@ -388,6 +395,20 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            note="three sliding layers with rotary positions, then a global one without; QK norms", new=True),
     Family("ministral3", "Ministral3Config", "Ministral3ForCausalLM", _ministral3,
            note="YaRN positions and a query scale that steps with the position", new=True),
+    Family("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM", _glm4_moe,
+           note="rotary positions on half of each head, QK norms, sigmoid-routed MoE after a dense layer", new=True),
+    Family("olmo3", "Olmo3Config", "Olmo3ForCausalLM",
+           lambda: dict(**_gqa(3), sliding_window=WINDOW,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+           kind="sliding", window=WINDOW, note="two sliding layers, then a full one; norms after each block",
+           new=True),
+    Family("ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM", lambda: dict(**_gqa(), head_dim=8),
+           note="interleaved rotary positions computed in float32", new=True),
+    Family("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
+           lambda: dict(**_gqa(), head_dim=8), note="QK norms after the rotary positions", new=True),
+    Family("seed_oss", "SeedOssConfig", "SeedOssForCausalLM",
+           lambda: dict(**_gqa(), head_dim=8, attention_dropout=0.0, residual_dropout=0.0),
+           note="biases on q, k and v", new=True),
     Family("t5", "T5Config", "T5ForConditionalGeneration",
            lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
                         num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,
