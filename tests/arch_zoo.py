@@ -196,19 +196,18 @@ def _lfm2_moe() -> dict:
 def _olmo_hybrid() -> dict:
     # Gated delta-net linear attention (conv + recurrent state, negative eigenvalues
     # allowed) and full-attention layers; the linear layers take no rotary positions.
-    return dict(**_gqa(4), layer_types=_alternating(4, "linear_attention", "full_attention"),
+    return dict(**_gqa(2), layer_types=["linear_attention", "full_attention"],
                 linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
                 linear_value_head_dim=8, linear_conv_kernel_dim=4)
 
 
 def _kimi_linear() -> dict:
-    # Kimi delta attention (conv + recurrent state) and multi-head latent attention
-    # layers; layer 0 a dense MLP, the others MoE.
-    return dict(**{**_gqa(4), "num_key_value_heads": 4}, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+    # A Kimi delta attention layer (conv + recurrent state), then a multi-head latent
+    # attention one; layer 0 a dense MLP, layer 1 MoE.
+    return dict(**{**_gqa(2), "num_key_value_heads": 4}, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
                 v_head_dim=8, qk_nope_head_dim=8, num_local_experts=4, num_experts_per_tok=2,
                 moe_intermediate_size=16, linear_head_dim=8, linear_num_heads=4, linear_conv_kernel_dim=4,
-                layer_types=_alternating(4, "linear_attention", "full_attention"),
-                mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+                layer_types=["linear_attention", "full_attention"], mlp_layer_types=["dense", "sparse"])
 
 
 def _minimax() -> dict:
