@@ -211,11 +211,11 @@ def _kimi_linear() -> dict:
 
 
 def _minimax() -> dict:
-    # Full attention and lightning (blockwise linear) attention alternate, full first as in
+    # A full attention layer, then a lightning (blockwise linear) attention one, full first as in
     # MiniMax's own default (the cache counts positions in layer 0); blocks of 4 tokens, so
     # a prompt spans several; every MLP a mixture of experts.
-    return dict(**_gqa(4), head_dim=8, block_size=4, num_local_experts=4, num_experts_per_tok=2,
-                layer_types=_alternating(4, "full_attention", "linear_attention"))
+    return dict(**_gqa(2), head_dim=8, block_size=4, num_local_experts=4, num_experts_per_tok=2,
+                layer_types=["full_attention", "linear_attention"])
 
 
 def _xlstm() -> dict:
