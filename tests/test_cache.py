@@ -162,3 +162,17 @@ def test_a_cache_class_of_the_models_own_is_snapshotted_whole_and_takes_no_tree(
     assert cached.stats.method == "restore" and cached.stats.restores == 1 and cached.stats.refed_tokens == 2
     line = tree_support(cached)
     assert line and "\n" not in line and "xLSTMCache" in line
+
+
+def test_a_tree_keeps_the_sparse_indexers_keys_of_its_path(monkeypatch):
+    """DeepSeek-V3.2's indexer keeps keys of its own beside the layer's keys and values:
+    after a tree verify, the kept path's indexer keys are gathered with them. Mutation:
+    without that gather the indexer scores the wrong keys, and the tree run gives other
+    tokens than ``generate``."""
+    import utils.cache
+
+    built("deepseek_v32")
+    assert arch_zoo.check_tree("deepseek_v32", "speculative").passed
+    monkeypatch.setattr(utils.cache, "_keep_indexer", lambda layer, block, kept: None)
+    outcome = arch_zoo.guarded(lambda: arch_zoo.check_tree("deepseek_v32", "speculative"))
+    assert outcome.status == "fail" and "generate gave" in outcome.detail, outcome

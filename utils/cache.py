@@ -515,12 +515,10 @@ class CachedModel:
             self.rollback(self._length - block + len(kept))
             return
         for layer in _layers(self.cache):
-            size = layer.keys.shape[-2]
-            start = size - block
             if kept:
-                index = torch.tensor(kept, dtype=torch.long, device=layer.keys.device) + start
-                layer.keys[:, :, start:start + len(kept)] = layer.keys.index_select(-2, index)
-                layer.values[:, :, start:start + len(kept)] = layer.values.index_select(-2, index)
+                _gather_block(layer.keys, -2, block, kept)
+                _gather_block(layer.values, -2, block, kept)
+                _keep_indexer(layer, block, kept)
             drop_last(layer, block - len(kept))
         self._length += len(kept) - block
 
@@ -537,7 +535,25 @@ class CachedModel:
                 drop_last(layer, 0)
 
 
-_TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+def _gather_block(tensor: torch.Tensor, dim: int, block: int, kept: list[int]) -> None:
+    """Move the positions ``kept`` (offsets into the last ``block`` along ``dim``) to the block's start, in place."""
+    start = tensor.shape[dim] - block
+    index = torch.tensor(kept, dtype=torch.long, device=tensor.device) + start
+    tensor.narrow(dim, start, len(kept)).copy_(tensor.index_select(dim, index))
+
+
+def _keep_indexer(layer, block: int, kept: list[int]) -> None:
+    """The same gather for a sparse-attention layer's indexer keys, (B, T, D), and their
+    positions, (dims, B, T) (DeepSeek-V3.2's ``DynamicIndexedLayer``); its crop drops both."""
+    keys = getattr(layer, "indexer_keys", None)
+    if keys is not None and keys.numel():
+        _gather_block(keys, 1, block, kept)
+    positions = getattr(layer, "indexer_position_ids", None)
+    if positions is not None:
+        _gather_block(positions, -1, block, kept)
+
+
+_TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer", "DynamicIndexedLayer")
 
 
 def tree_support(cached: CachedModel) -> str | None:
@@ -565,7 +581,7 @@ def tree_support(cached: CachedModel) -> str | None:
             return f"{type(model).__name__} takes no decoder position ids (a tree's siblings share a position)"
         return "encoder-decoder tree verification is not built here"
     if cached.own_cache:
-        return f"its state is in a cache class of its own ({cached.own_cache}), which holds no branches"
+        return f"{cached.own_cache}, a cache class of the model's own: a recurrent or conv state cannot hold branches"
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ("eager", "sdpa"):
         return f"attention implementation {impl!r} takes no custom mask"
