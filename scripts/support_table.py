@@ -32,7 +32,7 @@ INTRO = f"""\
 # Architecture support
 
 Which model families each decoding strategy runs on, checked on tiny random
-models built offline from configs (`tests/arch_zoo.py`; hidden size 32, 2-4
+models built offline from configs (`tests/arch_zoo.py`; hidden size 32 (64 for xLSTM), 2-4
 layers, vocabulary {arch_zoo.VOCAB}, weights initialised with a range of {arch_zoo.WIDE_INIT:g} (ten
 times transformers' default) and the output layer scaled by {arch_zoo.LOGIT_SCALE:g}, so the
 argmax is decisive and a wrong cached state shows in the tokens). Each family has a

@@ -1,7 +1,7 @@
 """A zoo of tiny random models, one target and one drafter per architecture family,
 and the checks that hold every decoding strategy to transformers' own ``generate``.
 
-Everything is built offline from configs (no downloads): hidden size 32,
+Everything is built offline from configs (no downloads): hidden size 32 (64 for xLSTM),
 2-4 layers, a vocabulary of 96, so one forward takes milliseconds. Weights are
 initialised wide (``WIDE_INIT``, ten times transformers' default) and the
 output layer is scaled up (``LOGIT_SCALE``), so the argmax is decisive (the
@@ -41,7 +41,7 @@ import transformers
 
 from checks.stats import goodness_of_fit
 from engine import NGramOptions, Strategy, run_strategy
-from utils.cache import UnsupportedCacheError
+from utils.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 
 VOCAB = 96
 HIDDEN = 32
@@ -193,6 +193,99 @@ def _lfm2_moe() -> dict:
                 conv_L_cache=3, layer_types=["conv", "full_attention", "conv"])
 
 
+def _olmo_hybrid() -> dict:
+    # Gated delta-net linear attention (conv + recurrent state, negative eigenvalues
+    # allowed) and full-attention layers; the linear layers take no rotary positions.
+    return dict(**_gqa(2), layer_types=["linear_attention", "full_attention"],
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+                linear_value_head_dim=8, linear_conv_kernel_dim=4)
+
+
+def _kimi_linear() -> dict:
+    # A Kimi delta attention layer (conv + recurrent state), then a multi-head latent
+    # attention one; layer 0 a dense MLP, layer 1 MoE.
+    return dict(**{**_gqa(2), "num_key_value_heads": 4}, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+                v_head_dim=8, qk_nope_head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=16, linear_head_dim=8, linear_num_heads=4, linear_conv_kernel_dim=4,
+                layer_types=["linear_attention", "full_attention"], mlp_layer_types=["dense", "sparse"])
+
+
+def _minimax() -> dict:
+    # A full attention layer, then a lightning (blockwise linear) attention one, full first as in
+    # MiniMax's own default (the cache counts positions in layer 0); blocks of 4 tokens, so
+    # a prompt spans several; every MLP a mixture of experts.
+    return dict(**_gqa(2), head_dim=8, block_size=4, num_local_experts=4, num_experts_per_tok=2,
+                layer_types=["full_attention", "linear_attention"])
+
+
+def _xlstm() -> dict:
+    # mLSTM blocks (matrix memory: C, n, m per head); chunk 4 so the chunkwise kernel
+    # runs over several chunks of a prompt. The cache sizes its state from the qk and v
+    # widths rounded up to 64, the layers from the unrounded ones: hidden 64 with
+    # factors 1 makes them agree. On 4.57 the chunkwise kernel raises on any sequence
+    # as long as its chunk (a reshape error, uncached too): there the chunk (128) is
+    # longer than every sequence here.
+    chunk = 4 if TRANSFORMERS_RELEASE >= (5,) else 128
+    return dict(hidden_size=2 * HIDDEN, num_hidden_layers=2, num_heads=4, chunk_size=chunk, qk_dim_factor=1.0,
+                v_dim_factor=1.0, ffn_round_up_to_multiple_of=16, autocast_kernel_dtype="float32",
+                tie_word_embeddings=False)
+
+
+def _cohere2() -> dict:
+    # Three sliding layers with rotary positions, then a global one without;
+    # logit_scale 1 (the zoo scales the output layer itself).
+    return dict(**_gqa(4), sliding_window=WINDOW, logit_scale=1.0,
+                layer_types=["sliding_attention"] * 3 + ["full_attention"])
+
+
+def _deepseek_v32() -> dict:
+    # Multi-head latent attention whose keys are chosen per query by a lightning indexer
+    # (its own key cache in the layer): each query attends to its top 6 positions only,
+    # fewer than any prompt, so the selection matters; layer 0 dense, layer 1 MoE. An index
+    # score is a weighted sum of ReLUs over the indexer heads: with 2 heads, exact zeros tie
+    # at the top-6 cut, and which one is kept depends on the length of the tensor topk
+    # sees (transformers' own uncached forward of 7 and of 14 tokens then disagree at
+    # position 6); with 8 heads such ties are improbable.
+    return dict(**_deepseek_v3(), head_dim=8, index_topk=6, index_head_dim=8, index_n_heads=8)
+
+
+def _lfm3() -> dict:
+    # Short-convolution layers, a sliding and a full attention layer (gated, sandwich norms).
+    return dict(**_gqa(4), head_dim=8, conv_L_cache=3, sliding_window=WINDOW,
+                layer_types=["conv", "sliding_attention", "full_attention", "conv"])
+
+
+def _longcat_flash() -> dict:
+    # Each of the 2 layers runs two MLA attentions and two MLPs, and MoE with zero-compute
+    # experts (a token routed there passes through unchanged).
+    return dict(hidden_size=HIDDEN, num_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=False, ffn_hidden_size=2 * HIDDEN,
+                q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8,
+                v_head_dim=8, moe_topk=2, n_routed_experts=4, zero_expert_num=2, expert_ffn_hidden_size=16)
+
+
+def _exaone4() -> dict:
+    # Three sliding layers with rotary positions, then a global one without; QK norms.
+    return dict(**_gqa(4), sliding_window=WINDOW, layer_types=["sliding_attention"] * 3 + ["full_attention"])
+
+
+def _ministral3() -> dict:
+    # YaRN rotary positions and a query scale that steps up with the position (Llama-4
+    # style: 1 + beta * log(1 + floor(position / original length))); an original length
+    # of 16 makes the scale step several times within every run here.
+    rope = dict(rope_type="yarn", rope_theta=10000.0, factor=MAX_POSITIONS / 16, original_max_position_embeddings=16,
+                max_position_embeddings=MAX_POSITIONS, beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                mscale_all_dim=1.0, llama_4_scaling_beta=0.5)
+    return dict(**_gqa(2), head_dim=8, rope_parameters=rope)
+
+
+def _glm4_moe() -> dict:
+    # Rotary positions on half of each head (partial_rotary_factor 0.5), QK norms,
+    # sigmoid-routed MoE with a shared expert after a dense layer.
+    return dict(**_gqa(2), head_dim=16, use_qk_norm=True, moe_intermediate_size=16, n_routed_experts=4,
+                num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1)
+
+
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("llama", "LlamaConfig", "LlamaForCausalLM", lambda: _gqa()),
     Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
@@ -275,6 +368,46 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            new=True),
     Family("lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM", _lfm2_moe, kind="hybrid",
            note="short-convolution and attention layers, MoE after a dense layer", new=True),
+    Family("olmo_hybrid", "OlmoHybridConfig", "OlmoHybridForCausalLM", _olmo_hybrid, kind="hybrid",
+           note="gated delta-net linear attention (conv + recurrent state) and full attention", new=True),
+    Family("kimi_linear", "KimiLinearConfig", "KimiLinearForCausalLM", _kimi_linear, kind="hybrid",
+           note="Kimi delta attention (conv + recurrent state) and multi-head latent attention, MoE", new=True),
+    Family("minimax", "MiniMaxConfig", "MiniMaxForCausalLM", _minimax, kind="hybrid",
+           note="lightning attention (blockwise linear attention, its state in the model's own cache) "
+                "and full attention, MoE", new=True),
+    Family("xlstm", "xLSTMConfig", "xLSTMForCausalLM", _xlstm, kind="recurrent",
+           note="mLSTM blocks (matrix memory) in a cache class of the model's own", new=True),
+    Family("falcon_mamba", "FalconMambaConfig", "FalconMambaForCausalLM",
+           lambda: dict(hidden_size=HIDDEN, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4,
+                        time_step_rank=4, use_mambapy=False, tie_word_embeddings=False),
+           kind="recurrent", note="mamba with RMS-normalised B, C and dt", new=True),
+    Family("cohere2", "Cohere2Config", "Cohere2ForCausalLM", _cohere2, kind="sliding", window=WINDOW,
+           note="three sliding layers with rotary positions, then a global one without", new=True),
+    Family("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM", _deepseek_v32,
+           note="sparse attention: an indexer (keys cached beside the layer's) picks each query's top 6 "
+                "positions; MLA, MoE after a dense layer", new=True),
+    Family("lfm3", "Lfm3Config", "Lfm3ForCausalLM", _lfm3, kind="hybrid", window=WINDOW,
+           note="short-convolution layers, a sliding and a full gated attention layer", new=True),
+    Family("longcat_flash", "LongcatFlashConfig", "LongcatFlashForCausalLM", _longcat_flash,
+           note="two MLA attentions per layer, MoE with zero-compute experts", new=True),
+    Family("exaone4", "Exaone4Config", "Exaone4ForCausalLM", _exaone4, kind="sliding", window=WINDOW,
+           note="three sliding layers with rotary positions, then a global one without; QK norms", new=True),
+    Family("ministral3", "Ministral3Config", "Ministral3ForCausalLM", _ministral3,
+           note="YaRN positions and a query scale that steps with the position", new=True),
+    Family("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM", _glm4_moe,
+           note="rotary positions on half of each head, QK norms, sigmoid-routed MoE after a dense layer", new=True),
+    Family("olmo3", "Olmo3Config", "Olmo3ForCausalLM",
+           lambda: dict(**_gqa(3), sliding_window=WINDOW,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+           kind="sliding", window=WINDOW, note="two sliding layers, then a full one; norms after each block",
+           new=True),
+    Family("ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM", lambda: dict(**_gqa(), head_dim=8),
+           note="interleaved rotary positions computed in float32", new=True),
+    Family("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
+           lambda: dict(**_gqa(), head_dim=8), note="QK norms after the rotary positions", new=True),
+    Family("seed_oss", "SeedOssConfig", "SeedOssForCausalLM",
+           lambda: dict(**_gqa(), head_dim=8, attention_dropout=0.0, residual_dropout=0.0),
+           note="biases on q, k and v", new=True),
     Family("t5", "T5Config", "T5ForConditionalGeneration",
            lambda: dict(d_model=HIDDEN, d_kv=8, d_ff=2 * HIDDEN, num_layers=2, num_decoder_layers=2,
                         num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,

@@ -61,7 +61,8 @@ def reference_logits(model, ids):
         return model(**kwargs, use_cache=False).logits[0, -1]
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3", "lfm2", "mamba2", "jamba", "qwen3_next", "t5"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3", "lfm2", "mamba2", "jamba", "qwen3_next", "xlstm",
+                                  "minimax", "deepseek_v32", "t5"])
 def test_rollback_then_continue_matches_a_cacheless_forward(name):
     """A round whose drafts are rejected leaves the cache a prefix of the kept
     sequence: the next forward gives the logits a cacheless forward gives."""
@@ -89,7 +90,8 @@ def test_rollback_then_continue_matches_a_cacheless_forward(name):
     assert int(got.argmax()) == int(want.argmax())
 
 
-@pytest.mark.parametrize("name, expected", [("llama", "crop"), ("mamba2", "restore"), ("jamba", "restore")])
+@pytest.mark.parametrize("name, expected", [("llama", "crop"), ("mamba2", "restore"), ("jamba", "restore"),
+                                            ("xlstm", "restore"), ("deepseek_v32", "crop")])
 def test_speculative_reports_the_rollback_it_used(name, expected):
     target, drafter = built(name), built(name, "drafter")
     try:
@@ -139,3 +141,38 @@ def test_a_static_cache_is_refused_with_one_line():
     with pytest.raises(UnsupportedCacheError) as info:
         _check_rollback_support(model, cache)
     assert "\n" not in str(info.value) and "static" in str(info.value)
+
+
+@pytest.mark.skipif(TRANSFORMERS_RELEASE < (5,), reason="4.57 refuses a cache class of the model's own")
+def test_a_cache_class_of_the_models_own_is_snapshotted_whole_and_takes_no_tree():
+    """xLSTM keeps its state in an ``xLSTMCache``: the model makes it on its first forward,
+    a checkpoint copies all of it (the live cache is not the snapshot), a rejection puts the
+    copy back, and token trees fall back to chains with one line."""
+    from utils.cache import tree_support
+
+    cached = CachedModel(built("xlstm"))
+    with torch.inference_mode():
+        seq = cached.begin(PROMPT)
+        assert type(cached.cache).__name__ == "xLSTMCache" and cached.length == len(PROMPT) - 1
+        cached.checkpoint()
+        before = cached.cache
+        cached.forward(torch.tensor([seq + [5, 6, 7]]), keep=4)
+        cached.rollback(len(seq) + 1)
+    assert cached.cache is not before and cached.length == len(PROMPT) - 1
+    assert cached.stats.method == "restore" and cached.stats.restores == 1 and cached.stats.refed_tokens == 2
+    line = tree_support(cached)
+    assert line and "\n" not in line and "xLSTMCache" in line
+
+
+def test_a_tree_keeps_the_sparse_indexers_keys_of_its_path(monkeypatch):
+    """DeepSeek-V3.2's indexer keeps keys of its own beside the layer's keys and values:
+    after a tree verify, the kept path's indexer keys are gathered with them. Mutation:
+    without that gather the indexer scores the wrong keys, and the tree run gives other
+    tokens than ``generate``."""
+    import utils.cache
+
+    built("deepseek_v32")
+    assert arch_zoo.check_tree("deepseek_v32", "speculative").passed
+    monkeypatch.setattr(utils.cache, "_keep_indexer", lambda layer, block, kept: None)
+    outcome = arch_zoo.guarded(lambda: arch_zoo.check_tree("deepseek_v32", "speculative"))
+    assert outcome.status == "fail" and "generate gave" in outcome.detail, outcome

@@ -94,6 +94,21 @@ def test_the_result_is_one_line_and_remembered_per_model():
     assert first.to_dict()["path"] == "cached"
 
 
+@needs_5
+def test_a_model_transformers_cannot_run_is_refused_with_one_line():
+    """xLSTM copied to bfloat16 (its kernels then mix dtypes on a sequence as long as its
+    chunk, uncached too): no path can run it, so the probe refuses it with one line and a
+    generation says that line instead of a traceback."""
+    from selfdraft.copies import precision_copy
+
+    model = precision_copy(built("xlstm"), torch.bfloat16)
+    result = probe_model(model)
+    assert result.path == "refused" and "\n" not in result.line(), result.line()
+    assert result.line().startswith("refused: xLSTMForCausalLM does not run in bfloat16 here (RuntimeError: ")
+    with pytest.raises(UnsupportedCacheError, match="does not run in bfloat16"):
+        CachedModel(model).begin(list(arch_zoo.PROMPTS[0]))
+
+
 # --------------------------------------------------- catching a broken model
 
 def corrupt_multi_token_cached_passes(model):
@@ -180,10 +195,11 @@ def test_a_crop_that_raises_becomes_one_line(monkeypatch):
 # ------------------------------------------------------------- mutation
 
 @needs_5
-@pytest.mark.parametrize("name", ["mamba2", "jamba"])
+@pytest.mark.parametrize("name", ["mamba2", "jamba", "xlstm", "minimax"])
 def test_skipping_the_recurrent_restore_fails_the_logits_check(name, monkeypatch):
-    """Mutation: a 'snapshot' that is the live layer itself restores nothing. The
-    architecture logits check must fail; and a fresh probe must not trust the cache."""
+    """Mutation: a 'snapshot' that is the live layer itself restores nothing (for xLSTM and
+    MiniMax, the live cache of the model's own class). The architecture logits check must
+    fail; and a fresh probe must not trust the cache."""
     target, independent = built(name), built(name, "independent")
     probe_of(target), probe_of(independent)
     assert arch_zoo.check_logits(name).passed

@@ -28,7 +28,13 @@ REFUSED = {
     ("bamba", "self:skip"): "derives its layer types from their positions",
     ("jamba", "self:skip"): "derives its layer types from their positions",
     ("recurrent_gemma", "self:skip"): "cannot find the decoder layers",
+    # two attention blocks per layer, each with its own cache index
+    ("longcat_flash", "self:skip"): "cannot find the decoder layers",
+    ("xlstm", "self:skip"): "cannot find the decoder layers",      # its blocks are no layer list
 }
+if TRANSFORMERS_RELEASE >= (5,):
+    # its kernels mix the copy's dtype with float32 on a sequence as long as its chunk
+    REFUSED |= {("xlstm", "self:bf16"): "does not run in bfloat16", ("xlstm", "self:fp16"): "does not run in float16"}
 
 
 def _layer_to_skip(model) -> int:

@@ -18,6 +18,11 @@ never from a model's name:
   other layer back to the same length, so the cache holds a shorter prefix of
   the kept sequence and the next forward re-feeds the missing tokens along with
   its own (no extra forward pass; :class:`RollbackStats` counts them);
+- a cache class of the model's own (xLSTM's ``xLSTMCache``, MiniMax's
+  ``MiniMaxCache``, which keeps its linear-attention state beside its layers
+  and cannot be cropped): the model makes it on its first forward, and a
+  checkpoint snapshots the whole of it, restored as above. On 4.57, where
+  most recurrent models carry such a class, it is refused (docs/versions.md);
 - static caches: refused with :class:`UnsupportedCacheError`.
 
 How a model is fed is its *path*, decided by :mod:`utils.probe` from what the
@@ -167,23 +172,28 @@ def _own_cache_class(model) -> str | None:
     Before transformers kept recurrent and conv states in layers of the shared
     ``Cache`` (5.x), such models carried a cache class of their own (4.57's
     ``MambaCache``, ``HybridMambaAttentionDynamicCache``, ...) that a
-    ``DynamicCache`` cannot stand in for.
+    ``DynamicCache`` cannot stand in for. A few models still do on 5.x: xLSTM
+    (``xLSTMCache``) and MiniMax (``MiniMaxCache``, a ``DynamicCache`` that
+    keeps its linear-attention state beside its layers and cannot be cropped).
     """
     module = sys.modules.get(type(model).__module__)
     for name, value in vars(module or object).items():
-        if (isinstance(value, type) and name.endswith("Cache") and value.__module__ == module.__name__
-                and not issubclass(value, Cache)):
+        if isinstance(value, type) and name.endswith("Cache") and value.__module__ == module.__name__:
             return name
     return None
 
 
-def _check_rollback_support(model, cache) -> None:
-    own = _own_cache_class(model)
-    if own is not None:
+def _refuse_own_cache(model, own: str) -> None:
+    """On 4.57 a cache class of the model's own is refused (docs/versions.md); from 5 on it is
+    snapshotted whole (:meth:`CachedModel.checkpoint`)."""
+    if TRANSFORMERS_RELEASE < (5,):
         raise UnsupportedCacheError(
             f"{type(model).__name__} keeps its state in its own {own}, which transformers "
-            f"{transformers.__version__} cannot roll back here; with transformers 5.x its state lives in "
-            "layers of a shared cache that can be (or turn /cache off)")
+            f"{transformers.__version__} cannot roll back here; with transformers 5.x it can be "
+            "(or turn /cache off)")
+
+
+def _check_rollback_support(model, cache) -> None:
     for layer in _layers(cache):
         if _is_static(layer):
             raise UnsupportedCacheError(
@@ -242,9 +252,13 @@ class CachedModel:
         self.reason = reason if use_cache else "cache off"
         self.use_cache = use_cache and self.path != "uncached"
         self.cache = None
+        # A cache class of the model's own: the model makes it on its first forward, and
+        # a checkpoint snapshots all of it (no layer of it is cropped).
+        self.own_cache = _own_cache_class(model)
         self.encoder_outputs = None
         self.stats = self._fresh_stats()
         self._snapshots: dict[int, object] = {}
+        self._whole = None          # the own cache as it was at the last checkpoint
         self._checkpoint_length = 0
         self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
         self.forwards = 0  # forward passes since begin()
@@ -279,12 +293,15 @@ class CachedModel:
             raise UnsupportedCacheError(self.reason)
         self.stats = self._fresh_stats()
         self._snapshots = {}
+        self._whole = None
         self._checkpoint_length = 0
         self.forwards = 0
+        if self.own_cache and self.use_cache:
+            _refuse_own_cache(self.model, self.own_cache)
         prepared = active_prefill(self.model, prompt) if self.use_cache else None
         if prepared is not None:
             return self._begin_from(prepared)
-        self.cache = new_cache(self.model) if self.use_cache else None
+        self.cache = new_cache(self.model) if self.use_cache and not self.own_cache else None
         self._length = 0
         if self.cache is not None:
             _check_rollback_support(self.model, self.cache)
@@ -329,11 +346,14 @@ class CachedModel:
     @property
     def length(self) -> int:
         """Positions of the (decoder) sequence the cache holds."""
-        return self._length if self.cache is not None else 0
+        return self._length if self.use_cache else 0
 
     @property
     def needs_snapshots(self) -> bool:
-        """True when some layer cannot be cropped exactly and is snapshotted instead."""
+        """True when some layer cannot be cropped exactly and is snapshotted instead
+        (every layer, for a cache class of the model's own)."""
+        if self.own_cache:
+            return self.use_cache
         return self.cache is not None and any(not _croppable(layer) for layer in _layers(self.cache))
 
     # --------------------------------------------------------------- forward
@@ -360,7 +380,7 @@ class CachedModel:
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """One forward pass over the unseen tokens of ``ids``; the last ``keep`` logits."""
         seen = self.length
-        kwargs = {"use_cache": self.cache is not None}
+        kwargs = {"use_cache": self.use_cache}
         if self.cache is not None:
             kwargs[self.cache_kw] = self.cache
         if self.logits_kw is not None:
@@ -371,7 +391,9 @@ class CachedModel:
             kwargs["input_ids"] = ids[:, seen:]
         out = self.model(**kwargs)
         self.forwards += 1
-        if self.cache is not None:
+        if self.use_cache:
+            if self.cache is None:              # an own cache, made by the model on its first forward
+                self.cache = out.get(self.cache_kw)
             self._length = ids.shape[1]
         return out.logits[0, -keep:]
 
@@ -379,10 +401,16 @@ class CachedModel:
 
     def checkpoint(self) -> None:
         """Snapshot the layers a crop cannot restore, before a forward that may be rejected."""
-        if self.cache is None:
+        if not self.use_cache:
             return
         start = time.perf_counter()
         self._checkpoint_length = self.length
+        if self.own_cache:
+            self._whole = snapshot(self.cache)
+            self.stats.method = "restore"
+            self.stats.snapshots += 1
+            self.stats.seconds += time.perf_counter() - start
+            return
         layers = _layers(self.cache)
         self._snapshots = {i: snapshot(layer) for i, layer in enumerate(layers) if not _croppable(layer)}
         if self._snapshots:
@@ -399,7 +427,7 @@ class CachedModel:
         An exception transformers raises while cropping becomes one line
         (:class:`UnsupportedCacheError`): none escapes a rollback.
         """
-        if self.cache is None:
+        if not self.use_cache:
             return
         try:
             self._rollback(length)
@@ -415,6 +443,9 @@ class CachedModel:
         current = self.length
         if current <= length:
             self._trim()
+            return
+        if self.own_cache:
+            self._restore_whole(length)
             return
         if not self._snapshots:
             drop_last(self.cache, current - length)
@@ -432,6 +463,19 @@ class CachedModel:
         self._length = kept
         self.stats.restores += 1
         self.stats.refed_tokens += length - kept
+        self.stats.seconds += time.perf_counter() - start
+
+    def _restore_whole(self, length: int) -> None:
+        """Put back the own cache of the last checkpoint (it holds a prefix of what is kept)."""
+        if self._checkpoint_length > length or (self._whole is None and self._checkpoint_length):
+            raise UnsupportedCacheError(
+                f"{type(self.model).__name__}'s own {self.own_cache} cannot be cropped, and no snapshot "
+                f"holds {length} positions; turn /cache off")
+        start = time.perf_counter()
+        self.cache, self._whole = self._whole, None
+        self._length = self._checkpoint_length
+        self.stats.restores += 1
+        self.stats.refed_tokens += length - self._checkpoint_length
         self.stats.seconds += time.perf_counter() - start
 
     # ------------------------------------------------------------ token trees
@@ -484,12 +528,10 @@ class CachedModel:
             self.rollback(self._length - block + len(kept))
             return
         for layer in _layers(self.cache):
-            size = layer.keys.shape[-2]
-            start = size - block
             if kept:
-                index = torch.tensor(kept, dtype=torch.long, device=layer.keys.device) + start
-                layer.keys[:, :, start:start + len(kept)] = layer.keys.index_select(-2, index)
-                layer.values[:, :, start:start + len(kept)] = layer.values.index_select(-2, index)
+                _gather_block(layer.keys, -2, block, kept)
+                _gather_block(layer.values, -2, block, kept)
+                _keep_indexer(layer, block, kept)
             drop_last(layer, block - len(kept))
         self._length += len(kept) - block
 
@@ -506,7 +548,25 @@ class CachedModel:
                 drop_last(layer, 0)
 
 
-_TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+def _gather_block(tensor: torch.Tensor, dim: int, block: int, kept: list[int]) -> None:
+    """Move the positions ``kept`` (offsets into the last ``block`` along ``dim``) to the block's start, in place."""
+    start = tensor.shape[dim] - block
+    index = torch.tensor(kept, dtype=torch.long, device=tensor.device) + start
+    tensor.narrow(dim, start, len(kept)).copy_(tensor.index_select(dim, index))
+
+
+def _keep_indexer(layer, block: int, kept: list[int]) -> None:
+    """The same gather for a sparse-attention layer's indexer keys, (B, T, D), and their
+    positions, (dims, B, T) (DeepSeek-V3.2's ``DynamicIndexedLayer``); its crop drops both."""
+    keys = getattr(layer, "indexer_keys", None)
+    if keys is not None and keys.numel():
+        _gather_block(keys, 1, block, kept)
+    positions = getattr(layer, "indexer_position_ids", None)
+    if positions is not None:
+        _gather_block(positions, -1, block, kept)
+
+
+_TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer", "DynamicIndexedLayer")
 
 
 def tree_support(cached: CachedModel) -> str | None:
@@ -533,6 +593,8 @@ def tree_support(cached: CachedModel) -> str | None:
         if "decoder_position_ids" not in params:
             return f"{type(model).__name__} takes no decoder position ids (a tree's siblings share a position)"
         return "encoder-decoder tree verification is not built here"
+    if cached.own_cache:
+        return f"{cached.own_cache}, a cache class of the model's own: a recurrent or conv state cannot hold branches"
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ("eager", "sdpa"):
         return f"attention implementation {impl!r} takes no custom mask"

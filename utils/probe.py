@@ -19,7 +19,9 @@ The first path that is exact, in this order, is the model's path:
   single cached step or a rollback is wrong, or a rollback raises.
 
 A model whose cache the engine refuses outright (``UnsupportedCacheError``, e.g. a cache class
-of the model's own on transformers 4.57) gets ``refused``, with the refusal's one line.
+of the model's own on transformers 4.57) gets ``refused``, with the refusal's one line; so does
+a model whose uncached forward raises (transformers cannot run it at all: xLSTM's kernels copied
+to bfloat16, say), with the exception's first line.
 
 The decision rests on what the probe measures, never on a model's name. :func:`probe_of`
 remembers the result per model object, so a model is probed once; the loaders probe both
@@ -211,7 +213,11 @@ def probe_model(model) -> ProbeResult:
     start = None
     if encoder_decoder:
         start = CachedModel(model, use_cache=False).decoder_start_token()
-    reference = _uncached(model, prompt, [seq, junk], start)
+    try:
+        reference = _uncached(model, prompt, [seq, junk], start)
+    except Exception as e:  # noqa: BLE001  (transformers cannot run the model at all: no path can)
+        return ProbeResult(name, dtype, "refused", f"{name} does not run in {dtype} here ({_first_line(e)})",
+                           seconds=time.perf_counter() - begun)
     reasons: list[str] = []
     for path in ("cached", "stepwise"):
         checker = _Checker(reference, bound)
