@@ -176,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="token-tree budgets run beside the chains at every constant gamma, "
                         "e.g. 8,16,32 (default: none)")
     d.add_argument("--tree-branch", type=_positive, default=3, help="children per expanded tree node (default 3)")
+    d.add_argument("--tree-sample", action=argparse.BooleanOptionalAction, default=True,
+                   help="under sampling, the drafter model's trees draw children from q and are verified by "
+                        "recursive rejection sampling (default on; --no-tree-sample: its top children)")
     d.add_argument("--self-drafters", type=_self_drafters, default=[], metavar="LIST",
                    help="self-drafters made from the target, run as speculative variants beside the pair's "
                         "drafter at every constant gamma (and every --trees budget), e.g. "
@@ -213,6 +216,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "turn": args.turn, "chat": args.chat, "prompt_count": prompt_count,
         "strategies": args.strategies, "peers": args.peers, "length": args.length,
         "gammas": args.gamma, "trees": args.trees, "tree_branch": args.tree_branch,
+        "tree_sample": args.tree_sample,
         "self_drafters": args.self_drafters,
         "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
         "processor": args.processor.command_text(),

@@ -38,6 +38,7 @@ class RunSettings:
     assisted_confidence: float = 0.0
     max_matching_ngram_size: int | None = None
     tree_branch: int = 3
+    tree_sample: bool = True
     uag: str = "slem"  # how a drafter with another tokenizer drafts (slem or tli)
 
 
@@ -96,7 +97,8 @@ class Executor:
         s = self.settings
         generator = torch.Generator(device=self.device).manual_seed(s.seed)
         strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=self.ngram,
-                                tree_branch=s.tree_branch, cross=self.cross_options)
+                                tree_branch=s.tree_branch, tree_sample=s.tree_sample,
+                                cross=self.cross_options)
         call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
         record.tokens = list(result.tokens)

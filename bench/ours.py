@@ -12,7 +12,8 @@ DRAFTER_OF = {"speculative": "model", "ngram": "ngram"}
 
 
 def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
-                 tree_branch: int = 3, cross: CrossTokenizerOptions = CrossTokenizerOptions()) -> Strategy:
+                 tree_branch: int = 3, tree_sample: bool = True,
+                 cross: CrossTokenizerOptions = CrossTokenizerOptions()) -> Strategy:
     """The engine strategy of one of our variants, keyed by the variant's name (so each
     variant keeps its own gamma policy for the whole benchmark).
 
@@ -33,7 +34,8 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     return Strategy(key=variant.name, drafter=drafter, drafter_options=options,
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
-                    tree=getattr(variant, "tree", 0), tree_branch=tree_branch, inspect=False)
+                    tree=getattr(variant, "tree", 0), tree_branch=tree_branch, tree_sample=tree_sample,
+                    inspect=False)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,

@@ -87,6 +87,7 @@ def run_session(args, loader, settings_dict) -> int:
         ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
         assisted_confidence=args.assisted_confidence, max_matching_ngram_size=args.lookup_ngram,
         tree_branch=args.tree_branch,
+        tree_sample=args.tree_sample,
         uag=args.uag,
     ))
     records, interrupted = _run_all(executor, encoded, variants, args, err)

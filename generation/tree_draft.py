@@ -124,10 +124,11 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
     first ones drawn, whatever their values, for the accept rule to stay
     exact), so the budget is shared out as the tree grows: each level gets an
     equal share of what is left over the levels to come, and gives it to the
-    best nodes of the level before (by cumulative q), up to ``branch`` children
-    each, one drafter forward per level. A tree of 16 nodes and depth 4 then
-    reaches depth 4 (3 + 5 + 4 + 4 nodes with branch 3) instead of spending its
-    budget on the first levels.
+    nodes of the level before, up to ``branch`` children each, one drafter
+    forward per level: first-drawn lines first (a first child is kept as often
+    as a chain's draft), then by cumulative q. The tree then holds the chain a
+    chain round would have drawn, and more: 16 nodes of depth 4 with branch 3
+    grow 3 + 5 + 4 + 4 nodes.
     The cache is left as by :func:`draft_tree` (``drop_root`` likewise).
     """
     device = ids.device
@@ -137,15 +138,22 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
     rows: dict[int, torch.Tensor] = {-1: q[0]}
     cand: list[tuple[int, int, int, int, float]] = []
     first = min(branch, _share(nodes, depth))
+    later: list[int] = []                    # per candidate: sum of the ranks on its path
     for rank, (token, logq) in enumerate(draw_children(q, [first], generator)[0]):
         cand.append((token, -1, rank, 0, logq))
+        later.append(rank)
     level = list(range(len(cand)))
     fed: list[int] = []
     slot: dict[int, int] = {}
     for d in range(1, depth):
         share = _share(nodes - len(cand), depth - d)
         counts = [min(branch, share - branch * i) for i in range(-(-share // branch))]
-        expand = sorted(level, key=lambda c: -cand[c][4])[:len(counts)]
+        # First-drawn children first: a node's first child is kept as often as a
+        # chain's draft (min(1, p/q)), later ones only after it was rejected; so
+        # the rank-0 line is always grown, as deep as a chain, and the rest of
+        # the share goes to the next-best nodes (fewest later draws on their
+        # path, then cumulative q).
+        expand = sorted(level, key=lambda c: (later[c], -cand[c][4]))[:len(counts)]
         if not expand:
             break
         logits = _feed_level(cached, cand, fed, slot, expand, length, device)
@@ -157,6 +165,7 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
             for rank, (token, logq) in enumerate(kids):
                 level.append(len(cand))
                 cand.append((token, c, rank, d, cand[c][4] + logq))
+                later.append(later[c] + rank)
     cached.keep_block(len(fed) + int(drop_root), [])
     tree = Tree(tokens=tuple(c[0] for c in cand), parents=tuple(c[1] for c in cand),
                 ranks=tuple(c[2] for c in cand))

@@ -336,8 +336,8 @@ COMMANDS: dict[str, Command] = {
                 _int_setting("tree_branch", "K", TREE_BRANCH_RANGE), show=lambda s: str(s.tree_branch),
                 flag="tree-branch"),
         _toggle("tree_sample", "token trees under sampling: draw each node's children from the drafter's q "
-                "and verify them by recursive rejection sampling (off: its top children, the target's draw "
-                "followed); the drafter model only, greedy always takes the top children"),
+                "and verify them by recursive rejection sampling (default; off: its top children, the target's "
+                "draw followed); the drafter model only, greedy always takes the top children"),
         Command("set_ngramstorage", "basic|onelevel|recycling N",
                 f"NASD n-gram storage kind and N ({NGRAM_N_RANGE[0]}-{NGRAM_N_RANGE[1]})",
                 parse_ngram_storage, show=_show_storage, values=NGRAM_STORAGES, flag="ngram-storage",

@@ -57,7 +57,7 @@ class Settings:
     rtt_inject: float = 0.0  # ms: really wait this long before every target forward
     tree: int = 0                 # draft nodes per round verified as a token tree (0: a chain)
     tree_branch: int = 2          # children per expanded tree node
-    tree_sample: bool = False     # under sampling: children drawn from q, recursive rejection sampling
+    tree_sample: bool = True      # under sampling: children drawn from q, recursive rejection sampling
     uag: str = "slem"  # a drafter with another tokenizer: "slem" or "tli"
 
     def gamma_policy_text(self) -> str:

@@ -190,3 +190,28 @@ def test_greedy_ignores_the_sampled_rule(target, drafter):
 
     result = sampled_run(target, drafter, GreedyProcessor())(None)
     assert result.tree_rule == "top"
+
+
+def test_a_sampled_tree_holds_a_full_depth_first_drawn_line_and_spends_its_budget(target, drafter):
+    """The budget is shared over the levels and first-drawn lines grow first, so
+    the tree holds the chain a chain round would draw (rank 0 at every depth)."""
+    from generation.tree_draft import sample_tree
+    from utils.cache import CachedModel
+
+    cached = CachedModel(drafter)
+    ids = torch.tensor([PROMPT])
+    cached.begin(PROMPT)
+    g = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        for _ in range(5):
+            cached.rollback(len(PROMPT) - 1)
+            tree, q = sample_tree(cached, MultinomialProcessor(1.0), V, ids, 4, 16, 3, g)
+            line, node = [], -1
+            while kids := tree.children(node):
+                node = kids[0]
+                line.append(node)
+            assert len(line) == 4 and tree.depth == 4 and 12 <= len(tree) <= 16
+            assert [tree.ranks[i] for i in line] == [0, 0, 0, 0]
+            assert cached.length == len(PROMPT)                   # the nodes left the drafter's cache, the root stays
+            expanded = {-1} | {p for p in tree.parents if p >= 0}
+            assert all(q[n + 1].sum().item() == pytest.approx(1.0) for n in expanded)
