@@ -119,7 +119,7 @@ class DrafterMeasure:
 @torch.inference_mode()
 def step_s(model, ids: torch.Tensor, repeats: int = REPEATS) -> float:
     """Median seconds of one-token forwards of ``model`` on a cache holding ``ids`` (its own cache)."""
-    cached = CachedModel(model)
+    cached = CachedModel(model, path="cached")             # a step on a cache, as a self-drafter drafts
     cached.begin(ids[0].tolist())
     cached.forward(ids, keep=1)
     seq, times = ids, []
@@ -137,7 +137,10 @@ def paired_step_s(drafter, target, ids: torch.Tensor, repeats: int = REPEATS) ->
     Interleaved, the two share whatever else the machine is doing at the time,
     so their ratio holds when the load drifts between one measurement and the next.
     """
-    models = [CachedModel(drafter), CachedModel(target)]
+    # Timed on a cache whatever the probe said of the drafter's own cached
+    # forward: a self-drafter drafts on the target's cache (a dynamic int8
+    # copy's own cache runs uncached, which would time a whole-prompt forward).
+    models = [CachedModel(drafter, path="cached"), CachedModel(target, path="cached")]
     seqs = [ids, ids]
     for cached in models:
         cached.begin(ids[0].tolist())

@@ -8,6 +8,7 @@ decisive): llama (full attention), qwen2 (sliding window) and mamba2 (recurrent)
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -431,3 +432,32 @@ def test_the_engine_runs_self_drafters_on_the_shared_cache(drafter, options, ref
     result = run_strategy(strategy, pair, list(PROMPTS[0]))
     assert result.tokens == references["llama"][0]
     assert result.rollback["drafter"]["method"] == "shared"
+
+
+def test_a_drafter_step_is_timed_on_a_cache_even_where_its_own_cache_runs_uncached(monkeypatch):
+    """A dynamic int8 copy's own cached forward is inexact, so the probe runs it
+    uncached; as a self-drafter it drafts on the target's cache, one token a step.
+    The timing must be of that step, not of a forward over the whole prompt
+    (which made self:int8 look 1.65 target steps dear and left it unmeasured)."""
+    from selfdraft import calibrate
+    from utils import probe
+
+    target = build("llama")
+    drafter = build_self_drafter(target, parse_self_draft("self:skip=1"))
+    real = probe.probe_of
+    monkeypatch.setattr(probe, "probe_of", lambda model: replace(real(model), path="uncached")
+                        if model is drafter else real(model))
+    fed = []
+    forward = drafter.forward
+
+    def recording(*args, **kwargs):
+        fed.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(drafter, "forward", recording)
+    ids = torch.tensor([PROMPTS[0]])
+    calibrate.paired_step_s(drafter, target, ids, repeats=2)
+    assert fed[0] == ids.shape[1] and fed[1:] == [1, 1, 1]      # the prompt once, then one token a step
+    fed.clear()
+    calibrate.step_s(drafter, ids, repeats=2)
+    assert fed[1:] == [1, 1, 1]
