@@ -15,8 +15,8 @@ from generation.accept import accept_tree_rrs
 from generation.tree import Tree
 from generation.tree_draft import draw_children
 from sampling import MultinomialProcessor, TopKProcessor
-from tests.test_distribution import PROMPT, SAMPLES, V, chi_square_excess, exact_distribution, sample_counts
-from tests.tiny_models import tiny_llama
+from tests.test_distribution import (  # noqa: F401  (drafter, target: the tiny pair's fixtures)
+    PROMPT, SAMPLES, V, chi_square_excess, drafter, exact_distribution, sample_counts, target)
 
 W = 5            # vocabulary of the hand-built distributions
 SHAPE = (3, 2)   # children per node at depth 0 and 1: the root gets 3, each of them 2
@@ -153,16 +153,6 @@ def test_children_must_be_drawn_not_picked():
 
 
 # ------------------------------------------------------------- the engine
-
-@pytest.fixture(scope="module")
-def target():
-    return tiny_llama(10, vocab_size=V, hidden=16, logit_scale=15.0)
-
-
-@pytest.fixture(scope="module")
-def drafter():
-    return tiny_llama(11, vocab_size=V, hidden=16, logit_scale=15.0)
-
 
 def sampled_run(target, drafter, processor, sample=True):
     return lambda g: speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
