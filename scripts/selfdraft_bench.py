@@ -4,8 +4,9 @@
 
 Loads the default pair the way ``infer.py`` does (with no ``--drafter``: the
 self-drafter chosen by measuring, with its predicted speedup), takes
-``self:bf16``, ``self:fp16``, ``self:int8`` and the chosen (or searched)
-``self:skip`` next to it, and runs greedy target AR and speculative decoding
+the other candidates the loader measured (``self:bf16``, ``self:fp16``,
+``self:int8``, and ``self:int8=weight-only`` where bfloat16 is native) and the
+chosen (or searched) ``self:skip`` next to it, and runs greedy target AR and speculative decoding
 with each drafter through the engine (``run_strategy``, as the REPL and the
 benchmark run them: drafting on the target's cache) on the first ``--per-category`` built-in prompts of every category (chat template on),
 the strategies in a rotating order per prompt after one untimed warm-up.
@@ -66,7 +67,10 @@ def main() -> None:
     # pair's own drafter as kind "model", the others built from the target by spec.
     drafters = {f"{chosen} (chosen)": ("model", None)}
     skip = next((line.split("(")[1].split(")")[0] for line in pair.notes if line.startswith("self:skip=auto")), None)
-    for label in ["self:bf16", "self:fp16", "self:int8"] + ([f"self:skip={skip}"] if skip else []):
+    from selfdraft.default import candidates_here
+
+    measured = [label for label in candidates_here(pair.device) if label != "self:skip=auto"]
+    for label in measured + ([f"self:skip={skip}"] if skip else []):
         if label != chosen:
             drafters[label] = ("self", label)
     counts: dict[str, list[float]] = {"target AR": [0, 0.0], **{k: [0, 0.0] for k in drafters}}

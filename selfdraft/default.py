@@ -25,6 +25,7 @@ import transformers
 from selfdraft.build import build_self_drafter
 from selfdraft.calibrate import (calibration_ids, greedy_continuation, measure_drafter, paired_step_s,
                                  time_target)
+from selfdraft.copies import native_bfloat16
 from selfdraft.choose import choice_lines, choose
 from selfdraft.search import search_skip
 from selfdraft.skip import SkipRefused, num_layers
@@ -32,7 +33,9 @@ from selfdraft.spec import SelfDraftSpec, parse_self_draft
 from utils.devices import model_device
 
 CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
-FORMAT = 1
+# Measured as well where bfloat16 is native: int8 weights with bfloat16 activations.
+NATIVE_BF16_CANDIDATES = ("self:int8=weight-only",)
+FORMAT = 2  # 2: weight-only int8 measured where bfloat16 is native; rates by the rule of succession
 REMEASURE_ENV = "SPECDEC_REMEASURE"  # set to measure again even when this machine has a result
 
 
@@ -94,7 +97,13 @@ def _candidate(label: str, target, text_ids, start: int, verify_s, say):
     return spec.label, build_self_drafter(target, spec), line
 
 
-def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, candidates=CANDIDATES):
+def candidates_here(device: torch.device) -> tuple[str, ...]:
+    """The self-drafters worth measuring on ``device``."""
+    native = device.type == "cpu" and native_bfloat16()
+    return CANDIDATES + (NATIVE_BF16_CANDIDATES if native else ())
+
+
+def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, candidates=None):
     """Measure every candidate; returns (the cache record, {label: drafter model}).
 
     Each candidate's draft step is timed in turn with a target step
@@ -107,6 +116,7 @@ def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, can
     that the pick is the one that loses least and the banner's numbers are real.
     """
     started = time.perf_counter()
+    candidates = candidates or candidates_here(model_device(target))
     ids = calibration_ids(tokenizer)
     say("Timing the target's forward passes")
     timing = time_target(target, ids)

@@ -80,7 +80,7 @@ def load_self_draft_pair(
     label = describe(target, model, quantize)
     try:
         draft, spec, notes = _build(model, tokenizer, spec, label, cache_dir, say)
-    except SkipRefused as exc:
+    except (SkipRefused, ValueError) as exc:  # Int8Refused and an int8 route this device lacks are ValueErrors
         raise ModelLoadError(str(exc)) from exc
     pair = ModelPair(
         target=model, drafter=draft, tokenizer=tokenizer,

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 PREFIX = "self:"
 PRECISIONS = {"bf16": "bfloat16", "fp16": "float16"}
 KINDS = ("bf16", "fp16", "int8", "skip")
-USAGE = "use self:bf16, self:fp16, self:int8, self:skip=L1,L2,... (layer numbers from 0) or self:skip=auto"
+# How ``self:int8`` quantises (``selfdraft.copies``): torch's dynamic int8, int8 weights with
+# bfloat16 activations (torch's weight-only kernel), optimum-quanto, torchao. None named: the device's default.
+INT8_ROUTES = ("torch", "weight-only", "quanto", "torchao")
+USAGE = ("use self:bf16, self:fp16, self:int8 (or self:int8=" + "|".join(INT8_ROUTES) + "), "
+         "self:skip=L1,L2,... (layer numbers from 0) or self:skip=auto")
 
 
 class SelfDraftSpecError(ValueError):
@@ -17,17 +21,19 @@ class SelfDraftSpecError(ValueError):
 @dataclass(frozen=True)
 class SelfDraftSpec:
     """One self-drafter: ``kind`` in KINDS; ``layers`` the skipped layers (skip only);
-    ``auto`` True when the layers are to be searched for (``self:skip=auto``)."""
+    ``auto`` True when the layers are to be searched for (``self:skip=auto``); ``route``
+    the int8 route named (int8 only; "" for the device's default)."""
 
     kind: str
     layers: tuple[int, ...] = ()
     auto: bool = False
+    route: str = ""
 
     @property
     def label(self) -> str:
-        """``self:bf16``, ``self:skip=3,5,7``, ``self:skip=auto``."""
+        """``self:bf16``, ``self:int8=weight-only``, ``self:skip=3,5,7``, ``self:skip=auto``."""
         if self.kind != "skip":
-            return f"{PREFIX}{self.kind}"
+            return f"{PREFIX}{self.kind}" + (f"={self.route}" if self.route else "")
         return f"{PREFIX}skip=" + ("auto" if self.auto else ",".join(map(str, self.layers)))
 
 
@@ -55,6 +61,10 @@ def parse_self_draft(text: str) -> SelfDraftSpec:
     kind = kind.strip()
     if kind not in KINDS:
         raise SelfDraftSpecError(f"unknown self-drafter --drafter {raw}: {USAGE}")
+    if kind == "int8" and arg:
+        if arg.strip() not in INT8_ROUTES:
+            raise SelfDraftSpecError(f"--drafter {raw}: unknown int8 route {arg.strip()!r}; {USAGE}")
+        return SelfDraftSpec("int8", route=arg.strip())
     if kind != "skip":
         if arg:
             raise SelfDraftSpecError(f"--drafter {raw}: {PREFIX}{kind} takes no argument; {USAGE}")

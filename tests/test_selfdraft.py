@@ -15,6 +15,7 @@ import torch
 
 from generation import autoregressive_generate, speculative_generate
 from generation.gamma_policies import make_policy
+from generation.result import Round
 from sampling import GreedyProcessor
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
@@ -28,7 +29,7 @@ from utils.cache import CachedModel
 GREEDY = GreedyProcessor()
 LENGTH = 24
 FAMILIES = ("llama", "qwen2", "mamba2")
-KINDS = ("self:bf16", "self:int8", "self:skip=1", "self:skip=0")
+KINDS = ("self:bf16", "self:int8", "self:int8=weight-only", "self:skip=1", "self:skip=0")
 
 
 # ------------------------------------------------------------------ spec
@@ -36,13 +37,16 @@ KINDS = ("self:bf16", "self:int8", "self:skip=1", "self:skip=0")
 @pytest.mark.parametrize("text, want", [
     ("self:bf16", SelfDraftSpec("bf16")), ("self:FP16", SelfDraftSpec("fp16")), ("self:int8", SelfDraftSpec("int8")),
     ("self:skip=5,3,3", SelfDraftSpec("skip", (3, 5))), ("self:skip=auto", SelfDraftSpec("skip", auto=True)),
+    ("self:int8=weight-only", SelfDraftSpec("int8", route="weight-only")),
+    ("self:INT8=Torch", SelfDraftSpec("int8", route="torch")),
 ])
 def test_spec_parses(text, want):
     assert parse_self_draft(text) == want
     assert parse_self_draft(want.label) == want
 
 
-@pytest.mark.parametrize("text", ["self:int4", "self:skip=", "self:skip=a,b", "self:skip=-1", "self:bf16=2"])
+@pytest.mark.parametrize("text", ["self:int4", "self:skip=", "self:skip=a,b", "self:skip=-1", "self:bf16=2",
+                                  "self:int8=int4"])
 def test_spec_refuses_with_one_line(text):
     with pytest.raises(SelfDraftSpecError) as info:
         parse_self_draft(text)
@@ -171,7 +175,8 @@ def _round(drafter, target, prompt, k=3):
     return drafts, q, cached
 
 
-@pytest.mark.parametrize("kind, mode", [("self:skip=1", "view"), ("self:int8", "view"), ("self:bf16", "copy")])
+@pytest.mark.parametrize("kind, mode", [("self:skip=1", "view"), ("self:int8", "view"), ("self:bf16", "copy"),
+                                        ("self:int8=weight-only", "copy")])
 def test_self_drafter_shares_the_target_cache_and_leaves_it_as_it_was(kind, mode):
     target = build("llama")
     model = build_self_drafter(target, parse_self_draft(kind))
@@ -226,6 +231,70 @@ def test_shared_bf16_copy_logits_match_its_own_cache_within_bfloat16_tolerance()
     assert shared.mode == "copy"
     assert (got - want).abs().max() / scale < 0.05             # bfloat16 keys vs keys cast from float32
     assert got.argmax() == want.argmax()
+
+
+# ------------------------------------------------------------ int8 routes
+
+def test_weight_only_int8_layer_multiplies_by_per_row_int8_weights():
+    """Checked against the quantisation written out here: one symmetric scale per output row,
+    weights rounded to the nearest of -127..127, activations and output in bfloat16."""
+    from selfdraft.copies import WeightOnlyInt8Linear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    linear.weight.data[3] *= 50                      # one row far wider than the others
+    layer = WeightOnlyInt8Linear(linear)
+    weight = linear.weight.detach()
+    scale = weight.abs().amax(dim=1) / 127
+    ints = torch.round(weight / scale[:, None])
+    assert torch.equal(layer.qweight.float(), ints) and layer.qweight.dtype == torch.int8
+    x = torch.randn(2, 5, 64)
+    want = x.bfloat16().float() @ (ints * scale.bfloat16().float()[:, None]).T + linear.bias.detach().bfloat16().float()
+    got = layer(x)
+    assert got.shape == (2, 5, 48) and got.dtype == torch.float32
+
+    def close(a, b):  # within 2% of each output's own scale (the wide row's would hide the others)
+        return bool(((a - b).abs() <= 2e-2 * b.abs().amax(dim=(0, 1), keepdim=True)).all())
+
+    assert close(got, want)
+    # One scale for the whole tensor (the wide row's) would lose the narrow rows: the check tells.
+    coarse = torch.round(weight / scale.max()) * scale.max()
+    assert not close(x @ coarse.T + linear.bias.detach(), want)
+
+
+def test_weight_only_int8_keeps_layers_the_kernel_cannot_take_in_bfloat16():
+    """torch's weight-only kernel needs an inner width that is a multiple of 16 (another width
+    gave wrong sums or ended the process): such layers are never handed to it."""
+    from selfdraft.copies import WeightOnlyInt8Linear, _weight_only
+
+    model = torch.nn.Sequential(torch.nn.Linear(24, 32), torch.nn.Linear(32, 48), torch.nn.Linear(48, 8))
+    copy = _weight_only(model, keep_float={"2"})
+    assert type(copy[0]) is torch.nn.Linear and copy[0].weight.dtype == torch.bfloat16
+    assert isinstance(copy[1], WeightOnlyInt8Linear)
+    assert type(copy[2]) is torch.nn.Linear                     # kept in float as asked
+    assert type(model[1]) is torch.nn.Linear and model[1].weight.dtype == torch.float32   # the target untouched
+    assert copy(torch.randn(3, 24).bfloat16()).shape == (3, 8)
+
+
+def test_weight_only_int8_is_refused_off_a_cpu_with_one_line():
+    import copy
+
+    from selfdraft.copies import int8_copy
+
+    elsewhere = copy.deepcopy(build("llama")).to("meta")     # build's models are shared: move a copy
+    with pytest.raises(ValueError, match=r"^int8 route 'weight-only' runs on a CPU only; this model is on meta$"):
+        int8_copy(elsewhere, "weight-only")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_default_measures_weight_only_int8_where_bfloat16_is_native(monkeypatch, native):
+    import selfdraft.default as default
+
+    monkeypatch.setattr(default, "native_bfloat16", lambda: native)
+    here = default.candidates_here(torch.device("cpu"))
+    assert set(default.CANDIDATES) <= set(here)
+    assert ("self:int8=weight-only" in here) is native
+    assert "self:int8=weight-only" not in default.candidates_here(torch.device("meta"))
 
 
 # ------------------------------------------------------------ the choice
@@ -396,8 +465,21 @@ def test_a_drafter_run_under_load_is_priced_as_if_the_machine_were_as_quiet_as_a
     scaled = calibrate.measure_drafter("d", None, None, ids, reference=dict(VERIFY))
     assert scaled.load_scale == pytest.approx(1 / 3, abs=1e-4)
     assert scaled.draft_step_s == pytest.approx(0.012) and scaled.other_s == pytest.approx(0.001)
+    assert scaled.rates == [0.75] * 4   # all accepted in the 2 rounds after the first: (2 + 1) / (2 + 2)
     raw = calibrate.measure_drafter("d", None, None, ids)
     assert raw.draft_step_s == pytest.approx(0.036) and raw.load_scale == 1.0
+
+
+def test_calibration_rates_follow_the_rule_of_succession():
+    """(accepted + 1) / (judged + 2) per position: a drafter never rejected in a short run is not
+    priced as one never rejected at all, and a position no round reached is left out."""
+    from selfdraft.calibrate import smoothed_rates
+
+    rounds = [_timed_round(4, 0.1, 0.1)] * 10 + [
+        Round(drafted=(1, 2, 3), accepted=1, token=0, bonus=False, gamma=3, draft_s=0.1, verify_s=0.1)]
+    # Position 0: 11 judged, 11 accepted; 1: 11 judged, 10 accepted; 2: 10 judged, 10 accepted.
+    assert smoothed_rates(rounds) == pytest.approx([12 / 13, 11 / 13, 11 / 12])
+    assert smoothed_rates([]) == []
 
 
 def test_skip_search_finds_a_layer_that_does_nothing():
