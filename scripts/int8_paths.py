@@ -24,7 +24,7 @@ def step_seconds(model, ids, steps: int) -> float:
 
     from utils.cache import CachedModel
 
-    cached = CachedModel(model)
+    cached = CachedModel(model, path="cached")   # on a cache, as a self-drafter drafts (the dynamic route's own cache runs uncached)
     cached.begin(ids[0].tolist())
     times = []
     with torch.inference_mode():
