@@ -32,11 +32,10 @@ import inspect
 
 import torch
 
+from selfdraft.spec import INT8_ROUTES as INT8_METHODS
 from utils.cache import UnsupportedCacheError
 from utils.devices import model_device
 from utils.quantize import apply_quanto, output_head_names
-
-from selfdraft.spec import INT8_ROUTES as INT8_METHODS
 
 WEIGHT_ONLY_DTYPE = torch.bfloat16  # the weight-only route's activations
 # torch's weight-only int8 kernel reads the inner dimension in blocks of 16: on
@@ -114,10 +113,6 @@ class WeightOnlyInt8Linear(torch.nn.Module):
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-
-    def dequantised(self) -> torch.Tensor:
-        """The weight this layer multiplies by, in float32 (for checks)."""
-        return self.qweight.float() * self.scale.float()[:, None]
 
 
 def _weight_only_fits(linear: torch.nn.Linear) -> bool:

@@ -25,8 +25,8 @@ import transformers
 from selfdraft.build import build_self_drafter
 from selfdraft.calibrate import (calibration_ids, greedy_continuation, measure_drafter, paired_step_s,
                                  time_target)
-from selfdraft.copies import native_bfloat16
 from selfdraft.choose import choice_lines, choose
+from selfdraft.copies import native_bfloat16
 from selfdraft.search import search_skip
 from selfdraft.skip import SkipRefused, num_layers
 from selfdraft.spec import SelfDraftSpec, parse_self_draft
