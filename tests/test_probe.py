@@ -120,7 +120,8 @@ def corrupt_multi_token_cached_passes(model):
     @functools.wraps(original)
     def forward(*args, **kwargs):
         out = original(*args, **kwargs)
-        cache, ids = kwargs.get("past_key_values"), kwargs.get("input_ids")
+        cache = kwargs.get("past_key_values", kwargs.get("cache"))         # "cache" from transformers 5.24
+        ids = kwargs.get("input_ids")
         if cache is not None and ids is not None and ids.shape[1] > 1 and cache.get_seq_length() > ids.shape[1]:
             out.logits = out.logits + 5.0 * torch.linspace(-1, 1, out.logits.shape[-1])
         return out

@@ -211,7 +211,10 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
     cls = type(model)
     if cls not in _FORWARD_KWARGS:
         params = inspect.signature(model.forward).parameters
-        cache_kw = "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+        # ``past_key_values`` (``cache_params`` for Mamba-like models) up to transformers 5.23;
+        # ``cache`` from 5.24 on, where the old names survive as deprecated aliases on some models only.
+        cache_kw = next((name for name in ("past_key_values", "cache_params", "cache") if name in params),
+                        "past_key_values")
         logits_kw = next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in params), None)
         _FORWARD_KWARGS[cls] = (cache_kw, logits_kw)
     return _FORWARD_KWARGS[cls]
