@@ -912,11 +912,18 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
     # test is about the second start reading back what the first one kept.
     monkeypatch.setattr(selfdraft.default, "busy_load", lambda: None)
     engine.load_pair(device="cpu")  # first start: converts the GGUF if the cache is cold
+
+    def measured_again(*args, **kwargs):
+        raise AssertionError("the second start measured the self-drafters again instead of reading them back")
+
+    monkeypatch.setattr(selfdraft.default, "measure_all", measured_again)
     start = time.perf_counter()
     pair = engine.load_pair(device="cpu")
     warm_seconds = time.perf_counter() - start
-    # The cache probe is timed on its own (scripts/probe_timing.py; docs/engine.md).
-    assert warm_seconds - pair.probe.seconds < 3.0, (warm_seconds, pair.probe.seconds)
+    # The cache probe is timed on its own (scripts/probe_timing.py; docs/engine.md). What is
+    # left is loading the float32 weights (~0.6 s) and building the kept pick from them: an
+    # int8 copy takes about 2 s on a 2-core CPU, so the bound leaves room for a busy machine.
+    assert warm_seconds - pair.probe.seconds < 6.0, (warm_seconds, pair.probe.seconds)
     assert pair.probe.target.path == "cached", pair.probe.summary()
     # The drafter is the self-drafter measured fastest on this machine (measured once, then read back).
     assert pair.target.dtype == torch.float32 and pair.drafter_name.split()[1].startswith("self:")
