@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/int8_paths.py [--steps 20] [--torchao-path DIR]
 
-For each route in ``selfdraft.copies.INT8_METHODS`` that imports: the median
+For each route in ``selfdraft.spec.INT8_ROUTES`` that imports: the median
 seconds of a one-token decode step (with a cache of 200 prompt positions), and
 the share of next-token argmaxes over the target's own greedy continuation of
 the calibration prompt that equal the float32 target's. Prints one line per route, and the CPU, torch version and load average.
@@ -52,7 +52,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from selfdraft.calibrate import agreement, calibration_ids, greedy_continuation
-    from selfdraft.copies import INT8_METHODS, int8_available, int8_copy
+    from selfdraft.copies import int8_available, int8_copy
+    from selfdraft.spec import INT8_ROUTES
     from utils.models import load_model
 
     target, tokenizer = load_model(None, device="cpu", dtype="float32")
@@ -62,7 +63,7 @@ def main() -> None:
     text = greedy_continuation(target, ids)  # agreement is scored on the target's own continuation
     base = step_seconds(target, ids, args.steps)
     print(f"float32 target: step {base * 1e3:.1f} ms")
-    for method in INT8_METHODS:
+    for method in INT8_ROUTES:
         if not int8_available(method):
             print(f"{method}: not installed")
             continue

@@ -10,7 +10,7 @@ from selfdraft.skip import skip_view
 from selfdraft.spec import PRECISIONS, SelfDraftSpec
 
 
-def build_self_drafter(target, spec: SelfDraftSpec, *, int8_method: str | None = None) -> torch.nn.Module:
+def build_self_drafter(target, spec: SelfDraftSpec) -> torch.nn.Module:
     """The drafter model for ``spec`` made from ``target`` (which is left untouched).
 
     ``self:skip=auto`` must be resolved to layers first (``selfdraft.search``).
@@ -19,7 +19,7 @@ def build_self_drafter(target, spec: SelfDraftSpec, *, int8_method: str | None =
     if spec.kind in PRECISIONS:
         model = precision_copy(target, getattr(torch, PRECISIONS[spec.kind]))
     elif spec.kind == "int8":
-        model = int8_copy(target, int8_method or spec.route or None)
+        model = int8_copy(target, spec.route or None)
     elif spec.auto:
         raise ValueError("self:skip=auto: search for the layers first (selfdraft.search.search_skip)")
     else:

@@ -32,11 +32,12 @@ import inspect
 
 import torch
 
-from selfdraft.spec import INT8_ROUTES as INT8_METHODS
+from selfdraft.spec import INT8_ROUTES
 from utils.cache import UnsupportedCacheError
 from utils.devices import model_device
 from utils.quantize import apply_quanto, output_head_names
 
+CPU_ONLY_ROUTES = ("torch", "weight-only")
 WEIGHT_ONLY_DTYPE = torch.bfloat16  # the weight-only route's activations
 # torch's weight-only int8 kernel reads the inner dimension in blocks of 16: on
 # torch 2.13 another width gave wrong sums or ended the process. Narrower layers stay in bfloat16.
@@ -177,11 +178,11 @@ def _torchao(model):
 def int8_copy(model, method: str | None = None) -> torch.nn.Module:
     """A copy of ``model`` whose linear weights are int8, by ``method`` (None: the device's default)."""
     method = method or default_int8_method(model_device(model))
-    if method not in INT8_METHODS:
-        raise ValueError(f"unknown int8 method {method!r}: use {', '.join(INT8_METHODS)}")
+    if method not in INT8_ROUTES:
+        raise ValueError(f"unknown int8 method {method!r}: use {', '.join(INT8_ROUTES)}")
     if not int8_available(method):
         raise ValueError(f"int8 method {method!r} is not available in this environment")
-    if method in ("torch", "weight-only") and model_device(model).type != "cpu":
+    if method in CPU_ONLY_ROUTES and model_device(model).type != "cpu":
         raise ValueError(f"int8 route {method!r} runs on a CPU only; this model is on {model_device(model)}")
     if method == "torch":  # quantize_dynamic copies the model itself (float32 in, int8 weights out)
         source = model if model.dtype == torch.float32 else copy.deepcopy(model).float()
