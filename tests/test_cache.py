@@ -176,3 +176,23 @@ def test_a_tree_keeps_the_sparse_indexers_keys_of_its_path(monkeypatch):
     monkeypatch.setattr(utils.cache, "_keep_indexer", lambda layer, block, kept: None)
     outcome = arch_zoo.guarded(lambda: arch_zoo.check_tree("deepseek_v32", "speculative"))
     assert outcome.status == "fail" and "generate gave" in outcome.detail, outcome
+
+
+def test_the_cache_argument_is_the_one_each_forward_names():
+    """transformers 5.24 renamed ``past_key_values`` (``cache_params`` on Mamba-like models) to
+    ``cache``, keeping the old name as an alias on some models only; a model passed a name its
+    forward does not declare may run with no cache at all (Mamba, Mamba2, xLSTM on 5.24)."""
+    from utils.cache import _forward_kwargs
+
+    class Old:
+        def forward(self, input_ids, past_key_values=None, logits_to_keep=0): ...
+
+    class OldMamba:
+        def forward(self, input_ids, cache_params=None, num_logits_to_keep=0): ...
+
+    class New:
+        def forward(self, input_ids, cache=None, logits_to_keep=0, **kwargs): ...
+
+    assert _forward_kwargs(Old()) == ("past_key_values", "logits_to_keep")
+    assert _forward_kwargs(OldMamba()) == ("cache_params", "num_logits_to_keep")
+    assert _forward_kwargs(New()) == ("cache", "logits_to_keep")
