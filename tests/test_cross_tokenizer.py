@@ -209,18 +209,26 @@ def test_greedy_with_a_partly_agreeing_drafter_accepts_and_rejects(twin_pair, me
 
 
 def test_the_text_sync_is_what_keeps_the_drafter_useful(monkeypatch, twin_pair):
-    """Mutation: a drafter that never reads the committed text stays lossless but stops agreeing."""
+    """Mutation: a drafter that never reads the committed text stays lossless but stops agreeing.
+
+    Counted over three prompts, as a rate per drafted token: on one prompt the counts are a handful,
+    and which argmaxes flip varies with the CPU's kernels (one CI machine accepted 3 of the mutant's
+    drafts on "Hello world" against 8 synced)."""
     from cross_tokenizer.drafter import CrossTokenizerDrafter
 
-    ids = encode_prompt(twin_pair.tokenizer, "Hello world", chat=True)
+    def rate():
+        accepted = drafted = 0
+        for text in ("Hello world", "The quick brown fox", "def add(x, y):\n"):
+            ids = encode_prompt(twin_pair.tokenizer, text, chat=True)
+            out = cross_tokenizer_generate(ids, twin_pair, logits_processor=GreedyProcessor(), method="slem",
+                                           gamma=4, max_gen_len=40)
+            accepted, drafted = accepted + out.accepted, drafted + out.drafted
+        return accepted, accepted / drafted
 
-    def accepted():
-        return cross_tokenizer_generate(ids, twin_pair, logits_processor=GreedyProcessor(), method="slem",
-                                        gamma=4, max_gen_len=40).accepted
-
-    synced = accepted()
+    synced, synced_rate = rate()
     monkeypatch.setattr(CrossTokenizerDrafter, "_sync", lambda self: self._keep(len(self.d_gen), []))
-    assert synced >= 5 and accepted() <= synced // 4
+    _, mutant_rate = rate()
+    assert synced >= 15 and mutant_rate * 3 <= synced_rate
 
 
 def test_the_drafter_cache_keeps_the_longest_prefix_whose_text_was_committed(bpe, meta):
