@@ -318,8 +318,10 @@ def _rollback_text(rollback: dict) -> str:
     for model, stats in (rollback or {}).items():
         if not isinstance(stats, dict):
             continue
-        counts = ", ".join(f"{k} {v}" for k, v in stats.items() if k not in ("method", "seconds", "path", "reason"))
-        parts.append(f"{model} {stats.get('method', '?')}: {counts + ', ' if counts else ''}"
+        counts = ", ".join(f"{k} {v}" for k, v in stats.items()
+                           if k not in ("method", "seconds", "path", "reason", "step"))
+        lean = " (lean step)" if stats.get("step") == "lean" else ""
+        parts.append(f"{model} {stats.get('method', '?')}{lean}: {counts + ', ' if counts else ''}"
                      f"{_ms(float(stats.get('seconds', 0.0) or 0.0))}")
     return "; ".join(parts) or "not recorded"
 

@@ -11,7 +11,9 @@ that cache can be shared (``shared_cache``), each round the drafter
    own cache topped up with the newly committed positions, cast;
 3. drafts one token per forward, exactly as :class:`ModelDrafter` does, or,
    asked for a token tree (``propose_tree``), grows it on that round cache
-   with ``generation.tree_draft`` (the root and one level per forward);
+   with ``generation.tree_draft`` (the root and one level per forward); a
+   cast copy with a lean step (``selfdraft.lean``) drafts a chain through it,
+   on the lean step's own buffers of the committed positions;
 4. drops its draft positions (and a tree's root and nodes), so the target's
    cache is as it was.
 
@@ -30,10 +32,11 @@ from generation.tree_draft import draft_tree, sample_tree
 from generation.verify import verify_loop
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
+from selfdraft.lean import LEAN_ATTR
 from selfdraft.mark import SELF_DRAFT_ATTR, mark_self_draft, self_draft_target  # noqa: F401 (re-exported)
 from selfdraft.skip import kept_layers
 from selfdraft.spec import parse_self_draft
-from utils.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
+from utils.cache import CachedModel, RollbackStats, _forward_kwargs, _layers, new_cache, tree_support
 
 
 class SelfDrafter:
@@ -61,8 +64,10 @@ class SelfDrafter:
         self.target = None
         self.mode = "own"
         self.cache = None
+        self.lean = None           # the model's lean step, in "copy" mode (selfdraft.lean)
         self._forwards = 0
-        self._copied = 0
+        self._copied = 0           # committed positions in self.cache
+        self._lean_copied = 0      # committed positions in the lean step's buffers
         self._logits: list[torch.Tensor] = []  # the last chain proposal's logits rows, (1, V) each
         self.stats = RollbackStats(method="shared")
         self.cache_kw, self.logits_kw = _forward_kwargs(model)
@@ -84,6 +89,11 @@ class SelfDrafter:
         self.stats = RollbackStats(method="shared" if self.mode != "own" else "crop")
         if self.mode == "copy":
             self.cache = new_cache(self.model)
+            self.lean = getattr(self.model, LEAN_ATTR, None)
+            self._lean_copied = 0
+            if self.lean is not None:
+                self.lean.clear()
+                self.stats.step = "lean"
         if self.mode == "own":
             self.own.begin(prompt)
 
@@ -92,14 +102,15 @@ class SelfDrafter:
             return self.own.propose(ids, k, stop_below)
         committed = ids.shape[1] - 1
         self._fill_target(ids)
-        cache = self._round_cache(committed)
+        forward, drop = self._round(committed)
         fed = [0]
         self._logits = []
 
         def step(seq: torch.Tensor) -> torch.Tensor:
             new = seq[:, committed + fed[0]:]
             fed[0] += new.shape[1]
-            logits = self._forward(new, cache)                      # (1, V)
+            self._forwards += 1
+            logits = forward(new)                                   # (1, V)
             self._logits.append(logits)
             return logits
 
@@ -107,7 +118,7 @@ class SelfDrafter:
             drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
                                          self.vocab_size, stop_below)
         finally:
-            shared_cache.drop_drafts(cache, fed[0])
+            drop(fed[0])
         del self._logits[drafts.shape[0]:]                          # a step past an early stop drafted nothing
         return drafts.to(ids.device), probs.to(ids.device)
 
@@ -197,6 +208,29 @@ class SelfDrafter:
         if self.target.length < committed:
             self.target.forward(ids[:, :committed], keep=1)
 
+    def _round(self, committed: int):
+        """(forward(new ids) -> logits of the last, (1, V); drop(n)) for this round's chain, on the
+        lean step where the model has one, else on the round cache."""
+        if self.lean is not None:
+            self._append_lean(committed)
+            return self._lean_forward, self.lean.drop
+        cache = self._round_cache(committed)
+        return (lambda new: self._forward(new, cache)), (lambda n: shared_cache.drop_drafts(cache, n))
+
+    def _append_lean(self, committed: int) -> None:
+        """Copy the target's committed positions the lean step lacks into its buffers (cast)."""
+        start = self._lean_copied
+        if committed > start:
+            layers = _layers(self.target.cache)
+            self.lean.append([layer.keys[0, :, start:committed] for layer in layers],
+                             [layer.values[0, :, start:committed] for layer in layers])
+            self._lean_copied = committed
+
+    def _lean_forward(self, new: torch.Tensor) -> torch.Tensor:
+        for token in new[0].split(1):
+            logits = self.lean.step(token)
+        return logits
+
     def _round_cache(self, committed: int):
         if self.mode == "view":
             return shared_cache.view_of(self.target.cache, self.layers or list(range(len(self.target.cache.layers))))
@@ -208,7 +242,6 @@ class SelfDrafter:
         kwargs = {"input_ids": new.to(self.device), self.cache_kw: cache, "use_cache": True}
         if self.logits_kw is not None:
             kwargs[self.logits_kw] = 1
-        self._forwards += 1
         return self.model(**kwargs).logits[0, -1:]
 
 

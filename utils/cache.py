@@ -82,6 +82,8 @@ class RollbackStats:
     further than the kept sequence. ``seconds``: host time spent copying and
     restoring (the re-fed tokens' compute is inside the forward passes).
     ``path`` / ``reason``: how the model was fed and, unless "cached", why.
+    ``step``: "lean" where a self-drafter drafted through its lean one-token step
+    (``selfdraft.lean``), else "".
     """
 
     method: str = "crop"
@@ -91,6 +93,7 @@ class RollbackStats:
     seconds: float = 0.0
     path: str = "cached"    # how the model was fed: cached, stepwise or uncached (see utils.probe)
     reason: str = ""        # why, when the path is not "cached"
+    step: str = ""          # "lean": a self-drafter's lean one-token step drafted
 
     def to_dict(self) -> dict:
         return asdict(self)

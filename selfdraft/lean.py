@@ -1,0 +1,290 @@
+"""A lean one-token step for self-drafters of the Llama shape, on key/value buffers of its own.
+
+A cast copy of the target (``self:bf16``, ``self:fp16``, ``self:int8=weight-only``)
+drafts one token per forward. Through transformers' module tree that forward is
+some 1,700 small tensor operations on the default model, a third of its time
+on a 2-core CPU (docs/results.md). :class:`LeanStep` computes the same step with
+the same weights in about a third of the operations:
+
+- q, k, v in one product and gate, up in another (the layers' weights become
+  views into the fused tensors, so the module tree still runs and nothing is
+  held twice);
+- the rotation applied to q and k together, from a table the model's own
+  rotary module computed;
+- grouped-query attention as one fused attention call per layer, with each key
+  head's queries stacked;
+- keys and values written into preallocated buffers, not concatenated.
+
+It applies to a decoder whose layers are exactly Llama's (two RMS norms,
+attention of q/k/v/o projections, a SiLU-gated MLP); :func:`lean_step` checks
+that, and then checks the step numerically against the model's own cached
+forward. A model that differs in either way drafts through its own forward, and
+the reason is kept. Drafts only propose tokens: the target's verify decides
+what is kept, so a lean drafter is as lossless as any other.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from selfdraft.copies import WeightOnlyInt8Linear
+from utils.cache import _forward_kwargs, _layers, new_cache
+
+LEAN_ATTR = "lean_step"            # on a self-draft model: its LeanStep, or None
+LEAN_REASON_ATTR = "lean_reason"   # why it has none ("" when it has one)
+LAYER_PARTS = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
+ATTENTION_PARTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
+MLP_PARTS = {"gate_proj", "up_proj", "down_proj", "act_fn"}
+# The step against the model's own cached forward, relative to the largest logit:
+# a 16-bit copy computes the same sums in another order (0.01 of the scale on the
+# default model); a wrong rotation, norm or scale is off by the scale itself.
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 0.02, torch.bfloat16: 0.05}
+TRIAL_PREFIX, TRIAL_STEPS = 5, 3
+
+
+class LeanRefused(Exception):
+    """The model is not of the shape the lean step computes; the message says how (one line)."""
+
+
+class _Fused:
+    """Several linear layers of one input as one product; the layers' weights become views of it."""
+
+    def __init__(self, linears: list[torch.nn.Module]):
+        self.sizes = [m.out_features for m in linears]
+        self.int8 = isinstance(linears[0], WeightOnlyInt8Linear)
+        if self.int8:
+            self.weight = _fuse(linears, "qweight")
+            self.scale = _fuse(linears, "scale")
+        else:
+            self.weight = _fuse(linears, "weight")
+        self.bias = None
+        if any(m.bias is not None for m in linears):
+            like = next(m.bias for m in linears if m.bias is not None)
+            self.bias = torch.cat([m.bias.detach() if m.bias is not None else like.new_zeros(m.out_features)
+                                   for m in linears])
+            _rebind(linears, "bias", self.bias)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.int8:
+            out = torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scale)
+            return out if self.bias is None else out + self.bias
+        return F.linear(x, self.weight, self.bias)
+
+
+def _fuse(linears, name: str) -> torch.Tensor:
+    fused = torch.cat([getattr(m, name).detach() for m in linears])
+    _rebind(linears, name, fused)
+    return fused
+
+
+def _rebind(linears, name: str, fused: torch.Tensor) -> None:
+    """Make each layer's ``name`` a view of its rows of ``fused`` (no second copy of the weights)."""
+    start = 0
+    for m in linears:
+        rows = m.out_features
+        view = fused[start:start + rows]
+        if name in m._parameters:
+            m._parameters[name] = torch.nn.Parameter(view, requires_grad=False)
+        else:
+            m._buffers[name] = view
+        start += rows
+
+
+def _linear_kind(m) -> str | None:
+    if isinstance(m, WeightOnlyInt8Linear):
+        return "int8"
+    if type(m) is torch.nn.Linear:
+        return str(m.weight.dtype)
+    return None
+
+
+def _eps(norm) -> float:
+    for name in ("variance_epsilon", "eps"):
+        if isinstance(getattr(norm, name, None), float):
+            return getattr(norm, name)
+    raise LeanRefused(f"{type(norm).__name__} names no epsilon")
+
+
+def _is_silu(act) -> bool:
+    """Whether ``act`` computes SiLU (torch's module or transformers' own class of it), by its values."""
+    x = torch.linspace(-6, 6, 25)
+    with torch.no_grad():
+        return torch.allclose(act(x), F.silu(x))
+
+
+def _check_shape(model) -> None:
+    """Raise :class:`LeanRefused` unless every layer has exactly Llama's parts."""
+    inner = getattr(model, "model", None)
+    parts = {"embed_tokens", "layers", "norm", "rotary_emb"}
+    if inner is None or not parts <= {n for n, _ in inner.named_children()} or not hasattr(model, "lm_head"):
+        raise LeanRefused(f"{type(model).__name__} is not a decoder with embed_tokens, layers, norm and rotary_emb")
+    config = model.config
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        raise LeanRefused("it attends through a sliding window")
+    for layer in inner.layers:
+        for module, want, what in ((layer, LAYER_PARTS, "layer"), (layer.self_attn, ATTENTION_PARTS, "attention"),
+                                   (getattr(layer, "mlp", None), MLP_PARTS, "MLP")):
+            have = {n for n, _ in module.named_children()} if module is not None else set()
+            if have != want:
+                extra = sorted(have ^ want)
+                raise LeanRefused(f"its {what} differs from Llama's ({', '.join(extra)})")
+        if not _is_silu(layer.mlp.act_fn):
+            raise LeanRefused(f"its MLP activation ({type(layer.mlp.act_fn).__name__}) is not SiLU")
+        for module, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj")), (layer.mlp, ("gate_proj", "up_proj"))):
+            kinds = {_linear_kind(getattr(module, n)) for n in names}
+            if None in kinds or len(kinds) != 1:
+                raise LeanRefused(f"its {', '.join(names)} are not of one kind (float or weight-only int8)")
+
+
+class _Layer:
+    def __init__(self, layer, head_dim: int):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.norm1, self.eps1 = layer.input_layernorm.weight, _eps(layer.input_layernorm)
+        self.norm2, self.eps2 = layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)
+        self.qkv = _Fused([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.o_proj = attn.o_proj
+        self.gate_up = _Fused([mlp.gate_proj, mlp.up_proj])
+        self.down = mlp.down_proj
+        self.intermediate = mlp.gate_proj.out_features
+        self.scale = float(getattr(attn, "scaling", head_dim ** -0.5))
+
+
+class LeanStep:
+    """The one-token step of a Llama-shaped model on key/value buffers holding ``length`` positions.
+
+    ``append`` copies committed positions from the target's cache (cast);
+    ``step`` feeds one token and returns its logits, (1, V); ``drop`` forgets the
+    last ``n`` positions (a round's drafts).
+    """
+
+    def __init__(self, model):
+        _check_shape(model)
+        config = model.config
+        self.model = model
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        first = model.model.layers[0].self_attn
+        self.head_dim = first.q_proj.out_features // self.heads
+        if first.k_proj.out_features != self.kv_heads * self.head_dim or self.heads % self.kv_heads:
+            raise LeanRefused("its key heads do not divide its query heads")
+        weights = [p for p in model.parameters() if p.is_floating_point()]
+        self.dtype = weights[0].dtype if weights else torch.float32
+        self.device = weights[0].device if weights else torch.device("cpu")
+        self.layers = [_Layer(layer, self.head_dim) for layer in model.model.layers]
+        self.length = 0
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self._cos = self._sin = torch.empty(0, self.head_dim // 2, dtype=self.dtype, device=self.device)
+
+    # ---------------------------------------------------------------- state
+
+    def clear(self) -> None:
+        self.length = 0
+
+    def drop(self, n: int) -> None:
+        self.length -= n
+
+    def append(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Add positions: one (kv_heads, n, head_dim) tensor of keys and of values per layer, any dtype."""
+        n = keys[0].shape[-2]
+        self._reserve(self.length + n)
+        for mine_k, mine_v, k, v in zip(self.keys, self.values, keys, values):
+            mine_k[:, self.length:self.length + n].copy_(k)
+            mine_v[:, self.length:self.length + n].copy_(v)
+        self.length += n
+
+    def _reserve(self, positions: int) -> None:
+        have = self.keys[0].shape[1] if self.keys else 0
+        if positions <= have:
+            return
+        size = max(positions, 2 * have, 64)
+        shape = (self.kv_heads, size, self.head_dim)
+        grown_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        grown_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        for old, new in zip(self.keys + self.values, grown_k + grown_v):
+            new[:, :have].copy_(old)
+        self.keys, self.values = grown_k, grown_v
+        self._rotation(size)
+
+    def _rotation(self, positions: int) -> None:
+        """cos and sin by position, (positions, head_dim / 2), from the model's own rotary module."""
+        probe = torch.zeros(1, 1, self.head_dim, dtype=self.dtype, device=self.device)
+        ids = torch.arange(positions, device=self.device)[None]
+        cos, sin = self.model.model.rotary_emb(probe, ids)
+        half = self.head_dim // 2
+        cos, sin = cos[0], sin[0]
+        if not (torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:])):
+            raise LeanRefused("its rotation does not repeat over the two halves of a head")
+        self._cos, self._sin = cos[:, :half].contiguous(), sin[:, :half].contiguous()
+
+    # ----------------------------------------------------------------- step
+
+    @torch.inference_mode()
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """The logits after feeding ``token`` (a one-element id tensor) at position ``length``, (1, V)."""
+        pos = self.length
+        self._reserve(pos + 1)
+        cos, sin = self._cos[pos], self._sin[pos]
+        heads, kv, dim, half = self.heads, self.kv_heads, self.head_dim, self.head_dim // 2
+        width = heads * dim
+        h = self.model.model.embed_tokens(token.reshape(1, 1).to(self.device)).reshape(1, -1)
+        for layer, keys, values in zip(self.layers, self.keys, self.values):
+            qkv = layer.qkv(torch.rms_norm(h, h.shape[-1:], layer.norm1, layer.eps1))
+            qk = qkv[:, :width + kv * dim].reshape(heads + kv, dim)
+            x1, x2 = qk[:, :half], qk[:, half:]
+            qk = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+            keys[:, pos] = qk[heads:]
+            values[:, pos] = qkv[0, width + kv * dim:].reshape(kv, dim)
+            attended = F.scaled_dot_product_attention(
+                qk[:heads].reshape(1, kv, heads // kv, dim), keys[None, :, :pos + 1], values[None, :, :pos + 1],
+                scale=layer.scale)
+            h = h + layer.o_proj(attended.reshape(1, width))
+            gate_up = layer.gate_up(torch.rms_norm(h, h.shape[-1:], layer.norm2, layer.eps2))
+            h = h + layer.down(F.silu(gate_up[:, :layer.intermediate]) * gate_up[:, layer.intermediate:])
+        self.length = pos + 1
+        return self.model.lm_head(self.model.model.norm(h))
+
+
+@torch.inference_mode()
+def _trial(step: LeanStep) -> None:
+    """Raise :class:`LeanRefused` unless the lean step's logits equal the model's own cached forward's."""
+    model = step.model
+    vocab = model.config.vocab_size
+    ids = (torch.arange(TRIAL_PREFIX + TRIAL_STEPS, device=step.device) * 7919 + 3) % vocab
+    cache, cache_kw = new_cache(model), _forward_kwargs(model)[0]
+    model(input_ids=ids[None, :TRIAL_PREFIX], use_cache=True, **{cache_kw: cache})
+    layers = _layers(cache)
+    step.clear()
+    step.append([layer.keys[0] for layer in layers], [layer.values[0] for layer in layers])
+    for i in range(TRIAL_PREFIX, TRIAL_PREFIX + TRIAL_STEPS):
+        out = model(input_ids=ids[None, i:i + 1], use_cache=True, **{cache_kw: cache})
+        want = out.logits[0, -1:].float()
+        got = step.step(ids[i:i + 1]).float()
+        scale = want.abs().max().clamp(min=1.0)
+        off = float((got - want).abs().max() / scale)
+        if not off <= TOLERANCE.get(step.dtype, 0.05):
+            raise LeanRefused(f"its step differs from the model's own forward by {off:.3g} of the largest logit")
+    step.clear()
+
+
+def lean_step(model) -> tuple[LeanStep | None, str]:
+    """The model's :class:`LeanStep`, checked against its own forward, or (None, why not)."""
+    try:
+        step = LeanStep(model)
+        _trial(step)
+    except LeanRefused as exc:
+        return None, str(exc)
+    except (RuntimeError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        # a model of the right parts whose forward or rotary module takes other arguments:
+        # it drafts through its own forward, and the reason says what failed
+        first = (str(exc).splitlines() or [""])[0]
+        return None, f"its trial step failed ({type(exc).__name__}: {first})"
+    return step, ""
+
+
+def attach_lean(model) -> None:
+    """Build ``model``'s lean step and keep it (or the reason there is none) on the model."""
+    step, reason = lean_step(model)
+    object.__setattr__(model, LEAN_ATTR, step)
+    object.__setattr__(model, LEAN_REASON_ATTR, reason)

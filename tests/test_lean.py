@@ -1,0 +1,195 @@
+"""The lean one-token step of cast self-drafters (``selfdraft.lean``).
+
+The step must compute what the model's own forward computes (checked on logits,
+not tokens, with mutations the check must see), hold no second copy of the
+weights, refuse models of another shape with one line, and, inside the
+self-drafter, keep its buffers in step with the target's cache: a drafter whose
+buffers drift still decodes losslessly but stops being accepted, which the last
+mutation shows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from generation import autoregressive_generate
+from sampling import GreedyProcessor, MultinomialProcessor
+from selfdraft import lean
+from selfdraft.build import build_self_drafter
+from selfdraft.copies import precision_copy
+from selfdraft.drafter import self_speculative_generate
+from selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR, LeanStep, lean_step
+from selfdraft.spec import parse_self_draft
+from tests.arch_zoo import PROMPTS, build
+from tests.test_distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
+from tests.tiny_models import tiny_llama
+
+GREEDY = GreedyProcessor()
+COPIES = ("self:bf16", "self:fp16", "self:int8=weight-only")
+
+
+def _copy(kind: str, target=None):
+    return build_self_drafter(target if target is not None else build("llama"), parse_self_draft(kind))
+
+
+@torch.inference_mode()
+def _own_logits(model, ids: list[int]) -> torch.Tensor:
+    """The model's own uncached logits at every position, float32, (L, V)."""
+    return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
+
+
+@torch.inference_mode()
+def _lean_logits(step: LeanStep, ids: list[int]) -> torch.Tensor:
+    step.clear()
+    return torch.cat([step.step(torch.tensor([t])).float() for t in ids])
+
+
+@pytest.mark.parametrize("kind", COPIES)
+def test_the_lean_step_computes_the_models_own_forward(kind):
+    model = _copy(kind)
+    step = getattr(model, LEAN_ATTR)
+    assert step is not None, getattr(model, LEAN_REASON_ATTR)
+    ids = list(PROMPTS[1]) * 3                                 # a few dozen positions, repeats included
+    want, got = _own_logits(model, ids), _lean_logits(step, ids)
+    scale = want.abs().max(dim=-1, keepdim=True).values
+    assert ((got - want).abs() / scale).max() < lean.TOLERANCE[step.dtype]
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() > 0.9
+
+
+def test_positions_appended_from_a_cache_are_read_like_its_own():
+    """Keys and values handed over from a cache (the target's, cast) and then one step
+    give the logits of the model's forward over the whole sequence."""
+    model = _copy("self:bf16")
+    step = getattr(model, LEAN_ATTR)
+    ids = list(PROMPTS[0])
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True)
+        layers = out.past_key_values.layers
+        step.clear()
+        step.append([layer.keys[0] for layer in layers], [layer.values[0] for layer in layers])
+        got = step.step(torch.tensor([ids[-1]])).float()
+    want = _own_logits(model, ids)[-1:]
+    assert step.length == len(ids)
+    assert ((got - want).abs().max() / want.abs().max()) < lean.TOLERANCE[torch.bfloat16]
+
+
+def test_the_fused_weights_are_views_and_leave_the_model_as_it_was():
+    plain = precision_copy(build("llama"), torch.bfloat16)
+    before = _own_logits(plain, list(PROMPTS[0]))
+    fused = lean.LeanStep(plain)                               # rebinds the layers' weights to views
+    layer = plain.model.layers[0]
+    qkv = fused.layers[0].qkv.weight
+    assert layer.self_attn.q_proj.weight.data_ptr() == qkv.data_ptr()
+    assert layer.self_attn.v_proj.weight.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
+    assert torch.equal(_own_logits(plain, list(PROMPTS[0])), before)
+
+
+@pytest.mark.parametrize("break_it, why", [
+    (lambda s: setattr(s, "_cos", s._cos.flip(0)), "positions rotated backwards"),
+    (lambda s: [setattr(layer, "eps1", 1.0) for layer in s.layers], "the first norm's epsilon"),
+    (lambda s: [setattr(layer, "scale", 1.0) for layer in s.layers], "the attention scale"),
+])
+def test_the_trial_refuses_a_step_that_computes_something_else(monkeypatch, break_it, why):
+    """Mutations of the step: each must fail the numeric trial, so no wrong step is ever used."""
+    real = LeanStep._rotation
+
+    def rotation_then_break(self, positions):                  # runs once, before the first step
+        real(self, positions)
+        break_it(self)
+
+    monkeypatch.setattr(LeanStep, "_rotation", rotation_then_break)
+    model = _copy("self:fp16")
+    step, reason = lean_step(model)
+    assert step is None and "differs from the model's own forward" in reason, why
+
+
+@pytest.mark.parametrize("family, words", [("qwen3", "attention differs from Llama's"),
+                                           ("phi3", "differs from Llama")])
+def test_another_shape_drafts_through_its_own_forward_and_says_why(family, words):
+    model = _copy("self:bf16", build(family))
+    assert getattr(model, LEAN_ATTR) is None
+    reason = getattr(model, LEAN_REASON_ATTR)
+    assert reason and "\n" not in reason and words in reason
+
+
+def test_a_sliding_window_is_refused():
+    target = tiny_llama(4, vocab_size=64, hidden=32)             # not the zoo's shared model
+    target.config.sliding_window = 8
+    model = _copy("self:bf16", target)
+    assert getattr(model, LEAN_ATTR) is None and "sliding window" in getattr(model, LEAN_REASON_ATTR)
+
+
+def test_a_copy_of_another_kind_keeps_its_own_forward():
+    model = _copy("self:int8")                                 # torch's dynamic int8 layers
+    assert getattr(model, LEAN_ATTR) is None and "one kind" in getattr(model, LEAN_REASON_ATTR)
+
+
+def test_a_trial_that_raises_leaves_the_own_forward_and_names_the_error():
+    target = tiny_llama(4, vocab_size=64, hidden=32)
+    model = build_self_drafter(target, parse_self_draft("self:bf16"))
+    assert getattr(model, LEAN_ATTR) is not None                 # the shape is Llama's
+
+    def refuse(*args, **kwargs):
+        raise TypeError("rotary arguments of another kind")
+
+    model.model.rotary_emb.forward = refuse
+    step, reason = lean_step(model)
+    assert step is None and "TypeError: rotary arguments of another kind" in reason and "\n" not in reason
+
+
+# ------------------------------------------------------- inside the drafter
+
+def _greedy_runs(drafter, target):
+    results = [self_speculative_generate(list(p), drafter, target, logits_processor=GREEDY, gamma=4,
+                                         max_gen_len=24) for p in PROMPTS]
+    refs = [autoregressive_generate(list(p), target, logits_processor=GREEDY, max_gen_len=24).tokens
+            for p in PROMPTS]
+    return results, refs
+
+
+@pytest.mark.parametrize("kind", COPIES)
+def test_a_lean_drafter_is_lossless_and_drafts_as_well_as_its_own_forward(kind):
+    target = build("llama")
+    model = _copy(kind, target)
+    results, refs = _greedy_runs(model, target)
+    assert [r.tokens for r in results] == refs
+    assert all(r.rollback["drafter"]["step"] == "lean" for r in results)
+    accepted = sum(r.accepted for r in results)
+    object.__setattr__(model, LEAN_ATTR, None)                 # the same copy through its own forward
+    plain, _ = _greedy_runs(model, target)
+    assert all(r.rollback["drafter"]["step"] == "" for r in plain)
+    assert accepted >= 0.9 * sum(r.accepted for r in plain) > 0
+
+
+def test_buffers_that_keep_a_rounds_drafts_are_caught(monkeypatch):
+    """Mutation: without dropping its drafts the lean step reads stale positions; the output stays
+    lossless (the target verifies) but the drafts stop being accepted."""
+    target = build("llama")
+    model = _copy("self:bf16", target)
+    results, refs = _greedy_runs(model, target)
+    synced = sum(r.accepted for r in results) / sum(r.drafted for r in results)
+    monkeypatch.setattr(LeanStep, "drop", lambda self, n: None)
+    broken, _ = _greedy_runs(model, target)
+    assert [r.tokens for r in broken] == refs
+    assert sum(r.accepted for r in broken) / sum(r.drafted for r in broken) < synced / 2
+
+
+RUNS = 400
+
+
+def test_lean_sampling_keeps_the_target_distribution():
+    small = tiny_llama(10, vocab_size=V, hidden=16, logit_scale=15.0)
+    drafter = build_self_drafter(small, parse_self_draft("self:bf16"))
+    assert getattr(drafter, LEAN_ATTR) is not None
+    processor = MultinomialProcessor(1.0)
+    generator = torch.Generator().manual_seed(99)
+    counts, steps = {}, set()
+    for _ in range(RUNS):
+        result = self_speculative_generate(PROMPT, drafter, small, logits_processor=processor, gamma=3,
+                                           max_gen_len=STEPS, generator=generator)
+        key = tuple(result.tokens[:STEPS])
+        counts[key] = counts.get(key, 0) + 1
+        steps.add(result.rollback["drafter"]["step"])
+    assert steps == {"lean"}
+    assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) < 5.0
