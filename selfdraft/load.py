@@ -12,6 +12,7 @@ from __future__ import annotations
 from selfdraft.build import build_self_drafter
 from selfdraft.calibrate import calibration_ids, greedy_continuation, time_target
 from selfdraft.default import default_drafter
+from selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR
 from selfdraft.search import search_skip
 from selfdraft.skip import SkipRefused, num_layers
 from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
@@ -31,7 +32,16 @@ def _float_dtype(model):
 def _drafter_name(target: str | None, spec: SelfDraftSpec, draft) -> str:
     """``SmolLM2-135M-Instruct self:int8 (float32, torch int8)``."""
     int8 = f", {draft.int8_method} int8" if spec.kind == "int8" else ""
-    return f"{DEFAULT_LABEL if target is None else target} {spec.label} ({dtype_name(_float_dtype(draft))}{int8})"
+    lean = ", lean step" if getattr(draft, LEAN_ATTR, None) is not None else ""
+    return f"{DEFAULT_LABEL if target is None else target} {spec.label} ({dtype_name(_float_dtype(draft))}{int8}{lean})"
+
+
+def lean_note(spec: SelfDraftSpec, draft) -> list[str]:
+    """A banner line where a copy drafts through its own forward, not a lean step, and why."""
+    reason = getattr(draft, LEAN_REASON_ATTR, "")
+    if getattr(draft, LEAN_ATTR, None) is not None or not reason:
+        return []
+    return [f"{spec.label} drafts through the model's own forward, not a lean step: {reason}"]
 
 
 def resolve_skip(model, tokenizer, spec: SelfDraftSpec, say=no_progress) -> tuple[SelfDraftSpec, list[str]]:
@@ -90,7 +100,7 @@ def load_self_draft_pair(
         vocab_size=check_compatible(tokenizer, tokenizer, model, model),  # the drafter has the target's head
         context_length=context_length(model, tokenizer),
         self_draft_demo=False, is_encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
-        notes=tuple(notes), drafts_on_target_cache=True,
+        notes=tuple(notes + lean_note(spec, draft)), drafts_on_target_cache=True,
     )
     say("Probing each model's cached forward against the uncached one")
     pair.probe = probe_pair(pair)

@@ -468,6 +468,13 @@ def test_self_drafters_load_from_the_target(tiny, spec, dtype):
     assert pair.probe is not None and pair.probe.summary() in pair.banner_lines()
     assert pair.probe.drafter_on_target_cache and "drafts on the target's cache" in pair.probe.summary()
     assert pair.probe.to_dict()["drafter_on_target_cache"] is True
+    # A cast copy of this Llama drafts through its lean step; torch's dynamic int8 layers cannot,
+    # and the banner says so; layer skipping is no copy and says nothing of it.
+    lean = spec == "self:bf16"
+    assert (", lean step" in pair.drafter_name) == lean
+    said = [line for line in pair.banner_lines() if "not a lean step" in line]
+    assert said == ([f"{spec} drafts through the model's own forward, not a lean step: its q_proj, k_proj, "
+                     "v_proj are not of one kind (float or weight-only int8)"] if spec == "self:int8" else [])
 
 
 def test_the_engine_loader_sends_two_models_to_utils_and_self_drafters_to_selfdraft(tiny, padded_dir, monkeypatch):
