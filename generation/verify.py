@@ -20,7 +20,7 @@ from generation.common import cut_at_end, end_tokens, model_device, timed_run
 from generation.gamma_policies import make_policy
 from generation.inspection import Inspection, decode, record_round
 from generation.observer import Observer, Watch, target_delay
-from generation.phases import PhaseClock, split_phases
+from generation.phases import PhaseClock, fill_target_first, filled_seconds, split_phases
 from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
 from sampling import LogitsProcessor
@@ -52,6 +52,12 @@ class Drafter(Protocol):
 
     def rollback_stats(self) -> dict | None:
         """How the drafter's cache was rolled back (None for a storage)."""
+
+    # Optional, for a drafter that drafts on the target's own cache:
+    # def fill_target(self, ids) -> None
+    #     Feed the target the committed tokens of ``ids`` its cache lacks (the prompt, in
+    #     the first round). The loop calls it before the draft clock starts and counts its
+    #     time as verify (``generation.phases.fill_target_first``).
 
     # Optional, for token trees (``tree`` > 0; a drafter without it runs chains):
     # def propose_sampled_tree(self, ids, depth, nodes, branch) -> (Tree, q (n + 1, V))
@@ -188,7 +194,8 @@ def _trees_possible(model: CachedModel, drafter, result: GenerationResult) -> bo
 def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None):
     """One round; returns (ids, tokens appended, whether an end token ended it)."""
     clock, target, drafter = loop.clock, loop.target, loop.drafter
-    t0 = clock.mark()
+    filled = fill_target_first(drafter, ids, clock)
+    t0 = clock.mark() if filled is None else filled[1]
     if k_max > 0:
         draft, q = drafter.propose(ids, k_max, stop_below)
     else:
@@ -233,7 +240,7 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
         inspection = decode(flat[len(flat) - record.numel():], drafts, n, vocab=p.shape[-1],
                             has_q=q is not None, shown="softmax" if loop.processor.is_greedy else "rule")
     _count(loop.result, drafts, n, new, gamma=k_max,
-           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2),
+           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + filled_seconds(clock, filled),
            inspection=inspection)
     loop.watch.round(loop.result.trace[-1], new)
     return ids, new, stop

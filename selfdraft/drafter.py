@@ -101,7 +101,7 @@ class SelfDrafter:
         if self.mode == "own":
             return self.own.propose(ids, k, stop_below)
         committed = ids.shape[1] - 1
-        self._fill_target(ids)
+        self.fill_target(ids)
         forward, drop = self._round(committed)
         fed = [0]
         self._logits = []
@@ -169,6 +169,16 @@ class SelfDrafter:
     def rollback_stats(self) -> dict:
         return self.stats.to_dict() if self.mode != "own" else self.own.rollback_stats()
 
+    def fill_target(self, ids: torch.Tensor) -> None:
+        """Feed the target the committed tokens its cache lacks (the prompt, in the first round);
+        the verify loop calls it before its draft clock starts, and ``propose`` again (a no-op
+        then) for callers that do not."""
+        if self.mode == "own":
+            return
+        committed = ids.shape[1] - 1
+        if self.target.length < committed:
+            self.target.forward(ids[:, :committed], keep=1)
+
     # ------------------------------------------------------------ internals
 
     def _grow(self, ids: torch.Tensor, grow):
@@ -179,7 +189,7 @@ class SelfDrafter:
         one crop (``drop_root``), so the target's cache is left as it was.
         """
         committed = ids.shape[1] - 1
-        self._fill_target(ids)
+        self.fill_target(ids)
         cached = CachedModel.over(self.model, self._round_cache(committed), committed)
         if tree_support(cached) is not None:
             return None
@@ -201,12 +211,6 @@ class SelfDrafter:
         if self.dtype == _cache_dtype(target.model):
             return "view"
         return "copy" if self.layers is None and shared_cache.can_copy(target.cache) else "own"
-
-    def _fill_target(self, ids: torch.Tensor) -> None:
-        """Feed the target the committed tokens its cache lacks (the prompt, in the first round)."""
-        committed = ids.shape[1] - 1
-        if self.target.length < committed:
-            self.target.forward(ids[:, :committed], keep=1)
 
     def _round(self, committed: int):
         """(forward(new ids) -> logits of the last, (1, V); drop(n)) for this round's chain, on the

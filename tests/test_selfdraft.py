@@ -8,6 +8,7 @@ decisive): llama (full attention), qwen2 (sliding window) and mamba2 (recurrent)
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -175,6 +176,28 @@ def _round(drafter, target, prompt, k=3):
     return drafts, q, cached
 
 
+@pytest.mark.parametrize("tree", [0, 4])
+def test_the_targets_prefill_counts_as_verify_not_as_drafting(monkeypatch, tree):
+    """A self-drafter drafts on the target's cache, so the target must be fed the prompt
+    before the first draft. That is target work: the first round's phases must count it
+    as verify. (A prefill run inside ``propose`` made the draft phase look slow.)"""
+    target = build("llama")
+    drafter = build_self_drafter(target, parse_self_draft("self:bf16"))
+    real, pause = CachedModel.forward, 0.3
+
+    def slow_prefill(self, ids, keep):
+        if self.model is target and self.length == 0:            # the prompt
+            time.sleep(pause)
+        return real(self, ids, keep)
+
+    monkeypatch.setattr(CachedModel, "forward", slow_prefill)
+    result = self_speculative_generate(list(PROMPTS[0]), drafter, target, logits_processor=GreedyProcessor(),
+                                       gamma=3, max_gen_len=8, tree=tree)
+    first = result.trace[0]
+    assert first.verify_s >= pause and first.draft_s < pause
+    assert result.phases["verify"] >= pause and result.phases["draft"] < pause
+
+
 @pytest.mark.parametrize("kind, mode", [("self:skip=1", "view"), ("self:int8", "view"), ("self:bf16", "copy"),
                                         ("self:int8=weight-only", "copy")])
 def test_self_drafter_shares_the_target_cache_and_leaves_it_as_it_was(kind, mode):
@@ -224,7 +247,7 @@ def test_shared_bf16_copy_logits_match_its_own_cache_within_bfloat16_tolerance()
     shared.begin(prompt)
     ids = torch.tensor([prompt])
     with torch.inference_mode():
-        shared._fill_target(ids)
+        shared.fill_target(ids)
         got = shared._forward(ids[:, -1:], shared._round_cache(len(prompt) - 1)).float()
         want = model(input_ids=ids, use_cache=False).logits[0, -1:].float()
     scale = want.abs().max()

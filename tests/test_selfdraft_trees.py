@@ -96,7 +96,7 @@ def _tree_round(kind, llama, drafters):
     drafter.begin(prompt)
     ids = torch.tensor([start])
     with torch.inference_mode():
-        drafter._fill_target(ids)
+        drafter.fill_target(ids)
         before = _state(cached)
         tree = drafter.propose_tree(ids, 4, NODES, BRANCH)
     assert drafter.mode == MODES[kind]
