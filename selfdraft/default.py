@@ -36,7 +36,7 @@ CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
 # Measured as well where bfloat16 is native: int8 weights with bfloat16 activations.
 NATIVE_BF16_CANDIDATES = ("self:int8=weight-only",)
 FORMAT = 3  # 2: weight-only int8 measured where bfloat16 is native; rates by the rule of succession;
-#            3: copies draft through their lean step (selfdraft.lean)
+#            3: copies draft through their lean step (selfdraft.lean); width 4 timed
 REMEASURE_ENV = "SPECDEC_REMEASURE"  # set to measure again even when this machine has a result
 
 
