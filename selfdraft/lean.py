@@ -48,11 +48,18 @@ class LeanRefused(Exception):
 
 
 class _Fused:
-    """Several linear layers of one input as one product; the layers' weights become views of it."""
+    """Linear layers of one input as one product, called without the module tree; several
+    layers' weights become views of the fused tensor (nothing is held twice)."""
 
     def __init__(self, linears: list[torch.nn.Module]):
         self.sizes = [m.out_features for m in linears]
         self.int8 = isinstance(linears[0], WeightOnlyInt8Linear)
+        if len(linears) == 1:                    # one layer: its own tensors (a tied head stays tied)
+            (m,) = linears
+            self.weight = m.qweight if self.int8 else m.weight
+            self.scale = m.scale if self.int8 else None
+            self.bias = m.bias
+            return
         if self.int8:
             self.weight = _fuse(linears, "qweight")
             self.scale = _fuse(linears, "scale")
@@ -143,9 +150,9 @@ class _Layer:
         self.norm1, self.eps1 = layer.input_layernorm.weight, _eps(layer.input_layernorm)
         self.norm2, self.eps2 = layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)
         self.qkv = _Fused([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.o_proj = attn.o_proj
+        self.o_proj = _Fused([attn.o_proj]) if _linear_kind(attn.o_proj) else attn.o_proj
         self.gate_up = _Fused([mlp.gate_proj, mlp.up_proj])
-        self.down = mlp.down_proj
+        self.down = _Fused([mlp.down_proj]) if _linear_kind(mlp.down_proj) else mlp.down_proj
         self.intermediate = mlp.gate_proj.out_features
         self.scale = float(getattr(attn, "scaling", head_dim ** -0.5))
 
@@ -172,10 +179,13 @@ class LeanStep:
         self.dtype = weights[0].dtype if weights else torch.float32
         self.device = weights[0].device if weights else torch.device("cpu")
         self.layers = [_Layer(layer, self.head_dim) for layer in model.model.layers]
+        self.norm, self.eps = model.model.norm.weight, _eps(model.model.norm)
+        head = model.lm_head
+        self.head = _Fused([head]) if _linear_kind(head) else head
         self.length = 0
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
-        self._cos = self._sin = torch.empty(0, self.head_dim // 2, dtype=self.dtype, device=self.device)
+        self._cos = self._sin = torch.empty(0, self.head_dim, dtype=self.dtype, device=self.device)
 
     # ---------------------------------------------------------------- state
 
@@ -208,7 +218,7 @@ class LeanStep:
         self._rotation(size)
 
     def _rotation(self, positions: int) -> None:
-        """cos and sin by position, (positions, head_dim / 2), from the model's own rotary module."""
+        """cos and signed sin by position, (positions, head_dim), from the model's own rotary module."""
         probe = torch.zeros(1, 1, self.head_dim, dtype=self.dtype, device=self.device)
         ids = torch.arange(positions, device=self.device)[None]
         cos, sin = self.model.model.rotary_emb(probe, ids)
@@ -216,7 +226,8 @@ class LeanStep:
         cos, sin = cos[0], sin[0]
         if not (torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:])):
             raise LeanRefused("its rotation does not repeat over the two halves of a head")
-        self._cos, self._sin = cos[:, :half].contiguous(), sin[:, :half].contiguous()
+        # rotate(x) = x * cos + swap_halves(x) * [-sin, sin]: one flip and one fused multiply-add
+        self._cos, self._sin = cos.contiguous(), torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
     # ----------------------------------------------------------------- step
 
@@ -226,14 +237,14 @@ class LeanStep:
         pos = self.length
         self._reserve(pos + 1)
         cos, sin = self._cos[pos], self._sin[pos]
-        heads, kv, dim, half = self.heads, self.kv_heads, self.head_dim, self.head_dim // 2
+        heads, kv, dim = self.heads, self.kv_heads, self.head_dim
         width = heads * dim
         h = self.model.model.embed_tokens(token.reshape(1, 1).to(self.device)).reshape(1, -1)
         for layer, keys, values in zip(self.layers, self.keys, self.values):
             qkv = layer.qkv(torch.rms_norm(h, h.shape[-1:], layer.norm1, layer.eps1))
             qk = qkv[:, :width + kv * dim].reshape(heads + kv, dim)
-            x1, x2 = qk[:, :half], qk[:, half:]
-            qk = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+            swapped = qk.reshape(heads + kv, 2, dim // 2).flip(1).reshape(heads + kv, dim)
+            qk = torch.addcmul(qk * cos, swapped, sin)
             keys[:, pos] = qk[heads:]
             values[:, pos] = qkv[0, width + kv * dim:].reshape(kv, dim)
             attended = F.scaled_dot_product_attention(
@@ -243,7 +254,7 @@ class LeanStep:
             gate_up = layer.gate_up(torch.rms_norm(h, h.shape[-1:], layer.norm2, layer.eps2))
             h = h + layer.down(F.silu(gate_up[:, :layer.intermediate]) * gate_up[:, layer.intermediate:])
         self.length = pos + 1
-        return self.model.lm_head(self.model.model.norm(h))
+        return self.head(torch.rms_norm(h, h.shape[-1:], self.norm, self.eps))
 
 
 @torch.inference_mode()

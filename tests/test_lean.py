@@ -85,6 +85,27 @@ def test_the_fused_weights_are_views_and_leave_the_model_as_it_was():
     assert torch.equal(_own_logits(plain, list(PROMPTS[0])), before)
 
 
+def test_a_tied_head_stays_tied_and_no_weight_is_held_twice():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(3)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    plain = precision_copy(LlamaForCausalLM(config).eval(), torch.bfloat16)
+    assert plain.lm_head.weight.data_ptr() == plain.model.embed_tokens.weight.data_ptr()
+
+    def held(model) -> int:
+        seen = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+        seen.update({b.untyped_storage().data_ptr(): b.untyped_storage().nbytes() for b in model.buffers()})
+        return sum(seen.values())
+
+    before = held(plain)
+    step, reason = lean_step(plain)
+    assert step is not None, reason
+    assert plain.lm_head.weight.data_ptr() == plain.model.embed_tokens.weight.data_ptr()
+    assert held(plain) == before
+
+
 @pytest.mark.parametrize("break_it, why", [
     (lambda s: setattr(s, "_cos", s._cos.flip(0)), "positions rotated backwards"),
     (lambda s: [setattr(layer, "eps1", 1.0) for layer in s.layers], "the first norm's epsilon"),
