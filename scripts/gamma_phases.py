@@ -36,17 +36,14 @@ def main() -> None:
     from engine import Strategy, load_pair, run_strategy
     from sampling import GreedyProcessor
     from scripts.selfdraft_bench import cpu_line
-    from utils.builtin_prompts import BUILTIN
+    from bench.prompts import builtin_prompts
+    from scripts.rtt_check import first_of_each_category
     from utils.vocab import encode_prompt
 
     pair = load_pair()
     print("\n".join(pair.banner_lines()))
-    seen: dict[str, int] = {}
-    prompts = []
-    for category, text in BUILTIN:
-        if seen.get(category, 0) < args.per_category:
-            seen[category] = seen.get(category, 0) + 1
-            prompts.append(encode_prompt(pair.tokenizer, text))
+    prompts = [encode_prompt(pair.tokenizer, p.text)
+               for p in first_of_each_category(builtin_prompts(), args.per_category)]
     target = Strategy("target", processor=GreedyProcessor(), max_gen_len=args.length)
     print(f"\ndate {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · {cpu_line()}")
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads) · transformers {transformers.__version__} · "

@@ -52,7 +52,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from utils.builtin_prompts import BUILTIN
+    from bench.prompts import builtin_prompts
+    from scripts.rtt_check import first_of_each_category
     from engine import Strategy, load_pair, run_strategy
     from sampling import GreedyProcessor
     from utils.vocab import encode_prompt
@@ -74,12 +75,8 @@ def main() -> None:
         if label != chosen:
             drafters[label] = ("self", label)
     counts: dict[str, list[float]] = {"target AR": [0, 0.0], **{k: [0, 0.0] for k in drafters}}
-    seen: dict[str, int] = {}
-    prompts = []
-    for category, text in BUILTIN:
-        if seen.get(category, 0) < args.per_category:
-            seen[category] = seen.get(category, 0) + 1
-            prompts.append(encode_prompt(pair.tokenizer, text))
+    prompts = [encode_prompt(pair.tokenizer, p.text)
+               for p in first_of_each_category(builtin_prompts(), args.per_category)]
 
     def run(name, ids):
         if name == "target AR":
