@@ -41,6 +41,7 @@ MLP_PARTS = {"gate_proj", "up_proj", "down_proj", "act_fn"}
 # default model); a wrong rotation, norm or scale is off by the scale itself.
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 0.02, torch.bfloat16: 0.05}
 TRIAL_PREFIX, TRIAL_STEPS = 5, 3
+LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 
 
 class LeanRefused(Exception):
@@ -129,6 +130,9 @@ def _check_shape(model) -> None:
     config = model.config
     if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
         raise LeanRefused("it attends through a sliding window")
+    rope = getattr(inner.rotary_emb, "rope_type", "default")
+    if rope in LENGTH_DEPENDENT_ROPE:      # its table changes with the sequence: one table would not do
+        raise LeanRefused(f"its rotation ({rope}) changes with the sequence length")
     for layer in inner.layers:
         for module, want, what in ((layer, LAYER_PARTS, "layer"), (layer.self_attn, ATTENTION_PARTS, "attention"),
                                    (getattr(layer, "mlp", None), MLP_PARTS, "MLP")):

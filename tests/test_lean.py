@@ -141,6 +141,24 @@ def test_a_sliding_window_is_refused():
     assert getattr(model, LEAN_ATTR) is None and "sliding window" in getattr(model, LEAN_REASON_ATTR)
 
 
+def test_a_rotation_that_changes_with_the_length_is_refused():
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2)
+    dynamic = {"rope_type": "dynamic", "factor": 2.0}
+    if transformers.__version__.startswith("4."):
+        config = LlamaConfig(**shape, rope_scaling=dynamic)
+    else:
+        config = LlamaConfig(**shape, rope_parameters={**dynamic, "rope_theta": 10000.0})
+    model = precision_copy(LlamaForCausalLM(config).eval(), torch.bfloat16)
+    step, reason = lean_step(model)
+    assert step is None and "rotation (dynamic) changes with the sequence length" in reason
+    model.model.rotary_emb.rope_type = "default"               # the same model, one table: accepted
+    assert lean_step(model)[0] is not None
+
+
 def test_a_copy_of_another_kind_keeps_its_own_forward():
     model = _copy("self:int8")                                 # torch's dynamic int8 layers
     assert getattr(model, LEAN_ATTR) is None and "one kind" in getattr(model, LEAN_REASON_ATTR)
