@@ -53,7 +53,6 @@ class _Fused:
     layers' weights become views of the fused tensor (nothing is held twice)."""
 
     def __init__(self, linears: list[torch.nn.Module]):
-        self.sizes = [m.out_features for m in linears]
         self.int8 = isinstance(linears[0], WeightOnlyInt8Linear)
         if len(linears) == 1:                    # one layer: its own tensors (a tied head stays tied)
             (m,) = linears
