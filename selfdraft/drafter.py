@@ -36,7 +36,7 @@ from selfdraft.lean import LEAN_ATTR
 from selfdraft.mark import SELF_DRAFT_ATTR, mark_self_draft, self_draft_target  # noqa: F401 (re-exported)
 from selfdraft.skip import kept_layers
 from selfdraft.spec import parse_self_draft
-from utils.cache import CachedModel, RollbackStats, _forward_kwargs, _layers, new_cache, tree_support
+from utils.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
 
 
 class SelfDrafter:
@@ -67,7 +67,6 @@ class SelfDrafter:
         self.lean = None           # the model's lean step, in "copy" mode (selfdraft.lean)
         self._forwards = 0
         self._copied = 0           # committed positions in self.cache
-        self._lean_copied = 0      # committed positions in the lean step's buffers
         self._logits: list[torch.Tensor] = []  # the last chain proposal's logits rows, (1, V) each
         self.stats = RollbackStats(method="shared")
         self.cache_kw, self.logits_kw = _forward_kwargs(model)
@@ -90,7 +89,6 @@ class SelfDrafter:
         if self.mode == "copy":
             self.cache = new_cache(self.model)
             self.lean = getattr(self.model, LEAN_ATTR, None)
-            self._lean_copied = 0
             if self.lean is not None:
                 self.lean.clear()
                 self.stats.step = "lean"
@@ -222,13 +220,10 @@ class SelfDrafter:
         return (lambda new: self._forward(new, cache)), (lambda n: shared_cache.drop_drafts(cache, n))
 
     def _append_lean(self, committed: int) -> None:
-        """Copy the target's committed positions the lean step lacks into its buffers (cast)."""
-        start = self._lean_copied
-        if committed > start:
-            layers = _layers(self.target.cache)
-            self.lean.append([layer.keys[0, :, start:committed] for layer in layers],
-                             [layer.values[0, :, start:committed] for layer in layers])
-            self._lean_copied = committed
+        """Copy the target's committed positions the lean step lacks into its buffers (cast); its
+        length is the committed positions it holds, since each round drops its drafts again."""
+        if committed > self.lean.length:
+            self.lean.append(shared_cache.committed_positions(self.target.cache, self.lean.length, committed))
 
     def _lean_forward(self, new: torch.Tensor) -> torch.Tensor:
         for token in new[0].split(1):

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from selfdraft.copies import WeightOnlyInt8Linear
-from utils.cache import _forward_kwargs, _layers, new_cache
+from selfdraft.shared_cache import committed_positions
+from utils.cache import _forward_kwargs, new_cache
 
 LEAN_ATTR = "lean_step"            # on a self-draft model: its LeanStep, or None
 LEAN_REASON_ATTR = "lean_reason"   # why it has none ("" when it has one)
@@ -77,6 +78,11 @@ class _Fused:
             out = torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scale)
             return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
+
+
+def _direct(linear):
+    """``linear`` called without its module wrapper where it is a kind :class:`_Fused` takes."""
+    return _Fused([linear]) if _linear_kind(linear) else linear
 
 
 def _fuse(linears, name: str) -> torch.Tensor:
@@ -153,9 +159,9 @@ class _Layer:
         self.norm1, self.eps1 = layer.input_layernorm.weight, _eps(layer.input_layernorm)
         self.norm2, self.eps2 = layer.post_attention_layernorm.weight, _eps(layer.post_attention_layernorm)
         self.qkv = _Fused([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.o_proj = _Fused([attn.o_proj]) if _linear_kind(attn.o_proj) else attn.o_proj
+        self.o_proj = _direct(attn.o_proj)
         self.gate_up = _Fused([mlp.gate_proj, mlp.up_proj])
-        self.down = _Fused([mlp.down_proj]) if _linear_kind(mlp.down_proj) else mlp.down_proj
+        self.down = _direct(mlp.down_proj)
         self.intermediate = mlp.gate_proj.out_features
         self.scale = float(getattr(attn, "scaling", head_dim ** -0.5))
 
@@ -183,8 +189,7 @@ class LeanStep:
         self.device = weights[0].device if weights else torch.device("cpu")
         self.layers = [_Layer(layer, self.head_dim) for layer in model.model.layers]
         self.norm, self.eps = model.model.norm.weight, _eps(model.model.norm)
-        head = model.lm_head
-        self.head = _Fused([head]) if _linear_kind(head) else head
+        self.head = _direct(model.lm_head)
         self.length = 0
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -198,13 +203,14 @@ class LeanStep:
     def drop(self, n: int) -> None:
         self.length -= n
 
-    def append(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        """Add positions: one (kv_heads, n, head_dim) tensor of keys and of values per layer, any dtype."""
-        n = keys[0].shape[-2]
+    def append(self, positions: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Add positions: one (keys, values) pair per layer, each (1, kv_heads, n, head_dim), any
+        dtype (``selfdraft.shared_cache.committed_positions`` of a cache)."""
+        n = positions[0][0].shape[-2]
         self._reserve(self.length + n)
-        for mine_k, mine_v, k, v in zip(self.keys, self.values, keys, values):
-            mine_k[:, self.length:self.length + n].copy_(k)
-            mine_v[:, self.length:self.length + n].copy_(v)
+        for mine_k, mine_v, (k, v) in zip(self.keys, self.values, positions):
+            mine_k[:, self.length:self.length + n].copy_(k[0])
+            mine_v[:, self.length:self.length + n].copy_(v[0])
         self.length += n
 
     def _reserve(self, positions: int) -> None:
@@ -268,9 +274,8 @@ def _trial(step: LeanStep) -> None:
     ids = (torch.arange(TRIAL_PREFIX + TRIAL_STEPS, device=step.device) * 7919 + 3) % vocab
     cache, cache_kw = new_cache(model), _forward_kwargs(model)[0]
     model(input_ids=ids[None, :TRIAL_PREFIX], use_cache=True, **{cache_kw: cache})
-    layers = _layers(cache)
     step.clear()
-    step.append([layer.keys[0] for layer in layers], [layer.values[0] for layer in layers])
+    step.append(committed_positions(cache, 0, TRIAL_PREFIX))
     for i in range(TRIAL_PREFIX, TRIAL_PREFIX + TRIAL_STEPS):
         out = model(input_ids=ids[None, i:i + 1], use_cache=True, **{cache_kw: cache})
         want = out.logits[0, -1:].float()

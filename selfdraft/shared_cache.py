@@ -45,6 +45,12 @@ def view_of(target_cache, layer_numbers: list[int]) -> Cache:
     return Cache(layers=[layers[i] for i in layer_numbers])
 
 
+def committed_positions(target_cache, start: int, stop: int) -> list[tuple]:
+    """The target's keys and values at positions [start, stop): one (keys, values) pair per
+    layer, each (batch, heads, stop - start, head_dim), views of the target's tensors."""
+    return [(layer.keys[:, :, start:stop], layer.values[:, :, start:stop]) for layer in _layers(target_cache)]
+
+
 def append_committed(own, target_cache, start: int, stop: int, dtype) -> None:
     """Append the target's positions [start, stop) to ``own``, cast to ``own``'s dtype.
 
@@ -54,8 +60,8 @@ def append_committed(own, target_cache, start: int, stop: int, dtype) -> None:
     """
     if stop <= start:
         return
-    for mine, theirs in zip(_layers(own), _layers(target_cache)):
-        mine.update(theirs.keys[:, :, start:stop].to(dtype), theirs.values[:, :, start:stop].to(dtype))
+    for mine, (keys, values) in zip(_layers(own), committed_positions(target_cache, start, stop)):
+        mine.update(keys.to(dtype), values.to(dtype))
 
 
 def drop_drafts(cache, n: int) -> None:

@@ -20,6 +20,7 @@ from selfdraft.build import build_self_drafter
 from selfdraft.copies import precision_copy
 from selfdraft.drafter import self_speculative_generate
 from selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR, LeanStep, lean_step
+from selfdraft.shared_cache import committed_positions
 from selfdraft.spec import parse_self_draft
 from tests.arch_zoo import PROMPTS, build
 from tests.test_distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
@@ -65,9 +66,8 @@ def test_positions_appended_from_a_cache_are_read_like_its_own():
     ids = list(PROMPTS[0])
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True)
-        layers = out.past_key_values.layers
         step.clear()
-        step.append([layer.keys[0] for layer in layers], [layer.values[0] for layer in layers])
+        step.append(committed_positions(out.past_key_values, 0, len(ids) - 1))
         got = step.step(torch.tensor([ids[-1]])).float()
     want = _own_logits(model, ids)[-1:]
     assert step.length == len(ids)
@@ -179,6 +179,17 @@ def test_a_trial_that_raises_leaves_the_own_forward_and_names_the_error():
 
 # ------------------------------------------------------- inside the drafter
 
+def _disagreeing(model, noise: float = 0.1):
+    """``model`` with noise added to its float weights in place (the lean step's fused tensors are
+    views of them, so it drafts with the same weights): a copy that agrees with its target about
+    half the time, so rounds end in rejections and a stale or wrong position shows."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_((torch.randn(p.shape, generator=generator) * noise * p.float().std()).to(p.dtype))
+    return model
+
+
 def _greedy_runs(drafter, target):
     results = [self_speculative_generate(list(p), drafter, target, logits_processor=GREEDY, gamma=4,
                                          max_gen_len=24) for p in PROMPTS]
@@ -190,7 +201,7 @@ def _greedy_runs(drafter, target):
 @pytest.mark.parametrize("kind", COPIES)
 def test_a_lean_drafter_is_lossless_and_drafts_as_well_as_its_own_forward(kind):
     target = build("llama")
-    model = _copy(kind, target)
+    model = _disagreeing(_copy(kind, target))
     results, refs = _greedy_runs(model, target)
     assert [r.tokens for r in results] == refs
     assert all(r.rollback["drafter"]["step"] == "lean" for r in results)
@@ -205,7 +216,7 @@ def test_buffers_that_keep_a_rounds_drafts_are_caught(monkeypatch):
     """Mutation: without dropping its drafts the lean step reads stale positions; the output stays
     lossless (the target verifies) but the drafts stop being accepted."""
     target = build("llama")
-    model = _copy("self:bf16", target)
+    model = _disagreeing(_copy("self:bf16", target))   # a copy accepted always would self-heal
     results, refs = _greedy_runs(model, target)
     synced = sum(r.accepted for r in results) / sum(r.drafted for r in results)
     monkeypatch.setattr(LeanStep, "drop", lambda self, n: None)
@@ -214,14 +225,10 @@ def test_buffers_that_keep_a_rounds_drafts_are_caught(monkeypatch):
     assert sum(r.accepted for r in broken) / sum(r.drafted for r in broken) < synced / 2
 
 
-RUNS = 400
+RUNS = 800
 
 
-def test_lean_sampling_keeps_the_target_distribution():
-    small = tiny_llama(10, vocab_size=V, hidden=16, logit_scale=15.0)
-    drafter = build_self_drafter(small, parse_self_draft("self:bf16"))
-    assert getattr(drafter, LEAN_ATTR) is not None
-    processor = MultinomialProcessor(1.0)
+def _sampled_excess(drafter, small, processor) -> tuple[float, set]:
     generator = torch.Generator().manual_seed(99)
     counts, steps = {}, set()
     for _ in range(RUNS):
@@ -230,5 +237,20 @@ def test_lean_sampling_keeps_the_target_distribution():
         key = tuple(result.tokens[:STEPS])
         counts[key] = counts.get(key, 0) + 1
         steps.add(result.rollback["drafter"]["step"])
+    return chi_square_excess(counts, exact_distribution(small, processor), RUNS), steps
+
+
+def test_lean_sampling_keeps_the_target_distribution(monkeypatch):
+    """A lean copy that disagrees with its target (accepted about a third of the time), so the
+    residual draws decide the distribution; resampling from p instead of the residual must fail."""
+    small = tiny_llama(10, vocab_size=V, hidden=16, logit_scale=15.0)
+    drafter = _disagreeing(build_self_drafter(small, parse_self_draft("self:bf16")), noise=1.0)
+    assert getattr(drafter, LEAN_ATTR) is not None
+    processor = MultinomialProcessor(1.0)
+    excess, steps = _sampled_excess(drafter, small, processor)
     assert steps == {"lean"}
-    assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) < 5.0
+    assert excess < 5.0
+    import generation.accept
+
+    monkeypatch.setattr(generation.accept, "residual_distributions", lambda p, q, draft: p)
+    assert _sampled_excess(drafter, small, processor)[0] > 5.0
