@@ -217,6 +217,7 @@ def test_self_drafter_shares_the_target_cache_and_leaves_it_as_it_was(kind, mode
         fresh.forward(torch.tensor([prompt[:-1]]), keep=1)
     for mine, theirs in zip(layers, shared_cache._layers(fresh.cache)):
         torch.testing.assert_close(mine.keys, theirs.keys)
+        torch.testing.assert_close(mine.values, theirs.values)
 
 
 def test_shared_skip_drafts_equal_the_target_skipping_layers_at_the_draft_position_only():
