@@ -5,7 +5,8 @@
                           pair, prompt_ids, state=EngineState())
 
 ``load_pair(target, drafter, ...)`` loads the pair every front end runs on (two models,
-or a drafter made from the target; see ``engine.loading``).
+or a drafter made from the target; see ``engine.loading``); ``pair_of(target, drafter)``
+wraps models already in memory.
 
 A drafting method is a ``generation.verify.Drafter`` plus a factory registered
 with :func:`register_drafter`; the REPL, the benchmark, the self-test and the
@@ -14,6 +15,7 @@ architecture tests then run it unchanged.
 
 from engine.drafters import DRAFTERS, DraftContext, register_drafter
 from engine.loading import load_pair
+from engine.pair import pair_of
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, CrossTokenizerOptions, NGramOptions, Strategy
@@ -31,6 +33,7 @@ __all__ = [
     "Observer",
     "Strategy",
     "load_pair",
+    "pair_of",
     "loop_vocab_size",
     "register_drafter",
     "run_strategy",
