@@ -35,6 +35,9 @@ from typing import Any, Sequence
 from analysis.acceptance import _get, round_counts, verify_width
 
 
+# The largest γ the speedup model searches for the best one (a run's own γ widens it).
+SEARCH_GAMMA = 16
+
 def _rate(rates: Sequence[float], j: int) -> float:
     """a_j; positions past the measured list reuse the last rate; none measured: 0."""
     if not rates:
@@ -210,7 +213,7 @@ def tokens_per_s_at_rtt(result: Any, rtt_s: float) -> float:
     return tokens / seconds if seconds > 0 else 0.0
 
 
-def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,
+def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH_GAMMA, *,
                draft_share: float = 1.0) -> tuple[int, float]:
     """(gamma, predicted speedup) maximising the prediction over 0..max_gamma.
 
@@ -224,7 +227,7 @@ def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,
     return best
 
 
-def best_drafting_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = 16, *,
+def best_drafting_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH_GAMMA, *,
                         draft_share: float = 1.0) -> tuple[int, float]:
     """(gamma >= 1, predicted speedup) maximising the prediction when drafting at all.
 

@@ -53,12 +53,12 @@ class Executor:
     ``generation.gamma_policies``).
     """
 
-    def __init__(self, models, settings: RunSettings):
+    def __init__(self, models, settings: RunSettings, state: EngineState | None = None):
         self.models = models
         self.settings = settings
         self.processor = make_processor(settings.spec)
         self.device = torch.device(str(models.device))
-        self.state = EngineState()
+        self.state = state if state is not None else EngineState()
         self.ngram = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
                                   stop_if_unknown=settings.stop_if_unknown, reset=False)
         self.cross_options = CrossTokenizerOptions(settings.uag)

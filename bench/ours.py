@@ -32,6 +32,7 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     if getattr(variant, "drafter", ""):  # a self-drafter made from the target (selfdraft.drafter)
         drafter, options = "self", variant.drafter
     return Strategy(key=variant.name, drafter=drafter, drafter_options=options,
+                    model="drafter" if variant.strategy == "drafter" else "target",
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
                     tree=getattr(variant, "tree", 0), tree_branch=tree_branch, tree_sample=tree_sample,

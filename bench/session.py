@@ -22,8 +22,9 @@ from bench.report import markdown_report, print_report
 from bench.runner import encode_prompts, iter_runs, run_count, split_fitting
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
-from selfdraft.drafter import self_draft_model
-from selfdraft.load import resolve_skip
+from engine import EngineState
+from engine.drafters import self_draft_model
+from engine.self_pair.load import resolve_skip
 from selfdraft.skip import SkipRefused
 from selfdraft.spec import parse_self_draft
 from utils.errors import ModelLoadError
@@ -74,8 +75,9 @@ def run_session(args, loader, settings_dict) -> int:
                                      context_length=models.context_length)
     for s in skipped:
         err.print(f"skipping {s.prompt_id}: {s.reason}", style="yellow", highlight=False)
+    state = EngineState()  # the executor's: the self-drafters built here are the ones it runs
     try:
-        self_drafters, notes = prepare_self_drafters(models, args.self_drafters, err)
+        self_drafters, notes = prepare_self_drafters(models, args.self_drafters, err, state)
     except (SkipRefused, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
@@ -89,7 +91,7 @@ def run_session(args, loader, settings_dict) -> int:
         tree_branch=args.tree_branch,
         tree_sample=args.tree_sample,
         uag=args.uag,
-    ))
+    ), state=state)
     records, interrupted = _run_all(executor, encoded, variants, args, err)
     executor.close()
     if not records:
@@ -108,8 +110,8 @@ def run_session(args, loader, settings_dict) -> int:
     return 130 if interrupted else 0
 
 
-def prepare_self_drafters(models, specs: list[str], err) -> tuple[list[str], list[str]]:
-    """Build each self-drafter of ``--self-drafters`` once, before any clock starts.
+def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> tuple[list[str], list[str]]:
+    """Build each self-drafter of ``--self-drafters`` once, before any clock starts (kept in ``state``).
 
     ``self:skip=auto`` is resolved first by the layer search on this machine.
     Returns the resolved labels (the variants' names use them) and the
@@ -126,7 +128,7 @@ def prepare_self_drafters(models, specs: list[str], err) -> tuple[list[str], lis
             err.print(notes[-1], style="yellow", highlight=False)
             continue
         with err.status(f"building {spec.label}..."):
-            self_draft_model(models, spec.label)
+            self_draft_model(models, spec.label, state)
         notes += [f"{text}: {line}" for line in lines]
         if spec.label not in labels:
             labels.append(spec.label)

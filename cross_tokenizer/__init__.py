@@ -11,7 +11,7 @@ _EXPORTS = {
     "VocabMap": "cross_tokenizer.vocab_map",
     "build_vocab_map": "cross_tokenizer.vocab_map",
     "cross_tokenizer_drafter": "cross_tokenizer.factory",
-    "cross_tokenizer_generate": "cross_tokenizer.factory",
+    "drafter_ends": "cross_tokenizer.factory",
     "drafter_inputs": "cross_tokenizer.factory",
     "has_own_tokenizer": "cross_tokenizer.factory",
     "vocab_map_of": "cross_tokenizer.factory",

@@ -42,6 +42,7 @@ from cross_tokenizer.prompt import drafter_prompt
 from cross_tokenizer.text import REPLACEMENT, TextView, complete, continuation, cut_word_tail, longest_prefix
 from cross_tokenizer.vocab_map import VocabMap, special_ids
 from generation.common import model_device
+from generation.drafter import Drafter
 from sampling import LogitsProcessor
 from utils.cache import CachedModel
 
@@ -71,10 +72,9 @@ def _text_common_prefix(a: str, b: str) -> int:
     return lo
 
 
-class CrossTokenizerDrafter:
+class CrossTokenizerDrafter(Drafter):
     """Drafts with a model of another tokenizer, by SLEM or TLI (see the module docstring)."""
 
-    wants_top_k = 0
     kind = "model"
 
     def __init__(self, model, target_tokenizer, drafter_tokenizer, processor: LogitsProcessor,

@@ -1,8 +1,10 @@
-"""Building a cross-tokenizer drafter for a loaded pair, and a decode that uses it.
+"""Building a cross-tokenizer drafter for a loaded pair.
 
 The engine (``engine.drafters``) builds its drafter here whenever a pair's
 drafter has a tokenizer of its own, and runs drafter AR on the drafter's own
-ids (:func:`drafter_inputs`).
+ids (:func:`drafter_inputs`). What is worth building once per pair (the
+vocabulary map, the drafter's end tokens) the engine keeps in its state and
+hands in.
 """
 
 from __future__ import annotations
@@ -12,9 +14,6 @@ import torch
 from cross_tokenizer.drafter import METHODS, CrossTokenizerDrafter
 from cross_tokenizer.prompt import drafter_prompt
 from cross_tokenizer.vocab_map import VocabMap, build_vocab_map
-from generation.common import check_gamma, check_request
-from generation.result import GenerationResult
-from generation.verify import verify_loop
 from sampling import LogitsProcessor
 from utils.vocab import end_token_ids, logits_width
 
@@ -31,28 +30,22 @@ def _drafter_tokenizer(pair):
 
 
 def vocab_map_of(pair) -> VocabMap:
-    """The pair's shared-vocabulary map, built once and kept on the pair."""
-    vmap = getattr(pair, "_cross_vocab_map", None)
-    if vmap is None:
-        drafter_tok = _drafter_tokenizer(pair)
-        drafter_size = min(len(drafter_tok), logits_width(pair.drafter))
-        vmap = build_vocab_map(pair.tokenizer, drafter_tok,
-                               target_size=pair.vocab_size, drafter_size=drafter_size)
-        pair._cross_vocab_map = vmap
-    return vmap
+    """The pair's shared-vocabulary map (built anew: the engine keeps one per pair)."""
+    drafter_tok = _drafter_tokenizer(pair)
+    drafter_size = min(len(drafter_tok), logits_width(pair.drafter))
+    return build_vocab_map(pair.tokenizer, drafter_tok, target_size=pair.vocab_size, drafter_size=drafter_size)
 
 
-def _drafter_ends(pair) -> list[int]:
-    ends = getattr(pair, "_cross_drafter_ends", None)
-    if ends is None:
-        ends = pair._cross_drafter_ends = end_token_ids(_drafter_tokenizer(pair), pair.drafter)
-    return ends
+def drafter_ends(pair) -> list[int]:
+    """The ids that end a generation in the drafter's own vocabulary."""
+    return end_token_ids(_drafter_tokenizer(pair), pair.drafter)
 
 
-def drafter_inputs(pair, prompt_ids: list[int]) -> tuple[list[int], list[int]]:
+def drafter_inputs(pair, prompt_ids: list[int], ends: list[int] | None = None) -> tuple[list[int], list[int]]:
     """The drafter's own prompt ids for the target's ``prompt_ids``, and its own end tokens
-    (drafter AR on a pair whose drafter has another tokenizer)."""
-    return drafter_prompt(pair.tokenizer, _drafter_tokenizer(pair), prompt_ids), _drafter_ends(pair)
+    (``ends``, when the caller kept them; drafter AR on a pair whose drafter has another tokenizer)."""
+    ends = drafter_ends(pair) if ends is None else ends
+    return drafter_prompt(pair.tokenizer, _drafter_tokenizer(pair), prompt_ids), ends
 
 
 def _target_end(pair) -> int | None:
@@ -63,38 +56,23 @@ def _target_end(pair) -> int | None:
 
 
 def cross_tokenizer_drafter(pair, processor: LogitsProcessor, *, method: str = "slem",
-                            use_cache: bool = True, generator: torch.Generator | None = None
+                            use_cache: bool = True, generator: torch.Generator | None = None,
+                            vmap: VocabMap | None = None, ends: list[int] | None = None
                             ) -> CrossTokenizerDrafter:
     """A :class:`CrossTokenizerDrafter` for ``pair`` (a ``utils.models.ModelPair``; its drafter
-    has ``drafter_tokenizer`` of its own, or shares the target's), by ``method`` ``slem`` or ``tli``."""
+    has ``drafter_tokenizer`` of its own, or shares the target's), by ``method`` ``slem`` or ``tli``.
+    ``vmap`` and ``ends``: the pair's vocabulary map and drafter end tokens, when the caller kept
+    them (built here otherwise)."""
     if method not in METHODS:
         raise ValueError(f"unknown cross-tokenizer method {method!r} (choose {' or '.join(METHODS)})")
     if getattr(pair, "is_encoder_decoder", False):
         raise ValueError("a drafter with another tokenizer needs decoder-only models")
-    vmap = vocab_map_of(pair)
+    vmap = vocab_map_of(pair) if vmap is None else vmap
+    ends = drafter_ends(pair) if ends is None else ends
     if method == "tli" and vmap.shared == 0:
         raise ValueError("the two vocabularies share no token, so tli cannot draft: use /uag slem")
     return CrossTokenizerDrafter(
         pair.drafter, pair.tokenizer, _drafter_tokenizer(pair), processor, vmap,
         method=method, use_cache=use_cache, generator=generator,
-        target_end=_target_end(pair), drafter_ends=_drafter_ends(pair),
-    )
-
-
-def cross_tokenizer_generate(inputs, pair, *, logits_processor: LogitsProcessor, method: str = "slem",
-                             gamma: int = 4, max_gen_len: int = 128, eos_tokens_id=None,
-                             use_cache: bool = True, generator: torch.Generator | None = None,
-                             interruptible: bool = False, gamma_policy=None) -> GenerationResult:
-    """Speculative decoding of ``inputs`` (the target's prompt ids) with a drafter of
-    another tokenizer; lossless like ``generation.speculative_generate``."""
-    prompt = check_request(inputs, max_gen_len, pair.target)
-    gamma = check_gamma(gamma)
-    drafter = cross_tokenizer_drafter(pair, logits_processor, method=method,
-                                      use_cache=use_cache, generator=generator)
-    return verify_loop(
-        prompt, drafter, pair.target,
-        logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
-        eos_tokens_id=eos_tokens_id if eos_tokens_id is not None else pair.end_tokens,
-        use_cache=use_cache, vocab_size=pair.vocab_size, generator=generator,
-        interruptible=interruptible, gamma_policy=gamma_policy,
+        target_end=_target_end(pair), drafter_ends=ends,
     )

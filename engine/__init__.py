@@ -8,8 +8,9 @@
 or a drafter made from the target; see ``engine.loading``); ``pair_of(target, drafter)``
 wraps models already in memory.
 
-A drafting method is a ``generation.verify.Drafter`` plus a factory registered
-with :func:`register_drafter`; the REPL, the benchmark, the self-test and the
+A drafting method is a :class:`Drafter` (``generation.drafter``: the contract,
+every ability a method with its default) plus a factory registered with
+:func:`register_drafter`; the REPL, the benchmark, the self-test and the
 architecture tests then run it unchanged.
 """
 
@@ -19,6 +20,7 @@ from engine.pair import pair_of
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, CrossTokenizerOptions, NGramOptions, Strategy
+from generation.drafter import Drafter
 from generation.observer import NoObserver, Observer
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "DEFAULT_GAMMA",
     "DRAFTERS",
     "DraftContext",
+    "Drafter",
     "EngineState",
     "MAX_GAMMA",
     "NGramOptions",

@@ -1,4 +1,4 @@
-"""The drafter registry: a drafting method is a ``generation.verify.Drafter`` and a factory.
+"""The drafter registry: a drafting method is a ``generation.drafter.Drafter`` and a factory.
 
 A factory is called once per run as ``factory(pair, strategy, state, context)``
 and returns a fresh Drafter: ``pair`` has ``target``, ``drafter``,
@@ -16,12 +16,16 @@ from dataclasses import dataclass
 
 import torch
 
-from cross_tokenizer import cross_tokenizer_drafter, has_own_tokenizer
+from cross_tokenizer import cross_tokenizer_drafter, drafter_ends, has_own_tokenizer, vocab_map_of
 from engine.strategy import CrossTokenizerOptions, NGramOptions
 from generation.common import check_request, model_device
-from generation.verify import Drafter
+from generation.drafter import Drafter
+from generation.model_drafter import ModelDrafter
 from ngram_assisted import NGramDrafter
-from selfdraft.drafter import make_drafter, make_self_drafter
+from selfdraft.build import build_self_drafter
+from selfdraft.drafter import SelfDrafter
+from selfdraft.mark import self_draft_target
+from selfdraft.spec import parse_self_draft
 
 
 @dataclass(frozen=True)
@@ -53,25 +57,37 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
 
     This is the one place the engine chooses how a drafter model drafts: one
     whose tokenizer differs from the target's (``pair.drafter_tokenizer`` set)
-    drafts through the ``cross_tokenizer`` drafter, so every front end that
-    runs ``Strategy(drafter="model")`` gets it without asking; a drafter model
-    made from the target (``--drafter self:...``) drafts on the target's own
-    cache (``selfdraft.drafter.SelfDrafter``).
+    drafts through the ``cross_tokenizer`` drafter; a drafter model made from
+    the target (``--drafter self:...``) drafts on the target's own cache
+    (``selfdraft.drafter.SelfDrafter``); any other through its own cache
+    (``generation.model_drafter.ModelDrafter``).
     """
     if has_own_tokenizer(pair):
         return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
-    return make_drafter(pair.drafter, pair.target, context.processor, use_cache=strategy.use_cache,
-                        vocab_size=context.vocab_size, generator=context.generator)
+    cls = SelfDrafter if self_draft_target(pair.drafter) is pair.target else ModelDrafter
+    return cls(pair.drafter, context.processor, use_cache=strategy.use_cache, vocab_size=context.vocab_size,
+               generator=context.generator)
 
 
-def self_drafter(pair, strategy, state, context: DraftContext):
+def self_drafter(pair, strategy, state, context: DraftContext) -> SelfDrafter:
     """A self-drafter built from the pair's target: ``drafter_options`` is its spec
-    (``"self:int8"``, ``"self:skip=3,5"``, ...), or None for the pair's own self-draft model."""
-    drafter = make_self_drafter(pair, context.processor, spec=strategy.drafter_options,
-                                use_cache=strategy.use_cache, generator=context.generator)
-    drafter.vocab_size = drafter.own.vocab_size = context.vocab_size
-    return drafter
+    (``"self:int8"``, ``"self:skip=3,5"``, ...), built once per pair and kept in ``state``;
+    None for the pair's own drafter, which must then be made from the target."""
+    spec = strategy.drafter_options
+    if spec is None:
+        model = pair.drafter
+        if self_draft_target(model) is not pair.target:
+            raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
+    else:
+        model = self_draft_model(pair, spec, state)
+    return SelfDrafter(model, context.processor, use_cache=strategy.use_cache, vocab_size=context.vocab_size,
+                       generator=context.generator)
+
+
+def self_draft_model(pair, spec: str, state):
+    """The self-draft model ``spec`` made from ``pair.target``, built once per pair and spec (kept in ``state``)."""
+    return state.for_pair(pair, spec, lambda: build_self_drafter(pair.target, parse_self_draft(spec)))
 
 
 def ngram_drafter(pair, strategy, state, context: DraftContext) -> NGramDrafter:
@@ -96,7 +112,9 @@ def cross_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     if not isinstance(options, CrossTokenizerOptions):
         raise ValueError(f"the model drafter takes CrossTokenizerOptions, got {type(options).__name__}")
     return cross_tokenizer_drafter(pair, context.processor, method=options.method,
-                                   use_cache=strategy.use_cache, generator=context.generator)
+                                   use_cache=strategy.use_cache, generator=context.generator,
+                                   vmap=state.for_pair(pair, "vocab_map", lambda: vocab_map_of(pair)),
+                                   ends=state.for_pair(pair, "drafter_ends", lambda: drafter_ends(pair)))
 
 
 register_drafter("model", model_drafter)

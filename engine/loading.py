@@ -2,13 +2,13 @@
 
 A ``self:`` drafter (``self:bf16``, ``self:int8``, ``self:skip=auto``, ...) and the call with
 neither a target nor a drafter (the offline default with the self-drafter measured fastest on
-this machine) go to ``selfdraft.load``; everything else (two models, or the ``--drafter self``
+this machine) go to ``engine.self_pair.load``; everything else (two models, or the ``--drafter self``
 bfloat16 demo) to ``utils.models.load_pair``. Both attach the cache probe (``utils.probe``).
 """
 
 from __future__ import annotations
 
-from selfdraft.load import load_self_draft_pair
+from engine.self_pair.load import load_self_draft_pair
 from selfdraft.spec import is_self_draft
 from utils import models
 from utils.models import ModelPair

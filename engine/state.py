@@ -1,7 +1,9 @@
-"""What the engine keeps between prompts: the n-gram storage and the γ policies."""
+"""What the engine keeps between prompts: the n-gram storage, the γ policies, and what it built
+once for the loaded pair (self-draft models, a cross-tokenizer vocabulary map)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.strategy import NGramOptions, Strategy
@@ -18,12 +20,24 @@ class EngineState:
     One n-gram storage (rebuilt when its kind, N or vocabulary changes, else
     kept with what it learned) and one γ policy per strategy key (a policy
     that learns, heuristic or model, carries what it learned to the next
-    prompt; a changed policy name, γ or threshold starts a fresh one).
+    prompt; a changed policy name, γ or threshold starts a fresh one), and
+    what was built once for a pair (:meth:`for_pair`: kept while the same
+    pair object is passed, rebuilt for another).
     """
 
     storage: object = None
     storage_key: tuple | None = None
     policies: dict[str, tuple[tuple, object]] = field(default_factory=dict)
+    built: dict[str, tuple[object, object]] = field(default_factory=dict)  # name -> (pair, value)
+
+    def for_pair(self, pair, name: str, build: Callable[[], object]):
+        """``build()``'s value for ``pair`` under ``name``: built on first use, kept for this pair
+        object, built again when another pair comes (the REPL loaded new models)."""
+        for other in [n for n, (owner, _) in self.built.items() if owner is not pair]:
+            del self.built[other]  # another pair's models: let them go
+        if name not in self.built:
+            self.built[name] = (pair, build())
+        return self.built[name][1]
 
     def ngram_storage(self, options: NGramOptions, vocab_size: int):
         """The storage of ``options``' kind and N over ``vocab_size`` tokens."""

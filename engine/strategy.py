@@ -9,6 +9,8 @@ from sampling.spec import ProcessorSpec
 # The most drafts a round may ask for (the REPL's /gamma range ends here too).
 MAX_GAMMA = 128
 DEFAULT_GAMMA = 4
+# The models autoregressive decoding may run (``Strategy.model``).
+MODELS = ("target", "drafter")
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,20 @@ class CrossTokenizerOptions:
 class Strategy:
     """One way to decode a prompt.
 
-    ``key`` names the strategy as a front end shows it ("speculative", "ngram",
-    "target", "drafter", or a benchmark variant's name); the engine's
-    persistent state keeps one γ policy per key. ``drafter`` is a key of
+    ``key`` is a label: it names the strategy as a front end shows it
+    ("speculative", "ngram", "target", "drafter", or a benchmark variant's
+    name), and the engine's persistent state keeps one γ policy per key; it
+    never changes what runs. ``drafter`` is a key of
     :data:`engine.drafters.DRAFTERS` ("model", "ngram", ...) or None for
-    autoregressive decoding, which runs the drafter model when ``key`` is
-    "drafter" and the target otherwise. ``drafter_options`` belongs to the
+    autoregressive decoding of ``model``: "target" (the default) or
+    "drafter" (the pair's drafter model on its own, which never pays an
+    injected round trip). ``drafter_options`` belongs to the
     drafter kind (:class:`NGramOptions` for "ngram"; None or
     :class:`CrossTokenizerOptions` for "model" and "cross_tokenizer"); a new
     drafter brings its own options type. On a pair whose drafter has a
     tokenizer of its own, "model" drafts through the cross-tokenizer drafter and
-    "drafter" AR runs on the drafter's own ids (its tokens are then drafter
-    ids).
+    drafter AR (``model="drafter"``) runs on the drafter's own ids (its tokens
+    are then drafter ids).
 
     ``gamma_policy`` is a name ``generation.gamma_policies.make_policy``
     takes ("constant", "heuristic", "confidence", "model"; "confidence 0.4"
@@ -82,6 +86,7 @@ class Strategy:
 
     key: str
     drafter: str | None = None
+    model: str = "target"
     drafter_options: object = None
     gamma: int = DEFAULT_GAMMA
     gamma_policy: str = "constant"
@@ -95,6 +100,10 @@ class Strategy:
     tree_branch: int = 2
     tree_sample: bool = False
     inspect: bool = True
+
+    def __post_init__(self):
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
 
     @property
     def drafts(self) -> bool:

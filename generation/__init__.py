@@ -1,4 +1,6 @@
-"""Decoding strategies: autoregressive, speculative, and the verify loop they share.
+"""Decoding loops: autoregressive, the verify loop, the drafter contract and the model drafter.
+
+Front ends decode through ``engine.run_strategy``; these are its parts.
 
 Names are imported lazily (PEP 562), so ``from generation.result import ...``
 works without importing torch: ``infer.py --replay`` renders a saved trace
@@ -9,13 +11,13 @@ from utils.lazy import lazy_exports
 
 _EXPORTS = {
     "ContextLengthError": "generation.common",
-    "Drafter": "generation.verify",
+    "Drafter": "generation.drafter",
     "GenerationResult": "generation.result",
-    "ModelDrafter": "generation.speculative",
+    "LoopOptions": "generation.options",
+    "ModelDrafter": "generation.model_drafter",
     "Round": "generation.result",
     "autoregressive_generate": "generation.autoregressive",
     "first_divergence": "generation.result",
-    "speculative_generate": "generation.speculative",
     "verify_loop": "generation.verify",
 }
 

@@ -4,48 +4,36 @@ from __future__ import annotations
 
 import torch
 
-from generation.common import check_request, end_tokens, model_device, timed_run
+from generation.common import model_device, timed_run
 from generation.observer import Observer, Watch, target_delay
+from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
-from sampling import LogitsProcessor
 from utils.cache import CachedModel
 
 
 @torch.inference_mode()
-def autoregressive_generate(
-    inputs,
-    model,
-    *,
-    logits_processor: LogitsProcessor,
-    max_gen_len: int = 128,
-    eos_tokens_id=None,
-    use_cache: bool = True,
-    generator: torch.Generator | None = None,
-    interruptible: bool = False,
-    phase: str = "verify",
-    observer: Observer | None = None,
-    target_delay_s: float = 0.0,
-) -> GenerationResult:
+def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, phase: str = "verify",
+                            observer: Observer | None = None, interruptible: bool = False) -> GenerationResult:
     """One token per forward pass, feeding only the newest token when the cache is on.
 
-    Stops after an end token (kept in the output) or ``max_gen_len`` tokens. With
-    ``interruptible`` a KeyboardInterrupt ends generation and returns what was made.
-    Each step's forward and sampling time is booked under ``phase``: "verify"
-    for the target (its forward is what speculative rounds call verifying),
-    "draft" when the model is a drafter running on its own. For an
-    encoder-decoder model ``inputs`` are the encoder's ids and ``tokens`` the
-    generated decoder ids (without the decoder start token). ``observer`` is
-    told each step (its time is left out of ``seconds``); ``target_delay_s``
-    waits that long before every forward (an injected network round trip,
-    booked under ``phase``).
+    ``prompt``: the checked prompt ids (the encoder's for a seq2seq model);
+    ``options``: see :class:`generation.options.LoopOptions` (the γ policy and
+    tree settings do not apply). Stops after an end token (kept in the output)
+    or ``max_gen_len`` tokens. With ``interruptible`` a KeyboardInterrupt ends
+    generation and returns what was made. Each step's forward and sampling time
+    is booked under ``phase``: "verify" for the target (its forward is what
+    speculative rounds call verifying), "draft" when the model is a drafter
+    running on its own. ``tokens`` are the generated (decoder) ids, without a
+    decoder start token. ``observer`` is told each step (its time is left out
+    of ``seconds``); ``options.target_delay_s`` waits that long before every
+    forward (an injected network round trip, booked under ``phase``).
     """
     if phase not in ("draft", "verify"):
         raise ValueError(f"phase must be 'draft' or 'verify', got {phase!r}")
-    prompt = check_request(inputs, max_gen_len, model)
+    logits_processor, generator, eos = options.processor, options.generator, options.eos
     device = model_device(model)
-    eos = end_tokens(eos_tokens_id)
-    cached = CachedModel(model, use_cache=use_cache)
+    cached = CachedModel(model, use_cache=options.use_cache)
     clock = PhaseClock(device)
     result = GenerationResult()
     watch = Watch(observer)
@@ -53,9 +41,9 @@ def autoregressive_generate(
     with timed_run(result, device, interruptible=interruptible):
         start = cached.begin(prompt)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
-        for _ in range(max_gen_len):
+        for _ in range(options.max_gen_len):
             t0 = clock.mark()
-            target_delay(target_delay_s, device)
+            target_delay(options.target_delay_s, device)
             logits = cached.forward(ids, keep=1)                             # (1, V)
             token = logits_processor.sample(logits_processor(logits), generator)  # (1,)
             t1 = clock.mark()

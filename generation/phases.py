@@ -43,21 +43,13 @@ def split_phases(seconds: float, draft: float, verify: float) -> dict[str, float
 
 
 def fill_target_first(drafter, ids: torch.Tensor, clock: PhaseClock):
-    """Run a drafter's ``fill_target(ids)`` (a drafter that drafts on the target's own cache
-    feeds the target the committed tokens it lacks: the prompt, in the first round) and
-    return its (start, end) marks, or None for a drafter without one.
+    """Run the drafter's ``fill_target(ids)`` (a drafter that drafts on the target's own cache
+    feeds the target the committed tokens it lacks: the prompt, in the first round; others do
+    nothing) and return its (start, end) marks.
 
-    The round starts its draft clock after it and counts its seconds as verify: the
-    target's prefill is target work, wherever the drafter needs it done.
+    The round starts its draft clock at the end mark and counts the seconds between the two
+    as verify: the target's prefill is target work, wherever the drafter needs it done.
     """
-    fill = getattr(drafter, "fill_target", None)
-    if fill is None:
-        return None
     start = clock.mark()
-    fill(ids)
+    drafter.fill_target(ids)
     return start, clock.mark()
-
-
-def filled_seconds(clock: PhaseClock, marks) -> float:
-    """The seconds between :func:`fill_target_first`'s marks (0 for None)."""
-    return clock.seconds(*marks) if marks is not None else 0.0

@@ -12,7 +12,7 @@ import torch
 from generation.accept import accept_tree, accept_tree_rrs
 from generation.common import cut_at_end
 from generation.observer import target_delay
-from generation.phases import fill_target_first, filled_seconds
+from generation.phases import fill_target_first
 from generation.result import GenerationResult, Round
 from generation.tree import Tree, ancestors
 from generation.tree_forward import keep_path, tree_forward
@@ -27,8 +27,8 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
     by drawing the target's token and following the equal child (``accept_tree``).
     """
     clock, target, drafter = loop.clock, loop.target, loop.drafter
-    filled = fill_target_first(drafter, ids, clock)
-    t0 = clock.mark() if filled is None else filled[1]
+    filled = fill_target_first(drafter, ids, clock)                      # (start, end) marks
+    t0 = filled[1]
     q = None
     if k_max <= 0 or nodes <= 0:
         tree = Tree((), (), ())
@@ -76,7 +76,7 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
         rows = [flat[3 + r * width:3 + (r + 1) * width] for r in at][:len(new)]
     drafter.update(new, rows)
     count_tree(loop.result, tree, path, new, gamma=k_max,
-               draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + filled_seconds(clock, filled))
+               draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + clock.seconds(*filled))
     loop.watch.round(loop.result.trace[-1], new)
     return ids, new, stop
 

@@ -5,71 +5,27 @@ them); the target scores them all in one forward pass; the accept rule keeps a
 prefix and adds one target token; caches are rolled back to what was kept; the
 drafter is told what the sequence became. Strategies differ only in the drafter.
 A gamma policy (``generation.gamma_policies``) picks each round's draft length
-and learns from the finished round.
+and learns from the finished round. What a drafter may do is
+``generation.drafter.Drafter``; the loop calls its methods and nothing else.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 from generation.accept import accept_drafts
-from generation.common import cut_at_end, end_tokens, model_device, timed_run
-from generation.gamma_policies import make_policy
+from generation.common import cut_at_end, model_device, timed_run
+from generation.drafter import Drafter
 from generation.inspection import Inspection, decode, record_round
 from generation.observer import Observer, Watch, target_delay
-from generation.phases import PhaseClock, fill_target_first, filled_seconds, split_phases
+from generation.options import LoopOptions
+from generation.phases import PhaseClock, fill_target_first, split_phases
 from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
 from sampling import LogitsProcessor
 from utils.cache import CachedModel, tree_support
-
-
-class Drafter(Protocol):
-    """Where drafts come from."""
-
-    calls: int          # drafter forward passes so far (0 for a storage)
-    wants_top_k: int    # >1: give update() the target's top-k ids at each verified position
-    kind: str           # "model" or "ngram" (gamma policies treat them differently)
-
-    def begin(self, prompt: list[int]) -> None:
-        """Start a new generation from ``prompt`` (the encoder's ids for a seq2seq pair)."""
-
-    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Up to k draft ids, shape (k',), and their probabilities (k', V) or None.
-
-        ids: (1, L) the (decoder) sequence so far, on the target's device. A
-        drafter with probabilities stops early when its top probability falls
-        below ``stop_below``.
-        """
-
-    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
-        """The tokens appended this round, and (when asked for) the target's top-k
-        ids at each of their positions."""
-
-    def rollback_stats(self) -> dict | None:
-        """How the drafter's cache was rolled back (None for a storage)."""
-
-    # Optional, for a drafter that drafts on the target's own cache:
-    # def fill_target(self, ids) -> None
-    #     Feed the target the committed tokens of ``ids`` its cache lacks (the prompt, in
-    #     the first round). The loop calls it before the draft clock starts and counts its
-    #     time as verify (``generation.phases.fill_target_first``).
-
-    # Optional, for token trees (``tree`` > 0; a drafter without it runs chains):
-    # def propose_sampled_tree(self, ids, depth, nodes, branch) -> (Tree, q (n + 1, V))
-    #     Children drawn from q without replacement, for recursive rejection sampling.
-    # def propose_tree(self, ids, depth, nodes, branch) -> generation.tree.Tree
-    #     A tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L),
-    #     ``branch`` children per expanded node, built without random draws.
-    #
-    # Optional, for the inspector:
-    # def draft_logits(self) -> Tensor (k', V) | None
-    #     The last proposal's raw logits; under greedy the inspector shows their
-    #     softmax (q itself is one-hot).
 
 
 @dataclass
@@ -90,74 +46,46 @@ class _Loop:
 
 
 @torch.inference_mode()
-def verify_loop(
-    prompt: list[int],
-    drafter: Drafter,
-    target,
-    *,
-    logits_processor: LogitsProcessor,
-    gamma: int,
-    max_gen_len: int,
-    eos_tokens_id,
-    use_cache: bool = True,
-    vocab_size: int | None = None,
-    generator: torch.Generator | None = None,
-    inspect: bool = True,
-    interruptible: bool = False,
-    gamma_policy=None,
-    observer: Observer | None = None,
-    target_delay_s: float = 0.0,
-    tree: int = 0,
-    tree_branch: int = 2,
-    tree_sample: bool = False,
-) -> GenerationResult:
+def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOptions, *,
+                observer: Observer | None = None, interruptible: bool = False) -> GenerationResult:
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
-    ``inspect`` adds to each round what both models thought at each drafted
-    position (``generation.inspection``), top-k only, read back with the
-    round's one host sync.
-
-    ``vocab_size`` limits the distributions to a vocabulary the drafter shares
-    with the target (pairs whose embedding matrices are padded differently).
+    ``prompt``: the checked prompt ids (the encoder's for a seq2seq target).
+    ``options`` (:class:`generation.options.LoopOptions`): the processor, the
+    budget, the end tokens, the γ policy, trees, the inspector and the rest.
     After every round the target cache holds a prefix of the kept sequence
     minus its last token: all of it when its layers can be cropped, a shorter
-    one after a snapshot restore (recurrent layers). ``gamma_policy`` (None:
-    always ``gamma``) picks each round's draft length. ``observer`` (see
-    ``generation.observer``) is told each round's drafts and outcome; the
-    time spent inside it is left out of ``seconds``. ``target_delay_s`` waits that long before every target forward (an
-    injected network round trip), booked as verify time.
-    ``tree`` > 0 verifies a token tree of at most that many nodes per round
-    (``generation.tree_round``; ``tree_branch`` children per expanded node)
-    when both the target and the drafter can; otherwise chains run and
-    ``result.tree_fallback`` says why. ``tree_sample`` (under sampling, with a
-    drafter that has ``propose_sampled_tree``) draws each node's children from
-    q and verifies them by recursive rejection sampling (``result.tree_rule``
-    says which rule ran: "top" or "sampled").
+    one after a snapshot restore (recurrent layers). ``observer`` (see
+    ``generation.observer``) is told each round's drafts and outcome; the time
+    spent inside it is left out of ``seconds``. With ``interruptible``, Ctrl-C
+    ends the run and keeps what was made. With ``options.tree`` > 0 each round
+    verifies a token tree (``generation.tree_round``) when both the target and
+    the drafter can take one; otherwise chains run and ``result.tree_fallback``
+    says why; ``result.tree_rule`` says which tree rule ran ("top" or "sampled").
     """
-    policy = gamma_policy if gamma_policy is not None else make_policy("constant", gamma)
+    policy = options.gamma_policy
+    if policy is None:
+        raise ValueError("the verify loop needs a gamma policy (generation.gamma_policies.make_policy)")
     device = model_device(target)
-    model = CachedModel(target, use_cache=use_cache)
-    result = GenerationResult(gamma_policy=policy.name, tree=tree)
-    loop = _Loop(model, drafter, logits_processor, generator, vocab_size, end_tokens(eos_tokens_id),
-                 PhaseClock(device), result, Watch(observer), target_delay_s, inspect)
+    model = CachedModel(target, use_cache=options.use_cache)
+    result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
+    loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
+                 PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect)
     start = None
     with timed_run(result, device, interruptible=interruptible):
         start = model.begin(prompt)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
-        attach = getattr(drafter, "attach_target", None)
-        if attach is not None:  # a self-drafter reads the target's cache (selfdraft.drafter)
-            attach(model)
+        drafter.attach_target(model)
         drafter.begin(prompt)
         policy.begin(drafter.kind)
-        trees = tree > 0 and _trees_possible(model, drafter, result)
-        sampled = (trees and tree_sample and not logits_processor.is_greedy
-                   and hasattr(drafter, "propose_sampled_tree"))
+        trees = options.tree > 0 and _trees_possible(model, drafter, result)
+        sampled = trees and options.tree_sample and not options.processor.is_greedy and drafter.samples_trees
         result.tree_rule = ("sampled" if sampled else "top") if trees else ""
         generated = 0
-        while generated < max_gen_len:
-            k_max = min(policy.next_gamma(), max_gen_len - generated - 1)
+        while generated < options.max_gen_len:
+            k_max = min(policy.next_gamma(), options.max_gen_len - generated - 1)
             if trees:
-                ids, new, stop = tree_round(loop, ids, k_max, tree, tree_branch, sampled=sampled)
+                ids, new, stop = tree_round(loop, ids, k_max, options.tree, options.tree_branch, sampled=sampled)
             else:
                 ids, new, stop = _round(loop, ids, k_max, policy.threshold)
             policy.observe(result.trace[-1])
@@ -175,17 +103,17 @@ def verify_loop(
     drafter_stats = drafter.rollback_stats()
     if drafter_stats is not None:
         result.rollback["drafter"] = drafter_stats
-    crossing = getattr(drafter, "cross_tokenizer_stats", None)  # a drafter with another tokenizer
+    crossing = drafter.cross_tokenizer_stats()
     if crossing is not None:
-        result.cross_tokenizer = crossing()
+        result.cross_tokenizer = crossing
     return result
 
 
 def _trees_possible(model: CachedModel, drafter, result: GenerationResult) -> bool:
     """Whether this target and drafter can take trees; if not, record why (one line)."""
     reason = tree_support(model)
-    if reason is None and not hasattr(drafter, "propose_tree"):
-        reason = f"the {drafter.kind} drafter proposes chains only"
+    if reason is None:
+        reason = drafter.tree_support()
     if reason is not None:
         result.tree_fallback = f"chain instead of a tree: {reason}"
     return reason is None
@@ -194,8 +122,8 @@ def _trees_possible(model: CachedModel, drafter, result: GenerationResult) -> bo
 def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None):
     """One round; returns (ids, tokens appended, whether an end token ended it)."""
     clock, target, drafter = loop.clock, loop.target, loop.drafter
-    filled = fill_target_first(drafter, ids, clock)
-    t0 = clock.mark() if filled is None else filled[1]
+    filled = fill_target_first(drafter, ids, clock)                      # (start, end) marks
+    t0 = filled[1]
     if k_max > 0:
         draft, q = drafter.propose(ids, k_max, stop_below)
     else:
@@ -240,7 +168,7 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
         inspection = decode(flat[len(flat) - record.numel():], drafts, n, vocab=p.shape[-1],
                             has_q=q is not None, shown="softmax" if loop.processor.is_greedy else "rule")
     _count(loop.result, drafts, n, new, gamma=k_max,
-           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + filled_seconds(clock, filled),
+           draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + clock.seconds(*filled),
            inspection=inspection)
     loop.watch.round(loop.result.trace[-1], new)
     return ids, new, stop
@@ -255,8 +183,7 @@ def _record(loop: _Loop, logits, p, q, draft, n, token) -> torch.Tensor:
     p_view, q_view = p, q
     if loop.processor.is_greedy:
         p_view = logits.float().softmax(dim=-1)                          # (k+1, V)
-        kept = getattr(loop.drafter, "draft_logits", None)
-        draft_logits = kept() if callable(kept) and q is not None else None
+        draft_logits = loop.drafter.draft_logits() if q is not None else None
         if draft_logits is not None and draft_logits.shape[0] == draft.shape[0]:
             q_view = draft_logits.to(p.device).float().softmax(dim=-1)   # (k, V)
     return record_round(p, q, draft, n, token, p_view=p_view, q_view=q_view)

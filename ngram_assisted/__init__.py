@@ -1,7 +1,6 @@
 """NASD: n-gram assisted speculative decoding."""
 
 from ngram_assisted.drafter import NGramDrafter
-from ngram_assisted.nasd import ngram_assisted_speculative_generate
 from ngram_assisted.storage import NGramStorage, OneLevelNGramStorage, RecyclingStorage
 
 __all__ = [
@@ -9,5 +8,4 @@ __all__ = [
     "NGramStorage",
     "OneLevelNGramStorage",
     "RecyclingStorage",
-    "ngram_assisted_speculative_generate",
 ]

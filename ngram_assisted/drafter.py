@@ -6,29 +6,32 @@ import heapq
 
 import torch
 
+from generation.drafter import Drafter
 from generation.tree import Tree
 from ngram_assisted.storage import NGramStorage
 
 
-class NGramDrafter:
+class NGramDrafter(Drafter):
     """Drafts deterministically from an n-gram storage and keeps it up to date.
 
     It mirrors the sequence as a host-side list (fed from the verify loop's one
     sync per round), so drafting never reads the device.
     """
 
-    calls = 0  # no model forward passes
-    kind = "ngram"
+    kind = "ngram"  # no model: no forward passes, no cache to roll back
 
     def __init__(self, storage: NGramStorage, *, filler_top_k: int = 1,
                  stop_if_unknown: bool = True, confident_start: bool = True,
                  device: torch.device | str = "cpu"):
         self.storage = storage
-        self.wants_top_k = max(filler_top_k if filler_top_k > 1 else 0, getattr(storage, "wants_top_k", 0))
+        self.wants_top_k = max(filler_top_k if filler_top_k > 1 else 0, storage.wants_top_k)
         self.stop_if_unknown = stop_if_unknown
         self.confident_start = confident_start
         self.device = torch.device(device)
         self.history: list[int] = []
+
+    def tree_support(self) -> str | None:
+        return None
 
     def begin(self, prompt: list[int]) -> None:
         self.history = list(prompt)
@@ -103,7 +106,3 @@ class NGramDrafter:
                 self.storage.fill(context, candidates)
         self.storage.update(self.history[-width:], new_tokens)
         self.history.extend(new_tokens)
-
-    def rollback_stats(self) -> None:
-        """A storage has no cache to roll back."""
-        return None

@@ -47,6 +47,8 @@ class NGramStorage:
 
     kind = "basic"
 
+    wants_top_k = 0  # the target's top-k is asked for by the drafter's filler, not by the storage
+
     def __init__(self, n: int, vocab_size: int):
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
             raise ValueError(f"n must be an integer >= 2, got {n!r}")

@@ -16,6 +16,7 @@ from typing import Callable, ContextManager
 
 import torch
 
+from analysis.speedup import SEARCH_GAMMA
 from engine import CrossTokenizerOptions, EngineState, NGramOptions, Observer, Strategy, run_strategy
 from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun  # noqa: F401  (the runner's products, torch-free)
@@ -23,7 +24,6 @@ from repl.settings import Settings
 from utils.vocab import encode_prompt, has_chat_template
 
 WARMUP_TEXT = "Hello, how are you?"
-MODEL_POLICY_MAX_GAMMA = 16  # the most drafts the model policy considers (more when /gamma is higher)
 
 
 class PromptRefused(ValueError):
@@ -159,7 +159,8 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         key=key,
         drafter={"speculative": "model", "ngram": "ngram"}.get(key),
         drafter_options=options.get(key),
-        gamma=max(settings.gamma, MODEL_POLICY_MAX_GAMMA) if policy == "model" else settings.gamma,
+        model="drafter" if key == "drafter" else "target",
+        gamma=max(settings.gamma, SEARCH_GAMMA) if policy == "model" else settings.gamma,
         gamma_policy=policy,
         gamma_threshold=settings.gamma_threshold if policy == "confidence" else None,
         processor=settings.processor,

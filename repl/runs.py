@@ -24,13 +24,13 @@ from analysis import (
     tokens_per_s_at_rtt,
     yield_by_position,
 )
+from analysis.speedup import SEARCH_GAMMA
 from analysis.trees import tree_model, tree_summary
 from generation.result import GenerationResult, Round, first_divergence
 from repl.settings import STRATEGY_LABELS
 
 DRAFTING = ("speculative", "ngram")
 PIECE_WINDOW = 8  # tokens of left context used to decode one token's text
-MAX_GAMMA = 16  # best_gamma searches 0..max(MAX_GAMMA, the run's gamma)
 
 
 # ------------------------------------------------------------ token pieces
@@ -241,7 +241,7 @@ class PromptRun:
             why.predicted = why.predicted_steady if base is None else predicted_run_speedup(
                 run.result, why.yield_rates, gamma, costs, base.result.tokens_per_second, draft_share=share)
             why.first_round_s = first_round(run.result)[0]
-            why.best_gamma, why.best_speedup = best_gamma(why.yield_rates, costs, max(MAX_GAMMA, gamma),
+            why.best_gamma, why.best_speedup = best_gamma(why.yield_rates, costs, max(SEARCH_GAMMA, gamma),
                                                           draft_share=share)
         except ValueError:  # costs that cannot price a round (all zero)
             return why
@@ -261,7 +261,7 @@ class PromptRun:
             ar_rate = tokens_per_s_at_rtt(base.result, costs.rtt_s)
             predicted = predicted_run_speedup(run.result, why.yield_rates, why.gamma, costs, ar_rate,
                                               draft_share=share)
-        best, best_speedup = best_gamma(why.yield_rates, costs, max(MAX_GAMMA, why.gamma), draft_share=share)
+        best, best_speedup = best_gamma(why.yield_rates, costs, max(SEARCH_GAMMA, why.gamma), draft_share=share)
         return WhatIf(rtt_ms, predicted, predicted_speedup(why.yield_rates, why.gamma, costs, draft_share=share),
                       best, best_speedup)
 

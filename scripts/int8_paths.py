@@ -51,7 +51,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from selfdraft.calibrate import agreement, calibration_ids, greedy_continuation
+    from engine.self_pair.calibrate import agreement, calibration_ids, greedy_continuation
     from selfdraft.copies import int8_available, int8_copy
     from selfdraft.spec import INT8_ROUTES
     from utils.models import load_model

@@ -58,23 +58,25 @@ def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 9) -> dict[in
 def run_prompts(pair, length: int, limit: int, stride: int, on_row=None, only=None) -> list[dict]:
     from utils.builtin_prompts import BUILTIN
     from bench.prompts import chat_ids
-    from generation import speculative_generate
-    from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
+    from engine import EngineState, NGramOptions, Strategy, run_strategy
     from sampling import GreedyProcessor
 
     greedy = GreedyProcessor()
     rows = []
-    strategies = {
-        "speculative": lambda ids, tree: speculative_generate(
-            ids, pair.drafter, pair.target, logits_processor=greedy, gamma=4, max_gen_len=length,
-            eos_tokens_id=pair.end_tokens, vocab_size=pair.vocab_size, tree=tree, tree_branch=3),
-        "ngram": lambda ids, tree: ngram_assisted_speculative_generate(
-            ids, NGramStorage(3, pair.vocab_size), pair.target, gamma=4, filler_top_k=3, logits_processor=greedy,
-            max_gen_len=length, eos_tokens_id=pair.end_tokens, tree=tree, tree_branch=3),
-        "ngram-recycling": lambda ids, tree: ngram_assisted_speculative_generate(
-            ids, RecyclingStorage(2, pair.vocab_size, width=8), pair.target, gamma=4, filler_top_k=1,
-            logits_processor=greedy, max_gen_len=length, eos_tokens_id=pair.end_tokens, tree=tree, tree_branch=3),
+    kinds = {
+        "speculative": ("model", None),
+        "ngram": ("ngram", NGramOptions("basic", 3, 3)),
+        "ngram-recycling": ("ngram", NGramOptions("recycling", 2, 1)),
     }
+
+    def runner(drafter, options):
+        def run(ids, tree):
+            strategy = Strategy("tree-figures", drafter=drafter, drafter_options=options, gamma=4,
+                                processor=greedy, max_gen_len=length, tree=tree, tree_branch=3)
+            return run_strategy(strategy, pair, ids, state=EngineState())
+        return run
+
+    strategies = {name: runner(*kind) for name, kind in kinds.items()}
     strategies = {k: v for k, v in strategies.items() if only is None or k in only}
     with torch.inference_mode():
         next(iter(strategies.values()))(chat_ids(pair.tokenizer, "warm up"), 8)   # warm

@@ -6,6 +6,6 @@ target's linear weights quantised to int8) and ``self:skip=L1,L2,...`` or
 Draft&Verify, Zhang et al. 2023; SWIFT, Xia et al. 2024). Each is a model the
 engine drafts with like any drafter model, and, where the cache layout allows,
 it reads the target's own KV cache for the committed tokens (``shared_cache``).
-With no ``--drafter`` on the default model the loader (``load``, called through
-``engine.load_pair``) picks among them by measuring (``choose``).
+With no ``--drafter`` on the default model the loader (``engine.self_pair.load``,
+called through ``engine.load_pair``) picks among them by measuring (``engine.self_pair.choose``).
 """

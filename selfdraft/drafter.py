@@ -1,6 +1,6 @@
 """The self-drafter: a model made from the target, drafting on the target's own cache where it can.
 
-:class:`SelfDrafter` is a ``generation.verify.Drafter``. The verify loop hands
+:class:`SelfDrafter` is a ``generation.drafter.Drafter``. The verify loop hands
 it the target's cache (``attach_target``) before the generation begins. When
 that cache can be shared (``shared_cache``), each round the drafter
 
@@ -25,25 +25,22 @@ from __future__ import annotations
 
 import torch
 
-from generation.common import check_gamma, check_request, model_device
-from generation.speculative import ModelDrafter, draft_tokens, shared_vocab_size
+from generation.common import model_device
+from generation.drafter import Drafter
+from generation.model_drafter import ModelDrafter, draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
-from generation.verify import verify_loop
 from selfdraft import shared_cache
-from selfdraft.build import build_self_drafter
 from selfdraft.lean import LEAN_ATTR
-from selfdraft.mark import SELF_DRAFT_ATTR, mark_self_draft, self_draft_target  # noqa: F401 (re-exported)
 from selfdraft.skip import kept_layers
-from selfdraft.spec import parse_self_draft
 from utils.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
 
 
-class SelfDrafter:
+class SelfDrafter(Drafter):
     """Drafts with a self-draft model, reading the target's KV cache for committed tokens."""
 
-    wants_top_k = 0
     kind = "model"
+    samples_trees = True
 
     def __init__(self, model, processor, *, use_cache: bool = True, vocab_size: int | None = None,
                  generator: torch.Generator | None = None):
@@ -76,6 +73,9 @@ class SelfDrafter:
     @property
     def calls(self) -> int:
         return self._forwards if self.mode != "own" else self.own.calls
+
+    def tree_support(self) -> str | None:
+        return None  # where the model cannot take a tree it drafts a chain in its place
 
     def attach_target(self, target_cached) -> None:
         """The target's ``utils.cache.CachedModel`` of this generation (called before ``begin``)."""
@@ -160,9 +160,6 @@ class SelfDrafter:
             return None
         logits = torch.cat(self._logits)                            # (k', V_drafter)
         return logits if self.vocab_size is None else logits[:, :self.vocab_size]
-
-    def update(self, new_tokens, top_k) -> None:
-        """Nothing to learn: the committed tokens are read from the target's cache next round."""
 
     def rollback_stats(self) -> dict:
         return self.stats.to_dict() if self.mode != "own" else self.own.rollback_stats()
@@ -250,51 +247,3 @@ def _cache_dtype(model) -> torch.dtype:
         if tensor.is_floating_point():
             return tensor.dtype
     return torch.float32
-
-
-def make_drafter(drafter, target, processor, *, use_cache: bool = True, vocab_size: int | None = None,
-                 generator: torch.Generator | None = None):
-    """The Drafter for drafter model ``drafter``: a :class:`SelfDrafter` (drafting on the target's
-    cache) when it was made from ``target``, else a :class:`ModelDrafter`."""
-    cls = SelfDrafter if self_draft_target(drafter) is target else ModelDrafter
-    return cls(drafter, processor, use_cache=use_cache, vocab_size=vocab_size, generator=generator)
-
-
-def self_speculative_generate(inputs, drafter, target, *, logits_processor, gamma: int = 4, max_gen_len: int = 128,
-                              eos_tokens_id=None, use_cache: bool = True, vocab_size: int | None = None,
-                              generator: torch.Generator | None = None, gamma_policy=None, tree: int = 0,
-                              tree_branch: int = 2, tree_sample: bool = False):
-    """``generation.speculative_generate`` with :func:`make_drafter`'s drafter (shared cache for
-    self-drafters); ``tree`` > 0 verifies token trees of at most that many nodes (``tree_sample``:
-    children drawn from q, see ``generation.verify.verify_loop``)."""
-    prompt = check_request(inputs, max_gen_len, target, drafter)
-    vocab = vocab_size or shared_vocab_size(target, drafter)
-    made = make_drafter(drafter, target, logits_processor, use_cache=use_cache, vocab_size=vocab, generator=generator)
-    return verify_loop(prompt, made, target, logits_processor=logits_processor, gamma=check_gamma(gamma),
-                       max_gen_len=max_gen_len, eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
-                       generator=generator, gamma_policy=gamma_policy, tree=tree, tree_branch=tree_branch,
-                       tree_sample=tree_sample)
-
-
-def self_draft_model(pair, spec: str):
-    """The self-draft model for ``spec`` made from ``pair.target``, built once per pair and spec."""
-    built = pair.__dict__.setdefault("_self_drafters", {})
-    if spec not in built:
-        built[spec] = build_self_drafter(pair.target, parse_self_draft(spec))
-    return built[spec]
-
-
-def make_self_drafter(pair, processor, *, spec: str | None = None, use_cache: bool = True,
-                      generator: torch.Generator | None = None) -> SelfDrafter:
-    """A :class:`SelfDrafter` for a loaded ``utils.models.ModelPair`` (the factory an engine registers).
-
-    ``spec`` (``"self:int8"``, ``"self:skip=3,5"``, ...): build that self-drafter from the pair's
-    target, once per pair and spec; None: the pair's own drafter, which must be a self-draft model.
-    """
-    if spec is None:
-        model = pair.drafter
-        if self_draft_target(model) is not pair.target:
-            raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
-    else:
-        model = self_draft_model(pair, spec)
-    return SelfDrafter(model, processor, use_cache=use_cache, vocab_size=pair.vocab_size, generator=generator)

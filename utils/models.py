@@ -7,7 +7,7 @@ seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of
 compares their tokenizers (a drafter with another tokenizer drafts through text, see
 ``cross_tokenizer``), and returns a ``ModelPair`` with everything the decoding loops need.
 Drafters made from the target (``self:...``, and the measured default drafter) are built a
-layer up, in ``selfdraft.load``; ``engine.load_pair`` chooses between the two loaders.
+layer up, in ``engine.self_pair.load``; ``engine.load_pair`` chooses between the two loaders.
 
 Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
 module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
@@ -51,7 +51,7 @@ __all__ = [
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 SELF_DRAFT = "self"
-SELF_DRAFT_PREFIX = "self:"  # selfdraft.spec.PREFIX: such drafters load through selfdraft.load
+SELF_DRAFT_PREFIX = "self:"  # selfdraft.spec.PREFIX: such drafters load through engine.self_pair.load
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -249,7 +249,7 @@ class ModelPair:
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
     probe: Any = None  # utils.probe.PairProbe: how each model is fed over its cache, and why
     notes: tuple[str, ...] = ()  # banner lines about the drafter (a self-drafter chosen by measuring)
-    drafts_on_target_cache: bool = False  # a self-drafter (selfdraft.load): drafts on the target's cache
+    drafts_on_target_cache: bool = False  # a self-drafter (engine.self_pair.load): drafts on the target's cache
     drafter_tokenizer: Any = None  # the drafter's own tokenizer when it differs from the target's
     tokenizer_difference: str | None = None  # how the two tokenizers differ, in words
 
@@ -362,7 +362,7 @@ def load_pair(
     or uncached) and why.
 
     Drafters made from the target (``self:...``) and the measured default drafter live a layer
-    up, in ``selfdraft.load``; ``engine.load_pair`` is the loader the front ends call for both.
+    up, in ``engine.self_pair.load``; ``engine.load_pair`` is the loader the front ends call for both.
     """
     if drafter is not None and str(drafter).strip().lower().startswith(SELF_DRAFT_PREFIX):
         raise ModelLoadError(f"--drafter {drafter} is made from the target: load it with engine.load_pair")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from analysis.speedup import CostModel
+from analysis.speedup import SEARCH_GAMMA, CostModel
 from generation.gamma_policies import looks, prediction
 from generation.gamma_policies.acceptance import Acceptance
 from generation.gamma_policies.base import check_kind
@@ -37,7 +37,7 @@ class ModelPolicy:
     threshold = None
     FIRST_LOOK = looks.FIRST_LOOK
 
-    def __init__(self, max_gamma: int = 16, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
+    def __init__(self, max_gamma: int = SEARCH_GAMMA, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
                  explore_every: int = 16, reprobe_every: int = 128, decay: float = 0.98,
                  cost_alpha: float = 0.2, prior: float = 0.5, prior_weight: float = 2.0,
                  clock: Callable[[], float] | None = time.perf_counter):

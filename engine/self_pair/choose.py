@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.speedup import CostModel, best_drafting_gamma, best_gamma, predicted_speedup
+from analysis.speedup import SEARCH_GAMMA, CostModel, best_drafting_gamma, best_gamma, predicted_speedup
 
-MAX_GAMMA = 16
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,9 @@ def score(label: str, rates, draft_step_s: float, other_s: float, verify_s: dict
     if skipped:
         return Scored(label, 0, 0.0, 0.0, draft_step_s, 0.0, skipped)
     costs = CostModel(draft_step_s=draft_step_s, verify_s=dict(verify_s), other_per_round_s=other_s)
-    g, best = best_gamma(rates, costs, max(MAX_GAMMA, gamma))
+    g, best = best_gamma(rates, costs, max(SEARCH_GAMMA, gamma))
     if g == 0:  # drafting never pays: report its best drafting γ all the same
-        g, best = best_drafting_gamma(rates, costs, MAX_GAMMA)
+        g, best = best_drafting_gamma(rates, costs, SEARCH_GAMMA)
     return Scored(label, g, best, predicted_speedup(rates, gamma, costs), draft_step_s, _mean(rates))
 
 

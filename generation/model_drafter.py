@@ -1,14 +1,13 @@
-"""Speculative decoding with a drafter model (Leviathan et al. 2023; Chen et al. 2023)."""
+"""The drafter of speculative decoding: a smaller model (Leviathan et al. 2023; Chen et al. 2023)."""
 
 from __future__ import annotations
 
 import torch
 
-from generation.common import check_gamma, check_request, model_device
-from generation.result import GenerationResult
+from generation.common import model_device
+from generation.drafter import Drafter
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
-from generation.verify import verify_loop
 from sampling import LogitsProcessor
 from utils.cache import CachedModel, tree_support
 
@@ -36,16 +35,18 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
     return torch.cat(drafts), torch.cat(probs)
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """Drafts with a smaller model, sampling each token from q = processor(drafter logits).
 
     Keeps its own cache (a :class:`utils.cache.CachedModel`): every step feeds
     only the tokens it has not seen, and at the start of each round the cache
-    is rolled back to a prefix of the kept sequence.
+    is rolled back to a prefix of the kept sequence. It proposes chains, trees
+    of its top children and sampled trees (a chain where its model cannot take
+    a tree).
     """
 
-    wants_top_k = 0
     kind = "model"
+    samples_trees = True
 
     def __init__(self, model, processor: LogitsProcessor, *, use_cache: bool = True,
                  vocab_size: int | None = None, generator: torch.Generator | None = None):
@@ -64,6 +65,9 @@ class ModelDrafter:
 
     def begin(self, prompt: list[int]) -> None:
         self.cached.begin(prompt)
+
+    def tree_support(self) -> str | None:
+        return None  # a model that cannot take a tree drafts a chain in its place
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,67 +127,5 @@ class ModelDrafter:
         logits = torch.cat(self._logits)                            # (k', V_drafter)
         return logits if self.vocab_size is None else logits[:, :self.vocab_size]
 
-    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
-        """Nothing to learn: the cache is rolled back lazily at the next proposal."""
-
     def rollback_stats(self) -> dict:
         return self.cached.stats.to_dict()
-
-
-def shared_vocab_size(*models) -> int:
-    """The vocabulary length every model's logits cover (embeddings may be padded)."""
-    return min(m.config.vocab_size for m in models)
-
-
-def speculative_generate(
-    inputs,
-    drafter,
-    target,
-    *,
-    logits_processor: LogitsProcessor,
-    gamma: int = 4,
-    max_gen_len: int = 128,
-    eos_tokens_id=None,
-    use_cache: bool = True,
-    vocab_size: int | None = None,
-    generator: torch.Generator | None = None,
-    interruptible: bool = False,
-    gamma_policy=None,
-    observer=None,
-    target_delay_s: float = 0.0,
-    tree: int = 0,
-    tree_branch: int = 2,
-    tree_sample: bool = False,
-    inspect: bool = True,
-) -> GenerationResult:
-    """Generate up to ``max_gen_len`` tokens after ``inputs`` with a drafter model.
-
-    The drafter proposes gamma tokens per round (fewer when the budget is nearly
-    spent); the target verifies them in one forward pass. Output follows the
-    target's distribution under ``logits_processor`` exactly; under greedy it is
-    the target's greedy output token for token. ``vocab_size`` defaults to the
-    shorter of the two models' vocabularies. ``gamma_policy`` (see
-    ``generation.gamma_policies``) varies the draft length per round; None keeps
-    it at ``gamma``. ``observer`` and ``target_delay_s``: see
-    :func:`generation.verify.verify_loop`. ``tree`` > 0 drafts and verifies a
-    token tree of at most that many nodes per round (``tree_branch`` children
-    per expanded node; depth still gamma; ``tree_sample``: children drawn from
-    q and verified by recursive rejection sampling, see
-    ``generation.verify.verify_loop``). For an encoder-decoder pair ``inputs``
-    are the encoder's ids and both decoders start from the decoder start token.
-    ``inspect`` records the per-token inspector's numbers (``generation.inspection``).
-    """
-    prompt = check_request(inputs, max_gen_len, target, drafter)
-    gamma = check_gamma(gamma)
-    vocab = vocab_size or shared_vocab_size(target, drafter)
-    model_drafter = ModelDrafter(drafter, logits_processor, use_cache=use_cache,
-                                 vocab_size=vocab, generator=generator)
-    return verify_loop(
-        prompt, model_drafter, target,
-        logits_processor=logits_processor, gamma=gamma, max_gen_len=max_gen_len,
-        eos_tokens_id=eos_tokens_id, use_cache=use_cache, vocab_size=vocab,
-        generator=generator, interruptible=interruptible, gamma_policy=gamma_policy,
-        observer=observer, target_delay_s=target_delay_s,
-        tree=tree, tree_branch=tree_branch, tree_sample=tree_sample,
-        inspect=inspect,
-    )

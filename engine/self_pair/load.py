@@ -3,17 +3,17 @@
 ``load_self_draft_pair`` loads the target once (``utils.models.load_model``) and builds the
 drafter from it (``selfdraft.build``). With neither a target nor a drafter it loads the offline
 default and the self-drafter this machine runs fastest, measured once and kept
-(``selfdraft.default``). Like ``utils.models.load_pair`` it probes both models' cached forwards
+(``engine.self_pair.default``). Like ``utils.models.load_pair`` it probes both models' cached forwards
 (``utils.probe.probe_pair``) and attaches the result to the pair.
 """
 
 from __future__ import annotations
 
 from selfdraft.build import build_self_drafter
-from selfdraft.calibrate import calibration_ids, greedy_continuation, time_target
-from selfdraft.default import default_drafter
+from engine.self_pair.calibrate import calibration_ids, greedy_continuation, time_target
+from engine.self_pair.default import default_drafter
 from selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR
-from selfdraft.search import search_skip
+from engine.self_pair.search import search_skip
 from selfdraft.skip import SkipRefused, num_layers
 from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from utils.default_model import DEFAULT_LABEL, cache_root
@@ -46,7 +46,7 @@ def lean_note(spec: SelfDraftSpec, draft) -> list[str]:
 
 def resolve_skip(model, tokenizer, spec: SelfDraftSpec, say=no_progress) -> tuple[SelfDraftSpec, list[str]]:
     """``spec`` with ``self:skip=auto`` replaced by the layers a search on this machine picks
-    (``selfdraft.search``), and the search's one line; any other spec as it is."""
+    (``engine.self_pair.search``), and the search's one line; any other spec as it is."""
     if not spec.auto:
         return spec, []
     say("Searching the layers to skip (self:skip=auto)")

@@ -1,6 +1,6 @@
 """Measure a target and its self-drafters on this machine: forward timings and acceptance.
 
-What the default-drafter choice (``selfdraft.choose``) rests on:
+What the default-drafter choice (``engine.self_pair.choose``) rests on:
 
 - the target's one-token step, its verify cost at a few widths (tokens fed at
   once) and its prefill, each the median of a few forward passes on a cache
@@ -23,9 +23,10 @@ import torch
 
 from analysis.acceptance import position_counts, verify_width
 from analysis.speedup import costs_from_result
-from generation import autoregressive_generate
+from engine.pair import pair_of
+from engine.run import run_strategy
+from engine.strategy import Strategy
 from sampling import GreedyProcessor
-from selfdraft.drafter import self_speculative_generate
 from utils.cache import CachedModel
 from utils.vocab import encode_prompt
 
@@ -194,8 +195,8 @@ def measure_drafter(label: str, drafter, target, ids: torch.Tensor, *, gamma: in
     the costs are scaled by :func:`load_scale` to the load ``reference`` was
     measured under, so candidates measured at different times compare fairly.
     """
-    result = self_speculative_generate(ids[0].tolist(), drafter, target, logits_processor=GreedyProcessor(),
-                                  gamma=gamma, max_gen_len=tokens)
+    strategy = Strategy("calibration", drafter="model", gamma=gamma, processor=GreedyProcessor(), max_gen_len=tokens)
+    result = run_strategy(strategy, pair_of(target, drafter), ids[0].tolist())
     costs = costs_from_result(result)
     rounds = result.trace[1:] if len(result.trace) > 1 else result.trace
     scale = load_scale(rounds, reference) if reference else 1.0
@@ -220,5 +221,6 @@ def agreement(target, drafter, ids: torch.Tensor, start: int = 0) -> float:
 @torch.inference_mode()
 def greedy_continuation(target, ids: torch.Tensor, tokens: int = CALIBRATION_TOKENS) -> torch.Tensor:
     """``ids`` followed by the target's own greedy continuation, (1, L + tokens)."""
-    out = autoregressive_generate(ids[0].tolist(), target, logits_processor=GreedyProcessor(), max_gen_len=tokens)
+    strategy = Strategy("target", processor=GreedyProcessor(), max_gen_len=tokens)
+    out = run_strategy(strategy, pair_of(target), ids[0].tolist())
     return torch.cat([ids, torch.tensor([out.tokens], dtype=torch.long)], dim=1)

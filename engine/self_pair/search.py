@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from analysis.speedup import CostModel, best_drafting_gamma
-from selfdraft.calibrate import agreement, paired_step_s
+from engine.self_pair.calibrate import agreement, paired_step_s
 from selfdraft.skip import decoder_layers, num_layers, skip_view
 
 

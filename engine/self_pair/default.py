@@ -1,9 +1,9 @@
 """The default drafter: the self-drafter this machine runs fastest, measured once and remembered.
 
 With no ``--drafter`` on the offline default model, the loader measures the
-target and each self-drafter (``selfdraft.calibrate``), searches the layers
-for ``self:skip=auto`` (``selfdraft.search``), and picks the highest predicted
-speedup (``selfdraft.choose``). The measurements and the pick are written to
+target and each self-drafter (``engine.self_pair.calibrate``), searches the layers
+for ``self:skip=auto`` (``engine.self_pair.search``), and picks the highest predicted
+speedup (``engine.self_pair.choose``). The measurements and the pick are written to
 ``<cache>/selfdraft/<key>.json``, where the key names this machine (CPU model
 and flags, torch threads), the torch and transformers versions, and the model;
 a later start reads the file and builds only the pick (``SPECDEC_REMEASURE=1``
@@ -23,11 +23,11 @@ import torch
 import transformers
 
 from selfdraft.build import build_self_drafter
-from selfdraft.calibrate import (calibration_ids, greedy_continuation, measure_drafter, paired_step_s,
+from engine.self_pair.calibrate import (calibration_ids, greedy_continuation, measure_drafter, paired_step_s,
                                  time_target)
-from selfdraft.choose import choice_lines, choose
+from engine.self_pair.choose import choice_lines, choose
 from selfdraft.copies import native_bfloat16
-from selfdraft.search import search_skip
+from engine.self_pair.search import search_skip
 from selfdraft.skip import SkipRefused, num_layers
 from selfdraft.spec import SelfDraftSpec, parse_self_draft
 from utils.devices import model_device

@@ -1,0 +1,115 @@
+"""The drafter contract: everything a drafting method may do, as methods of one base with defaults.
+
+The verify loop (``generation.verify``) calls only these methods, never ``getattr``.
+A new drafting method subclasses :class:`Drafter`, implements :meth:`Drafter.propose`
+(the one method without a default), overrides the abilities it has, and is
+registered with ``engine.register_drafter``. transformers' ``CandidateGenerator``
+has the same shape: propose candidates, learn how many were accepted.
+
+What a round does with a drafter, in order::
+
+    attach_target(target)   once, before begin (a drafter that reads the target's cache keeps it)
+    begin(prompt)           once per generation
+    fill_target(ids)        each round, before the draft clock starts (counted as verify time)
+    propose(ids, k)         a chain of up to k drafts and their q   (or, with trees on:
+    propose_tree(...)           a tree of top children, or
+    propose_sampled_tree(...)   a tree whose children were drawn from q)
+    draft_logits()          after a chain proposal, for the inspector (greedy: q is one-hot)
+    update(new, top_k)      the tokens the round appended (and the target's top-k when asked)
+    rollback_stats()        once, at the end: how the drafter's own cache was rolled back
+    cross_tokenizer_stats() once, at the end: a drafter with another tokenizer reports its crossings
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from generation.tree import Tree
+
+
+class Drafter(ABC):
+    """Where drafts come from. Subclasses implement :meth:`propose`; every other ability has a default.
+
+    Class attributes a subclass may set:
+
+    ``kind``: ``"model"`` or ``"ngram"`` (γ policies treat the two differently).
+    ``wants_top_k``: > 1 asks :meth:`update` for the target's top-k ids at each verified position.
+    ``samples_trees``: True when :meth:`propose_sampled_tree` is implemented (sampled trees are
+    verified by recursive rejection sampling, ``generation.accept.accept_tree_rrs``).
+    """
+
+    kind: str = "model"
+    wants_top_k: int = 0
+    samples_trees: bool = False
+
+    @property
+    def calls(self) -> int:
+        """Drafter forward passes since :meth:`begin` (0 for a drafter with no model)."""
+        return 0
+
+    # ------------------------------------------------------------ a generation
+
+    def attach_target(self, target) -> None:
+        """The target's ``CachedModel`` of this generation, before :meth:`begin`.
+
+        Default: ignored. A drafter that drafts on the target's own cache (``selfdraft``) keeps it.
+        """
+
+    def begin(self, prompt: list[int]) -> None:
+        """Start a new generation from ``prompt`` (the encoder's ids for a seq2seq pair). Default: nothing."""
+
+    def fill_target(self, ids: torch.Tensor) -> None:
+        """Feed the target the committed tokens of ``ids`` (1, L) its cache lacks (the prompt, in the
+        first round). The loop calls it each round before the draft clock starts and books its time as
+        verify: target work, wherever the drafter needs it done. Default: nothing to feed."""
+
+    # ------------------------------------------------------------ proposing
+
+    @abstractmethod
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Up to k draft ids, shape (k',), and their probabilities q, (k', V), or None for
+        deterministic drafts (q is one-hot: an n-gram storage).
+
+        ``ids``: (1, L) the (decoder) sequence so far, on the target's device. A drafter with
+        probabilities stops early once its top probability falls below ``stop_below``.
+        """
+
+    def tree_support(self) -> str | None:
+        """None when :meth:`propose_tree` can be called; otherwise why not, in a few words
+        (the loop then runs chains and the result says so). Default: chains only."""
+        return f"the {self.kind} drafter proposes chains only"
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """A tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L), ``branch``
+        children per expanded node, built without random draws (verified by ``accept_tree``)."""
+        raise NotImplementedError(f"{type(self).__name__} proposes chains only")
+
+    def propose_sampled_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int
+                             ) -> tuple[Tree, torch.Tensor]:
+        """A tree whose children were drawn from q without replacement, and q at the root and
+        each node, (n + 1, V). Only called when ``samples_trees`` is True."""
+        raise NotImplementedError(f"{type(self).__name__} does not sample trees")
+
+    def draft_logits(self) -> torch.Tensor | None:
+        """The last chain proposal's raw logits, (k', V), or None. Under greedy the inspector shows
+        their softmax (q itself is one-hot). Default: none kept."""
+        return None
+
+    # ------------------------------------------------------------ learning and reporting
+
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        """The tokens appended this round, and (when ``wants_top_k`` > 1) the target's top-k ids at
+        each of their positions. Default: nothing to learn."""
+
+    def rollback_stats(self) -> dict | None:
+        """How the drafter's own cache was rolled back (``utils.cache.RollbackStats.to_dict()``),
+        or None for a drafter without a cache."""
+        return None
+
+    def cross_tokenizer_stats(self) -> dict | None:
+        """For a drafter with a tokenizer of its own: how its drafts crossed to the target's ids
+        (``cross_tokenizer.drafter``); None otherwise."""
+        return None
