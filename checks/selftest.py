@@ -15,7 +15,7 @@ rejection decides the rest, on any pair. With the drafter's own q, a drafter
 that nearly always agrees with its target (a self-drafter in a lower precision
 accepted 197 of 200 drafts) leaves that resample almost untried, and a flat q
 biases a wrong resample too little to be seen in a few hundred draws. Both models are prefilled with the prompt once,
-and every draw begins from a copy of that cache (``utils.prefill``), then runs
+and every draw begins from a copy of that cache (``kvcache.prefill``), then runs
 the real verify loop and accept rule. The draws are still few (SAMPLING_RUNS),
 so the test catches gross errors (a zero-probability token, a strongly biased
 resample), not subtle ones.
@@ -38,8 +38,8 @@ from engine import DEFAULT_GAMMA, DRAFTERS, NGramOptions, Strategy, register_dra
 from generation.result import first_divergence
 from sampling import GreedyProcessor, TopKProcessor
 from utils.builtin_prompts import BUILTIN
-from utils.prefill import prefill, starting_from
-from utils.probe import forget, probe_pair
+from kvcache.prefill import prefill
+from kvcache.probe import forget, probe_pair
 from utils.vocab import encode_prompt
 
 DEFAULT_LENGTH = 32
@@ -119,11 +119,11 @@ def _strategies(pair, ngram: NGramOptions, gamma: int, tree: int = 0, tree_branc
     (verifying token trees of at most ``tree`` nodes when ``tree`` > 0)."""
 
     def runner(key: str, drafter: str, options) -> Callable:
-        def run(ids, processor, use_cache, length, generator=None):
+        def run(ids, processor, use_cache, length, generator=None, prefills=()):
             strategy = Strategy(key, drafter=drafter, drafter_options=options, gamma=gamma,
                                 processor=processor, use_cache=use_cache, max_gen_len=length,
                                 tree=tree, tree_branch=tree_branch)
-            return run_strategy(strategy, pair, ids, generator=generator)
+            return run_strategy(strategy, pair, ids, generator=generator, prefills=prefills)
 
         return run
 
@@ -158,7 +158,7 @@ def _guard(name: str, body: Callable[[], Check]) -> Check:
 
 
 def probe_check(pair) -> Check:
-    """Probe each model's cached forward afresh (``utils.probe``): the path each
+    """Probe each model's cached forward afresh (``kvcache.probe``): the path each
     model takes and the largest logit error behind it. A refused model fails."""
     for model in {id(m): m for m in (pair.target, pair.drafter) if m is not None}.values():
         forget(model)
@@ -258,10 +258,9 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
             models = [pair.target] if pair.drafter is pair.target else [pair.target, pair.drafter]
             prefills.extend(prefill(model, ids) for model in models)
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
-        with starting_from(prefills):
-            # One token more than compared: the first round drafts, so every
-            # compared token goes through the accept rule.
-            return [run(ids, processor, True, SAMPLING_STEPS + 1, generator) for _ in range(runs)]
+        # One token more than compared: the first round drafts, so every
+        # compared token goes through the accept rule.
+        return [run(ids, processor, True, SAMPLING_STEPS + 1, generator, prefills) for _ in range(runs)]
 
     def make(strategy: str, run) -> Callable[[], Check]:
         what = "first token" if SAMPLING_STEPS == 1 else f"first {SAMPLING_STEPS} tokens"

@@ -28,7 +28,7 @@ same target token.
 The two sides are kept in step through the committed text, never token ids:
 after each round the target's generated ids are decoded (whole characters only),
 the drafter keeps the longest prefix of its own ids whose text is a prefix of
-that text, and re-encodes the rest. Its cache (``utils.cache.CachedModel``) is
+that text, and re-encodes the rest. Its cache (``kvcache.cache.CachedModel``) is
 rolled back to the positions it keeps.
 """
 
@@ -44,7 +44,7 @@ from cross_tokenizer.vocab_map import VocabMap, special_ids
 from generation.common import model_device
 from generation.drafter import Drafter
 from sampling import LogitsProcessor
-from utils.cache import CachedModel
+from kvcache.probe import cached_model
 
 METHODS = ("slem", "tli")
 BACKOFF = 4  # how many kept drafter ids a re-encoding may replace when the rest does not encode alone
@@ -96,7 +96,7 @@ class CrossTokenizerDrafter(Drafter):
         self.drafter_ends = frozenset(drafter_ends)
         self.drafter_specials = frozenset(special_ids(drafter_tokenizer))
         self.device = model_device(model)
-        self.cached = CachedModel(model, use_cache=use_cache)
+        self.cached = cached_model(model, use_cache=use_cache)
         self._id_table = vocab_map.target_id_of() if method == "tli" else None
         self._reset()
 

@@ -32,14 +32,15 @@ from selfdraft.spec import parse_self_draft
 class DraftContext:
     """What one run gives its drafter: the built processor (the drafter's q
     comes from it), the run's generator (drafts and the accept rule draw from
-    the same one), the vocabulary the loop compares over, the prompt and the
-    length budget."""
+    the same one), the vocabulary the loop compares over, the prompt, the
+    length budget and the prefills the run may begin from."""
 
     processor: object
     generator: torch.Generator | None
     vocab_size: int
     prompt: list[int]
     max_gen_len: int
+    prefills: tuple = ()
 
 
 DrafterFactory = Callable[..., Drafter]
@@ -65,9 +66,11 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     if has_own_tokenizer(pair):
         return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
-    cls = SelfDrafter if self_draft_target(pair.drafter) is pair.target else ModelDrafter
-    return cls(pair.drafter, context.processor, use_cache=strategy.use_cache, vocab_size=context.vocab_size,
-               generator=context.generator)
+    if self_draft_target(pair.drafter) is pair.target:
+        return SelfDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
+                           vocab_size=context.vocab_size, generator=context.generator)
+    return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
+                        vocab_size=context.vocab_size, generator=context.generator, prefills=context.prefills)
 
 
 def self_drafter(pair, strategy, state, context: DraftContext) -> SelfDrafter:

@@ -3,7 +3,7 @@
 A ``self:`` drafter (``self:bf16``, ``self:int8``, ``self:skip=auto``, ...) and the call with
 neither a target nor a drafter (the offline default with the self-drafter measured fastest on
 this machine) go to ``engine.self_pair.load``; everything else (two models, or the ``--drafter self``
-bfloat16 demo) to ``utils.models.load_pair``. Both attach the cache probe (``utils.probe``).
+bfloat16 demo) to ``utils.models.load_pair``. Both attach the cache probe (``kvcache.probe``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from engine.self_pair.load import load_self_draft_pair
 from selfdraft.spec import is_self_draft
 from utils import models
 from utils.models import ModelPair
-from utils.progress import Progress
+from kvcache.probe import probe_pair
+from utils.progress import Progress, no_progress
 
 
 def wants_self_draft(target: str | None, drafter: str | None) -> bool:
@@ -41,6 +42,9 @@ def load_pair(
     if wants_self_draft(target, drafter):
         return load_self_draft_pair(target, drafter, device=device, dtype=dtype, quantize=quantize,
                                     progress=progress, cache_dir=cache_dir)
-    return models.load_pair(target, drafter, device=device, dtype=dtype, drafter_dtype=drafter_dtype,
+    pair = models.load_pair(target, drafter, device=device, dtype=dtype, drafter_dtype=drafter_dtype,
                             quantize=quantize, drafter_quantize=drafter_quantize, device_map=device_map,
                             progress=progress, cache_dir=cache_dir)
+    (progress or no_progress)("Probing each model's cached forward against the uncached one")
+    pair.probe = probe_pair(pair)
+    return pair

@@ -23,7 +23,7 @@ from utils.devices import model_device
 
 def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: EngineState | None = None,
                  interruptible: bool = False, generator: torch.Generator | None = None,
-                 observer: Observer | None = None) -> GenerationResult:
+                 observer: Observer | None = None, prefills=()) -> GenerationResult:
     """Decode ``prompt_ids`` (the encoder's ids for a seq2seq pair) with ``strategy`` on ``pair``.
 
     ``pair`` needs ``target``, ``drafter`` (None when no strategy uses it),
@@ -40,7 +40,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     ``generation.observer``: ``drafted`` and ``round``) is told each round as
     it runs (live rendering); the time spent inside it is left out of the
     result's seconds. With an interruptible run, Ctrl-C ends the decode and
-    keeps what was made.
+    keeps what was made. ``prefills`` (``kvcache.prefill.prefill``): a model
+    with a prefill of this prompt among them begins from a copy of it.
     """
     state = state if state is not None else EngineState()
     on_drafter = strategy.model == "drafter" and not strategy.drafts
@@ -64,6 +65,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         # The injected round trip is paid by every target forward, and only by those.
         target_delay_s=0.0 if on_drafter else strategy.target_delay_s,
         tree=strategy.tree, tree_branch=strategy.tree_branch, tree_sample=strategy.tree_sample,
+        prefills=tuple(prefills),
     )
     if not strategy.drafts:
         return autoregressive_generate(prompt, model, options, phase="draft" if on_drafter else "verify",
@@ -72,7 +74,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         raise ValueError(f"unknown drafter {strategy.drafter!r} (choose from {', '.join(DRAFTERS)})")
     check_gamma(strategy.gamma)
     vocab = loop_vocab_size(pair)
-    context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len)
+    context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
     return verify_loop(prompt, drafter, pair.target, options, observer=observer, interruptible=interruptible)

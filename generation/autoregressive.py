@@ -9,7 +9,7 @@ from generation.observer import Observer, Watch, target_delay
 from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
-from utils.cache import CachedModel
+from kvcache.probe import cached_model
 
 
 @torch.inference_mode()
@@ -33,13 +33,13 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
         raise ValueError(f"phase must be 'draft' or 'verify', got {phase!r}")
     logits_processor, generator, eos = options.processor, options.generator, options.eos
     device = model_device(model)
-    cached = CachedModel(model, use_cache=options.use_cache)
+    cached = cached_model(model, use_cache=options.use_cache)
     clock = PhaseClock(device)
     result = GenerationResult()
     watch = Watch(observer)
     start = None
     with timed_run(result, device, interruptible=interruptible):
-        start = cached.begin(prompt)
+        start = cached.begin(prompt, options.prefills)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         for _ in range(options.max_gen_len):
             t0 = clock.mark()

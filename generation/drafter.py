@@ -105,7 +105,7 @@ class Drafter(ABC):
         each of their positions. Default: nothing to learn."""
 
     def rollback_stats(self) -> dict | None:
-        """How the drafter's own cache was rolled back (``utils.cache.RollbackStats.to_dict()``),
+        """How the drafter's own cache was rolled back (``kvcache.cache.RollbackStats.to_dict()``),
         or None for a drafter without a cache."""
         return None
 

@@ -9,7 +9,8 @@ from generation.drafter import Drafter
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
 from sampling import LogitsProcessor
-from utils.cache import CachedModel, tree_support
+from kvcache.cache import tree_support
+from kvcache.probe import cached_model
 
 
 def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, generator, vocab_size,
@@ -38,7 +39,7 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
 class ModelDrafter(Drafter):
     """Drafts with a smaller model, sampling each token from q = processor(drafter logits).
 
-    Keeps its own cache (a :class:`utils.cache.CachedModel`): every step feeds
+    Keeps its own cache (a :class:`kvcache.cache.CachedModel`): every step feeds
     only the tokens it has not seen, and at the start of each round the cache
     is rolled back to a prefix of the kept sequence. It proposes chains, trees
     of its top children and sampled trees (a chain where its model cannot take
@@ -49,13 +50,14 @@ class ModelDrafter(Drafter):
     samples_trees = True
 
     def __init__(self, model, processor: LogitsProcessor, *, use_cache: bool = True,
-                 vocab_size: int | None = None, generator: torch.Generator | None = None):
+                 vocab_size: int | None = None, generator: torch.Generator | None = None, prefills: tuple = ()):
         self.model = model
+        self.prefills = prefills  # kvcache.cache.Prefill: a prefilled model begins from a copy
         self.processor = processor
         self.vocab_size = vocab_size
         self.generator = generator
         self.device = model_device(model)
-        self.cached = CachedModel(model, use_cache=use_cache)
+        self.cached = cached_model(model, use_cache=use_cache)
         self._logits: list[torch.Tensor] = []  # the last proposal's logits rows, (1, V) each
 
     @property
@@ -64,7 +66,7 @@ class ModelDrafter(Drafter):
         return self.cached.forwards
 
     def begin(self, prompt: list[int]) -> None:
-        self.cached.begin(prompt)
+        self.cached.begin(prompt, self.prefills)
 
     def tree_support(self) -> str | None:
         return None  # a model that cannot take a tree drafts a chain in its place

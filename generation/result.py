@@ -82,7 +82,7 @@ class GenerationResult:
     look-ups), ``verify`` (target forwards) and ``other`` (host work between
     them); the three add up to ``seconds``.
     ``rollback`` says, per model (``"target"``, ``"drafter"``), how its cache
-    was rolled back and what that cost (see ``utils.cache.RollbackStats``).
+    was rolled back and what that cost (see ``kvcache.cache.RollbackStats``).
     ``gamma_policy`` names the draft-length policy of the run ("" for AR).
     ``tree``: the tree budget the run verified with (0: chains);
     ``tree_fallback``: why a run asked for trees verified chains (one line, "" otherwise);

@@ -18,7 +18,7 @@ import torch
 
 from generation.tree import Tree
 from generation.tree_forward import masked_forward
-from utils.cache import CachedModel
+from kvcache.cache import CachedModel
 
 
 def _children(q: torch.Tensor, branch: int) -> list[list[tuple[int, float]]]:

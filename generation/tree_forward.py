@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from generation.tree import Tree, layer_mask, tree_positions, visibility
-from utils.cache import CachedModel
+from kvcache.cache import CachedModel
 
 
 def model_dtype(model) -> torch.dtype:

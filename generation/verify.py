@@ -25,7 +25,8 @@ from generation.phases import PhaseClock, fill_target_first, split_phases
 from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
 from sampling import LogitsProcessor
-from utils.cache import CachedModel, tree_support
+from kvcache.cache import CachedModel, tree_support
+from kvcache.probe import cached_model
 
 
 @dataclass
@@ -67,13 +68,13 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     if policy is None:
         raise ValueError("the verify loop needs a gamma policy (generation.gamma_policies.make_policy)")
     device = model_device(target)
-    model = CachedModel(target, use_cache=options.use_cache)
+    model = cached_model(target, use_cache=options.use_cache)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
                  PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect)
     start = None
     with timed_run(result, device, interruptible=interruptible):
-        start = model.begin(prompt)
+        start = model.begin(prompt, options.prefills)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         drafter.attach_target(model)
         drafter.begin(prompt)

@@ -327,7 +327,7 @@ def _rollback_text(rollback: dict) -> str:
 
 
 def path_text(rollback: dict) -> str:
-    """``cache path: target cached · drafter stepwise (why)``: how each model was fed (utils.probe)."""
+    """``cache path: target cached · drafter stepwise (why)``: how each model was fed (kvcache.probe)."""
     parts = []
     for model, stats in (rollback or {}).items():
         if isinstance(stats, dict) and stats.get("path"):

@@ -34,7 +34,7 @@ from engine import NGramOptions, Strategy, run_strategy  # noqa: E402
 from generation.inspection import decode, record_round  # noqa: E402
 from sampling import GreedyProcessor, MultinomialProcessor  # noqa: E402
 from utils.builtin_prompts import BUILTIN  # noqa: E402
-from utils.cache import CachedModel  # noqa: E402
+from kvcache.cache import CachedModel  # noqa: E402
 from engine import load_pair  # noqa: E402
 from utils.vocab import encode_prompt  # noqa: E402
 
@@ -85,7 +85,7 @@ def recorder(kind: str, vocab: int, k: int = 4):
 
 def cached_forward(model, ids: list[int], width: int):
     """``model`` scoring the last ``width`` of ``ids`` after the rest as cache, then rolled back."""
-    cached = CachedModel(model)
+    cached = cached_model(model)
     seq = torch.tensor([cached.begin(ids)])                # (1, L)
     with torch.inference_mode():
         cached.forward(seq[:, :-width], keep=1)

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def step_seconds(model, ids, steps: int) -> float:
     import torch
 
-    from utils.cache import CachedModel
+    from kvcache.cache import CachedModel
 
     cached = CachedModel(model, path="cached")   # on a cache, as a self-drafter drafts (the dynamic route's own cache runs uncached)
     cached.begin(ids[0].tolist())

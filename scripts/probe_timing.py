@@ -1,4 +1,4 @@
-"""Time the cache probe (utils.probe) on a pair: what it adds to loading.
+"""Time the cache probe (kvcache.probe) on a pair: what it adds to loading.
 
     .venv/bin/python scripts/probe_timing.py [--target ID --drafter ID] [--repeats 5]
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from engine import load_pair
-    from utils.probe import forget, probe_model
+    from kvcache.probe import forget, probe_model
 
     pair = load_pair(args.target, args.drafter)
     print(pair.probe.summary())

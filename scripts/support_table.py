@@ -115,7 +115,7 @@ def column_cell(outcomes: list[tuple[str, arch_zoo.Outcome]], notes: Footnotes) 
 
 def path_cells(name: str, notes: Footnotes) -> list[str]:
     """The target's feeding path (with a footnote giving the probe's measurement) and rollback kind."""
-    from utils.probe import probe_of
+    from kvcache.probe import probe_of
 
     try:
         result = probe_of(arch_zoo.build(name))

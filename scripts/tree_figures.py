@@ -31,12 +31,12 @@ import torch  # noqa: E402
 def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 9) -> dict[int, float]:
     from generation.tree import Tree
     from generation.tree_forward import tree_forward
-    from utils.cache import CachedModel
+    from kvcache.cache import CachedModel
 
     prefix = list(range(1000, 1200))
     out = {}
     with torch.inference_mode():
-        cached = CachedModel(pair.target)
+        cached = cached_model(pair.target)
         cached.begin(prefix)
         cached.forward(torch.tensor([prefix[:-1]]), keep=1)
         ids = torch.tensor([prefix])

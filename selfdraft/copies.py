@@ -33,7 +33,7 @@ import inspect
 import torch
 
 from selfdraft.spec import INT8_ROUTES
-from utils.cache import UnsupportedCacheError
+from kvcache.cache import UnsupportedCacheError
 from utils.devices import model_device
 from utils.quantize import apply_quanto, output_head_names
 

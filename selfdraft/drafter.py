@@ -33,7 +33,7 @@ from generation.tree_draft import draft_tree, sample_tree
 from selfdraft import shared_cache
 from selfdraft.lean import LEAN_ATTR
 from selfdraft.skip import kept_layers
-from utils.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
+from kvcache.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
 
 
 class SelfDrafter(Drafter):
@@ -78,7 +78,7 @@ class SelfDrafter(Drafter):
         return None  # where the model cannot take a tree it drafts a chain in its place
 
     def attach_target(self, target_cached) -> None:
-        """The target's ``utils.cache.CachedModel`` of this generation (called before ``begin``)."""
+        """The target's ``kvcache.cache.CachedModel`` of this generation (called before ``begin``)."""
         self.target = target_cached
 
     def begin(self, prompt: list[int]) -> None:

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from selfdraft.copies import WeightOnlyInt8Linear
 from selfdraft.shared_cache import committed_positions
-from utils.cache import _forward_kwargs, new_cache
+from kvcache.cache import _forward_kwargs, new_cache
 
 LEAN_ATTR = "lean_step"            # on a self-draft model: its LeanStep, or None
 LEAN_REASON_ATTR = "lean_reason"   # why it has none ("" when it has one)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from transformers import Cache
 
-from utils.cache import _croppable, _layers, drop_last
+from kvcache.cache import _croppable, _layers, drop_last
 
 
 def can_view(target_cache) -> bool:

@@ -22,7 +22,7 @@ import copy
 
 import torch
 
-from utils.cache import UnsupportedCacheError
+from kvcache.cache import UnsupportedCacheError
 
 SKIP_ATTR = "self_draft_skipped"  # on the view: the target's layer numbers it skips
 

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Bottom first; a package may import its own layer and those below it.
 LAYERS = (
-    ("analysis", "sampling", "utils"),
+    ("analysis", "sampling", "utils", "kvcache"),
     ("generation", "ngram_assisted", "cross_tokenizer", "selfdraft"),
     ("engine",),
     ("checks", "bench", "repl"),

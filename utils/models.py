@@ -247,7 +247,7 @@ class ModelPair:
     context_length: int  # target's maximum positions
     self_draft_demo: bool  # True when the drafter is the target's own weights (the default pair)
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
-    probe: Any = None  # utils.probe.PairProbe: how each model is fed over its cache, and why
+    probe: Any = None  # kvcache.probe.PairProbe: how each model is fed over its cache, and why
     notes: tuple[str, ...] = ()  # banner lines about the drafter (a self-drafter chosen by measuring)
     drafts_on_target_cache: bool = False  # a self-drafter (engine.self_pair.load): drafts on the target's cache
     drafter_tokenizer: Any = None  # the drafter's own tokenizer when it differs from the target's
@@ -357,9 +357,9 @@ def load_pair(
     refused (pass ``--drafter``). ``drafter_dtype`` defaults to bfloat16 for a self-draft, else
     to ``dtype``; ``drafter_quantize=None`` follows ``quantize`` (pass ``"none"`` to keep the
     drafter unquantised). Both models must be decoder-only, or both encoder-decoder (T5, BART:
-    ``ModelPair.is_encoder_decoder``); a mixed pair is refused. Both models are probed
-    (``utils.probe``): ``ModelPair.probe`` says how each is fed over its cache (cached, stepwise
-    or uncached) and why.
+    ``ModelPair.is_encoder_decoder``); a mixed pair is refused. ``engine.load_pair`` then probes
+    both models (``kvcache.probe``): ``ModelPair.probe`` says how each is fed over its cache
+    (cached, stepwise or uncached) and why.
 
     Drafters made from the target (``self:...``) and the measured default drafter live a layer
     up, in ``engine.self_pair.load``; ``engine.load_pair`` is the loader the front ends call for both.
@@ -398,8 +398,4 @@ def load_pair(
         drafter_tokenizer=None if difference is None else drafter_tok,
         tokenizer_difference=difference,
     )
-    from utils.probe import probe_pair  # imports torch: kept out of this module's import (infer.py --help)
-
-    (progress or no_progress)("Probing each model's cached forward against the uncached one")
-    pair.probe = probe_pair(pair)
     return pair

@@ -27,7 +27,8 @@ from engine.pair import pair_of
 from engine.run import run_strategy
 from engine.strategy import Strategy
 from sampling import GreedyProcessor
-from utils.cache import CachedModel
+from kvcache.cache import CachedModel
+from kvcache.probe import cached_model
 from utils.vocab import encode_prompt
 
 CALIBRATION_TEXT = ("Explain in a few sentences how the gears of a bicycle work, and why a cyclist "
@@ -81,7 +82,7 @@ def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = 
     step. A load that comes and goes between turns then moves the step, not
     the ratios the speedup model rests on.
     """
-    cached = CachedModel(target)
+    cached = cached_model(target)
     cached.begin(ids[0].tolist())
     prefill = _timed(lambda: cached.forward(ids, keep=1))
     base = ids.shape[1]

@@ -4,7 +4,7 @@
 drafter from it (``selfdraft.build``). With neither a target nor a drafter it loads the offline
 default and the self-drafter this machine runs fastest, measured once and kept
 (``engine.self_pair.default``). Like ``utils.models.load_pair`` it probes both models' cached forwards
-(``utils.probe.probe_pair``) and attaches the result to the pair.
+(``kvcache.probe.probe_pair``) and attaches the result to the pair.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from utils.default_model import DEFAULT_LABEL, cache_root
 from utils.devices import dtype_name, model_device
 from utils.models import ModelLoadError, ModelPair, describe, load_model
-from utils.probe import probe_pair
+from kvcache.probe import probe_pair
 from utils.progress import Progress, no_progress
 from utils.quantize import parse_quantize
 from utils.vocab import check_compatible, context_length, end_token_ids

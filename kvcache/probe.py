@@ -5,7 +5,7 @@ pass (the PyTorch paths of several recurrent models: a multi-token pass does not
 the cached state; a chunked scan leaves a wrong state after a prefill that is not a multiple of
 its chunk; a model keeps its state outside the cache, where no rollback reaches it). The probe
 replays, on a few tokens, what a speculative round does to a model through
-:class:`utils.cache.CachedModel` -- a prefill of an uneven length, a single step, a multi-token
+:class:`kvcache.cache.CachedModel` -- a prefill of an uneven length, a single step, a multi-token
 verify, a rollback of the kind the model uses (crop, or restore plus re-feed), another verify,
 a full rejection and a single step -- and compares every logit it gets with one uncached forward
 of the same ids, within a tolerance set by the dtype.
@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from utils.cache import CachedModel, UnsupportedCacheError
+from kvcache.cache import CachedModel, UnsupportedCacheError
 
 PREFIX = 6          # an uneven cached prefix: not a multiple of any chunk or window of 2, 4, 8...
 DRAFTS = 4          # tokens a multi-token verify feeds at once
@@ -245,6 +245,14 @@ def probe_of(model) -> ProbeResult:
     if found is None:
         found = _RESULTS[model] = probe_model(model)
     return found
+
+
+def cached_model(model, *, use_cache: bool = True) -> CachedModel:
+    """``model`` as a :class:`CachedModel` fed on the path its probe measured (probed on first use)."""
+    if not use_cache:
+        return CachedModel(model, use_cache=False)
+    found = probe_of(model)
+    return CachedModel(model, path=found.path, reason=found.reason)
 
 
 def forget(model) -> None:

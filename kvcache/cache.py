@@ -25,7 +25,7 @@ never from a model's name:
   most recurrent models carry such a class, it is refused (docs/versions.md);
 - static caches: refused with :class:`UnsupportedCacheError`.
 
-How a model is fed is its *path*, decided by :mod:`utils.probe` from what the
+How a model is fed is its *path*, decided by :mod:`kvcache.probe` from what the
 model computes, never from its name: ``cached`` (a k-token forward over the
 cache), ``stepwise`` (the same k tokens fed one at a time over the cache, where
 transformers computes a multi-token cached pass wrongly; every single-token
@@ -57,7 +57,6 @@ from packaging.version import Version
 from transformers import Cache, DynamicCache, EncoderDecoderCache
 
 from utils.devices import model_device
-from utils.prefill import active_prefill
 
 # (major, minor, micro) of the installed transformers, e.g. (5, 23, 0)
 TRANSFORMERS_RELEASE = Version(transformers.__version__).release
@@ -91,7 +90,7 @@ class RollbackStats:
     restores: int = 0
     refed_tokens: int = 0
     seconds: float = 0.0
-    path: str = "cached"    # how the model was fed: cached, stepwise or uncached (see utils.probe)
+    path: str = "cached"    # how the model was fed: cached, stepwise or uncached (see kvcache.probe)
     reason: str = ""        # why, when the path is not "cached"
     step: str = ""          # "lean": a self-drafter's lean one-token step drafted
 
@@ -226,6 +225,24 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
 PATHS = ("cached", "stepwise", "uncached", "refused")
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """One model's cache after a prompt minus its last token (``kvcache.prefill.prefill``);
+    never fed again: a generation that begins from it copies it."""
+
+    model: object
+    prompt: tuple[int, ...]
+    cache: object
+    length: int                 # positions of the (decoder) sequence the cache holds
+    encoder_outputs: object     # an encoder-decoder model's encoder outputs, else None
+
+
+def matching_prefill(prefills, model, prompt) -> Prefill | None:
+    """The prefill among ``prefills`` of ``model`` on ``prompt`` (the latest given), or None."""
+    prompt = tuple(prompt)
+    return next((p for p in reversed(tuple(prefills)) if p.model is model and p.prompt == prompt), None)
+
+
 class CachedModel:
     """One model and its cache during one generation.
 
@@ -235,11 +252,13 @@ class CachedModel:
     forward whose tail may be rejected, then ``rollback(length)`` to keep only
     a prefix of at most ``length`` positions.
 
-    ``path`` (None: the one :func:`utils.probe.probe_of` measured for this
-    model, probed on first use): ``cached``, ``stepwise`` (multi-token forwards
-    over a non-empty cache become single-token ones), ``uncached`` (no cache:
-    every forward recomputes the whole sequence) or ``refused`` (the cache is
-    refused with ``reason``, one line).
+    ``path``: ``cached``, ``stepwise`` (multi-token forwards over a non-empty
+    cache become single-token ones), ``uncached`` (no cache: every forward
+    recomputes the whole sequence) or ``refused`` (the cache is refused with
+    ``reason``, one line). With the cache on, the caller says which:
+    ``kvcache.probe.cached_model`` builds one on the path the probe measured
+    for the model (the decoding loops' way), and a test or a timing that knows
+    its model may name one. Building one runs nothing.
     """
 
     def __init__(self, model, *, use_cache: bool = True, path: str | None = None, reason: str = ""):
@@ -247,10 +266,7 @@ class CachedModel:
         self.encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         self.cache_kw, self.logits_kw = _forward_kwargs(model)
         if use_cache and path is None:
-            from utils.probe import probe_of
-
-            found = probe_of(model)
-            path, reason = found.path, found.reason
+            raise ValueError("a cached model needs its path: build it with kvcache.probe.cached_model")
         if path is not None and path not in PATHS:
             raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
         self.cache_off = not use_cache     # turned off by the caller (not by the probe)
@@ -288,11 +304,12 @@ class CachedModel:
 
     # ------------------------------------------------------------- lifecycle
 
-    def begin(self, prompt: list[int]) -> list[int]:
+    def begin(self, prompt: list[int], prefills: tuple[Prefill, ...] = ()) -> list[int]:
         """Start a generation from ``prompt``; returns the (decoder) sequence the loop extends.
 
-        Inside ``utils.prefill.starting_from``, a prefilled model begins from a
-        copy of its prefill's cache (the prompt but its last token, fed once).
+        With a :class:`Prefill` of this model on this prompt among ``prefills``
+        (``kvcache.prefill.prefill``), the model begins from a copy of its cache
+        (the prompt but its last token, fed once).
         """
         device = self.device
         if self.path == "refused":
@@ -304,7 +321,7 @@ class CachedModel:
         self.forwards = 0
         if self.own_cache and self.use_cache:
             _refuse_own_cache(self.model, self.own_cache)
-        prepared = active_prefill(self.model, prompt) if self.use_cache else None
+        prepared = matching_prefill(prefills, self.model, prompt) if self.use_cache else None
         if prepared is not None:
             return self._begin_from(prepared)
         self.cache = new_cache(self.model) if self.use_cache and not self.own_cache else None
@@ -327,7 +344,7 @@ class CachedModel:
         return start
 
     def _begin_from(self, prepared) -> list[int]:
-        """Begin from a copy of ``prepared`` (a ``utils.prefill.Prefill`` of this model and prompt)."""
+        """Begin from a copy of ``prepared`` (a ``kvcache.prefill.Prefill`` of this model and prompt)."""
         self.cache = copy.deepcopy(prepared.cache)
         self._length = prepared.length
         self.encoder_outputs = prepared.encoder_outputs       # read-only: shared, not copied
