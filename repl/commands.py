@@ -138,6 +138,7 @@ def _int_setting(name: str, what: str, bounds: tuple[int, int]):
     def parse(words: list[str], settings: Settings) -> Update:
         return Update({name: _int(_one_word(words, what), what, *bounds)})
 
+    parse.bounds = bounds  # the accepted range, for the command reference (scripts/commands_doc.py)
     return parse
 
 
@@ -220,6 +221,7 @@ def _ms_setting(name: str, other: str, clash: str):
         notices = (clash,) if value > 0 and getattr(settings, other) > 0 else ()
         return Update({name: value}, notices=notices)
 
+    parse.bounds = RTT_RANGE  # the accepted range, for the command reference
     return parse
 
 
