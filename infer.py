@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for line in pair.banner_lines():
         messages.print(line, style="bold")
-    messages.print(f"device: {pair.device} · context: {pair.context_length} tokens", style="bold")
+    messages.print(f"device: {pair.device} · context: {pair.context_length or 'unknown'} tokens", style="bold")
     if args.selftest:
         from checks.selftest import selftest_exit_code
 

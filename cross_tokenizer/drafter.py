@@ -41,7 +41,7 @@ import torch
 from cross_tokenizer.prompt import drafter_prompt
 from cross_tokenizer.text import REPLACEMENT, TextView, complete, continuation, cut_word_tail, longest_prefix
 from cross_tokenizer.vocab_map import VocabMap, special_ids
-from generation.common import model_device
+from utils.devices import model_device
 from generation.drafter import Drafter
 from sampling import LogitsProcessor
 from kvcache.probe import cached_model

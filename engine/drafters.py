@@ -18,7 +18,8 @@ import torch
 
 from cross_tokenizer import cross_tokenizer_drafter, drafter_ends, has_own_tokenizer, vocab_map_of
 from engine.strategy import CrossTokenizerOptions, NGramOptions
-from generation.common import check_request, model_device
+from generation.common import check_request
+from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
 from ngram_assisted import NGramDrafter

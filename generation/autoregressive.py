@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from generation.common import model_device, timed_run
+from generation.common import timed_run
+from utils.devices import model_device
 from generation.observer import Observer, Watch, target_delay
 from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 
 import torch
 
-from utils.devices import model_device, synchronize  # noqa: F401  (model_device: re-exported for the loops)
+from utils.devices import synchronize
+from utils.vocab import context_length
 
 
 class ContextLengthError(ValueError):
@@ -23,11 +24,6 @@ class ContextLengthError(ValueError):
             f"but the model's context holds {context_length} tokens "
             f"(at most {max(context_length - prompt_tokens, 0)} new tokens fit)"
         )
-
-
-def context_length(model) -> int | None:
-    """The model's maximum number of positions, when its config says."""
-    return getattr(model.config, "max_position_embeddings", None)
 
 
 def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *models) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.common import model_device
+from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree

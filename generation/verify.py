@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from generation.accept import accept_drafts
-from generation.common import cut_at_end, model_device, timed_run
+from generation.common import cut_at_end, timed_run
+from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.inspection import Inspection, decode, record_round
 from generation.observer import Observer, Watch, target_delay

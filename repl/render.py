@@ -491,7 +491,7 @@ def settings_table(settings: Settings, pair=None) -> Table:
     if pair is not None:
         table.add_section()
         for name, value in (("target model", pair.target_name), ("drafter model", pair.drafter_name),
-                            ("device", str(pair.device)), ("context length", str(pair.context_length)),
+                            ("device", str(pair.device)), ("context length", str(pair.context_length or "unknown")),
                             ("vocabulary", str(pair.vocab_size))):
             table.add_row(Text(name), Text(str(value), style="bold"), Text(""))
         probe = getattr(pair, "probe", None)

@@ -34,7 +34,7 @@ from engine import NGramOptions, Strategy, run_strategy  # noqa: E402
 from generation.inspection import decode, record_round  # noqa: E402
 from sampling import GreedyProcessor, MultinomialProcessor  # noqa: E402
 from utils.builtin_prompts import BUILTIN  # noqa: E402
-from kvcache.cache import CachedModel  # noqa: E402
+from kvcache.probe import cached_model  # noqa: E402
 from engine import load_pair  # noqa: E402
 from utils.vocab import encode_prompt  # noqa: E402
 

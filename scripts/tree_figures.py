@@ -31,7 +31,7 @@ import torch  # noqa: E402
 def verify_costs(pair, widths=(1, 2, 4, 8, 16, 32), repeats: int = 9) -> dict[int, float]:
     from generation.tree import Tree
     from generation.tree_forward import tree_forward
-    from kvcache.cache import CachedModel
+    from kvcache.probe import cached_model
 
     prefix = list(range(1000, 1200))
     out = {}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.common import model_device
+from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter, draft_tokens
 from generation.tree import Tree

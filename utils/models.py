@@ -244,7 +244,7 @@ class ModelPair:
     end_tokens: list[int]
     device: torch.device  # where the target's inputs go
     vocab_size: int  # shared vocabulary length: compare logits over [:vocab_size]
-    context_length: int  # target's maximum positions
+    context_length: int | None  # target's maximum positions (None: unknown)
     self_draft_demo: bool  # True when the drafter is the target's own weights (the default pair)
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
     probe: Any = None  # kvcache.probe.PairProbe: how each model is fed over its cache, and why

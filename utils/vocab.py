@@ -159,8 +159,9 @@ def end_token_ids(tokenizer, model) -> list[int]:
     return sorted({i for i in ids if 0 <= i < size})
 
 
-def context_length(model, tokenizer) -> int:
-    """The target's maximum positions: the config's, else the tokenizer's ``model_max_length``, else 2048."""
+def context_length(model, tokenizer=None) -> int | None:
+    """A model's maximum positions: its config's, else the tokenizer's ``model_max_length``, else
+    None (unknown: no request is refused for its length)."""
     config = model.config
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, name, None)
@@ -169,7 +170,7 @@ def context_length(model, tokenizer) -> int:
     limit = getattr(tokenizer, "model_max_length", None)
     if isinstance(limit, int) and 0 < limit < 10**7:  # transformers uses ~1e30 for "unknown"
         return limit
-    return 2048
+    return None
 
 
 def has_chat_template(tokenizer) -> bool:
