@@ -35,6 +35,15 @@ def residual_distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch
     return torch.where(mass > 0, residual / mass.clamp(min=torch.finfo(p.dtype).tiny), p)
 
 
+def uniforms(k: int, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """k independent U[0, 1) coins on ``like``'s device and dtype: (k,).
+
+    Every chain rule draws its coins here, so a test can put known coins in
+    their place and integrate over them exactly (tests/test_verify_rules.py).
+    """
+    return torch.rand(k, generator=generator, device=like.device, dtype=like.dtype)
+
+
 def accept_drafts(
     p: torch.Tensor,
     q: torch.Tensor | None,
@@ -55,7 +64,7 @@ def accept_drafts(
     rows = torch.arange(k, device=draft.device)
     p_x = p[rows, draft]                                  # (k,)
     q_x = torch.ones_like(p_x) if q is None else q[rows, draft]
-    u = torch.rand(k, generator=generator, device=p.device, dtype=p.dtype)
+    u = uniforms(k, p, generator)                         # (k,)
     accepted = u * q_x < p_x                              # u < p/q without dividing by q
     n = accepted.to(torch.long).cumprod(dim=0).sum()      # length of the accepted prefix
     # One candidate per position: residual draws at 0..k-1, a plain draw from p_k.
