@@ -65,7 +65,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         # The injected round trip is paid by every target forward, and only by those.
         target_delay_s=0.0 if on_drafter else strategy.target_delay_s,
         tree=strategy.tree, tree_branch=strategy.tree_branch, tree_sample=strategy.tree_sample,
-        prefills=tuple(prefills),
+        verify=strategy.verify, prefills=tuple(prefills),
     )
     if not strategy.drafts:
         return autoregressive_generate(prompt, model, options, phase="draft" if on_drafter else "verify",

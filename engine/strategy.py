@@ -81,7 +81,11 @@ class Strategy:
     (``generation.accept.accept_tree_rrs``); otherwise its top children.
     ``inspect`` records the per-token inspector's numbers in each round of
     a drafting strategy (``generation.inspection``; read back in the round's
-    one host sync); False leaves ``Round.inspection`` None.
+    one host sync); False leaves ``Round.inspection`` None. ``verify`` is the
+    chain verify rule (``generation.verify_rules``): ``residual`` (the token
+    rule of Leviathan et al. / Chen et al.), ``block`` (block verification,
+    Sun et al. 2025) or ``strict`` (a draft is kept iff it equals the
+    target's own draw); all three lossless.
     """
 
     key: str
@@ -100,6 +104,7 @@ class Strategy:
     tree_branch: int = 2
     tree_sample: bool = False
     inspect: bool = True
+    verify: str = "residual"
 
     def __post_init__(self):
         if self.model not in MODELS:

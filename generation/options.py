@@ -29,7 +29,9 @@ class LoopOptions:
     target forward (an injected network round trip, booked as verify).
     ``tree`` > 0: verify token trees of at most that many nodes
     (``tree_branch`` children per expanded node; ``tree_sample``: children
-    drawn from q, verified by recursive rejection sampling). ``prefills``:
+    drawn from q, verified by recursive rejection sampling). ``verify``: the
+    chain verify rule, a name of ``generation.verify_rules.VERIFY_RULES``
+    (``residual``, ``block``, ``strict``; trees keep their own rules). ``prefills``:
     ``kvcache.cache.Prefill`` s a model begins from when one is of it and the
     prompt (many generations from one prompt share its prefill).
     """
@@ -46,4 +48,5 @@ class LoopOptions:
     tree: int = 0
     tree_branch: int = 2
     tree_sample: bool = False
+    verify: str = "residual"
     prefills: tuple = ()

@@ -89,6 +89,8 @@ class GenerationResult:
     ``tree_rule``: how its trees were drafted and verified: "top" (each node's top
     children, the target's draw followed) or "sampled" (children drawn from q,
     recursive rejection sampling); "" without trees.
+    ``verify_rule``: the chain verify rule that ran (``residual``, ``block`` or
+    ``strict``; ``generation.verify_rules``); "" for AR and for tree rounds.
     With trees, ``drafted`` counts every node verified.
     ``cross_tokenizer`` (empty unless the drafter has another tokenizer): the
     method (``slem``/``tli``), the shared vocabulary (``shared_tokens``,
@@ -112,6 +114,7 @@ class GenerationResult:
     tree: int = 0
     tree_fallback: str = ""
     tree_rule: str = ""
+    verify_rule: str = ""
     cross_tokenizer: dict = field(default_factory=dict)
 
     @property

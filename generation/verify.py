@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from generation.accept import accept_drafts
 from generation.common import cut_at_end, timed_run
 from utils.devices import model_device
 from generation.drafter import Drafter
@@ -25,6 +24,7 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, fill_target_first, split_phases
 from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
+from generation.verify_rules import Rule, verify_rule
 from sampling import LogitsProcessor
 from kvcache.cache import CachedModel, tree_support
 from kvcache.probe import cached_model
@@ -45,6 +45,7 @@ class _Loop:
     watch: Watch
     target_delay_s: float = 0.0
     inspect: bool = False
+    rule: Rule | None = None    # the chain verify rule (generation.verify_rules)
 
 
 @torch.inference_mode()
@@ -66,13 +67,14 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     says why; ``result.tree_rule`` says which tree rule ran ("top" or "sampled").
     """
     policy = options.gamma_policy
+    rule = verify_rule(options.verify)                  # looked up per run: a test may swap a rule in
     if policy is None:
         raise ValueError("the verify loop needs a gamma policy (generation.gamma_policies.make_policy)")
     device = model_device(target)
     model = cached_model(target, use_cache=options.use_cache)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
-                 PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect)
+                 PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect, rule)
     start = None
     with timed_run(result, device, interruptible=interruptible):
         start = model.begin(prompt, options.prefills)
@@ -83,6 +85,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         trees = options.tree > 0 and _trees_possible(model, drafter, result)
         sampled = trees and options.tree_sample and not options.processor.is_greedy and drafter.samples_trees
         result.tree_rule = ("sampled" if sampled else "top") if trees else ""
+        result.verify_rule = "" if trees else options.verify
         generated = 0
         while generated < options.max_gen_len:
             k_max = min(policy.next_gamma(), options.max_gen_len - generated - 1)
@@ -145,7 +148,7 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
     if loop.vocab_size is not None:
         logits = logits[:, :loop.vocab_size]                             # (k+1, V)
     p = loop.processor(logits)
-    n, token = accept_drafts(p, q, draft, loop.processor.sample, loop.generator)
+    n, token = loop.rule(p, q, draft, loop.processor.sample, loop.generator)
     top_k = logits.topk(drafter.wants_top_k, dim=-1).indices if drafter.wants_top_k > 1 else None
     t2 = clock.mark()
     record = _record(loop, logits, p, q, draft, n, token) if loop.inspect else None
