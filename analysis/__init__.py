@@ -5,10 +5,16 @@ same numbers without loading torch or a model.
 """
 
 from analysis.acceptance import (
-    acceptance_by_position,
-    accepted_length_histogram,
+    AcceptanceCounts,
+    acceptance_counts,
+    acceptance_histogram,
+    acceptance_histogram_by_draft_length,
+    acceptance_rate_per_position,
+    conditional_acceptance_per_position,
+    draft_acceptance_rate,
     draft_share,
-    mean_accepted_length,
+    engine_numbers,
+    mean_acceptance_length,
     position_counts,
     yield_by_position,
 )
@@ -26,16 +32,22 @@ from analysis.speedup import (
 )
 
 __all__ = [
+    "AcceptanceCounts",
     "CostModel",
-    "acceptance_by_position",
-    "accepted_length_histogram",
+    "acceptance_counts",
+    "acceptance_histogram",
+    "acceptance_histogram_by_draft_length",
+    "acceptance_rate_per_position",
     "ar_step_from_result",
     "best_gamma",
+    "conditional_acceptance_per_position",
     "costs_from_result",
+    "draft_acceptance_rate",
     "draft_share",
+    "engine_numbers",
     "expected_tokens",
     "first_round",
-    "mean_accepted_length",
+    "mean_acceptance_length",
     "position_counts",
     "predicted_run_speedup",
     "predicted_speedup",

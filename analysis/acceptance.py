@@ -1,12 +1,36 @@
-"""Acceptance statistics from a run's rounds.
+"""Acceptance statistics from a run's rounds, as the serving engines count them.
 
 Every function takes rounds as :class:`generation.result.Round` objects or as
 the dicts a trace file holds (``{"drafted": [...], "accepted": k, ...}``), so a
 replayed trace gives the same numbers as the live run.
+
+The numbers the project shows (panels, ``/stats``, ``--json``, traces, the
+benchmark) are the engines' (vLLM's spec-decode metrics, llama.cpp's, SGLang's
+per-position ones; docs/why.md, "Acceptance, as the engines count it"), all
+read from one :class:`AcceptanceCounts`:
+
+- ``mean_acceptance_length`` = 1 + accepted / drafting rounds;
+- ``draft_acceptance_rate`` = accepted / drafted;
+- ``acceptance_rate_per_position[i]`` = rounds that accepted draft i / drafting rounds;
+- ``conditional_acceptance_per_position[i]`` = rounds that accepted draft i /
+  rounds that reached draft i;
+- ``acceptance_histogram[k]`` = drafting rounds that accepted exactly k drafts,
+  and the same per draft length (``acceptance_histogram_by_draft_length``).
+
+A *drafting round* is a round that drafted at least one token (a plain target
+step, an n-gram miss or a gamma policy's 0 is not one). A round cut short by an
+end token or the length budget (its ``token`` is None) is a drafting round: it
+counts the drafts it kept (the trace drops those after the cut, which were
+never needed), all of them accepted. Only a run's last round can be cut, so
+this moves a run's numbers by at most one round. A tree round counts every node
+of its tree as drafted (all of them went through the verify forward; a cut
+tree round, the nodes it kept), and its positions are depths along the
+accepted path.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 
@@ -64,13 +88,8 @@ def position_counts(rounds: Iterable[Any], *, missing_is_rejection: bool = False
     return list(zip(passed, reached))
 
 
-def acceptance_by_position(rounds: Iterable[Any]) -> list[float]:
-    """P(draft i accepted | the target judged draft i), for i = 0 .. longest draft - 1."""
-    return [p / n for p, n in position_counts(rounds) if n]
-
-
 def yield_by_position(rounds: Iterable[Any]) -> list[float]:
-    """Like :func:`acceptance_by_position` over the rounds that drafted, but a
+    """Like :func:`conditional_acceptance_per_position`, over the rounds that drafted, but a
     draft the round asked for (its ``gamma``) and did not get counts as
     rejected: the chance that a drafting round yields its (i+1)-th draft, the
     rates the speedup model uses."""
@@ -88,25 +107,191 @@ def draft_share(rounds: Iterable[Any]) -> float:
     return sum(counts) / len(counts) if counts else 1.0
 
 
-def accepted_length_histogram(rounds: Iterable[Any]) -> list[int]:
-    """Index i: how many drafting rounds accepted exactly i drafts.
 
-    Only rounds that drafted at least one token count; the list runs to the
-    longest accepted length seen (empty when no round drafted).
+# ------------------------------------------------------------ the engines' numbers
+
+def drafted_count(rnd: Any) -> int:
+    """Draft tokens the target verified in this round, as the engines count them.
+
+    A chain round: its drafts. A tree round: every node of its tree (all went
+    through the verify forward), although its ``drafted`` records only the
+    accepted path and the first-choice line below it. A round cut short (token
+    None): the drafts it kept. Summed over a run this is ``GenerationResult.drafted``.
     """
-    counts: list[int] = []
-    for rnd in rounds:
-        drafted, accepted = round_counts(rnd)
-        if drafted == 0:
-            continue
-        while len(counts) <= accepted:
-            counts.append(0)
-        counts[accepted] += 1
+    tree = _get(rnd, "tree_tokens", ()) or ()
+    if tree and _get(rnd, "token", 0) is not None:
+        return len(tree)
+    return round_counts(rnd)[0]
+
+
+def _pad(counts: list[int], length: int) -> list[int]:
+    """``counts`` with zeros appended up to ``length`` entries."""
+    return list(counts) + [0] * (length - len(counts))
+
+
+def _add(a: list[int], b: list[int]) -> list[int]:
+    """Entry-wise sum of two count lists of any lengths."""
+    n = max(len(a), len(b))
+    return [x + y for x, y in zip(_pad(a, n), _pad(b, n))]
+
+
+def _bump(counts: list[int], k: int) -> None:
+    """counts[k] += 1, growing ``counts`` with zeros as needed."""
+    counts.extend([0] * (k + 1 - len(counts)))
+    counts[k] += 1
+
+
+@dataclass
+class AcceptanceCounts:
+    """The counters behind every acceptance number: over the drafting rounds of
+    one run or, added together (``+``), of many runs (pooled, as the engines do).
+
+    ``accepted_by_position[i]``: drafting rounds that accepted draft i (depth i
+    along a tree's accepted path); ``reached_by_position[i]``: rounds in which
+    the target judged draft i (it was drafted and drafts 0..i-1 were accepted;
+    a tree: the path reached depth i with candidates there). Both run to the
+    longest chain a round offered. ``histogram[k]``: drafting rounds that
+    accepted exactly k drafts, k = 0 .. that longest chain;
+    ``by_draft_length[n]``: the same over the rounds that drafted n tokens (a
+    tree round: n nodes), k = 0 .. n.
+    """
+
+    drafting_rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_by_position: list[int] = field(default_factory=list)
+    reached_by_position: list[int] = field(default_factory=list)
+    histogram: list[int] = field(default_factory=list)
+    by_draft_length: dict[int, list[int]] = field(default_factory=dict)
+
+    def __add__(self, other: "AcceptanceCounts") -> "AcceptanceCounts":
+        """Both sets of counters pooled (lists of different lengths padded with zeros)."""
+        lengths = sorted(set(self.by_draft_length) | set(other.by_draft_length))
+        return AcceptanceCounts(
+            drafting_rounds=self.drafting_rounds + other.drafting_rounds,
+            drafted=self.drafted + other.drafted,
+            accepted=self.accepted + other.accepted,
+            accepted_by_position=_add(self.accepted_by_position, other.accepted_by_position),
+            reached_by_position=_add(self.reached_by_position, other.reached_by_position),
+            histogram=_add(self.histogram, other.histogram),
+            by_draft_length={n: _add(self.by_draft_length.get(n, []), other.by_draft_length.get(n, []))
+                             for n in lengths},
+        )
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """1 + accepted / drafting rounds: tokens per drafting round, the target's own
+        (bonus or correction) token included; 1.0 when no round drafted (as vLLM)."""
+        return 1.0 + (self.accepted / self.drafting_rounds if self.drafting_rounds else 0.0)
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        """accepted / drafted; 0.0 when nothing was drafted (as ``GenerationResult.acceptance_rate``)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_rate_per_position(self) -> list[float]:
+        """Unconditional: rounds that accepted draft i / drafting rounds (vLLM, llama.cpp)."""
+        n = self.drafting_rounds
+        return [a / n for a in self.accepted_by_position] if n else []
+
+    @property
+    def conditional_acceptance_per_position(self) -> list[float]:
+        """Rounds that accepted draft i / rounds that reached draft i (SGLang), over
+        the positions some round reached (a position no round reached is unobserved,
+        never a rejection)."""
+        return [a / r for a, r in zip(self.accepted_by_position, self.reached_by_position) if r]
+
+    def to_dict(self) -> dict:
+        """The counters, JSON-ready (draft lengths as string keys)."""
+        return dict(drafting_rounds=self.drafting_rounds, drafted=self.drafted, accepted=self.accepted,
+                    accepted_by_position=list(self.accepted_by_position),
+                    reached_by_position=list(self.reached_by_position),
+                    acceptance_histogram=list(self.histogram),
+                    acceptance_histogram_by_draft_length={str(n): list(h)
+                                                          for n, h in sorted(self.by_draft_length.items())})
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "AcceptanceCounts":
+        """The inverse of :meth:`to_dict`."""
+        def ints(values) -> list[int]:
+            return [int(v) for v in values or []]
+
+        return cls(
+            drafting_rounds=int(data.get("drafting_rounds", 0)), drafted=int(data.get("drafted", 0)),
+            accepted=int(data.get("accepted", 0)),
+            accepted_by_position=ints(data.get("accepted_by_position")),
+            reached_by_position=ints(data.get("reached_by_position")),
+            histogram=ints(data.get("acceptance_histogram")),
+            by_draft_length={int(n): ints(h)
+                             for n, h in (data.get("acceptance_histogram_by_draft_length") or {}).items()},
+        )
+
+
+def acceptance_counts(rounds: Iterable[Any]) -> AcceptanceCounts:
+    """The counters of a run's drafting rounds (what counts: the module docstring)."""
+    drafting = [rnd for rnd in rounds if drafted_count(rnd) > 0]
+    longest = max((round_counts(rnd)[0] for rnd in drafting), default=0)
+    passed_reached = position_counts(drafting)
+    counts = AcceptanceCounts(
+        drafting_rounds=len(drafting),
+        drafted=sum(drafted_count(rnd) for rnd in drafting),
+        accepted=sum(round_counts(rnd)[1] for rnd in drafting),
+        accepted_by_position=_pad([p for p, _ in passed_reached], longest),
+        reached_by_position=_pad([n for _, n in passed_reached], longest),
+        histogram=[0] * (longest + 1) if drafting else [],
+    )
+    for rnd in drafting:
+        accepted, length = round_counts(rnd)[1], drafted_count(rnd)
+        _bump(counts.histogram, accepted)
+        _bump(counts.by_draft_length.setdefault(length, [0] * (length + 1)), accepted)
+    counts.by_draft_length = dict(sorted(counts.by_draft_length.items()))
     return counts
 
 
-def mean_accepted_length(rounds: Iterable[Any]) -> float:
-    """Mean accepted drafts per drafting round (0.0 when no round drafted)."""
-    histogram = accepted_length_histogram(rounds)
-    total = sum(histogram)
-    return sum(i * n for i, n in enumerate(histogram)) / total if total else 0.0
+def mean_acceptance_length(rounds: Iterable[Any]) -> float:
+    """1 + accepted / drafting rounds (vLLM's "mean acceptance length"; llama.cpp's too)."""
+    return acceptance_counts(rounds).mean_acceptance_length
+
+
+def draft_acceptance_rate(rounds: Iterable[Any]) -> float:
+    """Accepted drafts over drafted tokens (a tree round drafted all its nodes)."""
+    return acceptance_counts(rounds).draft_acceptance_rate
+
+
+def acceptance_rate_per_position(rounds: Iterable[Any]) -> list[float]:
+    """Per position i: drafting rounds that accepted draft i over all drafting rounds."""
+    return acceptance_counts(rounds).acceptance_rate_per_position
+
+
+def conditional_acceptance_per_position(rounds: Iterable[Any]) -> list[float]:
+    """Per position i: rounds that accepted draft i over the rounds that reached it."""
+    return acceptance_counts(rounds).conditional_acceptance_per_position
+
+
+def acceptance_histogram(rounds: Iterable[Any]) -> list[int]:
+    """Index k: drafting rounds that accepted exactly k drafts, k = 0 .. the longest
+    draft (empty when no round drafted); it sums to the drafting rounds."""
+    return acceptance_counts(rounds).histogram
+
+
+def acceptance_histogram_by_draft_length(rounds: Iterable[Any]) -> dict[int, list[int]]:
+    """{draft length n: the histogram over the rounds that drafted n tokens, k = 0 .. n}:
+    one entry under a constant γ, several when γ adapts; together they sum to the
+    drafting rounds."""
+    return acceptance_counts(rounds).by_draft_length
+
+
+def engine_numbers(counts: AcceptanceCounts) -> dict:
+    """Every engine number of ``counts``, JSON-ready: what ``--json``, trace files and
+    the benchmark's summary carry. The draft acceptance rate keeps the project's
+    name, ``acceptance_rate`` (its definition was already the engines')."""
+    return dict(
+        mean_acceptance_length=counts.mean_acceptance_length,
+        acceptance_rate=counts.draft_acceptance_rate,  # the engines' "draft acceptance rate"
+        acceptance_rate_per_position=counts.acceptance_rate_per_position,
+        conditional_acceptance_per_position=counts.conditional_acceptance_per_position,
+        acceptance_histogram=list(counts.histogram),
+        acceptance_histogram_by_draft_length={str(n): list(h) for n, h in counts.by_draft_length.items()},
+        drafting_rounds=counts.drafting_rounds,
+    )

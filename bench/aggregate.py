@@ -9,7 +9,12 @@ Definitions (the README repeats them):
   the same prompts; the median over repeats. "vs peer" is the same ratio against
   the transformers decoder it is compared with (same gamma). Ratios are paired
   per repeat, so drift between repeats cancels.
-* acceptance rate: accepted drafts over drafted tokens, summed over runs.
+* acceptance rate: accepted drafts over drafted tokens, summed over runs (the
+  serving engines' "draft acceptance rate").
+* mean acceptance length, acceptance rate per position (unconditional and
+  conditional), acceptance histograms: the engines' numbers
+  (``analysis.acceptance``) over the drafting rounds of every run pooled, as an
+  engine pools its requests: mean acceptance length = 1 + accepted / drafting rounds.
 * tokens per target call: generated tokens over target forward passes, summed.
 * target calls: mean target forward passes per prompt (prefill included).
 * mean γ: the mean draft length the rounds asked for (a policy's choices).
@@ -25,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from analysis.acceptance import AcceptanceCounts
 from utils.builtin_prompts import GROUNDED_CATEGORIES
 from generation.result import first_divergence
 from bench.records import RunRecord
@@ -56,6 +62,11 @@ class SummaryRow:
     divergences: list[int] = field(default_factory=list)
     gamma_policy: str = ""
     mean_gamma: float | None = None
+    mean_acceptance_length: float | None = None
+    acceptance_rate_per_position: list[float] | None = None
+    conditional_acceptance_per_position: list[float] | None = None
+    acceptance_histogram: list[int] | None = None
+    acceptance_histogram_by_draft_length: dict[str, list[int]] | None = None
 
 
 def median(values: Iterable[float]) -> float | None:
@@ -105,6 +116,38 @@ def _mean_of_rounds(records: Sequence[RunRecord]) -> float | None:
     return sum(r.mean_gamma * r.rounds for r in known) / rounds if rounds else None
 
 
+def pooled_acceptance(records: Sequence[RunRecord]) -> tuple[AcceptanceCounts | None, bool]:
+    """(the acceptance counters of ``records`` pooled, whether every run carried its rounds' counters).
+
+    None when no run reports drafts (the peers). A run with only its drafted and
+    accepted totals (no ``acceptance``) adds to the acceptance rate alone, and the
+    per-round numbers are then left out (``False``).
+    """
+    known = [r for r in records if r.drafted is not None]
+    if not known:
+        return None, False
+    total = AcceptanceCounts()
+    for r in known:
+        total = total + (AcceptanceCounts.from_dict(r.acceptance) if r.acceptance is not None
+                         else AcceptanceCounts(drafted=r.drafted, accepted=r.accepted or 0))
+    return total, all(r.acceptance is not None for r in known)
+
+
+def _acceptance_fields(records: Sequence[RunRecord]) -> dict:
+    """The summary row's acceptance numbers (all None for the peers)."""
+    counts, per_round = pooled_acceptance(records)
+    if counts is None:
+        return {}
+    out = dict(acceptance_rate=counts.draft_acceptance_rate if counts.drafted else None)
+    if per_round:
+        out.update(mean_acceptance_length=counts.mean_acceptance_length,
+                   acceptance_rate_per_position=counts.acceptance_rate_per_position,
+                   conditional_acceptance_per_position=counts.conditional_acceptance_per_position,
+                   acceptance_histogram=counts.histogram,
+                   acceptance_histogram_by_draft_length={str(n): h for n, h in counts.by_draft_length.items()})
+    return out
+
+
 def output_agreement(records: Sequence[RunRecord],
                      reference: dict[str, list[int]]) -> tuple[int, list[int]]:
     """(prompts identical to the reference, first divergences of the others); first repeat."""
@@ -128,8 +171,6 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
     v = parse_variant_name(variant)
     tps = per_repeat_throughput(records)
     prompts = len({r.prompt_id for r in records})
-    drafted = [r.drafted for r in records if r.drafted is not None]
-    accepted = sum(r.accepted for r in records if r.accepted is not None)
     tokens = sum(r.n_tokens for r in records)
     calls = sum(r.target_calls for r in records)
     row = SummaryRow(
@@ -138,12 +179,12 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         speedup=paired_ratio(tps, per_repeat_throughput(base)) if base else None,
         peer=v.peer.name if v.peer is not None else None,
         vs_peer=paired_ratio(tps, per_repeat_throughput(peer)) if peer else None,
-        acceptance_rate=_ratio(accepted, sum(drafted)) if drafted else None,
         tokens_per_target_call=_ratio(tokens, calls),
         target_calls=calls / len(records) if records else None,
         mean_tokens=tokens / len(records) if records else None,
         gamma_policy=v.policy if v.gamma is not None else "",
         mean_gamma=_mean_of_rounds(records),
+        **_acceptance_fields(records),
     )
     if reference is not None:
         same, divergences = output_agreement(records, reference)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from analysis.acceptance import acceptance_counts
 from bench.counting import ForwardCounter
 from bench.ours import our_call, our_strategy
 from bench.peers import (
@@ -114,6 +115,7 @@ class Executor:
             record.gamma_policy = result.gamma_policy or record.gamma_policy
             record.mean_gamma = _mean_gamma(result.trace)
             record.tree_fallback = result.tree_fallback
+            record.acceptance = acceptance_counts(result.trace).to_dict()
 
     def _run_peer(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
         s, models = self.settings, self.models

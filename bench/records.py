@@ -22,6 +22,10 @@ class RunRecord:
     ``other`` seconds (None for peers). ``rounds`` and ``mean_gamma``: draft
     rounds and the mean draft length they asked for (ours, drafting only).
     ``tree_fallback``: why a tree variant verified chains instead ("" otherwise).
+    ``acceptance``: the run's acceptance counters (``AcceptanceCounts.to_dict`` of
+    ``analysis.acceptance``: drafting rounds, accepted and reached per position,
+    the histograms), pooled over runs for the summary; None where the decoder
+    does not report rounds (the peers).
     """
 
     variant: str
@@ -46,6 +50,7 @@ class RunRecord:
     rounds: int | None = None
     mean_gamma: float | None = None
     tree_fallback: str = ""
+    acceptance: dict | None = None
 
     @property
     def n_tokens(self) -> int:

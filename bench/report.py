@@ -8,7 +8,7 @@ from bench.variants import parse_variant_name
 
 DASH = "—"
 
-OVERALL_COLUMNS = ("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer", "accept",
+OVERALL_COLUMNS = ("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer", "accept", "acc len",
                    "tok/call", "target calls", "identical", "1st div")
 
 
@@ -29,7 +29,8 @@ def overall_cells(row: SummaryRow) -> list[str]:
     return [
         v.label.split(" γ=")[0], v.gamma_text, _num(row.mean_gamma, ".1f"),
         _num(row.tokens_per_s, ".1f"), _num(row.speedup, ".2f", "×"), peer,
-        _num(row.acceptance_rate, ".0%"), _num(row.tokens_per_target_call, ".2f"),
+        _num(row.acceptance_rate, ".0%"), _num(row.mean_acceptance_length, ".2f"),
+        _num(row.tokens_per_target_call, ".2f"),
         _num(row.target_calls, ".1f"), _identical(row), _num(row.first_divergence, ".0f"),
     ]
 

@@ -48,11 +48,12 @@ def _csv_value(value):
 
 
 def flat_row(row: dict) -> dict:
-    """Nested dicts become columns ``outer.inner`` (``phases.draft``...)."""
+    """Nested dicts become columns ``outer.inner`` (``phases.draft``,
+    ``acceptance.acceptance_histogram_by_draft_length.4``...), at any depth."""
     out = {}
     for key, value in row.items():
         if isinstance(value, dict):
-            out.update({f"{key}.{k}": v for k, v in value.items()})
+            out.update({f"{key}.{k}": v for k, v in flat_row(value).items()})
         else:
             out[key] = value
     return out

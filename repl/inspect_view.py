@@ -17,8 +17,8 @@ from generation.result import Round
 from repl.runs import StrategyRun
 
 ACCEPTED, REJECTED, UNJUDGED, TARGET = "green", "red", "dim", "bold blue"
-NO_NUMBERS = ("this trace holds no per-token numbers for {label} (written by an older version, "
-              "format 1, or with recording off): the inspector needs a trace of format 2")
+NO_NUMBERS = ("this trace holds no per-token numbers for {label} (token-tree rounds, or rounds recorded "
+              "with the inspector off)")
 
 
 def default_round(trace: list[Round]) -> int | None:

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from analysis.acceptance import acceptance_counts
 from generation.result import GenerationResult
 from repl.commands import COMMANDS
 from repl.runs import DRAFTING, PIECE_WINDOW, PromptRun, StrategyRun, Why, round_pieces, token_pieces  # noqa: F401
@@ -45,6 +46,7 @@ def _metrics(run: StrategyRun) -> Text:
     ]
     if run.key in DRAFTING:
         parts += [
+            # the result's own tallies: equal to analysis.acceptance's draft acceptance rate
             f"acceptance {r.acceptance_rate:.1%} ({r.accepted}/{r.drafted} drafts)",
             f"{r.tokens_per_target_call:.2f} tokens/target call",
         ]
@@ -54,6 +56,21 @@ def _metrics(run: StrategyRun) -> Text:
         parts.append(f"{r.drafter_calls} drafter forward passes")
     parts.append(f"stop: {r.stop_reason}")
     return Text(" · ".join(parts), style="dim")
+
+
+def acceptance_text(result: GenerationResult) -> Text | None:
+    """``mean acceptance length 2.33 · per position 67% 33% · conditional 67% 50%``: the
+    engines' numbers (analysis.acceptance); None when no round drafted."""
+    counts = acceptance_counts(result.trace)
+    if not counts.drafting_rounds:
+        return None
+
+    def percents(rates: list[float]) -> str:
+        return " ".join(f"{rate:.0%}" for rate in rates)
+
+    return Text(f"mean acceptance length {counts.mean_acceptance_length:.2f} · per position "
+                f"{percents(counts.acceptance_rate_per_position)} · conditional "
+                f"{percents(counts.conditional_acceptance_per_position)}", style="dim")
 
 
 def tree_text(result: GenerationResult) -> Text | None:
@@ -115,12 +132,13 @@ def _x(value: float | None) -> str:
 
 
 def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
-    """Mean accepted length and the speedup model, for a drafting run."""
+    """Mean acceptance length and the speedup model, for a drafting run."""
     why = prompt_run.why(run)
     if why is None:
         return None
     policy = run.result.gamma_policy
-    parts = [f"mean accepted {why.mean_accepted:.2f} per drafting round at gamma {why.gamma}"
+    accepted = why.acceptance.mean_acceptance_length - 1.0
+    parts = [f"mean accepted {accepted:.2f} per drafting round at gamma {why.gamma}"
              + (f" ({policy})" if policy and policy != "constant" else "")]
     target_pending = prompt_run.settings.get("target") and not any(r.key == "target" for r in prompt_run.runs)
     if target_pending:
@@ -175,6 +193,9 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
         body.append(Text(f"interrupted after {len(run.result.tokens)} tokens", style="yellow"))
     body.append(_metrics(run))
     body.append(Text(phases_text(run.result), style="dim"))
+    acceptance = acceptance_text(run.result) if run.key in DRAFTING else None
+    if acceptance is not None:
+        body.append(acceptance)
     tree = tree_text(run.result) if run.key in DRAFTING else None
     if tree is not None:
         body.append(tree)
@@ -358,8 +379,9 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
         table.add_row(Text(name), *(Text(cell(run, why)) for run, why in whys))
 
     row("rounds", lambda run, why: str(len(run.result.trace)))
-    row("accepted / drafted", lambda run, why: f"{run.result.accepted}/{run.result.drafted}")
-    row("mean accepted per drafting round", lambda run, why: f"{why.mean_accepted:.2f}")
+    row("accepted / drafted", lambda run, why: f"{why.acceptance.accepted}/{why.acceptance.drafted} "
+        f"({why.acceptance.draft_acceptance_rate:.0%})")
+    row("mean acceptance length", lambda run, why: f"{why.acceptance.mean_acceptance_length:.2f}")
     row("rounds that drafted", lambda run, why: f"{why.draft_share:.0%}")
     for phase in ("draft", "verify", "other"):
         row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
@@ -398,30 +420,45 @@ def _tree_depth_text(result: GenerationResult) -> str:
 
 
 def acceptance_chart(why: Why) -> Table:
-    """Row i: acceptance at draft position i and the rounds that accepted exactly i drafts, as bars."""
+    """Row i: acceptance at draft position i, conditional (over the rounds that
+    reached it, with a bar) and unconditional (over every drafting round), and the
+    drafting rounds that accepted exactly i drafts, with a bar."""
     table = Table(show_edge=False, pad_edge=False, box=None)
-    for header, justify in (("i", "right"), ("accepted/judged", "right"), ("rate", "right"),
-                            ("acceptance at position i", "left"), ("rounds", "right"),
-                            ("rounds accepting i drafts", "left")):
+    for header, justify in (("i", "right"), ("accepted/reached", "right"), ("conditional", "right"),
+                            ("acceptance at position i", "left"), ("per drafting round", "right"),
+                            ("rounds", "right"), ("rounds accepting i drafts", "left")):
         table.add_column(Text(header), justify=justify, overflow="fold",
                          min_width=BAR_WIDTH if header.startswith(("acceptance", "rounds ")) else None)
-    top = max(why.histogram, default=0)
-    for i in range(max(len(why.counts), len(why.histogram))):
-        if i < len(why.counts):
-            passed, reached = why.counts[i]
-            cells = [Text(f"{passed}/{reached}"), Text(f"{passed / reached:.0%}"),
-                     Text(bar(passed / reached), style="green")]
-        else:
-            cells = [Text(""), Text(""), Text("")]
-        count = why.histogram[i] if i < len(why.histogram) else 0
+    a = why.acceptance
+    unconditional = a.acceptance_rate_per_position
+    top = max(a.histogram, default=0)
+    for i in range(len(a.histogram)):
+        cells = [Text(""), Text(""), Text(""), Text("")]
+        if i < len(a.reached_by_position) and a.reached_by_position[i]:
+            passed, reached = a.accepted_by_position[i], a.reached_by_position[i]
+            cells[:3] = [Text(f"{passed}/{reached}"), Text(f"{passed / reached:.0%}"),
+                         Text(bar(passed / reached), style="green")]
+        if i < len(unconditional):
+            cells[3] = Text(f"{unconditional[i]:.0%}")
+        count = a.histogram[i]
         table.add_row(Text(str(i)), *cells, Text(str(count)),
                       Text(bar(count / top if top else 0.0), style="cyan"))
     return table
 
 
+def by_draft_length_text(why: Why) -> Text | None:
+    """``drafting rounds by draft length (accepted 0, 1, ...): 2: 1 0 0 · 3: 0 1 0 1``,
+    when the rounds drafted different lengths (γ adapted); None otherwise."""
+    rows = why.acceptance.by_draft_length
+    if len(rows) < 2:
+        return None
+    text = " · ".join(f"{n}: " + " ".join(map(str, h)) for n, h in rows.items())
+    return Text(f"drafting rounds by draft length (accepting 0, 1, ... drafts): {text}", style="dim")
+
+
 def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
     """What /stats shows: the summary, then per drafting strategy its acceptance
-    by position and accepted-length histogram as bar charts, the cost model
+    by position and acceptance histogram as bar charts, the cost model
     and the cache rollbacks. ``rtt_ms``: the /rtt what-if (default: the
     prompt's own setting)."""
     parts: list = [summary_table(prompt_run, rtt_ms)]
@@ -433,10 +470,15 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         parts.append(Text(""))
         parts.append(Text(f"{run.label}: acceptance by draft position, accepted drafts per round",
                           style=f"bold {colour}"))
-        if not why.histogram:
+        if not why.acceptance.histogram:
             parts.append(Text("no round drafted anything", style="dim"))
         else:
             parts.append(acceptance_chart(why))
+            parts.append(Text(f"mean acceptance length {why.acceptance.mean_acceptance_length:.2f} "
+                              f"over {why.acceptance.drafting_rounds} drafting rounds", style="dim"))
+            by_length = by_draft_length_text(why)
+            if by_length is not None:
+                parts.append(by_length)
         if why.costs is not None:
             parts.append(Text(_cost_text(why), style="dim"))
         tree = tree_text(run.result)
@@ -451,9 +493,10 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative or NASD",
                           style="yellow"))
     parts.append(Text(""))
-    parts.append(Text("rate = drafts accepted at a position over the drafts the target judged there; "
-                      "predicted = the speedup model at the run's γ; docs/why.md explains each number",
-                      style="dim"))
+    parts.append(Text("conditional = drafts accepted at a position over the rounds that reached it; per drafting "
+                      "round = the same over every drafting round (vLLM's per-position rate); mean acceptance "
+                      "length = 1 + accepted / drafting rounds; predicted = the speedup model at the run's γ; "
+                      "docs/why.md explains each number", style="dim"))
     return Group(*parts)
 
 

@@ -43,6 +43,8 @@ def show_trace(trace: Trace, console: Console) -> None:
     console.print(Text(header, style="bold"))
     for line in render.environment_lines(trace.environment):
         console.print(Text(line, style="bold"))
+    for note in trace.notes:
+        console.print(Text(note, style="yellow"), soft_wrap=True)  # one line, however narrow
     for index, prompt_run in enumerate(trace.prompts, start=1):
         console.print(Rule(Text(f"prompt {index} of {len(trace.prompts)}")))
         console.print(Text(prompt_run.prompt))

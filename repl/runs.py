@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis import (
+    AcceptanceCounts,
     CostModel,
-    accepted_length_histogram,
+    acceptance_counts,
     ar_step_from_result,
     best_gamma,
     costs_from_result,
     draft_share,
-    mean_accepted_length,
-    position_counts,
+    engine_numbers,
     first_round,
     predicted_run_speedup,
     predicted_speedup,
@@ -123,9 +123,9 @@ class WhatIf:
 class Why:
     """Why a drafting strategy ran as fast as it did (see docs/why.md).
 
-    ``rates[i]``: share of judged drafts at position i that were accepted;
-    ``counts[i]``: (accepted, judged) behind it. ``histogram[i]``: drafting
-    rounds that accepted exactly i drafts. ``yield_rates``: the rates the
+    ``acceptance``: the run's acceptance counters, as the serving engines count
+    them (``analysis.acceptance``): every acceptance number shown comes from it.
+    ``yield_rates``: the rates the
     speedup model uses (a draft asked for and not made counts as rejected).
     ``predicted`` is the model's speedup for this run (its first round, the
     prompt's prefill, as measured; the rest priced by the model), comparable
@@ -135,10 +135,7 @@ class Why:
     target step came from: "target AR" (its seconds per token) or "own rounds".
     """
 
-    rates: list[float]
-    counts: list[tuple[int, int]]
-    histogram: list[int]
-    mean_accepted: float
+    acceptance: AcceptanceCounts
     yield_rates: list[float]
     draft_share: float
     gamma: int
@@ -151,6 +148,12 @@ class Why:
     cost_source: str | None = None
     what_if: WhatIf | None = None
     tree: dict | None = None
+
+    @property
+    def counts(self) -> list[tuple[int, int]]:
+        """(accepted, reached) at each draft position some round reached."""
+        a = self.acceptance
+        return [(p, n) for p, n in zip(a.accepted_by_position, a.reached_by_position) if n]
 
 
 def _round_gamma(trace: list[Round]) -> int:
@@ -220,10 +223,7 @@ class PromptRun:
         trace = run.result.trace
         gamma = int(self.settings.get("gamma") or _round_gamma(trace))
         why = Why(
-            rates=[p / n for p, n in position_counts(trace) if n],
-            counts=position_counts(trace),
-            histogram=accepted_length_histogram(trace),
-            mean_accepted=mean_accepted_length(trace),
+            acceptance=acceptance_counts(trace),
             yield_rates=yield_by_position(trace),
             draft_share=draft_share(trace),
             gamma=gamma,
@@ -281,7 +281,7 @@ class PromptRun:
             token_ids=r.tokens,
             seconds=r.seconds,
             tokens_per_s=r.tokens_per_second,
-            acceptance_rate=r.acceptance_rate if run.drafting else None,
+            acceptance_rate=why.acceptance.draft_acceptance_rate if why else None,
             tokens_per_target_call=r.tokens_per_target_call,
             target_calls=r.target_calls,
             drafter_calls=r.drafter_calls,
@@ -294,9 +294,6 @@ class PromptRun:
             phases=dict(r.phases),
             rollback=r.rollback,
             gamma_policy=r.gamma_policy,
-            acceptance_by_position=why.rates if why else None,
-            accepted_length_histogram=why.histogram if why else None,
-            mean_accepted_length=why.mean_accepted if why else None,
             draft_share=why.draft_share if why else None,
             predicted_speedup=why.predicted if why else None,
             predicted_speedup_steady=why.predicted_steady if why else None,
@@ -305,6 +302,8 @@ class PromptRun:
             best_gamma_speedup=why.best_speedup if why else None,
             prediction_cost_source=why.cost_source if why else None,
         )
+        if why is not None:
+            entry.update(engine_numbers(why.acceptance))
         stats = tree_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls) if r.tree else None
         if stats is not None:
             entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}

@@ -3,8 +3,8 @@
 A trace holds the environment (models, dtypes, device, library versions) and,
 per prompt, the settings and, per strategy, the output ids and text, every
 round (gamma, drafted ids, accepted count, target token, bonus, phase times,
-the text of each token, and, from format 2 on, the inspector's numbers: what both
-models thought at each drafted position) and every metric the REPL shows; a
+the text of each token, and the inspector's numbers: what both models thought at
+each drafted position) and every metric the REPL shows; a
 prompt's ``token_text`` gives the text of every token id the inspector names. ``infer.py --replay
 FILE`` renders it again without torch or a model, which makes a trace the way
 to file a bug report: it shows exactly what the engine did.
@@ -19,7 +19,7 @@ import json
 import os
 import platform
 import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,8 +29,12 @@ from repl.runs import PromptRun, StrategyRun, round_pieces
 from repl.settings import STRATEGIES, settings_from_dict
 
 FORMAT = 2
-READS = (1, 2)  # format 1: no inspector numbers, no token text, pieces for drafting runs only
+READS = (2,)
+NO_LONGER_READ = (1,)  # the project's own older formats
 KIND = "specdec-trace"
+# Acceptance numbers under the names older versions wrote; the numbers shown are
+# recomputed from the rounds (analysis.acceptance), so only a note says so.
+OLD_ACCEPTANCE_NAMES = ("acceptance_by_position", "accepted_length_histogram", "mean_accepted_length")
 
 
 class TraceError(ValueError):
@@ -170,6 +174,7 @@ class Trace:
     prompts: list[PromptRun]
     created: str = ""
     format: int = FORMAT
+    notes: list[str] = field(default_factory=list)
 
 
 def _result(data: dict) -> GenerationResult:
@@ -216,6 +221,18 @@ def _prompt(record: dict) -> PromptRun:
     return prompt_run
 
 
+def old_names_note(records: list) -> str | None:
+    """One line when the trace names acceptance numbers the old way (None otherwise)."""
+    found = [name for name in OLD_ACCEPTANCE_NAMES
+             if any(isinstance(entry, dict) and name in entry
+                    for record in records if isinstance(record, dict)
+                    for entry in (record.get("strategies") or {}).values())]
+    if not found:
+        return None
+    return (f"old acceptance names in this trace ({', '.join(found)}): shown recomputed from its rounds, "
+            "under the serving engines' names (docs/why.md)")
+
+
 def read_trace(path: str) -> Trace:
     """Read a trace file; TraceError (one line) when it cannot be used."""
     try:
@@ -228,6 +245,9 @@ def read_trace(path: str) -> Trace:
         raise TraceError(f"{path}: not a trace file (not valid JSON: {e.msg} at line {e.lineno})") from None
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise TraceError(f"{path}: not a trace file (no \"kind\": \"{KIND}\")")
+    if data.get("format") in NO_LONGER_READ:
+        raise TraceError(f"{path}: trace format {data['format']} is no longer read: the trace was written by an "
+                         f"older version of this program (this one reads format {FORMAT})")
     if data.get("format") not in READS:
         raise TraceError(f"{path}: trace format {data.get('format')!r} is not one this version reads "
                          f"(it reads formats {', '.join(map(str, READS))})")
@@ -241,5 +261,6 @@ def read_trace(path: str) -> Trace:
         raise TraceError(f"{path}: a damaged trace file ({detail})") from None
     if not prompts:
         raise TraceError(f"{path}: the trace holds no prompts")
-    return Trace(env, prompts, str(data.get("created", "")), int(data["format"]))
+    note = old_names_note(data["prompts"])
+    return Trace(env, prompts, str(data.get("created", "")), int(data["format"]), [note] if note else [])
 

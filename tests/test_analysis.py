@@ -6,14 +6,14 @@ import pytest
 
 from analysis import (
     CostModel,
-    acceptance_by_position,
-    accepted_length_histogram,
+    acceptance_histogram,
     ar_step_from_result,
     best_gamma,
     costs_from_result,
+    conditional_acceptance_per_position,
     draft_share,
     expected_tokens,
-    mean_accepted_length,
+    mean_acceptance_length,
     position_counts,
     predicted_speedup,
     yield_by_position,
@@ -191,35 +191,35 @@ def test_costs_from_result_without_timings_is_none():
 
 # ---------------------------------------------------------------- acceptance
 
-def test_acceptance_by_position_by_hand():
+def test_conditional_acceptance_per_position_by_hand():
     rounds = [
         Round((1, 2, 3), 3, 9, True),   # positions 0,1,2 accepted
         Round((1, 2, 3), 1, 9, False),  # 0 accepted, 1 rejected, 2 never judged
         Round((1, 2), 0, 9, False),     # 0 rejected
         Round((), 0, 9, False),         # nothing drafted
     ]
-    assert acceptance_by_position(rounds) == pytest.approx([2 / 3, 1 / 2, 1.0])
-    assert accepted_length_histogram(rounds) == [1, 1, 0, 1]
-    assert mean_accepted_length(rounds) == pytest.approx(4 / 3)
+    assert conditional_acceptance_per_position(rounds) == pytest.approx([2 / 3, 1 / 2, 1.0])
+    assert acceptance_histogram(rounds) == [1, 1, 0, 1]
+    assert mean_acceptance_length(rounds) == pytest.approx(1 + 4 / 3)
 
 
 def test_a_round_cut_short_does_not_count_unjudged_drafts():
     # an end token among the accepted drafts: token None, drafts after it unjudged
     rounds = [Round((1, 2, 3), 1, None, False)]
-    assert acceptance_by_position(rounds) == [1.0]
+    assert conditional_acceptance_per_position(rounds) == [1.0]
 
 
 def test_dict_rounds_match_round_objects():
     rounds = [Round((1, 2), 1, 5, False, gamma=2), Round((3,), 1, 4, True, gamma=1)]
     dicts = [{"drafted": list(r.drafted), "accepted": r.accepted, "token": r.token} for r in rounds]
-    assert acceptance_by_position(dicts) == acceptance_by_position(rounds)
-    assert accepted_length_histogram(dicts) == accepted_length_histogram(rounds)
+    assert conditional_acceptance_per_position(dicts) == conditional_acceptance_per_position(rounds)
+    assert acceptance_histogram(dicts) == acceptance_histogram(rounds)
 
 
 def test_empty_rounds():
-    assert acceptance_by_position([]) == []
-    assert accepted_length_histogram([Round((), 0, 1, False)]) == []
-    assert mean_accepted_length([]) == 0.0
+    assert conditional_acceptance_per_position([]) == []
+    assert acceptance_histogram([Round((), 0, 1, False)]) == []
+    assert mean_acceptance_length([]) == 1.0
 
 
 def test_histogram_invariants_on_random_rounds():
@@ -230,25 +230,25 @@ def test_histogram_invariants_on_random_rounds():
             drafted = tuple(range(rng.randint(0, 6)))
             accepted = rng.randint(0, len(drafted))
             rounds.append(Round(drafted, accepted, 1, accepted == len(drafted) and bool(drafted)))
-        histogram = accepted_length_histogram(rounds)
+        histogram = acceptance_histogram(rounds)
         drafting = [r for r in rounds if r.drafted]
         assert sum(histogram) == len(drafting)
         assert sum(i * n for i, n in enumerate(histogram)) == sum(r.accepted for r in rounds)
-        rates = acceptance_by_position(rounds)
+        rates = conditional_acceptance_per_position(rounds)
         assert all(0.0 <= a <= 1.0 for a in rates)
 
 
 def test_expected_tokens_reproduces_the_measured_mean_at_a_fixed_gamma():
     # When every round drafts gamma tokens, the measured per-position rates put
-    # back into E(gamma) give exactly 1 + the measured mean accepted length.
+    # back into E(gamma) give exactly the measured mean acceptance length.
     rng = random.Random(1)
     for gamma in (1, 3, 5):
         rounds = []
         for _ in range(300):
             accepted = min(gamma, int(rng.expovariate(0.6)))
             rounds.append(Round(tuple(range(gamma)), accepted, 1, accepted == gamma))
-        rates = acceptance_by_position(rounds)
-        assert expected_tokens(rates, gamma) == pytest.approx(1 + mean_accepted_length(rounds))
+        rates = conditional_acceptance_per_position(rounds)
+        assert expected_tokens(rates, gamma) == pytest.approx(mean_acceptance_length(rounds))
 
 
 def test_yield_counts_missing_drafts_as_rejections():
@@ -257,7 +257,7 @@ def test_yield_counts_missing_drafts_as_rejections():
         Round((), 0, 3, False, gamma=3),     # an n-gram miss: nothing drafted, a plain step
         Round((1,), 0, 3, False, gamma=3),
     ]
-    assert acceptance_by_position(rounds) == pytest.approx([0.5, 1.0])
+    assert conditional_acceptance_per_position(rounds) == pytest.approx([0.5, 1.0])
     assert yield_by_position(rounds) == pytest.approx([0.5, 1.0, 0.0])
     assert draft_share(rounds) == pytest.approx(2 / 3)
     assert position_counts(rounds) == [(1, 2), (1, 1)]

@@ -633,8 +633,8 @@ def test_end_to_end_tiny_run_with_trees(tiny_pair, tmp_path, monkeypatch):
     assert "tok/s" in summary and "tok/call" in summary
     rows = [line for line in summary.splitlines() if line.startswith("| speculative tree 16")]
     assert len(rows) >= 1 and rows[0].count("|") == len(("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer",
-                                                        "accept", "tok/call", "target calls", "identical",
-                                                        "1st div")) + 1
+                                                        "accept", "acc len", "tok/call", "target calls",
+                                                        "identical", "1st div")) + 1
 
     # A drafter without trees: the tree variant runs chains and the report says why.
     from generation.speculative import ModelDrafter

@@ -1,4 +1,4 @@
-"""/inspect: its arguments, what it shows, and the inspector in --replay for new and old traces."""
+"""/inspect: its arguments, what it shows, and the inspector in --replay (and a format-1 trace refused)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from repl.inspect_view import NO_NUMBERS, default_round, round_view
 from repl.runner import Runner
 from repl.session import Session
 from repl.settings import Settings
-from repl.trace import prompt_record, read_trace, trace_document, write_trace
+from repl.trace import TraceError, prompt_record, read_trace, trace_document, write_trace
 from sampling import GreedyProcessor
 from tests.test_repl_render import console, fake_pair, why_prompt_run
 from tests.test_report import HtmlTokenizer, inspected_prompt_run
@@ -128,18 +128,29 @@ def test_replay_shows_the_inspector_for_a_new_trace(prompt_run, tmp_path):
     assert "residual norm(max(0, p - q)) top:" in done.stdout and "q is one-hot" in done.stdout
 
 
-def test_replay_of_an_old_trace_says_it_lacks_the_numbers(tmp_path):
+def test_replay_of_a_trace_without_numbers_says_so(tmp_path):
+    path = tmp_path / "plain.json"
+    document = trace_document([prompt_record(why_prompt_run(), HtmlTokenizer())], ENV)  # rounds without inspection
+    path.write_text(json.dumps(document))
+    assert read_trace(str(path)).format == 2
+    done = _infer(["--replay", str(path)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [l for l in done.stdout.splitlines() if "per-token numbers" in l]
+    assert lines == [NO_NUMBERS.format(label="Speculative")]
+
+
+def test_a_format_1_trace_is_no_longer_read(tmp_path):
     path = tmp_path / "old.json"
     document = trace_document([prompt_record(why_prompt_run(), HtmlTokenizer())], ENV)
     document["format"] = 1
     for record in document["prompts"]:
         record.pop("token_text", None)
     path.write_text(json.dumps(document))
-    assert read_trace(str(path)).format == 1
+    with pytest.raises(TraceError, match="trace format 1 is no longer read: the trace was written by an older"):
+        read_trace(str(path))
     done = _infer(["--replay", str(path)], tmp_path)
-    assert done.returncode == 0, done.stderr
-    lines = [l for l in done.stdout.splitlines() if "per-token numbers" in l]
-    assert lines == [NO_NUMBERS.format(label="Speculative")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "no longer read" in done.stderr
 
 
 def test_save_html_in_a_session(prompt_run, tmp_path, monkeypatch):

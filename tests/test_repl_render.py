@@ -289,8 +289,10 @@ def test_why_numbers_by_hand():
     pr = why_prompt_run()
     why = pr.why(pr.runs[0])
     assert pr.ar_step_s() == pytest.approx(0.06)
-    assert why.rates == pytest.approx([2 / 3, 1.0]) and why.counts == [(2, 3), (2, 2)]
-    assert why.histogram == [1, 0, 2] and why.mean_accepted == pytest.approx(4 / 3)
+    a = why.acceptance
+    assert a.conditional_acceptance_per_position == pytest.approx([2 / 3, 1.0]) and why.counts == [(2, 3), (2, 2)]
+    assert a.acceptance_rate_per_position == pytest.approx([2 / 3, 2 / 3])
+    assert a.histogram == [1, 0, 2] and a.mean_acceptance_length == pytest.approx(1 + 4 / 3)
     assert why.predicted_steady == pytest.approx(0.14 / 0.13)
     # This run: the first round (0.52 s, 3 tokens) as measured, 4 tokens at 0.13 s per 7/3 tokens,
     # against target AR's measured 7 tokens in 0.72 s.
@@ -311,6 +313,7 @@ def test_panel_shows_phases_and_the_model():
     assert "phases: draft 0.06 s (8%) · verify 0.70 s (89%) · other 0.03 s (4%)" in text
     assert "predicted 0.97x vs measured 0.90x" in text and "best gamma 16 (1.27x)" in text
     assert "plain step cost from target AR" in text
+    assert "mean acceptance length 2.33 · per position 67% 67% · conditional 67% 100%" in text
     assert "phases: draft 0.00 s (0%) · verify 0.60 s (90%) · other 0.07 s (10%)" in text
 
 
@@ -326,9 +329,12 @@ def test_comparison_shows_predicted_best_gamma_and_phase_split():
 def test_json_carries_the_why_numbers():
     entry = why_prompt_run().to_dict()["strategies"]["speculative"]
     assert entry["phases"] == {"draft": 0.06, "verify": 0.7, "other": 0.03}
-    assert entry["acceptance_by_position"] == pytest.approx([2 / 3, 1.0])
-    assert entry["accepted_length_histogram"] == [1, 0, 2]
-    assert entry["mean_accepted_length"] == pytest.approx(4 / 3)
+    assert entry["conditional_acceptance_per_position"] == pytest.approx([2 / 3, 1.0])
+    assert entry["acceptance_rate_per_position"] == pytest.approx([2 / 3, 2 / 3])
+    assert entry["acceptance_histogram"] == [1, 0, 2]
+    assert entry["acceptance_histogram_by_draft_length"] == {"2": [1, 0, 2]}
+    assert entry["mean_acceptance_length"] == pytest.approx(1 + 4 / 3)
+    assert entry["acceptance_rate"] == pytest.approx(4 / 6) and entry["drafting_rounds"] == 3
     assert entry["predicted_speedup"] == pytest.approx(0.9692307)
     assert entry["predicted_speedup_steady"] == pytest.approx(0.14 / 0.13)
     assert entry["first_round_s"] == pytest.approx(0.52)
@@ -352,7 +358,8 @@ def test_stats_view():
     c.print(render.stats_view(why_prompt_run()))
     text = out.getvalue()
     lines = text.splitlines()
-    assert any("mean accepted per drafting round" in line and "1.33" in line for line in lines)
+    assert any("mean acceptance length" in line and "2.33" in line for line in lines)
+    assert any("accepted / drafted" in line and "4/6 (67%)" in line for line in lines)
     assert any("predicted speedup (this run)" in line and "0.97x at γ 2" in line for line in lines)
     assert any("predicted, long outputs" in line and "1.08x" in line for line in lines)
     assert any("best γ (predicted)" in line and "16 (1.27x)" in line for line in lines)
@@ -360,6 +367,7 @@ def test_stats_view():
     # position 0: 2 of 3 judged drafts accepted; 1 round accepted 0 drafts, 2 rounds accepted 2
     chart = [line.split() for line in lines if line.strip()[:2] in ("0 ", "1 ", "2 ")]
     assert chart[0][:4] == ["0", "2/3", "67%", render.bar(2 / 3).strip()]
+    assert chart[0][4:6] == ["67%", "1"]  # unconditional: 2 of 3 drafting rounds; 1 round accepted 0
     assert chart[1][:4] == ["1", "2/2", "100%", render.bar(1.0).strip()]
     assert chart[2] == ["2", "2", render.bar(1.0).strip()]
     assert "cost model: drafter step 10.0 ms · verify by width {1: 60.0 ms, 3: 100.0 ms}" in text

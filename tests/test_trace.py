@@ -9,7 +9,16 @@ import time
 import pytest
 
 from repl.runs import StrategyRun
-from repl.trace import FORMAT, TraceError, check_writable, prompt_record, read_trace, trace_document, write_trace
+from repl.trace import (
+    FORMAT,
+    OLD_ACCEPTANCE_NAMES,
+    TraceError,
+    check_writable,
+    prompt_record,
+    read_trace,
+    trace_document,
+    write_trace,
+)
 from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_pair, child_env
 from tests.test_repl_render import WordTokenizer, why_prompt_run
 
@@ -72,15 +81,17 @@ def test_failed_strategies_survive_the_round_trip(tmp_path):
     ('{"kind": "something else", "format": 1}', 'not a trace file (no "kind"'),
     ('{"kind": "specdec-trace", "format": 99, "prompts": []}', "trace format 99 is not one this version reads"),
     ('{"kind": "specdec-trace", "prompts": []}', "trace format None is not one"),
-    ('{"kind": "specdec-trace", "format": 1}', "a damaged trace file (missing 'prompts')"),
-    ('{"kind": "specdec-trace", "format": 1, "prompts": []}', "the trace holds no prompts"),
-    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p"}]}', "missing 'strategies'"),
-    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p", "strategies": {"nope": {}}}]}',
+    ('{"kind": "specdec-trace", "format": 2}', "a damaged trace file (missing 'prompts')"),
+    ('{"kind": "specdec-trace", "format": 2, "prompts": []}', "the trace holds no prompts"),
+    ('{"kind": "specdec-trace", "format": 2, "prompts": [{"prompt": "p"}]}', "missing 'strategies'"),
+    ('{"kind": "specdec-trace", "format": 2, "prompts": [{"prompt": "p", "strategies": {"nope": {}}}]}',
      "unknown strategy 'nope'"),
-    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p", "strategies": '
+    ('{"kind": "specdec-trace", "format": 2, "prompts": [{"prompt": "p", "strategies": '
      '{"target": {"result": {"trace": [{"drafted": [1], "colour": 3}]}}}}]}', "a damaged trace file"),
-    ('{"kind": "specdec-trace", "format": 1, "prompts": [{"prompt": "p", "settings": {"processor": '
+    ('{"kind": "specdec-trace", "format": 2, "prompts": [{"prompt": "p", "settings": {"processor": '
      '{"name": "magic"}}, "strategies": {}}]}', "unknown processor"),
+    ('{"kind": "specdec-trace", "format": 1, "prompts": []}',
+     "trace format 1 is no longer read: the trace was written by an older version"),
 ])
 def test_bad_trace_files_are_one_line(tmp_path, content, message):
     path = tmp_path / "bad.json"
@@ -88,6 +99,27 @@ def test_bad_trace_files_are_one_line(tmp_path, content, message):
     with pytest.raises(TraceError) as info:
         read_trace(str(path))
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_trace_with_the_old_acceptance_names_replays_with_one_line_naming_them(tmp_path):
+    path = saved(tmp_path)
+    data = json.loads(open(path).read())
+    entry = data["prompts"][0]["strategies"]["speculative"]
+    for new in ("mean_acceptance_length", "conditional_acceptance_per_position", "acceptance_histogram",
+                "acceptance_rate_per_position", "acceptance_histogram_by_draft_length", "drafting_rounds"):
+        entry.pop(new)
+    entry.update(acceptance_by_position=[2 / 3, 1.0], accepted_length_histogram=[1, 0, 2], mean_accepted_length=4 / 3)
+    old = tmp_path / "old_names.json"
+    old.write_text(json.dumps(data))
+    assert read_trace(path).notes == []
+    trace = read_trace(str(old))
+    assert len(trace.notes) == 1 and all(name in trace.notes[0] for name in OLD_ACCEPTANCE_NAMES)
+    # the numbers come from the rounds either way
+    assert trace.prompts[0].to_dict() == read_trace(path).prompts[0].to_dict()
+    done = _infer(["--replay", str(old)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if "old acceptance names" in line] == [trace.notes[0]]
+    assert "mean acceptance length 2.33" in done.stdout
 
 
 def test_unreadable_paths(tmp_path):
@@ -183,10 +215,16 @@ def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
     assert all(r.gamma <= 3 for r in spec.result.trace)
     assert len(spec.pieces) == len(spec.result.trace)
     entry = printed[0]["strategies"]["speculative"]
-    for field in ("phases", "acceptance_by_position", "accepted_length_histogram", "mean_accepted_length",
-                  "predicted_speedup", "best_gamma", "rollback", "gamma_policy"):
+    for field in ("phases", "mean_acceptance_length", "acceptance_rate_per_position",
+                  "conditional_acceptance_per_position", "acceptance_histogram",
+                  "acceptance_histogram_by_draft_length", "predicted_speedup", "best_gamma", "rollback",
+                  "gamma_policy"):
         assert field in entry, field
-    assert sum(entry["accepted_length_histogram"]) == sum(1 for r in spec.result.trace if r.drafted)
+    for old in OLD_ACCEPTANCE_NAMES:
+        assert old not in entry, old
+    drafting = sum(1 for r in spec.result.trace if r.drafted)
+    assert sum(entry["acceptance_histogram"]) == entry["drafting_rounds"] == drafting
+    assert entry["mean_acceptance_length"] == pytest.approx(1 + spec.result.accepted / drafting)
 
     replay = _infer(["--replay", str(all_path)], tmp_path)
     assert replay.returncode == 0, replay.stderr
