@@ -99,6 +99,20 @@ def parse_self_drafters(text: str) -> list[str]:
     return list(dict.fromkeys(labels))
 
 
+def _verify_rules(text: str) -> list[str]:
+    """``residual,block``: chain verify rule names, each once, in the order given."""
+    from generation.verify_names import VERIFY_RULE_NAMES
+
+    rules = []
+    for word in (w.strip().lower() for w in text.split(",")):
+        if word not in VERIFY_RULE_NAMES:
+            raise argparse.ArgumentTypeError(f"unknown verify rule {word!r}; choose from "
+                                             f"{', '.join(VERIFY_RULE_NAMES)}")
+        if word not in rules:
+            rules.append(word)
+    return rules
+
+
 def _self_drafters(text: str) -> list[str]:
     try:
         return parse_self_drafters(text)
@@ -192,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--assisted-confidence", type=float, default=0.0,
                    help="HF assisted: assistant_confidence_threshold; 0 (default) drafts exactly "
                         "gamma tokens a round like ours, transformers' own default is 0.4")
+    d.add_argument("--verify", type=_verify_rules, default=["residual"], metavar="RULES",
+                   help="chain verify rules, each of our chain variants once per rule, side by side, e.g. "
+                        "residual,block,strict (default: residual, the token rule; see docs/verify.md)")
     d.add_argument("--uag", choices=("slem", "tli"), default="slem",
                    help="a drafter with another tokenizer: draft through text (slem, default) or over "
                         "the shared vocabulary (tli); see docs/models.md")
@@ -222,7 +239,8 @@ def settings_dict(args, prompt_count: int) -> dict:
         "processor": args.processor.command_text(),
         "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
-        "assisted_confidence": args.assisted_confidence, "uag": args.uag, "repeats": args.repeats,
+        "assisted_confidence": args.assisted_confidence, "uag": args.uag, "verify": args.verify,
+        "repeats": args.repeats,
         "warmup": args.warmup, "seed": args.seed, "device_arg": args.device,
         "dtype_arg": args.dtype, "expect": [e.text for e in args.expect],
     }

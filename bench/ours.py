@@ -36,7 +36,7 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
                     tree=getattr(variant, "tree", 0), tree_branch=tree_branch, tree_sample=tree_sample,
-                    inspect=False)
+                    verify=getattr(variant, "verify", "residual"), inspect=False)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,

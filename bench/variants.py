@@ -18,12 +18,17 @@ gamma 4). Tree variants have no transformers peer.
 A speculative variant may draft with a self-drafter made from the target
 instead of the pair's drafter (``--self-drafters``): ``speculative[self:int8]@4``,
 ``speculative[self:skip=3,5]+tree16@4``; constant gammas and trees only, no peer.
+
+A chain variant of ours may verify with another rule than the token rule
+(``--verify``; ``generation.verify_rules``): ``speculative@4~block``,
+``ngram@4~strict``; the rule is the name's last part, and such a variant has no
+peer (transformers verifies with the token rule only).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 OURS = ("speculative", "ngram", "target", "drafter")
 PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup")
@@ -32,6 +37,7 @@ DRAFTING = frozenset({"speculative", "ngram", "hf_assisted", "hf_prompt_lookup"}
 PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_prompt_lookup"}
 BASELINE = "target"
 CONSTANT = "constant"
+RESIDUAL = "residual"  # the token rule: the one transformers' decoders use
 
 # The policies run besides constant gamma, each with its gamma (start or maximum).
 DEFAULT_POLICIES = (("heuristic", 4), ("confidence 0.4", 20), ("model", 16))
@@ -64,6 +70,7 @@ class Variant:
     policy: str = CONSTANT
     tree: int = 0
     drafter: str = ""       # a self-drafter spec (``self:int8``) drafting instead of the pair's drafter
+    verify: str = RESIDUAL  # the chain verify rule (generation.verify_rules)
 
     @property
     def name(self) -> str:
@@ -74,7 +81,8 @@ class Variant:
         middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
         tree = f"+tree{self.tree}" if self.tree else ""
         drafter = f"[{self.drafter}]" if self.drafter else ""
-        return f"{self.strategy}{drafter}{tree}{middle}@{self.gamma}"
+        rule = f"~{self.verify}" if self.verify != RESIDUAL else ""
+        return f"{self.strategy}{drafter}{tree}{middle}@{self.gamma}{rule}"
 
     @property
     def constant(self) -> bool:
@@ -87,6 +95,8 @@ class Variant:
             base = f"{base} {self.drafter}"
         if self.tree:
             base = f"{base} tree {self.tree}"
+        if self.verify != RESIDUAL:
+            base = f"{base} {self.verify}"
         if self.gamma is None:
             return base
         if self.constant:
@@ -121,7 +131,7 @@ class Variant:
         policies have no peer.
         """
         other = PEER_OF.get(self.strategy)
-        if other is None or self.tree or self.drafter:
+        if other is None or self.tree or self.drafter or self.verify != RESIDUAL:
             return None
         if self.constant or self.gamma is None:
             return Variant(other, self.gamma)
@@ -141,6 +151,7 @@ _DRAFTER = re.compile(r"^([^\[@:+]+)\[([^\]]*)\](.*)$")  # strategy[drafter]rest
 
 def parse_variant_name(name: str) -> Variant:
     """The inverse of ``Variant.name``."""
+    name, _, rule = name.partition("~")
     drafter = ""
     if (found := _DRAFTER.match(name)) is not None:
         name, drafter = found.group(1) + found.group(3), found.group(2)
@@ -148,12 +159,14 @@ def parse_variant_name(name: str) -> Variant:
     strategy, _, key = head.partition(":")
     policy = " ".join(key.split("=")) if key else CONSTANT
     strategy, _, tree = strategy.partition("+tree")
-    return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter)
+    return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter,
+                   rule or RESIDUAL)
 
 
 def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   policies: list[tuple[str, int]] | None = None,
-                  trees: list[int] | None = None, self_drafters: list[str] | None = None) -> list[Variant]:
+                  trees: list[int] | None = None, self_drafters: list[str] | None = None,
+                  verifies: list[str] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
@@ -162,6 +175,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     variants may share one), so a pair is measured back to back. Each spec of
     ``self_drafters`` runs speculative decoding with that self-drafter at every
     constant gamma, chains and trees, right after the pair's own drafter.
+    ``verifies`` (default: the token rule alone) are the chain verify rules each
+    of our chain variants runs with, one variant per rule, side by side.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
@@ -178,6 +193,9 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
         if strategy == "speculative" or (strategy == BASELINE and "speculative" not in chosen):
             mine += [Variant("speculative", g, tree=n, drafter=spec) for spec in (self_drafters or [])
                      for n in [0, *(trees or [])] for g in gammas]
+        rules = verifies or [RESIDUAL]
+        mine = [replace(v, verify=rule) if rule != RESIDUAL else v
+                for v in mine for rule in (rules if v.gamma is not None and not v.tree else [RESIDUAL])]
         for variant in mine:
             out.append(variant)
             if peers and variant.peer is not None and variant.peer not in out:

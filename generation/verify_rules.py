@@ -32,6 +32,7 @@ import torch
 
 from generation import accept
 from generation.accept import Sampler, accept_drafts
+from generation.verify_names import VERIFY_RULE_NAMES
 
 Rule = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -184,11 +185,7 @@ def accept_strict(
     return n, draws[n]
 
 
-VERIFY_RULES: dict[str, Rule] = {
-    "residual": accept_drafts,
-    "block": accept_block,
-    "strict": accept_strict,
-}
+VERIFY_RULES: dict[str, Rule] = dict(zip(VERIFY_RULE_NAMES, (accept_drafts, accept_block, accept_strict)))
 
 
 def verify_rule(name: str) -> Rule:

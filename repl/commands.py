@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from repl.settings import (GAMMA_POLICIES, NGRAM_STORAGES, PROCESSOR_ARGS, STRATEGIES, UAG_METHODS,
-                           ProcessorSpec, Settings)
+                           VERIFY_RULE_NAMES, ProcessorSpec, Settings)
 
 GAMMA_RANGE = (1, 128)
 LENGTH_RANGE = (1, 1_000_000)
@@ -242,6 +242,15 @@ def parse_uag(words: list[str], settings: Settings | None = None) -> Update:
     return Update({"uag": name})
 
 
+def parse_verify(words: list[str], settings: Settings | None = None) -> Update:
+    """``residual|block|strict``."""
+    name = _one_word(words, "rule").lower()
+    if name not in VERIFY_RULE_NAMES:
+        hint = _closest(name, VERIFY_RULE_NAMES)
+        raise CommandError(f"unknown verify rule {words[0]!r}{hint}; choose {', '.join(VERIFY_RULE_NAMES)}")
+    return Update({"verify": name})
+
+
 STRATEGY_WORDS = {**{k: k for k in STRATEGIES}, "nasd": "ngram", "spec": "speculative"}
 
 
@@ -367,6 +376,12 @@ COMMANDS: dict[str, Command] = {
                 "a drafter with another tokenizer: slem drafts through text (any processor), tli "
                 "samples over the shared vocabulary; both are lossless",
                 parse_uag, show=lambda s: s.uag, values=UAG_METHODS, flag="uag"),
+        Command("verify", "residual|block|strict",
+                "the chain verify rule: residual (the token rule of Leviathan et al.), block (block "
+                "verification, Sun et al. 2025: the drafts judged jointly, never fewer accepted in "
+                "expectation) or strict (a draft kept iff it equals the target's own draw); all three "
+                "lossless; token trees keep their own rules",
+                parse_verify, show=lambda s: s.verify, values=VERIFY_RULE_NAMES, flag="verify"),
         Command("config", "", "show every setting and the models", _no_args("config")),
         Command("stats", "", "the last prompt's acceptance by position, accepted lengths, "
                 "phase times and the speedup model", _no_args("stats")),

@@ -139,7 +139,8 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
     policy = run.result.gamma_policy
     accepted = why.acceptance.mean_acceptance_length - 1.0
     parts = [f"mean accepted {accepted:.2f} per drafting round at gamma {why.gamma}"
-             + (f" ({policy})" if policy and policy != "constant" else "")]
+             + (f" ({policy})" if policy and policy != "constant" else "")
+             + (f" · verify {run.result.verify_rule}" if run.result.verify_rule else "")]
     target_pending = prompt_run.settings.get("target") and not any(r.key == "target" for r in prompt_run.runs)
     if target_pending:
         parts.append("predicted speedup and best gamma: in the comparison, once target AR has run")
@@ -396,6 +397,8 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
         row("best tree nodes (predicted)", lambda run, why: "-" if why.tree is None
             else f"{why.tree['best_nodes']} ({_x(why.tree['best_nodes_speedup'])})")
     row("gamma policy", lambda run, why: run.result.gamma_policy or "-")
+    row("verify rule", lambda run, why: run.result.verify_rule or (f"tree ({run.result.tree_rule})"
+                                                                   if run.result.tree_rule else "-"))
     if any(why.what_if is not None for _, why in whys):
         rtt = next(why.what_if.rtt_ms for _, why in whys if why.what_if is not None)
         row(f"at a {rtt:g} ms round trip (/rtt): predicted",
@@ -468,7 +471,8 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
             continue
         colour = STRATEGY_COLOURS[run.key]
         parts.append(Text(""))
-        parts.append(Text(f"{run.label}: acceptance by draft position, accepted drafts per round",
+        rule = f" (verify {run.result.verify_rule})" if run.result.verify_rule else ""
+        parts.append(Text(f"{run.label}{rule}: acceptance by draft position, accepted drafts per round",
                           style=f"bold {colour}"))
         if not why.acceptance.histogram:
             parts.append(Text("no round drafted anything", style="dim"))
@@ -507,7 +511,8 @@ def prompt_line(prompt_run: PromptRun) -> str:
     s = settings_from_dict(prompt_run.settings)
     chat = "chat template" if s.chat else "raw text"
     return (f"prompt: {len(prompt_run.prompt_ids)} tokens ({chat}) · {s.processor.describe()} · "
-            f"up to {s.length} new tokens · seed {s.seed} · gamma {s.gamma} {s.gamma_policy_text()}")
+            f"up to {s.length} new tokens · seed {s.seed} · gamma {s.gamma} {s.gamma_policy_text()} · "
+            f"verify {s.verify}")
 
 
 def environment_lines(env: dict) -> list[str]:
@@ -572,6 +577,8 @@ def toolbar_text(settings: Settings) -> str:
                           (("speculative", "spec"), ("ngram", "nasd"), ("target", "target"),
                            ("drafter", "drafter")))
     toggles = " ".join(f"{mark(getattr(settings, k))}{k}" for k in ("cache", "chat", "debug", "live"))
+    if settings.verify != Settings().verify:
+        toggles += f" | verify {settings.verify}"
     if settings.rtt:
         toggles += f" | rtt {settings.rtt:g} ms"
     if settings.rtt_inject:

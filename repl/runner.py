@@ -171,4 +171,5 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         tree=settings.tree,
         tree_branch=settings.tree_branch,
         tree_sample=settings.tree_sample,
+        verify=settings.verify,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from generation.verify_names import VERIFY_RULE_NAMES
 from sampling.spec import PROCESSOR_ARGS, ProcessorSpec, fmt_number
 
 # The decoding strategies, in the order a prompt runs them.
@@ -59,6 +60,7 @@ class Settings:
     tree_branch: int = 2          # children per expanded tree node
     tree_sample: bool = True      # under sampling: children drawn from q, recursive rejection sampling
     uag: str = "slem"  # a drafter with another tokenizer: "slem" or "tli"
+    verify: str = "residual"  # the chain verify rule: one of VERIFY_RULE_NAMES
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""
