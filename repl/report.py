@@ -13,15 +13,13 @@ comparison table. Every piece of text is escaped. No torch.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from html import escape
 from pathlib import Path
 
 from generation.result import Round
 from repl.render import COMPARISON_COLUMNS, comparison_cells, environment_lines, prompt_line
 from repl.runs import PromptRun, StrategyRun
-from repl.trace import TraceError
+from repl.trace import TraceError, write_whole
 
 COLOURS = {"speculative": "#2e7d32", "ngram": "#00838f", "target": "#1565c0", "drafter": "#8e24aa"}
 DRAFT_FILL, VERIFY_FILL = "#f9a825", "#1e88e5"
@@ -220,18 +218,6 @@ def report_html(prompt_runs: list[PromptRun], environment: dict, *, created: str
 
 def write_report(path: str, prompt_runs: list[PromptRun], environment: dict, *, created: str = "") -> None:
     """Write the page to ``path`` whole (a temporary file, then a rename); TraceError (one line) on failure."""
-    target = Path(path).expanduser()
-    if target.is_dir():
+    if Path(path).expanduser().is_dir():
         raise TraceError(f"cannot write report to {path!r}: it is a directory")
-    text = report_html(prompt_runs, environment, created=created)
-    try:
-        handle, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent or ".")
-    except OSError as e:
-        raise TraceError(f"cannot write report to {path!r}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise TraceError(f"cannot write report to {path!r}: {e.strerror or e}") from None
+    write_whole(path, report_html(prompt_runs, environment, created=created), "report", ".html")

@@ -135,21 +135,30 @@ def trace_document(records: list[dict], env: dict) -> dict:
 
 def write_trace(path: str, document: dict) -> None:
     """Write ``document`` to ``path`` whole (a temporary file, then a rename)."""
+    try:
+        text = json.dumps(document, ensure_ascii=False) + "\n"
+    except (TypeError, ValueError) as e:
+        raise TraceError(f"cannot write trace to {path!r}: {e}") from None
+    write_whole(path, text, "trace", ".json")
+
+
+def write_whole(path: str, text: str, what: str, suffix: str) -> None:
+    """Write ``text`` to ``path`` whole: a temporary file beside it, then a rename, so a reader
+    never sees half a file; ``what`` names the file in the one-line TraceError on failure."""
     target = Path(path).expanduser()
     if target.is_dir():
-        raise TraceError(f"cannot write trace to {path!r}: it is a directory")
+        raise TraceError(f"cannot write {what} to {path!r}: it is a directory")
     try:
-        handle, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=target.parent or ".")
+        handle, tmp = tempfile.mkstemp(prefix=f".{what}-", suffix=suffix, dir=target.parent or ".")
     except OSError as e:
-        raise TraceError(f"cannot write trace to {path!r}: {e.strerror or e}") from None
+        raise TraceError(f"cannot write {what} to {path!r}: {e.strerror or e}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as f:
-            json.dump(document, f, ensure_ascii=False)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, target)
-    except (OSError, TypeError, ValueError) as e:
+    except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise TraceError(f"cannot write trace to {path!r}: {getattr(e, 'strerror', None) or e}") from None
+        raise TraceError(f"cannot write {what} to {path!r}: {e.strerror or e}") from None
 
 
 def check_writable(path: str) -> None:
