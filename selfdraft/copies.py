@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import inspect
+import warnings
 
 import torch
 
@@ -42,6 +43,8 @@ WEIGHT_ONLY_DTYPE = torch.bfloat16  # the weight-only route's activations
 # torch's weight-only int8 kernel reads the inner dimension in blocks of 16: on
 # torch 2.13 another width gave wrong sums or ended the process. Narrower layers stay in bfloat16.
 WEIGHT_ONLY_BLOCK = 16
+# The start of torch's deprecation warning for quantized tensor types, which the torch route creates.
+QUANTIZED_TENSOR_WARNING = r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized tensor"
 
 
 def precision_copy(model, dtype: torch.dtype) -> torch.nn.Module:
@@ -138,7 +141,14 @@ def _torch_dynamic(model, keep_float: set[str]):
     linears = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     spec = ({torch.nn.Linear: per_channel} if not keep_float
             else {name: per_channel for name in linears - keep_float})
-    return torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
+    with warnings.catch_warnings():
+        # torch 2.13 warns, once per process, that quantized tensor types (torch.qint8) are deprecated:
+        # quantize_dynamic holds each int8 weight as one, and fbgemm's int8 kernel takes no other.
+        # Plain int8 tensors and scales do not replace it: activations quantised by hand and
+        # multiplied by torch._int_mm ran over 10x slower per layer (576 -> 1536, one token) and
+        # rounded differently. A user can do nothing about the warning, so a start stays quiet.
+        warnings.filterwarnings("ignore", message=QUANTIZED_TENSOR_WARNING, category=UserWarning)
+        return torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
 
 
 def _with_fallbacks(model, quantise, route: str):

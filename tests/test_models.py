@@ -838,16 +838,18 @@ def test_each_transformers_major_version_gets_its_own_default_cache(monkeypatch,
     assert default_model_dir(tmp_path) == five and len(calls) == 2  # reused, not rebuilt
 
 
-def test_a_new_conversion_removes_the_unversioned_cache_of_format_1(monkeypatch, tmp_path):
-    monkeypatch.setattr(default_model, "convert_gguf", _fake_conversion([]))
-    old = tmp_path / "models" / "SmolLM2-135M-Instruct-Q4_1-float32"
-    old.mkdir(parents=True)
-    marker = {"gguf": default_model.DEFAULT_GGUF, "bytes": 1, "format": 1, "dtype": "float32"}
-    (old / default_model.MARKER).write_text(json.dumps(marker))
-    stranger = tmp_path / "models" / "something-else"
-    stranger.mkdir()
-    new = default_model_dir(tmp_path)
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted([new.name, stranger.name])
+def test_a_cache_of_an_older_format_is_rebuilt_in_place_and_nothing_else_is_touched(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(default_model, "convert_gguf", _fake_conversion(calls))
+    current = default_model_dir(tmp_path)
+    # The same folder, complete, but written by an older version of the conversion.
+    marker = json.loads((current / default_model.MARKER).read_text())
+    (current / default_model.MARKER).write_text(json.dumps({**marker, "format": default_model.CACHE_FORMAT - 1}))
+    neighbour = tmp_path / "models" / "SmolLM2-135M-Instruct-Q4_1-float32"  # any other folder, old caches included
+    neighbour.mkdir()
+    assert default_model_dir(tmp_path) == current and len(calls) == 2
+    assert json.loads((current / default_model.MARKER).read_text()) == marker
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted([current.name, neighbour.name])
 
 
 def test_an_interrupted_conversion_leaves_no_cache_behind(monkeypatch, tmp_path):

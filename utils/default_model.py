@@ -12,8 +12,8 @@ Each major version of transformers gets its own cache folder (``...-float32-tf4`
 the files one writes are not read back the same by the other. A config saved by 5.x keeps
 ``rope_theta`` inside ``rope_parameters``, which 4.57 does not read (it would silently fall back to
 its default 10000 instead of SmolLM2's 100000), and its tokenizer class ``TokenizersBackend`` does
-not exist in 4.57. The older single folder (``...-float32``, cache format 1) is deleted after a
-new conversion.
+not exist in 4.57. A cache whose marker does not match what this version would write is rebuilt
+in place, with the usual "Converting ..." line.
 """
 
 from __future__ import annotations
@@ -194,22 +194,7 @@ def default_model_dir(cache_dir: str | os.PathLike | None = None, progress: Prog
         if isinstance(exc, Exception):
             raise explain_load_error(exc, DEFAULT_LABEL) from exc
         raise
-    remove_unversioned_cache(models)
     return final
-
-
-def remove_unversioned_cache(models: Path) -> None:
-    """Delete the cache folder of format 1 (one folder for every transformers version, ~810 MB).
-
-    Only a folder that carries this project's marker naming the default GGUF is removed.
-    """
-    old = models / f"{DEFAULT_LABEL}-Q4_1-float32"
-    try:
-        marker = json.loads((old / MARKER).read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(marker, dict) and marker.get("gguf") == DEFAULT_GGUF and marker.get("format") == 1:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def weights_subfolder(folder: Path, dtype) -> str | None:
