@@ -13,9 +13,8 @@ from repl.session import Session
 from repl.settings import Settings
 from repl.trace import prompt_record, read_trace, trace_document, write_trace
 from sampling import GreedyProcessor
-from tests.test_repl_render import console, fake_pair, why_prompt_run
-from tests.test_report import HtmlTokenizer, inspected_prompt_run
-from tests.test_trace import ENV, _infer
+from tests.helpers.repl import ENV, console, fake_pair, infer, why_prompt_run
+from tests.helpers.report import HtmlTokenizer, inspected_prompt_run
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +120,7 @@ def test_replay_shows_the_inspector_for_a_new_trace(prompt_run, tmp_path):
     assert back.format == 2
     for old, new in zip(prompt_run.runs, back.prompts[0].runs):
         assert new.result.trace == old.result.trace       # inspections included, exactly
-    done = _infer(["--replay", str(path)], tmp_path)
+    done = infer(["--replay", str(path)], tmp_path)
     assert done.returncode == 0, done.stderr
     index = default_round(prompt_run.runs[0].result.trace)
     assert f"inspector (in a session: /inspect speculative {index + 1})" in done.stdout
@@ -136,14 +135,14 @@ def test_replay_of_an_old_trace_says_it_lacks_the_numbers(tmp_path):
         record.pop("token_text", None)
     path.write_text(json.dumps(document))
     assert read_trace(str(path)).format == 1
-    done = _infer(["--replay", str(path)], tmp_path)
+    done = infer(["--replay", str(path)], tmp_path)
     assert done.returncode == 0, done.stderr
     lines = [l for l in done.stdout.splitlines() if "per-token numbers" in l]
     assert lines == [NO_NUMBERS.format(label="Speculative")]
 
 
 def test_save_html_in_a_session(prompt_run, tmp_path, monkeypatch):
-    from tests.test_report import parse
+    from tests.helpers.report import parse
 
     session, out = session_with(prompt_run, monkeypatch)
     monkeypatch.setattr(session, "environment", lambda: ENV)

@@ -10,12 +10,7 @@ import pytest
 
 from repl.runs import StrategyRun
 from repl.trace import FORMAT, TraceError, check_writable, prompt_record, read_trace, trace_document, write_trace
-from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_pair, child_env
-from tests.test_repl_render import WordTokenizer, why_prompt_run
-
-ENV = {"target": "t-model (float32)", "drafter": "d-model (float32)", "device": "cpu",
-       "versions": {"python": "3.x", "torch": "2.x", "transformers": "5.x"}}
-
+from tests.helpers.repl import ENV, PYTHON, REPO, WordTokenizer, build_pair, child_env, infer, why_prompt_run
 
 def saved(tmp_path, prompt_runs=None) -> str:
     path = tmp_path / "trace.json"
@@ -108,11 +103,6 @@ def test_unreadable_paths(tmp_path):
 
 # ------------------------------------------------------------------ --replay
 
-def _infer(args, tmp_path, stdin="", timeout=60):
-    return subprocess.run([PYTHON, str(INFER), *args], cwd=REPO, env=child_env(tmp_path), input=stdin,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def test_replay_renders_without_torch_and_fast(tmp_path):
     path = saved(tmp_path)
     code = ("import sys, runpy; sys.argv = ['infer.py', '--replay', sys.argv[1]]\n"
@@ -139,13 +129,13 @@ def test_replay_renders_without_torch_and_fast(tmp_path):
 def test_replay_of_a_bad_file_is_one_line(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    done = _infer(["--replay", str(path)], tmp_path)
+    done = infer(["--replay", str(path)], tmp_path)
     assert done.returncode == 2 and message in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_trace_out_to_a_bad_path_exits_before_loading(tmp_path):
-    done = _infer(["--trace-out", str(tmp_path / "no" / "t.json"), "--prompt", "x"], tmp_path, timeout=30)
+    done = infer(["--trace-out", str(tmp_path / "no" / "t.json"), "--prompt", "x"], tmp_path, timeout=30)
     assert done.returncode == 2 and "cannot write trace to" in done.stderr and "no directory" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -161,7 +151,7 @@ def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
     target, drafter = pair
     saved_path, all_path = tmp_path / "last.json", tmp_path / "all.json"
     script = f"/gamma 3\nthe water is hot and the water is\n/save {saved_path}\n/stats\na new line\n"
-    done = _infer(["--target", str(target), "--drafter", str(drafter), "--length", "12", "--json",
+    done = infer(["--target", str(target), "--drafter", str(drafter), "--length", "12", "--json",
                    "--trace-out", str(all_path)], tmp_path, stdin=script, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "trace saved to" in done.stderr and "Why (last prompt)" in done.stderr
@@ -188,7 +178,7 @@ def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
         assert field in entry, field
     assert sum(entry["accepted_length_histogram"]) == sum(1 for r in spec.result.trace if r.drafted)
 
-    replay = _infer(["--replay", str(all_path)], tmp_path)
+    replay = infer(["--replay", str(all_path)], tmp_path)
     assert replay.returncode == 0, replay.stderr
     assert "prompt 2 of 2" in replay.stdout and "Comparison" in replay.stdout
     assert spec.text.split()[0] in replay.stdout
