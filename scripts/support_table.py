@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/support_table.py [--families llama,mamba2] [--out docs/architectures.md]
 
-Runs the checks of tests/arch_zoo.py (the same ones tests/test_architectures.py
+Runs the checks of tests/helpers/arch_zoo.py (the same ones tests/test_architectures.py
 asserts) on every family and writes docs/architectures.md: a fixed introduction,
 then one table per transformers version. Running it under another Python (say
 the transformers 4.57 floor environment) adds or replaces that version's table
@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from tests import arch_zoo  # noqa: E402
+from tests.helpers import arch_zoo  # noqa: E402
 
 DEFAULT_OUT = REPO / "docs" / "architectures.md"
 SECTION = re.compile(r"<!-- table: transformers (?P<version>\S+) -->\n.*?<!-- end table -->\n", re.S)
@@ -32,7 +32,7 @@ INTRO = f"""\
 # Architecture support
 
 Which model families each decoding strategy runs on, checked on tiny random
-models built offline from configs (`tests/arch_zoo.py`; hidden size 32 (64 for xLSTM), 2-4
+models built offline from configs (`tests/helpers/arch_zoo.py`; hidden size 32 (64 for xLSTM), 2-4
 layers, vocabulary {arch_zoo.VOCAB}, weights initialised with a range of {arch_zoo.WIDE_INIT:g} (ten
 times transformers' default) and the output layer scaled by {arch_zoo.LOGIT_SCALE:g}, so the
 argmax is decisive and a wrong cached state shows in the tokens). Each family has a

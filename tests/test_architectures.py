@@ -1,4 +1,4 @@
-"""Every strategy on every architecture family of the zoo (tests/arch_zoo.py).
+"""Every strategy on every architecture family of the zoo (tests/helpers/arch_zoo.py).
 
 Greedy: autoregressive (cache on and off), speculative decoding (the family's
 drafter at several gammas, and the target drafting for itself) and NASD are
@@ -22,8 +22,8 @@ import torch
 
 import generation.accept
 import generation.verify
-from tests import arch_zoo
-from tests.arch_zoo import CHECKS, FAMILIES, run_check
+from tests.helpers import arch_zoo
+from tests.helpers.arch_zoo import CHECKS, FAMILIES, run_check
 from utils.cache import TRANSFORMERS_RELEASE
 
 CASES = [(name, spec) for name in FAMILIES for spec in CHECKS if spec.applies(name)]

@@ -26,6 +26,7 @@ from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variant
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, NGramOptions
 from sampling import GreedyProcessor
+from tests.helpers.models import tiny_llama
 
 # ---------------------------------------------------------------- prompt sets
 
@@ -426,17 +427,9 @@ def _tiny_tokenizer(tmp_path):
 
 
 def _tiny_llama(seed, vocab_size):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, bos_token_id=None,
-                         eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)       # sharp distributions: no near-ties under greedy
-    return model
+    """A tiny Llama whose last id ends and pads; sharp distributions: no near-ties under greedy."""
+    return tiny_llama(seed, vocab_size=vocab_size, max_positions=512, logit_scale=8.0, bos_token_id=None,
+                      eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1)
 
 
 @pytest.fixture(scope="module")
@@ -571,7 +564,8 @@ def test_an_encoder_decoder_pair_runs_with_its_peers(tmp_path):
     """T5: ours and transformers' peers decode the same decoder tokens (the peers'
     output starts with the decoder start token, not the prompt)."""
     from bench.cli import main
-    from tests.test_models import tiny_t5, word_tokenizer
+    from tests.helpers.models import tiny_t5
+    from tests.helpers.tokenizers import word_tokenizer
 
     tokenizer = word_tokenizer(template=None)
     target = tiny_t5(3, d_model=64)

@@ -5,10 +5,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from generation import speculative_generate
 from sampling import GreedyProcessor
-from tests import arch_zoo
-from tests.tiny_models import tiny_llama
+from tests.helpers import arch_zoo
+from tests.helpers.decode import speculative
+from tests.helpers.models import tiny_llama
 from utils.cache import (
     CROP_ZERO_KEEPS,
     TRANSFORMERS_RELEASE,
@@ -96,8 +96,7 @@ def test_speculative_reports_the_rollback_it_used(name, expected):
     target, drafter = built(name), built(name, "drafter")
     try:
         with torch.inference_mode():
-            result = speculative_generate(PROMPT, drafter, target, logits_processor=GreedyProcessor(),
-                                          gamma=4, max_gen_len=24)
+            result = speculative(PROMPT, drafter, target, processor=GreedyProcessor(), gamma=4, max_gen_len=24)
     except UnsupportedCacheError as e:
         assert TRANSFORMERS_RELEASE < (5,), f"refused on a release that should support it: {e}"
         return

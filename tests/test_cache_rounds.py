@@ -4,10 +4,10 @@ token), and each forward feeds only unseen tokens."""
 import pytest
 import torch
 
-from generation import autoregressive_generate, speculative_generate
-from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, NucleusProcessor
-from tests.tiny_models import RecordingModel, tiny_llama
+from tests.helpers.decode import autoregressive, nasd, speculative
+from tests.helpers.models import RecordingModel, tiny_llama
 from utils.cache import CachedModel, cache_length, drop_last
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 2]
@@ -30,8 +30,8 @@ def test_speculative_cache_pinned_every_round(processor):
     target = RecordingModel(tiny_llama(0, logit_scale=5.0))
     drafter = RecordingModel(tiny_llama(1, logit_scale=5.0))
     with torch.inference_mode():
-        result = speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
-                                      max_gen_len=30, generator=torch.Generator().manual_seed(0))
+        result = speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=30,
+                             generator=torch.Generator().manual_seed(0))
     assert len(result.tokens) == 30
     check_target_calls(target.calls, result.trace, len(PROMPT))
     # The drafter too only ever sees unseen tokens: one or two per step after the first.
@@ -43,9 +43,8 @@ def test_speculative_cache_pinned_every_round(processor):
 def test_nasd_cache_pinned_every_round():
     target = RecordingModel(tiny_llama(0, logit_scale=20.0))
     with torch.inference_mode():
-        result = ngram_assisted_speculative_generate(
-            PROMPT, NGramStorage(3, 64), target, gamma=4, filler_top_k=3,
-            logits_processor=GreedyProcessor(), max_gen_len=30)
+        result = nasd(PROMPT, NGramStorage(3, 64), target, gamma=4, filler_top_k=3,
+                      processor=GreedyProcessor(), max_gen_len=30)
     check_target_calls(target.calls, result.trace, len(PROMPT))
     assert result.drafter_calls == 0
 
@@ -53,14 +52,14 @@ def test_nasd_cache_pinned_every_round():
 def test_autoregressive_feeds_one_token_per_step():
     model = RecordingModel(tiny_llama(0))
     with torch.inference_mode():
-        autoregressive_generate(PROMPT, model, logits_processor=GreedyProcessor(), max_gen_len=10)
+        autoregressive(PROMPT, model, processor=GreedyProcessor(), max_gen_len=10)
     assert model.calls == [(0, len(PROMPT))] + [(len(PROMPT) + i, 1) for i in range(9)]
 
 
 def test_without_cache_the_whole_sequence_is_fed():
     model = RecordingModel(tiny_llama(0))
     with torch.inference_mode():
-        autoregressive_generate(PROMPT, model, logits_processor=GreedyProcessor(), max_gen_len=4, use_cache=False)
+        autoregressive(PROMPT, model, processor=GreedyProcessor(), max_gen_len=4, use_cache=False)
     assert model.calls == [(0, len(PROMPT) + i) for i in range(4)]
 
 

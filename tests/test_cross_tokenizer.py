@@ -1,6 +1,6 @@
 """Drafters with another tokenizer (SLEM and TLI) stay lossless, and keep the two texts in step.
 
-Pairs are built offline (``tests/cross_pairs.py``): byte-level BPE against a
+Pairs are built offline (``tests/helpers/cross_pairs.py``): byte-level BPE against a
 SentencePiece-style Metaspace tokenizer with byte fallback, trained in memory
 on text with accents, CJK and emoji, and tiny random Llamas.
 """
@@ -11,14 +11,13 @@ import torch
 import engine.drafters
 import engine.run
 import generation.accept
-from cross_tokenizer import cross_tokenizer_drafter, cross_tokenizer_generate, vocab_map_of
+from cross_tokenizer import cross_tokenizer_drafter, vocab_map_of
 from cross_tokenizer.prompt import drafter_prompt
 from cross_tokenizer.text import TextView, complete, continuation, cut_word_tail
 from cross_tokenizer.vocab_map import VocabMap, special_ids, token_surfaces
 from engine import CrossTokenizerOptions, NGramOptions, Strategy, run_strategy
-from generation import autoregressive_generate
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
-from tests.cross_pairs import (
+from tests.helpers.cross_pairs import (
     byte_bpe,
     learned_pieces_bias,
     make_pair,
@@ -31,8 +30,9 @@ from tests.cross_pairs import (
     whole_character_bias,
     with_bias,
 )
-from tests.test_distribution import BOUND, chi_square_excess
-from tests.tiny_models import RecordingModel, tiny_llama
+from tests.helpers.decode import autoregressive, cross_tokenizer
+from tests.helpers.distribution import BOUND, chi_square_excess
+from tests.helpers.models import RecordingModel, tiny_llama
 from utils.vocab import encode_prompt, end_token_ids
 
 METHODS = ("slem", "tli")
@@ -169,9 +169,9 @@ def test_greedy_is_token_identical_to_target_ar(request, bpe, meta, method, orde
     pair = _greedy_pair(target_tok, drafter_tok)
     for text in PROMPTS:
         ids = encode_prompt(target_tok, text, chat=True)
-        ar = autoregressive_generate(ids, pair.target, logits_processor=GreedyProcessor(), max_gen_len=24)
-        out = cross_tokenizer_generate(ids, pair, logits_processor=GreedyProcessor(), method=method,
-                                       gamma=4, max_gen_len=24)
+        ar = autoregressive(ids, pair.target, processor=GreedyProcessor(), max_gen_len=24)
+        out = cross_tokenizer(ids, pair, processor=GreedyProcessor(), method=method,
+                              gamma=4, max_gen_len=24)
         assert out.tokens == ar.tokens, text
         assert out.drafted > 0
         assert out.cross_tokenizer["method"] == method and out.cross_tokenizer["retokenize_s"] > 0
@@ -200,9 +200,9 @@ def twin_pair(request):
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_greedy_with_a_partly_agreeing_drafter_accepts_and_rejects(twin_pair, method, use_cache):
     ids = encode_prompt(twin_pair.tokenizer, "Hello world", chat=True)
-    ar = autoregressive_generate(ids, twin_pair.target, logits_processor=GreedyProcessor(), max_gen_len=40)
-    out = cross_tokenizer_generate(ids, twin_pair, logits_processor=GreedyProcessor(), method=method,
-                                   gamma=4, max_gen_len=40, use_cache=use_cache)
+    ar = autoregressive(ids, twin_pair.target, processor=GreedyProcessor(), max_gen_len=40)
+    out = cross_tokenizer(ids, twin_pair, processor=GreedyProcessor(), method=method,
+                          gamma=4, max_gen_len=40, use_cache=use_cache)
     assert out.tokens == ar.tokens
     assert 0 < out.accepted < out.drafted
     assert out.cross_tokenizer["sync_misses"] == 0     # the drafter always spelt the committed text
@@ -220,8 +220,8 @@ def test_the_text_sync_is_what_keeps_the_drafter_useful(monkeypatch, twin_pair):
         accepted = drafted = 0
         for text in ("Hello world", "The quick brown fox", "def add(x, y):\n"):
             ids = encode_prompt(twin_pair.tokenizer, text, chat=True)
-            out = cross_tokenizer_generate(ids, twin_pair, logits_processor=GreedyProcessor(), method="slem",
-                                           gamma=4, max_gen_len=40)
+            out = cross_tokenizer(ids, twin_pair, processor=GreedyProcessor(), method="slem",
+                                  gamma=4, max_gen_len=40)
             accepted, drafted = accepted + out.accepted, drafted + out.drafted
         return accepted, accepted / drafted
 
@@ -332,8 +332,8 @@ def test_drafter_ar_runs_on_the_drafters_own_ids(monkeypatch, bpe, meta):
     """Mutation: fed the target's ids and end tokens, the drafter writes something else."""
     pair = _greedy_pair(bpe, meta)
     ids = encode_prompt(bpe, "Hello world", chat=True)
-    own = autoregressive_generate(drafter_prompt(bpe, meta, ids), pair.drafter, logits_processor=GreedyProcessor(),
-                                  max_gen_len=16, eos_tokens_id=end_token_ids(meta, pair.drafter))
+    own = autoregressive(drafter_prompt(bpe, meta, ids), pair.drafter, processor=GreedyProcessor(),
+                         max_gen_len=16, eos=end_token_ids(meta, pair.drafter))
     assert run_strategy(_greedy("drafter"), pair, ids).tokens == own.tokens
     monkeypatch.setattr(engine.run, "has_own_tokenizer", lambda pair: False)
     assert run_strategy(_greedy("drafter"), pair, ids).tokens != own.tokens
@@ -417,8 +417,8 @@ def excess(pair, method, processor) -> tuple[float, int, int]:
     drafted = accepted = 0
     with torch.inference_mode():
         for _ in range(SAMPLES):
-            out = cross_tokenizer_generate(prompt, pair, logits_processor=processor, method=method,
-                                           gamma=3, max_gen_len=STEPS, generator=generator)
+            out = cross_tokenizer(prompt, pair, processor=processor, method=method,
+                                  gamma=3, max_gen_len=STEPS, generator=generator)
             key = tuple(out.tokens[:STEPS])
             counts[key] = counts.get(key, 0) + 1
             drafted, accepted = drafted + out.drafted, accepted + out.accepted

@@ -4,10 +4,11 @@ gamma beyond the budget, prompts at the context limit, bad arguments."""
 import pytest
 import torch
 
-from generation import ContextLengthError, autoregressive_generate, speculative_generate
-from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+from generation import ContextLengthError
+from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor
-from tests.tiny_models import tiny_llama
+from tests.helpers.decode import autoregressive, nasd, speculative
+from tests.helpers.models import tiny_llama
 
 GREEDY = GreedyProcessor()
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7]
@@ -21,17 +22,16 @@ def target():
 @pytest.fixture(scope="module")
 def greedy_tokens(target):
     with torch.inference_mode():
-        return autoregressive_generate(PROMPT, target, logits_processor=GREEDY, max_gen_len=30).tokens
+        return autoregressive(PROMPT, target, processor=GREEDY, max_gen_len=30).tokens
 
 
 def strategies(target):
     """Every strategy as f(prompt, **kwargs); self-drafting accepts every draft."""
     return {
-        "autoregressive": lambda p, **kw: autoregressive_generate(
-            p, target, logits_processor=GREEDY, **{k: v for k, v in kw.items() if k != "gamma"}),
-        "speculative": lambda p, **kw: speculative_generate(p, target, target, logits_processor=GREEDY, **kw),
-        "nasd": lambda p, **kw: ngram_assisted_speculative_generate(
-            p, NGramStorage(3, 64), target, logits_processor=GREEDY, filler_top_k=3, **kw),
+        "autoregressive": lambda p, **kw: autoregressive(
+            p, target, processor=GREEDY, **{k: v for k, v in kw.items() if k != "gamma"}),
+        "speculative": lambda p, **kw: speculative(p, target, target, processor=GREEDY, **kw),
+        "nasd": lambda p, **kw: nasd(p, NGramStorage(3, 64), target, processor=GREEDY, filler_top_k=3, **kw),
     }
 
 
@@ -49,7 +49,7 @@ def test_tiny_budgets(target, greedy_tokens, name, length):
 
 def test_two_token_budget_drafts_one(target, greedy_tokens):
     with torch.inference_mode():
-        result = speculative_generate(PROMPT, target, target, logits_processor=GREEDY, gamma=4, max_gen_len=2)
+        result = speculative(PROMPT, target, target, processor=GREEDY, gamma=4, max_gen_len=2)
     # gamma capped at budget - 1 = 1: one draft, accepted, plus the bonus token.
     assert result.tokens == greedy_tokens[:2]
     assert (result.drafted, result.accepted, result.target_calls) == (1, 1, 1)
@@ -70,7 +70,7 @@ def test_end_token_inside_accepted_drafts_stops_right_after_it(target, greedy_to
     end_at = next(i for i in range(2, 30) if greedy_tokens[i] not in greedy_tokens[:i])
     eos = greedy_tokens[end_at]
     with torch.inference_mode():
-        result = strategies(target)[name](PROMPT, max_gen_len=30, gamma=8, eos_tokens_id=eos)
+        result = strategies(target)[name](PROMPT, max_gen_len=30, gamma=8, eos=eos)
     assert result.tokens == greedy_tokens[:end_at + 1]
     assert result.stop_reason == "eos"
     if name == "speculative":
@@ -86,7 +86,7 @@ def test_several_end_tokens_first_one_wins(target, greedy_tokens):
     eos = [greedy_tokens[later], greedy_tokens[first], 63]
     with torch.inference_mode():
         for name, run in strategies(target).items():
-            result = run(PROMPT, max_gen_len=30, gamma=4, eos_tokens_id=eos)
+            result = run(PROMPT, max_gen_len=30, gamma=4, eos=eos)
             assert result.tokens == greedy_tokens[:first + 1], name
 
 
@@ -110,7 +110,7 @@ def test_prompt_at_context_limit_is_a_clear_error(target, name):
 def test_bad_arguments(target, kwargs, message):
     args = {"inputs": PROMPT, "max_gen_len": 4, "gamma": 2} | kwargs
     with pytest.raises(ValueError, match=message):
-        speculative_generate(args.pop("inputs"), target, target, logits_processor=GREEDY, **args)
+        speculative(args.pop("inputs"), target, target, processor=GREEDY, **args)
 
 
 def test_interruptible_generation_returns_partial_result(target):
@@ -134,15 +134,13 @@ def test_interruptible_generation_returns_partial_result(target):
         return model
 
     with torch.inference_mode():
-        result = autoregressive_generate(PROMPT, interrupt_after(5), logits_processor=GREEDY,
-                                         max_gen_len=30, interruptible=True)
+        result = autoregressive(PROMPT, interrupt_after(5), processor=GREEDY, max_gen_len=30, interruptible=True)
         assert result.stop_reason == "interrupted" and len(result.tokens) == 5
         assert result.seconds > 0
         # The verify loop keeps every completed round: self-drafting at gamma 3
         # gives 4 tokens per round, and the third target call is interrupted.
-        result = speculative_generate(PROMPT, target, interrupt_after(2), logits_processor=GREEDY,
-                                      gamma=3, max_gen_len=30, interruptible=True)
+        result = speculative(PROMPT, target, interrupt_after(2), processor=GREEDY, gamma=3, max_gen_len=30,
+                             interruptible=True)
         assert result.stop_reason == "interrupted" and len(result.tokens) == 8
         with pytest.raises(KeyboardInterrupt):
-            speculative_generate(PROMPT, target, interrupt_after(2), logits_processor=GREEDY,
-                                 max_gen_len=30)
+            speculative(PROMPT, target, interrupt_after(2), processor=GREEDY, max_gen_len=30)

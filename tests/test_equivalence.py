@@ -4,10 +4,10 @@ speculative == NASD == autoregressive == transformers' own generate."""
 import pytest
 import torch
 
-from generation import autoregressive_generate, speculative_generate
-from ngram_assisted import NGramStorage, OneLevelNGramStorage, ngram_assisted_speculative_generate
+from ngram_assisted import NGramStorage, OneLevelNGramStorage
 from sampling import GreedyProcessor
-from tests.tiny_models import tiny_llama
+from tests.helpers.decode import autoregressive, nasd, speculative
+from tests.helpers.models import tiny_llama
 
 GREEDY = GreedyProcessor()
 LENGTH = 40
@@ -41,8 +41,8 @@ def reference(target):
 @pytest.mark.parametrize("prompt_index", range(len(PROMPTS)))
 def test_autoregressive_matches_transformers_generate(target, reference, prompt_index, use_cache):
     with torch.inference_mode():
-        got = autoregressive_generate(PROMPTS[prompt_index], target, logits_processor=GREEDY,
-                                      max_gen_len=LENGTH, use_cache=use_cache)
+        got = autoregressive(PROMPTS[prompt_index], target, processor=GREEDY, max_gen_len=LENGTH,
+                             use_cache=use_cache)
     assert got.tokens == reference[prompt_index]
     assert got.target_calls == LENGTH
 
@@ -53,8 +53,8 @@ def test_speculative_matches_autoregressive(target, drafter, reference, gamma, u
     with torch.inference_mode():
         for i, prompt in enumerate(PROMPTS):
             for draft_model in (drafter, target):   # a poor drafter and a perfect one
-                got = speculative_generate(prompt, draft_model, target, logits_processor=GREEDY,
-                                           gamma=gamma, max_gen_len=LENGTH, use_cache=use_cache)
+                got = speculative(prompt, draft_model, target, processor=GREEDY, gamma=gamma, max_gen_len=LENGTH,
+                                  use_cache=use_cache)
                 assert got.tokens == reference[i], f"prompt {i}, drafter {'self' if draft_model is target else 'other'}"
     # The self-drafting run accepts everything: ceil(LENGTH / (gamma + 1)) target calls.
     assert got.acceptance_rate == 1.0
@@ -70,9 +70,8 @@ def test_nasd_matches_autoregressive(target, reference, storage_cls, n, use_cach
         for gamma in range(1, 9):
             for filler in (1, 3):
                 for i, prompt in enumerate(PROMPTS):
-                    got = ngram_assisted_speculative_generate(
-                        prompt, storage_cls(n, 64), target, gamma=gamma, filler_top_k=filler,
-                        logits_processor=GREEDY, max_gen_len=LENGTH, use_cache=use_cache)
+                    got = nasd(prompt, storage_cls(n, 64), target, gamma=gamma, filler_top_k=filler,
+                               processor=GREEDY, max_gen_len=LENGTH, use_cache=use_cache)
                     assert got.tokens == reference[i], f"gamma {gamma}, filler {filler}, prompt {i}"
                     accepted += got.accepted
     assert accepted > 0   # the equivalence was exercised with accepted drafts too

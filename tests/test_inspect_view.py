@@ -13,9 +13,8 @@ from repl.session import Session
 from repl.settings import Settings
 from repl.trace import TraceError, prompt_record, read_trace, trace_document, write_trace
 from sampling import GreedyProcessor
-from tests.test_repl_render import console, fake_pair, why_prompt_run
-from tests.test_report import HtmlTokenizer, inspected_prompt_run
-from tests.test_trace import ENV, _infer
+from tests.helpers.repl import ENV, console, fake_pair, infer, why_prompt_run
+from tests.helpers.report import HtmlTokenizer, inspected_prompt_run
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +120,7 @@ def test_replay_shows_the_inspector_for_a_new_trace(prompt_run, tmp_path):
     assert back.format == 2
     for old, new in zip(prompt_run.runs, back.prompts[0].runs):
         assert new.result.trace == old.result.trace       # inspections included, exactly
-    done = _infer(["--replay", str(path)], tmp_path)
+    done = infer(["--replay", str(path)], tmp_path)
     assert done.returncode == 0, done.stderr
     index = default_round(prompt_run.runs[0].result.trace)
     assert f"inspector (in a session: /inspect speculative {index + 1})" in done.stdout
@@ -133,7 +132,7 @@ def test_replay_of_a_trace_without_numbers_says_so(tmp_path):
     document = trace_document([prompt_record(why_prompt_run(), HtmlTokenizer())], ENV)  # rounds without inspection
     path.write_text(json.dumps(document))
     assert read_trace(str(path)).format == 2
-    done = _infer(["--replay", str(path)], tmp_path)
+    done = infer(["--replay", str(path)], tmp_path)
     assert done.returncode == 0, done.stderr
     lines = [l for l in done.stdout.splitlines() if "per-token numbers" in l]
     assert lines == [NO_NUMBERS.format(label="Speculative")]
@@ -148,13 +147,13 @@ def test_a_format_1_trace_is_no_longer_read(tmp_path):
     path.write_text(json.dumps(document))
     with pytest.raises(TraceError, match="trace format 1 is no longer read: the trace was written by an older"):
         read_trace(str(path))
-    done = _infer(["--replay", str(path)], tmp_path)
+    done = infer(["--replay", str(path)], tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "no longer read" in done.stderr
 
 
 def test_save_html_in_a_session(prompt_run, tmp_path, monkeypatch):
-    from tests.test_report import parse
+    from tests.helpers.report import parse
 
     session, out = session_with(prompt_run, monkeypatch)
     monkeypatch.setattr(session, "environment", lambda: ENV)

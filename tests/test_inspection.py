@@ -14,16 +14,15 @@ import torch
 
 import generation.verify as verify
 from engine import NGramOptions, Strategy, run_strategy
-from generation.accept import residual_distributions
 from generation.inspection import Inspection, record_round, record_size
-from generation.speculative import speculative_generate
-from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
-from tests.tiny_models import tiny_llama
+from tests.helpers.decode import nasd, speculative
+from tests.helpers.inspection import check_rounds
+from tests.helpers.models import tiny_llama
 
 V = 64
 PROMPT = [1, 5, 9, 5, 9, 5, 9, 3, 7]
-TOL = 2e-4
 
 
 @pytest.fixture(scope="module")
@@ -33,101 +32,22 @@ def models():
     return target, drafter
 
 
-def _logits(model, ids: list[int]) -> torch.Tensor:
-    """Uncached logits of every position, (L, V)."""
-    with torch.no_grad():
-        return model(torch.tensor([ids]), use_cache=False).logits[0].float()
-
-
-def _prefixes(prompt: list[int], trace) -> list[list[int]]:
-    """The sequence each round started from."""
-    out, seq = [], list(prompt)
-    for rnd in trace:
-        out.append(list(seq))
-        seq += list(rnd.drafted[:rnd.accepted]) + ([rnd.token] if rnd.token is not None else [])
-    return out
-
-
-def _tops(dist: torch.Tensor) -> list[tuple[int, float]]:
-    values, ids = dist.topk(5)
-    return [(int(i), float(v)) for i, v in zip(ids, values) if v > 0]
-
-
-def _same_tops(got, want) -> None:
-    assert [t for t, _ in got] == [t for t, _ in want]
-    assert [v for _, v in got] == pytest.approx([v for _, v in want], abs=TOL)
-
-
-def _entropy(dist: torch.Tensor) -> float:
-    return float(torch.special.entr(dist).sum())
-
-
-def check_rounds(result, prompt, target, drafter, processor) -> int:
-    """Compare every recorded round with the models re-run uncached; returns the rejections seen."""
-    greedy = processor.is_greedy
-    shown = (lambda logits: logits.softmax(-1)) if greedy else processor
-    rejections = 0
-    for rnd, prefix in zip(result.trace, _prefixes(prompt, result.trace)):
-        ins = rnd.inspection
-        assert ins is not None and ins.shown == ("softmax" if greedy else "rule")
-        k = len(rnd.drafted)
-        target_logits = _logits(target, prefix + list(rnd.drafted))[len(prefix) - 1:]   # (k+1, V)
-        p_rule, p_view = processor(target_logits), shown(target_logits)
-        assert len(ins.positions) == k
-        for i, (x, pos) in enumerate(zip(rnd.drafted, ins.positions)):
-            assert pos.p == pytest.approx(float(p_view[i, x]), abs=TOL)
-            assert pos.entropy_p == pytest.approx(_entropy(p_view[i]), abs=1e-3)
-            _same_tops(pos.p_top, _tops(p_view[i]))
-            if drafter is None:                                   # n-gram: q is one-hot
-                assert ins.one_hot_q and pos.q == 1.0 and pos.entropy_q == 0.0
-                assert pos.q_top == ((x, 1.0),)
-                q_x_rule = 1.0
-            else:
-                draft_logits = _logits(drafter, prefix + list(rnd.drafted[:i]))[-1]
-                q_rule, q_view = processor(draft_logits), shown(draft_logits)
-                assert pos.q == pytest.approx(float(q_view[x]), abs=TOL)
-                assert pos.entropy_q == pytest.approx(_entropy(q_view), abs=1e-3)
-                _same_tops(pos.q_top, _tops(q_view))
-                q_x_rule = float(q_rule[x])
-            assert pos.accept == pytest.approx(min(1.0, float(p_rule[i, x]) / q_x_rule), abs=TOL)
-        if rnd.token is None:
-            continue
-        n = rnd.accepted
-        assert ins.token_p == pytest.approx(float(p_view[n, rnd.token]), abs=TOL)
-        assert ins.token_entropy == pytest.approx(_entropy(p_view[n]), abs=1e-3)
-        _same_tops(ins.token_top, _tops(p_view[n]))
-        if n < k:
-            rejections += 1
-            q_n = None
-            if drafter is not None:
-                q_n = processor(_logits(drafter, prefix + list(rnd.drafted[:n]))[-1]).unsqueeze(0)
-            residual = residual_distributions(p_rule[n:n + 1], q_n, torch.tensor(rnd.drafted[n:n + 1]))[0]
-            _same_tops(ins.residual, _tops(residual))
-            assert residual[rnd.token] > 0                        # the drawn token came from it
-            if greedy:  # the target's top-1 at the rejected position is the token it emitted
-                assert ins.token_top[0][0] == rnd.token and ins.residual[0][0] == rnd.token
-        else:
-            assert ins.residual is None
-    return rejections
-
-
 PROCESSORS = [GreedyProcessor(), MultinomialProcessor(1.0), TopKProcessor(0.8, 6)]
 
 
 @pytest.mark.parametrize("processor", PROCESSORS, ids=repr)
 def test_speculative_inspector_equals_recomputation(models, processor):
     target, drafter = models
-    result = speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=4,
-                                  max_gen_len=24, generator=torch.Generator().manual_seed(3))
+    result = speculative(PROMPT, drafter, target, processor=processor, gamma=4, max_gen_len=24,
+                         generator=torch.Generator().manual_seed(3))
     assert check_rounds(result, PROMPT, target, drafter, processor) >= 2
 
 
 @pytest.mark.parametrize("processor", PROCESSORS[:2], ids=repr)
 def test_ngram_inspector_equals_recomputation_with_one_hot_q(models, processor):
     target, _ = models
-    result = ngram_assisted_speculative_generate(
-        PROMPT, NGramStorage(2, V), target, logits_processor=processor, gamma=3, max_gen_len=24,
-        generator=torch.Generator().manual_seed(4), confident_start=False)
+    result = nasd(PROMPT, NGramStorage(2, V), target, processor=processor, gamma=3, max_gen_len=24,
+                  generator=torch.Generator().manual_seed(4), confident_start=False)
     assert any(r.drafted for r in result.trace)
     check_rounds(result, PROMPT, target, None, processor)
 
@@ -143,8 +63,8 @@ def test_swapping_p_and_q_in_the_recorder_is_caught(models, monkeypatch):
 
     monkeypatch.setattr(verify, "record_round", swapped)
     processor = MultinomialProcessor(1.0)
-    result = speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=4,
-                                  max_gen_len=16, generator=torch.Generator().manual_seed(3))
+    result = speculative(PROMPT, drafter, target, processor=processor, gamma=4, max_gen_len=16,
+                         generator=torch.Generator().manual_seed(3))
     with pytest.raises(AssertionError):
         check_rounds(result, PROMPT, target, drafter, processor)
 
@@ -159,7 +79,7 @@ def test_an_off_by_one_row_is_caught(models, monkeypatch):
 
     monkeypatch.setattr(verify, "record_round", shifted)
     processor = GreedyProcessor()
-    result = speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=4, max_gen_len=16)
+    result = speculative(PROMPT, drafter, target, processor=processor, gamma=4, max_gen_len=16)
     with pytest.raises(AssertionError):
         check_rounds(result, PROMPT, target, drafter, processor)
 

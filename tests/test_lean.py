@@ -13,18 +13,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generation import autoregressive_generate
 from sampling import GreedyProcessor, MultinomialProcessor
 from selfdraft import lean
 from selfdraft.build import build_self_drafter
 from selfdraft.copies import precision_copy
-from selfdraft.drafter import self_speculative_generate
 from selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR, LeanStep, lean_step
 from selfdraft.shared_cache import committed_positions
 from selfdraft.spec import parse_self_draft
-from tests.arch_zoo import PROMPTS, build
-from tests.test_distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
-from tests.tiny_models import tiny_llama
+from tests.helpers.arch_zoo import PROMPTS, build
+from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
+from tests.helpers.decode import autoregressive, speculative
+from tests.helpers.models import tiny_llama
 
 GREEDY = GreedyProcessor()
 COPIES = ("self:bf16", "self:fp16", "self:int8=weight-only")
@@ -86,12 +85,7 @@ def test_the_fused_weights_are_views_and_leave_the_model_as_it_was():
 
 
 def test_a_tied_head_stays_tied_and_no_weight_is_held_twice():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(3)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    plain = precision_copy(LlamaForCausalLM(config).eval(), torch.bfloat16)
+    plain = precision_copy(tiny_llama(3, tie=True), torch.bfloat16)
     assert plain.lm_head.weight.data_ptr() == plain.model.embed_tokens.weight.data_ptr()
 
     def held(model) -> int:
@@ -143,16 +137,13 @@ def test_a_sliding_window_is_refused():
 
 def test_a_rotation_that_changes_with_the_length_is_refused():
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    shape = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2)
     dynamic = {"rope_type": "dynamic", "factor": 2.0}
     if transformers.__version__.startswith("4."):
-        config = LlamaConfig(**shape, rope_scaling=dynamic)
+        rotation = {"rope_scaling": dynamic}
     else:
-        config = LlamaConfig(**shape, rope_parameters={**dynamic, "rope_theta": 10000.0})
-    model = precision_copy(LlamaForCausalLM(config).eval(), torch.bfloat16)
+        rotation = {"rope_parameters": {**dynamic, "rope_theta": 10000.0}}
+    model = precision_copy(tiny_llama(0, **rotation), torch.bfloat16)
     step, reason = lean_step(model)
     assert step is None and "rotation (dynamic) changes with the sequence length" in reason
     model.model.rotary_emb.rope_type = "default"               # the same model, one table: accepted
@@ -191,9 +182,9 @@ def _disagreeing(model, noise: float = 0.1):
 
 
 def _greedy_runs(drafter, target):
-    results = [self_speculative_generate(list(p), drafter, target, logits_processor=GREEDY, gamma=4,
-                                         max_gen_len=24) for p in PROMPTS]
-    refs = [autoregressive_generate(list(p), target, logits_processor=GREEDY, max_gen_len=24).tokens
+    results = [speculative(list(p), drafter, target, processor=GREEDY, gamma=4,
+                           max_gen_len=24) for p in PROMPTS]
+    refs = [autoregressive(list(p), target, processor=GREEDY, max_gen_len=24).tokens
             for p in PROMPTS]
     return results, refs
 
@@ -232,8 +223,8 @@ def _sampled_excess(drafter, small, processor) -> tuple[float, set]:
     generator = torch.Generator().manual_seed(99)
     counts, steps = {}, set()
     for _ in range(RUNS):
-        result = self_speculative_generate(PROMPT, drafter, small, logits_processor=processor, gamma=3,
-                                           max_gen_len=STEPS, generator=generator)
+        result = speculative(PROMPT, drafter, small, processor=processor, gamma=3,
+                             max_gen_len=STEPS, generator=generator)
         key = tuple(result.tokens[:STEPS])
         counts[key] = counts.get(key, 0) + 1
         steps.add(result.rollback["drafter"]["step"])

@@ -23,7 +23,7 @@ from repl import live, render
 from repl.runner import strategy_for
 from repl.settings import Settings
 from sampling.spec import ProcessorSpec
-from tests.tiny_models import tiny_llama
+from tests.helpers.models import tiny_llama
 
 PROMPT = [3, 17, 5, 9, 22, 5, 9]
 
@@ -190,7 +190,7 @@ def test_live_view_draws_at_most_once_per_interval():
 
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
-    from tests.test_repl_fixtures import build_pair
+    from tests.helpers.repl import build_pair
     from utils.models import load_pair
 
     target, drafter = build_pair(tmp_path_factory.mktemp("live_pair"))

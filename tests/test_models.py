@@ -17,14 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM
 
 import engine
 import selfdraft.default
 import utils.default_model as default_model
+from tests.helpers.models import tiny_bart, tiny_t5, word_llama
+from tests.helpers.tokenizers import CHATML, SPECIALS, WORDS, word_tokenizer
 from utils.devices import resolve_device, resolve_dtype
 from utils.models import (
     ModelLoadError,
@@ -40,52 +39,11 @@ from utils.progress import loading_status
 from utils.vocab import encode_prompt
 
 REPO = Path(__file__).resolve().parent.parent
-SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-WORDS = [f"w{i}" for i in range(250)]  # 5 specials + 250 words = 255 tokens
 
 
 # ---------------------------------------------------------------------------------------------
 # Tiny models and tokenizers
 # ---------------------------------------------------------------------------------------------
-
-
-def word_tokenizer(words=WORDS, eos="</s>", template=CHATML) -> PreTrainedTokenizerFast:
-    """A word-level tokenizer: the specials, then ``words``, split on whitespace."""
-    vocab = {token: i for i, token in enumerate(SPECIALS + list(words))}
-    backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token=eos,
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-    )
-    tokenizer.chat_template = template
-    return tokenizer
-
-
-def tiny_llama(vocab_size: int, seed: int = 0, hidden: int = 64, tie: bool = True) -> LlamaForCausalLM:
-    """A random two-layer Llama whose embedding has ``vocab_size`` rows."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=tie,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=None,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 def save_pair(folder: Path, model, tokenizer) -> Path:
@@ -104,7 +62,7 @@ def logits_of(model, ids: torch.Tensor) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(directory, in-memory model) of a tiny Llama with the word tokenizer (255 tokens, 255 logits)."""
-    model = tiny_llama(len(SPECIALS) + len(WORDS))
+    model = word_llama(len(SPECIALS) + len(WORDS))
     folder = save_pair(tmp_path_factory.mktemp("tiny"), model, word_tokenizer())
     return folder, model
 
@@ -112,7 +70,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def padded_dir(tmp_path_factory):
     """A drafter with the same tokenizer but an embedding padded to 320 rows (like Qwen2.5-7B vs 3B)."""
-    return save_pair(tmp_path_factory.mktemp("padded"), tiny_llama(320, seed=1), word_tokenizer())
+    return save_pair(tmp_path_factory.mktemp("padded"), word_llama(320, seed=1), word_tokenizer())
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +180,7 @@ def write_tiny_gguf(path: Path, model: LlamaForCausalLM) -> Path:
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
     """(path of a tiny .gguf, the HF model it was written from)."""
-    model = tiny_llama(len(gguf_tokens()), seed=2)
+    model = word_llama(len(gguf_tokens()), seed=2)
     path = write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", model)
     return path, model
 
@@ -244,7 +202,7 @@ def test_directory_spec_loads_the_saved_weights_in_eval_mode(tiny, ids):
 def test_auto_dtype_ignores_the_checkpoint_dtype(tmp_path, ids):
     # transformers 5.x loads a checkpoint in its own dtype by default, 4.x in float32: the loader
     # resolves "auto" itself, so a bfloat16 checkpoint gives float32 on a CPU with either version.
-    folder = save_pair(tmp_path / "bf16", tiny_llama(255).to(torch.bfloat16), word_tokenizer())
+    folder = save_pair(tmp_path / "bf16", word_llama(255).to(torch.bfloat16), word_tokenizer())
     model, _ = load_model(str(folder), device="cpu", dtype="auto")
     assert model.dtype == torch.float32
 
@@ -396,8 +354,8 @@ def test_dtype_resolution(monkeypatch):
 
 
 def test_a_padded_pair_is_accepted_over_the_shared_tokenizer_length(tiny, padded_dir):
-    target = tiny_llama(255)
-    drafter = tiny_llama(320)
+    target = word_llama(255)
+    drafter = word_llama(320)
     assert check_compatible(word_tokenizer(), word_tokenizer(), target, drafter) == 255
     # Logits are compared over [:n]: both models give at least that many.
     pair = load_pair(str(tiny[0]), str(padded_dir), device="cpu")
@@ -408,7 +366,7 @@ def test_a_padded_pair_is_accepted_over_the_shared_tokenizer_length(tiny, padded
 def test_a_different_vocabulary_is_refused_naming_both_sizes():
     other = word_tokenizer([f"v{i}" for i in range(300)])
     with pytest.raises(ModelLoadError) as caught:
-        check_compatible(word_tokenizer(), other, tiny_llama(255), tiny_llama(305))
+        check_compatible(word_tokenizer(), other, word_llama(255), word_llama(305))
     message = str(caught.value)
     assert "target: 255 tokens" in message and "drafter: 305 tokens" in message and "\n" not in message
 
@@ -416,16 +374,16 @@ def test_a_different_vocabulary_is_refused_naming_both_sizes():
 def test_same_size_but_different_tokens_is_refused():
     shuffled = word_tokenizer(list(reversed(WORDS)))
     with pytest.raises(ModelLoadError, match=r"token 5 is 'w0' vs 'w249'"):
-        check_compatible(word_tokenizer(), shuffled, tiny_llama(255), tiny_llama(255))
+        check_compatible(word_tokenizer(), shuffled, word_llama(255), word_llama(255))
 
 
 def test_a_different_eos_token_is_refused():
     with pytest.raises(ModelLoadError, match="eos_token"):
-        check_compatible(word_tokenizer(), word_tokenizer(eos="<|im_end|>"), tiny_llama(255), tiny_llama(255))
+        check_compatible(word_tokenizer(), word_tokenizer(eos="<|im_end|>"), word_llama(255), word_llama(255))
 
 
 def test_load_pair_accepts_a_drafter_with_another_tokenizer(tiny, tmp_path):
-    other = save_pair(tmp_path / "other", tiny_llama(305), word_tokenizer([f"v{i}" for i in range(300)]))
+    other = save_pair(tmp_path / "other", word_llama(305), word_tokenizer([f"v{i}" for i in range(300)]))
     pair = load_pair(str(tiny[0]), str(other), device="cpu")
     assert not pair.shares_tokenizer and len(pair.drafter_tokenizer) == 305 and len(pair.tokenizer) == 255
     assert pair.vocab_size == 255                      # the target's own distributions
@@ -504,31 +462,6 @@ def test_a_bad_self_drafter_is_refused_with_one_line(tiny, spec):
 # ---------------------------------------------------------------------------------------------
 
 
-def tiny_t5(seed: int, d_model: int = 32):
-    """A random two-layer T5 over the word vocabulary (255 tokens)."""
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    torch.manual_seed(seed)
-    config = T5Config(
-        vocab_size=255, d_model=d_model, d_kv=8, d_ff=2 * d_model, num_layers=2, num_decoder_layers=2,
-        num_heads=4, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
-    )
-    return T5ForConditionalGeneration(config).eval()
-
-
-def tiny_bart(seed: int):
-    """A random one-layer BART over the word vocabulary (255 tokens)."""
-    from transformers import BartConfig, BartForConditionalGeneration
-
-    torch.manual_seed(seed)
-    config = BartConfig(
-        vocab_size=255, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
-    )
-    return BartForConditionalGeneration(config).eval()
-
-
 @pytest.fixture(scope="module")
 def seq2seq(tmp_path_factory):
     """Saved tiny seq2seq models: {"t5": (dir, model), "t5_small": ..., "bart": ...}."""
@@ -603,7 +536,7 @@ print(json.dumps({"seq2seq": pair.is_encoder_decoder, "classes": [type(pair.targ
 
 
 def test_end_tokens_gather_tokenizer_generation_config_and_template():
-    tokenizer, model = word_tokenizer(), tiny_llama(255)
+    tokenizer, model = word_tokenizer(), word_llama(255)
     model.generation_config.eos_token_id = [2, 7]
     assert end_token_ids(tokenizer, model) == [2, 4, 7]
     model.generation_config.eos_token_id = 9
@@ -617,7 +550,7 @@ def test_end_tokens_find_a_llama3_style_end_of_turn_by_rendering_the_template():
     )
     tokenizer = word_tokenizer(template=template)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
-    model = tiny_llama(len(tokenizer))
+    model = word_llama(len(tokenizer))
     model.generation_config.eos_token_id = None
     model.config.eos_token_id = None
     assert end_token_ids(tokenizer, model) == [2, tokenizer.convert_tokens_to_ids("<|eot_id|>")]
@@ -637,7 +570,7 @@ def test_encode_prompt_gives_a_flat_list_of_ints_with_or_without_the_template():
 def test_end_tokens_skip_markers_missing_from_the_vocabulary():
     template = "{% for m in messages %}<start_of_turn>{{ m['content'] }}<end_of_turn>{% endfor %}"
     tokenizer = word_tokenizer(template=template)  # <end_of_turn> is not a token here
-    model = tiny_llama(255)
+    model = word_llama(255)
     assert end_token_ids(tokenizer, model) == [2]
     tokenizer.chat_template = None
     assert end_token_ids(tokenizer, model) == [2]
@@ -896,14 +829,18 @@ def test_importing_the_loader_does_not_import_transformers():
 
 
 def test_loading_status_shows_progress_lines():
+    """The spinner's line becomes each progress text as loading goes on, and is erased at the end."""
     import io
 
     from rich.console import Console
 
-    console = Console(file=io.StringIO(), force_terminal=False)
+    console = Console(file=io.StringIO(), force_terminal=True, width=80)
     with loading_status(console) as progress:
         progress("Loading tokenizer of x")
         progress("Loading x (float32, cpu)")
+    out = console.file.getvalue()
+    assert "Loading x (float32, cpu)" in out               # the latest progress text replaced the message
+    assert out.endswith("\x1b[2K")                          # the spinner line is cleared when loading ends
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,11 +5,10 @@ leave the prefill as it was."""
 import pytest
 import torch
 
-from generation import speculative_generate
-from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
+from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, TopKProcessor
-from tests import arch_zoo
-from tests.tiny_models import RecordingModel, tiny_llama
+from tests.helpers import arch_zoo, decode
+from tests.helpers.models import RecordingModel, tiny_llama
 from utils.cache import CachedModel, cache_length
 from utils.prefill import active_prefill, prefill, starting_from
 
@@ -23,8 +22,8 @@ def pair():
 
 def speculative(target, drafter, processor, seed=0, length=12):
     generator = torch.Generator().manual_seed(seed)
-    return speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
-                                max_gen_len=length, generator=generator)
+    return decode.speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=length,
+                              generator=generator)
 
 
 @pytest.mark.parametrize("processor", [GreedyProcessor(), TopKProcessor(1.0, 5)], ids=["greedy", "topk"])
@@ -81,9 +80,8 @@ def test_nasd_sampling_draws_from_a_prefill_match_fresh_draws():
 
     def draws():
         generator = torch.Generator().manual_seed(7)
-        return [ngram_assisted_speculative_generate(
-            PROMPT, NGramStorage(3, 64), target, gamma=2, logits_processor=TopKProcessor(1.0, 4),
-            max_gen_len=3, generator=generator).tokens for _ in range(10)]
+        return [decode.nasd(PROMPT, NGramStorage(3, 64), target, gamma=2, processor=TopKProcessor(1.0, 4),
+                            max_gen_len=3, generator=generator).tokens for _ in range(10)]
 
     fresh = draws()
     with starting_from([prefill(target, PROMPT)]):
@@ -116,8 +114,8 @@ def test_snapshotted_and_encoder_decoder_models(name):
 
     def run():
         generator = torch.Generator().manual_seed(3)
-        return [speculative_generate(prompt, drafter, target, logits_processor=processor, gamma=3,
-                                     max_gen_len=8, generator=generator).tokens for _ in range(3)]
+        return [decode.speculative(prompt, drafter, target, processor=processor, gamma=3, max_gen_len=8,
+                                   generator=generator).tokens for _ in range(3)]
 
     fresh = run()
     with starting_from([prefill(target, prompt), prefill(drafter, prompt)]):

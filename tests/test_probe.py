@@ -14,10 +14,9 @@ import torch
 
 import utils.cache
 import utils.probe
-from generation import speculative_generate
 from sampling import GreedyProcessor
-from tests import arch_zoo
-from tests.tiny_models import tiny_llama
+from tests.helpers import arch_zoo, decode
+from tests.helpers.models import tiny_llama
 from utils.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError
 from utils.probe import probe_model, probe_of
 
@@ -39,8 +38,8 @@ def built(name, role="target"):
 
 def speculative(target, drafter, prompt=arch_zoo.PROMPTS[0], gamma=3):
     with torch.inference_mode():
-        return speculative_generate(list(prompt), drafter, target, logits_processor=GreedyProcessor(),
-                                    gamma=gamma, max_gen_len=arch_zoo.LENGTH)
+        return decode.speculative(list(prompt), drafter, target, processor=GreedyProcessor(), gamma=gamma,
+                                  max_gen_len=arch_zoo.LENGTH)
 
 
 def generate(model, prompt=arch_zoo.PROMPTS[0]):

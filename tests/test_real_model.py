@@ -4,8 +4,8 @@ speculative == NASD == autoregressive == transformers' generate, token for token
 import pytest
 import torch
 
-from generation import autoregressive_generate, first_divergence, speculative_generate
-from ngram_assisted import NGramStorage, OneLevelNGramStorage, ngram_assisted_speculative_generate
+from engine import NGramOptions, Strategy, run_strategy
+from generation import first_divergence
 from sampling import GreedyProcessor
 
 pytestmark = pytest.mark.slow
@@ -41,36 +41,36 @@ def reference(pair, prompt):
     return out[0, len(prompt):].tolist()
 
 
-def generate(fn, *args, **kwargs):
+def generate(pair, prompt, key, drafter=None, **options):
+    """Greedy decoding of ``prompt`` on the loaded ``pair`` through the engine, as the REPL runs it."""
+    strategy = Strategy(key, drafter=drafter, processor=GREEDY, max_gen_len=LENGTH, **options)
     with torch.inference_mode():
-        return fn(*args, logits_processor=GREEDY, max_gen_len=LENGTH, **kwargs)
+        return run_strategy(strategy, pair, prompt)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_autoregressive_matches_generate(all_cores, pair, prompt, reference, use_cache):
-    got = generate(autoregressive_generate, prompt, pair.target,
-                   eos_tokens_id=pair.end_tokens, use_cache=use_cache)
+    got = generate(pair, prompt, "target", use_cache=use_cache)
     assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 8])
 def test_speculative_matches_generate(all_cores, pair, prompt, reference, gamma):
-    got = generate(speculative_generate, prompt, pair.drafter, pair.target,
-                   gamma=gamma, eos_tokens_id=pair.end_tokens)
+    got = generate(pair, prompt, "speculative", "model", gamma=gamma)
     assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
     assert got.accepted > 0
 
 
-@pytest.mark.parametrize("storage_cls", [NGramStorage, OneLevelNGramStorage])
+@pytest.mark.parametrize("storage", ["basic", "onelevel"])
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
-def test_nasd_matches_generate(all_cores, pair, prompt, reference, storage_cls, n):
-    got = generate(ngram_assisted_speculative_generate, prompt, storage_cls(n, pair.vocab_size),
-                   pair.target, gamma=4, filler_top_k=3, eos_tokens_id=pair.end_tokens)
+def test_nasd_matches_generate(all_cores, pair, prompt, reference, storage, n):
+    got = generate(pair, prompt, "ngram", "ngram", gamma=4,
+                   drafter_options=NGramOptions(storage=storage, n=n, top_k_filler=3))
     assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
 
 
 def test_nasd_without_cache_matches_generate(all_cores, pair, prompt, reference):
-    got = generate(ngram_assisted_speculative_generate, prompt, NGramStorage(3, pair.vocab_size),
-                   pair.target, gamma=6, filler_top_k=1, eos_tokens_id=pair.end_tokens, use_cache=False)
+    got = generate(pair, prompt, "ngram", "ngram", gamma=6, use_cache=False,
+                   drafter_options=NGramOptions(storage="basic", n=3, top_k_filler=1))
     assert got.tokens == reference
     assert got.tokens_per_target_call > 1.0     # the copy-heavy answer is drafted well

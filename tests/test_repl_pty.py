@@ -15,7 +15,7 @@ import pytest
 
 pexpect = pytest.importorskip("pexpect")
 
-from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_pair, child_env  # noqa: E402
+from tests.helpers.repl import INFER, PYTHON, REPO, build_pair, child_env  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;?<>=]*[A-Za-z~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]|\r")
 S = r"[\s│┃]+"  # between table cells

@@ -2,45 +2,18 @@
 
 from __future__ import annotations
 
-import io
 import json
-import types
 
 import pytest
 import torch
 
-from generation import GenerationResult, Round
+from generation import Round
 from repl import render
 from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun, strategy_for
 from repl.runs import round_pieces
 from repl.session import Session, unescape
 from repl.settings import ProcessorSpec, Settings
-
-
-class WordTokenizer:
-    """Token i decodes to " w<i>"; ids 0 and 1 are special (hidden when skipped)."""
-
-    chat_template = None
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(f" w{i}" for i in ids if not (skip_special_tokens and i < 2))
-
-    def __call__(self, text, add_special_tokens=True):
-        return types.SimpleNamespace(input_ids=[int(w[1:]) for w in text.split()])
-
-    def __len__(self):
-        return 100
-
-
-def console() -> tuple:
-    out = io.StringIO()
-    return render.make_console().__class__(file=out, width=200, markup=False, emoji=False,
-                                           highlight=False, color_system=None), out
-
-
-def result(tokens, seconds=1.0, **kw) -> GenerationResult:
-    return GenerationResult(tokens=list(tokens), seconds=seconds, target_calls=kw.pop("target_calls", len(tokens)),
-                            **kw)
+from tests.helpers.repl import WordTokenizer, console, fake_pair, result, why_prompt_run
 
 
 # ---------------------------------------------------------------- debug view
@@ -184,11 +157,6 @@ def test_unescape():
 
 # ------------------------------------------------------------ runner failures
 
-def fake_pair(context=1000):
-    return types.SimpleNamespace(tokenizer=WordTokenizer(), context_length=context, vocab_size=100,
-                                 device="cuda:0", end_tokens=[1], target_name="t", drafter_name="d")
-
-
 def test_out_of_memory_is_reported_and_the_rest_still_run(monkeypatch):
     runner = Runner(fake_pair())
 
@@ -257,33 +225,6 @@ def test_session_survives_bad_input_and_empty_lines():
 
 
 # ------------------------------------------------ phases, the speedup model, /stats
-
-def why_prompt_run() -> PromptRun:
-    """A speculative run whose predicted speedup is known by hand (see the asserts).
-
-    Rounds after the first (which carries the prefill): drafter step 0.01 s,
-    verify at width 3 0.1 s, other 0.01 s per round; target AR: 0.05 s per
-    verify + 0.01 s other = 0.06 s per token. Acceptance: position 0 2/3,
-    position 1 2/2, so E(2) = 1 + 2/3 + 2/3 = 7/3 and the prediction at gamma 2 is
-    (7/3) * 0.06 / (2 * 0.01 + 0.1 + 0.01) = 0.14 / 0.13.
-    """
-    spec_trace = [
-        Round((5, 6), 2, 7, True, gamma=2, draft_s=0.02, verify_s=0.5),
-        Round((8, 9), 2, 10, True, gamma=2, draft_s=0.02, verify_s=0.1),
-        Round((11, 12), 0, 13, False, gamma=2, draft_s=0.02, verify_s=0.1),
-    ]
-    spec = result([5, 6, 7, 8, 9, 10, 13], seconds=0.8, drafted=6, accepted=4, target_calls=3,
-                  drafter_calls=6, trace=spec_trace, phases={"draft": 0.06, "verify": 0.7, "other": 0.03},
-                  rollback={"target": {"method": "crop", "restores": 3, "refed_tokens": 0, "seconds": 0.002}},
-                  gamma_policy="constant")
-    ar_trace = [Round((), 0, t, False, verify_s=0.3 if i == 0 else 0.05)
-                for i, t in enumerate([5, 6, 7, 8, 9, 10, 13])]
-    target = result([5, 6, 7, 8, 9, 10, 13], seconds=0.72, trace=ar_trace,
-                    phases={"draft": 0.0, "verify": 0.6, "other": 0.07})
-    pr = PromptRun("p", [2, 3], greedy=True, settings=Settings(gamma=2).to_dict())
-    pr.runs = [StrategyRun("speculative", spec, text="x"), StrategyRun("target", target, text="x")]
-    return pr
-
 
 def test_why_numbers_by_hand():
     pr = why_prompt_run()

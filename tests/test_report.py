@@ -8,99 +8,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from html.parser import HTMLParser
 
 import pytest
-import torch
 
-from generation.autoregressive import autoregressive_generate
-from generation.speculative import speculative_generate
-from ngram_assisted import NGramStorage, ngram_assisted_speculative_generate
 from repl.report import report_html, write_report
 from repl.runs import PromptRun, StrategyRun
-from repl.settings import Settings
 from repl.trace import TraceError, prompt_record, read_trace, trace_document, write_trace
-from sampling import MultinomialProcessor
-from tests.test_repl_render import WordTokenizer
-from tests.test_trace import ENV, _infer
-from tests.tiny_models import tiny_llama
-
-V = 64
-PROMPT = [1, 5, 9, 5, 9, 5, 9, 3, 7]
-NASTY = '<script>alert("x")</script> & <b>'
-
-
-class HtmlTokenizer(WordTokenizer):
-    """Token 9 decodes to markup, token 12 to a quote and an ampersand."""
-
-    def decode(self, ids, skip_special_tokens=False):
-        words = {9: " <i>&amp;", 12: ' "q"&'}
-        return "".join(words.get(i, f" w{i}") for i in ids if not (skip_special_tokens and i < 2))
-
-
-def inspected_prompt_run(processor=None, *, greedy: bool = False) -> PromptRun:
-    """Speculative, NASD and target AR on tiny random models; each run's pieces decoded."""
-    processor = processor or MultinomialProcessor(1.0)
-    target = tiny_llama(1, vocab_size=V, logit_scale=6.0)
-    drafter = tiny_llama(2, vocab_size=V, logit_scale=6.0)
-    common = dict(logits_processor=processor, max_gen_len=20)
-    results = {
-        "speculative": speculative_generate(PROMPT, drafter, target, gamma=4,
-                                            generator=torch.Generator().manual_seed(3), **common),
-        "ngram": ngram_assisted_speculative_generate(PROMPT, NGramStorage(2, V), target, gamma=3,
-                                                     confident_start=False,
-                                                     generator=torch.Generator().manual_seed(4), **common),
-        "target": autoregressive_generate(PROMPT, target, generator=torch.Generator().manual_seed(5), **common),
-    }
-    pr = PromptRun(NASTY, PROMPT, greedy=greedy, settings=Settings(gamma=4, chat=False).to_dict())
-    tokenizer = HtmlTokenizer()
-    pr.runs = [StrategyRun(key, r, text=tokenizer.decode(r.tokens)) for key, r in results.items()]
-    prompt_record(pr, tokenizer)  # fills each run's pieces and the prompt's token text
-    return pr
-
+from tests.helpers.repl import ENV, infer
+from tests.helpers.report import NASTY, PROMPT, HtmlTokenizer, Page, inspected_prompt_run, parse
 
 @pytest.fixture(scope="module")
 def prompt_run():
     return inspected_prompt_run()
-
-
-class Page(HTMLParser):
-    """Every element's tag and attributes, every token span, the text, in order."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.elements: list[tuple[str, dict]] = []
-        self.tokens: list[dict] = []   # attributes of each token span, plus its text
-        self.sections: list[str] = []  # the strategy key each token span belongs to
-        self.text: list[str] = []
-        self._open: dict | None = None
-        self._section: str | None = None
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.elements.append((tag, attrs))
-        if tag == "section" and "data-key" in attrs:
-            self._section = attrs["data-key"]
-        if tag == "span" and "tok" in attrs.get("class", "").split():
-            self._open = dict(attrs, text="")
-            self.tokens.append(self._open)
-            self.sections.append(self._section)
-
-    def handle_endtag(self, tag):
-        if tag == "span":
-            self._open = None
-
-    def handle_data(self, data):
-        self.text.append(data)
-        if self._open is not None:
-            self._open["text"] += data
-
-
-def parse(html: str) -> Page:
-    page = Page()
-    page.feed(html)
-    page.close()
-    return page
 
 
 def _tokens_of(page: Page, key: str) -> list[dict]:
@@ -192,7 +111,7 @@ def test_charts_carry_each_rounds_times(prompt_run):
 def test_replay_writes_the_same_report_from_a_trace(prompt_run, tmp_path):
     trace_path, html_path = tmp_path / "t.json", tmp_path / "r.html"
     write_trace(str(trace_path), trace_document([prompt_record(prompt_run, HtmlTokenizer())], ENV))
-    done = _infer(["--replay", str(trace_path), "--html", str(html_path)], tmp_path)
+    done = infer(["--replay", str(trace_path), "--html", str(html_path)], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "report written to" in done.stdout
     back = read_trace(str(trace_path))
@@ -203,7 +122,7 @@ def test_replay_writes_the_same_report_from_a_trace(prompt_run, tmp_path):
 
 
 def test_html_needs_replay_and_a_bad_path_is_one_line(prompt_run, tmp_path):
-    done = _infer(["--html", str(tmp_path / "r.html")], tmp_path)
+    done = infer(["--html", str(tmp_path / "r.html")], tmp_path)
     assert done.returncode == 2 and "--html needs --replay" in done.stderr and "Traceback" not in done.stderr
     with pytest.raises(TraceError, match="cannot write report to"):
         write_report(str(tmp_path / "no" / "r.html"), [prompt_run], ENV)

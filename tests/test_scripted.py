@@ -11,7 +11,7 @@ import time
 import pytest
 
 from repl.scripted import ScriptError, collect, parse_lines, read_file
-from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_pair, child_env
+from tests.helpers.repl import INFER, PYTHON, REPO, build_pair, child_env
 
 
 # ----------------------------------------------------------------- sources

@@ -1,7 +1,7 @@
 """Self-drafters: layer-skipping views, lower-precision and int8 copies, the shared cache,
 and the choice of the default by measuring (the selection logic on hand-built numbers).
 
-Tiny random models from ``tests.arch_zoo`` (wide output layer, so the argmax is
+Tiny random models from ``tests.helpers.arch_zoo`` (wide output layer, so the argmax is
 decisive): llama (full attention), qwen2 (sliding window) and mamba2 (recurrent).
 """
 
@@ -14,17 +14,17 @@ from dataclasses import replace
 import pytest
 import torch
 
-from generation import autoregressive_generate, speculative_generate
-from generation.gamma_policies import make_policy
 from generation.result import Round
 from sampling import GreedyProcessor
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
 from selfdraft.choose import choice_lines, choose
-from selfdraft.drafter import SelfDrafter, self_speculative_generate
+from selfdraft.drafter import SelfDrafter
 from selfdraft.skip import SkipRefused, skip_view
 from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
-from tests.arch_zoo import PROMPTS, build
+from tests.helpers.arch_zoo import PROMPTS, build
+from tests.helpers.decode import autoregressive, speculative
+from tests.helpers.selfdraft import identity_hooks
 from utils.cache import CachedModel
 
 GREEDY = GreedyProcessor()
@@ -56,26 +56,6 @@ def test_spec_refuses_with_one_line(text):
 
 # ------------------------------------------------------------ skip view
 
-def _identity_hooks(target, skipped, last_only: bool):
-    """Forward hooks that make the ``skipped`` decoder layers pass their input through
-    (at every position, or only at the last one): the slow obvious reference."""
-    from selfdraft.skip import decoder_layers
-
-    _, layers = decoder_layers(target)
-
-    def hook(module, args, kwargs, output):
-        hidden = args[0] if args else kwargs["hidden_states"]
-        out = output[0] if isinstance(output, tuple) else output
-        new = out.clone()
-        if last_only:
-            new[:, -1:] = hidden[:, -1:]
-        else:
-            new = hidden.clone()
-        return (new, *output[1:]) if isinstance(output, tuple) else new
-
-    return [layers[i].register_forward_hook(hook, with_kwargs=True) for i in skipped]
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("skipped", [(0,), (1,), (0, 2)])
 def test_skip_view_equals_the_target_with_those_layers_as_identity(family, skipped):
@@ -86,7 +66,7 @@ def test_skip_view_equals_the_target_with_those_layers_as_identity(family, skipp
     view = skip_view(target, skipped)
     with torch.inference_mode():
         got = view(input_ids=ids, use_cache=False).logits
-        handles = _identity_hooks(target, skipped, last_only=False)
+        handles = identity_hooks(target, skipped, last_only=False)
         try:
             want = target(input_ids=ids, use_cache=False).logits
         finally:
@@ -128,7 +108,7 @@ def test_skip_refuses_what_it_cannot_do_with_one_line():
 
 @pytest.fixture(scope="module")
 def references():
-    return {f: [autoregressive_generate(list(p), build(f), logits_processor=GREEDY, max_gen_len=LENGTH).tokens
+    return {f: [autoregressive(list(p), build(f), processor=GREEDY, max_gen_len=LENGTH).tokens
                 for p in PROMPTS] for f in FAMILIES}
 
 
@@ -140,8 +120,8 @@ def test_self_drafters_are_lossless(family, kind, policy, references):
     drafter = build_self_drafter(target, parse_self_draft(kind))
     rejected = 0
     for prompt, want in zip(PROMPTS, references[family]):
-        got = self_speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY, gamma=3,
-                                        max_gen_len=LENGTH, gamma_policy=make_policy(policy, 3))
+        got = speculative(list(prompt), drafter, target, processor=GREEDY, gamma=3,
+                          max_gen_len=LENGTH, gamma_policy=policy)
         assert got.tokens == want, f"{family} {kind} {policy}"
         rejected += got.drafted - got.accepted
     if kind.startswith("self:skip") and policy == "constant":
@@ -156,8 +136,8 @@ def test_a_drafter_that_keeps_its_draft_positions_in_the_target_cache_is_caught(
     outputs = []
     for prompt in PROMPTS:
         try:
-            outputs.append(self_speculative_generate(list(prompt), drafter, target, logits_processor=GREEDY,
-                                                     gamma=3, max_gen_len=LENGTH).tokens)
+            outputs.append(speculative(list(prompt), drafter, target, processor=GREEDY,
+                                       gamma=3, max_gen_len=LENGTH).tokens)
         except Exception:  # noqa: BLE001  (a broken cache may also raise)
             outputs.append(None)
     assert outputs != references["llama"]
@@ -191,8 +171,8 @@ def test_the_targets_prefill_counts_as_verify_not_as_drafting(monkeypatch, tree)
         return real(self, ids, keep)
 
     monkeypatch.setattr(CachedModel, "forward", slow_prefill)
-    result = self_speculative_generate(list(PROMPTS[0]), drafter, target, logits_processor=GreedyProcessor(),
-                                       gamma=3, max_gen_len=8, tree=tree)
+    result = speculative(list(PROMPTS[0]), drafter, target, processor=GreedyProcessor(),
+                         gamma=3, max_gen_len=8, tree=tree)
     first = result.trace[0]
     assert first.verify_s >= pause and first.draft_s < pause
     assert result.phases["verify"] >= pause and result.phases["draft"] < pause
@@ -226,7 +206,7 @@ def test_shared_skip_drafts_equal_the_target_skipping_layers_at_the_draft_positi
     drafter = SelfDrafter(build_self_drafter(target, parse_self_draft("self:skip=1")), GREEDY)
     prompt = list(PROMPTS[0])
     drafts, q, _ = _round(drafter, target, prompt, k=1)
-    handles = _identity_hooks(target, [1], last_only=True)
+    handles = identity_hooks(target, [1], last_only=True)
     try:
         with torch.inference_mode():
             want = target(input_ids=torch.tensor([prompt]), use_cache=False).logits[0, -1]
@@ -509,7 +489,7 @@ def test_calibration_rates_follow_the_rule_of_succession():
 def test_skip_search_finds_a_layer_that_does_nothing():
     """A layer whose output projections are zero passes its input through: the search skips it."""
     from selfdraft.search import block_influence, search_skip
-    from tests.tiny_models import tiny_llama
+    from tests.helpers.models import tiny_llama
 
     target = tiny_llama(3, vocab_size=96, layers=4, logit_scale=20.0)
     with torch.no_grad():

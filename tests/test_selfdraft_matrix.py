@@ -16,7 +16,7 @@ import pytest
 
 from engine import Strategy, run_strategy
 from utils.cache import TRANSFORMERS_RELEASE
-from tests.arch_zoo import FAMILIES, LENGTH, PROMPTS, VOCAB, FamilyUnavailable, _greedy, _pair, build, reference
+from tests.helpers.arch_zoo import FAMILIES, LENGTH, PROMPTS, VOCAB, FamilyUnavailable, _greedy, _pair, build, reference
 
 KINDS = ("self:bf16", "self:fp16", "self:int8", "self:int8=weight-only", "self:skip")
 # Where a self-drafter is refused, and the words its one line must hold: a

@@ -18,13 +18,14 @@ import selfdraft.drafter
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
-from selfdraft.drafter import SelfDrafter, self_speculative_generate
+from selfdraft.drafter import SelfDrafter
 from selfdraft.spec import parse_self_draft
-from tests import arch_zoo
-from tests.arch_zoo import PROMPTS, build
-from tests.test_distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
-from tests.test_tree_decoding import shifted_rows
-from tests.tiny_models import tiny_llama
+from tests.helpers import arch_zoo
+from tests.helpers.arch_zoo import PROMPTS, build
+from tests.helpers.decode import speculative
+from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
+from tests.helpers.mutations import shifted_rows
+from tests.helpers.models import tiny_llama
 from utils.cache import CachedModel, tree_support
 
 GREEDY = GreedyProcessor()
@@ -35,7 +36,7 @@ MODES = {"self:skip=1": "view", "self:int8": "view", "self:bf16": "copy"}
 
 def _generate(drafter, target, prompt, processor=GREEDY, **kw):
     options = dict(gamma=4, max_gen_len=LENGTH, tree=NODES, tree_branch=BRANCH) | kw
-    return self_speculative_generate(list(prompt), drafter, target, logits_processor=processor, **options)
+    return speculative(list(prompt), drafter, target, processor=processor, **options)
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +159,9 @@ def _counts(drafter, target, processor, sample: bool = False) -> tuple[dict, boo
     counts, wide = {}, False
     with torch.inference_mode():
         for _ in range(RUNS):
-            result = self_speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
-                                               max_gen_len=STEPS, generator=generator, tree=6, tree_branch=2,
-                                               tree_sample=sample)
+            result = speculative(PROMPT, drafter, target, processor=processor, gamma=3,
+                                 max_gen_len=STEPS, generator=generator, tree=6, tree_branch=2,
+                                 tree_sample=sample)
             key = tuple(result.tokens[:STEPS])
             counts[key] = counts.get(key, 0) + 1
             wide = wide or (result.tree_rule == ("sampled" if sample else "top")
@@ -218,9 +219,9 @@ def test_sampled_trees_whose_children_are_picked_not_drawn_are_caught(monkeypatc
 def _skip_reference(target, ids: list[int]) -> torch.Tensor:
     """Draft&Verify's first draft: the target with layer 1 passing its input through at the
     last position only (full-model keys for the committed tokens), (V,) logits."""
-    from tests.test_selfdraft import _identity_hooks
+    from tests.helpers.selfdraft import identity_hooks
 
-    handles = _identity_hooks(target, [1], last_only=True)
+    handles = identity_hooks(target, [1], last_only=True)
     try:
         with torch.inference_mode():
             return target(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float()
@@ -252,8 +253,8 @@ def check_skip_inspector(result, prompt, target) -> None:
 
 def test_the_inspector_shows_the_self_drafters_softmax(llama, drafters):
     prompt = list(PROMPTS[0])
-    result = self_speculative_generate(prompt, drafters["self:skip=1"], llama, logits_processor=GREEDY,
-                                       gamma=3, max_gen_len=16)
+    result = speculative(prompt, drafters["self:skip=1"], llama, processor=GREEDY,
+                         gamma=3, max_gen_len=16)
     assert result.rollback["drafter"]["method"] == "shared"
     check_skip_inspector(result, prompt, llama)
 
@@ -267,19 +268,19 @@ def test_draft_logits_a_row_late_is_caught(monkeypatch, llama, drafters):
 
     monkeypatch.setattr(SelfDrafter, "draft_logits", late)
     prompt = list(PROMPTS[0])
-    result = self_speculative_generate(prompt, drafters["self:skip=1"], llama, logits_processor=GREEDY,
-                                       gamma=3, max_gen_len=16)
+    result = speculative(prompt, drafters["self:skip=1"], llama, processor=GREEDY,
+                         gamma=3, max_gen_len=16)
     with pytest.raises(AssertionError):
         check_skip_inspector(result, prompt, llama)
 
 
 def test_an_own_cache_self_drafter_hands_over_its_model_drafters_logits(llama, drafters):
     """Cache off: the self-drafter drafts as a ModelDrafter; the inspector equals a recomputation."""
-    from tests.test_inspection import check_rounds
+    from tests.helpers.inspection import check_rounds
 
     prompt = list(PROMPTS[1])
     model = drafters["self:skip=1"]
-    result = self_speculative_generate(prompt, model, llama, logits_processor=GREEDY, gamma=3, max_gen_len=12,
-                                       use_cache=False)
+    result = speculative(prompt, model, llama, processor=GREEDY, gamma=3, max_gen_len=12,
+                         use_cache=False)
     assert result.rollback["drafter"]["method"] == "none"
     check_rounds(result, prompt, llama, model, GREEDY)

@@ -13,7 +13,7 @@ import checks.selftest
 import generation.accept
 import generation.verify
 from checks.selftest import Check, run_selftest, selftest_exit_code
-from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_model, build_pair, build_tokenizer, child_env
+from tests.helpers.repl import INFER, PYTHON, REPO, build_model, build_pair, build_tokenizer, child_env
 from utils.models import ModelPair
 
 CONTEXT = 4096

@@ -19,12 +19,7 @@ from repl.trace import (
     trace_document,
     write_trace,
 )
-from tests.test_repl_fixtures import INFER, PYTHON, REPO, build_pair, child_env
-from tests.test_repl_render import WordTokenizer, why_prompt_run
-
-ENV = {"target": "t-model (float32)", "drafter": "d-model (float32)", "device": "cpu",
-       "versions": {"python": "3.x", "torch": "2.x", "transformers": "5.x"}}
-
+from tests.helpers.repl import ENV, PYTHON, REPO, WordTokenizer, build_pair, child_env, infer, why_prompt_run
 
 def saved(tmp_path, prompt_runs=None) -> str:
     path = tmp_path / "trace.json"
@@ -116,7 +111,7 @@ def test_a_trace_with_the_old_acceptance_names_replays_with_one_line_naming_them
     assert len(trace.notes) == 1 and all(name in trace.notes[0] for name in OLD_ACCEPTANCE_NAMES)
     # the numbers come from the rounds either way
     assert trace.prompts[0].to_dict() == read_trace(path).prompts[0].to_dict()
-    done = _infer(["--replay", str(old)], tmp_path)
+    done = infer(["--replay", str(old)], tmp_path)
     assert done.returncode == 0, done.stderr
     assert [line for line in done.stdout.splitlines() if "old acceptance names" in line] == [trace.notes[0]]
     assert "mean acceptance length 2.33" in done.stdout
@@ -139,11 +134,6 @@ def test_unreadable_paths(tmp_path):
 
 
 # ------------------------------------------------------------------ --replay
-
-def _infer(args, tmp_path, stdin="", timeout=60):
-    return subprocess.run([PYTHON, str(INFER), *args], cwd=REPO, env=child_env(tmp_path), input=stdin,
-                          capture_output=True, text=True, timeout=timeout)
-
 
 def test_replay_renders_without_torch_and_fast(tmp_path):
     path = saved(tmp_path)
@@ -171,13 +161,13 @@ def test_replay_renders_without_torch_and_fast(tmp_path):
 def test_replay_of_a_bad_file_is_one_line(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    done = _infer(["--replay", str(path)], tmp_path)
+    done = infer(["--replay", str(path)], tmp_path)
     assert done.returncode == 2 and message in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_trace_out_to_a_bad_path_exits_before_loading(tmp_path):
-    done = _infer(["--trace-out", str(tmp_path / "no" / "t.json"), "--prompt", "x"], tmp_path, timeout=30)
+    done = infer(["--trace-out", str(tmp_path / "no" / "t.json"), "--prompt", "x"], tmp_path, timeout=30)
     assert done.returncode == 2 and "cannot write trace to" in done.stderr and "no directory" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -193,7 +183,7 @@ def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
     target, drafter = pair
     saved_path, all_path = tmp_path / "last.json", tmp_path / "all.json"
     script = f"/gamma 3\nthe water is hot and the water is\n/save {saved_path}\n/stats\na new line\n"
-    done = _infer(["--target", str(target), "--drafter", str(drafter), "--length", "12", "--json",
+    done = infer(["--target", str(target), "--drafter", str(drafter), "--length", "12", "--json",
                    "--trace-out", str(all_path)], tmp_path, stdin=script, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "trace saved to" in done.stderr and "Why (last prompt)" in done.stderr
@@ -226,7 +216,7 @@ def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
     assert sum(entry["acceptance_histogram"]) == entry["drafting_rounds"] == drafting
     assert entry["mean_acceptance_length"] == pytest.approx(1 + spec.result.accepted / drafting)
 
-    replay = _infer(["--replay", str(all_path)], tmp_path)
+    replay = infer(["--replay", str(all_path)], tmp_path)
     assert replay.returncode == 0, replay.stderr
     assert "prompt 2 of 2" in replay.stdout and "Comparison" in replay.stdout
     assert spec.text.split()[0] in replay.stdout

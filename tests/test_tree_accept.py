@@ -10,7 +10,7 @@ import torch
 from generation.accept import accept_tree
 from generation.tree import Tree, ancestors, layer_mask, tree_positions, visibility
 from sampling import GreedyProcessor, MultinomialProcessor
-from tests.test_distribution import chi_square_excess
+from tests.helpers.distribution import chi_square_excess
 
 V = 6
 GREEDY = GreedyProcessor()

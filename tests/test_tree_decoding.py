@@ -13,12 +13,21 @@ import generation.tree_forward
 import generation.tree_round
 import generation.verify
 import utils.cache
-from generation import speculative_generate
-from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
+from ngram_assisted import NGramStorage, RecyclingStorage
 from sampling import MultinomialProcessor, TopKProcessor
-from tests import arch_zoo
-from tests.test_distribution import PROMPT, SAMPLES, V, chi_square_excess, exact_distribution, sample_counts
-from tests.tiny_models import tiny_llama
+from tests.helpers import arch_zoo
+from tests.helpers.decode import nasd, speculative
+from tests.helpers.distribution import (
+    PROMPT,
+    SAMPLES,
+    V,
+    chi_square_excess,
+    exact_distribution,
+    sample_counts,
+    sharp_drafter,
+    sharp_target,
+)
+from tests.helpers.mutations import shifted_rows
 
 STRATEGIES = arch_zoo.TREE_STRATEGIES
 
@@ -151,13 +160,6 @@ def test_a_recurrent_model_given_a_tree_is_caught(monkeypatch):
     assert not outcome.passed
 
 
-def shifted_rows(real):
-    """Mutation: each node's draw taken from the row of the node after it (an off-by-one)."""
-    def accept(p, *args, **kwargs):
-        return real(torch.cat([p[1:], p[-1:]]), *args, **kwargs)
-    return accept
-
-
 @pytest.mark.parametrize("strategy", ["speculative", "recycling"])
 def test_greedy_catches_a_wrong_row(monkeypatch, strategy):
     monkeypatch.setattr(generation.tree_round, "accept_tree", shifted_rows(generation.tree_round.accept_tree))
@@ -201,22 +203,21 @@ def test_a_broken_tree_mask_is_caught(monkeypatch, name, attribute, mutation):
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_llama(10, vocab_size=V, hidden=16, logit_scale=15.0)
+    return sharp_target()
 
 
 @pytest.fixture(scope="module")
 def drafter():
-    return tiny_llama(11, vocab_size=V, hidden=16, logit_scale=15.0)
+    return sharp_drafter()
 
 
 def tree_run(kind, target, drafter, processor):
     if kind == "speculative":
-        return lambda g: speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
-                                              max_gen_len=3, generator=g, tree=6, tree_branch=2)
+        return lambda g: speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=3,
+                                     generator=g, tree=6, tree_branch=2)
     storage = (lambda: NGramStorage(2, V)) if kind == "nasd" else (lambda: RecyclingStorage(2, V, width=3))
-    return lambda g: ngram_assisted_speculative_generate(
-        PROMPT, storage(), target, gamma=3, filler_top_k=2, logits_processor=processor, max_gen_len=3,
-        generator=g, tree=6, tree_branch=2)
+    return lambda g: nasd(PROMPT, storage(), target, gamma=3, filler_top_k=2, processor=processor, max_gen_len=3,
+                          generator=g, tree=6, tree_branch=2)
 
 
 @pytest.mark.parametrize("kind, processor", [

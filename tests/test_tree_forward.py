@@ -8,7 +8,7 @@ import generation.tree
 from generation.tree import Tree
 import generation.tree_forward
 from generation.tree_forward import tree_forward
-from tests.arch_zoo import PROMPTS, build
+from tests.helpers.arch_zoo import PROMPTS, build
 from utils.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError, tree_support
 
 # Two roots, branching below both; depth 3 (node 5 hangs under node 2).

@@ -10,13 +10,21 @@ import zlib
 import pytest
 import torch
 
-from generation import speculative_generate
 from generation.accept import accept_tree_rrs
 from generation.tree import Tree
 from generation.tree_draft import draw_children
 from sampling import MultinomialProcessor, TopKProcessor
-from tests.test_distribution import (  # noqa: F401  (drafter, target: the tiny pair's fixtures)
-    PROMPT, SAMPLES, V, chi_square_excess, drafter, exact_distribution, sample_counts, target)
+from tests.helpers.decode import speculative
+from tests.helpers.distribution import (
+    PROMPT,
+    SAMPLES,
+    V,
+    chi_square_excess,
+    exact_distribution,
+    sample_counts,
+    sharp_drafter,
+    sharp_target,
+)
 
 W = 5            # vocabulary of the hand-built distributions
 SHAPE = (3, 2)   # children per node at depth 0 and 1: the root gets 3, each of them 2
@@ -154,9 +162,19 @@ def test_children_must_be_drawn_not_picked():
 
 # ------------------------------------------------------------- the engine
 
+@pytest.fixture(scope="module")
+def target():
+    return sharp_target()
+
+
+@pytest.fixture(scope="module")
+def drafter():
+    return sharp_drafter()
+
+
 def sampled_run(target, drafter, processor, sample=True):
-    return lambda g: speculative_generate(PROMPT, drafter, target, logits_processor=processor, gamma=3,
-                                          max_gen_len=3, generator=g, tree=6, tree_branch=2, tree_sample=sample)
+    return lambda g: speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=3,
+                                 generator=g, tree=6, tree_branch=2, tree_sample=sample)
 
 
 def test_sampled_trees_reproduce_the_target_distribution(target, drafter):

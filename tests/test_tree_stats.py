@@ -113,7 +113,7 @@ def test_the_tree_model_in_stats_prices_the_measured_widths():
 
 def test_stats_json_and_panel_show_the_best_tree_beside_the_best_gamma():
     from repl import render
-    from tests.test_repl_render import WordTokenizer, console
+    from tests.helpers.repl import WordTokenizer, console
 
     pr = tree_prompt_run()
     entry = pr.to_dict()["strategies"]["speculative"]

@@ -8,10 +8,10 @@ is handed to the engine in an ``EngineState`` that already holds it.
 
 from __future__ import annotations
 
-from engine import EngineState, NGramOptions, Strategy, pair_of, run_strategy
+from engine import CrossTokenizerOptions, EngineState, NGramOptions, Strategy, pair_of, run_strategy
 from engine.state import STORAGE_CLASSES
 
-__all__ = ["autoregressive", "nasd", "speculative", "state_holding"]
+__all__ = ["autoregressive", "cross_tokenizer", "nasd", "speculative", "state_holding"]
 
 
 def speculative(prompt, drafter, target, *, processor, gamma: int = 4, max_gen_len: int = 128, eos=None,
@@ -26,6 +26,18 @@ def speculative(prompt, drafter, target, *, processor, gamma: int = 4, max_gen_l
     pair = pair_of(target, drafter, end_tokens=eos, vocab_size=vocab_size)
     return run_strategy(strategy, pair, prompt, state=state, generator=generator, observer=observer,
                         interruptible=interruptible)
+
+
+def cross_tokenizer(prompt, pair, *, method: str, processor, gamma: int = 4, max_gen_len: int = 128,
+                    use_cache: bool = True, generator=None, gamma_policy: str = "constant"):
+    """Speculative decoding of ``prompt`` (the target's ids) on ``pair``, whose drafter has a
+    tokenizer of its own (``drafter_tokenizer`` set), drafting by ``method`` ("slem" or "tli").
+    The pair goes in as it is, so the engine's "model" drafter is the one that notices the two
+    tokenizers and hands the pair to the cross-tokenizer drafter."""
+    strategy = Strategy("speculative", drafter="model", drafter_options=CrossTokenizerOptions(method),
+                        gamma=gamma, gamma_policy=gamma_policy, processor=processor, use_cache=use_cache,
+                        max_gen_len=max_gen_len)
+    return run_strategy(strategy, pair, prompt, generator=generator)
 
 
 def state_holding(storage, vocab_size: int | None = None) -> EngineState:

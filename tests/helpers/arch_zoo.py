@@ -717,21 +717,26 @@ def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Ou
     def kept(run):
         return lambda p: results.append(run(p)) or results[-1]
 
+    common = dict(gamma=4, processor=_greedy(), max_gen_len=LENGTH, tree=nodes, tree_branch=branch)
     if strategy == "speculative":
-        from generation import speculative_generate
-
-        drafter = build(name, "drafter")
-        outcome = _each_prompt(name, kept(lambda p: speculative_generate(
-            p, drafter, target, logits_processor=_greedy(), gamma=4, max_gen_len=LENGTH,
-            tree=nodes, tree_branch=branch)), label, after=after)
+        pair = _pair(target, build(name, "drafter"))
+        outcome = _each_prompt(name, kept(lambda p: run_strategy(
+            Strategy("speculative", drafter="model", **common), pair, p)), label, after=after)
     elif strategy in ("nasd", "recycling"):
-        from ngram_assisted import NGramStorage, RecyclingStorage, ngram_assisted_speculative_generate
+        from ngram_assisted import NGramStorage, RecyclingStorage
+        from tests.helpers.decode import state_holding
 
+        # A fresh storage per prompt, handed to the engine as it is (reset=False keeps it).
         make = (lambda: NGramStorage(3, VOCAB)) if strategy == "nasd" else (lambda: RecyclingStorage(2, VOCAB, width=4))
-        outcome = _each_prompt(name, kept(lambda p: ngram_assisted_speculative_generate(
-            p, make(), target, gamma=4, filler_top_k=3, logits_processor=_greedy(), max_gen_len=LENGTH,
-            tree=nodes, tree_branch=branch)), label, after=after,
-            prompts=(*PROMPTS, echo_prompt(name)))
+        pair = _pair(target, vocab_size=VOCAB)
+
+        def run(p):
+            storage = make()
+            options = NGramOptions(storage=strategy if strategy == "recycling" else "basic", n=storage.n,
+                                   top_k_filler=3, reset=False)
+            return run_strategy(Strategy("ngram", drafter="ngram", drafter_options=options, **common), pair, p,
+                                state=state_holding(storage, VOCAB))
+        outcome = _each_prompt(name, kept(run), label, after=after, prompts=(*PROMPTS, echo_prompt(name)))
     else:
         raise ValueError(f"unknown tree strategy {strategy!r}; known: {', '.join(TREE_STRATEGIES)}")
     if outcome.passed and reason is None and not any(r.tree_size > 1 for res in results for r in res.trace):
@@ -788,7 +793,6 @@ def check_logits(name: str, gamma: int = 3) -> Outcome:
     cached forward returned during it -- target and drafter, after every crop or
     restore -- equals an uncached forward of the same ids, within the dtype's
     tolerance (``utils.probe.tolerance``)."""
-    from generation import speculative_generate
     from utils.probe import probe_of, tolerance
 
     target, drafter = build(name), build(name, "independent")
@@ -797,8 +801,9 @@ def check_logits(name: str, gamma: int = 3) -> Outcome:
         want = list(reference(name, prompt))
         label = f"logits (independent drafter, gamma {gamma}), prompt {i}"
         with torch.inference_mode():
-            result, forwards = _recorded(lambda: speculative_generate(
-                list(prompt), drafter, target, logits_processor=_greedy(), gamma=gamma, max_gen_len=LENGTH))
+            result, forwards = _recorded(lambda: run_strategy(
+                Strategy("speculative", drafter="model", gamma=gamma, processor=_greedy(), max_gen_len=LENGTH),
+                _pair(target, drafter), list(prompt)))
             for n, f in enumerate(forwards):
                 want_logits = _uncached_logits(f).float()
                 scale = max(1.0, float(want_logits.abs().max()))

@@ -1,4 +1,6 @@
-"""A tiny local model pair for the REPL tests (no downloads, no tests here).
+"""What the REPL tests share: a tiny local model pair saved for ``infer.py`` children
+(no downloads), hand-built results and a word tokenizer for rendering, and running
+``infer.py`` in a child process.
 
 Two random 2-layer Llamas over a word-level vocabulary of a few hundred words,
 saved with a fast tokenizer that has a chat template. The end and special
@@ -8,11 +10,19 @@ early and a long generation really is long (for the Ctrl-C test).
 
 from __future__ import annotations
 
+import io
 import os
+import subprocess
 import sys
+import types
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from generation import GenerationResult, Round
+from repl import render
+from repl.runs import PromptRun, StrategyRun
+from repl.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
 INFER = REPO / "infer.py"
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>"]
@@ -57,18 +67,13 @@ def build_model(seed: int, vocab_size: int, *, context: int, noise: float = 0.0)
     """A random Llama; ``noise`` > 0 perturbs its output layer (a drafter that
     agrees with the target most of the time)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )
-    model = LlamaForCausalLM(config).eval()
+    from tests.helpers.models import tiny_llama
+
+    model = tiny_llama(seed, vocab_size=vocab_size, max_positions=context, logit_scale=4.0,  # sharper distributions
+                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
     with torch.no_grad():
         model.lm_head.weight[: len(SPECIALS)] = 0.0  # specials (end token included) never win argmax
-        model.lm_head.weight.mul_(4.0)  # sharper distributions
         if noise:
             gen = torch.Generator().manual_seed(seed + 1000)
             model.lm_head.weight.add_(noise * torch.randn(model.lm_head.weight.shape, generator=gen))
@@ -100,3 +105,74 @@ def child_env(tmp: Path) -> dict:
 
 
 PYTHON = sys.executable
+
+
+# ------------------------------------------------ rendering without models
+
+class WordTokenizer:
+    """Token i decodes to " w<i>"; ids 0 and 1 are special (hidden when skipped)."""
+
+    chat_template = None
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f" w{i}" for i in ids if not (skip_special_tokens and i < 2))
+
+    def __call__(self, text, add_special_tokens=True):
+        return types.SimpleNamespace(input_ids=[int(w[1:]) for w in text.split()])
+
+    def __len__(self):
+        return 100
+
+
+def console() -> tuple:
+    out = io.StringIO()
+    return render.make_console().__class__(file=out, width=200, markup=False, emoji=False,
+                                           highlight=False, color_system=None), out
+
+
+def result(tokens, seconds=1.0, **kw) -> GenerationResult:
+    return GenerationResult(tokens=list(tokens), seconds=seconds, target_calls=kw.pop("target_calls", len(tokens)),
+                            **kw)
+
+
+def fake_pair(context=1000):
+    return types.SimpleNamespace(tokenizer=WordTokenizer(), context_length=context, vocab_size=100,
+                                 device="cuda:0", end_tokens=[1], target_name="t", drafter_name="d")
+
+
+def why_prompt_run() -> PromptRun:
+    """A speculative run whose predicted speedup is known by hand (see the asserts).
+
+    Rounds after the first (which carries the prefill): drafter step 0.01 s,
+    verify at width 3 0.1 s, other 0.01 s per round; target AR: 0.05 s per
+    verify + 0.01 s other = 0.06 s per token. Acceptance: position 0 2/3,
+    position 1 2/2, so E(2) = 1 + 2/3 + 2/3 = 7/3 and the prediction at gamma 2 is
+    (7/3) * 0.06 / (2 * 0.01 + 0.1 + 0.01) = 0.14 / 0.13.
+    """
+    spec_trace = [
+        Round((5, 6), 2, 7, True, gamma=2, draft_s=0.02, verify_s=0.5),
+        Round((8, 9), 2, 10, True, gamma=2, draft_s=0.02, verify_s=0.1),
+        Round((11, 12), 0, 13, False, gamma=2, draft_s=0.02, verify_s=0.1),
+    ]
+    spec = result([5, 6, 7, 8, 9, 10, 13], seconds=0.8, drafted=6, accepted=4, target_calls=3,
+                  drafter_calls=6, trace=spec_trace, phases={"draft": 0.06, "verify": 0.7, "other": 0.03},
+                  rollback={"target": {"method": "crop", "restores": 3, "refed_tokens": 0, "seconds": 0.002}},
+                  gamma_policy="constant")
+    ar_trace = [Round((), 0, t, False, verify_s=0.3 if i == 0 else 0.05)
+                for i, t in enumerate([5, 6, 7, 8, 9, 10, 13])]
+    target = result([5, 6, 7, 8, 9, 10, 13], seconds=0.72, trace=ar_trace,
+                    phases={"draft": 0.0, "verify": 0.6, "other": 0.07})
+    pr = PromptRun("p", [2, 3], greedy=True, settings=Settings(gamma=2).to_dict())
+    pr.runs = [StrategyRun("speculative", spec, text="x"), StrategyRun("target", target, text="x")]
+    return pr
+
+
+# ------------------------------------------------ infer.py in a child process
+
+ENV = {"target": "t-model (float32)", "drafter": "d-model (float32)", "device": "cpu",
+       "versions": {"python": "3.x", "torch": "2.x", "transformers": "5.x"}}
+
+
+def infer(args, tmp_path, stdin="", timeout=60):
+    return subprocess.run([PYTHON, str(INFER), *args], cwd=REPO, env=child_env(tmp_path), input=stdin,
+                          capture_output=True, text=True, timeout=timeout)

@@ -29,7 +29,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tests.tiny_models import tiny_llama
+from tests.helpers.models import tiny_llama
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
