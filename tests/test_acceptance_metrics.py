@@ -197,7 +197,7 @@ def test_a_tree_counting_only_its_path_fails(monkeypatch):
 
 @pytest.fixture(scope="module")
 def models():
-    from tests.tiny_models import tiny_llama
+    from tests.helpers.models import tiny_llama
 
     # independent random weights over 8 tokens: the drafter is right now and then and
     # wrong far more often, so both acceptances and rejections (and rollbacks) happen

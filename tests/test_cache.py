@@ -1,4 +1,4 @@
-"""utils.cache: the version-aware crop, the per-layer rollback decision, exact
+"""kvcache.cache: the version-aware crop, the per-layer rollback decision, exact
 restores of recurrent state, bounded sliding-window memory, and refusals."""
 
 import pytest
@@ -9,7 +9,7 @@ from sampling import GreedyProcessor
 from tests.helpers import arch_zoo
 from tests.helpers.decode import speculative
 from tests.helpers.models import tiny_llama
-from utils.cache import (
+from kvcache.cache import (
     CROP_ZERO_KEEPS,
     TRANSFORMERS_RELEASE,
     CachedModel,
@@ -133,7 +133,7 @@ def test_sliding_window_memory_stays_bounded():
 def test_a_static_cache_is_refused_with_one_line():
     from transformers import StaticCache
 
-    from utils.cache import _check_rollback_support
+    from kvcache.cache import _check_rollback_support
 
     model = tiny_llama(0)
     cache = StaticCache(config=model.config, max_cache_len=32)
@@ -147,7 +147,7 @@ def test_a_cache_class_of_the_models_own_is_snapshotted_whole_and_takes_no_tree(
     """xLSTM keeps its state in an ``xLSTMCache``: the model makes it on its first forward,
     a checkpoint copies all of it (the live cache is not the snapshot), a rejection puts the
     copy back, and token trees fall back to chains with one line."""
-    from utils.cache import tree_support
+    from kvcache.cache import tree_support
 
     cached = CachedModel(built("xlstm"))
     with torch.inference_mode():
@@ -168,11 +168,11 @@ def test_a_tree_keeps_the_sparse_indexers_keys_of_its_path(monkeypatch):
     after a tree verify, the kept path's indexer keys are gathered with them. Mutation:
     without that gather the indexer scores the wrong keys, and the tree run gives other
     tokens than ``generate``."""
-    import utils.cache
+    import kvcache.cache
 
     built("deepseek_v32")
     assert arch_zoo.check_tree("deepseek_v32", "speculative").passed
-    monkeypatch.setattr(utils.cache, "_keep_indexer", lambda layer, block, kept: None)
+    monkeypatch.setattr(kvcache.cache, "_keep_indexer", lambda layer, block, kept: None)
     outcome = arch_zoo.guarded(lambda: arch_zoo.check_tree("deepseek_v32", "speculative"))
     assert outcome.status == "fail" and "generate gave" in outcome.detail, outcome
 
@@ -181,7 +181,7 @@ def test_the_cache_argument_is_the_one_each_forward_names():
     """transformers 5.24 renamed ``past_key_values`` (``cache_params`` on Mamba-like models) to
     ``cache``, keeping the old name as an alias on some models only; a model passed a name its
     forward does not declare may run with no cache at all (Mamba, Mamba2, xLSTM on 5.24)."""
-    from utils.cache import _forward_kwargs
+    from kvcache.cache import _forward_kwargs
 
     class Old:
         def forward(self, input_ids, past_key_values=None, logits_to_keep=0): ...

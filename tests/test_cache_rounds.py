@@ -8,7 +8,7 @@ from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, NucleusProcessor
 from tests.helpers.decode import autoregressive, nasd, speculative
 from tests.helpers.models import RecordingModel, tiny_llama
-from utils.cache import CachedModel, cache_length, drop_last
+from kvcache.cache import CachedModel, cache_length, drop_last
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 2]
 

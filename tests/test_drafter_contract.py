@@ -17,7 +17,7 @@ import torch
 from engine import DRAFTERS, Drafter, Strategy, pair_of, register_drafter, run_strategy
 from sampling import GreedyProcessor
 from tests.helpers.decode import autoregressive
-from tests.tiny_models import tiny_llama
+from tests.helpers.models import tiny_llama
 
 ROOT = Path(__file__).resolve().parent.parent
 

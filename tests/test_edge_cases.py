@@ -125,7 +125,7 @@ def test_interruptible_generation_returns_partial_result(target):
                 raise KeyboardInterrupt
             return self.inner(**kwargs)
 
-    from utils.probe import probe_of
+    from kvcache.probe import probe_of
 
     def interrupt_after(calls):
         model = InterruptAfter(target, 10**6)

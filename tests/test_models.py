@@ -20,7 +20,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 import engine
-import selfdraft.default
+import engine.self_pair.default
 import utils.default_model as default_model
 from tests.helpers.models import tiny_bart, tiny_t5, word_llama
 from tests.helpers.tokenizers import CHATML, SPECIALS, WORDS, word_tokenizer
@@ -854,15 +854,15 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    # A first measurement on a busy machine would not be kept (selfdraft.default.busy_load); this
+    # A first measurement on a busy machine would not be kept (engine.self_pair.default.busy_load); this
     # test is about the second start reading back what the first one kept.
-    monkeypatch.setattr(selfdraft.default, "busy_load", lambda: None)
+    monkeypatch.setattr(engine.self_pair.default, "busy_load", lambda: None)
     engine.load_pair(device="cpu")  # first start: converts the GGUF if the cache is cold
 
     def measured_again(*args, **kwargs):
         raise AssertionError("the second start measured the self-drafters again instead of reading them back")
 
-    monkeypatch.setattr(selfdraft.default, "measure_all", measured_again)
+    monkeypatch.setattr(engine.self_pair.default, "measure_all", measured_again)
     start = time.perf_counter()
     pair = engine.load_pair(device="cpu")
     warm_seconds = time.perf_counter() - start

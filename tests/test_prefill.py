@@ -1,4 +1,4 @@
-"""utils.prefill: generations that begin from one prompt's prefill feed the prompt
+"""kvcache.prefill: generations that begin from one prompt's prefill feed the prompt
 once, give what a generation from an empty cache gives (tokens and logits), and
 leave the prefill as it was."""
 
@@ -9,8 +9,8 @@ from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, TopKProcessor
 from tests.helpers import arch_zoo, decode
 from tests.helpers.models import RecordingModel, tiny_llama
-from utils.cache import CachedModel, cache_length
-from utils.prefill import active_prefill, prefill, starting_from
+from kvcache.cache import CachedModel, cache_length, matching_prefill
+from kvcache.prefill import prefill
 
 PROMPT = [3, 9, 4, 17, 5, 9, 4, 17, 5, 30, 2, 8, 41, 7, 9]
 
@@ -20,10 +20,10 @@ def pair():
     return (RecordingModel(tiny_llama(0, logit_scale=8.0)), RecordingModel(tiny_llama(1, logit_scale=8.0)))
 
 
-def speculative(target, drafter, processor, seed=0, length=12):
+def speculative(target, drafter, processor, seed=0, length=12, prefills=()):
     generator = torch.Generator().manual_seed(seed)
     return decode.speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=length,
-                              generator=generator)
+                              generator=generator, prefills=prefills)
 
 
 @pytest.mark.parametrize("processor", [GreedyProcessor(), TopKProcessor(1.0, 5)], ids=["greedy", "topk"])
@@ -33,8 +33,7 @@ def test_speculative_from_a_prefill_matches_a_fresh_start_and_feeds_the_prompt_o
     prepared = [prefill(target, PROMPT), prefill(drafter, PROMPT)]
     target.calls.clear()
     drafter.calls.clear()
-    with starting_from(prepared):
-        reused = [speculative(target, drafter, processor, seed) for seed in range(3)]
+    reused = [speculative(target, drafter, processor, seed, prefills=prepared) for seed in range(3)]
     for got, want in zip(reused, fresh):
         assert got.tokens == want.tokens
         assert (got.drafted, got.accepted) == (want.drafted, want.accepted)
@@ -51,41 +50,37 @@ def test_speculative_from_a_prefill_matches_a_fresh_start_and_feeds_the_prompt_o
 def test_first_verify_logits_match_an_uncached_forward():
     model = tiny_llama(2, logit_scale=8.0)
     draft = [12, 40, 7]
-    with starting_from([prefill(model, PROMPT)]):
-        cached = CachedModel(model)
-        with torch.inference_mode():
-            start = cached.begin(PROMPT)
-            assert cached.length == len(PROMPT) - 1 and start == PROMPT
-            got = cached.forward(torch.tensor([start + draft]), keep=len(draft) + 1)
-            want = model(input_ids=torch.tensor([PROMPT + draft])).logits[0, -len(draft) - 1:]
+    cached = CachedModel(model, path="cached")
+    with torch.inference_mode():
+        start = cached.begin(PROMPT, (prefill(model, PROMPT),))
+        assert cached.length == len(PROMPT) - 1 and start == PROMPT
+        got = cached.forward(torch.tensor([start + draft]), keep=len(draft) + 1)
+        want = model(input_ids=torch.tensor([PROMPT + draft])).logits[0, -len(draft) - 1:]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_only_that_model_prompt_and_block_are_served():
+def test_only_that_model_and_prompt_are_served():
     model, other = tiny_llama(0), tiny_llama(1)
     prepared = prefill(model, PROMPT)
-    assert active_prefill(model, PROMPT) is None
-    with starting_from([prepared]):
-        assert active_prefill(model, PROMPT) is prepared
-        assert active_prefill(model, PROMPT[:-1]) is None
-        assert active_prefill(other, PROMPT) is None
-        without_cache = CachedModel(model, use_cache=False)
-        without_cache.begin(PROMPT)
-        assert without_cache.cache is None
-    assert active_prefill(model, PROMPT) is None
+    assert matching_prefill((), model, PROMPT) is None
+    assert matching_prefill([prepared], model, PROMPT) is prepared
+    assert matching_prefill([prepared], model, PROMPT[:-1]) is None
+    assert matching_prefill([prepared], other, PROMPT) is None
+    without_cache = CachedModel(model, use_cache=False)
+    without_cache.begin(PROMPT, (prepared,))
+    assert without_cache.cache is None
 
 
 def test_nasd_sampling_draws_from_a_prefill_match_fresh_draws():
     target = tiny_llama(0, logit_scale=8.0)
 
-    def draws():
+    def draws(prefills=()):
         generator = torch.Generator().manual_seed(7)
         return [decode.nasd(PROMPT, NGramStorage(3, 64), target, gamma=2, processor=TopKProcessor(1.0, 4),
-                            max_gen_len=3, generator=generator).tokens for _ in range(10)]
+                            max_gen_len=3, generator=generator, prefills=prefills).tokens for _ in range(10)]
 
     fresh = draws()
-    with starting_from([prefill(target, PROMPT)]):
-        assert draws() == fresh
+    assert draws((prefill(target, PROMPT),)) == fresh
 
 
 def test_a_copy_not_the_prefill_is_fed(monkeypatch):
@@ -93,13 +88,12 @@ def test_a_copy_not_the_prefill_is_fed(monkeypatch):
     which the first test's last assertion catches."""
     from types import SimpleNamespace
 
-    import utils.cache
+    import kvcache.cache
 
     target, drafter = pair()
     prepared = [prefill(target, PROMPT), prefill(drafter, PROMPT)]
-    monkeypatch.setattr(utils.cache, "copy", SimpleNamespace(deepcopy=lambda x: x))
-    with starting_from(prepared):
-        speculative(target, drafter, GreedyProcessor())
+    monkeypatch.setattr(kvcache.cache, "copy", SimpleNamespace(deepcopy=lambda x: x))
+    speculative(target, drafter, GreedyProcessor(), prefills=prepared)
     assert any(cache_length(p.cache) != p.length for p in prepared)
 
 
@@ -112,11 +106,10 @@ def test_snapshotted_and_encoder_decoder_models(name):
     prompt = list(arch_zoo.echo_prompt(name))
     processor = TopKProcessor(1.0, 4)
 
-    def run():
+    def run(prefills=()):
         generator = torch.Generator().manual_seed(3)
         return [decode.speculative(prompt, drafter, target, processor=processor, gamma=3, max_gen_len=8,
-                                   generator=generator).tokens for _ in range(3)]
+                                   generator=generator, prefills=prefills).tokens for _ in range(3)]
 
     fresh = run()
-    with starting_from([prefill(target, prompt), prefill(drafter, prompt)]):
-        assert run() == fresh
+    assert run((prefill(target, prompt), prefill(drafter, prompt))) == fresh

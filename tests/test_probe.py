@@ -1,4 +1,4 @@
-"""utils.probe: a model's cached forward is checked against the uncached one before it is trusted.
+"""kvcache.probe: a model's cached forward is checked against the uncached one before it is trusted.
 
 The probe must catch what transformers computes wrongly over a cache (Jamba and Mamba on the
 PyTorch path: a multi-token pass does not continue from the cached state; Bamba: a prefill that is
@@ -12,13 +12,13 @@ import functools
 import pytest
 import torch
 
-import utils.cache
-import utils.probe
+import kvcache.cache
+import kvcache.probe
 from sampling import GreedyProcessor
 from tests.helpers import arch_zoo, decode
 from tests.helpers.models import tiny_llama
-from utils.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError
-from utils.probe import probe_model, probe_of
+from kvcache.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError
+from kvcache.probe import probe_model, probe_of
 
 NEW_RECURRENT = TRANSFORMERS_RELEASE >= (5,)
 needs_5 = pytest.mark.skipif(not NEW_RECURRENT, reason="4.57 refuses recurrent caches outright")
@@ -147,7 +147,7 @@ def test_without_the_probe_the_corruption_reaches_the_output(monkeypatch):
     """Mutation: trust the cached forward (no probe) and the same run goes wrong."""
     target = corrupt_multi_token_cached_passes(llama(0))
     want = generate(target)
-    monkeypatch.setattr(utils.probe, "probe_of", lambda model: utils.probe.ProbeResult("m", "float32", "cached"))
+    monkeypatch.setattr(kvcache.probe, "probe_of", lambda model: kvcache.probe.ProbeResult("m", "float32", "cached"))
     assert speculative(target, llama(1)).tokens != want
 
 
@@ -160,7 +160,7 @@ def test_the_transformers_bug_is_real_and_the_fallback_fixes_it(name, monkeypatc
     probe_of(drafter)
     want = list(arch_zoo.reference(name, arch_zoo.PROMPTS[0]))
     assert speculative(target, drafter).tokens == want
-    monkeypatch.setattr(utils.probe, "probe_of", lambda model: utils.probe.ProbeResult("m", "float32", "cached"))
+    monkeypatch.setattr(kvcache.probe, "probe_of", lambda model: kvcache.probe.ProbeResult("m", "float32", "cached"))
     assert speculative(target, drafter).tokens != want
 
 
@@ -171,7 +171,7 @@ def test_no_transformers_exception_escapes_a_rollback(monkeypatch):
     """RecurrentGemma forced onto the cached path: transformers' ``Cache.crop(0)`` raises a
     TypeError on its never-used linear-attention layers; the engine turns it into one line."""
     target, drafter = built("recurrent_gemma"), built("recurrent_gemma", "independent")
-    monkeypatch.setattr(utils.probe, "probe_of", lambda model: utils.probe.ProbeResult("m", "float32", "cached"))
+    monkeypatch.setattr(kvcache.probe, "probe_of", lambda model: kvcache.probe.ProbeResult("m", "float32", "cached"))
     with pytest.raises(UnsupportedCacheError) as info:
         speculative(target, drafter)
     assert "\n" not in str(info.value) and "cannot be rolled back" in str(info.value)
@@ -184,7 +184,7 @@ def test_a_crop_that_raises_becomes_one_line(monkeypatch):
     def broken(cache, n):
         raise TypeError("bad operand type for unary -: 'NoneType'")
 
-    monkeypatch.setattr(utils.cache, "drop_last", broken)
+    monkeypatch.setattr(kvcache.cache, "drop_last", broken)
     with torch.inference_mode():
         seq = cached.begin([3, 4, 5, 6])
         cached.forward(torch.tensor([seq + [7, 8]]), keep=3)
@@ -203,7 +203,7 @@ def test_skipping_the_recurrent_restore_fails_the_logits_check(name, monkeypatch
     target, independent = built(name), built(name, "independent")
     probe_of(target), probe_of(independent)
     assert arch_zoo.check_logits(name).passed
-    monkeypatch.setattr(utils.cache, "snapshot", lambda layer: layer)
+    monkeypatch.setattr(kvcache.cache, "snapshot", lambda layer: layer)
     outcome = arch_zoo.check_logits(name)
     assert outcome.status == "fail" and "off by" in outcome.detail, outcome
     assert probe_model(target).path == "uncached"
@@ -230,7 +230,7 @@ def test_the_logits_check_catches_a_wrong_path():
 def test_the_pair_carries_its_probe_to_the_banner_and_the_trace():
     from repl.trace import environment
     from utils.models import ModelPair
-    from utils.probe import probe_pair
+    from kvcache.probe import probe_pair
 
     target = corrupt_multi_token_cached_passes(llama(0))
     pair = ModelPair(target=target, drafter=llama(1), tokenizer=None, target_name="t", drafter_name="d",

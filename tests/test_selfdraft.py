@@ -18,14 +18,14 @@ from generation.result import Round
 from sampling import GreedyProcessor
 from selfdraft import shared_cache
 from selfdraft.build import build_self_drafter
-from selfdraft.choose import choice_lines, choose
+from engine.self_pair.choose import choice_lines, choose
 from selfdraft.drafter import SelfDrafter
 from selfdraft.skip import SkipRefused, skip_view
 from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.decode import autoregressive, speculative
 from tests.helpers.selfdraft import identity_hooks
-from utils.cache import CachedModel
+from kvcache.cache import CachedModel
 
 GREEDY = GreedyProcessor()
 LENGTH = 24
@@ -292,7 +292,7 @@ def test_weight_only_int8_is_refused_off_a_cpu_with_one_line():
 
 @pytest.mark.parametrize("native", [True, False])
 def test_the_default_measures_weight_only_int8_where_bfloat16_is_native(monkeypatch, native):
-    import selfdraft.default as default
+    import engine.self_pair.default as default
 
     monkeypatch.setattr(default, "native_bfloat16", lambda: native)
     here = default.candidates_here(torch.device("cpu"))
@@ -348,7 +348,7 @@ def _fake_measurement(monkeypatch, default) -> list:
 
 
 def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
-    from selfdraft import default
+    from engine.self_pair import default
 
     target = build("llama")
     calls = _fake_measurement(monkeypatch, default)
@@ -365,7 +365,7 @@ def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
 
 
 def test_a_measurement_on_a_busy_machine_is_used_once_and_not_kept(tmp_path, monkeypatch):
-    from selfdraft import default
+    from engine.self_pair import default
 
     target = build("llama")
     calls = _fake_measurement(monkeypatch, default)
@@ -378,7 +378,7 @@ def test_a_measurement_on_a_busy_machine_is_used_once_and_not_kept(tmp_path, mon
 
 
 def test_busy_load_reads_the_load_against_the_core_count(monkeypatch):
-    from selfdraft import default
+    from engine.self_pair import default
 
     cores = default.os.cpu_count() or 1
     monkeypatch.setattr(default.os, "getloadavg", lambda: (cores + 0.5, 0.0, 0.0))
@@ -388,11 +388,11 @@ def test_busy_load_reads_the_load_against_the_core_count(monkeypatch):
 
 
 class _Machine:
-    """A fake machine for ``selfdraft.default.measure_all``: every candidate's step
+    """A fake machine for ``engine.self_pair.default.measure_all``: every candidate's step
     costs ``ratios[label]`` target steps and its acceptance is ``rates[label]``."""
 
     def __init__(self, monkeypatch, ratios: dict, rates: dict):
-        from selfdraft import calibrate, default
+        from engine.self_pair import calibrate, default
 
         self.run = []
         step = VERIFY[1]
@@ -413,7 +413,7 @@ class _Machine:
 
 
 def test_a_drafter_whose_step_costs_a_target_step_is_not_run_while_a_cheaper_one_is(monkeypatch):
-    from selfdraft import default
+    from engine.self_pair import default
 
     machine = _Machine(monkeypatch, {"a": 0.4, "b": 1.1, "c": 0.6}, {"a": 0.8, "b": 0.99, "c": 0.7})
     record, models = default.measure_all(None, None, candidates=("a", "b", "c"))
@@ -424,7 +424,7 @@ def test_a_drafter_whose_step_costs_a_target_step_is_not_run_while_a_cheaper_one
 
 def test_when_no_drafter_is_cheaper_than_a_target_step_every_one_is_run_and_the_least_bad_picked(monkeypatch):
     """No candidate can pay: all are measured, the pick loses least, and every prediction is a real number."""
-    from selfdraft import default
+    from engine.self_pair import default
 
     machine = _Machine(monkeypatch, {"a": 1.2, "b": 1.0, "c": 1.6}, {"a": 0.9, "b": 0.9, "c": 0.9})
     record, _ = default.measure_all(None, None, candidates=("a", "b", "c"))
@@ -442,7 +442,7 @@ def _timed_round(width: int, verify_s: float, draft_s: float):
 
 
 def test_load_scale_compares_each_round_verify_with_the_target_timing_of_its_width():
-    from selfdraft.calibrate import load_scale
+    from engine.self_pair.calibrate import load_scale
 
     rounds = [_timed_round(5, 3 * VERIFY[5], 0.1), _timed_round(3, 3 * VERIFY[3], 0.1),
               _timed_round(9, 3 * VERIFY[9], 0.1), _timed_round(4, 1.0, 0.1)]   # width 4 was not timed
@@ -456,7 +456,7 @@ def test_a_drafter_run_under_load_is_priced_as_if_the_machine_were_as_quiet_as_a
     ran meanwhile): its draft step and host time come back a third as large.
     Mutation: with no scale the loaded run's costs stay three times too large."""
     from generation.result import GenerationResult
-    from selfdraft import calibrate
+    from engine.self_pair import calibrate
 
     def loaded_run(*args, **kwargs):
         result = GenerationResult(tokens=[0] * 8)
@@ -477,7 +477,7 @@ def test_a_drafter_run_under_load_is_priced_as_if_the_machine_were_as_quiet_as_a
 def test_calibration_rates_follow_the_rule_of_succession():
     """(accepted + 1) / (judged + 2) per position: a drafter never rejected in a short run is not
     priced as one never rejected at all, and a position no round reached is left out."""
-    from selfdraft.calibrate import smoothed_rates
+    from engine.self_pair.calibrate import smoothed_rates
 
     rounds = [_timed_round(4, 0.1, 0.1)] * 10 + [
         Round(drafted=(1, 2, 3), accepted=1, token=0, bonus=False, gamma=3, draft_s=0.1, verify_s=0.1)]
@@ -488,7 +488,7 @@ def test_calibration_rates_follow_the_rule_of_succession():
 
 def test_skip_search_finds_a_layer_that_does_nothing():
     """A layer whose output projections are zero passes its input through: the search skips it."""
-    from selfdraft.search import block_influence, search_skip
+    from engine.self_pair.search import block_influence, search_skip
     from tests.helpers.models import tiny_llama
 
     target = tiny_llama(3, vocab_size=96, layers=4, logit_scale=20.0)
@@ -525,8 +525,8 @@ def test_a_drafter_step_is_timed_on_a_cache_even_where_its_own_cache_runs_uncach
     uncached; as a self-drafter it drafts on the target's cache, one token a step.
     The timing must be of that step, not of a forward over the whole prompt
     (which made self:int8 look 1.65 target steps dear and left it unmeasured)."""
-    from selfdraft import calibrate
-    from utils import probe
+    from engine.self_pair import calibrate
+    from kvcache import probe
 
     target = build("llama")
     drafter = build_self_drafter(target, parse_self_draft("self:skip=1"))

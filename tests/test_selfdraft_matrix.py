@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Strategy, run_strategy
-from utils.cache import TRANSFORMERS_RELEASE
+from kvcache.cache import TRANSFORMERS_RELEASE
 from tests.helpers.arch_zoo import FAMILIES, LENGTH, PROMPTS, VOCAB, FamilyUnavailable, _greedy, _pair, build, reference
 
 KINDS = ("self:bf16", "self:fp16", "self:int8", "self:int8=weight-only", "self:skip")

@@ -26,7 +26,7 @@ from tests.helpers.decode import speculative
 from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
 from tests.helpers.mutations import shifted_rows
 from tests.helpers.models import tiny_llama
-from utils.cache import CachedModel, tree_support
+from kvcache.cache import CachedModel, tree_support
 
 GREEDY = GreedyProcessor()
 LENGTH = arch_zoo.LENGTH

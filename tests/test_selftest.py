@@ -12,6 +12,7 @@ import torch
 import checks.selftest
 import generation.accept
 import generation.verify
+import generation.verify_rules
 from checks.selftest import Check, run_selftest, selftest_exit_code
 from tests.helpers.repl import INFER, PYTHON, REPO, build_model, build_pair, build_tokenizer, child_env
 from utils.models import ModelPair
@@ -60,7 +61,8 @@ def test_passes_on_a_correct_engine(pair):
 
 
 def test_accepting_every_draft_fails_with_the_first_wrong_token(pair, monkeypatch):
-    monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
+    for name in generation.verify_rules.VERIFY_RULES:  # every chain rule, whichever one runs
+        monkeypatch.setitem(generation.verify_rules.VERIFY_RULES, name, accept_everything)
     checks = run_selftest(pair, length=24, sampling_runs=50)  # a drawn zero-probability token fails at once
     failed = {c.name for c in checks if not c.passed}
     assert {"speculative greedy (cache on)", "NASD greedy (cache on)"} <= failed
@@ -115,7 +117,8 @@ def test_exit_code_and_lines(pair, monkeypatch):
     assert selftest_exit_code(pair, out=lines.append, length=8, sampling_runs=50) == 0
     assert PASSED.fullmatch(lines[-1]), lines[-1]
     assert all(line.startswith("PASS  ") for line in lines[:-1])
-    monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
+    for name in generation.verify_rules.VERIFY_RULES:  # every chain rule, whichever one runs
+        monkeypatch.setitem(generation.verify_rules.VERIFY_RULES, name, accept_everything)
     lines.clear()
     assert selftest_exit_code(pair, out=lines.append, length=24, sampling_runs=50) == 1
     assert lines[-1].startswith("self-test failed: ") and re.search(r"\) in \d+\.\d s$", lines[-1])
@@ -148,7 +151,8 @@ def test_repl_selftest_command_prints_one_line_per_check(pair, monkeypatch):
     assert any(PASSED.fullmatch(line) for line in lines)
     assert session.failures == 0
 
-    monkeypatch.setattr(generation.verify, "accept_drafts", accept_everything)
+    for name in generation.verify_rules.VERIFY_RULES:  # every chain rule, whichever one runs
+        monkeypatch.setitem(generation.verify_rules.VERIFY_RULES, name, accept_everything)
     out.seek(0)
     out.truncate(0)
     session.handle("/selftest")
@@ -162,13 +166,14 @@ BROKEN_LAUNCHER = """\
 import runpy, sys
 sys.path.insert(0, {repo!r})
 import torch
-import generation.verify
+import generation.verify_rules
 
 def accept_everything(p, q, draft, sample, generator=None):
     k = draft.shape[0]
     return torch.tensor(k, device=p.device), sample(p[k:], generator)[0]
 
-generation.verify.accept_drafts = accept_everything
+for name in generation.verify_rules.VERIFY_RULES:  # every chain rule, whichever one runs
+    generation.verify_rules.VERIFY_RULES[name] = accept_everything
 sys.argv = ["infer.py", *sys.argv[1:]]
 runpy.run_path({infer!r}, run_name="__main__")
 """

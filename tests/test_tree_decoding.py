@@ -1,18 +1,18 @@
 """Decoding with token trees: greedy is token-identical to the target's own
 ``generate`` on every family of the architecture zoo that takes trees, and every
 other family falls back to a chain with one line naming why
-(``utils.cache.tree_support``); sampling reproduces the exact target
+(``kvcache.cache.tree_support``); sampling reproduces the exact target
 distribution for both drafters."""
 
 import pytest
 import torch
 
-import generation.speculative
+import generation.model_drafter
 import generation.tree
 import generation.tree_forward
 import generation.tree_round
 import generation.verify
-import utils.cache
+import kvcache.cache
 from ngram_assisted import NGramStorage, RecyclingStorage
 from sampling import MultinomialProcessor, TopKProcessor
 from tests.helpers import arch_zoo
@@ -71,7 +71,7 @@ def tree_families() -> tuple[set[str], set[str]]:
             reason = arch_zoo.tree_reason(name)
         except arch_zoo.FamilyUnavailable:
             continue
-        except utils.cache.UnsupportedCacheError:
+        except kvcache.cache.UnsupportedCacheError:
             reason = "refused"
         checked_names.add(name)
         if reason is None:
@@ -86,12 +86,12 @@ def test_the_families_taking_trees_are_the_attention_only_decoders():
 
 def test_an_over_broad_rule_is_caught(monkeypatch):
     """Mutation: a rule refusing every model with sliding layers changes the set."""
-    real = utils.cache.tree_support
+    real = kvcache.cache.tree_support
 
     def no_sliding(cached):
         return "sliding layers" if "sliding_attention" in cached.attention_kinds() else real(cached)
 
-    monkeypatch.setattr(utils.cache, "tree_support", no_sliding)
+    monkeypatch.setattr(kvcache.cache, "tree_support", no_sliding)
     takes, names = tree_families()
     assert takes != {n for n in names if should_take_trees(n)}
 
@@ -119,12 +119,12 @@ def obstacle_mismatches() -> list[tuple[str, str]]:
             continue
         try:
             reason = arch_zoo.tree_reason(name)
-        except (arch_zoo.FamilyUnavailable, utils.cache.UnsupportedCacheError):
+        except (arch_zoo.FamilyUnavailable, kvcache.cache.UnsupportedCacheError):
             continue
         if reason is not None and want in reason:
             continue
         if reason is not None and not arch_zoo.family(name).encoder_decoder and "so it runs" in reason:
-            layers = {type(layer).__name__ for layer in utils.cache.new_cache(arch_zoo.build(name)).layers}
+            layers = {type(layer).__name__ for layer in kvcache.cache.new_cache(arch_zoo.build(name)).layers}
             if layers <= {"DynamicLayer", "DynamicSlidingWindowLayer"}:
                 continue
         wrong.append((name, reason))
@@ -138,23 +138,23 @@ def test_each_chain_family_names_its_obstacle():
 def test_a_reason_that_blames_the_cache_is_caught(monkeypatch):
     """Mutation: a model the probe runs uncached reported as "the cache is off"
     (the reason before the layers were read from an empty cache)."""
-    real = utils.cache.tree_support
-    monkeypatch.setattr(utils.cache, "tree_support",
+    real = kvcache.cache.tree_support
+    monkeypatch.setattr(kvcache.cache, "tree_support",
                         lambda cached: "the cache is off" if cached.cache is None else real(cached))
     assert obstacle_mismatches()
 
 
 def test_a_cache_turned_off_is_the_reason():
-    cached = utils.cache.CachedModel(arch_zoo.build("llama"), use_cache=False)
+    cached = kvcache.cache.CachedModel(arch_zoo.build("llama"), use_cache=False)
     cached.begin(list(arch_zoo.PROMPTS[0]))
-    assert utils.cache.tree_support(cached) == "the cache is off"
+    assert kvcache.cache.tree_support(cached) == "the cache is off"
 
 
 def test_a_recurrent_model_given_a_tree_is_caught(monkeypatch):
     """Mutation: a rule letting every cached model take trees. Qwen3-Next's
     linear-attention layers then run a tree's siblings as one sequence through
     their recurrent state, and the tokens go wrong."""
-    for module in (utils.cache, generation.verify, generation.speculative):
+    for module in (kvcache.cache, generation.verify, generation.model_drafter):
         monkeypatch.setattr(module, "tree_support", lambda cached: None)
     outcome = checked(arch_zoo.guarded(lambda: arch_zoo.check_tree("qwen3_next", "speculative")), "qwen3_next")
     assert not outcome.passed

@@ -9,7 +9,7 @@ from generation.tree import Tree
 import generation.tree_forward
 from generation.tree_forward import tree_forward
 from tests.helpers.arch_zoo import PROMPTS, build
-from utils.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError, tree_support
+from kvcache.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError, tree_support
 
 # Two roots, branching below both; depth 3 (node 5 hangs under node 2).
 TREE = Tree(tokens=(7, 9, 30, 31, 40, 50), parents=(-1, -1, 0, 0, 1, 2), ranks=(0, 1, 0, 1, 0, 0))

@@ -17,7 +17,7 @@ enough that rounds accept some drafts and reject others), and
 ``"independent"``, initialised from another seed alone (drafts are mostly
 rejected, so every rollback path runs).
 
-Every model is probed by the engine (``utils.probe``) on first use; the
+Every model is probed by the engine (``kvcache.probe``) on first use; the
 ``logits`` check holds the cached logits of a whole speculative run against
 uncached forwards, whatever path the probe chose.
 
@@ -41,7 +41,7 @@ import transformers
 
 from checks.stats import goodness_of_fit
 from engine import NGramOptions, Strategy, run_strategy
-from utils.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
+from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 
 VOCAB = 96
 HIDDEN = 32
@@ -669,17 +669,17 @@ def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
 
 
 # Token trees: every family runs them; the engine decides per model
-# (``utils.cache.tree_support``) whether a tree is verified or a chain with one line.
+# (``kvcache.cache.tree_support``) whether a tree is verified or a chain with one line.
 TREE_STRATEGIES = ("speculative", "nasd", "recycling")
 
 
 def tree_reason(name: str) -> str | None:
     """Why the family's target verifies chains instead of trees (None: it takes trees),
-    as ``utils.cache.tree_support`` says once the cache has begun on the first prompt.
+    as ``kvcache.cache.tree_support`` says once the cache has begun on the first prompt.
 
     Raises UnsupportedCacheError where the cache is refused outright (no chain either).
     """
-    from utils import cache
+    from kvcache import cache
 
     cached = cache.CachedModel(build(name))
     cached.begin(list(PROMPTS[0]))
@@ -760,7 +760,7 @@ class _Forward:
 
 def _recorded(run: Callable[[], object]) -> tuple[object, list[_Forward]]:
     """Run ``run()`` and record every forward any CachedModel makes during it."""
-    from utils import cache
+    from kvcache import cache
 
     forwards: list[_Forward] = []
     original = cache.CachedModel.forward
@@ -792,8 +792,8 @@ def check_logits(name: str, gamma: int = 3) -> Outcome:
     rejected, so every rollback runs) equals ``generate``, and every logit any
     cached forward returned during it -- target and drafter, after every crop or
     restore -- equals an uncached forward of the same ids, within the dtype's
-    tolerance (``utils.probe.tolerance``)."""
-    from utils.probe import probe_of, tolerance
+    tolerance (``kvcache.probe.tolerance``)."""
+    from kvcache.probe import probe_of, tolerance
 
     target, drafter = build(name), build(name, "independent")
     probe_of(target), probe_of(drafter)     # probed first: the probe's own trial forwards are not the run's

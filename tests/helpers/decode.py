@@ -17,15 +17,16 @@ __all__ = ["autoregressive", "cross_tokenizer", "nasd", "speculative", "state_ho
 def speculative(prompt, drafter, target, *, processor, gamma: int = 4, max_gen_len: int = 128, eos=None,
                 use_cache: bool = True, vocab_size: int | None = None, generator=None, gamma_policy: str = "constant",
                 tree: int = 0, tree_branch: int = 2, tree_sample: bool = False, inspect: bool = True,
-                drafter_options=None, observer=None, interruptible: bool = False, state: EngineState | None = None):
+                drafter_options=None, observer=None, interruptible: bool = False, state: EngineState | None = None,
+                verify: str = "residual", prefills=()):
     """Speculative decoding of ``prompt`` with ``drafter`` for ``target`` (the "model" drafter)."""
     strategy = Strategy("speculative", drafter="model", drafter_options=drafter_options, gamma=gamma,
                         gamma_policy=gamma_policy, processor=processor, use_cache=use_cache,
                         max_gen_len=max_gen_len, tree=tree, tree_branch=tree_branch, tree_sample=tree_sample,
-                        inspect=inspect)
+                        inspect=inspect, verify=verify)
     pair = pair_of(target, drafter, end_tokens=eos, vocab_size=vocab_size)
     return run_strategy(strategy, pair, prompt, state=state, generator=generator, observer=observer,
-                        interruptible=interruptible)
+                        interruptible=interruptible, prefills=prefills)
 
 
 def cross_tokenizer(prompt, pair, *, method: str, processor, gamma: int = 4, max_gen_len: int = 128,
@@ -61,17 +62,17 @@ def _kind(storage) -> str:
 def nasd(prompt, storage, target, *, processor, gamma: int = 4, filler_top_k: int = 1, max_gen_len: int = 128,
          eos=None, use_cache: bool = True, stop_if_unknown: bool = True, confident_start: bool = True,
          generator=None, gamma_policy: str = "constant", tree: int = 0, tree_branch: int = 2,
-         inspect: bool = True, observer=None, interruptible: bool = False):
+         inspect: bool = True, observer=None, interruptible: bool = False, verify: str = "residual", prefills=()):
     """NASD of ``prompt`` over ``storage`` (what it holds is kept) verified by ``target``."""
     options = NGramOptions(storage=_kind(storage), n=storage.n, top_k_filler=filler_top_k,
                            stop_if_unknown=stop_if_unknown, confident_start=confident_start, reset=False)
     strategy = Strategy("ngram", drafter="ngram", drafter_options=options, gamma=gamma, gamma_policy=gamma_policy,
                         processor=processor, use_cache=use_cache, max_gen_len=max_gen_len, tree=tree,
-                        tree_branch=tree_branch, inspect=inspect)
+                        tree_branch=tree_branch, inspect=inspect, verify=verify)
     vocab = min(target.config.vocab_size, storage.vocab_size)
     pair = pair_of(target, end_tokens=eos, vocab_size=vocab)
     return run_strategy(strategy, pair, prompt, state=state_holding(storage, vocab), generator=generator,
-                        observer=observer, interruptible=interruptible)
+                        observer=observer, interruptible=interruptible, prefills=prefills)
 
 
 def autoregressive(prompt, model, *, processor, max_gen_len: int = 128, eos=None, use_cache: bool = True,

@@ -70,13 +70,13 @@ class RecordingModel(torch.nn.Module):
     """Wraps a model and records, for every forward, the cache length it was
     given and how many new tokens it was fed.
 
-    The engine probes a model's cached forward on first use (``utils.probe``);
+    The engine probes a model's cached forward on first use (``kvcache.probe``);
     the wrapper is probed here, up front, so ``calls`` holds a run's forwards only.
     """
 
     def __init__(self, model):
         super().__init__()
-        from utils.probe import probe_of
+        from kvcache.probe import probe_of
 
         self.inner = model
         self.config = model.config
