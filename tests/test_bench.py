@@ -631,9 +631,10 @@ def test_end_to_end_tiny_run_with_trees(tiny_pair, tmp_path, monkeypatch):
                                                         "identical", "1st div")) + 1
 
     # A drafter without trees: the tree variant runs chains and the report says why.
-    from generation.speculative import ModelDrafter
+    from generation.drafter import Drafter
+    from generation.model_drafter import ModelDrafter
 
-    monkeypatch.delattr(ModelDrafter, "propose_tree")
+    monkeypatch.setattr(ModelDrafter, "tree_support", Drafter.tree_support)  # the base's "chains only"
     out2 = tmp_path / "out2"
     code = main(["--prompts", str(prompts), "--strategies", "speculative", "--gamma", "3", "--trees", "8",
                  "--policies", "none", "--length", "6", "--repeats", "1", "--warmup", "0", "--threads", "1",

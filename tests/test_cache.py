@@ -9,6 +9,7 @@ from sampling import GreedyProcessor
 from tests.helpers import arch_zoo
 from tests.helpers.decode import speculative
 from tests.helpers.models import tiny_llama
+from kvcache.probe import cached_model
 from kvcache.cache import (
     CROP_ZERO_KEEPS,
     TRANSFORMERS_RELEASE,
@@ -67,7 +68,7 @@ def test_rollback_then_continue_matches_a_cacheless_forward(name):
     """A round whose drafts are rejected leaves the cache a prefix of the kept
     sequence: the next forward gives the logits a cacheless forward gives."""
     model = built(name)
-    cached = CachedModel(model)
+    cached = cached_model(model)
     if TRANSFORMERS_RELEASE < (5,) and arch_zoo.family(name).kind in ("recurrent", "hybrid"):
         with pytest.raises(UnsupportedCacheError, match="its own"):
             cached.begin(PROMPT)      # 4.57 keeps this state in a cache class of the model's own
@@ -116,7 +117,7 @@ def test_speculative_reports_the_rollback_it_used(name, expected):
 def test_sliding_window_memory_stays_bounded():
     model = built("mistral")
     window = model.config.sliding_window
-    cached = CachedModel(model)
+    cached = cached_model(model)
     with torch.inference_mode():
         seq = cached.begin(PROMPT)
         for step in range(40):
@@ -149,7 +150,7 @@ def test_a_cache_class_of_the_models_own_is_snapshotted_whole_and_takes_no_tree(
     copy back, and token trees fall back to chains with one line."""
     from kvcache.cache import tree_support
 
-    cached = CachedModel(built("xlstm"))
+    cached = cached_model(built("xlstm"))
     with torch.inference_mode():
         seq = cached.begin(PROMPT)
         assert type(cached.cache).__name__ == "xLSTMCache" and cached.length == len(PROMPT) - 1

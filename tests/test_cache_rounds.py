@@ -8,6 +8,7 @@ from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, NucleusProcessor
 from tests.helpers.decode import autoregressive, nasd, speculative
 from tests.helpers.models import RecordingModel, tiny_llama
+from kvcache.probe import cached_model
 from kvcache.cache import CachedModel, cache_length, drop_last
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 2]
@@ -65,7 +66,7 @@ def test_without_cache_the_whole_sequence_is_fed():
 
 def test_drop_last_goes_through_the_public_crop():
     model = tiny_llama(0)
-    cached = CachedModel(model)
+    cached = cached_model(model)
     with torch.inference_mode():
         cached.begin(PROMPT)
         cached.forward(torch.tensor([PROMPT[:7]]), keep=1)
@@ -81,7 +82,7 @@ def test_drop_last_goes_through_the_public_crop():
 def test_forward_refuses_when_nothing_is_new():
     model = tiny_llama(0)
     ids = torch.tensor([PROMPT])
-    cached = CachedModel(model)
+    cached = cached_model(model)
     with torch.inference_mode():
         cached.begin(PROMPT)
         logits = cached.forward(ids, keep=2)

@@ -234,9 +234,9 @@ def test_the_text_sync_is_what_keeps_the_drafter_useful(monkeypatch, twin_pair):
 def test_the_drafter_cache_keeps_the_longest_prefix_whose_text_was_committed(bpe, meta):
     target, drafter = tiny_models(bpe, meta)
     pair = make_pair(target, drafter, bpe, meta)
-    vocab_map_of(pair)                             # read the drafter's width before wrapping it
+    vmap = vocab_map_of(pair)                      # read the drafter's width before wrapping it
     recording = pair.drafter = RecordingModel(drafter)
-    d = cross_tokenizer_drafter(pair, GreedyProcessor())
+    d = cross_tokenizer_drafter(pair, GreedyProcessor(), vmap=vmap)
     prompt = bpe("The quick").input_ids
     d.begin(prompt)
     seq = torch.tensor([prompt])
@@ -278,11 +278,10 @@ def test_an_unknown_method_is_refused(bpe, meta):
 
 def test_tli_without_a_shared_token_is_refused_with_one_line(bpe, meta):
     pair = make_pair(*tiny_models(bpe, meta), bpe, meta)
-    pair._cross_vocab_map = VocabMap(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                                     len(meta), len(bpe))
+    disjoint = VocabMap(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), len(meta), len(bpe))
     with pytest.raises(ValueError, match="share no token.*slem"):
-        cross_tokenizer_drafter(pair, GreedyProcessor(), method="tli")
-    assert cross_tokenizer_drafter(pair, GreedyProcessor(), method="slem").method == "slem"
+        cross_tokenizer_drafter(pair, GreedyProcessor(), method="tli", vmap=disjoint)
+    assert cross_tokenizer_drafter(pair, GreedyProcessor(), method="slem", vmap=disjoint).method == "slem"
 
 
 # ------------------------------------------- through the engine, so in every front end
@@ -334,9 +333,10 @@ def test_drafter_ar_runs_on_the_drafters_own_ids(monkeypatch, bpe, meta):
     ids = encode_prompt(bpe, "Hello world", chat=True)
     own = autoregressive(drafter_prompt(bpe, meta, ids), pair.drafter, processor=GreedyProcessor(),
                          max_gen_len=16, eos=end_token_ids(meta, pair.drafter))
-    assert run_strategy(_greedy("drafter"), pair, ids).tokens == own.tokens
+    drafter_ar = Strategy("drafter", model="drafter", processor=GreedyProcessor(), max_gen_len=16)
+    assert run_strategy(drafter_ar, pair, ids).tokens == own.tokens
     monkeypatch.setattr(engine.run, "has_own_tokenizer", lambda pair: False)
-    assert run_strategy(_greedy("drafter"), pair, ids).tokens != own.tokens
+    assert run_strategy(drafter_ar, pair, ids).tokens != own.tokens
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from engine import DRAFTERS, EngineState, NGramOptions, Strategy, pair_of, register_drafter, run_strategy
+from engine import DRAFTERS, Drafter, EngineState, NGramOptions, Strategy, pair_of, register_drafter, run_strategy
 from ngram_assisted import NGramStorage, OneLevelNGramStorage
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
@@ -149,12 +149,11 @@ def test_a_run_uses_the_states_policy_for_its_key(pair):
 
 # ------------------------------------------------------------------ register_drafter
 
-class FixedDrafter:
+class FixedDrafter(Drafter):
     """Proposes the same token ``k`` times, without probabilities (deterministic drafts,
-    checked with a one-hot q as n-gram drafts are); counts its proposals."""
+    checked with a one-hot q as n-gram drafts are); counts its proposals. Everything
+    else is the contract's default."""
 
-    calls = 0
-    wants_top_k = 0
     kind = "ngram"
 
     def __init__(self, token: int, device):
@@ -166,12 +165,6 @@ class FixedDrafter:
     def propose(self, ids, k, stop_below=None):
         self.proposals += 1
         return torch.full((k,), self.token, dtype=torch.long, device=self.device), None
-
-    def update(self, new_tokens, top_k):
-        pass
-
-    def rollback_stats(self):
-        return None
 
 
 def test_a_registered_drafter_kind_runs_and_stays_lossless(monkeypatch, pair):

@@ -62,6 +62,7 @@ def strategies(models):
 
         def run(observer=None, target_delay_s=0.0):
             strategy = Strategy(key, drafter=kind, drafter_options=options, gamma=4,
+                                model="drafter" if key == "drafter" else "target",
                                 processor=ProcessorSpec("greedy"), max_gen_len=40, target_delay_s=target_delay_s)
             return run_strategy(strategy, pair, PROMPT, observer=observer)
         return run

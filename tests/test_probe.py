@@ -17,6 +17,7 @@ import kvcache.probe
 from sampling import GreedyProcessor
 from tests.helpers import arch_zoo, decode
 from tests.helpers.models import tiny_llama
+from kvcache.probe import cached_model
 from kvcache.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError
 from kvcache.probe import probe_model, probe_of
 
@@ -105,7 +106,7 @@ def test_a_model_transformers_cannot_run_is_refused_with_one_line():
     assert result.path == "refused" and "\n" not in result.line(), result.line()
     assert result.line().startswith("refused: xLSTMForCausalLM does not run in bfloat16 here (RuntimeError: ")
     with pytest.raises(UnsupportedCacheError, match="does not run in bfloat16"):
-        CachedModel(model).begin(list(arch_zoo.PROMPTS[0]))
+        cached_model(model).begin(list(arch_zoo.PROMPTS[0]))
 
 
 # --------------------------------------------------- catching a broken model
@@ -179,7 +180,7 @@ def test_no_transformers_exception_escapes_a_rollback(monkeypatch):
 
 def test_a_crop_that_raises_becomes_one_line(monkeypatch):
     model = llama(0)
-    cached = CachedModel(model)
+    cached = cached_model(model)
 
     def broken(cache, n):
         raise TypeError("bad operand type for unary -: 'NoneType'")

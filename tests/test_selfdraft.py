@@ -25,6 +25,7 @@ from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.decode import autoregressive, speculative
 from tests.helpers.selfdraft import identity_hooks
+from kvcache.probe import cached_model
 from kvcache.cache import CachedModel
 
 GREEDY = GreedyProcessor()
@@ -86,7 +87,7 @@ def test_skip_view_cache_keeps_its_length_when_layer_0_is_skipped(family):
     target = build(family)
     view = skip_view(target, [0])
     ids = torch.tensor([PROMPTS[1]])
-    cached = CachedModel(view)
+    cached = cached_model(view)
     cached.begin(ids[0, :10].tolist())
     with torch.inference_mode():
         steps = [cached.forward(ids[:, :10], keep=1)]
@@ -147,7 +148,7 @@ def test_a_drafter_that_keeps_its_draft_positions_in_the_target_cache_is_caught(
 
 def _round(drafter, target, prompt, k=3):
     """Begin a generation and draft one round; returns (drafts, q) and the target's CachedModel."""
-    cached = CachedModel(target)
+    cached = cached_model(target)
     start = cached.begin(prompt)
     drafter.attach_target(cached)
     drafter.begin(prompt)
@@ -191,7 +192,7 @@ def test_self_drafter_shares_the_target_cache_and_leaves_it_as_it_was(kind, mode
     layers = shared_cache._layers(cached.cache)
     assert all(layer.get_seq_length() == len(prompt) - 1 for layer in layers)   # drafts dropped
     # The target's cache equals a fresh prefill of the committed tokens.
-    fresh = CachedModel(target)
+    fresh = cached_model(target)
     fresh.begin(prompt)
     with torch.inference_mode():
         fresh.forward(torch.tensor([prompt[:-1]]), keep=1)
@@ -222,7 +223,7 @@ def test_shared_bf16_copy_logits_match_its_own_cache_within_bfloat16_tolerance()
     model = build_self_drafter(target, parse_self_draft("self:bf16"))
     prompt = list(PROMPTS[1])
     shared = SelfDrafter(model, GREEDY)
-    cached = CachedModel(target)
+    cached = cached_model(target)
     cached.begin(prompt)
     shared.attach_target(cached)
     shared.begin(prompt)

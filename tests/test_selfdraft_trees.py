@@ -26,6 +26,7 @@ from tests.helpers.decode import speculative
 from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
 from tests.helpers.mutations import shifted_rows
 from tests.helpers.models import tiny_llama
+from kvcache.probe import cached_model
 from kvcache.cache import CachedModel, tree_support
 
 GREEDY = GreedyProcessor()
@@ -69,7 +70,7 @@ def test_a_skip_drafter_on_sliding_layers_takes_trees_too():
     chains, and says why.)"""
     target = build("qwen2")
     drafter = build_self_drafter(target, parse_self_draft("self:skip=1"))
-    probe = CachedModel(target)
+    probe = cached_model(target)
     probe.begin(list(PROMPTS[0]))
     target_reason = tree_support(probe)
     for prompt in PROMPTS:
@@ -90,7 +91,7 @@ def _state(cached: CachedModel) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def _tree_round(kind, llama, drafters):
     """Prefill the target for PROMPTS[0], draft one tree; returns (cache before, cache after, tree, drafter)."""
     prompt = list(PROMPTS[0])
-    cached = CachedModel(llama)
+    cached = cached_model(llama)
     start = cached.begin(prompt)
     drafter = SelfDrafter(drafters[kind], GREEDY)
     drafter.attach_target(cached)

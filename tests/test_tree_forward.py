@@ -9,6 +9,7 @@ from generation.tree import Tree
 import generation.tree_forward
 from generation.tree_forward import tree_forward
 from tests.helpers.arch_zoo import PROMPTS, build
+from kvcache.probe import cached_model
 from kvcache.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError, tree_support
 
 # Two roots, branching below both; depth 3 (node 5 hangs under node 2).
@@ -22,7 +23,7 @@ def uncached_logits(model, ids: list[int]) -> torch.Tensor:
 
 def started(model, prompt, fed):
     """A cached model that has been fed ``prompt[:fed]`` (the rest is unseen)."""
-    cached = CachedModel(model)
+    cached = cached_model(model)
     cached.begin(list(prompt))
     reason = tree_support(cached)
     if reason is not None and TRANSFORMERS_RELEASE < (5,):
@@ -110,7 +111,7 @@ def _no_window(real, visible, positions, window, dtype):
 
 @pytest.mark.parametrize("name", ["mamba2", "jamba"])
 def test_recurrent_models_report_why_not(name):
-    cached = CachedModel(build(name))
+    cached = cached_model(build(name))
     try:
         cached.begin(list(PROMPTS[0]))
     except UnsupportedCacheError:   # transformers 4.57: refused outright, chains and trees alike

@@ -204,9 +204,9 @@ def test_a_sampled_tree_holds_a_full_depth_first_drawn_line_and_spends_its_budge
     """The budget is shared over the levels and first-drawn lines grow first, so
     the tree holds the chain a chain round would draw (rank 0 at every depth)."""
     from generation.tree_draft import sample_tree
-    from kvcache.cache import CachedModel
+    from kvcache.probe import cached_model
 
-    cached = CachedModel(drafter)
+    cached = cached_model(drafter)
     ids = torch.tensor([PROMPT])
     cached.begin(PROMPT)
     g = torch.Generator().manual_seed(1)

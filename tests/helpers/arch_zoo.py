@@ -42,6 +42,7 @@ import transformers
 from checks.stats import goodness_of_fit
 from engine import NGramOptions, Strategy, run_strategy
 from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
+from kvcache.probe import cached_model
 
 VOCAB = 96
 HIDDEN = 32
@@ -681,7 +682,7 @@ def tree_reason(name: str) -> str | None:
     """
     from kvcache import cache
 
-    cached = cache.CachedModel(build(name))
+    cached = cached_model(build(name))
     cached.begin(list(PROMPTS[0]))
     return cache.tree_support(cached)
 
