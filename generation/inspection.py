@@ -153,7 +153,7 @@ def residual_at_stop(p_row, q_row, draft_x, scale):
     norm(max(0, scale * p_n - q_n)) (``generation.accept.residual_distributions``):
     scale 1 for the token rule, b_n for block (its residual is scaled by the
     running ratio; b_0 = 1). p_row: (1, V); q_row: (1, V) or None (one-hot
-    draft); draft_x: (1,); scale: 0-d or (1, 1).
+    draft); draft_x: (1,); scale: (1, 1).
     """
     from generation.accept import residual_distributions
 
@@ -192,8 +192,9 @@ def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, rule: str =
     p_top = p_view.topk(t, dim=-1)                                    # (k+1, t)
     ids = [p_top.indices.flatten()]
     floats = [p_top.values.flatten(), entropy(p_view)]               # (k+1)t, k+1
-    # p_n(token): the target's probability of the token it put in, at row n
-    floats.append(p_view[n, token].view(1))
+    # p_n(token): the target's probability of the token it put in, at row n. Rows are picked
+    # with (1,) index tensors throughout: indexing with a 0-d tensor reads it back (.item()).
+    floats.append(p_view[n.view(1), token.view(1)])                    # (1,)
     if k:
         p_x_rule = p_rule[rows, draft]                                # (k,)
         if rule == "strict":
@@ -204,10 +205,12 @@ def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, rule: str =
         floats += [p_view[rows, draft], accept]
         if rule != "strict":
             # the residual only at the stop (row n; row k-1 when every draft was kept, then unused)
-            row = n.clamp(max=k - 1)
-            q_row = None if q_rule is None else q_rule[row].unsqueeze(0)  # (1, V)
-            scale = p_rule.new_ones(()) if block is None else torch.cat([block[0].new_ones(1), block[0]])[row]
-            residual = residual_at_stop(p_rule[row].unsqueeze(0), q_row, draft[row].view(1), scale).topk(t, dim=-1)
+            row = n.clamp(max=k - 1).view(1)                          # (1,)
+            q_row = None if q_rule is None else q_rule.index_select(0, row)  # (1, V)
+            # b_n: 1 for the token rule; block's running ratio before row n (b_0 = 1)
+            scale = p_rule.new_ones(1) if block is None else torch.cat([block[0].new_ones(1), block[0]])[row]
+            residual = residual_at_stop(p_rule.index_select(0, row), q_row, draft[row], scale.view(1, 1))
+            residual = residual.topk(t, dim=-1)
             ids.append(residual.indices.flatten())                    # (t,)
             floats.append(residual.values.flatten())
         if q_view is not None:

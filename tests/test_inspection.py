@@ -195,6 +195,20 @@ def test_record_size_matches_the_tensor():
 
 
 @pytest.mark.parametrize("rule", ["residual", "block", "strict"])
+@pytest.mark.parametrize("k", [0, 3])
+def test_the_recorder_reads_nothing_back(rule, k):
+    """The round keeps its one host sync: recording (block_details included) runs on the meta
+    device, where any read-back (.item(), indexing with a 0-d tensor) raises."""
+    meta = dict(device="meta")
+    p, q = torch.empty(k + 1, 10, **meta), torch.empty(k, 10, **meta)
+    draft, n = torch.empty(k, dtype=torch.long, **meta), torch.empty((), dtype=torch.long, **meta)
+    for q_rule in (q, None):
+        block = block_details(p, q_rule, draft) if rule == "block" else None
+        flat = record_round(p, q_rule, draft, n, n, p_view=p, q_view=q_rule, rule=rule, block=block)
+        assert flat.numel() == record_size(k, 10, has_q=q_rule is not None, rule=rule)
+
+
+@pytest.mark.parametrize("rule", ["residual", "block", "strict"])
 def test_decode_reads_back_what_the_recorder_packed(rule):
     """Hand-built p and q: every number comes back in its place under each rule's layout."""
     p = torch.tensor([[.5, .3, .2, 0.], [.1, .6, .2, .1], [.25, .25, .25, .25]])   # (k+1, V)
