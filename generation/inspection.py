@@ -6,6 +6,16 @@ min(1, p_i(x_i) / q_i(x_i)), the entropies of p_i and q_i, and the top tokens
 of each; at the first rejection, the top tokens of the residual
 norm(max(0, p_n - q_n)) the replacement was drawn from.
 
+The numbers follow the chain verify rule the round ran (``generation.verify_rules``):
+
+- ``residual``: as above.
+- ``block`` (Sun et al. 2025): also the running ratio b_i after draft i and the
+  threshold h_i its coin was compared with (``block_details``); the residual is
+  the scaled one the token was drawn from, norm(max(0, b_n p_n - q_n)).
+- ``strict``: a draft is kept iff it equals the target's own draw, so the
+  acceptance shown is p_i(x_i); the token after the stop is a plain draw from
+  p_n, so no residual is recorded.
+
 Everything is computed on the device inside the round, top-k only, and handed
 back as one flat integer tensor that rides along with the round's single host
 sync (floats travel as their float32 bit patterns, so nothing is rounded on
@@ -25,6 +35,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
+from generation.verify_names import VERIFY_RULE_NAMES
+
 TOP = 5  # top tokens kept per distribution
 
 Tops = tuple[tuple[int, float], ...]  # (token id, probability), most likely first
@@ -32,7 +44,13 @@ Tops = tuple[tuple[int, float], ...]  # (token id, probability), most likely fir
 
 @dataclass(frozen=True)
 class Position:
-    """One drafted position: the draft x, p(x), q(x), min(1, p/q), entropies (nats), top tokens."""
+    """One drafted position: the draft x, p(x), q(x), the acceptance probability, entropies (nats), top tokens.
+
+    ``accept``: min(1, p/q) (the residual and block rules), p(x) under strict.
+    ``ratio`` / ``threshold``: only under block (None otherwise, and in traces
+    written before they existed): b_i, the running ratio after this draft, and
+    h_i, the probability its coin was compared with.
+    """
 
     p: float
     q: float
@@ -41,6 +59,8 @@ class Position:
     entropy_q: float
     p_top: Tops
     q_top: Tops
+    ratio: float | None = None
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -52,10 +72,13 @@ class Inspection:
     ``token_top``: the target's distribution at the row its own token came
     from (the resample after a rejection, the bonus, or a plain step), with
     that token's probability. ``residual``: at a rejection, the top tokens of
-    norm(max(0, p_n - q_n)); the token drawn from it is ``Round.token``.
+    the distribution the token ``Round.token`` was drawn from: norm(max(0, p_n
+    - q_n)), under block norm(max(0, b_n p_n - q_n)); None under strict.
     ``shown``: ``"rule"`` (the accept rule's processed p and q) or
     ``"softmax"`` (greedy: the models' softmax at temperature 1).
     ``one_hot_q``: the drafts were deterministic (an n-gram storage).
+    ``rule``: the chain verify rule whose numbers these are ("residual",
+    "block" or "strict"; "residual" for traces written before it was kept).
     """
 
     positions: tuple[Position, ...]
@@ -65,6 +88,7 @@ class Inspection:
     residual: Tops | None = None
     shown: str = "rule"
     one_hot_q: bool = False
+    rule: str = "residual"
 
     def trimmed(self, drafted: int, token_in: bool, rejected: bool) -> "Inspection":
         """Only what the round kept: ``drafted`` positions, the token row when a
@@ -77,20 +101,26 @@ class Inspection:
             residual=self.residual if (token_in and rejected) else None,
             shown=self.shown,
             one_hot_q=self.one_hot_q,
+            rule=self.rule,
         )
 
     @staticmethod
     def from_dict(data: dict) -> "Inspection":
-        """Back from JSON (``dataclasses.asdict``); raises KeyError/TypeError/ValueError when damaged."""
+        """Back from JSON (``dataclasses.asdict``); raises KeyError/TypeError/ValueError when damaged.
+
+        Fields added later (``ratio``, ``threshold``, ``rule``) may be missing: older traces read as
+        the residual rule's numbers, without block columns.
+        """
         def tops(rows) -> Tops:
             return tuple((int(t), float(v)) for t, v in rows)
 
+        number = lambda v: None if v is None else float(v)  # noqa: E731
         positions = tuple(Position(
             p=float(d["p"]), q=float(d["q"]), accept=float(d["accept"]),
             entropy_p=float(d["entropy_p"]), entropy_q=float(d["entropy_q"]),
             p_top=tops(d["p_top"]), q_top=tops(d["q_top"]),
+            ratio=number(d.get("ratio")), threshold=number(d.get("threshold")),
         ) for d in data["positions"])
-        number = lambda v: None if v is None else float(v)  # noqa: E731
         residual = data.get("residual")
         return Inspection(
             positions=positions,
@@ -100,6 +130,7 @@ class Inspection:
             residual=None if residual is None else tops(residual),
             shown=str(data.get("shown", "rule")),
             one_hot_q=bool(data.get("one_hot_q", False)),
+            rule=str(data.get("rule", "residual")),
         )
 
 
@@ -116,54 +147,94 @@ def entropy(dist):
     return -dist.clamp(min=torch.finfo(dist.dtype).tiny).log_().mul_(dist).sum(-1)
 
 
-def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, top: int = TOP):
+def residual_at_stop(p_row, q_row, draft_x, scale):
+    """The distribution the token after a rejection was drawn from: (1, V).
+
+    norm(max(0, scale * p_n - q_n)) (``generation.accept.residual_distributions``):
+    scale 1 for the token rule, b_n for block (its residual is scaled by the
+    running ratio; b_0 = 1). p_row: (1, V); q_row: (1, V) or None (one-hot
+    draft); draft_x: (1,); scale: (1, 1).
+    """
+    from generation.accept import residual_distributions
+
+    return residual_distributions(p_row * scale, q_row, draft_x)
+
+
+def _check_rule(rule: str, block) -> None:
+    """A one-line ValueError for a rule the recorder does not know, or block without its numbers."""
+    if rule not in VERIFY_RULE_NAMES:
+        raise ValueError(f"unknown verify rule {rule!r} for the inspector; "
+                         f"choose one of: {', '.join(VERIFY_RULE_NAMES)}")
+    if (rule == "block") != (block is not None):
+        raise ValueError("the inspector takes block_details' (ratios, thresholds) exactly when the rule is block")
+
+
+def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, rule: str = "residual", block=None,
+                 top: int = TOP):
     """The round's numbers as one flat int64 tensor (no host sync).
 
     p_rule: (k+1, V) the target distributions the accept rule used;
     q_rule: (k, V) the drafter's, or None for deterministic drafts;
-    draft: (k,); n, token: 0-d tensors from ``accept_drafts``.
+    draft: (k,); n, token: 0-d tensors from the verify rule.
     p_view: (k+1, V) / q_view: (k, V) or None: the distributions to show
     (the rule's under sampling, the models' softmax under greedy).
-    Layout: see :func:`decode`.
+    rule: the chain verify rule that ran ("residual", "block", "strict");
+    block: under block, ``generation.verify_rules.block_details(p_rule,
+    q_rule, draft)``, the (ratios (k,), thresholds (k,)) its coins used;
+    None under the other rules. Layout: see :func:`decode`.
     """
     import torch
 
-    from generation.accept import residual_distributions
-
+    _check_rule(rule, block)
     k = draft.shape[0]
     t = min(top, p_view.shape[-1])
     rows = torch.arange(k, device=draft.device)
     p_top = p_view.topk(t, dim=-1)                                    # (k+1, t)
     ids = [p_top.indices.flatten()]
     floats = [p_top.values.flatten(), entropy(p_view)]               # (k+1)t, k+1
-    # p_n(token): the target's probability of the token it put in, at row n
-    floats.append(p_view[n, token].view(1))
+    # p_n(token): the target's probability of the token it put in, at row n. Rows are picked
+    # with (1,) index tensors throughout: indexing with a 0-d tensor reads it back (.item()).
+    floats.append(p_view[n.view(1), token.view(1)])                    # (1,)
     if k:
-        p_x_rule = p_rule[rows, draft]
-        q_x_rule = torch.ones_like(p_x_rule) if q_rule is None else q_rule[rows, draft]
-        accept = (p_x_rule / q_x_rule).clamp(max=1.0)                 # (k,)
-        # the residual only at the first rejection (row n; row k-1 when none, then unused)
-        row = n.clamp(max=k - 1)
-        q_row = None if q_rule is None else q_rule[row].unsqueeze(0)  # (1, V)
-        residual = residual_distributions(p_rule[row].unsqueeze(0), q_row, draft[row].view(1)).topk(t, dim=-1)
-        ids.append(residual.indices.flatten())                        # (t,)
-        floats += [p_view[rows, draft], accept, residual.values.flatten()]
+        p_x_rule = p_rule[rows, draft]                                # (k,)
+        if rule == "strict":
+            accept = p_x_rule                                         # kept iff the target's draw equals x
+        else:
+            q_x_rule = torch.ones_like(p_x_rule) if q_rule is None else q_rule[rows, draft]
+            accept = (p_x_rule / q_x_rule).clamp(max=1.0)             # (k,)
+        floats += [p_view[rows, draft], accept]
+        if rule != "strict":
+            # the residual only at the stop (row n; row k-1 when every draft was kept, then unused)
+            row = n.clamp(max=k - 1).view(1)                          # (1,)
+            q_row = None if q_rule is None else q_rule.index_select(0, row)  # (1, V)
+            # b_n: 1 for the token rule; block's running ratio before row n (b_0 = 1)
+            scale = p_rule.new_ones(1) if block is None else torch.cat([block[0].new_ones(1), block[0]])[row]
+            residual = residual_at_stop(p_rule.index_select(0, row), q_row, draft[row], scale.view(1, 1))
+            residual = residual.topk(t, dim=-1)
+            ids.append(residual.indices.flatten())                    # (t,)
+            floats.append(residual.values.flatten())
         if q_view is not None:
             q_top = q_view.topk(t, dim=-1)                            # (k, t)
             ids.append(q_top.indices.flatten())
             floats += [q_view[rows, draft], entropy(q_view), q_top.values.flatten()]
+        if block is not None:
+            floats += [block[0], block[1]]                            # b_1..b_k, h_1..h_k
     bits = torch.cat([f.float() for f in floats]).view(torch.int32).long()
     return torch.cat([torch.cat(ids).long(), bits])
 
 
-def record_size(k: int, vocab: int, *, has_q: bool, top: int = TOP) -> int:
+def record_size(k: int, vocab: int, *, has_q: bool, rule: str = "residual", top: int = TOP) -> int:
     """How many ints :func:`record_round` returns for ``k`` drafts."""
     t = min(top, vocab)
     size = (k + 1) * t + (k + 1) * t + (k + 1) + 1
     if k:
-        size += t + k + k + t
+        size += k + k
+        if rule != "strict":
+            size += t + t
         if has_q:
             size += k * t + k + k + k * t
+        if rule == "block":
+            size += k + k
     return size
 
 
@@ -180,11 +251,19 @@ def _tops(ids: list[int], probs: list[float]) -> Tops:
 
 
 def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool,
-           shown: str, top: int = TOP) -> Inspection:
-    """The host list from :func:`record_round` (same k, vocab, has_q) as an Inspection."""
+           shown: str, rule: str = "residual", top: int = TOP) -> Inspection:
+    """The host list from :func:`record_round` (same k, vocab, has_q, rule) as an Inspection.
+
+    Layout: the ids (p's top tokens per row, the residual's when the rule
+    has one, q's per draft when it has q), then the float32 bits (p's top
+    probabilities, p's entropies, p_n(token), p(x) and the acceptance per
+    draft, the residual's probabilities, q(x), q's entropies and top
+    probabilities, then under block the ratios and the thresholds).
+    """
     k = len(draft)
     t = min(top, vocab)
-    n_ids = (k + 1) * t + (t if k else 0) + (k * t if k and has_q else 0)
+    residual_in = bool(k) and rule != "strict"
+    n_ids = (k + 1) * t + (t if residual_in else 0) + (k * t if k and has_q else 0)
     ids, values = flat[:n_ids], _floats(flat[n_ids:])
     cursor = 0
 
@@ -195,17 +274,21 @@ def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool
         return out
 
     p_top_ids = take((k + 1) * t, ids)
-    res_ids = take(t, ids) if k else []
+    res_ids = take(t, ids) if residual_in else []
     q_top_ids = take(k * t, ids) if k and has_q else []
     cursor = 0
     p_top_probs = take((k + 1) * t, values)
     entropy_p = take(k + 1, values)
     token_p = take(1, values)[0]
     p_x = accept = res_probs = q_x = entropy_q = q_top_probs = []
+    ratios = thresholds = [None] * k
     if k:
-        p_x, accept, res_probs = take(k, values), take(k, values), take(t, values)
+        p_x, accept = take(k, values), take(k, values)
+        res_probs = take(t, values) if residual_in else []
         if has_q:
             q_x, entropy_q, q_top_probs = take(k, values), take(k, values), take(k * t, values)
+        if rule == "block":
+            ratios, thresholds = take(k, values), take(k, values)
 
     def row(ids_: list[int], probs: list[float], i: int) -> Tops:
         return _tops(ids_[i * t:(i + 1) * t], probs[i * t:(i + 1) * t])
@@ -218,13 +301,16 @@ def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool
         entropy_q=entropy_q[i] if has_q else 0.0,
         p_top=row(p_top_ids, p_top_probs, i),
         q_top=row(q_top_ids, q_top_probs, i) if has_q else ((draft[i], 1.0),),
+        ratio=ratios[i],
+        threshold=thresholds[i],
     ) for i in range(k))
     return Inspection(
         positions=positions,
         token_p=token_p,
         token_entropy=entropy_p[n],
         token_top=row(p_top_ids, p_top_probs, n),
-        residual=_tops(res_ids, res_probs) if n < k else None,
+        residual=_tops(res_ids, res_probs) if residual_in and n < k else None,
         shown=shown,
         one_hot_q=not has_q,
+        rule=rule,
     )

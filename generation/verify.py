@@ -24,7 +24,7 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, fill_target_first, split_phases
 from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
-from generation.verify_rules import Rule, verify_rule
+from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
 from kvcache.cache import CachedModel, tree_support
 from kvcache.probe import cached_model
@@ -46,6 +46,7 @@ class _Loop:
     target_delay_s: float = 0.0
     inspect: bool = False
     rule: Rule | None = None    # the chain verify rule (generation.verify_rules)
+    verify: str = "residual"    # its name: what the inspector records follows it
 
 
 @torch.inference_mode()
@@ -74,7 +75,8 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     model = cached_model(target, use_cache=options.use_cache)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
-                 PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect, rule)
+                 PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect, rule,
+                 options.verify)
     start = None
     with timed_run(result, device, interruptible=interruptible):
         start = model.begin(prompt, options.prefills)
@@ -171,7 +173,8 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
     inspection = None
     if record is not None:
         inspection = decode(flat[len(flat) - record.numel():], drafts, n, vocab=p.shape[-1],
-                            has_q=q is not None, shown="softmax" if loop.processor.is_greedy else "rule")
+                            has_q=q is not None, shown="softmax" if loop.processor.is_greedy else "rule",
+                            rule=loop.verify)
     _count(loop.result, drafts, n, new, gamma=k_max,
            draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + clock.seconds(*filled),
            inspection=inspection)
@@ -183,7 +186,9 @@ def _record(loop: _Loop, logits, p, q, draft, n, token) -> torch.Tensor:
     """The inspector's numbers for this round, on the device (``generation.inspection``).
 
     Under greedy, p and q are one-hot; the models' softmax is shown instead
-    (the drafter's logits when it keeps them, else its one-hot q).
+    (the drafter's logits when it keeps them, else its one-hot q). Under the
+    block rule its running ratios and thresholds (``block_details``, on the
+    rule's own p and q) go in too; the numbers follow ``loop.verify``.
     """
     p_view, q_view = p, q
     if loop.processor.is_greedy:
@@ -191,7 +196,8 @@ def _record(loop: _Loop, logits, p, q, draft, n, token) -> torch.Tensor:
         draft_logits = loop.drafter.draft_logits() if q is not None else None
         if draft_logits is not None and draft_logits.shape[0] == draft.shape[0]:
             q_view = draft_logits.to(p.device).float().softmax(dim=-1)   # (k, V)
-    return record_round(p, q, draft, n, token, p_view=p_view, q_view=q_view)
+    block = block_details(p, q, draft) if loop.verify == "block" else None      # ((k,), (k,))
+    return record_round(p, q, draft, n, token, p_view=p_view, q_view=q_view, rule=loop.verify, block=block)
 
 
 def _count(result: GenerationResult, drafts: list[int], n: int, new: list[int], *,

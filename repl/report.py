@@ -5,8 +5,9 @@ The page carries everything inline (CSS, SVG charts; no script) and loads
 nothing from the network. It shows the prompt, each strategy's text with
 every token coloured by how it was produced (accepted draft, rejected draft
 struck through, the target's own token, the bonus token), a tooltip on each
-token (round, position, p, q, acceptance probability, entropies: the
-``title`` attribute, also kept as ``data-*`` attributes), per-round stacked
+token (round, position, p, q, acceptance probability, entropies, and under
+the block verify rule its running ratio and threshold: the ``title``
+attribute, also kept as ``data-*`` attributes), per-round stacked
 bars of draft and verify time, acceptance by draft position and the
 comparison table. Every piece of text is escaped. No torch.
 """
@@ -17,6 +18,7 @@ from html import escape
 from pathlib import Path
 
 from generation.result import Round
+from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
 from repl.render import COMPARISON_COLUMNS, comparison_cells, environment_lines, prompt_line
 from repl.runs import PromptRun, StrategyRun
 from repl.trace import TraceError, write_whole
@@ -78,7 +80,8 @@ def round_spans(rnd: Round, index: int, piece: dict, ar_kind: str | None) -> lis
         numbers = {"round": index + 1, "position": i, "id": x}
         if pos is not None:
             numbers.update({"p": pos.p, "q": pos.q, "accept": pos.accept,
-                            "entropy-p": pos.entropy_p, "entropy-q": pos.entropy_q})
+                            "entropy-p": pos.entropy_p, "entropy-q": pos.entropy_q,
+                            "ratio": pos.ratio, "threshold": pos.threshold})    # the last two: block only
         accepted = i < rnd.accepted
         spans.append(_span(text, "acc" if accepted else "rej",
                            "accepted draft" if accepted else "rejected draft", numbers))
@@ -183,6 +186,12 @@ def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
                    'accept is the greedy rule\'s (1 when the draft is p\'s top-1, else 0)</p>')
     if any(rnd.inspection is not None and rnd.inspection.one_hot_q and rnd.drafted for rnd in r.trace):
         out.append('<p class="note">n-gram drafts are deterministic: q is one-hot (q(x) = 1)</p>')
+    rules = {rnd.inspection.rule for rnd in r.trace if rnd.inspection is not None and rnd.drafted}
+    if "strict" in rules:
+        out.append(f'<p class="note">{_e(STRICT_NOTE)}; accept is that p(x)</p>')
+    if any(pos.ratio is not None for rnd in r.trace if rnd.inspection is not None
+           for pos in rnd.inspection.positions):
+        out.append(f'<p class="note">{_e(BLOCK_LEGEND)} (ratio = b, threshold = h on each token)</p>')
     out.append(strategy_text(run))
     if run.drafting:
         out.append("<h4>draft and verify time per round</h4>" + phase_bars(run))

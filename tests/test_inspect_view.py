@@ -6,15 +6,20 @@ import json
 
 import pytest
 
+import torch
+
 from repl.commands import execute
-from repl.inspect_view import NO_NUMBERS, default_round, round_view
+from repl.inspect_view import BLOCK_LEGEND, NO_NUMBERS, STRICT_NOTE, default_round, round_view
 from repl.runner import Runner
+from repl.runs import PromptRun, StrategyRun
 from repl.session import Session
 from repl.settings import Settings
 from repl.trace import TraceError, prompt_record, read_trace, trace_document, write_trace
-from sampling import GreedyProcessor
+from sampling import GreedyProcessor, MultinomialProcessor
+from tests.helpers.decode import speculative
+from tests.helpers.models import tiny_llama
 from tests.helpers.repl import ENV, console, fake_pair, infer, why_prompt_run
-from tests.helpers.report import HtmlTokenizer, inspected_prompt_run
+from tests.helpers.report import NASTY, PROMPT, V, HtmlTokenizer, inspected_prompt_run
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +171,103 @@ def test_save_html_in_a_session(prompt_run, tmp_path, monkeypatch):
     page = parse(path.read_text())
     assert len([t for t in page.tokens if "rej" not in t["class"]]) == sum(len(r.result.tokens)
                                                                            for r in prompt_run.runs)
+
+
+# ------------------------------------------------------------------ the chain verify rules
+
+def rule_prompt_run(rule: str) -> PromptRun:
+    """A sampled speculative run under ``rule`` on the tiny pair, its pieces and token text filled."""
+    target = tiny_llama(1, vocab_size=V, logit_scale=6.0)
+    drafter = tiny_llama(2, vocab_size=V, logit_scale=6.0)
+    result = speculative(PROMPT, drafter, target, processor=MultinomialProcessor(1.0), gamma=4, max_gen_len=20,
+                         generator=torch.Generator().manual_seed(3), verify=rule)
+    pr = PromptRun(NASTY, PROMPT, greedy=False, settings=Settings(gamma=4, chat=False, verify=rule).to_dict())
+    tokenizer = HtmlTokenizer()
+    pr.runs = [StrategyRun("speculative", result, text=tokenizer.decode(result.tokens))]
+    prompt_record(pr, tokenizer)
+    return pr
+
+
+def shown_round(pr: PromptRun, index: int | None = None) -> tuple[str, object, int]:
+    """/inspect's view of a round of the prompt's run (default: the round /inspect picks)."""
+    run = pr.runs[0]
+    index = default_round(run.result.trace) if index is None else index
+    c, out = console()
+    c.print(round_view(run, index, lambda i: pr.token_text[i]))
+    return out.getvalue(), run.result.trace[index], index
+
+
+def _block_round(pr: PromptRun) -> int:
+    """A round where block kept a draft and then stopped before the last (its residual is scaled)."""
+    return next(i for i, r in enumerate(pr.runs[0].result.trace)
+                if r.token is not None and 0 < r.accepted < len(r.drafted) - 1)
+
+
+def test_block_view_shows_ratio_threshold_and_the_scaled_residual():
+    pr = rule_prompt_run("block")
+    shown, rnd, _ = shown_round(pr, _block_round(pr))
+    assert BLOCK_LEGEND in shown
+    tok = HtmlTokenizer()
+    for i, (x, pos) in enumerate(zip(rnd.drafted, rnd.inspection.positions)):
+        line = next(l for l in shown.splitlines() if l.startswith(f"{i:>2} {tok.decode([x])!r}"))
+        assert f"min(1, p/q) {pos.accept:.3f} · b {pos.ratio:.3f} · h {pos.threshold:.3f} · H(p)" in line
+        # block tests every position: each draft after what it kept failed its test
+        assert ("accepted" if i < rnd.accepted else "rejected") in line and "not judged" not in line
+    residual = rnd.inspection.residual
+    assert f"scaled residual norm(max(0, b·p - q)) top: {tok.decode([residual[0][0]])!r}" in shown
+    assert shown.count("residual norm") == 1 and "after the last draft whose test passed" in shown
+
+
+@pytest.mark.parametrize("rule", ["residual", "strict"])
+def test_the_block_columns_show_only_under_block(prompt_run, rule):
+    pr = prompt_run if rule == "residual" else rule_prompt_run("strict")
+    shown, rnd, _ = shown_round(pr)
+    assert rnd.rejected and BLOCK_LEGEND not in shown and " · b " not in shown and " · h " not in shown
+    assert all(pos.ratio is None and pos.threshold is None for pos in rnd.inspection.positions)
+
+
+def test_strict_view_shows_p_as_the_keep_probability_and_no_residual():
+    pr = rule_prompt_run("strict")
+    shown, rnd, _ = shown_round(pr)
+    assert rnd.rejected and rnd.inspection.residual is None
+    assert STRICT_NOTE in shown and "residual norm" not in shown and "min(1, p/q)" not in shown
+    for pos in rnd.inspection.positions:
+        assert f"P(keep) = p(x) {pos.accept:.3f}" in shown and pos.accept == pos.p
+    assert "target's draw" in shown
+
+
+def test_the_report_carries_block_numbers_only_under_block(prompt_run):
+    from repl.report import report_html
+    from tests.helpers.report import parse
+
+    block = rule_prompt_run("block")
+    page = parse(report_html([block], ENV))
+    drafts = [t for t in page.tokens if "data-accept" in t]
+    positions = [p for r in block.runs[0].result.trace for p in r.inspection.positions]
+    assert [float(t["data-ratio"]) for t in drafts] == [p.ratio for p in positions]
+    assert [float(t["data-threshold"]) for t in drafts] == [p.threshold for p in positions]
+    assert all(f"ratio {float(t['data-ratio']):.3f}" in t["title"] for t in drafts)
+    assert BLOCK_LEGEND in "".join(page.text)
+    plain = parse(report_html([prompt_run], ENV))
+    assert not any("data-ratio" in t or "data-threshold" in t for t in plain.tokens)
+    assert BLOCK_LEGEND not in "".join(plain.text)
+
+
+def test_a_trace_from_before_the_rules_still_replays(prompt_run, tmp_path):
+    """A trace written before ``rule``, ``ratio`` and ``threshold`` existed reads back as it was."""
+    document = trace_document([prompt_record(prompt_run, HtmlTokenizer())], ENV)
+    for strategy in document["prompts"][0]["strategies"].values():
+        for rnd in strategy["result"]["trace"]:
+            ins = rnd.get("inspection")
+            if ins is not None:
+                assert ins.pop("rule") == "residual"
+                for pos in ins["positions"]:
+                    assert pos.pop("ratio") is None and pos.pop("threshold") is None
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document))
+    back = read_trace(str(path))
+    for old, new in zip(prompt_run.runs, back.prompts[0].runs):
+        assert new.result.trace == old.result.trace
+    done = infer(["--replay", str(path)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "residual norm(max(0, p - q)) top:" in done.stdout and BLOCK_LEGEND not in done.stdout
