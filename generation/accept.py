@@ -19,6 +19,12 @@ import torch
 Sampler = Callable[[torch.Tensor, "torch.Generator | None"], torch.Tensor]
 
 
+def pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[index]`` for a 0-d index tensor, on the device: indexing with a tensor
+    would read the index back to the host (a sync). values: (m,) -> 0-d."""
+    return values.gather(0, index.view(1)).squeeze(0)
+
+
 def residual_distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p_i - q_i)) for each drafted position.
 
@@ -70,7 +76,7 @@ def accept_drafts(
     # One candidate per position: residual draws at 0..k-1, a plain draw from p_k.
     candidates = torch.cat([residual_distributions(p[:k], q, draft), p[k:]], dim=0)  # (k+1, V)
     tokens = sample(candidates, generator)                # (k+1,)
-    return n, tokens[n]
+    return n, pick(tokens, n)
 
 
 def accept_tree(
@@ -108,7 +114,7 @@ def accept_tree(
     score = torch.where(on_path, depth, torch.zeros_like(depth))
     accepted = score.max()
     deepest = torch.where(accepted > 0, score.argmax(), accepted.new_tensor(-1))
-    return accepted, deepest, draws[deepest + 1]
+    return accepted, deepest, pick(draws, deepest + 1)
 
 
 def accept_tree_rrs(

@@ -159,7 +159,7 @@ def accept_block(
     _, thresholds, residuals = _block_terms(p, q, draft)
     n = _last_pass(accept.uniforms(k, p, generator) < thresholds)
     tokens = sample(_corrections(p, residuals), generator)                  # (k+1,)
-    return n, tokens[n]
+    return n, accept.pick(tokens, n)
 
 
 def accept_strict(
@@ -182,7 +182,7 @@ def accept_strict(
     k = draft.shape[0]
     draws = sample(p, generator)                                             # (k+1,)
     n = (draws[:k] == draft).to(torch.long).cumprod(dim=0).sum()
-    return n, draws[n]
+    return n, accept.pick(draws, n)
 
 
 VERIFY_RULES: dict[str, Rule] = dict(zip(VERIFY_RULE_NAMES, (accept_drafts, accept_block, accept_strict)))

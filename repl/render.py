@@ -15,7 +15,7 @@ from rich.text import Text
 from analysis.acceptance import acceptance_counts
 from generation.result import GenerationResult
 from repl.commands import COMMANDS
-from repl.runs import DRAFTING, PIECE_WINDOW, PromptRun, StrategyRun, Why, round_pieces, token_pieces  # noqa: F401
+from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, round_pieces
 from repl.settings import Settings, settings_from_dict
 
 STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "target": "blue", "drafter": "magenta"}

@@ -19,7 +19,7 @@ import torch
 from analysis.speedup import SEARCH_GAMMA
 from engine import CrossTokenizerOptions, EngineState, NGramOptions, Observer, Strategy, run_strategy
 from generation import ContextLengthError, GenerationResult
-from repl.runs import PromptRun, StrategyRun  # noqa: F401  (the runner's products, torch-free)
+from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
 from utils.vocab import encode_prompt, has_chat_template
 

@@ -27,16 +27,14 @@ from tests.helpers.tokenizers import CHATML, SPECIALS, WORDS, word_tokenizer
 from utils.devices import resolve_device, resolve_dtype
 from utils.models import (
     ModelLoadError,
-    check_compatible,
-    default_model_dir,
-    end_token_ids,
     load_model,
     load_pair,
     resolve_source,
     set_offline,
 )
+from utils.default_model import default_model_dir
 from utils.progress import loading_status
-from utils.vocab import encode_prompt
+from utils.vocab import check_compatible, encode_prompt, end_token_ids
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,6 +10,7 @@ import torch
 from generation import Round
 from repl import render
 from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun, strategy_for
+from repl import runs
 from repl.runs import round_pieces
 from repl.session import Session, unescape
 from repl.settings import ProcessorSpec, Settings
@@ -48,7 +49,7 @@ def test_token_pieces_use_left_context():
         def decode(self, ids, skip_special_tokens=False):
             return "".join(chr(96 + i) for i in ids)
 
-    assert render.token_pieces(Merging(), [1, 2], [3, 4]) == ["c", "d"]
+    assert runs.token_pieces(Merging(), [1, 2], [3, 4]) == ["c", "d"]
 
 
 # ------------------------------------------------------------ model text is text

@@ -546,3 +546,23 @@ def test_mutation_token_rule_fresh_resample_is_caught():
     spec = Spec(residual_fresh_resample, token_thresholds, marker=False)
     with pytest.raises(AssertionError, match="P"):
         assert_lossless(spec, CASE_BY_NAME["tables-g1-v4"])
+
+
+@pytest.mark.parametrize("name", ["residual", "block", "strict"])
+@pytest.mark.parametrize("q_kind", ["soft", "none"])
+def test_a_rule_reads_nothing_back_to_the_host(name, q_kind):
+    """On the meta device every read-back raises: a rule that indexes with a tensor (a hidden
+    ``.item()``, one more host sync per round on a GPU) fails here."""
+    k, V = 3, 5
+    p = torch.empty(k + 1, V, device="meta")
+    q = torch.empty(k, V, device="meta") if q_kind == "soft" else None
+    draft = torch.empty(k, dtype=torch.long, device="meta")
+    n, token = VERIFY_RULES[name](p, q, draft, lambda rows, generator=None: rows.argmax(-1))
+    assert n.device.type == token.device.type == "meta" and n.dim() == token.dim() == 0
+
+
+def test_the_read_back_check_catches_tensor_indexing():
+    """Mutation for the test above: indexing with a 0-d tensor raises on meta."""
+    values, index = torch.empty(4, device="meta"), torch.empty((), dtype=torch.long, device="meta")
+    with pytest.raises(Exception):
+        values[index]

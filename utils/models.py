@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from utils.default_model import DEFAULT_LABEL, cache_root, default_model_dir, weights_subfolder
+from utils.default_model import DEFAULT_LABEL, default_model_dir, weights_subfolder
 from utils.devices import dtype_name, model_device, resolve_device, resolve_dtype
 from utils.errors import ModelLoadError, explain_load_error, missing_gguf_error
 from utils.gguf_files import gguf_available
 from utils.progress import Progress, no_progress, quiet_hf_progress
 from utils.quantize import BNB, QUANTO, apply_quanto, bnb_config, check_quantize_supported, parse_quantize
-from utils.vocab import check_compatible, context_length, end_token_ids, pair_vocabulary
+from utils.vocab import context_length, end_token_ids, pair_vocabulary
 
 if TYPE_CHECKING:
     import torch
@@ -37,14 +37,8 @@ __all__ = [
     "ModelLoadError",
     "ModelPair",
     "ModelSource",
-    "cache_root",
-    "check_compatible",
-    "default_model_dir",
-    "end_token_ids",
     "load_model",
     "load_pair",
-    "resolve_device",
-    "resolve_dtype",
     "resolve_source",
     "set_offline",
 ]
