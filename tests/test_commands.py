@@ -132,7 +132,7 @@ def test_every_error_shows_the_commands_usage():
     reply, _ = run("/processor foo")
     assert reply.message.endswith(f"(usage: {COMMANDS['processor'].usage})")
     reply, _ = run("/set_ngramstorage tree 3")
-    assert reply.message.endswith("(usage: /set_ngramstorage basic|onelevel|recycling N)")
+    assert reply.message.endswith("(usage: /set_ngramstorage basic|onelevel|recycling N | suffix | sam)")
 
 
 @pytest.mark.parametrize("line, suggestion", [
@@ -205,7 +205,7 @@ def test_documented_commands_are_all_in_the_table():
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
         "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
-        "inspect", "tree_sample", "verify",
+        "inspect", "tree_sample", "verify", "suffix_pattern", "suffix_outputs", "match_factor", "corpus",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
