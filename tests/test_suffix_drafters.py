@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -327,3 +328,35 @@ def test_a_drafter_that_misstates_q_is_caught(monkeypatch, target, exact):
     monkeypatch.setitem(DRAFTERS, "lying", factory)
     counts, _, _ = sampled(target, "suffix", key="lying")
     assert goodness_of_fit(counts, exact).p_value < P_FLOOR
+
+
+class _WordIds:
+    """A tokenizer whose text is token ids separated by spaces."""
+
+    def encode(self, text, add_special_tokens=False):
+        return [int(word) for word in text.split()]
+
+
+def test_a_corpus_file_drafts_through_the_engine_and_is_built_once(greedy_target, tmp_path):
+    expected = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=40),
+                            pair_of(greedy_target), PROMPT).tokens
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(" ".join(map(str, [7, 7] + PROMPT + expected)))
+    pair = pair_of(greedy_target, tokenizer=_WordIds())
+    state = EngineState()
+    strategy = Strategy("ngram", drafter="ngram", gamma=4, processor=GreedyProcessor(), max_gen_len=40,
+                        drafter_options=NGramOptions(storage="sam", corpus=str(corpus), reset=False))
+    first = run_strategy(strategy, pair, PROMPT, state=state)
+    automaton = state.storage.corpus
+    second = run_strategy(strategy, pair, PROMPT, state=state)
+    assert first.tokens == second.tokens == expected
+    assert state.storage.corpus is automaton                          # built once, kept across prompts
+    assert first.trace[0].note == {"source": "corpus", "match": len(PROMPT)}
+    assert first.accepted == first.drafted > 0                        # the corpus knew the whole output
+    missing = replace_options(strategy, corpus=str(tmp_path / "none.txt"))
+    with pytest.raises(ValueError, match="cannot read the corpus"):
+        run_strategy(missing, pair, PROMPT, state=state)
+
+
+def replace_options(strategy: Strategy, **changes) -> Strategy:
+    return replace(strategy, drafter_options=replace(strategy.drafter_options, **changes))
