@@ -193,8 +193,8 @@ def parse_ngram_storage(words: list[str], settings: Settings | None = None) -> U
         raise CommandError(f"unknown storage {words[0]!r}{hint}; choose {' or '.join(NGRAM_STORAGES)}")
     if kind in MATCH_STORAGES:
         if len(words) != 1:
-            raise CommandError(f"{kind} takes no N (its settings: /suffix_pattern, /suffix_outputs, "
-                               f"/match_factor, /corpus)")
+            own = "/suffix_pattern, /suffix_outputs, /match_factor" if kind == "suffix" else "/match_factor, /corpus"
+            raise CommandError(f"{kind} takes no N (its settings: {own})")
         return Update({"ngram_storage": kind})
     if len(words) != 2:
         raise CommandError(f"expected a storage kind and N, got {len(words)} words")
