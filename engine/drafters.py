@@ -17,12 +17,14 @@ from dataclasses import dataclass
 import torch
 
 from cross_tokenizer import cross_tokenizer_drafter, drafter_ends, has_own_tokenizer, vocab_map_of
+from engine.state import MATCH_STORAGES
 from engine.strategy import CrossTokenizerOptions, NGramOptions
 from generation.common import check_request
 from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
-from ngram_assisted import NGramDrafter
+from ngram_assisted import MatchDrafter, NGramDrafter
+from ngram_assisted.sam import corpus_automaton, read_corpus
 from selfdraft.build import build_self_drafter
 from selfdraft.drafter import SelfDrafter
 from selfdraft.mark import self_draft_target
@@ -94,17 +96,29 @@ def self_draft_model(pair, spec: str, state):
     return state.for_pair(pair, spec, lambda: build_self_drafter(pair.target, parse_self_draft(spec)))
 
 
-def ngram_drafter(pair, strategy, state, context: DraftContext) -> NGramDrafter:
-    """NASD's drafter over the state's n-gram storage (emptied first when ``reset``)."""
+def ngram_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
+    """NASD's drafter over the state's n-gram storage (emptied first when ``reset``); the match
+    storages (``suffix``, ``sam``) draft through :class:`ngram_assisted.MatchDrafter`."""
     options = strategy.drafter_options or NGramOptions()
-    storage = state.ngram_storage(options, context.vocab_size)
+    corpus = corpus_of(pair, options.corpus, state) if options.storage == "sam" and options.corpus else None
+    storage = state.ngram_storage(options, context.vocab_size, corpus)
     if options.reset:
         storage.reset()
+    if options.storage in MATCH_STORAGES:
+        return MatchDrafter(storage, factor=options.factor, device=model_device(pair.target))
     top_k = options.top_k_filler
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k_filler must be an integer >= 1, got {top_k!r}")
     return NGramDrafter(storage, filler_top_k=top_k, stop_if_unknown=options.stop_if_unknown,
                         confident_start=options.confident_start, device=model_device(pair.target))
+
+
+def corpus_of(pair, path: str, state):
+    """The suffix automaton of the text file ``path`` tokenised with the pair's tokenizer: built
+    once per pair and file (kept in ``state``), shared by every prompt."""
+    if pair.tokenizer is None:
+        raise ValueError("a corpus needs the target's tokenizer, and this pair has none")
+    return state.for_pair(pair, f"corpus:{path}", lambda: corpus_automaton(read_corpus(path, pair.tokenizer)))
 
 
 def cross_drafter(pair, strategy, state, context: DraftContext) -> Drafter:

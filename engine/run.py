@@ -77,7 +77,16 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
-    return verify_loop(prompt, drafter, pair.target, options, observer=observer, interruptible=interruptible)
+    result = verify_loop(prompt, drafter, pair.target, options, observer=observer, interruptible=interruptible)
+    return with_notes(result, drafter.round_notes())
+
+
+def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:
+    """``result`` with the drafter's per-round notes in its rounds' ``note`` (unchanged when it kept none)."""
+    if notes:
+        result.trace = [replace(r, note=note) if note is not None else r
+                        for r, note in zip(result.trace, notes)] + result.trace[len(notes):]
+    return result
 
 
 def loop_vocab_size(pair) -> int:

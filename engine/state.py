@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 
 from engine.strategy import NGramOptions, Strategy
 from generation.gamma_policies import make_policy
-from ngram_assisted import NGramStorage, OneLevelNGramStorage, RecyclingStorage
+from ngram_assisted import NGramStorage, OneLevelNGramStorage, RecyclingStorage, SAMStorage, SuffixStorage
 
-STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage, "recycling": RecyclingStorage}
+STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage, "recycling": RecyclingStorage,
+                   "suffix": SuffixStorage, "sam": SAMStorage}
+# The storages that match the sequence's tail and draft through ngram_assisted.MatchDrafter.
+MATCH_STORAGES = ("suffix", "sam")
 
 
 @dataclass
@@ -39,14 +42,21 @@ class EngineState:
             self.built[name] = (pair, build())
         return self.built[name][1]
 
-    def ngram_storage(self, options: NGramOptions, vocab_size: int):
-        """The storage of ``options``' kind and N over ``vocab_size`` tokens."""
-        key = (options.storage, options.n, vocab_size)
+    def ngram_storage(self, options: NGramOptions, vocab_size: int, corpus=None):
+        """The storage of ``options``' kind and N over ``vocab_size`` tokens (``suffix``: of its P
+        and M; ``sam``: over the ``corpus`` automaton given, if any)."""
+        key = storage_key(options, vocab_size, corpus)
         if self.storage is None or key != self.storage_key:
             if options.storage not in STORAGE_CLASSES:
                 raise ValueError(f"unknown n-gram storage {options.storage!r} "
                                  f"(choose {' or '.join(STORAGE_CLASSES)})")
-            self.storage = STORAGE_CLASSES[options.storage](options.n, vocab_size)
+            if options.storage == "suffix":
+                self.storage = SuffixStorage(vocab_size, max_pattern=options.max_pattern,
+                                             max_outputs=options.max_outputs)
+            elif options.storage == "sam":
+                self.storage = SAMStorage(vocab_size, corpus=corpus)
+            else:
+                self.storage = STORAGE_CLASSES[options.storage](options.n, vocab_size)
             self.storage_key = key
         return self.storage
 
@@ -62,3 +72,13 @@ class EngineState:
         if kept is None or kept[0] != spec:
             kept = self.policies[strategy.key] = (spec, make_policy(*spec))
         return kept[1]
+
+
+def storage_key(options: NGramOptions, vocab_size: int, corpus=None) -> tuple:
+    """What a kept storage must match to be reused: its kind and vocabulary, and what shapes it
+    (N; ``suffix``: P and M; ``sam``: the corpus automaton, by identity)."""
+    if options.storage == "suffix":
+        return ("suffix", vocab_size, options.max_pattern, options.max_outputs)
+    if options.storage == "sam":
+        return ("sam", vocab_size, id(corpus) if corpus is not None else None)
+    return (options.storage, options.n, vocab_size)

@@ -17,10 +17,20 @@ MODELS = ("target", "drafter")
 class NGramOptions:
     """How NASD's n-gram drafter and its storage are set up.
 
-    ``storage`` is ``basic`` (every order up to n) or ``onelevel`` (n-grams
-    only). ``reset`` empties the storage before the run; without it the
-    storage keeps what earlier runs taught it (it lives in the
-    :class:`engine.state.EngineState`).
+    ``storage`` is ``basic`` (every order up to n), ``onelevel`` (n-grams
+    only), ``recycling`` (Token Recycling), ``suffix`` (SuffixDecoding's
+    tries, ``ngram_assisted.suffix``) or ``sam`` (a suffix automaton,
+    ``ngram_assisted.sam``). ``reset`` empties the storage before the run;
+    without it the storage keeps what earlier runs taught it (it lives in the
+    :class:`engine.state.EngineState`): for ``suffix``, the global trie of
+    earlier outputs.
+
+    ``suffix`` and ``sam`` ignore ``n``, the filler and the two stop flags:
+    ``max_pattern`` (P) is the longest tail ``suffix`` matches,
+    ``max_outputs`` (M) how many earlier outputs its global trie keeps, and
+    ``factor`` (α) caps both storages' drafts at α x the match length.
+    ``corpus`` (``sam`` only): a text file tokenised once with the target's
+    tokenizer, whose automaton is built once and matched beside the context.
     """
 
     storage: str = "basic"
@@ -29,6 +39,10 @@ class NGramOptions:
     stop_if_unknown: bool = True
     confident_start: bool = True
     reset: bool = True
+    max_pattern: int = 16
+    factor: float = 1.0
+    max_outputs: int = 64
+    corpus: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ What a round does with a drafter, in order::
     update(new, top_k)      the tokens the round appended (and the target's top-k when asked)
     rollback_stats()        once, at the end: how the drafter's own cache was rolled back
     cross_tokenizer_stats() once, at the end: a drafter with another tokenizer reports its crossings
+    round_notes()           once, after the loop (engine.run_strategy): why each round drafted what it did
 """
 
 from __future__ import annotations
@@ -112,4 +113,10 @@ class Drafter(ABC):
     def cross_tokenizer_stats(self) -> dict | None:
         """For a drafter with a tokenizer of its own: how its drafts crossed to the target's ids
         (``cross_tokenizer.drafter``); None otherwise."""
+        return None
+
+    def round_notes(self) -> list[dict | None] | None:
+        """One small JSON-ready dict (or None) per round, in order, saying why the round drafted what
+        it did (the model-free drafters: ``{"source": ..., "match": ...}``); the engine puts each in
+        its round's ``Round.note``. Default: None, nothing to say."""
         return None

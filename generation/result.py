@@ -41,6 +41,12 @@ class Round:
     ``inspection``: what both models thought at each drafted position (top
     tokens, p, q, acceptance probability, entropies; ``generation.inspection``),
     or None when it was not recorded (plain decoding, tree rounds, old traces).
+
+    ``note``: what the drafter said about this round's drafts (``Drafter.round_notes``),
+    a small JSON-ready dict, or None. The model-free drafters say which text the drafts
+    were copied from (``source``: ``prompt`` or ``global`` for SuffixDecoding's tries,
+    ``context`` or ``corpus`` for the suffix automaton, ``""`` when nothing matched) and
+    how many tail tokens matched there (``match``).
     """
 
     drafted: tuple[int, ...]
@@ -55,6 +61,7 @@ class Round:
     path: tuple[int, ...] = ()
     ranks: tuple[int, ...] = ()
     inspection: Inspection | None = None
+    note: dict | None = None
 
     @property
     def tree_size(self) -> int:

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from repl.settings import (GAMMA_POLICIES, NGRAM_STORAGES, PROCESSOR_ARGS, STRATEGIES, UAG_METHODS,
-                           VERIFY_RULE_NAMES, ProcessorSpec, Settings)
+from repl.settings import (GAMMA_POLICIES, MATCH_STORAGES, NGRAM_STORAGES, PROCESSOR_ARGS, STRATEGIES,
+                           UAG_METHODS, VERIFY_RULE_NAMES, ProcessorSpec, Settings, fmt_number)
 
 GAMMA_RANGE = (1, 128)
 LENGTH_RANGE = (1, 1_000_000)
@@ -27,6 +27,9 @@ SEED_RANGE = (0, 2**63 - 1)
 RTT_RANGE = (0.0, 10_000.0)  # milliseconds
 TREE_RANGE = (0, 256)
 TREE_BRANCH_RANGE = (1, 16)
+SUFFIX_PATTERN_RANGE = (1, 64)
+SUFFIX_OUTPUTS_RANGE = (0, 100_000)
+MATCH_FACTOR_RANGE = (0.1, 16.0)
 
 ON_WORDS = ("on", "true", "yes", "1")
 OFF_WORDS = ("off", "false", "no", "0")
@@ -181,15 +184,43 @@ def parse_processor(words: list[str], settings: Settings | None = None) -> Updat
 
 
 def parse_ngram_storage(words: list[str], settings: Settings | None = None) -> Update:
-    """``basic|onelevel N``."""
-    if len(words) != 2:
-        raise CommandError(f"expected a storage kind and N, got {len(words)} words")
+    """``basic|onelevel|recycling N`` or ``suffix|sam`` (these take no N)."""
+    if not words:
+        raise CommandError("missing storage kind")
     kind = words[0].lower()
     if kind not in NGRAM_STORAGES:
         hint = _closest(kind, NGRAM_STORAGES)
         raise CommandError(f"unknown storage {words[0]!r}{hint}; choose {' or '.join(NGRAM_STORAGES)}")
+    if kind in MATCH_STORAGES:
+        if len(words) != 1:
+            own = "/suffix_pattern, /suffix_outputs, /match_factor" if kind == "suffix" else "/match_factor, /corpus"
+            raise CommandError(f"{kind} takes no N (its settings: {own})")
+        return Update({"ngram_storage": kind})
+    if len(words) != 2:
+        raise CommandError(f"expected a storage kind and N, got {len(words)} words")
     n = _int(words[1], "N", *NGRAM_N_RANGE)
     return Update({"ngram_storage": kind, "ngram_n": n})
+
+
+def parse_match_factor(words: list[str], settings: Settings | None = None) -> Update:
+    """``A`` from 0.1 to 16."""
+    value = _float(_one_word(words, "A"), "A")
+    lo, hi = MATCH_FACTOR_RANGE
+    if not lo <= value <= hi:
+        raise CommandError(f"A must be between {lo:g} and {hi:g}, got {value:g}")
+    return Update({"match_factor": value})
+
+
+parse_match_factor.bounds = MATCH_FACTOR_RANGE
+
+
+def parse_corpus(words: list[str], settings: Settings | None = None) -> Update:
+    """``FILE`` or ``off``. The file is read when the sam storage first needs it (a file that
+    cannot be read fails that run with one line)."""
+    if not words:
+        raise CommandError("missing file name (or off)")
+    path = " ".join(words)
+    return Update({"corpus": "" if path.lower() in OFF_WORDS else path})
 
 
 def parse_gamma_policy(words: list[str], settings: Settings | None = None) -> Update:
@@ -316,7 +347,7 @@ def _toggle(name: str, help: str, flag: str | None = None) -> Command:
 
 
 def _show_storage(s: Settings) -> str:
-    return f"{s.ngram_storage} {s.ngram_n}"
+    return s.ngram_storage if s.ngram_storage in MATCH_STORAGES else f"{s.ngram_storage} {s.ngram_n}"
 
 
 COMMANDS: dict[str, Command] = {
@@ -349,10 +380,27 @@ COMMANDS: dict[str, Command] = {
         _toggle("tree_sample", "token trees under sampling: draw each node's children from the drafter's q "
                 "and verify them by recursive rejection sampling (default; off: its top children, the target's "
                 "draw followed); the drafter model only, greedy always takes the top children"),
-        Command("set_ngramstorage", "basic|onelevel|recycling N",
-                f"NASD n-gram storage kind and N ({NGRAM_N_RANGE[0]}-{NGRAM_N_RANGE[1]})",
+        Command("set_ngramstorage", "basic|onelevel|recycling N | suffix | sam",
+                f"NASD n-gram storage kind and N ({NGRAM_N_RANGE[0]}-{NGRAM_N_RANGE[1]}); suffix "
+                "(SuffixDecoding: suffix tries over this prompt and output and over earlier outputs) and "
+                "sam (a suffix automaton over this prompt and output, and /corpus) take no N",
                 parse_ngram_storage, show=_show_storage, values=NGRAM_STORAGES, flag="ngram-storage",
                 fields=("ngram_storage", "ngram_n")),
+        Command("suffix_pattern", "P", "suffix storage: the longest tail of the sequence matched (P), in tokens "
+                f"({SUFFIX_PATTERN_RANGE[0]}-{SUFFIX_PATTERN_RANGE[1]}); its tries keep substrings of up to 2P",
+                _int_setting("suffix_pattern", "P", SUFFIX_PATTERN_RANGE), show=lambda s: str(s.suffix_pattern),
+                flag="suffix-pattern"),
+        Command("suffix_outputs", "N", "suffix storage: how many earlier outputs (M) its global trie keeps, the "
+                f"oldest out first ({SUFFIX_OUTPUTS_RANGE[0]}-{SUFFIX_OUTPUTS_RANGE[1]}; 0 = no global trie); "
+                "kept across prompts while /reset_in_between is off",
+                _int_setting("suffix_outputs", "N", SUFFIX_OUTPUTS_RANGE), show=lambda s: str(s.suffix_outputs),
+                flag="suffix-outputs"),
+        Command("match_factor", "A", "suffix and sam storages: a match of m tokens drafts at most A x m "
+                f"tokens (at least 1, at most gamma; A from {MATCH_FACTOR_RANGE[0]:g} to {MATCH_FACTOR_RANGE[1]:g})",
+                parse_match_factor, show=lambda s: fmt_number(s.match_factor), flag="match-factor"),
+        Command("corpus", "FILE|off", "sam storage: also match the sequence in this text file (tokenised once "
+                "with the target's tokenizer, its automaton built once and kept across prompts)",
+                parse_corpus, show=lambda s: s.corpus or "off", flag="corpus"),
         Command("top_k_filler", "N", "NASD: how many top target tokens fill the storage per step",
                 _int_setting("top_k_filler", "N", FILLER_RANGE), show=lambda s: str(s.top_k_filler),
                 flag="top-k-filler"),

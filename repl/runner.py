@@ -152,7 +152,9 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
     policy = settings.gamma_policy
     options = {
         "ngram": NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
-                              reset=settings.reset_in_between),
+                              reset=settings.reset_in_between, max_pattern=settings.suffix_pattern,
+                              factor=settings.match_factor, max_outputs=settings.suffix_outputs,
+                              corpus=settings.corpus or None),
         "speculative": CrossTokenizerOptions(settings.uag),
     }
     return Strategy(

@@ -21,7 +21,9 @@ STRATEGY_LABELS: dict[str, str] = {
     "drafter": "Drafter AR",
 }
 
-NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel", "recycling")
+NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel", "recycling", "suffix", "sam")
+# The storages that match the sequence's tail instead of counting n-grams: they take no N.
+MATCH_STORAGES: tuple[str, ...] = ("suffix", "sam")
 
 # Draft-length policies (generation.gamma_policies builds them); "confidence"
 # alone takes a threshold T in (0, 1).
@@ -50,6 +52,10 @@ class Settings:
     ngram_n: int = 3
     top_k_filler: int = 3
     reset_in_between: bool = True
+    suffix_pattern: int = 16      # suffix storage: the longest tail matched (P)
+    suffix_outputs: int = 64      # suffix storage: earlier outputs its global trie keeps (M)
+    match_factor: float = 1.0     # suffix and sam: drafts up to this times the match length (α)
+    corpus: str = ""              # sam: a text file matched beside the context ("" = none)
     seed: int = 42
     gamma_policy: str = "constant"
     gamma_threshold: float = 0.4  # used by the "confidence" policy only

@@ -32,7 +32,7 @@ DOC = REPO / "docs" / "commands.md"
 
 # A value for each placeholder of a usage, to try a documented form on the parser
 # (a placeholder whose parser carries bounds is tried at both ends instead).
-SAMPLES = {"N": "3", "K": "2", "T": "0.5", "P": "0.9", "MS": "10", "FILE": "trace.json",
+SAMPLES = {"N": "3", "K": "2", "T": "0.5", "P": "0.9", "A": "1.5", "MS": "10", "FILE": "trace.json",
            "STRATEGY": "speculative", "ROUND": "1", "COMMAND": "gamma"}
 
 INTRO = """\
@@ -71,15 +71,15 @@ def number(value: float) -> str:
 def forms(command: Command) -> list[str]:
     """The usage's alternatives, each a full form: ``basic|onelevel N`` ->
     ``basic N``, ``onelevel N``; ``constant | confidence T`` -> ``constant``,
-    ``confidence T``; a toggle -> nothing, ``on``, ``off``."""
+    ``confidence T``; ``basic|onelevel N | sam`` -> ``basic N``, ``onelevel N``,
+    ``sam``; a toggle -> nothing, ``on``, ``off``."""
     if command.toggle:
         return ["", "on", "off"]
-    if " | " in command.args:
-        return command.args.split(" | ")
-    first, _, rest = command.args.partition(" ")
-    if "|" in first:
-        return [f"{choice} {rest}".strip() for choice in first.split("|")]
-    return [command.args]
+    out = []
+    for alternative in command.args.split(" | "):
+        first, _, rest = alternative.partition(" ")
+        out += [f"{choice} {rest}".strip() for choice in first.split("|")] if "|" in first else [alternative]
+    return out
 
 
 def choices(command: Command) -> list[str]:

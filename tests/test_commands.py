@@ -132,7 +132,7 @@ def test_every_error_shows_the_commands_usage():
     reply, _ = run("/processor foo")
     assert reply.message.endswith(f"(usage: {COMMANDS['processor'].usage})")
     reply, _ = run("/set_ngramstorage tree 3")
-    assert reply.message.endswith("(usage: /set_ngramstorage basic|onelevel|recycling N)")
+    assert reply.message.endswith("(usage: /set_ngramstorage basic|onelevel|recycling N | suffix | sam)")
 
 
 @pytest.mark.parametrize("line, suggestion", [
@@ -205,7 +205,7 @@ def test_documented_commands_are_all_in_the_table():
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
         "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
-        "inspect", "tree_sample", "verify",
+        "inspect", "tree_sample", "verify", "suffix_pattern", "suffix_outputs", "match_factor", "corpus",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
@@ -374,3 +374,18 @@ def test_uag_method_is_a_setting_and_a_flag():
     apply_flags(parser.parse_args(["--uag", "tli"]), settings)
     assert settings.uag == "tli"
     assert completions("/uag ") == ["slem", "tli"]
+
+
+def test_the_match_storages_take_no_n_and_have_settings_of_their_own():
+    reply, s = run("/set_ngramstorage suffix", Settings(ngram_n=5))
+    assert reply.ok and s.ngram_storage == "suffix" and s.ngram_n == 5 and reply.message == "set_ngramstorage: suffix"
+    reply, s = run("/set_ngramstorage sam 3")
+    assert not reply.ok and "sam takes no N" in reply.message and s == Settings()
+    s = flags("--ngram-storage", "suffix", "--suffix-pattern", "8", "--suffix-outputs", "0",
+              "--match-factor", "2", "--corpus", "notes.txt")
+    assert (s.ngram_storage, s.suffix_pattern, s.suffix_outputs, s.match_factor, s.corpus) == (
+        "suffix", 8, 0, 2.0, "notes.txt")
+    for line in ("/suffix_pattern 0", "/suffix_outputs -1", "/match_factor 0.05", "/match_factor nan"):
+        reply, s = run(line)
+        assert not reply.ok and s == Settings()
+    assert run("/corpus off", Settings(corpus="a.txt"))[1].corpus == ""

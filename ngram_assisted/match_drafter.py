@@ -1,0 +1,60 @@
+"""The drafter of the model-free match storages: SuffixDecoding's tries and the suffix automaton.
+
+It keeps no sequence of its own: the storage holds the prompt and the output so far
+(fed from the verify loop's one host sync per round), so drafting never reads the
+device. Each round it records where its drafts came from and how long the match was
+(:meth:`round_notes`, carried by ``Round.note``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from generation.drafter import Drafter
+from generation.tree import Tree
+from ngram_assisted.suffix import DEFAULT_FACTOR
+
+
+class MatchDrafter(Drafter):
+    """Drafts deterministically (q is one-hot) from a storage with ``initialize``, ``extend`` and
+    ``draft(k, factor, nodes=, branch=) -> Draft`` (``ngram_assisted.suffix.SuffixStorage``,
+    ``ngram_assisted.sam.SAMStorage``). ``factor`` (α): a match of m tokens drafts at most α·m."""
+
+    kind = "ngram"  # no model: no forward passes, no cache to roll back
+
+    def __init__(self, storage, *, factor: float = DEFAULT_FACTOR, device: torch.device | str = "cpu"):
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+            raise ValueError(f"the draft factor must be a number > 0, got {factor!r}")
+        self.storage = storage
+        self.factor = float(factor)
+        self.device = torch.device(device)
+        self.notes: list[dict | None] = []
+        self._pending: dict | None = None
+
+    def tree_support(self) -> str | None:
+        return None
+
+    def begin(self, prompt: list[int]) -> None:
+        self.storage.initialize(prompt)
+        self.notes, self._pending = [], None
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None) -> tuple[torch.Tensor, None]:
+        """Up to k tokens: the storage's best chain after the longest match (no q: one-hot)."""
+        draft = self.storage.draft(k, self.factor)
+        self._pending = draft.note()
+        return torch.tensor(draft.tree.tokens, dtype=torch.long, device=ids.device), None
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """The storage's tree of continuations after the longest match, weighted by their counts."""
+        draft = self.storage.draft(depth, self.factor, nodes=nodes, branch=branch)
+        self._pending = draft.note()
+        return draft.tree
+
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        """Append the round's tokens to the storage; close the round's note."""
+        self.storage.extend(new_tokens)
+        self.notes.append(self._pending)
+        self._pending = None
+
+    def round_notes(self) -> list[dict | None]:
+        return list(self.notes)
