@@ -9,6 +9,7 @@ from pathlib import Path
 from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_POLICIES, OURS
+from repl.settings import NGRAM_STORAGES
 from engine import load_pair
 from generation.gamma_policies import make_policy
 from selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
@@ -197,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="self-drafters made from the target, run as speculative variants beside the pair's "
                         "drafter at every constant gamma (and every --trees budget), e.g. "
                         "self:bf16,self:int8,self:skip=auto (default: none)")
-    d.add_argument("--ngram-storage", choices=("basic", "onelevel", "recycling"), default="basic")
+    d.add_argument("--ngram-storage", choices=NGRAM_STORAGES, default="basic",
+                   help="NASD's storage (default basic); suffix and sam take their defaults (docs/model_free.md)")
     d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
     d.add_argument("--top-k-filler", type=_positive, default=1,
                    help="NASD: also store the target's top-k predictions (default 1)")

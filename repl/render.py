@@ -586,5 +586,5 @@ def toolbar_text(settings: Settings) -> str:
     reset = " reset" if settings.reset_in_between else " keep"
     policy = "" if settings.gamma_policy == "constant" else f" ({settings.gamma_policy_text()})"
     return (f" gamma {settings.gamma}{policy} | length {settings.length} | {settings.processor.describe()} | "
-            f"{strategies} | ngram {settings.ngram_storage} {settings.ngram_n} filler "
+            f"{strategies} | ngram {COMMANDS['set_ngramstorage'].show(settings)} filler "
             f"{settings.top_k_filler}{reset} | {toggles} | seed {settings.seed}")

@@ -465,7 +465,8 @@ def test_a_drafter_run_under_load_is_priced_as_if_the_machine_were_as_quiet_as_a
         result.phases = {"draft": 3 * 4 * 0.036, "verify": 9 * VERIFY[5], "other": 3 * 0.003}
         return result
 
-    monkeypatch.setattr(calibrate, "self_speculative_generate", loaded_run)
+    monkeypatch.setattr(calibrate, "run_strategy", loaded_run)
+    monkeypatch.setattr(calibrate, "pair_of", lambda *models: None)
     ids = torch.tensor([[1, 2, 3]])
     scaled = calibrate.measure_drafter("d", None, None, ids, reference=dict(VERIFY))
     assert scaled.load_scale == pytest.approx(1 / 3, abs=1e-4)

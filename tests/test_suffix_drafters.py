@@ -23,7 +23,7 @@ from engine.drafters import DRAFTERS, ngram_drafter
 from ngram_assisted import MatchDrafter, SAMStorage, SuffixAutomaton, SuffixStorage, SuffixTrie
 from ngram_assisted.sam import corpus_automaton
 from sampling import GreedyProcessor, MultinomialProcessor
-from tests.tiny_models import tiny_llama
+from tests.helpers.models import tiny_llama
 
 
 # ------------------------------------------------------------------ brute force
