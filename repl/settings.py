@@ -66,7 +66,10 @@ class Settings:
     tree_branch: int = 2          # children per expanded tree node
     tree_sample: bool = True      # under sampling: children drawn from q, recursive rejection sampling
     uag: str = "slem"  # a drafter with another tokenizer: "slem" or "tli"
-    verify: str = "residual"  # the chain verify rule: one of VERIFY_RULE_NAMES
+    # The chain verify rule, one of VERIFY_RULE_NAMES. Block: never fewer drafts kept in
+    # expectation than the token rule (Sun et al. 2025, Theorem 2), the same under greedy,
+    # and measured not slower (docs/results.md#verify-rules-2026-11-25).
+    verify: str = "block"
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""
