@@ -646,15 +646,18 @@ def _all_accepted(result, where: str) -> Outcome:
                            f"of {result.drafted} drafts rejected (its draft cache went wrong)")
 
 
-def check_speculative(name: str, drafter: str, gamma: int, use_cache: bool = True) -> Outcome:
+def check_speculative(name: str, drafter: str, gamma: int, use_cache: bool = True,
+                      verify: str = "residual") -> Outcome:
     """Greedy speculative decoding equals ``generate``, with the family's blended
     drafter (``drafter="drafter"``), its independent one (``"independent"``) or
-    the target itself (``"self"``, which must then accept every draft)."""
+    the target itself (``"self"``, which must then accept every draft), verified
+    by the chain rule ``verify`` (``generation.verify_rules``)."""
     target = build(name)
     draft_model = target if drafter == "self" else build(name, drafter)
-    label = f"speculative ({drafter}, gamma {gamma}, cache {'on' if use_cache else 'off'})"
+    rule = "" if verify == "residual" else f", {verify} rule"
+    label = f"speculative ({drafter}, gamma {gamma}, cache {'on' if use_cache else 'off'}{rule})"
     strategy = Strategy("speculative", drafter="model", gamma=gamma, processor=_greedy(),
-                        max_gen_len=LENGTH, use_cache=use_cache)
+                        max_gen_len=LENGTH, use_cache=use_cache, verify=verify)
     return _each_prompt(name, _run(strategy, _pair(target, draft_model)), label,
                         after=_all_accepted if drafter == "self" else None)
 
@@ -975,6 +978,7 @@ def _specs() -> list[CheckSpec]:
         specs.append(CheckSpec(f"speculative-g{g}", "speculative",
                                lambda n, g=g: check_speculative(n, "drafter", g), core=g == 3))
     specs.append(CheckSpec("speculative-self-g3", "speculative", lambda n: check_speculative(n, "self", 3)))
+    specs.append(CheckSpec("speculative-g3-rules", "speculative", lambda n: _check_other_rules(n)))
     specs.append(CheckSpec("speculative-g3-nocache", "speculative cache off",
                            lambda n: check_speculative(n, "drafter", 3, use_cache=False)))
     for g in GAMMAS:
@@ -987,6 +991,15 @@ def _specs() -> list[CheckSpec]:
 
 
 CHECKS: tuple[CheckSpec, ...] = tuple(_specs())
+
+
+def _check_other_rules(name: str) -> Outcome:
+    """The block and strict verify rules, greedy at γ 3: the same tokens as ``generate``."""
+    for rule in ("block", "strict"):
+        outcome = check_speculative(name, "drafter", 3, verify=rule)
+        if not outcome.passed:
+            return outcome
+    return outcome
 
 
 def run_check(name: str, spec: CheckSpec) -> Outcome:
