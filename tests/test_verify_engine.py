@@ -3,9 +3,8 @@
 tests/test_verify_rules.py proves each rule exact on hand-built distributions; here the rules run
 inside the verify loop on tiny random models: greedy output equals target AR for every rule, drafter
 and γ, and under sampling block and strict reproduce the target's exact distribution of the first
-tokens (multinomial, top-k, nucleus; a model drafter and an n-gram one). A block rule that stops at
-its first failing position instead of its last passing one, swapped in where the loop finds its
-rules, must fail the same χ² check.
+tokens (multinomial, top-k, nucleus; a model drafter and an n-gram one). A block rule that draws
+its correction from p instead of its scaled residual must fail the same χ² check.
 """
 
 from __future__ import annotations
@@ -66,13 +65,16 @@ def test_nasd_keeps_the_distribution(target, rule):
     assert chi_square_excess(sample_counts(run), exact_distribution(target, processor), SAMPLES) < BOUND
 
 
-def _first_failure(passed: torch.Tensor) -> torch.Tensor:
-    """The token rule's stop, swapped into block: the prefix before the first failing coin."""
-    return passed.to(torch.long).cumprod(dim=0).sum()
+def _plain_p(p: torch.Tensor, residuals: torch.Tensor) -> torch.Tensor:
+    """Block's correction drawn from p itself instead of the scaled residual (the classic mistake)."""
+    return p
 
 
-def test_block_stopping_at_its_first_failure_is_caught(target, drafter, monkeypatch):
-    monkeypatch.setattr(generation.verify_rules, "_last_pass", _first_failure)
+def test_block_resampling_from_p_is_caught(target, drafter, monkeypatch):
+    # The subtler mutations (first failure, unscaled residual, threshold without the residual
+    # mass) are caught by the exact laws of tests/test_verify_rules.py; 2000 draws on this pair
+    # do not reliably separate them.
+    monkeypatch.setattr(generation.verify_rules, "_corrections", _plain_p)
     processor = MultinomialProcessor(1.0)
     run = lambda g: speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=STEPS,
                                 generator=g, verify="block", inspect=False)
