@@ -25,6 +25,8 @@ FLOOR_TESTS=(
     tests/test_selfdraft_trees.py
     tests/test_lean.py
     tests/test_tree_forward.py
+    tests/test_verify_rules.py
+    tests/test_drafter_contract.py
 )
 
 # run_pytest LABEL PYTHON ARGS...: run pytest, turning "no tests collected" into a failure.

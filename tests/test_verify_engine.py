@@ -49,15 +49,15 @@ def test_greedy_every_rule_is_target_ar(rule, gamma):
     assert 0 < spec.accepted < spec.drafted          # drafts were judged both ways
 
 
-@pytest.mark.parametrize("rule", ["block", "strict"])
-@pytest.mark.parametrize("processor", PROCESSORS, ids=repr)
+@pytest.mark.parametrize("rule, processor", [("block", p) for p in PROCESSORS] + [("strict", PROCESSORS[0])],
+                         ids=lambda v: v if isinstance(v, str) else repr(v))
 def test_speculative_keeps_the_distribution(target, drafter, processor, rule):
     run = lambda g: speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=STEPS,
                                 generator=g, verify=rule, inspect=False)
     assert chi_square_excess(sample_counts(run), exact_distribution(target, processor), SAMPLES) < BOUND
 
 
-@pytest.mark.parametrize("rule", ["block", "strict"])
+@pytest.mark.parametrize("rule", ["block"])
 def test_nasd_keeps_the_distribution(target, rule):
     processor = MultinomialProcessor(1.0)
     run = lambda g: nasd(PROMPT, NGramStorage(2, V), target, processor=processor, gamma=3, max_gen_len=STEPS,
@@ -79,15 +79,3 @@ def test_block_resampling_from_p_is_caught(target, drafter, monkeypatch):
     run = lambda g: speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=STEPS,
                                 generator=g, verify="block", inspect=False)
     assert chi_square_excess(sample_counts(run), exact_distribution(target, processor), SAMPLES) > BOUND
-
-
-def test_block_accepts_at_least_as_much_as_the_token_rule(target, drafter):
-    """Theorem 2 of Sun et al.: in expectation block keeps no fewer drafts; pooled over 600 runs."""
-    processor = MultinomialProcessor(1.0)
-    kept = {}
-    for rule in ("residual", "block", "strict"):
-        generator = torch.Generator().manual_seed(7)
-        runs = [speculative(PROMPT, drafter, target, processor=processor, gamma=4, max_gen_len=12,
-                            generator=generator, verify=rule, inspect=False) for _ in range(600)]
-        kept[rule] = sum(r.accepted for r in runs) / sum(r.rounds for r in runs)
-    assert kept["block"] >= kept["residual"] * 0.97 > kept["strict"]
