@@ -294,6 +294,8 @@ class PromptRun:
             phases=dict(r.phases),
             rollback=r.rollback,
             gamma_policy=r.gamma_policy,
+            verify_rule=r.verify_rule,
+            tree_rule=r.tree_rule,
             draft_share=why.draft_share if why else None,
             predicted_speedup=why.predicted if why else None,
             predicted_speedup_steady=why.predicted_steady if why else None,

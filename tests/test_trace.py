@@ -214,6 +214,7 @@ def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
         assert old not in entry, old
     drafting = sum(1 for r in spec.result.trace if r.drafted)
     assert sum(entry["acceptance_histogram"]) == entry["drafting_rounds"] == drafting
+    assert entry["verify_rule"] == printed[0]["settings"]["verify"] == "block"  # the REPL's default rule
     assert entry["mean_acceptance_length"] == pytest.approx(1 + spec.result.accepted / drafting)
 
     replay = infer(["--replay", str(all_path)], tmp_path)
