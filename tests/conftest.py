@@ -5,6 +5,8 @@ import os
 import pytest
 import torch
 
+from tests.helpers.distribution import sharp_drafter, sharp_target
+
 # Tiny models gain nothing from intra-op threads, and on a busy 2-core machine
 # several threads per process spin against each other (30x slower seen here).
 torch.set_num_threads(1)
@@ -16,3 +18,16 @@ def all_cores():
     torch.set_num_threads(os.cpu_count() or 1)
     yield
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def target():
+    """The sampling tests' tiny target over an 8-token vocabulary (tests/helpers/distribution.py);
+    a module that needs another target defines its own ``target`` fixture, which takes precedence."""
+    return sharp_target()
+
+
+@pytest.fixture(scope="module")
+def drafter():
+    """The sampling tests' drafter, initialised independently of ``target``."""
+    return sharp_drafter()

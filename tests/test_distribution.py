@@ -25,21 +25,9 @@ from tests.helpers.distribution import (
     chi_square_excess,
     exact_distribution,
     sample_counts,
-    sharp_drafter,
-    sharp_target,
 )
 
 PROCESSORS = [MultinomialProcessor(1.0), TopKProcessor(1.0, 4), NucleusProcessor(1.0, 0.8)]
-
-
-@pytest.fixture(scope="module")
-def target():
-    return sharp_target()
-
-
-@pytest.fixture(scope="module")
-def drafter():
-    return sharp_drafter()
 
 
 def speculative_run(drafter, target, processor):

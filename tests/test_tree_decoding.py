@@ -24,8 +24,6 @@ from tests.helpers.distribution import (
     chi_square_excess,
     exact_distribution,
     sample_counts,
-    sharp_drafter,
-    sharp_target,
 )
 from tests.helpers.mutations import shifted_rows
 
@@ -200,16 +198,6 @@ def test_a_broken_tree_mask_is_caught(monkeypatch, name, attribute, mutation):
 
 
 # ------------------------------------------------------------------ sampling
-
-@pytest.fixture(scope="module")
-def target():
-    return sharp_target()
-
-
-@pytest.fixture(scope="module")
-def drafter():
-    return sharp_drafter()
-
 
 def tree_run(kind, target, drafter, processor):
     if kind == "speculative":

@@ -22,8 +22,6 @@ from tests.helpers.distribution import (
     chi_square_excess,
     exact_distribution,
     sample_counts,
-    sharp_drafter,
-    sharp_target,
 )
 
 W = 5            # vocabulary of the hand-built distributions
@@ -161,16 +159,6 @@ def test_children_must_be_drawn_not_picked():
 
 
 # ------------------------------------------------------------- the engine
-
-@pytest.fixture(scope="module")
-def target():
-    return sharp_target()
-
-
-@pytest.fixture(scope="module")
-def drafter():
-    return sharp_drafter()
-
 
 def sampled_run(target, drafter, processor, sample=True):
     return lambda g: speculative(PROMPT, drafter, target, processor=processor, gamma=3, max_gen_len=3,

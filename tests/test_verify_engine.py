@@ -17,21 +17,11 @@ from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, MultinomialProcessor, NucleusProcessor, TopKProcessor
 from tests.helpers.decode import autoregressive, nasd, speculative
 from tests.helpers.distribution import (BOUND, PROMPT, SAMPLES, STEPS, V, chi_square_excess, exact_distribution,
-                                        sample_counts, sharp_drafter, sharp_target)
+                                        sample_counts)
 from tests.helpers.models import tiny_llama
 
 RULES = ("residual", "block", "strict")
 PROCESSORS = [MultinomialProcessor(1.0), TopKProcessor(1.0, 4), NucleusProcessor(1.0, 0.8)]
-
-
-@pytest.fixture(scope="module")
-def target():
-    return sharp_target()
-
-
-@pytest.fixture(scope="module")
-def drafter():
-    return sharp_drafter()
 
 
 @pytest.mark.parametrize("rule", RULES)

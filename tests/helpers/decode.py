@@ -9,7 +9,6 @@ is handed to the engine in an ``EngineState`` that already holds it.
 from __future__ import annotations
 
 from engine import CrossTokenizerOptions, EngineState, NGramOptions, Strategy, pair_of, run_strategy
-from engine.state import STORAGE_CLASSES
 
 __all__ = ["autoregressive", "cross_tokenizer", "nasd", "speculative", "state_holding"]
 
@@ -46,17 +45,8 @@ def state_holding(storage, vocab_size: int | None = None) -> EngineState:
     whose loop compares over ``vocab_size`` tokens (None: the storage's own vocabulary)."""
     state = EngineState()
     state.storage = storage
-    state.storage_key = (_kind(storage), storage.n, vocab_size or storage.vocab_size)
+    state.storage_key = (storage.kind, storage.n, vocab_size or storage.vocab_size)
     return state
-
-
-def _kind(storage) -> str:
-    """The storage kind name of ``storage``'s class, or of the nearest class it derives from."""
-    kinds = {cls: kind for kind, cls in STORAGE_CLASSES.items()}
-    for cls in type(storage).__mro__:
-        if cls in kinds:
-            return kinds[cls]
-    raise TypeError(f"not an n-gram storage: {type(storage).__name__}")
 
 
 def nasd(prompt, storage, target, *, processor, gamma: int = 4, filler_top_k: int = 1, max_gen_len: int = 128,
@@ -64,7 +54,7 @@ def nasd(prompt, storage, target, *, processor, gamma: int = 4, filler_top_k: in
          generator=None, gamma_policy: str = "constant", tree: int = 0, tree_branch: int = 2,
          inspect: bool = True, observer=None, interruptible: bool = False, verify: str = "residual", prefills=()):
     """NASD of ``prompt`` over ``storage`` (what it holds is kept) verified by ``target``."""
-    options = NGramOptions(storage=_kind(storage), n=storage.n, top_k_filler=filler_top_k,
+    options = NGramOptions(storage=storage.kind, n=storage.n, top_k_filler=filler_top_k,
                            stop_if_unknown=stop_if_unknown, confident_start=confident_start, reset=False)
     strategy = Strategy("ngram", drafter="ngram", drafter_options=options, gamma=gamma, gamma_policy=gamma_policy,
                         processor=processor, use_cache=use_cache, max_gen_len=max_gen_len, tree=tree,
