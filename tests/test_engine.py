@@ -207,3 +207,49 @@ def test_a_pair_of_runs_every_front_end_strategy(pair):
     for strategy in (Strategy("speculative", drafter="model", gamma=3, processor=GREEDY, max_gen_len=12),
                      nasd()):
         assert run_strategy(strategy, pair, PROMPT).tokens == want, strategy.key
+
+
+# ------------------------------------------------------------------ what the state keeps per pair
+
+def test_what_is_built_for_a_pair_is_built_once_and_let_go_for_another():
+    state, built = EngineState(), []
+
+    def build(tag):
+        built.append(tag)
+        return object()
+
+    first, second = object(), object()
+    kept = state.for_pair(first, "map", lambda: build("first"))
+    assert state.for_pair(first, "map", lambda: build("again")) is kept and built == ["first"]
+    other = state.for_pair(second, "map", lambda: build("second"))
+    assert other is not kept and built == ["first", "second"]
+    assert all(owner is second for owner, _ in state.built.values())   # the first pair's builds are gone
+
+
+def test_a_self_draft_model_is_built_once_per_pair_and_spec(monkeypatch, pair):
+    import engine.drafters
+
+    calls = []
+    real = engine.drafters.build_self_drafter
+    monkeypatch.setattr(engine.drafters, "build_self_drafter", lambda *a: calls.append(a) or real(*a))
+    state = EngineState()
+    strategy = Strategy("self", drafter="self", drafter_options="self:skip=1", gamma=2, processor=GREEDY,
+                        max_gen_len=6)
+    want = target_ar(pair, length=6)
+    assert run_strategy(strategy, pair, PROMPT, state=state).tokens == want
+    assert run_strategy(strategy, pair, PROMPT, state=state).tokens == want
+    assert len(calls) == 1
+
+
+def test_strategy_model_names_a_model_of_the_pair():
+    with pytest.raises(ValueError, match="model must be one of target, drafter"):
+        Strategy("x", model="teacher")
+
+
+def test_drafter_ar_decodes_with_the_drafter_and_key_is_only_a_label(pair):
+    drafter_ar = Strategy("anything", model="drafter", processor=GREEDY, max_gen_len=8)
+    labelled = Strategy("drafter", processor=GREEDY, max_gen_len=8)      # a label: still the target
+    want_drafter = run_strategy(Strategy("t", processor=GREEDY, max_gen_len=8), pair_of(pair.drafter), PROMPT)
+    assert run_strategy(drafter_ar, pair, PROMPT).tokens == want_drafter.tokens
+    assert run_strategy(labelled, pair, PROMPT).tokens == target_ar(pair, length=8)
+    assert want_drafter.tokens != target_ar(pair, length=8)            # the two models differ here

@@ -133,3 +133,34 @@ def test_self_drafters_sit_beside_generation_and_utils_does_not_look_up_to_them(
     graph["utils"] = graph["utils"] | {"selfdraft"}
     assert ("utils", "selfdraft") in upward_edges(graph)
     assert find_cycle(graph) is not None
+
+
+def _kvcache_imports(module: str) -> set[str]:
+    """The kvcache modules a kvcache module imports, anywhere in it."""
+    source = (ROOT / "kvcache" / f"{module}.py").read_text(encoding="utf-8")
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kvcache."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("kvcache.")}
+    return found
+
+
+def test_the_cache_core_imports_neither_the_probe_nor_the_prefill():
+    """kvcache.cache stands alone; probe and prefill build on it (no import circle inside the package)."""
+    assert _kvcache_imports("cache") == set()
+    assert "cache" in _kvcache_imports("probe") and "cache" in _kvcache_imports("prefill")
+
+
+def test_a_cached_model_is_told_its_path_and_building_one_probes_nothing(monkeypatch):
+    import kvcache.probe
+    from kvcache.cache import CachedModel
+    from tests.helpers.models import tiny_llama
+
+    model = tiny_llama(0)
+    monkeypatch.setattr(kvcache.probe, "probe_model", lambda m: pytest.fail("a CachedModel probed on construction"))
+    with pytest.raises(ValueError, match="needs its path"):
+        CachedModel(model)
+    assert CachedModel(model, path="cached").path == "cached"
+    assert CachedModel(model, use_cache=False).path == "uncached"
