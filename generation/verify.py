@@ -45,8 +45,12 @@ class _Loop:
     watch: Watch
     target_delay_s: float = 0.0
     inspect: bool = False
-    rule: Rule | None = None    # the chain verify rule (generation.verify_rules)
-    verify: str = "residual"    # its name: what the inspector records follows it
+    verify: str = "residual"    # the chain verify rule's name (generation.verify_rules)
+
+    @property
+    def rule(self) -> Rule:
+        """The rule itself, looked up where it is kept (a test may swap one in)."""
+        return verify_rule(self.verify)
 
 
 @torch.inference_mode()
@@ -68,14 +72,14 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     says why; ``result.tree_rule`` says which tree rule ran ("top" or "sampled").
     """
     policy = options.gamma_policy
-    rule = verify_rule(options.verify)                  # looked up per run: a test may swap a rule in
+    verify_rule(options.verify)                         # an unknown name fails here, before any forward
     if policy is None:
         raise ValueError("the verify loop needs a gamma policy (generation.gamma_policies.make_policy)")
     device = model_device(target)
     model = cached_model(target, use_cache=options.use_cache)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
-                 PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect, rule,
+                 PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect,
                  options.verify)
     start = None
     with timed_run(result, device, interruptible=interruptible):
