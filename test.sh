@@ -29,12 +29,22 @@ FLOOR_TESTS=(
     tests/test_drafter_contract.py
 )
 
+# Test processes: one per core, at most 4 (each test process runs torch on one thread, tests/conftest.py;
+# the tiny models are bound by Python, so a second process nearly halves the time on 2 cores).
+# A test file runs whole in one process (--dist loadfile), so module fixtures are built once.
+# SPECDEC_TEST_WORKERS=0 runs everything in this process, as plain pytest does.
+workers="${SPECDEC_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 1); [ "$n" -gt 4 ] && n=4; echo "$n")}"
+parallel=()
+if [ "$workers" -gt 1 ]; then
+    parallel=(-n "$workers" --dist loadfile)
+fi
+
 # run_pytest LABEL PYTHON ARGS...: run pytest, turning "no tests collected" into a failure.
 run_pytest() {
     local label=$1 python=$2 status=0
     shift 2
-    echo "== $label: $("$python" -c 'import transformers; print("transformers", transformers.__version__)')" >&2
-    "$python" -m pytest -q "$@" || status=$?
+    echo "== $label: $("$python" -c 'import transformers; print("transformers", transformers.__version__)'), $workers test process(es)" >&2
+    "$python" -m pytest -q ${parallel[@]+"${parallel[@]}"} "$@" || status=$?
     if [ "$status" -eq 5 ]; then
         echo "== $label: pytest collected no tests, which counts as a failure" >&2
     elif [ "$status" -ne 0 ]; then
