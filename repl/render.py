@@ -138,12 +138,15 @@ def sources_lines(why: Why) -> list[Text]:
     from, with acceptance and mean match length, then the draft-length distribution."""
     if why.sources is None:
         return []
+    def rounds(n: int) -> str:
+        return f"{n} round" + ("" if n == 1 else "s")
+
     parts = []
     for source, c in why.sources["draft_sources"].items():
         if source == NO_MATCH:
-            parts.append(f"no match {c['rounds']} rounds")
+            parts.append(f"no match {rounds(c['rounds'])}")
         else:
-            parts.append(f"{source} {c['rounds']} rounds ({c['accepted']}/{c['drafted']} accepted, "
+            parts.append(f"{source} {rounds(c['rounds'])} ({c['accepted']}/{c['drafted']} accepted, "
                          f"{c['acceptance_rate']:.0%}; match {c['mean_match_length']:.1f})")
     mean_match = why.sources["mean_match_length"]
     if mean_match is not None:
