@@ -25,6 +25,16 @@ the context, a policy that chose not to draft), the other rounds are plain
 target steps: one token for verify(1). Tokens and cost per round are then the
 mixtures m * E(gamma) + (1 - m) and m * (gamma * draft_step + verify(gamma + 1))
 + (1 - m) * verify(1) + other; m = 1 gives the formula above.
+
+A drafter that chooses each round's draft length itself (SuffixDecoding, the
+suffix automaton: the length follows the match) has no one gamma. Its rounds
+are priced as they were measured (:class:`RoundMix`): with s_k the share of
+rounds that drafted k tokens and t_k the tokens such a round yielded,
+
+    speedup = sum_k s_k t_k * verify(1) / (sum_k s_k (k * draft_step + verify(k + 1)) + other)
+
+(k = 0 is a plain step: one token for verify(1)). A constant gamma is the mix
+{gamma: m, 0: 1 - m} with t_gamma = E(gamma), which is the formula above.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from analysis.acceptance import _get, round_counts, verify_width
+from analysis.acceptance import _get, drafted_count, round_counts, verify_width
 
 
 # The largest γ the speedup model searches for the best one (a run's own γ widens it).
@@ -114,17 +124,97 @@ class CostModel:
         return gamma * self.draft_step_s + self.target_call(gamma + 1) + self.other_per_round_s
 
 
-def _round_mix(rates: Sequence[float], gamma: int, costs: CostModel, draft_share: float) -> tuple[float, float]:
-    """(expected tokens, expected seconds) of one round when a share of rounds drafts gamma."""
-    if not 0.0 <= draft_share <= 1.0:
-        raise ValueError(f"draft_share must be in [0, 1], got {draft_share}")
-    m, plain = draft_share, costs.target_call(1)
-    tokens = m * expected_tokens(rates, gamma) + (1 - m)
-    round_s = (m * (gamma * costs.draft_step_s + costs.target_call(gamma + 1)) + (1 - m) * plain
-               + costs.other_per_round_s)
+@dataclass(frozen=True)
+class RoundMix:
+    """Rounds by the number of tokens they drafted, and what such a round yields.
+
+    ``shares[k]``: the share of rounds that drafted k tokens (they sum to 1; k = 0
+    is a plain target step); ``tokens[k]``: the tokens a round of k drafts yields
+    on average (its accepted drafts and the target's own token; 1.0 at k = 0).
+    A tree round counts its nodes as k (its verify forward is k + 1 wide).
+    """
+
+    shares: dict[int, float]
+    tokens: dict[int, float]
+
+    @classmethod
+    def constant(cls, rates: Sequence[float], gamma: int, draft_share: float = 1.0) -> "RoundMix":
+        """The paper's case: a share ``draft_share`` of rounds drafts ``gamma``
+        tokens and yields E(gamma) (:func:`expected_tokens`); the rest are plain steps."""
+        if not 0.0 <= draft_share <= 1.0:
+            raise ValueError(f"draft_share must be in [0, 1], got {draft_share}")
+        m = draft_share
+        return cls({gamma: m, 0: 1 - m}, {gamma: expected_tokens(rates, gamma), 0: 1.0})
+
+    @property
+    def mean_length(self) -> float:
+        """Drafts per round on average (the plain steps count 0)."""
+        return sum(share * k for k, share in self.shares.items())
+
+
+def _yield(rnd: Any, cap: int | None) -> tuple[int, int]:
+    """(draft length, tokens yielded) of one round, its chain cut to ``cap`` drafts.
+
+    A round yields its accepted drafts and the target's token after them (none
+    when an end token or the length budget cut it inside its drafts). Cut to c
+    drafts, a chain round would have accepted min(accepted, c) of the same drafts
+    and then taken the target's token: a round's drafts do not depend on the cap.
+    """
+    length, accepted = drafted_count(rnd), round_counts(rnd)[1]
+    own = _get(rnd, "token", None) is not None
+    if cap is not None and _get(rnd, "tree_tokens", ()):
+        raise ValueError("a tree round cannot be cut to a draft length")
+    if cap is None or length <= cap:
+        return length, accepted + own
+    return cap, min(accepted, cap) + (own or accepted > cap)
+
+
+def measured_mix(rounds: Sequence[Any], cap: int | None = None) -> RoundMix:
+    """The rounds' own draft lengths and yields (a Round or its trace dict each);
+    ``cap``: every chain cut to at most ``cap`` drafts (the what-if of a smaller γ).
+
+    Every round counts, the first (the prefill's) too, as the acceptance rates of
+    the constant-gamma model count it.
+    """
+    counts: dict[int, int] = {}
+    tokens: dict[int, int] = {}
+    for rnd in rounds:
+        length, got = _yield(rnd, cap)
+        counts[length] = counts.get(length, 0) + 1
+        tokens[length] = tokens.get(length, 0) + got
+    n = sum(counts.values())
+    if not n:
+        raise ValueError("no rounds to measure draft lengths from")
+    return RoundMix({k: c / n for k, c in sorted(counts.items())},
+                    {k: tokens[k] / c for k, c in sorted(counts.items())})
+
+
+def mix_round(mix: RoundMix, costs: CostModel) -> tuple[float, float]:
+    """(expected tokens, expected seconds) of one round drawn from ``mix``.
+
+    A round of k drafts costs k drafter steps and one target call k + 1 wide; a
+    plain step (k = 0) one target call 1 wide; every round the host's ``other``.
+    """
+    tokens, round_s = 0.0, 0.0
+    for k, share in mix.shares.items():
+        tokens += share * mix.tokens[k]
+        round_s += share * (k * costs.draft_step_s + costs.target_call(k + 1) if k else costs.target_call(1))
+    round_s += costs.other_per_round_s
     if round_s <= 0:
         raise ValueError("a round's predicted cost is not positive")
     return tokens, round_s
+
+
+def mix_speedup(mix: RoundMix, costs: CostModel) -> float:
+    """Predicted tokens/s over plain target decoding for rounds drawn from ``mix``
+    (the steady state, as :func:`predicted_speedup`)."""
+    tokens, round_s = mix_round(mix, costs)
+    return tokens * costs.target_call(1) / round_s
+
+
+def _round_mix(rates: Sequence[float], gamma: int, costs: CostModel, draft_share: float) -> tuple[float, float]:
+    """(expected tokens, expected seconds) of one round when a share of rounds drafts gamma."""
+    return mix_round(RoundMix.constant(rates, gamma, draft_share), costs)
 
 
 def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
@@ -197,11 +287,18 @@ def predicted_run_speedup(result: Any, rates: Sequence[float], gamma: int, costs
     ``ar_tokens_per_s`` must be target AR's rate at that round trip too
     (:func:`tokens_per_s_at_rtt`).
     """
+    if gamma < 1:
+        return None
+    return mix_run_speedup(result, RoundMix.constant(rates, gamma, draft_share), costs, ar_tokens_per_s)
+
+
+def mix_run_speedup(result: Any, mix: RoundMix, costs: CostModel, ar_tokens_per_s: float) -> float | None:
+    """:func:`predicted_run_speedup` with the rounds drawn from ``mix`` (see :class:`RoundMix`)."""
     total = len(_get(result, "tokens", None) or [])
     first_s, first_tokens = first_round(result)
-    if total <= first_tokens or ar_tokens_per_s <= 0 or gamma < 1:
+    if total <= first_tokens or ar_tokens_per_s <= 0:
         return None
-    tokens, round_s = _round_mix(rates, gamma, costs, draft_share)
+    tokens, round_s = mix_round(mix, costs)
     seconds = first_s + costs.rtt_s + (total - first_tokens) * round_s / tokens
     return total / seconds / ar_tokens_per_s
 
@@ -224,6 +321,23 @@ def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH
         speedup = predicted_speedup(rates, gamma, costs, draft_share=draft_share)
         if speedup > best[1]:
             best = (gamma, speedup)
+    return best
+
+
+def best_cap(rounds: Sequence[Any], costs: CostModel, max_gamma: int = SEARCH_GAMMA) -> tuple[int, float]:
+    """(gamma, predicted speedup) for a drafter that chooses its own draft lengths:
+    the cap on them that the measured rounds, each chain cut to the cap
+    (:func:`measured_mix`), predict fastest; 0 when drafting does not pay.
+
+    A cap above the longest measured draft changes nothing (what a longer
+    draft would have held was never seen), so the answer is never above it.
+    Ties go to the smaller cap.
+    """
+    best = (0, 1.0)
+    for cap in range(1, max_gamma + 1):
+        speedup = mix_speedup(measured_mix(rounds, cap), costs)
+        if speedup > best[1]:
+            best = (cap, speedup)
     return best
 
 

@@ -13,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from analysis.acceptance import acceptance_counts
+from analysis.sources import NO_MATCH
+from analysis.speedup import measured_mix
 from generation.result import GenerationResult
 from repl.commands import COMMANDS
 from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, round_pieces
@@ -131,6 +133,39 @@ def _x(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
+def sources_lines(why: Why) -> list[Text]:
+    """For a match drafter (docs/model_free.md): the rounds by the source they drafted
+    from, with acceptance and mean match length, then the draft-length distribution."""
+    if why.sources is None:
+        return []
+    def rounds(n: int) -> str:
+        return f"{n} round" + ("" if n == 1 else "s")
+
+    parts = []
+    for source, c in why.sources["draft_sources"].items():
+        if source == NO_MATCH:
+            parts.append(f"no match {rounds(c['rounds'])}")
+        else:
+            parts.append(f"{source} {rounds(c['rounds'])} ({c['accepted']}/{c['drafted']} accepted, "
+                         f"{c['acceptance_rate']:.0%}; match {c['mean_match_length']:.1f})")
+    mean_match = why.sources["mean_match_length"]
+    if mean_match is not None:
+        parts.append(f"mean match {mean_match:.1f}")
+    lengths = why.sources["draft_lengths"]
+    histogram = " ".join(f"{k}:{c}" for k, c in lengths["rounds_by_length"].items())
+    spread = (f" · p10/p50/p90 {lengths['p10']}/{lengths['p50']}/{lengths['p90']} · max {lengths['max']}"
+              if "p50" in lengths else "")
+    return [Text("drafts from: " + " · ".join(parts), style="dim"),
+            Text(f"draft lengths (length:rounds) {histogram} · mean {lengths['mean']:.2f}{spread}", style="dim")]
+
+
+def _at_gamma(why: Why) -> str:
+    """``at gamma 4``, or for a drafter that chose its lengths ``at draft lengths up to 8 (mean 3.25)``."""
+    if why.measured and why.sources is not None:
+        return f"at draft lengths up to {why.gamma} (mean {why.sources['draft_lengths']['mean']:.2f})"
+    return f"at gamma {why.gamma}"
+
+
 def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
     """Mean acceptance length and the speedup model, for a drafting run."""
     why = prompt_run.why(run)
@@ -138,7 +173,7 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
         return None
     policy = run.result.gamma_policy
     accepted = why.acceptance.mean_acceptance_length - 1.0
-    parts = [f"mean accepted {accepted:.2f} per drafting round at gamma {why.gamma}"
+    parts = [f"mean accepted {accepted:.2f} per drafting round {_at_gamma(why)}"
              + (f" ({policy})" if policy and policy != "constant" else "")
              + (f" · verify {run.result.verify_rule}" if run.result.verify_rule else "")]
     target_pending = prompt_run.settings.get("target") and not any(r.key == "target" for r in prompt_run.runs)
@@ -148,7 +183,8 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
         parts.append("speedup model: no round timings to price")
     else:
         measured = prompt_run.speedup(run)
-        parts.append(f"predicted {_x(why.predicted)}" + (f" vs measured {_x(measured)}" if measured else ""))
+        parts.append(f"predicted {_x(why.predicted)}" + (f" vs measured {_x(measured)}" if measured else "")
+                     + (" (priced at the measured draft lengths)" if why.measured else ""))
         parts.append(f"first round (prefill) {why.first_round_s:.2f} s; long outputs {_x(why.predicted_steady)}")
         parts.append(f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
         if why.tree is not None:
@@ -204,9 +240,11 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     crossing = cross_tokenizer_text(run.result)
     if crossing is not None:
         body.append(Text(crossing, style="dim"))
-    why = why_text(prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run]), run)
+    prompt_run = prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run])
+    why = why_text(prompt_run, run)
     if why is not None:
         body.append(why)
+        body += sources_lines(prompt_run.why(run))
     if debug and run.key in DRAFTING and run.result.trace is not None:
         if tokenizer is not None or run.pieces is not None:
             body += [Text(""), rounds_view(run.result, prompt_ids, tokenizer, run.pieces)]
@@ -387,12 +425,18 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
     for phase in ("draft", "verify", "other"):
         row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
     row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))
-    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)} at γ {why.gamma}")
+    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)} "
+        + ("at measured draft lengths" if why.measured else f"at γ {why.gamma}"))
     row("first round (prefill) seconds", lambda run, why: "-" if why.first_round_s is None
         else f"{why.first_round_s:.3f}")
     row("predicted, long outputs", lambda run, why: _x(why.predicted_steady))
     row("best γ (predicted)", lambda run, why: "n/a" if why.best_gamma is None
         else f"{why.best_gamma} ({_x(why.best_speedup)})")
+    if any(why.sources is not None for _, why in whys):
+        row("draft length: mean, p50/p90, max", lambda run, why: "-" if why.sources is None
+            else _lengths_cell(why.sources["draft_lengths"]))
+        row("mean match length", lambda run, why: "-" if why.sources is None
+            or why.sources["mean_match_length"] is None else f"{why.sources['mean_match_length']:.1f}")
     if any(why.tree is not None for _, why in whys):
         row("best tree nodes (predicted)", lambda run, why: "-" if why.tree is None
             else f"{why.tree['best_nodes']} ({_x(why.tree['best_nodes_speedup'])})")
@@ -408,6 +452,43 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
         row(f"at a {rtt:g} ms round trip: best γ",
             lambda run, why: "-" if why.what_if is None
             else f"{why.what_if.best_gamma} ({_x(why.what_if.best_speedup)})")
+    return table
+
+
+def _lengths_cell(lengths: dict) -> str:
+    """``3.25, 4/8, 8``: a draft-length distribution's mean, median and 90th percentile, and maximum."""
+    if "p50" not in lengths:
+        return "-"
+    return f"{lengths['mean']:.2f}, {lengths['p50']}/{lengths['p90']}, {lengths['max']}"
+
+
+def sources_table(why: Why) -> Table:
+    """Per source a match drafter drafted from: rounds, acceptance, mean match length."""
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for header in ("source", "rounds", "drafting", "accepted/drafted", "acceptance", "mean acc. length",
+                   "mean match"):
+        table.add_column(Text(header), justify="left" if header == "source" else "right")
+    for source, c in why.sources["draft_sources"].items():
+        table.add_row(Text("no match" if source == NO_MATCH else source), Text(str(c["rounds"])),
+                      Text(str(c["drafting_rounds"])), Text(f"{c['accepted']}/{c['drafted']}"),
+                      Text(f"{c['acceptance_rate']:.0%}"), Text(f"{c['mean_acceptance_length']:.2f}"),
+                      Text(f"{c['mean_match_length']:.1f}"))
+    return table
+
+
+def draft_length_chart(why: Why, trace: list) -> Table:
+    """Row k: the rounds that drafted k tokens, with a bar, and the tokens such a round yielded
+    on average: what the speedup model prices for a drafter that chose its lengths."""
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for header, justify in (("k", "right"), ("rounds", "right"), ("rounds drafting k tokens", "left"),
+                            ("tokens/round", "right")):
+        table.add_column(Text(header), justify=justify, min_width=BAR_WIDTH if header.startswith("rounds ") else None)
+    histogram = {int(k): c for k, c in why.sources["draft_lengths"]["rounds_by_length"].items()}
+    tokens = measured_mix(trace).tokens if trace else {}
+    top = max(histogram.values(), default=0)
+    for k, count in histogram.items():
+        table.add_row(Text(str(k)), Text(str(count)), Text(bar(count / top if top else 0.0), style="cyan"),
+                      Text(f"{tokens.get(k, 0.0):.2f}"))
     return table
 
 
@@ -483,6 +564,11 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
             by_length = by_draft_length_text(why)
             if by_length is not None:
                 parts.append(by_length)
+        if why.sources is not None:
+            parts.append(Text("where the drafts came from, and their lengths (the speedup model prices "
+                              "these lengths, not one γ)", style=f"bold {colour}"))
+            parts.append(sources_table(why))
+            parts.append(draft_length_chart(why, run.result.trace))
         if why.costs is not None:
             parts.append(Text(_cost_text(why), style="dim"))
         tree = tree_text(run.result)
@@ -499,7 +585,8 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
     parts.append(Text(""))
     parts.append(Text("conditional = drafts accepted at a position over the rounds that reached it; per drafting "
                       "round = the same over every drafting round (vLLM's per-position rate); mean acceptance "
-                      "length = 1 + accepted / drafting rounds; predicted = the speedup model at the run's γ; "
+                      "length = 1 + accepted / drafting rounds; predicted = the speedup model at the run's γ "
+                      "(at its measured draft lengths for a drafter that chose them); "
                       "docs/why.md explains each number", style="dim"))
     return Group(*parts)
 

@@ -12,15 +12,20 @@ from dataclasses import dataclass, field
 from analysis import (
     AcceptanceCounts,
     CostModel,
+    RoundMix,
     acceptance_counts,
     ar_step_from_result,
+    best_cap,
     best_gamma,
     costs_from_result,
     draft_share,
+    drafter_chose_lengths,
     engine_numbers,
     first_round,
-    predicted_run_speedup,
-    predicted_speedup,
+    measured_mix,
+    mix_run_speedup,
+    mix_speedup,
+    source_numbers,
     tokens_per_s_at_rtt,
     yield_by_position,
 )
@@ -133,6 +138,12 @@ class Why:
     prefill); ``first_round_s`` what the prefill round took. ``best_gamma`` /
     ``best_speedup`` the steady-state optimum. ``cost_source`` says where the cost of a plain
     target step came from: "target AR" (its seconds per token) or "own rounds".
+
+    ``measured``: the run's drafter chose each round's draft length (a match
+    drafter, docs/model_free.md); the model then prices the measured draft
+    lengths (``mix``, ``analysis.speedup.measured_mix``) instead of one γ, and
+    ``best_gamma`` is the best cap on them. ``sources``: where its drafts came
+    from and the draft-length distribution (``analysis.sources.source_numbers``).
     """
 
     acceptance: AcceptanceCounts
@@ -148,6 +159,22 @@ class Why:
     cost_source: str | None = None
     what_if: WhatIf | None = None
     tree: dict | None = None
+    measured: bool = False
+    sources: dict | None = None
+
+    def mix(self, trace: list) -> RoundMix:
+        """The rounds the speedup model prices: the measured draft lengths, or γ."""
+        if self.measured:
+            return measured_mix(trace)
+        return RoundMix.constant(self.yield_rates, self.gamma, self.draft_share)
+
+    def best(self, trace: list, costs: CostModel) -> tuple[int, float]:
+        """(γ, speedup) the model predicts best at ``costs``: over constant γ, or, when
+        the drafter chose its lengths (chains), over a cap on them."""
+        search = max(SEARCH_GAMMA, self.gamma)
+        if self.measured and not any(r.tree_tokens for r in trace):
+            return best_cap(trace, costs, search)
+        return best_gamma(self.yield_rates, costs, search, draft_share=self.draft_share)
 
     @property
     def counts(self) -> list[tuple[int, int]]:
@@ -227,6 +254,8 @@ class PromptRun:
             yield_rates=yield_by_position(trace),
             draft_share=draft_share(trace),
             gamma=gamma,
+            measured=drafter_chose_lengths(trace),
+            sources=source_numbers(trace),
         )
         ar_step = self.ar_step_s()
         if run.result.tree:
@@ -235,14 +264,13 @@ class PromptRun:
         if costs is None or gamma < 1:
             return why
         try:
-            share = why.draft_share
-            why.predicted_steady = predicted_speedup(why.yield_rates, gamma, costs, draft_share=share)
+            mix = why.mix(trace)
+            why.predicted_steady = mix_speedup(mix, costs)
             base = self.baseline()
-            why.predicted = why.predicted_steady if base is None else predicted_run_speedup(
-                run.result, why.yield_rates, gamma, costs, base.result.tokens_per_second, draft_share=share)
+            why.predicted = why.predicted_steady if base is None else mix_run_speedup(
+                run.result, mix, costs, base.result.tokens_per_second)
             why.first_round_s = first_round(run.result)[0]
-            why.best_gamma, why.best_speedup = best_gamma(why.yield_rates, costs, max(SEARCH_GAMMA, gamma),
-                                                          draft_share=share)
+            why.best_gamma, why.best_speedup = why.best(trace, costs)
         except ValueError:  # costs that cannot price a round (all zero)
             return why
         why.costs = costs
@@ -255,15 +283,13 @@ class PromptRun:
     def _what_if(self, run: StrategyRun, why: Why, rtt_ms: float) -> WhatIf:
         """The speedup model with ``rtt_ms`` added to every target call."""
         costs = costs_from_result(run.result, ar_step_s=self.ar_step_s(), rtt_s=rtt_ms / 1000.0)
-        share, base = why.draft_share, self.baseline()
-        predicted = None
+        trace, base = run.result.trace, self.baseline()
+        mix, predicted = why.mix(trace), None
         if base is not None:
             ar_rate = tokens_per_s_at_rtt(base.result, costs.rtt_s)
-            predicted = predicted_run_speedup(run.result, why.yield_rates, why.gamma, costs, ar_rate,
-                                              draft_share=share)
-        best, best_speedup = best_gamma(why.yield_rates, costs, max(SEARCH_GAMMA, why.gamma), draft_share=share)
-        return WhatIf(rtt_ms, predicted, predicted_speedup(why.yield_rates, why.gamma, costs, draft_share=share),
-                      best, best_speedup)
+            predicted = mix_run_speedup(run.result, mix, costs, ar_rate)
+        best, best_speedup = why.best(trace, costs)
+        return WhatIf(rtt_ms, predicted, mix_speedup(mix, costs), best, best_speedup)
 
     def strategy_dict(self, run: StrategyRun) -> dict:
         """One strategy's JSON entry: output, measured numbers and the why numbers."""
@@ -303,9 +329,12 @@ class PromptRun:
             best_gamma=why.best_gamma if why else None,
             best_gamma_speedup=why.best_speedup if why else None,
             prediction_cost_source=why.cost_source if why else None,
+            prediction_draft_lengths=("measured" if why.measured else "gamma") if why else None,
         )
         if why is not None:
             entry.update(engine_numbers(why.acceptance))
+        if why is not None and why.sources is not None:
+            entry.update(why.sources)
         stats = tree_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls) if r.tree else None
         if stats is not None:
             entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}

@@ -349,3 +349,116 @@ def test_the_what_if_predicts_what_an_injected_round_trip_measures(monkeypatch):
     # Mutation check: a baseline left without its round trips misses the measurement.
     monkeypatch.setattr("repl.runs.tokens_per_s_at_rtt", lambda result, rtt_s: result.tokens_per_second)
     assert plain.why(spec, rtt_ms=20).what_if.predicted != pytest.approx(measured, rel=0.05)
+
+
+# ---------------------------------------------------------------- draft lengths that vary per round
+
+from analysis import RoundMix, best_cap, measured_mix, mix_run_speedup, mix_speedup  # noqa: E402
+from analysis.speedup import predicted_run_speedup  # noqa: E402
+
+
+def _old_round(rates, gamma, costs, m):
+    """The constant-γ formula as the model computed it before draft lengths could vary
+    (tokens and seconds of one round when a share m of the rounds drafts gamma)."""
+    plain = costs.target_call(1)
+    tokens = m * expected_tokens(rates, gamma) + (1 - m)
+    seconds = (m * (gamma * costs.draft_step_s + costs.target_call(gamma + 1)) + (1 - m) * plain
+               + costs.other_per_round_s)
+    return tokens, seconds
+
+
+def _constant_matches_the_old_formula() -> bool:
+    rng = random.Random(7)
+    result = {"tokens": list(range(40)), "trace": [{"drafted": [1, 2], "accepted": 1, "token": 3,
+                                                    "draft_s": 0.03, "verify_s": 0.4}]}
+    for _ in range(200):
+        rates = [rng.random() for _ in range(rng.randint(1, 6))]
+        gamma, m = rng.randint(1, 12), rng.choice([1.0, 0.7, 0.3, 0.0, rng.random()])
+        costs = CostModel(rng.random() * 0.02, {1: 0.05 + rng.random() * 0.05, 4: 0.1 + rng.random() * 0.1,
+                                                9: 0.2 + rng.random() * 0.2},
+                          other_per_round_s=rng.random() * 0.01, rtt_s=rng.choice([0.0, 0.02]))
+        tokens, seconds = _old_round(rates, gamma, costs, m)
+        steady = tokens * costs.target_call(1) / seconds
+        run = (40 / (0.43 + costs.rtt_s + 38 * seconds / tokens)) / 12.0   # first round: 0.43 s, 2 tokens
+        if (predicted_speedup(rates, gamma, costs, draft_share=m) != pytest.approx(steady, rel=1e-12)
+                or mix_speedup(RoundMix.constant(rates, gamma, m), costs) != pytest.approx(steady, rel=1e-12)
+                or predicted_run_speedup(result, rates, gamma, costs, 12.0, draft_share=m)
+                != pytest.approx(run, rel=1e-12)):
+            return False
+    return True
+
+
+def test_a_constant_gamma_is_the_mix_of_gamma_and_plain_steps_and_gives_the_old_numbers(monkeypatch):
+    assert _constant_matches_the_old_formula()
+    # Mutation check: a constant mix that forgets the plain steps (share 1 - m) no longer matches.
+    monkeypatch.setattr(RoundMix, "constant", classmethod(
+        lambda cls, rates, gamma, draft_share=1.0: cls({gamma: draft_share}, {gamma: expected_tokens(rates, gamma)})))
+    assert not _constant_matches_the_old_formula()
+
+
+def test_measured_lengths_of_a_constant_gamma_run_give_the_constant_models_number():
+    """Every drafting round drafted γ = 3 (some rounds drafted nothing): the rounds priced as
+    measured and E(3) from the conditional rates are the same prediction (the rates telescope)."""
+    rounds = [Round((1, 2, 3), a, 9, a == 3, gamma=3) for a in (3, 1, 0, 2, 3, 3, 1)]
+    rounds += [Round((), 0, 9, False, gamma=3) for _ in range(3)]
+    costs = CostModel(0.01, {1: 0.05, 4: 0.09}, other_per_round_s=0.004)
+    constant = predicted_speedup(yield_by_position(rounds), 3, costs, draft_share=draft_share(rounds))
+    assert mix_speedup(measured_mix(rounds), costs) == pytest.approx(constant, rel=1e-12)
+
+
+# A skewed distribution of draft lengths: 2 plain steps, one round of 1 draft, two of 8.
+SKEWED = [Round(tuple(range(8)), 8, 99, True), Round(tuple(range(8)), 2, 99, False), Round((1,), 0, 99, False),
+          Round((), 0, 99, False), Round((), 0, 99, False)]
+SKEWED_COSTS = CostModel(draft_step_s=0.01, verify_s={1: 1.0, 2: 1.1, 9: 3.0}, other_per_round_s=0.1)
+# By hand: shares {0: 2/5, 1: 1/5, 8: 2/5}; tokens 9, 3, 1, 1, 1 (mean 3); cost per round
+# (2 * 1.0 + (0.01 + 1.1) + 2 * (0.08 + 3.0)) / 5 + 0.1 = 1.954; plain step 1.0.
+SKEWED_BY_HAND = 3.0 * 1.0 / 1.954
+
+
+def _mean_length_mix(rounds, cap=None) -> RoundMix:
+    """The mutation: every round priced at the mean draft length (rounded), with the mean yield."""
+    mix = measured_mix(rounds, cap)
+    return RoundMix({round(mix.mean_length): 1.0}, {round(mix.mean_length): sum(
+        s * mix.tokens[k] for k, s in mix.shares.items())})
+
+
+def test_rounds_of_varying_length_are_priced_as_measured_by_hand():
+    mix = measured_mix(SKEWED)
+    assert mix.shares == pytest.approx({0: 0.4, 1: 0.2, 8: 0.4}) and mix.tokens == pytest.approx({0: 1, 1: 1, 8: 6})
+    assert mix.mean_length == pytest.approx(3.4)
+    assert mix_speedup(mix, SKEWED_COSTS) == pytest.approx(SKEWED_BY_HAND)
+    # Mutation check: the mean draft length (3) in place of the distribution gives another number.
+    assert mix_speedup(_mean_length_mix(SKEWED), SKEWED_COSTS) != pytest.approx(SKEWED_BY_HAND, rel=0.05)
+    # So does one γ (the longest draft, 8) with the conditional rates, the constant model.
+    assert predicted_speedup(yield_by_position(SKEWED), 8, SKEWED_COSTS,
+                             draft_share=draft_share(SKEWED)) != pytest.approx(SKEWED_BY_HAND, rel=0.05)
+    # The run's prediction: its first round (1 s, 9 tokens) as measured, the other 11 tokens priced.
+    result = {"tokens": list(range(20)),
+              "trace": [dict(drafted=list(range(8)), accepted=8, token=99, draft_s=0.0, verify_s=1.0)]}
+    assert mix_run_speedup(result, mix, SKEWED_COSTS, 5.0) == pytest.approx(20 / (1.0 + 11 * 1.954 / 3.0) / 5.0)
+
+
+def test_a_cap_cuts_each_chain_and_keeps_what_it_would_have_accepted():
+    cut = Round((4, 5, 6), 3, None, False)         # an end token ended the round inside its drafts
+    rounds = [Round((1, 2, 3, 4), 1, 9, False), Round((1, 2, 3, 4), 4, 9, True), cut, Round((), 0, 9, False)]
+    # uncut: lengths 4, 4, 3, 0 yielding 2, 5, 3 (no token of the target's own after the cut), 1
+    assert measured_mix(rounds).tokens == pytest.approx({0: 1, 3: 3, 4: 3.5})
+    # cut to 2: every drafting round drafts 2; yields min(accepted, 2) + the target's token: 2, 3, 3, 1
+    two = measured_mix(rounds, cap=2)
+    assert two.shares == pytest.approx({0: 0.25, 2: 0.75}) and two.tokens == pytest.approx({0: 1, 2: 8 / 3})
+    assert measured_mix(rounds, cap=3).tokens == pytest.approx({0: 1, 3: 3})    # 2, 4, 3 over three rounds
+    tree = Round((1, 2), 1, 9, False, tree_tokens=(1, 2, 3), tree_parents=(-1, 0, -1), path=(0,), ranks=(0,))
+    assert measured_mix([tree]).shares == {3: 1.0}                               # a tree round: its nodes
+    with pytest.raises(ValueError):
+        measured_mix([tree], cap=2)
+
+
+def test_the_best_cap_on_measured_lengths_by_hand():
+    """Two long drafts with one token accepted each, one of 2 fully accepted; verify flat up to
+    width 3, then steep: a cap of 2 keeps every accepted token and drops the costly width 9."""
+    rounds = [Round(tuple(range(8)), 1, 9, False), Round(tuple(range(8)), 1, 9, False), Round((1, 2), 2, 9, True)]
+    costs = CostModel(0.0, {1: 1.0, 3: 1.0, 9: 5.0})
+    assert mix_speedup(measured_mix(rounds), costs) == pytest.approx((7 / 3) / (1 / 3 + 2 / 3 * 5.0))
+    assert mix_speedup(measured_mix(rounds, 1), costs) == pytest.approx(2.0)
+    assert best_cap(rounds, costs, 16) == (2, pytest.approx(7 / 3))
+    assert best_cap(rounds, CostModel(0.0, {1: 1.0, 3: 10.0, 9: 50.0}), 16) == (0, 1.0)   # drafting never pays

@@ -14,7 +14,7 @@ from repl import runs
 from repl.runs import round_pieces
 from repl.session import Session, unescape
 from repl.settings import ProcessorSpec, Settings
-from tests.helpers.repl import WordTokenizer, console, fake_pair, result, why_prompt_run
+from tests.helpers.repl import WordTokenizer, console, fake_pair, match_prompt_run, result, why_prompt_run
 
 
 # ---------------------------------------------------------------- debug view
@@ -464,3 +464,78 @@ def test_a_drafter_with_another_tokenizer_shows_its_shared_vocabulary_and_retoke
     assert "another tokenizer (slem): shared vocabulary 21% of the drafter's" in out.getvalue()
     # Any other run shows nothing of it.
     assert render.cross_tokenizer_text(result([1])) is None
+
+
+# ------------------------------------------------ a drafter that chooses its draft lengths (suffix, sam)
+
+MATCH_ROUND_S = 0.35 / 3 + 0.01                  # seconds per round, priced as measured (match_prompt_run)
+MATCH_STEADY = 2.5 * 0.1 / MATCH_ROUND_S
+MATCH_PREDICTED = (10 / (0.5 + 7 * MATCH_ROUND_S / 2.5)) / (10 / 1.2)
+
+
+def test_a_match_drafters_json_says_where_its_drafts_came_from_and_prices_its_lengths(monkeypatch):
+    entry = match_prompt_run().to_dict()["strategies"]["ngram"]
+    assert entry["draft_sources"] == {
+        "prompt": dict(rounds=2, drafting_rounds=2, drafted=6, accepted=6, acceptance_rate=1.0,
+                       mean_acceptance_length=4.0, mean_match_length=5.0),
+        "global": dict(rounds=1, drafting_rounds=1, drafted=1, accepted=0, acceptance_rate=0.0,
+                       mean_acceptance_length=1.0, mean_match_length=1.0),
+        "none": dict(rounds=1, drafting_rounds=0, drafted=0, accepted=0, acceptance_rate=0.0,
+                     mean_acceptance_length=1.0, mean_match_length=0.0)}
+    assert entry["mean_match_length"] == pytest.approx(11 / 3)
+    assert entry["draft_lengths"] == {"rounds_by_length": {"0": 1, "1": 1, "2": 1, "4": 1}, "mean": 1.75,
+                                      "p10": 0, "p50": 1, "p90": 4, "max": 4}
+    assert entry["prediction_draft_lengths"] == "measured"
+    assert entry["predicted_speedup_steady"] == pytest.approx(MATCH_STEADY)
+    assert entry["predicted_speedup"] == pytest.approx(MATCH_PREDICTED)
+    assert entry["best_gamma"] == 4 and entry["best_gamma_speedup"] == pytest.approx(MATCH_STEADY)
+    json.dumps(entry)
+    assert why_prompt_run().to_dict()["strategies"]["speculative"]["prediction_draft_lengths"] == "gamma"
+    assert "draft_sources" not in why_prompt_run().to_dict()["strategies"]["speculative"]
+    # Mutation check: the model fed the mean draft length (2) instead of the distribution is wrong.
+    from analysis import RoundMix, measured_mix
+
+    def mean_length(rounds, cap=None):
+        mix = measured_mix(rounds, cap)
+        return RoundMix({round(mix.mean_length): 1.0}, {round(mix.mean_length): 2.5})
+
+    monkeypatch.setattr(runs, "measured_mix", mean_length)
+    mutated = match_prompt_run().to_dict()["strategies"]["ngram"]["predicted_speedup_steady"]
+    assert mutated == pytest.approx(2.5 * 0.1 / (0.32 / 3 + 0.01)) and mutated != pytest.approx(MATCH_STEADY, rel=0.05)
+
+
+def test_a_match_drafters_what_if_prices_its_lengths_with_the_round_trip():
+    pr = match_prompt_run()
+    why = pr.why(pr.runs[0], rtt_ms=100)
+    # every round makes one target call: 0.1 s more a round, and a plain step costs 0.2 s
+    round_s = MATCH_ROUND_S + 0.1
+    assert why.what_if.predicted_steady == pytest.approx(2.5 * 0.2 / round_s)
+    # the run: its first round and one round trip as measured; target AR's 10 calls paid 1 s more
+    assert why.what_if.predicted == pytest.approx((10 / (0.5 + 0.1 + 7 * round_s / 2.5)) / (10 / 2.2))
+
+
+def test_a_match_drafters_panel_and_stats_show_sources_lengths_and_the_measured_prediction():
+    pr = match_prompt_run()
+    c, out = console()
+    c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    text = out.getvalue()
+    assert ("drafts from: prompt 2 rounds (6/6 accepted, 100%; match 5.0) · global 1 round (0/1 accepted, 0%; "
+            "match 1.0) · no match 1 round · mean match 3.7") in text
+    assert "draft lengths (length:rounds) 0:1 1:1 2:1 4:1 · mean 1.75 · p10/p50/p90 0/1/4 · max 4" in text
+    assert "mean accepted 2.00 per drafting round at draft lengths up to 4 (mean 1.75)" in text
+    assert "predicted 1.40x vs measured 1.33x (priced at the measured draft lengths)" in text
+    c, out = console()
+    c.print(render.stats_view(pr))
+    lines = out.getvalue().splitlines()
+    assert any("predicted speedup (this run)" in line and "1.40x at measured draft lengths" in line for line in lines)
+    assert any("draft length: mean, p50/p90, max" in line and "1.75, 1/4, 4" in line for line in lines)
+    assert any("mean match length" in line and "3.7" in line for line in lines)
+    assert any(line.split() == ["prompt", "2", "2", "6/6", "100%", "4.00", "5.0"] for line in lines)
+    assert any(line.split() == ["no", "match", "1", "0", "0/0", "0%", "1.00", "0.0"] for line in lines)
+    # the draft-length chart: k, rounds, a bar, the tokens such a round yielded
+    assert any(line.split() == ["4", "1", render.bar(1.0).strip(), "5.00"] for line in lines)
+    assert any(line.split() == ["0", "1", render.bar(1.0).strip(), "1.00"] for line in lines)
+    # a speculative run shows none of it
+    c, out = console()
+    c.print(render.stats_view(why_prompt_run()))
+    assert "where the drafts came from" not in out.getvalue() and "0.97x at γ 2" in out.getvalue()

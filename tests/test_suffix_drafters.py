@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -212,11 +213,12 @@ def greedy_target():
 
 
 def ngram_run(storage: str, target, prompt, *, processor, tree: int = 0, length: int = 40, gamma: int = 4,
-              state: EngineState | None = None, reset: bool = True, generator=None, key: str = "ngram"):
+              state: EngineState | None = None, reset: bool = True, generator=None, key: str = "ngram",
+              observer=None):
     options = NGramOptions(storage=storage, max_pattern=4, max_outputs=8, factor=1.0, reset=reset)
     strategy = Strategy(key, drafter=key, drafter_options=options, gamma=gamma,
                         processor=processor, max_gen_len=length, tree=tree, tree_branch=2)
-    return run_strategy(strategy, pair_of(target), prompt, state=state, generator=generator)
+    return run_strategy(strategy, pair_of(target), prompt, state=state, generator=generator, observer=observer)
 
 
 @pytest.mark.parametrize("tree", [0, 6], ids=["chain", "tree"])
@@ -252,6 +254,73 @@ def test_the_global_trie_drafts_across_prompts_only_without_reset(greedy_target)
     fresh = ngram_run("suffix", greedy_target, follow_up, processor=GreedyProcessor(), state=state, reset=True)
     assert fresh.tokens == expected and not state.storage.outputs
     assert fresh.trace[0].note["source"] != "global"
+
+
+# ------------------------------------------------------------------ say why: sources, draft lengths, the model
+
+class IdTokenizer:
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f" t{i}" for i in ids)
+
+
+def test_the_json_and_stats_numbers_are_the_rounds_own_counts(greedy_target):
+    """One run through the engine (the second prompt of a session: both tries draft); every number
+    the JSON gives for the sources, the draft lengths and the model is recounted from the rounds,
+    in tokens. The live view's status line follows the same rounds."""
+    from analysis import RoundMix, ar_step_from_result, costs_from_result, mix_speedup
+    from repl import render
+    from repl.live import LiveView
+    from repl.runs import PromptRun, StrategyRun
+    from repl.settings import Settings
+    from tests.helpers.repl import console
+
+    state = EngineState()
+    first = ngram_run("suffix", greedy_target, PROMPT, processor=GreedyProcessor(), state=state, reset=False)
+    prompt = PROMPT + first.tokens[:3]
+    view = LiveView("ngram", IdTokenizer(), prompt)
+    result = ngram_run("suffix", greedy_target, prompt, processor=GreedyProcessor(), state=state, reset=False,
+                       observer=view)
+    ar = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=40), pair_of(greedy_target),
+                      prompt)
+    pr = PromptRun("p", prompt, greedy=True, settings=Settings(gamma=4, ngram_storage="suffix").to_dict(),
+                   runs=[StrategyRun("ngram", result), StrategyRun("target", ar)])
+    entry = json.loads(json.dumps(pr.to_dict()))["strategies"]["ngram"]
+    trace = result.trace
+
+    noted = [r for r in trace if r.note is not None]
+    sources = {r.note["source"] or "none" for r in noted}
+    assert "global" in sources and len(sources) >= 2 and set(entry["draft_sources"]) == sources
+    for source, numbers in entry["draft_sources"].items():
+        rounds = [r for r in noted if (r.note["source"] or "none") == source]
+        assert numbers["rounds"] == len(rounds)
+        assert numbers["drafted"] == sum(len(r.drafted) for r in rounds)
+        assert numbers["accepted"] == sum(r.accepted for r in rounds)
+        assert numbers["mean_match_length"] == pytest.approx(sum(r.note["match"] for r in rounds) / len(rounds))
+    assert sum(n["drafted"] for n in entry["draft_sources"].values()) == result.drafted == entry["drafted"]
+    assert sum(n["accepted"] for n in entry["draft_sources"].values()) == result.accepted == entry["accepted"]
+    matched = [r.note["match"] for r in noted if r.note["source"]]
+    assert entry["mean_match_length"] == pytest.approx(sum(matched) / len(matched))
+    lengths = {int(k): c for k, c in entry["draft_lengths"]["rounds_by_length"].items()}
+    assert lengths == dict(sorted(Counter(len(r.drafted) for r in trace).items())) and len(lengths) >= 3
+    assert sum(k * c for k, c in lengths.items()) == result.drafted and sum(lengths.values()) == len(trace)
+    # tokens, not characters: each round's accepted drafts and the target's token add up to the output
+    yields = [r.accepted + (r.token is not None) for r in trace]
+    assert sum(yields) == len(result.tokens) == entry["tokens"] == len(entry["token_ids"])
+
+    # The model prices the measured lengths: shares and yields recounted from the rounds.
+    assert entry["prediction_draft_lengths"] == "measured"
+    shares = {k: c / len(trace) for k, c in lengths.items()}
+    tokens = {k: sum(y for r, y in zip(trace, yields) if len(r.drafted) == k) / c for k, c in lengths.items()}
+    costs = costs_from_result(result, ar_step_s=ar_step_from_result(ar))
+    assert entry["predicted_speedup_steady"] == pytest.approx(mix_speedup(RoundMix(shares, tokens), costs))
+    c, out = console()
+    c.print(render.stats_view(pr))
+    assert "at measured draft lengths" in out.getvalue() and "where the drafts came from" in out.getvalue()
+
+    # The live status line saw the same rounds.
+    assert (view.rounds, view.tokens) == (len(trace), len(result.tokens))
+    assert (view.drafted_total, view.accepted_total) == (result.drafted, result.accepted)
+    assert f"({result.accepted}/{result.drafted})" in view.status()
 
 
 # ------------------------------------------------------------------ sampling: the target's distribution

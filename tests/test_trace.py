@@ -19,7 +19,8 @@ from repl.trace import (
     trace_document,
     write_trace,
 )
-from tests.helpers.repl import ENV, PYTHON, REPO, WordTokenizer, build_pair, child_env, infer, why_prompt_run
+from tests.helpers.repl import (ENV, PYTHON, REPO, WordTokenizer, build_pair, child_env, infer, match_prompt_run,
+                                why_prompt_run)
 
 def saved(tmp_path, prompt_runs=None) -> str:
     path = tmp_path / "trace.json"
@@ -43,6 +44,15 @@ def test_a_trace_reads_back_to_the_same_numbers(tmp_path):
     assert spec.pieces == [{"drafted": [" w5", " w6"], "token": " w7"},
                            {"drafted": [" w8", " w9"], "token": " w10"},
                            {"drafted": [" w11", " w12"], "token": " w13"}]
+
+
+def test_a_match_drafters_sources_and_measured_lengths_read_back(tmp_path):
+    original = match_prompt_run()
+    back = read_trace(saved(tmp_path, [original])).prompts[0]
+    assert back.runs[0].result.trace == original.runs[0].result.trace          # the notes travel
+    entry = back.to_dict()["strategies"]["ngram"]
+    assert entry == original.to_dict()["strategies"]["ngram"]
+    assert entry["prediction_draft_lengths"] == "measured" and entry["draft_sources"]["prompt"]["rounds"] == 2
 
 
 def test_the_file_holds_everything_a_bug_report_needs(tmp_path):

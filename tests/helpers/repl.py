@@ -167,6 +167,33 @@ def why_prompt_run() -> PromptRun:
     return pr
 
 
+def match_prompt_run() -> PromptRun:
+    """A NASD run of a match drafter (its rounds carry ``note``: where the drafts came from)
+    whose draft lengths vary per round, with its prediction known by hand (see the asserts).
+
+    Draft lengths 2, 4, 0, 1 yielding 3, 5, 1, 1 tokens; no draft time; verify by
+    width {5: 0.2, 2: 0.06} (the first round, the prefill's 0.5 s, left out) and
+    1: target AR's 0.1 s per token; other 0.01 s per round. Priced as measured:
+    tokens per round 10/4 = 2.5; seconds per round (0.1 + 0.06 + verify(3) + 0.2) / 4
+    + 0.01 with verify(3) = 0.06 + 0.14/3, so 0.35/3 + 0.01. At the mean draft
+    length (1.75, so 2: every round verify(3)) it would be 0.32/3 + 0.01.
+    """
+    trace = [
+        Round((5, 6), 2, 7, True, gamma=4, verify_s=0.5, note={"source": "prompt", "match": 4}),
+        Round((8, 9, 10, 11), 4, 12, True, gamma=4, verify_s=0.2, note={"source": "prompt", "match": 6}),
+        Round((), 0, 13, False, gamma=4, verify_s=0.05, note={"source": "", "match": 0}),
+        Round((14,), 0, 15, False, gamma=4, verify_s=0.06, note={"source": "global", "match": 1}),
+    ]
+    tokens = [5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
+    ngram = result(tokens, seconds=0.9, drafted=7, accepted=6, target_calls=4, trace=trace,
+                   phases={"draft": 0.0, "verify": 0.81, "other": 0.04}, gamma_policy="constant")
+    ar_trace = [Round((), 0, t, False, verify_s=0.3 if i == 0 else 0.1) for i, t in enumerate(tokens)]
+    target = result(tokens, seconds=1.2, trace=ar_trace, phases={"draft": 0.0, "verify": 1.2, "other": 0.0})
+    pr = PromptRun("p", [2, 3], greedy=True, settings=Settings(gamma=4, ngram_storage="suffix").to_dict())
+    pr.runs = [StrategyRun("ngram", ngram, text="x"), StrategyRun("target", target, text="x")]
+    return pr
+
+
 # ------------------------------------------------ infer.py in a child process
 
 ENV = {"target": "t-model (float32)", "drafter": "d-model (float32)", "device": "cpu",
