@@ -27,6 +27,7 @@ FLOOR_TESTS=(
     tests/test_tree_forward.py
     tests/test_verify_rules.py
     tests/test_drafter_contract.py
+    tests/test_hybrid.py
 )
 
 # run_pytest LABEL PYTHON ARGS...: run pytest, turning "no tests collected" into a failure.
