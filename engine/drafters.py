@@ -12,9 +12,7 @@ new kind makes ``Strategy(drafter=kind)`` run it in every front end.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 

@@ -21,9 +21,10 @@ class EngineState:
     """Kept by a front end across prompts and passed to every ``run_strategy``.
 
     One n-gram storage for NASD and one for the hybrid drafter (each rebuilt
-    when its kind, N or vocabulary changes, else kept with what it learned) and one γ policy per strategy key (a policy
-    that learns, heuristic or model, carries what it learned to the next
-    prompt; a changed policy name, γ or threshold starts a fresh one), and
+    when its kind, N or vocabulary changes, else kept with what it learned),
+    one γ policy per strategy key (a policy that learns, heuristic or model,
+    carries what it learned to the next prompt; a changed policy name, γ or
+    threshold starts a fresh one), and
     what was built once for a pair (:meth:`for_pair`: kept while the same
     pair object is passed, rebuilt for another).
     """

@@ -24,6 +24,9 @@ from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
 from ngram_assisted import HybridDrafter
 from sampling import GreedyProcessor, MultinomialProcessor
+from selfdraft.build import build_self_drafter
+from selfdraft.drafter import SelfDrafter
+from selfdraft.spec import parse_self_draft
 from tests.helpers.distribution import BOUND, PROMPT as SAMPLING_PROMPT, STEPS, chi_square_excess, exact_distribution
 from tests.helpers.inspection import check_rounds
 from tests.helpers.models import tiny_llama
@@ -162,6 +165,62 @@ def test_a_drafter_cache_not_cut_after_a_retrieval_round_is_caught(monkeypatch, 
     with pytest.raises(AssertionError):
         check_rounds(result, PROMPT, greedy_target, None, GreedyProcessor(),
                      drafters=round_drafters(result, greedy_drafter))
+
+
+@pytest.mark.parametrize("spec", ["self:skip=1", "self:bf16"])
+def test_a_self_drafter_drafts_beside_the_storage(greedy_target, expected, spec):
+    """A drafter made from the target drafts on the target's cache: rounds it sat out leave it
+    nothing to catch up on (its q on the kept text is checked where it computes in float32)."""
+    drafter = build_self_drafter(greedy_target, parse_self_draft(spec))
+    result = hybrid(greedy_target, drafter, PROMPT, processor=GreedyProcessor())
+    assert result.tokens == expected and {"model", "retrieval"} <= set(kinds(result))
+    if spec == "self:skip=1":
+        check_rounds(result, PROMPT, greedy_target, None, GreedyProcessor(),
+                     drafters=round_drafters(result, drafter))
+
+
+def _own_cache_self_draft(monkeypatch, greedy_target):
+    """A self-drafter kept on a cache of its own (as on a target whose cache it cannot share)."""
+    monkeypatch.setattr(SelfDrafter, "_choose_mode", lambda self: "own")
+    drafter = build_self_drafter(greedy_target, parse_self_draft("self:skip=1"))
+    # γ 6: the drafter agrees often, so longer drafts are needed for a rejection before the last one
+    return drafter, hybrid(greedy_target, drafter, PROMPT, processor=GreedyProcessor(), gamma=6)
+
+
+def test_a_self_drafter_on_a_cache_of_its_own_catches_up(monkeypatch, greedy_target, expected):
+    drafter, result = _own_cache_self_draft(monkeypatch, greedy_target)
+    assert result.tokens == expected and stale_chances(result) > 0
+    check_rounds(result, PROMPT, greedy_target, None, GreedyProcessor(), drafters=round_drafters(result, drafter))
+
+
+def test_a_self_drafter_that_keeps_the_rounds_from_its_own_cache_is_caught(monkeypatch, greedy_target, expected):
+    monkeypatch.setattr(SelfDrafter, "update", Drafter.update)
+    drafter, result = _own_cache_self_draft(monkeypatch, greedy_target)
+    assert result.tokens == expected
+    with pytest.raises(AssertionError):
+        check_rounds(result, PROMPT, greedy_target, None, GreedyProcessor(),
+                     drafters=round_drafters(result, drafter))
+
+
+@pytest.mark.parametrize("method", ["slem", "tli"])
+def test_a_drafter_with_another_tokenizer_drafts_beside_the_storage(method):
+    """The drafter model crosses tokenizers itself (``cross_tokenizer``); the storage drafts target ids."""
+    from engine import CrossTokenizerOptions
+    from tests.helpers.cross_pairs import (byte_bpe, make_pair, metaspace_bpe, tiny_models, whole_character_bias,
+                                           with_bias)
+    from utils.vocab import encode_prompt
+
+    bpe, meta = byte_bpe(), metaspace_bpe()
+    target, drafter = tiny_models(bpe, meta, target_seed=3, drafter_seed=4)
+    with_bias(target, whole_character_bias(bpe, len(bpe)))
+    pair = make_pair(target, drafter, bpe, meta)
+    ids = encode_prompt(bpe, "Hello 日本 😀 Hello 日本 😀 Hello", chat=True)
+    want = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=24), pair, ids).tokens
+    options = HybridOptions(L, NGramOptions(storage="sam"), CrossTokenizerOptions(method))
+    result = run_strategy(Strategy("speculative", drafter="model", drafter_options=options, gamma=4,
+                                   processor=GreedyProcessor(), max_gen_len=24), pair, ids)
+    assert result.tokens == want and {"model", "retrieval"} <= set(kinds(result))
+    assert result.cross_tokenizer["method"] == method
 
 
 # ------------------------------------------------------------------ the storage sees every token
