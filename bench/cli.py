@@ -10,7 +10,7 @@ from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_POLICIES, OURS
 from repl.settings import NGRAM_STORAGES
-from engine import load_pair
+from engine import MAX_HYBRID_MATCH, load_pair
 from generation.gamma_policies import make_policy
 from selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
 
@@ -33,6 +33,14 @@ def _int_list(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"gammas must be integers >= 1, got {text!r}")
     return sorted(dict.fromkeys(values))
+
+
+def _hybrid_list(text: str) -> list[int]:
+    """Match lengths L for the hybrid variants, each 1 to engine.MAX_HYBRID_MATCH."""
+    values = _int_list(text)
+    if max(values) > MAX_HYBRID_MATCH:
+        raise argparse.ArgumentTypeError(f"a hybrid's L is at most {MAX_HYBRID_MATCH}, got {text!r}")
+    return values
 
 
 def _name_list(text: str) -> list[str]:
@@ -190,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--trees", type=_int_list, default=[],
                    help="token-tree budgets run beside the chains at every constant gamma, "
                         "e.g. 8,16,32 (default: none)")
+    d.add_argument("--hybrid", type=_hybrid_list, default=[], metavar="LIST",
+                   help="hybrid speculative variants at every constant gamma, one per L, e.g. 2,4: the "
+                        "--ngram-storage storage drafts in rounds whose match is at least L tokens "
+                        "(suffix or sam; sam in place of an n-gram table; default: none)")
     d.add_argument("--tree-branch", type=_positive, default=3, help="children per expanded tree node (default 3)")
     d.add_argument("--tree-sample", action=argparse.BooleanOptionalAction, default=True,
                    help="under sampling, the drafter model's trees draw children from q and are verified by "
@@ -235,7 +247,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "turn": args.turn, "chat": args.chat, "prompt_count": prompt_count,
         "strategies": args.strategies, "peers": args.peers, "length": args.length,
         "gammas": args.gamma, "trees": args.trees, "tree_branch": args.tree_branch,
-        "tree_sample": args.tree_sample,
+        "tree_sample": args.tree_sample, "hybrids": args.hybrid,
         "self_drafters": args.self_drafters,
         "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
         "processor": args.processor.command_text(),

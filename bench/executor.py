@@ -116,6 +116,7 @@ class Executor:
             record.mean_gamma = _mean_gamma(result.trace)
             record.tree_fallback = result.tree_fallback
             record.acceptance = acceptance_counts(result.trace).to_dict()
+            record.hybrid = dict(result.hybrid) or None
 
     def _run_peer(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
         s, models = self.settings, self.models

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from bench.variants import Variant
-from engine import CrossTokenizerOptions, EngineState, NGramOptions, Strategy, run_strategy
+from engine import CrossTokenizerOptions, EngineState, HybridOptions, NGramOptions, Strategy, run_strategy
 
 # Our drafting strategies and the engine drafter each uses.
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram"}
@@ -24,11 +24,15 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     it times the decode without recording them. A variant with a self-drafter
     spec (``speculative[self:int8]@4``) drafts with that self-drafter (engine
     kind ``"self"``), built once per pair by :func:`bench.session.prepare_self_drafters`.
+    A hybrid variant (``speculative+hybrid4@4``) drafts from ``ngram``'s storage in rounds whose
+    match is at least L tokens (``engine.strategy.HybridOptions``).
     """
     if variant.strategy not in ("speculative", "ngram", "target", "drafter"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
     drafter = DRAFTER_OF.get(variant.strategy)
     options = {"ngram": ngram, "model": cross}.get(drafter)
+    if getattr(variant, "hybrid", 0) and drafter == "model":  # the storage drafts where its match is long
+        options = HybridOptions(variant.hybrid, ngram, cross)
     if getattr(variant, "drafter", ""):  # a self-drafter made from the target (selfdraft.drafter)
         drafter, options = "self", variant.drafter
     return Strategy(key=variant.name, drafter=drafter, drafter_options=options,

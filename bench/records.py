@@ -26,6 +26,8 @@ class RunRecord:
     ``analysis.acceptance``: drafting rounds, accepted and reached per position,
     the histograms), pooled over runs for the summary; None where the decoder
     does not report rounds (the peers).
+    ``hybrid``: a hybrid variant's rounds, drafts and acceptance per kind (``model``,
+    ``retrieval``; ``GenerationResult.hybrid``); None for every other run.
     """
 
     variant: str
@@ -51,6 +53,7 @@ class RunRecord:
     mean_gamma: float | None = None
     tree_fallback: str = ""
     acceptance: dict | None = None
+    hybrid: dict | None = None
 
     @property
     def n_tokens(self) -> int:

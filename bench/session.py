@@ -83,7 +83,8 @@ def run_session(args, loader, settings_dict) -> int:
         return 2
     args.self_drafters = self_drafters
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
-                             trees=args.trees, self_drafters=self_drafters, verifies=args.verify)
+                             trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
+                             hybrids=args.hybrid)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,

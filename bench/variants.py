@@ -19,6 +19,9 @@ A speculative variant may draft with a self-drafter made from the target
 instead of the pair's drafter (``--self-drafters``): ``speculative[self:int8]@4``,
 ``speculative[self:skip=3,5]+tree16@4``; constant gammas and trees only, no peer.
 
+A speculative variant may draft from the model-free storage in rounds whose match is at
+least L tokens (``--hybrid``; ``ngram_assisted.hybrid``): ``speculative+hybrid4@4``; no peer.
+
 A chain variant of ours may verify with another rule than the token rule
 (``--verify``; ``generation.verify_rules``): ``speculative@4~block``,
 ``ngram@4~strict``; the rule is the name's last part, and such a variant has no
@@ -71,18 +74,20 @@ class Variant:
     tree: int = 0
     drafter: str = ""       # a self-drafter spec (``self:int8``) drafting instead of the pair's drafter
     verify: str = RESIDUAL  # the chain verify rule (generation.verify_rules)
+    hybrid: int = 0         # L: the storage drafts in rounds whose match is at least L (0: off)
 
     @property
     def name(self) -> str:
         """A stable key: ``target``, ``speculative@4``, ``speculative:model@16``,
-        ``speculative[self:int8]+tree16@4``..."""
+        ``speculative[self:int8]+tree16@4``, ``speculative+hybrid4@4``..."""
         if self.gamma is None:
             return self.strategy + (f"[{self.drafter}]" if self.drafter else "")
         middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
         tree = f"+tree{self.tree}" if self.tree else ""
+        hybrid = f"+hybrid{self.hybrid}" if self.hybrid else ""
         drafter = f"[{self.drafter}]" if self.drafter else ""
         rule = f"~{self.verify}" if self.verify != RESIDUAL else ""
-        return f"{self.strategy}{drafter}{tree}{middle}@{self.gamma}{rule}"
+        return f"{self.strategy}{drafter}{tree}{hybrid}{middle}@{self.gamma}{rule}"
 
     @property
     def constant(self) -> bool:
@@ -95,6 +100,8 @@ class Variant:
             base = f"{base} {self.drafter}"
         if self.tree:
             base = f"{base} tree {self.tree}"
+        if self.hybrid:
+            base = f"{base} hybrid L{self.hybrid}"
         if self.verify != RESIDUAL:
             base = f"{base} {self.verify}"
         if self.gamma is None:
@@ -131,7 +138,7 @@ class Variant:
         policies have no peer.
         """
         other = PEER_OF.get(self.strategy)
-        if other is None or self.tree or self.drafter or self.verify != RESIDUAL:
+        if other is None or self.tree or self.drafter or self.hybrid or self.verify != RESIDUAL:
             return None
         if self.constant or self.gamma is None:
             return Variant(other, self.gamma)
@@ -158,15 +165,16 @@ def parse_variant_name(name: str) -> Variant:
     head, _, gamma = name.partition("@")
     strategy, _, key = head.partition(":")
     policy = " ".join(key.split("=")) if key else CONSTANT
+    strategy, _, hybrid = strategy.partition("+hybrid")
     strategy, _, tree = strategy.partition("+tree")
     return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter,
-                   rule or RESIDUAL)
+                   rule or RESIDUAL, int(hybrid) if hybrid else 0)
 
 
 def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   policies: list[tuple[str, int]] | None = None,
                   trees: list[int] | None = None, self_drafters: list[str] | None = None,
-                  verifies: list[str] | None = None) -> list[Variant]:
+                  verifies: list[str] | None = None, hybrids: list[int] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
@@ -177,6 +185,7 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     constant gamma, chains and trees, right after the pair's own drafter.
     ``verifies`` (default: the token rule alone) are the chain verify rules each
     of our chain variants runs with, one variant per rule, side by side.
+    Each L of ``hybrids`` runs speculative decoding as a hybrid at every constant gamma.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
@@ -188,6 +197,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
             mine = [Variant(strategy, g) for g in gammas]
             mine += [Variant(strategy, g, p) for p, g in (policies or [])]
             mine += [Variant(strategy, g, tree=n) for n in (trees or []) if n > 0 for g in gammas]
+            if strategy == "speculative":
+                mine += [Variant(strategy, g, hybrid=n) for n in (hybrids or []) if n > 0 for g in gammas]
         else:
             mine = [Variant(strategy)]
         if strategy == "speculative" or (strategy == BASELINE and "speculative" not in chosen):

@@ -19,7 +19,8 @@ from engine.loading import load_pair
 from engine.pair import pair_of
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
-from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, CrossTokenizerOptions, NGramOptions, Strategy
+from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, MAX_HYBRID_MATCH, CrossTokenizerOptions, HybridOptions,
+                             NGramOptions, Strategy)
 from generation.drafter import Drafter
 from generation.observer import NoObserver, Observer
 
@@ -30,7 +31,9 @@ __all__ = [
     "DraftContext",
     "Drafter",
     "EngineState",
+    "HybridOptions",
     "MAX_GAMMA",
+    "MAX_HYBRID_MATCH",
     "NGramOptions",
     "NoObserver",
     "Observer",

@@ -12,18 +12,18 @@ new kind makes ``Strategy(drafter=kind)`` run it in every front end.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from cross_tokenizer import cross_tokenizer_drafter, drafter_ends, has_own_tokenizer, vocab_map_of
 from engine.state import MATCH_STORAGES
-from engine.strategy import CrossTokenizerOptions, NGramOptions
+from engine.strategy import CrossTokenizerOptions, HybridOptions, NGramOptions
 from generation.common import check_request
 from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
-from ngram_assisted import MatchDrafter, NGramDrafter
+from ngram_assisted import HybridDrafter, MatchDrafter, NGramDrafter
 from ngram_assisted.sam import corpus_automaton, read_corpus
 from selfdraft.build import build_self_drafter
 from selfdraft.drafter import SelfDrafter
@@ -64,8 +64,13 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     drafts through the ``cross_tokenizer`` drafter; a drafter model made from
     the target (``--drafter self:...``) drafts on the target's own cache
     (``selfdraft.drafter.SelfDrafter``); any other through its own cache
-    (``generation.model_drafter.ModelDrafter``).
+    (``generation.model_drafter.ModelDrafter``). With :class:`HybridOptions` whose L
+    is above 0, that drafter drafts beside a model-free storage (:func:`hybrid_drafter`).
     """
+    options = strategy.drafter_options
+    if isinstance(options, HybridOptions):
+        model = model_drafter(pair, replace(strategy, drafter_options=options.model), state, context)
+        return hybrid_drafter(pair, options, model, state, context) if options.min_match > 0 else model
     if has_own_tokenizer(pair):
         return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
@@ -74,6 +79,16 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
                            vocab_size=context.vocab_size, generator=context.generator)
     return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
                         vocab_size=context.vocab_size, generator=context.generator, prefills=context.prefills)
+
+
+def hybrid_drafter(pair, options: HybridOptions, model: Drafter, state, context: DraftContext) -> HybridDrafter:
+    """``model`` beside the storage of ``options.retrieval`` (``sam`` over the context in place of
+    an n-gram table, which carries no match length), kept in the state's hybrid slot."""
+    retrieval = options.retrieval
+    if retrieval.storage not in MATCH_STORAGES:
+        retrieval = NGramOptions(storage="sam", reset=retrieval.reset)
+    return HybridDrafter(model, match_drafter(pair, retrieval, state, context.vocab_size, hybrid=True),
+                         options.min_match)
 
 
 def self_drafter(pair, strategy, state, context: DraftContext) -> SelfDrafter:
@@ -100,17 +115,26 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """NASD's drafter over the state's n-gram storage (emptied first when ``reset``); the match
     storages (``suffix``, ``sam``) draft through :class:`ngram_assisted.MatchDrafter`."""
     options = strategy.drafter_options or NGramOptions()
-    corpus = corpus_of(pair, options.corpus, state) if options.storage == "sam" and options.corpus else None
-    storage = state.ngram_storage(options, context.vocab_size, corpus)
+    if options.storage in MATCH_STORAGES:
+        return match_drafter(pair, options, state, context.vocab_size)
+    storage = state.ngram_storage(options, context.vocab_size)
     if options.reset:
         storage.reset()
-    if options.storage in MATCH_STORAGES:
-        return MatchDrafter(storage, factor=options.factor, device=model_device(pair.target))
     top_k = options.top_k_filler
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k_filler must be an integer >= 1, got {top_k!r}")
     return NGramDrafter(storage, filler_top_k=top_k, stop_if_unknown=options.stop_if_unknown,
                         confident_start=options.confident_start, device=model_device(pair.target))
+
+
+def match_drafter(pair, options: NGramOptions, state, vocab_size: int, *, hybrid: bool = False) -> MatchDrafter:
+    """A :class:`MatchDrafter` over the state's ``suffix`` or ``sam`` storage of ``options`` (NASD's,
+    or with ``hybrid`` the hybrid's), emptied first when ``options.reset``."""
+    corpus = corpus_of(pair, options.corpus, state) if options.storage == "sam" and options.corpus else None
+    storage = state.ngram_storage(options, vocab_size, corpus, hybrid=hybrid)
+    if options.reset:
+        storage.reset()
+    return MatchDrafter(storage, factor=options.factor, device=model_device(pair.target))
 
 
 def corpus_of(pair, path: str, state):

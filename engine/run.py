@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import torch
 
+from analysis.hybrid import hybrid_summary
 from cross_tokenizer import drafter_ends, drafter_inputs, has_own_tokenizer
 from engine.drafters import DRAFTERS, DraftContext
 from engine.pair import shared_vocab_size
 from engine.state import EngineState
-from engine.strategy import Strategy
+from engine.strategy import HybridOptions, Strategy
 from generation.autoregressive import autoregressive_generate
 from generation.common import check_gamma, check_request, end_tokens
 from generation.observer import Observer
@@ -77,8 +78,12 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
-    result = verify_loop(prompt, drafter, pair.target, options, observer=observer, interruptible=interruptible)
-    return with_notes(result, drafter.round_notes())
+    result = with_notes(verify_loop(prompt, drafter, pair.target, options, observer=observer,
+                                    interruptible=interruptible), drafter.round_notes())
+    hybrid = strategy.drafter_options
+    if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
+        result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
+    return result
 
 
 def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:

@@ -20,16 +20,19 @@ MATCH_STORAGES = ("suffix", "sam")
 class EngineState:
     """Kept by a front end across prompts and passed to every ``run_strategy``.
 
-    One n-gram storage (rebuilt when its kind, N or vocabulary changes, else
-    kept with what it learned) and one γ policy per strategy key (a policy
-    that learns, heuristic or model, carries what it learned to the next
-    prompt; a changed policy name, γ or threshold starts a fresh one), and
+    One n-gram storage for NASD and one for the hybrid drafter (each rebuilt
+    when its kind, N or vocabulary changes, else kept with what it learned),
+    one γ policy per strategy key (a policy that learns, heuristic or model,
+    carries what it learned to the next prompt; a changed policy name, γ or
+    threshold starts a fresh one), and
     what was built once for a pair (:meth:`for_pair`: kept while the same
     pair object is passed, rebuilt for another).
     """
 
     storage: object = None
     storage_key: tuple | None = None
+    hybrid_storage: object = None       # the hybrid's own storage (speculative's), beside NASD's
+    hybrid_storage_key: tuple | None = None
     policies: dict[str, tuple[tuple, object]] = field(default_factory=dict)
     built: dict[str, tuple[object, object]] = field(default_factory=dict)  # name -> (pair, value)
 
@@ -42,28 +45,26 @@ class EngineState:
             self.built[name] = (pair, build())
         return self.built[name][1]
 
-    def ngram_storage(self, options: NGramOptions, vocab_size: int, corpus=None):
+    def ngram_storage(self, options: NGramOptions, vocab_size: int, corpus=None, *, hybrid: bool = False):
         """The storage of ``options``' kind and N over ``vocab_size`` tokens (``suffix``: of its P
-        and M; ``sam``: over the ``corpus`` automaton given, if any)."""
+        and M; ``sam``: over the ``corpus`` automaton given, if any). ``hybrid``: the hybrid
+        drafter's storage, kept apart from NASD's, so that neither learns the other's outputs
+        nor rebuilds the other's when the two differ."""
+        kept, kept_key = (self.hybrid_storage, self.hybrid_storage_key) if hybrid else (self.storage, self.storage_key)
         key = storage_key(options, vocab_size, corpus)
-        if self.storage is None or key != self.storage_key:
-            if options.storage not in STORAGE_CLASSES:
-                raise ValueError(f"unknown n-gram storage {options.storage!r} "
-                                 f"(choose {' or '.join(STORAGE_CLASSES)})")
-            if options.storage == "suffix":
-                self.storage = SuffixStorage(vocab_size, max_pattern=options.max_pattern,
-                                             max_outputs=options.max_outputs)
-            elif options.storage == "sam":
-                self.storage = SAMStorage(vocab_size, corpus=corpus)
+        if kept is None or key != kept_key:
+            kept = new_storage(options, vocab_size, corpus)
+            if hybrid:
+                self.hybrid_storage, self.hybrid_storage_key = kept, key
             else:
-                self.storage = STORAGE_CLASSES[options.storage](options.n, vocab_size)
-            self.storage_key = key
-        return self.storage
+                self.storage, self.storage_key = kept, key
+        return kept
 
     def reset_storage(self) -> None:
-        """Empty the n-gram storage, if there is one yet."""
-        if self.storage is not None:
-            self.storage.reset()
+        """Empty the n-gram storages (NASD's and the hybrid's), those there are yet."""
+        for storage in (self.storage, self.hybrid_storage):
+            if storage is not None:
+                storage.reset()
 
     def gamma_policy(self, strategy: Strategy):
         """The γ policy object of ``strategy.key`` for this strategy's policy, γ and threshold."""
@@ -72,6 +73,17 @@ class EngineState:
         if kept is None or kept[0] != spec:
             kept = self.policies[strategy.key] = (spec, make_policy(*spec))
         return kept[1]
+
+
+def new_storage(options: NGramOptions, vocab_size: int, corpus=None):
+    """A fresh storage of ``options``' kind (see :meth:`EngineState.ngram_storage`)."""
+    if options.storage not in STORAGE_CLASSES:
+        raise ValueError(f"unknown n-gram storage {options.storage!r} (choose {' or '.join(STORAGE_CLASSES)})")
+    if options.storage == "suffix":
+        return SuffixStorage(vocab_size, max_pattern=options.max_pattern, max_outputs=options.max_outputs)
+    if options.storage == "sam":
+        return SAMStorage(vocab_size, corpus=corpus)
+    return STORAGE_CLASSES[options.storage](options.n, vocab_size)
 
 
 def storage_key(options: NGramOptions, vocab_size: int, corpus=None) -> tuple:

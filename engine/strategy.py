@@ -59,6 +59,35 @@ class CrossTokenizerOptions:
     method: str = "slem"
 
 
+# The longest match a hybrid may ask for (the REPL's /hybrid range ends here too).
+MAX_HYBRID_MATCH = 64
+
+
+@dataclass(frozen=True)
+class HybridOptions:
+    """Speculative decoding that drafts from a model-free storage in a round whose match is long.
+
+    The ``model`` drafter takes these options: in a round where the storage's match is at
+    least ``min_match`` (L) tokens its draft is verified, otherwise the drafter model's
+    (``ngram_assisted.hybrid``). 0 turns the hybrid off: the drafter model drafts every
+    round. ``retrieval`` sets up the storage as for NASD: ``suffix`` or ``sam`` with their
+    settings; an n-gram table (``basic``, ``onelevel``, ``recycling``) carries no match
+    length, so ``sam`` over the context, with its defaults, drafts in its place.
+    ``model``: how the drafter model drafts should its tokenizer differ
+    (:class:`CrossTokenizerOptions`; None: SLEM).
+    """
+
+    min_match: int = 0
+    retrieval: NGramOptions = NGramOptions(storage="sam")
+    model: CrossTokenizerOptions | None = None
+
+    def __post_init__(self):
+        value = self.min_match
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HYBRID_MATCH:
+            raise ValueError(f"the hybrid's match length L must be an integer from 0 to {MAX_HYBRID_MATCH}, "
+                             f"got {value!r}")
+
+
 @dataclass(frozen=True)
 class Strategy:
     """One way to decode a prompt.
@@ -71,8 +100,9 @@ class Strategy:
     autoregressive decoding of ``model``: "target" (the default) or
     "drafter" (the pair's drafter model on its own, which never pays an
     injected round trip). ``drafter_options`` belongs to the
-    drafter kind (:class:`NGramOptions` for "ngram"; None or
-    :class:`CrossTokenizerOptions` for "model" and "cross_tokenizer"); a new
+    drafter kind (:class:`NGramOptions` for "ngram"; None,
+    :class:`CrossTokenizerOptions` or :class:`HybridOptions` for "model";
+    None or :class:`CrossTokenizerOptions` for "cross_tokenizer"); a new
     drafter brings its own options type. On a pair whose drafter has a
     tokenizer of its own, "model" drafts through the cross-tokenizer drafter and
     drafter AR (``model="drafter"``) runs on the drafter's own ids (its tokens

@@ -103,7 +103,8 @@ class Drafter(ABC):
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """The tokens appended this round, and (when ``wants_top_k`` > 1) the target's top-k ids at
-        each of their positions. Default: nothing to learn."""
+        each of their positions. Called every round, also a round another drafter drafted (a
+        hybrid, ``ngram_assisted.hybrid``, tells both its sides). Default: nothing to learn."""
 
     def rollback_stats(self) -> dict | None:
         """How the drafter's own cache was rolled back (``kvcache.cache.RollbackStats.to_dict()``),

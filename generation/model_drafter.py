@@ -44,6 +44,15 @@ class ModelDrafter(Drafter):
     is rolled back to a prefix of the kept sequence. It proposes chains, trees
     of its top children and sampled trees (a chain where its model cannot take
     a tree).
+
+    That rollback trusts the positions the cache holds below the sequence's
+    last token, which holds after a round it drafted itself: its drafts past
+    the accepted ones lie at or beyond that token. After a round another
+    drafter drafted (a hybrid's other side), the positions past that round's
+    start may hold drafts of its own earlier round that were rejected, so
+    :meth:`update` of such a round lowers what the next proposal keeps to the
+    round's start less its last token; that proposal then feeds what the cache
+    lacks, the tokens appended meanwhile, in its first forward.
     """
 
     kind = "model"
@@ -59,6 +68,9 @@ class ModelDrafter(Drafter):
         self.device = model_device(model)
         self.cached = cached_model(model, use_cache=use_cache)
         self._logits: list[torch.Tensor] = []  # the last proposal's logits rows, (1, V) each
+        self.committed = 0     # the committed sequence's length: begin's start plus every round's tokens
+        self._drafted = False  # whether this round's drafts were this drafter's (a propose since update)
+        self._trusted: int | None = None  # cache positions the next round may keep (None: all but the last token)
 
     @property
     def calls(self) -> int:
@@ -66,7 +78,26 @@ class ModelDrafter(Drafter):
         return self.cached.forwards
 
     def begin(self, prompt: list[int]) -> None:
-        self.cached.begin(prompt, self.prefills)
+        self.committed = len(self.cached.begin(prompt, self.prefills))
+        self._drafted, self._trusted = False, None
+
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        """Count the round's tokens. After a round another drafter drafted, the next proposal keeps
+        no more of the cache than the positions before that round's last committed token (what a
+        proposal of this round would have kept): past it may lie rejected drafts of its own."""
+        if not self._drafted:
+            cut = self.committed - 1
+            self._trusted = cut if self._trusted is None else min(self._trusted, cut)
+        self.committed += len(new_tokens)
+        self._drafted = False
+
+    def _start_round(self, seq: torch.Tensor) -> None:
+        """Roll the cache back to the positions this round may keep, (1, L) ``seq`` being the
+        sequence, and checkpoint it before the drafts are fed."""
+        keep = seq.shape[1] - 1 if self._trusted is None else min(seq.shape[1] - 1, self._trusted)
+        self.cached.rollback(keep)
+        self.cached.checkpoint()
+        self._drafted, self._trusted = True, None
 
     def tree_support(self) -> str | None:
         return None  # a model that cannot take a tree drafts a chain in its place
@@ -80,8 +111,7 @@ class ModelDrafter(Drafter):
         host sync per step).
         """
         seq = ids.to(self.device)
-        self.cached.rollback(seq.shape[1] - 1)
-        self.cached.checkpoint()
+        self._start_round(seq)
         self._logits = []
 
         def step(s: torch.Tensor) -> torch.Tensor:
@@ -98,8 +128,7 @@ class ModelDrafter(Drafter):
         ``depth`` levels; a chain of ``min(depth, nodes)`` drafts when this drafter
         cannot take a tree (recurrent layers, no custom masks)."""
         seq = ids.to(self.device)
-        self.cached.rollback(seq.shape[1] - 1)
-        self.cached.checkpoint()
+        self._start_round(seq)
         if tree_support(self.cached) is not None:
             drafts, _ = self.propose(ids, min(depth, nodes))
             return Tree.chain(drafts.tolist())
@@ -112,8 +141,7 @@ class ModelDrafter(Drafter):
         (n + 1, V); a chain of ``min(depth, nodes)`` drafts and their q when this
         drafter cannot take a tree."""
         seq = ids.to(self.device)
-        self.cached.rollback(seq.shape[1] - 1)
-        self.cached.checkpoint()
+        self._start_round(seq)
         if tree_support(self.cached) is not None:
             drafts, q = self.propose(ids, min(depth, nodes))
             return Tree.chain(drafts.tolist()), torch.cat([q, torch.zeros_like(q[:1])])

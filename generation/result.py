@@ -104,6 +104,10 @@ class GenerationResult:
     ``shared_of_drafter``, ``shared_of_target``), ``retokenize_s`` (seconds of
     host work moving text between the vocabularies, part of the draft phase)
     and ``sync_misses`` (rounds whose text the drafter could not spell exactly).
+    ``hybrid`` (empty unless speculative decoding ran a hybrid drafter,
+    ``engine.strategy.HybridOptions``): its ``L`` and, per kind of round
+    (``model``, ``retrieval``), the ``rounds``, ``drafted`` and ``accepted``
+    counts and the ``acceptance`` (``analysis.hybrid.hybrid_summary``).
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -123,6 +127,7 @@ class GenerationResult:
     tree_rule: str = ""
     verify_rule: str = ""
     cross_tokenizer: dict = field(default_factory=dict)
+    hybrid: dict = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:

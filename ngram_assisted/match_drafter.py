@@ -12,7 +12,7 @@ import torch
 
 from generation.drafter import Drafter
 from generation.tree import Tree
-from ngram_assisted.suffix import DEFAULT_FACTOR
+from ngram_assisted.suffix import DEFAULT_FACTOR, Draft
 
 
 class MatchDrafter(Drafter):
@@ -38,17 +38,21 @@ class MatchDrafter(Drafter):
         self.storage.initialize(prompt)
         self.notes, self._pending = [], None
 
+    def draft(self, k: int, *, nodes: int | None = None, branch: int = 1) -> Draft:
+        """The storage's draft of this round (a chain of up to k tokens; with ``nodes``, a tree of
+        at most ``nodes`` nodes and k levels), with where it came from and its match length; it
+        becomes the round's note. A hybrid (``ngram_assisted.hybrid``) reads the match from it."""
+        draft = self.storage.draft(k, self.factor, nodes=nodes, branch=branch)
+        self._pending = draft.note()
+        return draft
+
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None) -> tuple[torch.Tensor, None]:
         """Up to k tokens: the storage's best chain after the longest match (no q: one-hot)."""
-        draft = self.storage.draft(k, self.factor)
-        self._pending = draft.note()
-        return torch.tensor(draft.tree.tokens, dtype=torch.long, device=ids.device), None
+        return torch.tensor(self.draft(k).tree.tokens, dtype=torch.long, device=ids.device), None
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
         """The storage's tree of continuations after the longest match, weighted by their counts."""
-        draft = self.storage.draft(depth, self.factor, nodes=nodes, branch=branch)
-        self._pending = draft.note()
-        return draft.tree
+        return self.draft(depth, nodes=nodes, branch=branch).tree
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """Append the round's tokens to the storage; close the round's note."""

@@ -30,6 +30,7 @@ TREE_BRANCH_RANGE = (1, 16)
 SUFFIX_PATTERN_RANGE = (1, 64)
 SUFFIX_OUTPUTS_RANGE = (0, 100_000)
 MATCH_FACTOR_RANGE = (0.1, 16.0)
+HYBRID_RANGE = (0, 64)  # L; engine.strategy.MAX_HYBRID_MATCH is the same bound
 
 ON_WORDS = ("on", "true", "yes", "1")
 OFF_WORDS = ("off", "false", "no", "0")
@@ -401,6 +402,12 @@ COMMANDS: dict[str, Command] = {
         Command("corpus", "FILE|off", "sam storage: also match the sequence in this text file (tokenised once "
                 "with the target's tokenizer, its automaton built once and kept across prompts)",
                 parse_corpus, show=lambda s: s.corpus or "off", flag="corpus"),
+        Command("hybrid", "L", "speculative decoding: in a round where the model-free storage's match is at "
+                "least L tokens, verify its draft instead of the drafter model's (the /set_ngramstorage "
+                "suffix or sam storage, with their settings; sam in place of an n-gram table; "
+                f"{HYBRID_RANGE[0]}-{HYBRID_RANGE[1]}, 0 = off)",
+                _int_setting("hybrid", "L", HYBRID_RANGE), show=lambda s: str(s.hybrid) if s.hybrid else "off",
+                flag="hybrid"),
         Command("top_k_filler", "N", "NASD: how many top target tokens fill the storage per step",
                 _int_setting("top_k_filler", "N", FILLER_RANGE), show=lambda s: str(s.top_k_filler),
                 flag="top-k-filler"),

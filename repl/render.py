@@ -93,6 +93,20 @@ def tree_text(result: GenerationResult) -> Text | None:
                 style="dim")
 
 
+def hybrid_text(result: GenerationResult) -> Text | None:
+    """``hybrid L 4: retrieval 11 rounds, accepted 10/15 drafts (67%) · model 12 rounds, accepted
+    7/48 drafts (15%)``: the rounds of each kind and their acceptance; None without the hybrid."""
+    info = getattr(result, "hybrid", None) or {}
+    if not info:
+        return None
+    parts = []
+    for kind in ("retrieval", "model"):
+        rounds, drafted, accepted = (info.get(key, {}).get(kind, 0) for key in ("rounds", "drafted", "accepted"))
+        share = f" ({accepted / drafted:.0%})" if drafted else ""
+        parts.append(f"{kind} {rounds} rounds, accepted {accepted}/{drafted} drafts{share}")
+    return Text(f"hybrid L {info.get('L', '?')}: " + " · ".join(parts), style="dim")
+
+
 def phases_text(result: GenerationResult) -> str:
     """``draft 0.10 s (8%) · verify 1.05 s (84%) · other 0.10 s (8%)``."""
     phases = result.phases or {}
@@ -236,6 +250,9 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     tree = tree_text(run.result) if run.key in DRAFTING else None
     if tree is not None:
         body.append(tree)
+    hybrid = hybrid_text(run.result)
+    if hybrid is not None:
+        body.append(hybrid)
     body.append(Text(path_text(run.result.rollback), style="dim"))
     crossing = cross_tokenizer_text(run.result)
     if crossing is not None:
@@ -575,6 +592,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         if tree is not None:
             parts.append(tree)
             parts.append(Text(_tree_depth_text(run.result), style="dim"))
+        hybrid = hybrid_text(run.result)
+        if hybrid is not None:
+            parts.append(hybrid)
         parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
         crossing = cross_tokenizer_text(run.result)
         if crossing is not None:

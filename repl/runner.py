@@ -17,7 +17,7 @@ from typing import Callable, ContextManager
 import torch
 
 from analysis.speedup import SEARCH_GAMMA
-from engine import CrossTokenizerOptions, EngineState, NGramOptions, Observer, Strategy, run_strategy
+from engine import CrossTokenizerOptions, EngineState, HybridOptions, NGramOptions, Observer, Strategy, run_strategy
 from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
@@ -147,15 +147,19 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
 
     The model policy chooses among 0..max(/gamma, 16) drafts; the confidence
     policy alone takes /gamma_policy's threshold. /uag says how the drafter
-    model drafts should its tokenizer differ (the engine decides when it does).
+    model drafts should its tokenizer differ (the engine decides when it does); /hybrid L
+    above 0 makes speculative decoding draft from NASD's storage settings in a round whose
+    match is at least L tokens (``engine.strategy.HybridOptions``).
     """
     policy = settings.gamma_policy
+    storage = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
+                           reset=settings.reset_in_between, max_pattern=settings.suffix_pattern,
+                           factor=settings.match_factor, max_outputs=settings.suffix_outputs,
+                           corpus=settings.corpus or None)
+    model = CrossTokenizerOptions(settings.uag)
     options = {
-        "ngram": NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
-                              reset=settings.reset_in_between, max_pattern=settings.suffix_pattern,
-                              factor=settings.match_factor, max_outputs=settings.suffix_outputs,
-                              corpus=settings.corpus or None),
-        "speculative": CrossTokenizerOptions(settings.uag),
+        "ngram": storage,
+        "speculative": HybridOptions(settings.hybrid, storage, model) if settings.hybrid else model,
     }
     return Strategy(
         key=key,

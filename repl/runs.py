@@ -338,6 +338,8 @@ class PromptRun:
         stats = tree_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls) if r.tree else None
         if stats is not None:
             entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}
+        if r.hybrid:
+            entry["hybrid"] = r.hybrid
         if why is not None and why.what_if is not None:
             w = why.what_if
             entry["what_if_rtt"] = {"rtt_ms": w.rtt_ms, "predicted_speedup": w.predicted,

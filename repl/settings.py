@@ -56,6 +56,7 @@ class Settings:
     suffix_outputs: int = 64      # suffix storage: earlier outputs its global trie keeps (M)
     match_factor: float = 1.0     # suffix and sam: drafts up to this times the match length (α)
     corpus: str = ""              # sam: a text file matched beside the context ("" = none)
+    hybrid: int = 0               # speculative: storage drafts in a round whose match is >= this (0 = off)
     seed: int = 42
     gamma_policy: str = "constant"
     gamma_threshold: float = 0.4  # used by the "confidence" policy only

@@ -161,6 +161,13 @@ class SelfDrafter(Drafter):
         logits = torch.cat(self._logits)                            # (k', V_drafter)
         return logits if self.vocab_size is None else logits[:, :self.vocab_size]
 
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        """On a cache of its own, the round's tokens go to it (a round another drafter drafted
+        cuts that cache back, see :class:`ModelDrafter`); on the target's cache there is nothing
+        to keep: each round reads the committed positions afresh."""
+        if self.mode == "own":
+            self.own.update(new_tokens, top_k)
+
     def rollback_stats(self) -> dict:
         return self.stats.to_dict() if self.mode != "own" else self.own.rollback_stats()
 

@@ -461,6 +461,26 @@ def test_our_drafting_variants_time_the_decode_without_the_inspector(tiny_pair):
             assert all((r.inspection is not None) == recorded for r in result.trace), (strategy_name, recorded)
 
 
+def test_hybrid_variants_names_plan_flag_and_strategy(tiny_pair):
+    from bench.cli import build_parser
+
+    names = [v.name for v in plan_variants(["speculative", "ngram"], [4], peers=True, hybrids=[2])]
+    assert names == ["target", "hf_generate", "speculative@4", "hf_assisted@4", "speculative+hybrid2@4",
+                     "ngram@4", "hf_prompt_lookup@4"]                       # no peer; NASD unchanged
+    variant = parse_variant_name("speculative+tree8+hybrid2@4~block")
+    assert (variant.hybrid, variant.tree, variant.verify) == (2, 8, "block")
+    assert variant.name == "speculative+tree8+hybrid2@4~block" and variant.peer is None
+    assert Variant("speculative", 4, hybrid=2).label == "speculative hybrid L2 γ=4"
+    assert build_parser().parse_args(["--hybrid", "4,2"]).hybrid == [2, 4]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--hybrid", "65"])
+    strategy = our_strategy(Variant("speculative", 2, hybrid=2), processor=GreedyProcessor(), max_gen_len=8,
+                            ngram=NGramOptions(storage="sam"))
+    result = our_call(strategy, tiny_pair, [3, 4, 5, 3, 4, 5, 3, 4], state=EngineState(),
+                      generator=torch.Generator().manual_seed(0))()
+    assert result.hybrid["L"] == 2 and result.hybrid["rounds"]["retrieval"] > 0
+
+
 def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):
     from bench.cli import main
 

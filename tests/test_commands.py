@@ -206,6 +206,7 @@ def test_documented_commands_are_all_in_the_table():
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
         "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
         "inspect", "tree_sample", "verify", "suffix_pattern", "suffix_outputs", "match_factor", "corpus",
+        "hybrid",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 
@@ -389,3 +390,14 @@ def test_the_match_storages_take_no_n_and_have_settings_of_their_own():
         reply, s = run(line)
         assert not reply.ok and s == Settings()
     assert run("/corpus off", Settings(corpus="a.txt"))[1].corpus == ""
+
+
+def test_hybrid_takes_a_match_length_from_0_to_64():
+    reply, s = run("/hybrid 4")
+    assert reply.ok and s.hybrid == 4 and reply.message == "hybrid: 4"
+    assert run("/hybrid 0", Settings(hybrid=4))[1].hybrid == 0
+    for line in ("/hybrid -1", "/hybrid 65", "/hybrid on", "/hybrid"):
+        reply, s = run(line)
+        assert not reply.ok and "\n" not in reply.message and s == Settings()
+    assert flags("--hybrid", "8").hybrid == 8
+    assert COMMANDS["hybrid"].show(Settings()) == "off" and COMMANDS["hybrid"].show(Settings(hybrid=3)) == "3"

@@ -539,3 +539,48 @@ def test_a_match_drafters_panel_and_stats_show_sources_lengths_and_the_measured_
     c, out = console()
     c.print(render.stats_view(why_prompt_run()))
     assert "where the drafts came from" not in out.getvalue() and "0.97x at γ 2" in out.getvalue()
+
+# ------------------------------------------------------------------ the hybrid drafter
+
+HYBRID = {"L": 4, "rounds": {"model": 12, "retrieval": 11}, "drafted": {"model": 48, "retrieval": 15},
+          "accepted": {"model": 7, "retrieval": 10}, "acceptance": {"model": 7 / 48, "retrieval": 10 / 15}}
+
+
+def test_the_hybrid_panel_counts_rounds_and_acceptance_of_each_kind():
+    r = result([1] * 12, seconds=2.0, drafted=63, accepted=17, target_calls=4, drafter_calls=48, hybrid=HYBRID)
+    line = ("hybrid L 4: retrieval 11 rounds, accepted 10/15 drafts (67%) · "
+            "model 12 rounds, accepted 7/48 drafts (15%)")
+    assert render.hybrid_text(r).plain == line
+    c, out = console()
+    c.print(render.strategy_panel(StrategyRun("speculative", r, text="hello"), [], WordTokenizer(), debug=False))
+    assert line in out.getvalue()
+    pr = why_prompt_run()
+    pr.runs[0].result.hybrid = HYBRID
+    c, out = console()
+    c.print(render.stats_view(pr))
+    assert line in out.getvalue()
+    # A kind that drafted nothing shows no share; a run without the hybrid shows no line.
+    none = {**HYBRID, "rounds": {"model": 0, "retrieval": 3}, "drafted": {"model": 0, "retrieval": 3},
+            "accepted": {"model": 0, "retrieval": 3}}
+    assert render.hybrid_text(result([1], hybrid=none)).plain.endswith("model 0 rounds, accepted 0/0 drafts")
+    assert render.hybrid_text(result([1])) is None
+
+
+def test_the_hybrid_counts_travel_in_the_json_and_the_strategy_asks_for_it():
+    pr = prompt_run()
+    pr.runs[0].result.hybrid = HYBRID
+    obj = json.loads(json.dumps(pr.to_dict()))
+    assert obj["strategies"]["speculative"]["hybrid"] == HYBRID
+    assert "hybrid" not in obj["strategies"]["ngram"]
+    from engine import CrossTokenizerOptions, HybridOptions, NGramOptions
+
+    off = strategy_for("speculative", Settings())
+    assert off.drafter_options == CrossTokenizerOptions("slem")
+    on = strategy_for("speculative", Settings(hybrid=4, ngram_storage="suffix", suffix_pattern=8, match_factor=2.0,
+                                              reset_in_between=False, uag="tli"))
+    assert on.drafter == "model" and isinstance(on.drafter_options, HybridOptions)
+    assert on.drafter_options.min_match == 4 and on.drafter_options.model == CrossTokenizerOptions("tli")
+    storage = on.drafter_options.retrieval
+    assert isinstance(storage, NGramOptions) and (storage.storage, storage.max_pattern, storage.factor,
+                                                  storage.reset) == ("suffix", 8, 2.0, False)
+    assert strategy_for("ngram", Settings(hybrid=4)) == strategy_for("ngram", Settings())   # NASD unchanged

@@ -73,15 +73,19 @@ def _check_block(ins, rnd, p_rule: torch.Tensor, q_rules: torch.Tensor | None) -
     return [1.0] + ratios.tolist()
 
 
-def check_rounds(result, prompt, target, drafter, processor, rule: str = "residual") -> int:
+def check_rounds(result, prompt, target, drafter, processor, rule: str = "residual", *,
+                 drafters: list | None = None) -> int:
     """Compare every recorded round with the models re-run uncached; returns the rejections seen.
 
     ``rule``: the chain verify rule the run used (``speculative(..., verify=rule)``).
+    ``drafters``: per round, the drafter model that drafted it or None (one-hot q), for a run
+    whose rounds drafted from different sides (the hybrid); ``drafter`` for every round otherwise.
     """
     greedy = processor.is_greedy
     shown = (lambda logits: logits.softmax(-1)) if greedy else processor
     rejections = 0
-    for rnd, prefix in zip(result.trace, _prefixes(prompt, result.trace)):
+    per_round = drafters if drafters is not None else [drafter] * len(result.trace)
+    for rnd, prefix, drafter in zip(result.trace, _prefixes(prompt, result.trace), per_round):
         ins = rnd.inspection
         assert ins is not None and ins.shown == ("softmax" if greedy else "rule") and ins.rule == rule
         k = len(rnd.drafted)
