@@ -19,7 +19,8 @@ from engine.loading import load_pair
 from engine.pair import pair_of
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
-from engine.strategy import DEFAULT_GAMMA, MAX_GAMMA, CrossTokenizerOptions, NGramOptions, Strategy
+from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, CrossTokenizerOptions, LookaheadOptions, NGramOptions, Strategy,
+                             lookahead_strategy)
 from generation.drafter import Drafter
 from generation.observer import NoObserver, Observer
 
@@ -30,12 +31,14 @@ __all__ = [
     "DraftContext",
     "Drafter",
     "EngineState",
+    "LookaheadOptions",
     "MAX_GAMMA",
     "NGramOptions",
     "NoObserver",
     "Observer",
     "Strategy",
     "load_pair",
+    "lookahead_strategy",
     "pair_of",
     "loop_vocab_size",
     "register_drafter",
