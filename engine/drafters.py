@@ -139,16 +139,18 @@ def cross_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
 def lookahead_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """Lookahead decoding's drafter (``ngram_assisted.lookahead``) with ``strategy.drafter_options``
     (:class:`LookaheadOptions`). Its candidates are verified as a token tree, so the strategy
-    must ask for trees (``engine.lookahead_strategy`` builds one that does). Without ``reset``
-    the n-gram pool is kept in ``state`` for the pair (one per N and G)."""
+    must ask for trees (``engine.lookahead_strategy`` builds one that does). The n-gram pool
+    lives in ``state`` for the pair (one per N and G), emptied first when ``reset``."""
     options = strategy.drafter_options or LookaheadOptions()
     if not isinstance(options, LookaheadOptions):
         raise ValueError(f"the lookahead drafter takes LookaheadOptions, got {type(options).__name__}")
     if strategy.tree < 1:
         raise ValueError("lookahead verifies its candidates as a token tree: give the strategy tree > 0 "
                          "(engine.lookahead_strategy builds it)")
-    pool = None if options.reset else state.for_pair(pair, f"lookahead_pool:{options.ngram}:{options.guesses}",
-                                                     lambda: NGramPool(options.guesses))
+    pool = state.for_pair(pair, f"lookahead_pool:{options.ngram}:{options.guesses}",
+                          lambda: NGramPool(options.guesses))
+    if options.reset:
+        pool.clear()
     return LookaheadDrafter(options.window, options.ngram, options.guesses, pool)
 
 

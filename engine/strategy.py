@@ -68,9 +68,9 @@ class LookaheadOptions:
     ``guesses`` (G): candidate n-grams verified per round, and how many the pool keeps
     per first token. A round feeds (W - 1) + (N - 2) W window rows and at most
     G (N - 1) candidate nodes. The defaults are sized for a CPU, where every row
-    fed costs time (docs/lookahead.md). ``reset``: start with an empty n-gram pool
-    (the paper's way); without it the pool lives in the
-    :class:`engine.state.EngineState` and keeps what earlier runs found.
+    fed costs time (docs/lookahead.md). The n-gram pool lives in the
+    :class:`engine.state.EngineState`; ``reset`` empties it before the run (the
+    paper's way); without it the pool keeps what earlier runs found.
     """
 
     window: int = 5

@@ -57,6 +57,10 @@ class NGramPool:
             del rests[0]
             self.size -= 1
 
+    def clear(self) -> None:
+        self.table.clear()
+        self.size = 0
+
     def candidates(self, key: int) -> list[tuple[int, ...]]:
         """The rests of the n-grams that start with ``key``, most recent first."""
         return self.table.get(key, [])[::-1]

@@ -351,3 +351,57 @@ def test_a_fresh_draw_after_rejected_candidates_is_caught(monkeypatch, target, e
                         fresh_draw_after_rejection(generation.tree_round.accept_tree))
     counts, _, _ = sampled(target)
     assert goodness_of_fit(counts, exact).p_value < P_FLOOR
+
+
+# ------------------------------------------------------------------ the pool across prompts
+
+def test_the_pool_is_kept_across_prompts_only_without_reset(greedy_target):
+    pair, state = pair_of(greedy_target), EngineState()
+    kept = LookaheadOptions(5, 3, 5, reset=False)
+
+    def run(options):
+        return run_strategy(lookahead_strategy(options, processor=GreedyProcessor(), max_gen_len=LENGTH),
+                            pair, PROMPTS[0], state=state)
+
+    first = run(kept)
+    second = run(kept)              # the first run's round 1 left an n-gram keyed by the prompt's last token
+    assert second.tokens == first.tokens == ar(greedy_target, PROMPTS[0])
+    assert first.trace[0].note["candidates"] == 0 and second.trace[0].note["candidates"] > 0
+    fresh = run(LookaheadOptions(5, 3, 5, reset=True))
+    assert fresh.tokens == first.tokens and fresh.trace[0].note["candidates"] == 0
+
+
+# ------------------------------------------------------------------ the REPL: command, panel, JSON
+
+def test_the_repl_runs_lookahead_with_its_own_settings_and_reports_it(tmp_path):
+    from repl import render
+    from repl.commands import execute
+    from repl.runner import Runner, strategy_for
+    from repl.settings import Settings
+    from tests.helpers.repl import build_model, build_tokenizer, console
+
+    settings = Settings(speculative=False, ngram=False, length=24, chat=False)
+    for line in ("/lookahead on", "/lookahead_window 4", "/lookahead_ngram 4", "/lookahead_guesses 3"):
+        assert execute(line, settings).ok, line
+    refused = execute("/lookahead_ngram 2", settings)
+    assert not refused.ok and "\n" not in refused.message and settings.lookahead_ngram == 4
+    strategy = strategy_for("lookahead", settings)
+    assert strategy.drafter_options == LookaheadOptions(4, 4, 3, reset=True)
+    assert (strategy.gamma, strategy.tree) == (3, 9)
+    tokenizer = build_tokenizer()
+    pair = pair_of(build_model(1, len(tokenizer), context=512), tokenizer=tokenizer)
+    runner = Runner(pair)
+    prompt_run = runner.run(runner.prepare("the cat and the dog and the cat and the", settings), settings)
+    runs = {r.key: r for r in prompt_run.runs}
+    assert set(runs) == {"lookahead", "target"} and runs["lookahead"].error is None
+    assert runs["lookahead"].result.tokens == runs["target"].result.tokens
+    entry = prompt_run.to_dict()["strategies"]["lookahead"]
+    assert entry["identical_to_target"] is True
+    stats = entry["lookahead_stats"]
+    assert stats["rounds"] == len(runs["lookahead"].result.trace) and stats["pool"] > 0
+    assert stats["tokens_per_target_call"] == pytest.approx(entry["tokens_per_target_call"])
+    con, out = console()
+    con.print(render.strategy_panel(runs["lookahead"], prompt_run.prompt_ids, tokenizer, debug=True,
+                                    prompt_run=prompt_run))
+    text = out.getvalue()
+    assert "tokens/target call" in text and "accepted n-gram length" in text and "pool" in text
