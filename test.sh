@@ -19,6 +19,7 @@ FLOOR_TESTS=(
     tests/test_inspection.py
     tests/test_processors.py
     tests/test_ngram_storage.py
+    tests/test_lookahead.py
     tests/test_architectures.py
     tests/test_cache.py
     tests/test_selfdraft_matrix.py

@@ -20,7 +20,7 @@ from engine.pair import pair_of
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, MAX_HYBRID_MATCH, CrossTokenizerOptions, HybridOptions,
-                             NGramOptions, Strategy)
+                             LookaheadOptions, NGramOptions, Strategy, lookahead_strategy)
 from generation.drafter import Drafter
 from generation.observer import NoObserver, Observer
 
@@ -32,6 +32,7 @@ __all__ = [
     "Drafter",
     "EngineState",
     "HybridOptions",
+    "LookaheadOptions",
     "MAX_GAMMA",
     "MAX_HYBRID_MATCH",
     "NGramOptions",
@@ -39,6 +40,7 @@ __all__ = [
     "Observer",
     "Strategy",
     "load_pair",
+    "lookahead_strategy",
     "pair_of",
     "loop_vocab_size",
     "register_drafter",

@@ -18,12 +18,13 @@ import torch
 
 from cross_tokenizer import cross_tokenizer_drafter, drafter_ends, has_own_tokenizer, vocab_map_of
 from engine.state import MATCH_STORAGES
-from engine.strategy import CrossTokenizerOptions, HybridOptions, NGramOptions
+from engine.strategy import CrossTokenizerOptions, HybridOptions, LookaheadOptions, NGramOptions
 from generation.common import check_request
 from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
 from ngram_assisted import HybridDrafter, MatchDrafter, NGramDrafter
+from ngram_assisted.lookahead import LookaheadDrafter, NGramPool
 from ngram_assisted.sam import corpus_automaton, read_corpus
 from selfdraft.build import build_self_drafter
 from selfdraft.drafter import SelfDrafter
@@ -159,7 +160,26 @@ def cross_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
                                    ends=state.for_pair(pair, "drafter_ends", lambda: drafter_ends(pair)))
 
 
+def lookahead_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
+    """Lookahead decoding's drafter (``ngram_assisted.lookahead``) with ``strategy.drafter_options``
+    (:class:`LookaheadOptions`). Its candidates are verified as a token tree, so the strategy
+    must ask for trees (``engine.lookahead_strategy`` builds one that does). The n-gram pool
+    lives in ``state`` for the pair (one per N and G), emptied first when ``reset``."""
+    options = strategy.drafter_options or LookaheadOptions()
+    if not isinstance(options, LookaheadOptions):
+        raise ValueError(f"the lookahead drafter takes LookaheadOptions, got {type(options).__name__}")
+    if strategy.tree < 1:
+        raise ValueError("lookahead verifies its candidates as a token tree: give the strategy tree > 0 "
+                         "(engine.lookahead_strategy builds it)")
+    pool = state.for_pair(pair, f"lookahead_pool:{options.ngram}:{options.guesses}",
+                          lambda: NGramPool(options.guesses))
+    if options.reset:
+        pool.clear()
+    return LookaheadDrafter(options.window, options.ngram, options.guesses, pool)
+
+
 register_drafter("model", model_drafter)
 register_drafter("cross_tokenizer", cross_drafter)
 register_drafter("ngram", ngram_drafter)
 register_drafter("self", self_drafter)
+register_drafter("lookahead", lookahead_drafter)

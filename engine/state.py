@@ -1,5 +1,5 @@
 """What the engine keeps between prompts: the n-gram storage, the γ policies, and what it built
-once for the loaded pair (self-draft models, a cross-tokenizer vocabulary map)."""
+once for the loaded pair (self-draft models, a cross-tokenizer vocabulary map, lookahead's n-gram pool)."""
 
 from __future__ import annotations
 

@@ -89,6 +89,40 @@ class HybridOptions:
 
 
 @dataclass(frozen=True)
+class LookaheadOptions:
+    """Lookahead decoding's shape (``ngram_assisted.lookahead``; Fu et al., ICML 2024).
+
+    ``window`` (W): columns of the Jacobi window; ``ngram`` (N, at least 3): the n-gram
+    size, so the window has N - 1 levels and each candidate drafts N - 1 tokens;
+    ``guesses`` (G): candidate n-grams verified per round, and how many the pool keeps
+    per first token. A round feeds (W - 1) + (N - 2) W window rows and at most
+    G (N - 1) candidate nodes. The defaults are sized for a CPU, where every row
+    fed costs time (docs/lookahead.md). The n-gram pool lives in the
+    :class:`engine.state.EngineState`; ``reset`` empties it before the run (the
+    paper's way); without it the pool keeps what earlier runs found.
+    """
+
+    window: int = 5
+    ngram: int = 3
+    guesses: int = 5
+    reset: bool = True
+
+    @property
+    def nodes(self) -> int:
+        """The most candidate nodes a round verifies: G n-grams of N - 1 drafts each."""
+        return self.guesses * (self.ngram - 1)
+
+
+def lookahead_strategy(options: LookaheadOptions = LookaheadOptions(), *, key: str = "lookahead",
+                       **fields) -> "Strategy":
+    """The ``Strategy`` of lookahead decoding with ``options``: the ``lookahead`` drafter, trees
+    of at most G (N - 1) nodes and N - 1 levels (γ = N - 1 under the constant policy).
+    ``fields``: any other ``Strategy`` field (processor, max_gen_len, seed, ...)."""
+    return Strategy(key, drafter="lookahead", drafter_options=options, gamma=options.ngram - 1,
+                    gamma_policy="constant", tree=options.nodes, **fields)
+
+
+@dataclass(frozen=True)
 class Strategy:
     """One way to decode a prompt.
 

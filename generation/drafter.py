@@ -14,6 +14,8 @@ What a round does with a drafter, in order::
     propose(ids, k)         a chain of up to k drafts and their q   (or, with trees on:
     propose_tree(...)           a tree of top children, or
     propose_sampled_tree(...)   a tree whose children were drawn from q)
+    extra_rows(ids, tree)   tree rounds only: rows to feed beside the tree (lookahead's window)
+    extra_outputs(tokens)   tree rounds only, when extra rows were fed: the target's argmax at each
     draft_logits()          after a chain proposal, for the inspector (greedy: q is one-hot)
     update(new, top_k)      the tokens the round appended (and the target's top-k when asked)
     rollback_stats()        once, at the end: how the drafter's own cache was rolled back
@@ -27,7 +29,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from generation.tree import Tree
+from generation.tree import ExtraRows, Tree
 
 
 class Drafter(ABC):
@@ -93,6 +95,22 @@ class Drafter(ABC):
         """A tree whose children were drawn from q without replacement, and q at the root and
         each node, (n + 1, V). Only called when ``samples_trees`` is True."""
         raise NotImplementedError(f"{type(self).__name__} does not sample trees")
+
+    def extra_rows(self, ids: torch.Tensor, tree: Tree) -> ExtraRows | None:
+        """Rows to feed in the tree round's verify pass beside ``tree`` (after the nodes), or None.
+
+        Each extra row sees the committed prefix, the root and its own ancestors
+        among the extra rows, nothing of the tree (``generation.tree.visibility``);
+        their outputs never enter acceptance, and the cache drops them after the
+        pass with the rejected nodes. Lookahead decoding's Jacobi window is fed
+        this way (``ngram_assisted.lookahead``). Default: none.
+        """
+        return None
+
+    def extra_outputs(self, tokens: list[int]) -> None:
+        """The target's argmax at each extra row of this round, in order (read back in the
+        round's one host sync), before :meth:`update`. Called only when :meth:`extra_rows`
+        gave rows. Default: nothing to learn."""
 
     def draft_logits(self) -> torch.Tensor | None:
         """The last chain proposal's raw logits, (k', V), or None. Under greedy the inspector shows

@@ -16,6 +16,12 @@ running each root-to-node path on its own:
 
 Sliding-window layers additionally hide keys ``window`` or more positions back
 (:func:`layer_mask`), as their causal mask would.
+
+A drafter may ask for *extra rows* in the same pass (:class:`ExtraRows`, e.g.
+lookahead decoding's Jacobi window): a second forest hanging from the root,
+fed after the nodes. An extra row sees the prefix, the root and its own
+ancestors among the extra rows; no node sees an extra row and no extra row
+sees a node, so their outputs are those of separate passes.
 """
 
 from __future__ import annotations
@@ -80,14 +86,53 @@ class Tree:
         return sorted(kids, key=lambda i: self.ranks[i])
 
 
-def ancestors(tree: Tree, device=None) -> torch.Tensor:
-    """(n, n) bool: [i, j] is True when node j is node i or one of its ancestors."""
-    n = len(tree)
+@dataclass(frozen=True)
+class ExtraRows:
+    """Rows a drafter asks to have fed in a tree's verify pass, after the nodes.
+
+    ``parents[i]``: -1 (the root) or an earlier extra row. Unlike a tree's
+    nodes, siblings may carry equal tokens (the rows are not candidates, and
+    their outputs never enter acceptance).
+    """
+
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+
+    def __post_init__(self):
+        if len(self.parents) != len(self.tokens):
+            raise ValueError("tokens and parents must have one entry per extra row")
+        for i, parent in enumerate(self.parents):
+            if not -1 <= parent < i:
+                raise ValueError(f"extra row {i}: parent {parent} must be -1 or an earlier row")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        out: list[int] = []
+        for parent in self.parents:
+            out.append(0 if parent < 0 else out[parent] + 1)
+        return tuple(out)
+
+
+NO_EXTRA = ExtraRows((), ())
+
+
+def ancestors_of(parents: tuple[int, ...]) -> torch.Tensor:
+    """(n, n) bool over a parents-first forest: [i, j] when j is i or one of its ancestors."""
+    n = len(parents)
     out = torch.zeros(n, n, dtype=torch.bool)
-    for i, parent in enumerate(tree.parents):
+    for i, parent in enumerate(parents):
         out[i, i] = True
         if parent >= 0:
             out[i] |= out[parent]
+    return out
+
+
+def ancestors(tree: Tree, device=None) -> torch.Tensor:
+    """(n, n) bool: [i, j] is True when node j is node i or one of its ancestors."""
+    out = ancestors_of(tree.parents)
     return out.to(device) if device is not None else out
 
 
@@ -96,21 +141,30 @@ def tree_positions(tree: Tree, prefix: int, device=None) -> torch.Tensor:
     return torch.tensor(tree.depths, dtype=torch.long, device=device) + prefix
 
 
-def visibility(tree: Tree, past: int, chain: int, device=None) -> torch.Tensor:
+def visibility(tree: Tree, past: int, chain: int, device=None, extra: ExtraRows = NO_EXTRA) -> torch.Tensor:
     """Which keys each query of one tree-verify block may see, before windows.
 
     The block feeds ``chain`` committed tokens the cache has not seen (the
-    last one is the root), then the n nodes; the cache already holds ``past``
-    positions. Returns (chain + n, past + chain + n) bool: the chain part is
-    causal; a node sees the prefix, the chain and its ancestors.
+    last one is the root), then the n nodes, then the m ``extra`` rows; the
+    cache already holds ``past`` positions. Returns (chain + n + m,
+    past + chain + n + m) bool: the chain part is causal; a node sees the
+    prefix, the chain and its ancestors; an extra row the prefix, the chain
+    and its ancestors among the extra rows (never a node, and no node it).
     """
-    n = len(tree)
-    rows = torch.zeros(chain + n, past + chain + n, dtype=torch.bool)
+    n, m = len(tree), len(extra)
+    nodes = past + chain
+    rows = torch.zeros(chain + n + m, nodes + n + m, dtype=torch.bool)
     rows[:, :past] = True
-    rows[:chain, past:past + chain] = torch.ones(chain, chain, dtype=torch.bool).tril()
-    rows[chain:, past:past + chain] = True
-    rows[chain:, past + chain:] = ancestors(tree)
+    rows[:chain, past:nodes] = torch.ones(chain, chain, dtype=torch.bool).tril()
+    rows[chain:, past:nodes] = True
+    rows[chain:chain + n, nodes:nodes + n] = ancestors(tree)
+    rows[chain + n:, nodes + n:] = ancestors_of(extra.parents)
     return rows.to(device) if device is not None else rows
+
+
+def extra_positions(extra: ExtraRows, prefix: int, device=None) -> torch.Tensor:
+    """(m,) position ids of the extra rows: ``prefix`` (the root's position + 1) plus depth."""
+    return torch.tensor(extra.depths, dtype=torch.long, device=device) + prefix
 
 
 def layer_mask(visible: torch.Tensor, positions: torch.Tensor, *, window: int | None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.tree import Tree, layer_mask, tree_positions, visibility
+from generation.tree import NO_EXTRA, ExtraRows, Tree, extra_positions, layer_mask, tree_positions, visibility
 from kvcache.cache import CachedModel
 
 
@@ -27,25 +27,28 @@ def masked_forward(cached: CachedModel, tokens: torch.Tensor, positions: torch.T
     return cached.forward_masked(tokens, positions[-m:].view(1, m), mask, keep)
 
 
-def tree_forward(cached: CachedModel, ids: torch.Tensor, tree: Tree) -> torch.Tensor:
+def tree_forward(cached: CachedModel, ids: torch.Tensor, tree: Tree, extra: ExtraRows = NO_EXTRA) -> torch.Tensor:
     """Score every node of ``tree`` after the committed sequence ``ids`` (1, L).
 
     Feeds the tokens of ``ids`` the cache has not seen (the last one is the
-    root) and the nodes, in one pass. Returns (n + 1, V): the root's logits,
-    then each node's. The cache then holds ``ids`` and every node; keep the
-    accepted path with :func:`keep_path`.
+    root), the nodes and the ``extra`` rows, in one pass. Returns
+    (n + 1 + m, V): the root's logits, each node's, then each extra row's.
+    The cache then holds ``ids``, every node and every extra row; keep the
+    accepted path (and drop the extra rows) with :func:`keep_path`.
     """
     device = ids.device
     past, length = cached.length, ids.shape[1]
     chain = length - past
-    nodes = torch.tensor(tree.tokens, dtype=torch.long, device=device)
-    tokens = torch.cat([ids[:, past:], nodes.view(1, -1)], dim=1)               # (1, chain + n)
+    fed = torch.tensor(tree.tokens + extra.tokens, dtype=torch.long, device=device)
+    tokens = torch.cat([ids[:, past:], fed.view(1, -1)], dim=1)                 # (1, chain + n + m)
     positions = torch.cat([torch.arange(length, device=device),
-                           tree_positions(tree, length, device)])              # (past + chain + n,)
-    visible = visibility(tree, past, chain, device)                             # (chain + n, K)
-    return masked_forward(cached, tokens, positions, visible, keep=len(tree) + 1)
+                           tree_positions(tree, length, device),
+                           extra_positions(extra, length, device)])             # (past + chain + n + m,)
+    visible = visibility(tree, past, chain, device, extra)                      # (chain + n + m, K)
+    return masked_forward(cached, tokens, positions, visible, keep=len(tree) + len(extra) + 1)
 
 
-def keep_path(cached: CachedModel, tree: Tree, path: list[int]) -> None:
-    """After :func:`tree_forward`, keep only the nodes of ``path`` in the cache."""
-    cached.keep_block(len(tree), path)
+def keep_path(cached: CachedModel, tree: Tree, path: list[int], extra: int = 0) -> None:
+    """After :func:`tree_forward`, keep only the nodes of ``path`` in the cache (the ``extra``
+    rows fed after the nodes go too)."""
+    cached.keep_block(len(tree) + extra, path)

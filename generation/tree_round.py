@@ -3,6 +3,10 @@
 and depth ``k_max``; the target scores the root and every node in one forward
 pass (``generation.tree_forward``); ``accept_tree`` picks the path; the target
 cache keeps exactly that path (a gather); the drafter is told what was appended.
+A drafter may ask for extra rows in the same pass (``Drafter.extra_rows``:
+lookahead decoding's Jacobi window); they are scored beside the tree, never
+verified, their argmax handed back (``Drafter.extra_outputs``), and dropped
+from the cache with the rejected nodes.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from generation.common import cut_at_end
 from generation.observer import target_delay
 from generation.phases import fill_target_first
 from generation.result import GenerationResult, Round
-from generation.tree import Tree, ancestors
+from generation.tree import NO_EXTRA, Tree, ancestors
 from generation.tree_forward import keep_path, tree_forward
 
 
@@ -36,6 +40,7 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
         tree, q = drafter.propose_sampled_tree(ids, k_max, nodes, branch)
     else:
         tree = drafter.propose_tree(ids, k_max, nodes, branch)
+    extra = drafter.extra_rows(ids, tree) or NO_EXTRA
     t1 = clock.mark()
     if loop.watch.active:
         # The live view shows the tree's first-choice line as pending (the
@@ -47,9 +52,10 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
     device = ids.device
     target_delay(loop.target_delay_s, device)
     target.checkpoint()         # snapshots only layers a gather cannot put back (none on most models)
-    logits = tree_forward(target, ids, tree)                            # (n + 1, V)
+    logits = tree_forward(target, ids, tree, extra)                     # (n + 1 + m, V)
     if loop.vocab_size is not None:
         logits = logits[:, :loop.vocab_size]
+    logits, extra_argmax = logits[:len(tree) + 1], logits[len(tree) + 1:].argmax(dim=-1)   # (n + 1, V), (m,)
     p = loop.processor(logits)
     tokens = torch.tensor(tree.tokens, dtype=torch.long, device=device)
     parents = torch.tensor(tree.parents, dtype=torch.long, device=device)
@@ -63,17 +69,22 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
     top_k = logits.topk(width, dim=-1).indices if width > 1 else None  # (n + 1, width)
     t2 = clock.mark()
     # The round's single host sync.
-    parts = [n.view(1), deepest.view(1), token.view(1)] + ([top_k.flatten()] if top_k is not None else [])
+    parts = [n.view(1), deepest.view(1), token.view(1), extra_argmax]
+    if top_k is not None:
+        parts.append(top_k.flatten())
     flat = torch.cat(parts).tolist()
     deepest, token = flat[1], flat[2]
+    start = 3 + len(extra)                                              # where the top-k rows begin
     path = tree.path_to(deepest)
     new, stop = cut_at_end([tree.tokens[i] for i in path] + [token], loop.eos)
     ids = torch.cat([ids, torch.tensor([new], dtype=torch.long, device=device)], dim=1)
-    keep_path(target, tree, path)
+    keep_path(target, tree, path, len(extra))
     rows = None
     if top_k is not None:
         at = [0] + [i + 1 for i in path]                               # rows that produced new[j]
-        rows = [flat[3 + r * width:3 + (r + 1) * width] for r in at][:len(new)]
+        rows = [flat[start + r * width:start + (r + 1) * width] for r in at][:len(new)]
+    if len(extra):
+        drafter.extra_outputs(flat[3:start])
     drafter.update(new, rows)
     count_tree(loop.result, tree, path, new, gamma=k_max,
                draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + clock.seconds(*filled))

@@ -31,6 +31,9 @@ SUFFIX_PATTERN_RANGE = (1, 64)
 SUFFIX_OUTPUTS_RANGE = (0, 100_000)
 MATCH_FACTOR_RANGE = (0.1, 16.0)
 HYBRID_RANGE = (0, 64)  # L; engine.strategy.MAX_HYBRID_MATCH is the same bound
+LOOKAHEAD_WINDOW_RANGE = (1, 64)
+LOOKAHEAD_NGRAM_RANGE = (3, 16)
+LOOKAHEAD_GUESSES_RANGE = (1, 64)
 
 ON_WORDS = ("on", "true", "yes", "1")
 OFF_WORDS = ("off", "false", "no", "0")
@@ -364,6 +367,8 @@ COMMANDS: dict[str, Command] = {
                 values=tuple(PROCESSOR_ARGS), flag="processor"),
         _toggle("speculative", "run speculative decoding (drafter model proposes)"),
         _toggle("ngram", "run NASD (n-gram storage proposes)"),
+        _toggle("lookahead", "run lookahead decoding (Fu et al. 2024: n-grams from a Jacobi window, verified "
+                "in the same target forward; off by default)"),
         _toggle("target", "run target autoregressive decoding (the baseline)", flag="target-ar"),
         _toggle("drafter", "run drafter autoregressive decoding", flag="drafter-ar"),
         _toggle("cache", "use the KV cache"),
@@ -411,7 +416,19 @@ COMMANDS: dict[str, Command] = {
         Command("top_k_filler", "N", "NASD: how many top target tokens fill the storage per step",
                 _int_setting("top_k_filler", "N", FILLER_RANGE), show=lambda s: str(s.top_k_filler),
                 flag="top-k-filler"),
-        _toggle("reset_in_between", "empty the n-gram storage before every prompt"),
+        Command("lookahead_window", "W", "lookahead: columns of the Jacobi window (W); each round feeds "
+                f"(W - 1) + (N - 2) x W window tokens ({LOOKAHEAD_WINDOW_RANGE[0]}-{LOOKAHEAD_WINDOW_RANGE[1]})",
+                _int_setting("lookahead_window", "W", LOOKAHEAD_WINDOW_RANGE),
+                show=lambda s: str(s.lookahead_window), flag="lookahead-window"),
+        Command("lookahead_ngram", "N", "lookahead: n-gram size (N); the window has N - 1 levels and each "
+                f"candidate drafts N - 1 tokens ({LOOKAHEAD_NGRAM_RANGE[0]}-{LOOKAHEAD_NGRAM_RANGE[1]})",
+                _int_setting("lookahead_ngram", "N", LOOKAHEAD_NGRAM_RANGE),
+                show=lambda s: str(s.lookahead_ngram), flag="lookahead-ngram"),
+        Command("lookahead_guesses", "G", "lookahead: candidate n-grams verified per round, and how many the "
+                f"pool keeps per first token (G; {LOOKAHEAD_GUESSES_RANGE[0]}-{LOOKAHEAD_GUESSES_RANGE[1]})",
+                _int_setting("lookahead_guesses", "G", LOOKAHEAD_GUESSES_RANGE),
+                show=lambda s: str(s.lookahead_guesses), flag="lookahead-guesses"),
+        _toggle("reset_in_between", "empty the n-gram storage (and lookahead's n-gram pool) before every prompt"),
         Command("seed", "N", "random seed set before every strategy",
                 _int_setting("seed", "N", SEED_RANGE), show=lambda s: str(s.seed), flag="seed"),
         Command("gamma_policy", "constant | heuristic | confidence T | model",

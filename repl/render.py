@@ -20,7 +20,8 @@ from repl.commands import COMMANDS
 from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, round_pieces
 from repl.settings import Settings, settings_from_dict
 
-STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "target": "blue", "drafter": "magenta"}
+STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "lookahead": "yellow", "target": "blue",
+                    "drafter": "magenta"}
 ACCEPTED = "green"
 REJECTED = "red strike"
 TARGET = "bold blue"
@@ -105,6 +106,23 @@ def hybrid_text(result: GenerationResult) -> Text | None:
         share = f" ({accepted / drafted:.0%})" if drafted else ""
         parts.append(f"{kind} {rounds} rounds, accepted {accepted}/{drafted} drafts{share}")
     return Text(f"hybrid L {info.get('L', '?')}: " + " · ".join(parts), style="dim")
+
+
+def lookahead_text(result: GenerationResult) -> Text | None:
+    """One line on lookahead decoding: tokens per target call, the accepted n-gram length and
+    the pool; or why it ran as target AR."""
+    if result.tree_fallback:
+        return Text(f"{result.tree_fallback} (lookahead drafts nothing without its window: target AR)",
+                    style="yellow")
+    from analysis.lookahead import lookahead_summary
+
+    stats = lookahead_summary(result.trace, tokens=len(result.tokens), target_calls=result.target_calls)
+    if stats is None:
+        return None
+    return Text(f"lookahead: {stats['tokens_per_target_call']:.2f} tokens/target call · accepted n-gram "
+                f"length {stats['accepted_ngram_length']:.2f} over {stats['rounds_with_candidates']}/"
+                f"{stats['rounds']} rounds with candidates ({stats['mean_candidates']:.1f} per round) · "
+                f"pool {stats['pool']} n-grams", style="dim")
 
 
 def phases_text(result: GenerationResult) -> str:
@@ -247,7 +265,10 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     acceptance = acceptance_text(run.result) if run.key in DRAFTING else None
     if acceptance is not None:
         body.append(acceptance)
-    tree = tree_text(run.result) if run.key in DRAFTING else None
+    if run.key == "lookahead":
+        tree = lookahead_text(run.result)
+    else:
+        tree = tree_text(run.result) if run.key in DRAFTING else None
     if tree is not None:
         body.append(tree)
     hybrid = hybrid_text(run.result)
@@ -588,7 +609,7 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
             parts.append(draft_length_chart(why, run.result.trace))
         if why.costs is not None:
             parts.append(Text(_cost_text(why), style="dim"))
-        tree = tree_text(run.result)
+        tree = lookahead_text(run.result) if run.key == "lookahead" else tree_text(run.result)
         if tree is not None:
             parts.append(tree)
             parts.append(Text(_tree_depth_text(run.result), style="dim"))
@@ -600,7 +621,7 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         if crossing is not None:
             parts.append(Text(crossing, style="dim"))
     if len(parts) == 1:
-        return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative or NASD",
+        return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative, NASD or lookahead",
                           style="yellow"))
     parts.append(Text(""))
     parts.append(Text("conditional = drafts accepted at a position over the rounds that reached it; per drafting "
@@ -681,8 +702,8 @@ def toolbar_text(settings: Settings) -> str:
         return "+" if flag else "-"
 
     strategies = " ".join(f"{mark(getattr(settings, k))}{name}" for k, name in
-                          (("speculative", "spec"), ("ngram", "nasd"), ("target", "target"),
-                           ("drafter", "drafter")))
+                          (("speculative", "spec"), ("ngram", "nasd"), ("lookahead", "lookahead"),
+                           ("target", "target"), ("drafter", "drafter")))
     toggles = " ".join(f"{mark(getattr(settings, k))}{k}" for k in ("cache", "chat", "debug", "live"))
     if settings.verify != Settings().verify:
         toggles += f" | verify {settings.verify}"

@@ -23,7 +23,8 @@ from repl.render import COMPARISON_COLUMNS, comparison_cells, environment_lines,
 from repl.runs import PromptRun, StrategyRun
 from repl.trace import TraceError, write_whole
 
-COLOURS = {"speculative": "#2e7d32", "ngram": "#00838f", "target": "#1565c0", "drafter": "#8e24aa"}
+COLOURS = {"speculative": "#2e7d32", "ngram": "#00838f", "lookahead": "#f9a825", "target": "#1565c0",
+           "drafter": "#8e24aa"}
 DRAFT_FILL, VERIFY_FILL = "#f9a825", "#1e88e5"
 CHART_W, CHART_H = 640, 120
 

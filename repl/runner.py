@@ -17,7 +17,8 @@ from typing import Callable, ContextManager
 import torch
 
 from analysis.speedup import SEARCH_GAMMA
-from engine import CrossTokenizerOptions, EngineState, HybridOptions, NGramOptions, Observer, Strategy, run_strategy
+from engine import (CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Observer,
+                    Strategy, lookahead_strategy, run_strategy)
 from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
@@ -143,14 +144,22 @@ class Runner:
 
 
 def strategy_for(key: str, settings: Settings) -> Strategy:
-    """The engine strategy ``key`` ("speculative", "ngram", "target", "drafter") under ``settings``.
+    """The engine strategy ``key`` ("speculative", "ngram", "lookahead", "target", "drafter")
+    under ``settings``.
 
     The model policy chooses among 0..max(/gamma, 16) drafts; the confidence
     policy alone takes /gamma_policy's threshold. /uag says how the drafter
     model drafts should its tokenizer differ (the engine decides when it does); /hybrid L
     above 0 makes speculative decoding draft from NASD's storage settings in a round whose
     match is at least L tokens (``engine.strategy.HybridOptions``).
+    Lookahead takes its own γ (N - 1) and tree (G (N - 1) nodes) from its W, N and G.
     """
+    common = dict(processor=settings.processor, use_cache=settings.cache, max_gen_len=settings.length,
+                  seed=settings.seed, target_delay_s=settings.rtt_inject / 1000.0)
+    if key == "lookahead":
+        options = LookaheadOptions(settings.lookahead_window, settings.lookahead_ngram,
+                                   settings.lookahead_guesses, reset=settings.reset_in_between)
+        return lookahead_strategy(options, **common)
     policy = settings.gamma_policy
     storage = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
                            reset=settings.reset_in_between, max_pattern=settings.suffix_pattern,
@@ -169,13 +178,9 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         gamma=max(settings.gamma, SEARCH_GAMMA) if policy == "model" else settings.gamma,
         gamma_policy=policy,
         gamma_threshold=settings.gamma_threshold if policy == "confidence" else None,
-        processor=settings.processor,
-        use_cache=settings.cache,
-        max_gen_len=settings.length,
-        seed=settings.seed,
-        target_delay_s=settings.rtt_inject / 1000.0,
         tree=settings.tree,
         tree_branch=settings.tree_branch,
         tree_sample=settings.tree_sample,
         verify=settings.verify,
+        **common,
     )

@@ -30,11 +30,12 @@ from analysis import (
     yield_by_position,
 )
 from analysis.speedup import SEARCH_GAMMA
+from analysis.lookahead import lookahead_summary
 from analysis.trees import tree_model, tree_summary
 from generation.result import GenerationResult, Round, first_divergence
 from repl.settings import STRATEGY_LABELS
 
-DRAFTING = ("speculative", "ngram")
+DRAFTING = ("speculative", "ngram", "lookahead")
 PIECE_WINDOW = 8  # tokens of left context used to decode one token's text
 
 
@@ -248,7 +249,9 @@ class PromptRun:
         if not run.drafting or run.result is None:
             return None
         trace = run.result.trace
-        gamma = int(self.settings.get("gamma") or _round_gamma(trace))
+        # Lookahead's rounds ask for N - 1 drafts, whatever /gamma says.
+        own = (int(self.settings.get("lookahead_ngram") or 0) - 1) if run.key == "lookahead" else 0
+        gamma = own if own > 0 else int(self.settings.get("gamma") or _round_gamma(trace))
         why = Why(
             acceptance=acceptance_counts(trace),
             yield_rates=yield_by_position(trace),
@@ -340,6 +343,9 @@ class PromptRun:
             entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}
         if r.hybrid:
             entry["hybrid"] = r.hybrid
+        lookahead = lookahead_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls)
+        if lookahead is not None:
+            entry["lookahead_stats"] = lookahead
         if why is not None and why.what_if is not None:
             w = why.what_if
             entry["what_if_rtt"] = {"rtt_ms": w.rtt_ms, "predicted_speedup": w.predicted,

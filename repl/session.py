@@ -172,7 +172,7 @@ class Session:
     def prompt(self, text: str) -> PromptRun | None:
         """Run every enabled strategy on ``text`` and show the results."""
         if not self.settings.enabled_strategies():
-            self.error("every strategy is off: turn one on with /speculative, /ngram, /target or /drafter")
+            self.error("every strategy is off: turn one on with /speculative, /ngram, /lookahead, /target or /drafter")
             return None
         if self.settings.debug:
             self.console.print(render.legend())

@@ -13,10 +13,11 @@ from generation.verify_names import VERIFY_RULE_NAMES
 from sampling.spec import PROCESSOR_ARGS, ProcessorSpec, fmt_number
 
 # The decoding strategies, in the order a prompt runs them.
-STRATEGIES: tuple[str, ...] = ("speculative", "ngram", "target", "drafter")
+STRATEGIES: tuple[str, ...] = ("speculative", "ngram", "lookahead", "target", "drafter")
 STRATEGY_LABELS: dict[str, str] = {
     "speculative": "Speculative",
     "ngram": "NASD",
+    "lookahead": "Lookahead",
     "target": "Target AR",
     "drafter": "Drafter AR",
 }
@@ -43,6 +44,7 @@ class Settings:
     processor: ProcessorSpec = field(default_factory=ProcessorSpec)
     speculative: bool = True
     ngram: bool = True
+    lookahead: bool = False       # lookahead decoding (Fu et al. 2024): docs/lookahead.md
     target: bool = True
     drafter: bool = False
     cache: bool = True
@@ -57,6 +59,11 @@ class Settings:
     match_factor: float = 1.0     # suffix and sam: drafts up to this times the match length (α)
     corpus: str = ""              # sam: a text file matched beside the context ("" = none)
     hybrid: int = 0               # speculative: storage drafts in a round whose match is >= this (0 = off)
+    # Lookahead decoding's window W, n-gram size N and guesses G (engine.LookaheadOptions has the
+    # same defaults; docs/lookahead.md says why they are small on a CPU).
+    lookahead_window: int = 5
+    lookahead_ngram: int = 3
+    lookahead_guesses: int = 5
     seed: int = 42
     gamma_policy: str = "constant"
     gamma_threshold: float = 0.4  # used by the "confidence" policy only

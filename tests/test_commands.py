@@ -207,6 +207,7 @@ def test_documented_commands_are_all_in_the_table():
         "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
         "inspect", "tree_sample", "verify", "suffix_pattern", "suffix_outputs", "match_factor", "corpus",
         "hybrid",
+        "lookahead", "lookahead_window", "lookahead_ngram", "lookahead_guesses",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 
 

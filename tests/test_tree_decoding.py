@@ -1,5 +1,6 @@
 """Decoding with token trees: greedy is token-identical to the target's own
-``generate`` on every family of the architecture zoo that takes trees, and every
+``generate`` on every family of the architecture zoo that takes trees (lookahead
+decoding, whose Jacobi window rides beside the tree, included), and every
 other family falls back to a chain with one line naming why
 (``kvcache.cache.tree_support``); sampling reproduces the exact target
 distribution for both drafters."""
@@ -39,11 +40,12 @@ def should_take_trees(name: str) -> bool:
             and fam.attn_implementation in (None, "eager", "sdpa"))
 
 
-# Every family: all three strategies where a tree is expected (a broken tree
-# mask shows in different strategies on different families, so none is left
-# out), one where a chain is (the fallback line is the same whatever drafts).
+# Every family: every strategy where a tree is expected (a broken tree mask
+# shows in different strategies on different families, so none is left out);
+# where a chain is, speculative (the fallback line is the same whatever drafts)
+# and lookahead (whose chain fallback proposes from a pool nothing fills).
 CASES = [(name, strategy) for name in arch_zoo.FAMILIES
-         for strategy in (STRATEGIES if should_take_trees(name) else STRATEGIES[:1])]
+         for strategy in (STRATEGIES if should_take_trees(name) else ("speculative", "lookahead"))]
 
 
 def checked(outcome: arch_zoo.Outcome, name: str) -> arch_zoo.Outcome:
@@ -166,9 +168,10 @@ def test_greedy_catches_a_wrong_row(monkeypatch, strategy):
 
 def blind_nodes(real):
     """Mutation: tree nodes see the prefix and themselves, not their ancestors."""
-    def visibility(tree, past, chain, device=None):
-        rows = real(tree, past, chain, device)
-        rows[chain:, past + chain:] = torch.eye(len(tree), dtype=torch.bool, device=rows.device)
+    def visibility(tree, past, chain, device=None, extra=generation.tree.NO_EXTRA):
+        rows = real(tree, past, chain, device, extra)
+        n = len(tree)
+        rows[chain:chain + n, past + chain:past + chain + n] = torch.eye(n, dtype=torch.bool, device=rows.device)
         return rows
     return visibility
 

@@ -674,7 +674,7 @@ def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
 
 # Token trees: every family runs them; the engine decides per model
 # (``kvcache.cache.tree_support``) whether a tree is verified or a chain with one line.
-TREE_STRATEGIES = ("speculative", "nasd", "recycling")
+TREE_STRATEGIES = ("speculative", "nasd", "recycling", "lookahead")
 
 
 def tree_reason(name: str) -> str | None:
@@ -711,7 +711,8 @@ def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Ou
     token-recycling table. A family whose target ``tree_support`` refuses runs
     chains and says so in exactly its one line; the others keep their trees and
     must verify a tree of more than one node on some prompt (a prompt may offer
-    one continuation only)."""
+    one continuation only). Lookahead decoding (W 4, N 3, G 4: its candidates
+    from the Jacobi window fed beside the tree) must verify some candidate."""
     target = build(name)
     reason = tree_reason(name)
     after = _tree_kept if reason is None else _tree_fell_back(reason)
@@ -741,6 +742,17 @@ def check_tree(name: str, strategy: str, nodes: int = 12, branch: int = 3) -> Ou
             return run_strategy(Strategy("ngram", drafter="ngram", drafter_options=options, **common), pair, p,
                                 state=state_holding(storage, VOCAB))
         outcome = _each_prompt(name, kept(run), label, after=after, prompts=(*PROMPTS, echo_prompt(name)))
+    elif strategy == "lookahead":
+        from engine import LookaheadOptions, lookahead_strategy
+
+        la = lookahead_strategy(LookaheadOptions(window=4, ngram=3, guesses=4), processor=_greedy(),
+                                max_gen_len=LENGTH)
+        pair = _pair(target, vocab_size=VOCAB)
+        outcome = _each_prompt(name, kept(lambda p: run_strategy(la, pair, p)), label, after=after,
+                               prompts=(*PROMPTS, echo_prompt(name)))
+        if outcome.passed and reason is None and not any(r.tree_size for res in results for r in res.trace):
+            return Outcome("fail", f"{label}: no prompt verified a candidate n-gram")
+        return outcome
     else:
         raise ValueError(f"unknown tree strategy {strategy!r}; known: {', '.join(TREE_STRATEGIES)}")
     if outcome.passed and reason is None and not any(r.tree_size > 1 for res in results for r in res.trace):
