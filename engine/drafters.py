@@ -25,6 +25,7 @@ from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
 from ngram_assisted import MatchDrafter, NGramDrafter
 from ngram_assisted.sam import corpus_automaton, read_corpus
+from mtp import MtpDrafter, mtp_target
 from selfdraft.build import build_self_drafter
 from selfdraft.drafter import SelfDrafter
 from selfdraft.mark import self_draft_target
@@ -63,9 +64,13 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     whose tokenizer differs from the target's (``pair.drafter_tokenizer`` set)
     drafts through the ``cross_tokenizer`` drafter; a drafter model made from
     the target (``--drafter self:...``) drafts on the target's own cache
-    (``selfdraft.drafter.SelfDrafter``); any other through its own cache
+    (``selfdraft.drafter.SelfDrafter``); the target's own MTP layers (``--drafter mtp``)
+    from the target's hidden states (``mtp.MtpDrafter``); any other through its own cache
     (``generation.model_drafter.ModelDrafter``).
     """
+    if mtp_target(pair.drafter) is pair.target and pair.drafter is not None:
+        return MtpDrafter(pair.drafter, context.processor, vocab_size=context.vocab_size,
+                          generator=context.generator)
     if has_own_tokenizer(pair):
         return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
