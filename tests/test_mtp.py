@@ -222,9 +222,13 @@ def test_cache_off_trees_and_drafter_ar():
 
 
 @needs_mtp
-def test_sampling_keeps_the_target_distribution():
+def test_sampling_keeps_the_target_distribution(monkeypatch):
+    """600 draws (not the usual 2000: each draw runs a MoE target and two MTP depths)."""
+    from tests.helpers import distribution
     from tests.helpers.distribution import BOUND, PROMPT as DIST_PROMPT, STEPS, chi_square_excess, \
         exact_distribution, sample_counts
+
+    monkeypatch.setattr(distribution, "SAMPLES", 600)
 
     target, _, pair = small(vocab_size=8)
     spec = ProcessorSpec("topk", 1.0, top_k=5)
@@ -232,3 +236,28 @@ def test_sampling_keeps_the_target_distribution():
     strategy = Strategy("speculative", drafter="model", gamma=3, max_gen_len=STEPS, processor=spec, inspect=False)
     counts = sample_counts(lambda generator: run_strategy(strategy, pair, DIST_PROMPT, generator=generator))
     assert chi_square_excess(counts, exact, sum(counts.values())) < BOUND
+
+
+# ------------------------------------------------------------------ transformers' own MTP decoding, the bench peer
+
+
+@needs_mtp
+def test_transformers_use_mtp_is_greedy_identical_to_plain_generate(checkpoint):
+    """The benchmark's ``hf_mtp`` peer (``generate(use_mtp=True)``) on the loaded checkpoint,
+    against transformers' plain greedy ``generate`` and our ``--drafter mtp``."""
+    from bench.peers import generation_config, peer_call
+    from bench.processors import ProcessorSpec as BenchSpec
+    from bench.variants import HF_MTP, plan_variants
+
+    folder, _ = checkpoint
+    pair = load_pair(str(folder), "mtp", device="cpu", dtype="float32")
+    config = generation_config(BenchSpec("greedy"), max_new_tokens=12, end_tokens=[63], pad_token_id=63)
+    ids = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        plain = peer_call("hf_generate", pair.target, None, ids, config)()[0, len(PROMPT):].tolist()
+        mtp = peer_call("hf_mtp", pair.target, None, ids, config)()[0, len(PROMPT):].tolist()
+    assert mtp == plain
+    ours = speculative(pair, PROMPT, gamma=2, max_gen_len=12).tokens      # no end token: it runs on past 63
+    assert ours[:len(plain)] == plain
+    planned = plan_variants(["speculative"], [2], peers=True, mtp=True)
+    assert HF_MTP in planned and not any(v.strategy == "hf_assisted" for v in planned)
