@@ -23,6 +23,7 @@ FLOOR_TESTS=(
     tests/test_architectures.py
     tests/test_cache.py
     tests/test_selfdraft_matrix.py
+    tests/test_mtp.py
     tests/test_selfdraft_trees.py
     tests/test_lean.py
     tests/test_tree_forward.py

@@ -7,7 +7,9 @@ with ``heuristic`` it runs transformers' heuristic schedule from gamma, and
 with ``confidence T`` it drafts at most gamma tokens and stops below top
 probability T (transformers 5.x's default is T = 0.4 with at most 20 tokens:
 "dynamic" assisted generation). ``hf_prompt_lookup``: prompt lookup decoding
-with ``prompt_lookup_num_tokens`` = gamma.
+with ``prompt_lookup_num_tokens`` = gamma. ``hf_mtp``: ``generate(use_mtp=True)``, transformers'
+own drafting with the target's MTP layers (it loads them from the target's checkpoint itself),
+one draft per MTP layer each round.
 
 On a pair with two tokenizers ``hf_assisted`` is transformers' universal
 assisted generation (both tokenizers passed to ``generate``): string-level
@@ -125,6 +127,8 @@ def peer_call(strategy: str, target, drafter, input_ids: torch.Tensor, config: G
     """
     mask = torch.ones_like(input_ids)
     kwargs = {"assistant_model": drafter} if strategy == "hf_assisted" else {}
+    if strategy == "hf_mtp":   # transformers reads the MTP layers from the target's checkpoint itself
+        kwargs["use_mtp"] = True
     if kwargs and tokenizers is not None:
         kwargs.update(tokenizer=tokenizers[0], assistant_tokenizer=tokenizers[1])
     if _takes_use_model_defaults(type(target).generate):     # transformers 4.x

@@ -24,6 +24,7 @@ from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState
 from engine.drafters import self_draft_model
+from mtp import mtp_target
 from engine.self_pair.load import resolve_skip
 from selfdraft.skip import SkipRefused
 from selfdraft.spec import parse_self_draft
@@ -84,7 +85,7 @@ def run_session(args, loader, settings_dict) -> int:
     args.self_drafters = self_drafters
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
-                             hybrids=args.hybrid)
+                             hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,

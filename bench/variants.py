@@ -2,8 +2,9 @@
 
 Ours: ``target`` and ``drafter`` (autoregressive), ``speculative`` (drafter
 model) and ``ngram`` (NASD). Peers, transformers' own decoders on the same
-models: ``hf_generate``, ``hf_assisted`` (assisted generation with the drafter)
-and ``hf_prompt_lookup`` (prompt lookup decoding).
+models: ``hf_generate``, ``hf_assisted`` (assisted generation with the drafter),
+``hf_prompt_lookup`` (prompt lookup decoding) and, on a pair whose drafter is the
+target's MTP layers (``--drafter mtp``), ``hf_mtp`` (``generate(use_mtp=True)``).
 
 A drafting variant has a gamma policy (``generation.gamma_policies``):
 ``constant`` (gamma drafts every round), ``heuristic`` (gamma is the start),
@@ -34,7 +35,7 @@ import re
 from dataclasses import dataclass, replace
 
 OURS = ("speculative", "ngram", "target", "drafter")
-PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup")
+PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup", "hf_mtp")
 DRAFTING = frozenset({"speculative", "ngram", "hf_assisted", "hf_prompt_lookup"})
 # Each of our strategies and the transformers decoder it is compared with.
 PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_prompt_lookup"}
@@ -53,6 +54,7 @@ LABELS = {
     "hf_generate": "HF generate",
     "hf_assisted": "HF assisted",
     "hf_prompt_lookup": "HF prompt lookup",
+    "hf_mtp": "HF MTP",
 }
 
 
@@ -151,6 +153,8 @@ class Variant:
 
 # transformers 5.x assisted generation as it comes: at most 20 drafts, stop below 0.4.
 HF_DYNAMIC = Variant("hf_assisted", 20, "confidence 0.4")
+# transformers' own MTP decoding (generate(use_mtp=True)): one draft per MTP layer each round.
+HF_MTP = Variant("hf_mtp")
 
 
 _DRAFTER = re.compile(r"^([^\[@:+]+)\[([^\]]*)\](.*)$")  # strategy[drafter]rest
@@ -174,7 +178,8 @@ def parse_variant_name(name: str) -> Variant:
 def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   policies: list[tuple[str, int]] | None = None,
                   trees: list[int] | None = None, self_drafters: list[str] | None = None,
-                  verifies: list[str] | None = None, hybrids: list[int] | None = None) -> list[Variant]:
+                  verifies: list[str] | None = None, hybrids: list[int] | None = None,
+                  mtp: bool = False) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
@@ -186,6 +191,9 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     ``verifies`` (default: the token rule alone) are the chain verify rules each
     of our chain variants runs with, one variant per rule, side by side.
     Each L of ``hybrids`` runs speculative decoding as a hybrid at every constant gamma.
+    With ``mtp`` (the pair's drafter is the target's MTP layers) the peer of
+    speculative decoding is transformers' ``generate(use_mtp=True)`` (``hf_mtp``),
+    which drafts one token per MTP layer whatever the gamma.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
@@ -209,6 +217,9 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                 for v in mine for rule in (rules if v.gamma is not None and not v.tree else [RESIDUAL])]
         for variant in mine:
             out.append(variant)
-            if peers and variant.peer is not None and variant.peer not in out:
-                out.append(variant.peer)
+            peer = variant.peer
+            if mtp and peer is not None and peer.strategy == "hf_assisted":
+                peer = HF_MTP if variant.constant else None
+            if peers and peer is not None and peer not in out:
+                out.append(peer)
     return out

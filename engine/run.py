@@ -18,6 +18,7 @@ from generation.observer import Observer
 from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
+from mtp import mtp_target
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
 
@@ -49,6 +50,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     model = pair.drafter if on_drafter else pair.target
     if on_drafter and model is None:
         raise ValueError("this pair has no drafter model to decode with")
+    if on_drafter and mtp_target(model) is not None:
+        raise ValueError("the MTP layers draft from the target's hidden states: they cannot decode on their own")
     if generator is None and strategy.seed is not None:
         torch.manual_seed(strategy.seed)
         generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)

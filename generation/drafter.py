@@ -8,7 +8,9 @@ has the same shape: propose candidates, learn how many were accepted.
 
 What a round does with a drafter, in order::
 
-    attach_target(target)   once, before begin (a drafter that reads the target's cache keeps it)
+    attach_target(target)   once, before the target and the drafter begin (a drafter that reads the
+                            target's cache keeps it; one that drafts from the target's hidden states
+                            sets ``target.keep_hidden``)
     begin(prompt)           once per generation
     fill_target(ids)        each round, before the draft clock starts (counted as verify time)
     propose(ids, k)         a chain of up to k drafts and their q   (or, with trees on:
@@ -55,9 +57,12 @@ class Drafter(ABC):
     # ------------------------------------------------------------ a generation
 
     def attach_target(self, target) -> None:
-        """The target's ``CachedModel`` of this generation, before :meth:`begin`.
+        """The target's ``CachedModel`` of this generation, before it begins and before :meth:`begin`.
 
         Default: ignored. A drafter that drafts on the target's own cache (``selfdraft``) keeps it.
+        A drafter that drafts from the target's final hidden states (``mtp``) sets its
+        ``keep_hidden``: every target forward, the loop's verify included, then keeps them in
+        ``target.hidden`` (no extra forward), and no shared prompt prefill is used.
         """
 
     def begin(self, prompt: list[int]) -> None:

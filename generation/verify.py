@@ -83,9 +83,9 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
                  options.verify)
     start = None
     with timed_run(result, device, interruptible=interruptible):
+        drafter.attach_target(model)            # before the target begins: it may ask for hidden states
         start = model.begin(prompt, options.prefills)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
-        drafter.attach_target(model)
         drafter.begin(prompt)
         policy.begin(drafter.kind)
         trees = options.tree > 0 and _trees_possible(model, drafter, result)

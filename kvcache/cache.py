@@ -223,6 +223,10 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
 
 
 PATHS = ("cached", "stepwise", "uncached", "refused")
+# Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``)
+# keeps: the last, the final-normed state transformers' own MTP drafting reads
+# (``MTPCandidateGenerator``: ``output_hidden_states=-1``, ``hidden_states[-1]``).
+HIDDEN_STATE = -1
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,12 @@ class CachedModel:
         self._checkpoint_length = 0
         self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
         self.forwards = 0  # forward passes since begin()
+        # A drafter that drafts from the target's hidden states (``mtp``) sets ``keep_hidden``
+        # before ``begin``; every forward then keeps its final hidden states in ``hidden``:
+        # (the sequence position of its first row, rows (m, H)), the last ``forward``'s.
+        self.keep_hidden = False
+        self.hidden: tuple[int, torch.Tensor] | None = None
+        self._hidden_rows: list[tuple[int, torch.Tensor]] = []
 
     @classmethod
     def over(cls, model, cache, length: int) -> CachedModel:
@@ -319,9 +329,11 @@ class CachedModel:
         self._whole = None
         self._checkpoint_length = 0
         self.forwards = 0
+        self.hidden = None
         if self.own_cache and self.use_cache:
             _refuse_own_cache(self.model, self.own_cache)
-        prepared = matching_prefill(prefills, self.model, prompt) if self.use_cache else None
+        # A shared prefill kept no hidden states: a model that must keep them prefills itself.
+        prepared = matching_prefill(prefills, self.model, prompt) if self.use_cache and not self.keep_hidden else None
         if prepared is not None:
             return self._begin_from(prepared)
         self.cache = new_cache(self.model) if self.use_cache and not self.own_cache else None
@@ -391,14 +403,20 @@ class CachedModel:
         seen = self.length
         if seen >= ids.shape[1]:
             raise ValueError(f"cache holds {seen} positions, nothing new to feed of {ids.shape[1]}")
+        self._hidden_rows = []
         if self.path != "stepwise" or seen == 0 or ids.shape[1] - seen == 1:
-            return self._forward(ids, keep)
-        rows = []
-        for end in range(seen + 1, ids.shape[1] + 1):
-            logits = self._forward(ids[:, :end], 1)                         # (1, V)
-            if end > ids.shape[1] - keep:
-                rows.append(logits)
-        return torch.cat(rows, dim=0)                                       # (keep, V)
+            logits = self._forward(ids, keep)
+        else:
+            rows = []
+            for end in range(seen + 1, ids.shape[1] + 1):
+                step = self._forward(ids[:, :end], 1)                        # (1, V)
+                if end > ids.shape[1] - keep:
+                    rows.append(step)
+            logits = torch.cat(rows, dim=0)                                 # (keep, V)
+        if self.keep_hidden:
+            parts = self._hidden_rows
+            self.hidden = (parts[0][0], torch.cat([rows for _, rows in parts], dim=0))
+        return logits
 
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """One forward pass over the unseen tokens of ``ids``; the last ``keep`` logits."""
@@ -412,8 +430,12 @@ class CachedModel:
             kwargs.update(encoder_outputs=self.encoder_outputs, decoder_input_ids=ids[:, seen:])
         else:
             kwargs["input_ids"] = ids[:, seen:]
+        if self.keep_hidden:
+            kwargs["output_hidden_states"] = HIDDEN_STATE
         out = self.model(**kwargs)
         self.forwards += 1
+        if self.keep_hidden:   # positions [seen, L): the rows of the tokens this pass fed
+            self._hidden_rows.append((seen, out.hidden_states[HIDDEN_STATE][0]))
         if self.use_cache:
             if self.cache is None:              # an own cache, made by the model on its first forward
                 self.cache = out.get(self.cache_kw)

@@ -74,7 +74,7 @@ class ProbeResult:
             return f"refused: {self.reason}"
         measured = f"{self.rollback + ', ' if self.rollback else ''}max error {self.error:.2g} <= {self.tolerance:.2g}"
         if self.path == "cached":
-            return f"cached ({measured})"
+            return f"cached ({self.reason or measured})"   # a reason: recorded, not measured (``remember``)
         return f"{self.path} ({measured}): {self.reason}"
 
     def to_dict(self) -> dict:
@@ -253,6 +253,12 @@ def cached_model(model, *, use_cache: bool = True) -> CachedModel:
         return CachedModel(model, use_cache=False)
     found = probe_of(model)
     return CachedModel(model, path=found.path, reason=found.reason)
+
+
+def remember(model, result: ProbeResult) -> None:
+    """Record ``result`` as ``model``'s probe without running it (a model that cannot run alone,
+    such as a target's MTP layers, whose drafter keeps and rolls back their cache itself)."""
+    _RESULTS[model] = result
 
 
 def forget(model) -> None:

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Bottom first; a package may import its own layer and those below it.
 LAYERS = (
     ("analysis", "sampling", "utils", "kvcache"),
-    ("generation", "ngram_assisted", "cross_tokenizer", "selfdraft"),
+    ("generation", "ngram_assisted", "cross_tokenizer", "selfdraft", "mtp"),
     ("engine",),
     ("checks", "bench", "repl"),
 )

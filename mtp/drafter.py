@@ -1,0 +1,208 @@
+"""Drafting with the target's MTP layers, from the hidden states of the verify the loop already runs.
+
+An MTP layer (DeepSeek-V3, Liu et al. 2024, section 2.2) predicts one token further
+ahead than the layer before it. At *slot* j, depth 0 reads the target's final
+hidden state h_j and the embedding of token x_{j+1} and predicts x_{j+2}; depth
+d reads depth d-1's output at slot j and the embedding of x_{j+d+1} and predicts
+x_{j+d+2}. Each depth attends over its own slots, so each keeps a cache of its
+own (an ``MtpCache``, as transformers' ``MTPCandidateGenerator`` does). With n
+committed tokens the target's hidden states exist for slots 0..n-2 (the last
+token is fed by the next verify), and a chain of k drafts is, for d = 0..k-1,
+depth d advanced to slot n-2, its logits there giving draft d+1. Depth d's last
+d slots read drafts, so after the verify each depth keeps only the slots whose
+tokens were kept (a crop).
+
+Chains longer than the number of MTP layers K reuse the last layer: depth d >=
+K runs layer K-1 on a cache of its own, as serving engines draft past their MTP
+layers (the acceptance by position shows what that costs).
+
+The target's hidden states come from its own forwards (the loop's verify, and
+the prompt's prefill in the first round): the drafter sets the target's
+``CachedModel.keep_hidden`` in ``attach_target``, so no target forward is added.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from generation.drafter import Drafter
+from kvcache.cache import RollbackStats, drop_last
+from sampling import LogitsProcessor
+
+
+class _Depth:
+    """One draft depth: its MTP layer, its cache, and its outputs at the slots it holds."""
+
+    def __init__(self, mtp, layer: int):
+        from transformers.cache_utils import MtpCache
+
+        self.layer = layer                                          # which MTP layer runs this depth
+        self.cache = MtpCache(config=mtp.config)
+        if hasattr(self.cache, "activate_past_recording"):
+            self.cache.activate_past_recording()                    # an exact crop of a sliding layer
+        self.outs: torch.Tensor | None = None                       # (1, slots, H)
+
+    @property
+    def length(self) -> int:
+        return 0 if self.outs is None else self.outs.shape[1]
+
+    def append(self, out: torch.Tensor) -> None:
+        self.outs = out if self.outs is None else torch.cat([self.outs, out], dim=1)
+
+    def keep(self, slots: int) -> int:
+        """Keep the first ``slots`` slots (cache and outputs); returns how many were dropped."""
+        dropped = self.length - slots
+        if dropped > 0:
+            drop_last(self.cache.layers[self.layer], dropped)
+            self.outs = self.outs[:, :slots]
+        return max(dropped, 0)
+
+
+class MtpDrafter(Drafter):
+    """Drafts a chain with the target's MTP layers (``mtp``: a marked ``MtpModel``), q from ``processor``."""
+
+    kind = "model"
+
+    def __init__(self, mtp, processor: LogitsProcessor, *, vocab_size: int | None = None,
+                 generator: torch.Generator | None = None):
+        self.mtp = mtp
+        self.processor = processor
+        self.vocab_size = vocab_size
+        self.generator = generator
+        self.num_layers = len(mtp.layers)
+        self.device = next(mtp.parameters()).device
+        self.target = None
+        self.depths: list[_Depth] = []
+        self.rows: list[torch.Tensor] = []   # target hidden states not yet read by depth 0, (m, H) each
+        self.rows_end = 0                    # the slot after the last row held
+        self.committed = 0                   # tokens in the sequence
+        self.stats = RollbackStats()
+        self._round: tuple[int, int, torch.Tensor] | None = None   # (n, depths run, drafts) of the last chain
+        self._logits: list[torch.Tensor] = []
+        self._forwards = 0
+
+    # ------------------------------------------------------------------ contract
+
+    @property
+    def calls(self) -> int:
+        """MTP layer forwards since begin (one per depth per round)."""
+        return self._forwards
+
+    def attach_target(self, target) -> None:
+        """Ask every target forward of this generation to keep its final hidden states."""
+        self.target = target
+        target.keep_hidden = True
+
+    def begin(self, prompt: list[int]) -> None:
+        self.depths, self.rows, self.rows_end = [], [], 0
+        self.committed = len(prompt)
+        self.stats = RollbackStats()
+        self._round, self._logits, self._forwards = None, [], 0
+
+    def tree_support(self) -> str | None:
+        return "the MTP drafter proposes chains only (trees from MTP logits are not built)"
+
+    def fill_target(self, ids: torch.Tensor) -> None:
+        """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round
+        the target prefills the prompt here (the verify then feeds the last token and the drafts)."""
+        wanted = ids.shape[1] - 1
+        self._collect(wanted)
+        if self.rows_end < wanted and self.target.length < wanted:
+            self.target.forward(ids[:, :wanted], keep=1)
+            self._collect(wanted)
+        if self.rows_end < wanted:
+            raise RuntimeError(f"the target kept no hidden states for positions {self.rows_end}..{wanted - 1}")
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to k drafts, one per depth, each drawn from q = processor(MTP logits): (k',), (k', V)."""
+        n = ids.shape[1]
+        self._logits, self._round = [], None
+        if n < 2 or k < 1:                    # no hidden state yet for a one-token prompt
+            return ids.new_empty(0), None
+        self.fill_target(ids)
+        seq = ids[0].to(self.device)          # (n + drafts so far,)
+        drafts, probs = [], []
+        for d in range(k):
+            out = self._advance(d, seq, n)                                  # (1, m, H)
+            logits = self.mtp._project_to_logits(out[:, -1:])[0]            # (1, V)
+            if self.vocab_size is not None:
+                logits = logits[:, :self.vocab_size]
+            q = self.processor(logits)                                      # (1, V)
+            if stop_below is not None and drafts and q.max().item() < stop_below:
+                break
+            token = self.processor.sample(q, self.generator)                # (1,)
+            seq = torch.cat([seq, token.view(1)])
+            drafts.append(token.view(1))
+            probs.append(q)
+            self._logits.append(logits)
+        self._round = (n, d + 1, seq[n:])
+        return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
+
+    def draft_logits(self) -> torch.Tensor | None:
+        return torch.cat(self._logits) if self._logits else None
+
+    def update(self, new_tokens: list[int], top_k) -> None:
+        """Crop each depth to the slots whose tokens were kept, then take the target's hidden
+        states of the newly committed positions from the verify that just ran."""
+        if self._round is not None:
+            self._settle(new_tokens, *self._round)
+            self._round = None
+        self.committed += len(new_tokens)
+        self._collect(self.committed - 1)
+
+    def rollback_stats(self) -> dict:
+        return self.stats.to_dict()
+
+    # ------------------------------------------------------------------ internals
+
+    def _advance(self, d: int, seq: torch.Tensor, n: int) -> torch.Tensor:
+        """Run depth d over its slots [its length, n-1); returns its outputs there, (1, m, H).
+
+        Slot j reads token seq[j + d + 1] at position j + d + 1 (transformers' MTP
+        positions) and, at depth 0, the target's hidden state h_j, else depth d-1's
+        output at slot j.
+        """
+        if d == len(self.depths):
+            self.depths.append(_Depth(self.mtp, min(d, self.num_layers - 1)))
+        depth = self.depths[d]
+        start = depth.length
+        if d == 0:
+            hidden = torch.cat(self.rows).to(self.device)[None]            # (1, n-1-start, H)
+            self.rows = []
+        else:
+            hidden = self.depths[d - 1].outs[:, start:n - 1]                # (1, n-1-start, H)
+        tokens = seq[start + d + 1:n + d][None]                             # (1, n-1-start)
+        positions = torch.arange(start + d + 1, n + d, device=self.device)[None]
+        out = self.mtp.forward_layer(depth.layer, hidden, positions, depth.cache, input_ids=tokens)
+        self._forwards += 1
+        depth.append(out)
+        return out
+
+    def _settle(self, new_tokens: list[int], n: int, ran: int, drafts: torch.Tensor) -> None:
+        """After a chain from n committed tokens that ran ``ran`` depths: keep, at each depth,
+        the slots whose tokens are in the sequence now (depth d's slot j read token j+d+1)."""
+        if ran < 2:
+            return                                     # depth 0 reads committed tokens only
+        drafted = drafts.tolist()                      # already on the host side of the round's sync
+        same = 0
+        while same < min(len(drafted), len(new_tokens)) and drafted[same] == new_tokens[same]:
+            same += 1                                  # drafts that stand in the sequence as drafted
+        limit = None
+        for d, depth in enumerate(self.depths):
+            keep = depth.length if d >= ran else min(depth.length, n - 1 + same - d)
+            keep = keep if limit is None else min(keep, limit)
+            dropped = depth.keep(keep)
+            if dropped:
+                self.stats.refed_tokens += dropped     # slots a later round computes again
+            limit = keep
+
+    def _collect(self, upto: int) -> None:
+        """Take the target's hidden states of positions [rows_end, upto) from its last forward."""
+        if upto <= self.rows_end or self.target is None or self.target.hidden is None:
+            return
+        start, rows = self.target.hidden
+        if start > self.rows_end or start + rows.shape[0] < upto:
+            return
+        self.rows.append(rows[self.rows_end - start:upto - start])
+        self.rows_end = upto
