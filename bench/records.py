@@ -26,6 +26,9 @@ class RunRecord:
     ``analysis.acceptance``: drafting rounds, accepted and reached per position,
     the histograms), pooled over runs for the summary; None where the decoder
     does not report rounds (the peers).
+    ``session`` and ``position``: the session the run belongs to (a conversation,
+    or K prompts of one category in a row) and its 1-based step there (for a
+    conversation, the turn); "" and 0 for a prompt run alone.
     """
 
     variant: str
@@ -51,6 +54,8 @@ class RunRecord:
     mean_gamma: float | None = None
     tree_fallback: str = ""
     acceptance: dict | None = None
+    session: str = ""
+    position: int = 0
 
     @property
     def n_tokens(self) -> int:
