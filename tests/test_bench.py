@@ -1072,3 +1072,15 @@ def test_arctic_suffix_peer_that_cannot_be_imported_is_one_line(tiny_pair, tmp_p
                 loader=lambda args: pytest.fail("loaded"))
     err = capsys.readouterr().err
     assert code == 2 and "arctic_suffix:" in err and "docs/model_free.md" in err and "Traceback" not in err
+
+
+def test_arctic_suffix_peer_with_the_real_cache_is_lossless_and_fresh(tiny_pair, tmp_path):
+    """Where arctic-inference is installed: its cache drafts, our loop keeps greedy output exact,
+    and each repeat drafts alike (a fresh cache each run, none of the earlier repeat's output)."""
+    pytest.importorskip("arctic_inference.suffix_decoding")
+    data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram", "--ngram-storage", "suffix",
+                                                      "--arctic-suffix", "--gamma", "3", "--repeats", "2",
+                                                      "--warmup", "0"])
+    assert data["outputs"]["arctic_suffix@3"] == data["outputs"]["target"]
+    runs = {r["repeat"]: r for r in data["runs"] if r["variant"] == "arctic_suffix@3"}
+    assert runs[0]["drafted"] > 0 and runs[0]["acceptance"] == runs[1]["acceptance"]
