@@ -94,19 +94,6 @@ def conversation_sessions(conversations, first_ids: Callable[[str], list[int]]) 
     return out
 
 
-def split_fitting(encoded: Sequence[EncodedPrompt], *, length: int,
-                  context_length: int | None) -> tuple[list[EncodedPrompt], list[Skipped]]:
-    """Prompts whose ids plus ``length`` new tokens fit the context, and the others."""
-    kept, skipped = [], []
-    for item in encoded:
-        if context_length and len(item.ids) + length > context_length:
-            skipped.append(Skipped(item.prompt.id, f"{len(item.ids)} prompt tokens + {length} "
-                                   f"new exceed the context of {context_length}"))
-        else:
-            kept.append(item)
-    return kept, skipped
-
-
 def split_fitting_sessions(sessions: Sequence[Session], *, length: int, context_length: int | None,
                            follow_up: FollowUp | None = None) -> tuple[list[Session], list[Skipped]]:
     """Sessions whose every step fits the context with ``length`` new tokens, and the others.

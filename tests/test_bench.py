@@ -19,7 +19,7 @@ from bench.prompts import (
 )
 from bench.records import RunRecord
 from bench.report import markdown_report
-from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, split_fitting
+from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, single_sessions, split_fitting_sessions
 from bench.expect import Expectation, check_expectations, parse_expectation
 from bench.ours import our_call, our_strategy
 from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variants
@@ -211,8 +211,20 @@ def test_prompts_too_long_for_the_context_are_skipped():
     from bench.prompts import Prompt
 
     encoded = [EncodedPrompt(Prompt("a", "chat", "x"), (1,) * 10), EncodedPrompt(Prompt("b", "chat", "y"), (1,) * 3)]
-    kept, skipped = split_fitting(encoded, length=8, context_length=16)
-    assert [k.prompt.id for k in kept] == ["b"] and skipped[0].prompt_id == "a"
+    kept, skipped = split_fitting_sessions(single_sessions(encoded), length=8, context_length=16)
+    assert [k.id for k in kept] == ["b"] and skipped[0].prompt_id == "a"
+    # A conversation's last turn is bounded by its template plus length (+8) per earlier answer.
+    from bench.runner import conversation_sessions
+
+    conversation = conversation_sessions([(Prompt("7/1", "chat", "x"), Prompt("7/2", "chat", "y"))], lambda t: [1] * 4)
+    assert conversation[0].steps[0].ids == (1,) * 4 and conversation[0].id == "7"
+
+    def follow_up(turns, answers):
+        return [1] * 4 + sum(answers, []) + [2] * 3
+
+    for context, fits in ((31, True), (30, False)):                # 7 + (8 + 8) + 8 new tokens = 31
+        kept, skipped = split_fitting_sessions(conversation, length=8, context_length=context, follow_up=follow_up)
+        assert (len(kept), len(skipped)) == ((1, 0) if fits else (0, 1)), context
 
 
 def test_timer_pauses_the_garbage_collector_only_inside():
