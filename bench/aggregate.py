@@ -21,6 +21,10 @@ Definitions (the README repeats them):
 * identical (greedy only): share of prompts whose output equals target
   autoregressive's (first repeat); first divergence: median position of the
   first differing token among the prompts that differ.
+* per position (sessions: ``--multi-turn``, ``--session-size``): the same
+  numbers over all categories for the runs at one position of their session
+  (a conversation's turn), the speedup against target AR's runs at that same
+  position; ``position`` is None on the rows over every position.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class SummaryRow:
     conditional_acceptance_per_position: list[float] | None = None
     acceptance_histogram: list[int] | None = None
     acceptance_histogram_by_draft_length: dict[str, list[int]] | None = None
+    position: int | None = None
 
 
 def median(values: Iterable[float]) -> float | None:
@@ -203,22 +208,29 @@ def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> 
 
 
 def summarize(records: Sequence[RunRecord], *, greedy: bool) -> list[SummaryRow]:
-    """Every variant on every category group, in first-seen variant order."""
-    variants = list(dict.fromkeys(r.variant for r in records))
-    by_key: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
-    for r in records:
-        by_key[(r.variant, r.category)].append(r)
+    """Every variant on every category group, in first-seen variant order; with sessions, then
+    every variant at each position over all categories (rows with ``position`` set)."""
     reference = reference_outputs(records) if greedy else None
     rows = []
     for category, members in category_groups(r.category for r in records).items():
-        def pick(name: str) -> list[RunRecord]:
-            return [r for c in sorted(members) for r in by_key.get((name, c), [])]
-        base = pick(BASELINE)
-        for variant in variants:
-            v = parse_variant_name(variant)
-            mine = pick(variant)
-            if not mine:
-                continue
-            peer = pick(v.peer.name) if v.peer is not None else []
-            rows.append(summarize_group(variant, mine, base, peer, category, reference=reference))
+        rows += _group_rows([r for r in records if r.category in members], category, reference)
+    for position in sorted({r.position for r in records if r.position}):
+        for row in _group_rows([r for r in records if r.position == position], ALL, reference):
+            row.position = position
+            rows.append(row)
+    return rows
+
+
+def _group_rows(records: Sequence[RunRecord], category: str,
+                reference: dict[str, list[int]] | None) -> list[SummaryRow]:
+    """One row per variant of ``records`` (one group of runs), in first-seen order."""
+    by_variant: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: r.category):   # the group's categories in name order
+        by_variant[r.variant].append(r)
+    base = by_variant.get(BASELINE, [])
+    rows = []
+    for variant in dict.fromkeys(r.variant for r in records):
+        v = parse_variant_name(variant)
+        peer = by_variant.get(v.peer.name, []) if v.peer is not None else []
+        rows.append(summarize_group(variant, by_variant[variant], base, peer, category, reference=reference))
     return rows

@@ -24,9 +24,10 @@ _POLICY_STYLE = {"heuristic": dict(linestyle=(0, (1, 1))), "confidence": dict(li
 
 
 def series_key(variant) -> str:
-    """The line a constant-gamma variant belongs to: its strategy, or with a tree or a
-    self-drafter the variant's name without its gamma (``speculative[self:int8]+tree8``)."""
-    if not variant.tree and not variant.drafter:
+    """The line a constant-gamma variant belongs to: its strategy, or with a tree, a
+    self-drafter or one of several n-gram storages the variant's name without its gamma
+    (``speculative[self:int8]+tree8``, ``ngram[suffix]``)."""
+    if not variant.tree and not variant.drafter and not variant.storage:
         return variant.strategy
     return variant.name.partition("@")[0]
 
@@ -36,7 +37,8 @@ def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tupl
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
         v = parse_variant_name(r.variant)
-        if r.category == category and r.gamma is not None and r.speedup is not None and v.constant:
+        if r.category == category and r.position is None and r.gamma is not None and r.speedup is not None \
+                and v.constant:
             series.setdefault(series_key(v), []).append((r.gamma, r.speedup))
     return {k: sorted(v) for k, v in series.items()}
 
@@ -44,7 +46,7 @@ def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tupl
 def flat_lines(rows: list[SummaryRow], category: str) -> dict[str, float]:
     """Speedups of the variants without a constant gamma, by variant name (horizontal lines)."""
     return {r.variant: r.speedup for r in rows
-            if r.category == category and r.speedup is not None
+            if r.category == category and r.position is None and r.speedup is not None
             and not (r.gamma is not None and parse_variant_name(r.variant).constant)}
 
 
@@ -59,9 +61,9 @@ def _flat_style(name: str) -> dict:
 def _line_style(variant) -> dict:
     """The strategy's style; a tree or a self-drafter line is dashed, in its own colour."""
     style = dict(_STYLE.get(variant.strategy, {}))
-    if variant.tree or variant.drafter:
+    if variant.tree or variant.drafter or variant.storage:
         style.pop("color", None)
-        style["linestyle"] = "--" if variant.drafter else "-."
+        style["linestyle"] = "--" if variant.drafter or variant.storage else "-."
     return style
 
 

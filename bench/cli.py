@@ -108,6 +108,18 @@ def parse_self_drafters(text: str) -> list[str]:
     return list(dict.fromkeys(labels))
 
 
+def _storages(text: str) -> list[str]:
+    """``basic,suffix,sam``: n-gram storage kinds, each once, in the order given."""
+    kinds = []
+    for word in (w.strip().lower() for w in text.split(",")):
+        if word not in NGRAM_STORAGES:
+            raise argparse.ArgumentTypeError(f"unknown n-gram storage {word!r}; choose from "
+                                             f"{', '.join(NGRAM_STORAGES)}")
+        if word not in kinds:
+            kinds.append(word)
+    return kinds
+
+
 def _verify_rules(text: str) -> list[str]:
     """``residual,block``: chain verify rule names, each once, in the order given."""
     from generation.verify_names import VERIFY_RULE_NAMES
@@ -177,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which turn of multi-turn items to use (default 1; items without it are left out)")
     w.add_argument("--no-chat", dest="chat", action="store_false",
                    help="feed the raw prompt text, without the tokenizer's chat template")
+    w.add_argument("--multi-turn", action="store_true",
+                   help="run each multi-turn item as a conversation: a later turn's prompt holds the earlier "
+                        "turns and each strategy's own answers; n-gram state is kept within a conversation")
+    w.add_argument("--session-size", type=_positive, default=None, metavar="K",
+                   help="run K prompts of one category in a row as one session, n-gram state kept "
+                        "across them; reported per position in the session")
     d = p.add_argument_group("decoding")
     d.add_argument("--strategies", type=_strategies, default=list(OURS),
                    help="comma-separated subset of speculative,ngram,target,drafter "
@@ -210,8 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="self-drafters made from the target, run as speculative variants beside the pair's "
                         "drafter at every constant gamma (and every --trees budget), e.g. "
                         "self:bf16,self:int8,self:skip=auto (default: none)")
-    d.add_argument("--ngram-storage", choices=NGRAM_STORAGES, default="basic",
-                   help="NASD's storage (default basic); suffix and sam take their defaults (docs/model_free.md)")
+    d.add_argument("--ngram-storage", type=_storages, default=["basic"], metavar="LIST",
+                   help=f"NASD's storage, or several side by side, e.g. basic,suffix,sam (from "
+                        f"{','.join(NGRAM_STORAGES)}; default basic); suffix and sam take their defaults "
+                        "(docs/model_free.md)")
+    d.add_argument("--arctic-suffix", action="store_true",
+                   help="also run ArcticInference's suffix-decoding cache (pip package arctic-inference) "
+                        "through our verify loop at every constant gamma, beside NASD's suffix storage")
     d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
     d.add_argument("--top-k-filler", type=_positive, default=1,
                    help="NASD: also store the target's top-k predictions (default 1)")
@@ -251,7 +274,9 @@ def settings_dict(args, prompt_count: int) -> dict:
         "self_drafters": args.self_drafters,
         "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
         "processor": args.processor.command_text(),
-        "ngram_storage": args.ngram_storage, "ngram_n": args.ngram_n,
+        "ngram_storage": ",".join(args.ngram_storage), "ngram_n": args.ngram_n,
+        "arctic_suffix": args.arctic_suffix, "multi_turn": args.multi_turn,
+        "session_size": args.session_size,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
         "assisted_confidence": args.assisted_confidence, "uag": args.uag, "verify": args.verify,
         "repeats": args.repeats,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -21,8 +21,9 @@ from bench.peers import (
 from bench.processors import ProcessorSpec, make_processor
 from bench.records import RunRecord
 from bench.timing import timed
-from bench.variants import Variant
+from bench.variants import DRAFTING, LOOP_PEERS, Variant
 from engine import CrossTokenizerOptions, EngineState, NGramOptions
+from engine.run import loop_vocab_size
 
 
 @dataclass
@@ -44,14 +45,23 @@ class RunSettings:
 
 
 class Executor:
-    """Holds the models, the processor, the engine state (one n-gram storage, and
-    one gamma policy object per variant) and the call counters.
+    """Holds the models, the processor, the engine state (one gamma policy object per
+    variant), each variant's own drafting state (an n-gram storage, or the
+    ``arctic_suffix`` peer's cache) and the call counters.
 
     A variant's policy object lives for the whole benchmark (warm-up included):
     ``begin`` starts each generation, and what the model policy learns about
     this machine's costs carries over from prompt to prompt (the heuristic
     policy starts again at its gamma every generation; see
     ``generation.gamma_policies``).
+
+    Drafting state is honest: a ``fresh`` run (every run outside a session,
+    warm-up included, and a session's first step) starts from an empty storage,
+    so no repeat drafts from an earlier repeat's output; a later step of a
+    session continues from what the same variant's earlier steps left
+    (SuffixDecoding's global trie of earlier outputs, the basic storage's
+    counts). Each variant has its own, so interleaved variants never share
+    state, and it is emptied or built before the clock starts.
     """
 
     def __init__(self, models, settings: RunSettings, state: EngineState | None = None):
@@ -62,6 +72,7 @@ class Executor:
         self.state = state if state is not None else EngineState()
         self.ngram = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
                                   stop_if_unknown=settings.stop_if_unknown, reset=False)
+        self.own: dict[str, object] = {}   # variant name -> its storage (with its key) or arctic cache
         self.cross_options = CrossTokenizerOptions(settings.uag)
         # transformers' universal assisted generation prunes its assistant in place: on a pair
         # with two tokenizers its peer drafts with a copy (made before any hook is attached).
@@ -78,8 +89,11 @@ class Executor:
         if self.peer_counter is not None:
             self.peer_counter.detach()
 
-    def run(self, variant: Variant, ids: list[int], **where) -> RunRecord:
-        """Decode ``ids`` with ``variant``; ``where`` fills the record's prompt fields."""
+    def run(self, variant: Variant, ids: list[int], *, fresh: bool = True, **where) -> RunRecord:
+        """Decode ``ids`` with ``variant``; ``where`` fills the record's prompt fields.
+
+        ``fresh``: start from empty drafting state (else the variant's state as its
+        last run left it: a session's later step)."""
         record = RunRecord(variant=variant.name, strategy=variant.strategy, gamma=variant.gamma,
                            family=variant.family, prompt_tokens=len(ids),
                            gamma_policy=variant.policy if variant.gamma is not None else "",
@@ -88,20 +102,47 @@ class Executor:
         self.drafter_counter.take()
         if self.peer_counter is not None:
             self.peer_counter.take()
-        if variant.family == "peer":
+        if variant.family == "peer" and variant.strategy not in LOOP_PEERS:
             self._run_peer(variant, ids, record)
         else:
-            self._run_ours(variant, ids, record)
+            self._run_ours(variant, ids, record, fresh)
         return record
 
-    def _run_ours(self, variant: Variant, ids: list[int], record: RunRecord) -> None:
+    def ngram_options(self, variant: Variant) -> NGramOptions:
+        """The n-gram options of a NASD variant: the run's, with the variant's own storage kind."""
+        return replace(self.ngram, storage=variant.storage) if variant.storage else self.ngram
+
+    def _own_storage(self, variant: Variant, options: NGramOptions, fresh: bool):
+        """Put ``variant``'s own storage into the engine state: built on first use, emptied when fresh."""
+        self.state.storage, self.state.storage_key = self.own.get(variant.name, (None, None))
+        storage = self.state.ngram_storage(options, loop_vocab_size(self.models))
+        if fresh:
+            storage.reset()
+        self.own[variant.name] = (storage, self.state.storage_key)
+        return storage
+
+    def _arctic_options(self, variant: Variant, fresh: bool):
+        """The ``arctic_suffix`` peer's options: its own cache, a new one when fresh."""
+        from bench.arctic import ArcticOptions, new_cache
+
+        if fresh or variant.name not in self.own:
+            self.own[variant.name] = new_cache()
+        return ArcticOptions(self.own[variant.name])
+
+    def _run_ours(self, variant: Variant, ids: list[int], record: RunRecord, fresh: bool = True) -> None:
         s = self.settings
         generator = torch.Generator(device=self.device).manual_seed(s.seed)
-        strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=self.ngram,
+        ngram = self.ngram_options(variant)
+        arctic = self._arctic_options(variant, fresh) if variant.strategy == "arctic_suffix" else None
+        if variant.strategy == "ngram":
+            self._own_storage(variant, ngram, fresh)
+        strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=ngram,
                                 tree_branch=s.tree_branch, tree_sample=s.tree_sample,
-                                cross=self.cross_options)
+                                cross=self.cross_options, arctic=arctic)
         call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
+        if variant.strategy == "ngram":  # the storage the engine drafted from (kept for a session's next step)
+            self.own[variant.name] = (self.state.storage, self.state.storage_key)
         record.tokens = list(result.tokens)
         record.seconds = seconds
         record.engine_seconds = result.seconds
@@ -109,7 +150,7 @@ class Executor:
         record.target_calls = result.target_calls
         record.drafter_calls = result.drafter_calls
         record.phases = dict(result.phases) or None
-        if variant.strategy in ("speculative", "ngram"):
+        if variant.strategy in DRAFTING:
             record.drafted, record.accepted = result.drafted, result.accepted
             record.rounds = result.rounds
             record.gamma_policy = result.gamma_policy or record.gamma_policy

@@ -100,10 +100,10 @@ def _check(records, e: Expectation, present: list[str], groups: dict[str, set[st
 
 
 def _best_constant(name: str, present: list[str], tps) -> str | None:
-    """The constant-γ variant of ``name``'s strategy with the highest median tokens/s."""
-    strategy = parse_variant_name(name).strategy
-    constants = [v for v in present if (p := parse_variant_name(v)).strategy == strategy
-                 and p.gamma is not None and p.constant and v != name]
+    """The constant-γ variant of ``name``'s strategy (and n-gram storage) with the highest median tokens/s."""
+    mine = parse_variant_name(name)
+    constants = [v for v in present if (p := parse_variant_name(v)).strategy == mine.strategy
+                 and p.storage == mine.storage and p.gamma is not None and p.constant and v != name]
     if not constants:
         return None
     return max(constants, key=lambda c: median(tps(c).values()) or 0.0)

@@ -81,6 +81,15 @@ def header_lines(env: dict, settings: dict) -> list[str]:
         f"prompts ({settings['prompts']}) · {settings['repeats']} repeats · warm-up "
         f"{settings['warmup']} · seed {settings['seed']} · chat template "
         f"{'on' if settings['chat'] else 'off'} · n-gram {settings['ngram_storage']} "
-        f"n={settings['ngram_n']}",
+        f"n={settings['ngram_n']}" + _session_text(settings),
     ]
     return lines
+
+
+def _session_text(settings: dict) -> str:
+    """`` · multi-turn, 3 conversations`` or `` · sessions of 4 prompts (2)``; "" without sessions."""
+    if settings.get("multi_turn"):
+        return f" · multi-turn, {settings.get('sessions')} conversations"
+    if settings.get("session_size"):
+        return f" · sessions of {settings['session_size']} prompts ({settings.get('sessions')})"
+    return ""

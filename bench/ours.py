@@ -7,18 +7,20 @@ import torch
 from bench.variants import Variant
 from engine import CrossTokenizerOptions, EngineState, HybridOptions, NGramOptions, Strategy, run_strategy
 
-# Our drafting strategies and the engine drafter each uses.
-DRAFTER_OF = {"speculative": "model", "ngram": "ngram"}
+# Our drafting strategies (and the peers that draft through our verify loop) and the engine drafter each uses.
+DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic_suffix"}
 
 
 def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
                  tree_branch: int = 3, tree_sample: bool = True,
-                 cross: CrossTokenizerOptions = CrossTokenizerOptions()) -> Strategy:
+                 cross: CrossTokenizerOptions = CrossTokenizerOptions(), arctic=None) -> Strategy:
     """The engine strategy of one of our variants, keyed by the variant's name (so each
     variant keeps its own gamma policy for the whole benchmark).
 
-    The n-gram storage is not reset by the engine: :func:`our_call` empties it
-    before the clock starts. ``cross`` says how the drafter model drafts should
+    The n-gram storage is not reset by the engine (``ngram.reset`` is False): the
+    executor puts the variant's own storage in the engine state, emptied or kept,
+    before the clock starts. ``arctic``: the ``arctic_suffix`` peer's
+    ``bench.arctic.ArcticOptions``. ``cross`` says how the drafter model drafts should
     its tokenizer differ from the target's (the engine decides when it does).
     The per-token inspector is off: the benchmark never shows its numbers, so
     it times the decode without recording them. A variant with a self-drafter
@@ -27,10 +29,10 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     A hybrid variant (``speculative+hybrid4@4``) drafts from ``ngram``'s storage in rounds whose
     match is at least L tokens (``engine.strategy.HybridOptions``).
     """
-    if variant.strategy not in ("speculative", "ngram", "target", "drafter"):
+    if variant.strategy not in ("speculative", "ngram", "target", "drafter", "arctic_suffix"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
     drafter = DRAFTER_OF.get(variant.strategy)
-    options = {"ngram": ngram, "model": cross}.get(drafter)
+    options = {"ngram": ngram, "model": cross, "arctic_suffix": arctic}.get(drafter)
     if getattr(variant, "hybrid", 0) and drafter == "model":  # the storage drafts where its match is long
         options = HybridOptions(variant.hybrid, ngram, cross)
     if getattr(variant, "drafter", ""):  # a self-drafter made from the target (selfdraft.drafter)
@@ -47,8 +49,8 @@ def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,
              generator: torch.Generator):
     """A zero-argument function that runs ``strategy`` on ``ids`` and returns its GenerationResult.
 
-    For NASD the storage is emptied here, before the clock starts; the engine
-    fills it with the prompt itself (inside the timed call, as its own cost).
+    For NASD the engine feeds the prompt to the storage that ``state`` holds
+    (inside the timed call, as its own cost); what else the storage holds is
+    the caller's choice (``bench.executor``: empty, or a session's earlier steps).
     """
-    state.reset_storage()
     return lambda: run_strategy(strategy, models, ids, state=state, generator=generator)

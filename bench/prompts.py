@@ -2,7 +2,9 @@
 
 Spec-Bench format: one JSON object per line with ``question_id``, ``category``
 and ``turns`` (a list of user messages). A benchmark run uses one turn of each
-item (the first by default); items without that turn are left out.
+item (the first by default); items without that turn are left out, or, with
+``--multi-turn``, every turn of each item with two or more as one conversation
+(:func:`load_conversations`, :func:`conversation_ids`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,26 @@ def parse_spec_bench_line(line: str, *, turn: int = 1) -> Prompt | None:
 
 def read_spec_bench(path: str | Path, *, turn: int = 1) -> list[Prompt]:
     """Every item of a Spec-Bench-format file that has the asked-for turn."""
+    return [p for p in _read_items(path, lambda line: parse_spec_bench_line(line, turn=turn)) if p is not None]
+
+
+def read_conversations(path: str | Path) -> list[tuple[Prompt, ...]]:
+    """Every item of a Spec-Bench-format file with two turns or more, as one Prompt per turn
+    (ids ``QID/1``, ``QID/2``...; the text of each is that turn's user message)."""
+    return [c for c in _read_items(path, _conversation) if len(c) > 1]
+
+
+def _conversation(line: str) -> tuple[Prompt, ...]:
+    item = json.loads(line)
+    turns = item["turns"]
+    if not isinstance(turns, list):
+        raise TypeError("turns is not a list")
+    return tuple(Prompt(f"{item['question_id']}/{i}", str(item["category"]), str(text))
+                 for i, text in enumerate(turns, start=1))
+
+
+def _read_items(path: str | Path, parse) -> list:
+    """``parse(line)`` of every non-empty line; PromptFileError (one line) for a bad file or item."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -61,13 +83,11 @@ def read_spec_bench(path: str | Path, *, turn: int = 1) -> list[Prompt]:
         if not line.strip():
             continue
         try:
-            prompt = parse_spec_bench_line(line, turn=turn)
+            out.append(parse(line))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise PromptFileError(
                 f"{path}:{number}: not a Spec-Bench item (question_id, category, turns): {exc}"
             ) from None
-        if prompt is not None:
-            out.append(prompt)
     return out
 
 
@@ -105,6 +125,48 @@ def load_prompts(source: str = "builtin", *, categories: list[str] | None = None
     """``builtin`` or a Spec-Bench-format file, filtered by category and limit."""
     prompts = builtin_prompts() if source == "builtin" else read_spec_bench(source, turn=turn)
     return select(prompts, categories=categories, limit=limit)
+
+
+def load_conversations(source: str, *, categories: list[str] | None = None,
+                       limit: int | None = None) -> list[tuple[Prompt, ...]]:
+    """The multi-turn items of a Spec-Bench-format file, filtered by category and limit
+    (``builtin`` has none: PromptFileError)."""
+    if source == "builtin":
+        raise PromptFileError("the built-in prompts have one turn each: --multi-turn needs a prompt file "
+                              "with two-turn items (Spec-Bench's question.jsonl, --categories mt_bench)")
+    conversations = read_conversations(source)
+    firsts = select([c[0] for c in conversations], categories=categories, limit=limit)
+    kept = {p.id for p in firsts}
+    return [c for c in conversations if c[0].id in kept]
+
+
+def conversation_ids(tokenizer, turns: list[str], answers: list[list[int]], *, chat: bool = True) -> list[int]:
+    """Prompt ids of turn ``len(answers) + 1`` of a conversation: the user ``turns`` so far and
+    the ``answers`` (generated ids) given to all but the last.
+
+    With a chat template: the template of [user, assistant, ..., user] with the
+    assistant header, each answer decoded to text (special tokens left out).
+    Without one (or with ``chat`` off): a plain concatenation of ids, the first
+    turn's prompt ids, its answer's ids verbatim, then each later turn's text
+    after a blank line.
+    """
+    if len(turns) != len(answers) + 1:
+        raise ValueError(f"{len(turns)} turns need {len(turns) - 1} answers, got {len(answers)}")
+    from utils.vocab import has_chat_template, template_ids
+
+    if chat and has_chat_template(tokenizer):
+        messages = []
+        for text, answer in zip(turns, answers + [None]):
+            messages.append({"role": "user", "content": text})
+            if answer is not None:
+                messages.append({"role": "assistant",
+                                 "content": tokenizer.decode(answer, skip_special_tokens=True)})
+        return template_ids(tokenizer, messages)
+    ids = chat_ids(tokenizer, turns[0], chat=False)
+    for text, answer in zip(turns[1:], answers):
+        ids += [int(i) for i in answer]
+        ids += [int(i) for i in tokenizer("\n\n" + text, add_special_tokens=False).input_ids]
+    return ids
 
 
 def chat_ids(tokenizer, text: str, *, chat: bool = True) -> list[int]:

@@ -28,6 +28,9 @@ class RunRecord:
     does not report rounds (the peers).
     ``hybrid``: a hybrid variant's rounds, drafts and acceptance per kind (``model``,
     ``retrieval``; ``GenerationResult.hybrid``); None for every other run.
+    ``session`` and ``position``: the session the run belongs to (a conversation,
+    or K prompts of one category in a row) and its 1-based step there (for a
+    conversation, the turn); "" and 0 for a prompt run alone.
     """
 
     variant: str
@@ -54,6 +57,8 @@ class RunRecord:
     tree_fallback: str = ""
     acceptance: dict | None = None
     hybrid: dict | None = None
+    session: str = ""
+    position: int = 0
 
     @property
     def n_tokens(self) -> int:

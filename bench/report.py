@@ -43,6 +43,7 @@ def category_cell(row: SummaryRow | None) -> str:
 
 def category_table(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
     """Variants down, categories across: tokens/s (speedup) in each cell."""
+    rows = [r for r in rows if r.position is None]
     categories = list(dict.fromkeys(r.category for r in rows))
     variants = list(dict.fromkeys(r.variant for r in rows))
     index = {(r.variant, r.category): r for r in rows}
@@ -50,6 +51,34 @@ def category_table(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
     body = [[parse_variant_name(v).label] + [category_cell(index.get((v, c))) for c in categories]
             for v in variants]
     return header, body
+
+
+def position_cell(row: SummaryRow | None) -> str:
+    """``tok/s (speedup, accept)``; the acceptance left out where the decoder reports none."""
+    if row is None:
+        return DASH
+    inside = _num(row.speedup, ".2f", "×")
+    if row.acceptance_rate is not None:
+        inside += f", {row.acceptance_rate:.0%}"
+    return f"{row.tokens_per_s:.1f} ({inside})"
+
+
+def position_table(rows: list[SummaryRow], word: str) -> tuple[list[str], list[list[str]]] | None:
+    """Variants down, session positions across (``turn 1``, ``turn 2``, or ``prompt 1``...):
+    tokens/s (speedup over target AR at that position, acceptance) in each cell; None without sessions."""
+    positioned = [r for r in rows if r.position is not None]
+    if not positioned:
+        return None
+    positions = sorted({r.position for r in positioned})
+    index = {(r.variant, r.position): r for r in positioned}
+    header = ["Strategy"] + [f"{word} {p}" for p in positions]
+    body = [[parse_variant_name(v).label] + [position_cell(index.get((v, p))) for p in positions]
+            for v in dict.fromkeys(r.variant for r in positioned)]
+    return header, body
+
+
+def position_title(word: str) -> str:
+    return f"Tokens/s (speedup over target AR, acceptance) per {word} of the session"
 
 
 EXPECT_COLUMNS = ("Expectation", "measured", "status")
@@ -65,14 +94,18 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown_report(header_lines: list[str], rows: list[SummaryRow], verdicts: list[Verdict]) -> str:
-    overall = [overall_cells(r) for r in rows if r.category == ALL]
+def markdown_report(header_lines: list[str], rows: list[SummaryRow], verdicts: list[Verdict],
+                    word: str = "position") -> str:
+    """The tables in Markdown; ``word`` names a session's positions (``turn`` in a conversation)."""
+    overall = [overall_cells(r) for r in rows if r.category == ALL and r.position is None]
     cat_header, cat_body = category_table(rows)
     parts = [
         "\n".join(f"{line}  " for line in header_lines),
         "All prompts:\n\n" + markdown_table(list(OVERALL_COLUMNS), overall),
         "Tokens/s (speedup over target AR) per category:\n\n" + markdown_table(cat_header, cat_body),
     ]
+    if (per_position := position_table(rows, word)) is not None:
+        parts.append(position_title(word) + ":\n\n" + markdown_table(*per_position))
     if verdicts:
         parts.append("Expectations:\n\n" + markdown_table(
             list(EXPECT_COLUMNS), [verdict_cells(v) for v in verdicts]))
@@ -80,8 +113,8 @@ def markdown_report(header_lines: list[str], rows: list[SummaryRow], verdicts: l
 
 
 def print_report(console, header_lines: list[str], rows: list[SummaryRow],
-                 verdicts: list[Verdict]) -> None:
-    """The same three tables, drawn with rich."""
+                 verdicts: list[Verdict], word: str = "position") -> None:
+    """The same tables, drawn with rich."""
     from rich.table import Table
 
     for line in header_lines:
@@ -90,7 +123,7 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
     for i, name in enumerate(OVERALL_COLUMNS):
         main.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows:
-        if row.category == ALL:
+        if row.category == ALL and row.position is None:
             main.add_row(*overall_cells(row), style="cyan" if row.family == "peer" else None)
     console.print(main)
     header, body = category_table(rows)
@@ -100,6 +133,14 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
     for cells in body:
         per_cat.add_row(*cells)
     console.print(per_cat)
+    if (per_position := position_table(rows, word)) is not None:
+        header, body = per_position
+        table = Table(title=position_title(word), title_justify="left")
+        for i, name in enumerate(header):
+            table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        for cells in body:
+            table.add_row(*cells)
+        console.print(table)
     if verdicts:
         table = Table(title="Expectations", title_justify="left")
         for name in EXPECT_COLUMNS:

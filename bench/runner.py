@@ -4,12 +4,21 @@ Order within a repeat: prompt 1 through every variant, then prompt 2, and so
 on; then the next repeat, with the variants in reverse order (A B C A B C ...,
 then C B A C B A ...). Machine drift during a run therefore hits every variant
 alike, a variant and its peer run back to back, and which one goes first alternates.
+
+Prompts run in *sessions*: a prompt alone (the default), the turns of one
+conversation (``--multi-turn``: a later turn's prompt is built from the earlier
+turns and the variant's own answers to them), or K prompts of one category in a
+row (``--session-size``). A session's steps run in order, each step through
+every variant. Each run is told whether it is ``fresh``: the first step of a
+session (and every run outside one, warm-up included) starts from empty n-gram
+state; a later step keeps what that same variant's earlier steps left
+(``bench.executor``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.prompts import Prompt, chat_ids
 from bench.records import RunRecord
@@ -20,6 +29,28 @@ from bench.variants import Variant
 class EncodedPrompt:
     prompt: Prompt
     ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Session:
+    """Prompts run in a row with n-gram state kept across them (one prompt alone: no state kept).
+
+    ``turns``: the user messages of a conversation; then only the first step's
+    ids are fixed, and a later step's ids are ``follow_up(turns[:i + 1],
+    answers so far)`` for each variant's own answers.
+    """
+
+    id: str
+    category: str
+    steps: tuple[EncodedPrompt, ...]
+    turns: tuple[str, ...] = field(default=())
+
+    @property
+    def conversation(self) -> bool:
+        return bool(self.turns)
+
+
+FollowUp = Callable[[list[str], list[list[int]]], list[int]]   # (turns so far, answers) -> prompt ids
 
 
 @dataclass
@@ -33,16 +64,55 @@ def encode_prompts(prompts: Sequence[Prompt], tokenizer, *, chat: bool = True) -
     return [EncodedPrompt(p, tuple(chat_ids(tokenizer, p.text, chat=chat))) for p in prompts]
 
 
-def split_fitting(encoded: Sequence[EncodedPrompt], *, length: int,
-                  context_length: int | None) -> tuple[list[EncodedPrompt], list[Skipped]]:
-    """Prompts whose ids plus ``length`` new tokens fit the context, and the others."""
+def single_sessions(encoded: Sequence[EncodedPrompt]) -> list[Session]:
+    """Each prompt a session of its own (every run fresh)."""
+    return [Session(e.prompt.id, e.prompt.category, (e,)) for e in encoded]
+
+
+def task_sessions(encoded: Sequence[EncodedPrompt], size: int) -> list[Session]:
+    """``size`` prompts of one category in a row, in prompt order, as one session each (a
+    category's last session may be shorter); ids ``CATEGORY#1``, ``CATEGORY#2``..."""
+    by_category: dict[str, list[EncodedPrompt]] = {}
+    for e in encoded:
+        by_category.setdefault(e.prompt.category, []).append(e)
+    out = []
+    for category, items in by_category.items():
+        for start in range(0, len(items), size):
+            out.append(Session(f"{category}#{start // size + 1}", category, tuple(items[start:start + size])))
+    return out
+
+
+def conversation_sessions(conversations, first_ids: Callable[[str], list[int]]) -> list[Session]:
+    """One session per conversation (a tuple of Prompts, one per turn): the first turn's ids
+    encoded now, the later turns' built during the run from each variant's answers."""
+    out = []
+    for turns in conversations:
+        steps = tuple(EncodedPrompt(p, tuple(first_ids(p.text)) if i == 0 else ())
+                      for i, p in enumerate(turns))
+        out.append(Session(turns[0].id.rsplit("/", 1)[0], turns[0].category, steps,
+                           tuple(p.text for p in turns)))
+    return out
+
+
+def split_fitting_sessions(sessions: Sequence[Session], *, length: int, context_length: int | None,
+                           follow_up: FollowUp | None = None) -> tuple[list[Session], list[Skipped]]:
+    """Sessions whose every step fits the context with ``length`` new tokens, and the others.
+
+    A conversation's last turn is bounded by its template with empty answers
+    plus ``length`` tokens per earlier answer (and 8 more each: a decoded
+    answer may re-encode to a few more tokens).
+    """
     kept, skipped = [], []
-    for item in encoded:
-        if context_length and len(item.ids) + length > context_length:
-            skipped.append(Skipped(item.prompt.id, f"{len(item.ids)} prompt tokens + {length} "
-                                   f"new exceed the context of {context_length}"))
+    for session in sessions:
+        need = max(len(step.ids) for step in session.steps)
+        if session.conversation and follow_up is not None:
+            earlier = len(session.turns) - 1
+            need = len(follow_up(list(session.turns), [[]] * earlier)) + earlier * (length + 8)
+        if context_length and need + length > context_length:
+            skipped.append(Skipped(session.id, f"{need} prompt tokens + {length} new exceed the context "
+                                               f"of {context_length}"))
         else:
-            kept.append(item)
+            kept.append(session)
     return kept, skipped
 
 
@@ -57,34 +127,67 @@ def schedule(n_prompts: int, variants: Sequence[Variant],
     return [(r, p, v) for r in range(repeats) for p in range(n_prompts) for v in order[r % 2]]
 
 
-RunOne = Callable[..., RunRecord]   # run(variant, ids, prompt_id=, category=, repeat=)
+RunOne = Callable[..., RunRecord]
+# run(variant, ids, fresh=, prompt_id=, category=, repeat=, session=, position=)
 
 
-def warm_up(run: RunOne, variants: Sequence[Variant], item: EncodedPrompt, times: int,
-            on_step: Callable[[str], None] | None = None) -> None:
-    """Run every variant ``times`` on one prompt and discard the results."""
-    for _ in range(times):
+def run_session(run: RunOne, session: Session, variants: Sequence[Variant], repeat: int, *,
+                follow_up: FollowUp | None = None, alone: bool = False,
+                on_step: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
+    """Every step of ``session`` in order, each through every variant; one record per run.
+
+    Only a session's first step is fresh; a conversation's later turn is built
+    from the turns so far and that variant's own answers. ``alone``: the session
+    is one prompt outside any session (records carry no session and position 0).
+    """
+    answers: dict[str, list[list[int]]] = {v.name: [] for v in variants}
+    for position, step in enumerate(session.steps, start=1):
         for variant in variants:
+            ids = list(step.ids)
+            if session.conversation and position > 1:
+                if follow_up is None:
+                    raise ValueError("a conversation needs follow_up to build its later turns")
+                ids = follow_up(list(session.turns[:position]), answers[variant.name])
             if on_step:
-                on_step(f"warm-up {variant.label}")
-            run(variant, list(item.ids), prompt_id=item.prompt.id,
-                category=item.prompt.category, repeat=-1)
+                where = "warm-up" if repeat < 0 else f"repeat {repeat + 1}"
+                on_step(f"{variant.label} · {step.prompt.id} · {where}")
+            record = run(variant, ids, fresh=position == 1, prompt_id=step.prompt.id,
+                         category=step.prompt.category, repeat=repeat,
+                         session="" if alone else session.id, position=0 if alone else position)
+            answers[variant.name].append(list(record.tokens))
+            yield record
+
+
+def iter_session_runs(run: RunOne, sessions: Sequence[Session], variants: Sequence[Variant], *,
+                      repeats: int, warmup: int = 1, follow_up: FollowUp | None = None,
+                      alone: bool = False,
+                      on_step: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
+    """Warm up on the first session (``warmup`` times, untimed), then every session of every
+    repeat, variants in the order of :func:`schedule`; one record per timed run."""
+    for _ in range(warmup if sessions else 0):
+        for _record in run_session(run, sessions[0], variants, -1, follow_up=follow_up, alone=alone,
+                                   on_step=on_step):
+            pass
+    order = [list(variants), list(reversed(variants))]
+    for repeat in range(repeats):
+        for session in sessions:
+            yield from run_session(run, session, order[repeat % 2], repeat, follow_up=follow_up,
+                                   alone=alone, on_step=on_step)
 
 
 def iter_runs(run: RunOne, encoded: Sequence[EncodedPrompt], variants: Sequence[Variant], *,
               repeats: int, warmup: int = 1,
               on_step: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
-    """Warm up, then run the whole schedule, yielding one record per timed run."""
-    if encoded and warmup > 0:
-        warm_up(run, variants, encoded[0], warmup, on_step)
-    for repeat, index, variant in schedule(len(encoded), variants, repeats):
-        item = encoded[index]
-        if on_step:
-            on_step(f"{variant.label} · {item.prompt.id} · repeat {repeat + 1}/{repeats}")
-        yield run(variant, list(item.ids), prompt_id=item.prompt.id,
-                  category=item.prompt.category, repeat=repeat)
+    """Every prompt alone (every run fresh): warm up, then the whole schedule."""
+    return iter_session_runs(run, single_sessions(encoded), variants, repeats=repeats, warmup=warmup,
+                             alone=True, on_step=on_step)
 
 
-def run_count(n_prompts: int, n_variants: int, *, repeats: int, warmup: int) -> int:
-    """How many decodes a benchmark makes, warm-up included (for the progress bar)."""
-    return n_variants * (warmup * (n_prompts > 0) + n_prompts * repeats)
+def run_count(n_prompts: int, n_variants: int, *, repeats: int, warmup: int,
+              first_session: int = 1) -> int:
+    """How many decodes a benchmark makes, warm-up included (for the progress bar).
+
+    ``n_prompts``: every step of every session; ``first_session``: the steps of
+    the first one (what a warm-up runs).
+    """
+    return n_variants * (warmup * first_session * (n_prompts > 0) + n_prompts * repeats)

@@ -17,9 +17,12 @@ from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
 from bench.expect import check_expectations
 from bench.meta import environment, header_lines
-from bench.prompts import PromptFileError, load_prompts
+from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
 from bench.report import markdown_report, print_report
-from bench.runner import encode_prompts, iter_runs, run_count, split_fitting
+from bench.runner import (
+    conversation_sessions, encode_prompts, iter_session_runs, run_count, single_sessions, split_fitting_sessions,
+    task_sessions,
+)
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState
@@ -53,16 +56,64 @@ def _load(args, loader, err):
         return None
 
 
+def _flag_conflict(args) -> str | None:
+    """One line when the session flags do not go together, else None."""
+    if args.multi_turn and args.session_size:
+        return "--multi-turn and --session-size do not go together: a conversation is already a session"
+    if args.multi_turn and args.turn != 1:
+        return "--multi-turn runs every turn: leave --turn out"
+    return None
+
+
+def _arctic_ready(args) -> str | None:
+    """Why the arctic_suffix peer cannot run (one line), or None when it can (or was not asked for)."""
+    if not args.arctic_suffix:
+        return None
+    if "ngram" not in args.strategies:
+        return "the arctic_suffix peer runs beside NASD: add ngram to --strategies"
+    from bench.arctic import ArcticUnavailable, cache_class
+
+    try:
+        cache_class()
+    except ArcticUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _read_prompts(args):
+    """The prompts (one Prompt each, or a tuple per conversation with --multi-turn)."""
+    if args.multi_turn:
+        return load_conversations(args.prompts, categories=args.categories, limit=args.limit)
+    return load_prompts(args.prompts, categories=args.categories, limit=args.limit, turn=args.turn)
+
+
+def build_sessions(args, prompts, models):
+    """The sessions to run and the follow-up encoder of a conversation's later turns (or None)."""
+    tokenizer = models.tokenizer
+    if args.multi_turn:
+        def follow_up(turns, answers):
+            return conversation_ids(tokenizer, turns, answers, chat=args.chat)
+        return conversation_sessions(prompts, lambda text: follow_up([text], [])), follow_up
+    encoded = encode_prompts(prompts, tokenizer, chat=args.chat)
+    if args.session_size:
+        return task_sessions(encoded, args.session_size), None
+    return single_sessions(encoded), None
+
+
 def run_session(args, loader, settings_dict) -> int:
     out, err = _consoles()
+    problem = _flag_conflict(args) or _arctic_ready(args)
+    if problem:
+        err.print(f"[red]error:[/] {problem}", highlight=False)
+        return 2
     try:
-        prompts = load_prompts(args.prompts, categories=args.categories, limit=args.limit,
-                               turn=args.turn)
+        prompts = _read_prompts(args)
     except PromptFileError as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
     if not prompts:
-        err.print("[red]error:[/] no prompts left after --categories/--limit/--turn")
+        err.print("[red]error:[/] no prompts left after --categories/--limit/--turn"
+                  + (" (--multi-turn keeps items with two turns or more)" if args.multi_turn else ""))
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -71,9 +122,9 @@ def run_session(args, loader, settings_dict) -> int:
     if models is None:
         return 2
 
-    encoded, skipped = split_fitting(encode_prompts(prompts, models.tokenizer, chat=args.chat),
-                                     length=args.length,
-                                     context_length=models.context_length)
+    sessions, follow_up = build_sessions(args, prompts, models)
+    sessions, skipped = split_fitting_sessions(sessions, length=args.length, context_length=models.context_length,
+                                               follow_up=follow_up)
     for s in skipped:
         err.print(f"skipping {s.prompt_id}: {s.reason}", style="yellow", highlight=False)
     state = EngineState()  # the executor's: the self-drafters built here are the ones it runs
@@ -85,30 +136,33 @@ def run_session(args, loader, settings_dict) -> int:
     args.self_drafters = self_drafters
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
-                             hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None)
+                             hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None,
+                             storages=args.ngram_storage, arctic=args.arctic_suffix)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
-        ngram_storage=args.ngram_storage, ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
+        ngram_storage=args.ngram_storage[0], ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
         assisted_confidence=args.assisted_confidence, max_matching_ngram_size=args.lookup_ngram,
         tree_branch=args.tree_branch,
         tree_sample=args.tree_sample,
         uag=args.uag,
     ), state=state)
-    records, interrupted = _run_all(executor, encoded, variants, args, err)
+    records, interrupted = _run_all(executor, sessions, follow_up, variants, args, err)
     executor.close()
     if not records:
         err.print("[red]no run finished[/]")
         return 1
 
-    settings = settings_dict(args, len(encoded))
+    settings = settings_dict(args, sum(len(s.steps) for s in sessions))
+    settings.update(sessions=len(sessions) if (args.multi_turn or args.session_size) else None)
     settings.update(variants=[v.name for v in variants], interrupted=interrupted)
     env = environment(models)
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
     goals = check_expectations(records, args.expect)
     header = header_lines(env, settings) + notes + fallback_lines(records)
-    print_report(out, header, rows, goals)
-    _write_files(args, env, settings, rows, goals, records, skipped, header, err)
+    word = "turn" if args.multi_turn else "prompt"
+    print_report(out, header, rows, goals, word)
+    _write_files(args, env, settings, rows, goals, records, skipped, header, err, word)
     return 130 if interrupted else 0
 
 
@@ -137,10 +191,12 @@ def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> 
     return labels, notes
 
 
-def _run_all(executor, encoded, variants, args, err):
+def _run_all(executor, sessions, follow_up, variants, args, err):
     """Every run with a progress bar; Ctrl-C stops early and keeps what finished."""
     records = []
-    total = run_count(len(encoded), len(variants), repeats=args.repeats, warmup=args.warmup)
+    steps = sum(len(s.steps) for s in sessions)
+    total = run_count(steps, len(variants), repeats=args.repeats, warmup=args.warmup,
+                      first_session=len(sessions[0].steps) if sessions else 0)
     with _progress(err) as progress:
         task = progress.add_task("starting", total=total)
 
@@ -153,8 +209,9 @@ def _run_all(executor, encoded, variants, args, err):
             progress.update(task, description=text)
 
         try:
-            for record in iter_runs(run, encoded, variants, repeats=args.repeats,
-                                    warmup=args.warmup, on_step=on_step):
+            alone = not (args.multi_turn or args.session_size)
+            for record in iter_session_runs(run, sessions, variants, repeats=args.repeats, warmup=args.warmup,
+                                            follow_up=follow_up, alone=alone, on_step=on_step):
                 records.append(record)
         except KeyboardInterrupt:
             err.print(f"[yellow]interrupted: reporting the {len(records)} runs that finished[/]")
@@ -168,7 +225,7 @@ def fallback_lines(records) -> list[str]:
     return [f"{variant}: {line}" for variant, line in why.items()]
 
 
-def _write_files(args, env, settings, rows, goals, records, skipped, header, err) -> None:
+def _write_files(args, env, settings, rows, goals, records, skipped, header, err, word) -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     paths = [
@@ -177,7 +234,7 @@ def _write_files(args, env, settings, rows, goals, records, skipped, header, err
         write_csv(out / "runs.csv", [r.row() for r in records]),
     ]
     md = out / "summary.md"
-    md.write_text(markdown_report(header, rows, goals), encoding="utf-8")
+    md.write_text(markdown_report(header, rows, goals, word), encoding="utf-8")
     paths.append(md)
     if args.chart:
         with contextlib.suppress(ImportError):

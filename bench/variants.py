@@ -27,6 +27,14 @@ A chain variant of ours may verify with another rule than the token rule
 (``--verify``; ``generation.verify_rules``): ``speculative@4~block``,
 ``ngram@4~strict``; the rule is the name's last part, and such a variant has no
 peer (transformers verifies with the token rule only).
+
+NASD may run several n-gram storages side by side (``--ngram-storage
+basic,suffix``): each of its variants then names its storage, ``ngram[suffix]@4``,
+``ngram[sam]:model@16``, and all share prompt lookup as their peer. With one
+storage the name stays ``ngram@4``.
+
+``arctic_suffix@4``: Snowflake ArcticInference's suffix-decoding cache drafting
+through our verify loop (``bench.arctic``), a peer of NASD's suffix storage.
 """
 
 from __future__ import annotations
@@ -35,8 +43,10 @@ import re
 from dataclasses import dataclass, replace
 
 OURS = ("speculative", "ngram", "target", "drafter")
-PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup", "hf_mtp")
-DRAFTING = frozenset({"speculative", "ngram", "hf_assisted", "hf_prompt_lookup"})
+PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup", "hf_mtp", "arctic_suffix")
+DRAFTING = frozenset({"speculative", "ngram", "hf_assisted", "hf_prompt_lookup", "arctic_suffix"})
+# Peers that decode through our verify loop with a drafter of their own (bench.arctic).
+LOOP_PEERS = frozenset({"arctic_suffix"})
 # Each of our strategies and the transformers decoder it is compared with.
 PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_prompt_lookup"}
 BASELINE = "target"
@@ -55,6 +65,7 @@ LABELS = {
     "hf_assisted": "HF assisted",
     "hf_prompt_lookup": "HF prompt lookup",
     "hf_mtp": "HF MTP",
+    "arctic_suffix": "Arctic suffix",
 }
 
 
@@ -77,17 +88,19 @@ class Variant:
     drafter: str = ""       # a self-drafter spec (``self:int8``) drafting instead of the pair's drafter
     verify: str = RESIDUAL  # the chain verify rule (generation.verify_rules)
     hybrid: int = 0         # L: the storage drafts in rounds whose match is at least L (0: off)
+    storage: str = ""       # NASD's n-gram storage when several run side by side ("": the run's one)
 
     @property
     def name(self) -> str:
         """A stable key: ``target``, ``speculative@4``, ``speculative:model@16``,
-        ``speculative[self:int8]+tree16@4``, ``speculative+hybrid4@4``..."""
+        ``speculative[self:int8]+tree16@4``, ``speculative+hybrid4@4``, ``ngram[suffix]@4``..."""
+        source = self.drafter or self.storage
+        drafter = f"[{source}]" if source else ""
         if self.gamma is None:
-            return self.strategy + (f"[{self.drafter}]" if self.drafter else "")
+            return self.strategy + drafter
         middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
         tree = f"+tree{self.tree}" if self.tree else ""
         hybrid = f"+hybrid{self.hybrid}" if self.hybrid else ""
-        drafter = f"[{self.drafter}]" if self.drafter else ""
         rule = f"~{self.verify}" if self.verify != RESIDUAL else ""
         return f"{self.strategy}{drafter}{tree}{hybrid}{middle}@{self.gamma}{rule}"
 
@@ -98,8 +111,8 @@ class Variant:
     @property
     def label(self) -> str:
         base = LABELS.get(self.strategy, self.strategy)
-        if self.drafter:
-            base = f"{base} {self.drafter}"
+        if self.drafter or self.storage:
+            base = f"{base} {self.drafter or self.storage}"
         if self.tree:
             base = f"{base} tree {self.tree}"
         if self.hybrid:
@@ -163,23 +176,25 @@ _DRAFTER = re.compile(r"^([^\[@:+]+)\[([^\]]*)\](.*)$")  # strategy[drafter]rest
 def parse_variant_name(name: str) -> Variant:
     """The inverse of ``Variant.name``."""
     name, _, rule = name.partition("~")
-    drafter = ""
+    source = ""
     if (found := _DRAFTER.match(name)) is not None:
-        name, drafter = found.group(1) + found.group(3), found.group(2)
+        name, source = found.group(1) + found.group(3), found.group(2)
     head, _, gamma = name.partition("@")
     strategy, _, key = head.partition(":")
     policy = " ".join(key.split("=")) if key else CONSTANT
     strategy, _, hybrid = strategy.partition("+hybrid")
     strategy, _, tree = strategy.partition("+tree")
+    storage, drafter = (source, "") if strategy == "ngram" else ("", source)   # ngram[suffix], speculative[self:int8]
     return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter,
-                   rule or RESIDUAL, int(hybrid) if hybrid else 0)
+                   rule or RESIDUAL, hybrid=int(hybrid) if hybrid else 0, storage=storage)
 
 
 def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   policies: list[tuple[str, int]] | None = None,
                   trees: list[int] | None = None, self_drafters: list[str] | None = None,
                   verifies: list[str] | None = None, hybrids: list[int] | None = None,
-                  mtp: bool = False) -> list[Variant]:
+                  mtp: bool = False, storages: list[str] | None = None,
+                  arctic: bool = False) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
@@ -194,10 +209,19 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     With ``mtp`` (the pair's drafter is the target's MTP layers) the peer of
     speculative decoding is transformers' ``generate(use_mtp=True)`` (``hf_mtp``),
     which drafts one token per MTP layer whatever the gamma.
+    With more than one of ``storages`` every NASD variant runs once per storage,
+    side by side (``ngram[basic]@4``, ``ngram[suffix]@4``), all with prompt
+    lookup as their peer. ``arctic``: ArcticInference's suffix cache at every
+    constant gamma, right after NASD's suffix storage at that gamma (after the
+    first storage's when suffix is not among them).
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
         raise ValueError(f"unknown strategy {unknown[0]!r} (choose from {', '.join(OURS)})")
+    if arctic and "ngram" not in strategies:
+        raise ValueError("the arctic_suffix peer runs beside NASD: add ngram to --strategies")
+    storages = list(storages or [""])
+    beside = "suffix" if "suffix" in storages else storages[0]   # the storage arctic_suffix sits next to
     chosen = [BASELINE] + [s for s in OURS if s in strategies and s != BASELINE]
     out: list[Variant] = []
     for strategy in chosen:
@@ -215,6 +239,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
         rules = verifies or [RESIDUAL]
         mine = [replace(v, verify=rule) if rule != RESIDUAL else v
                 for v in mine for rule in (rules if v.gamma is not None and not v.tree else [RESIDUAL])]
+        if strategy == "ngram" and len(storages) > 1:
+            mine = [replace(v, storage=kind) for v in mine for kind in storages]
         for variant in mine:
             out.append(variant)
             peer = variant.peer
@@ -222,4 +248,7 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                 peer = HF_MTP if variant.constant else None
             if peers and peer is not None and peer not in out:
                 out.append(peer)
+            if arctic and variant.strategy == "ngram" and (variant.storage or storages[0]) == beside \
+                    and variant.constant and not variant.tree and variant.verify == RESIDUAL:
+                out.append(Variant("arctic_suffix", variant.gamma))
     return out

@@ -19,7 +19,7 @@ from bench.prompts import (
 )
 from bench.records import RunRecord
 from bench.report import markdown_report
-from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, split_fitting
+from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, single_sessions, split_fitting_sessions
 from bench.expect import Expectation, check_expectations, parse_expectation
 from bench.ours import our_call, our_strategy
 from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variants
@@ -193,7 +193,8 @@ def test_runner_warms_up_first_and_records_every_timed_run():
 
     calls = []
 
-    def fake_run(variant, ids, *, prompt_id, category, repeat):
+    def fake_run(variant, ids, *, fresh, prompt_id, category, repeat, session, position):
+        assert fresh and (session, position) == ("", 0)       # prompts alone: every run starts fresh
         calls.append((variant.name, prompt_id, repeat))
         return RunRecord(variant.name, variant.strategy, variant.gamma, variant.family,
                          prompt_id, category, repeat, len(ids), tokens=[1], seconds=1.0)
@@ -210,8 +211,20 @@ def test_prompts_too_long_for_the_context_are_skipped():
     from bench.prompts import Prompt
 
     encoded = [EncodedPrompt(Prompt("a", "chat", "x"), (1,) * 10), EncodedPrompt(Prompt("b", "chat", "y"), (1,) * 3)]
-    kept, skipped = split_fitting(encoded, length=8, context_length=16)
-    assert [k.prompt.id for k in kept] == ["b"] and skipped[0].prompt_id == "a"
+    kept, skipped = split_fitting_sessions(single_sessions(encoded), length=8, context_length=16)
+    assert [k.id for k in kept] == ["b"] and skipped[0].prompt_id == "a"
+    # A conversation's last turn is bounded by its template plus length (+8) per earlier answer.
+    from bench.runner import conversation_sessions
+
+    conversation = conversation_sessions([(Prompt("7/1", "chat", "x"), Prompt("7/2", "chat", "y"))], lambda t: [1] * 4)
+    assert conversation[0].steps[0].ids == (1,) * 4 and conversation[0].id == "7"
+
+    def follow_up(turns, answers):
+        return [1] * 4 + sum(answers, []) + [2] * 3
+
+    for context, fits in ((31, True), (30, False)):                # 7 + (8 + 8) + 8 new tokens = 31
+        kept, skipped = split_fitting_sessions(conversation, length=8, context_length=context, follow_up=follow_up)
+        assert (len(kept), len(skipped)) == ((1, 0) if fits else (0, 1)), context
 
 
 def test_timer_pauses_the_garbage_collector_only_inside():
@@ -769,3 +782,337 @@ def test_a_skip_search_that_keeps_every_layer_is_left_out_with_a_line(tiny_pair,
     assert code == 0
     assert json.loads((out / "bench.json").read_text())["variants"] == ["target", "speculative@2"]
     assert "self:skip=auto: the layer search found no layer worth skipping" in (out / "summary.md").read_text()
+
+
+# ------------------------------------------------------------- several n-gram storages, sessions, honest state
+
+def test_storage_list_flag_names_and_one_shared_peer():
+    """--ngram-storage takes a list; each storage is a variant of its own (ngram[suffix]@4), all
+    against the same prompt-lookup peer; one storage keeps the old names; arctic_suffix sits
+    right after the suffix storage at each constant gamma."""
+    from bench.cli import build_parser
+
+    assert build_parser().parse_args(["--ngram-storage", "basic, suffix,sam,suffix"]).ngram_storage == \
+        ["basic", "suffix", "sam"]
+    assert build_parser().parse_args([]).ngram_storage == ["basic"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--ngram-storage", "basic,trie"])
+    names = [v.name for v in plan_variants(["ngram"], [2], peers=True, policies=[("model", 8)],
+                                           storages=["basic", "suffix"], arctic=True)]
+    assert names == ["target", "hf_generate", "ngram[basic]@2", "hf_prompt_lookup@2", "ngram[suffix]@2",
+                     "arctic_suffix@2", "ngram[basic]:model@8", "ngram[suffix]:model@8"]
+    assert [v.name for v in plan_variants(["ngram"], [2], peers=True, storages=["suffix"])] == \
+        ["target", "hf_generate", "ngram@2", "hf_prompt_lookup@2"]
+    suffix = parse_variant_name("ngram[suffix]:model@8")
+    assert (suffix.strategy, suffix.storage, suffix.drafter, suffix.policy) == ("ngram", "suffix", "", "model")
+    assert parse_variant_name("ngram[sam]@4").peer == Variant("hf_prompt_lookup", 4)
+    assert parse_variant_name("ngram[sam]@4").label == "NASD sam γ=4"
+    assert parse_variant_name("speculative[self:int8]@4").storage == ""
+    assert Variant("arctic_suffix", 4).family == "peer"
+    with pytest.raises(ValueError, match="add ngram"):
+        plan_variants(["speculative"], [2], peers=False, arctic=True)
+
+
+def test_best_constant_stays_within_the_storage():
+    from bench.expect import _best_constant
+
+    present = ["ngram[basic]@2", "ngram[suffix]@2", "ngram[suffix]@4", "ngram[suffix]:model@8"]
+    speed = {"ngram[basic]@2": 100.0, "ngram[suffix]@2": 10.0, "ngram[suffix]@4": 20.0}
+    assert _best_constant("ngram[suffix]:model@8", present, lambda v: {0: speed[v]}) == "ngram[suffix]@4"
+
+
+def _spy_storages(monkeypatch) -> list[dict]:
+    """Record every generation's start in an n-gram storage (``initialize`` with a prompt): which
+    storage object, what it held before (``len``), the prompt, and for suffix the earlier outputs
+    in its global trie."""
+    from ngram_assisted import NGramStorage, SAMStorage, SuffixStorage
+
+    seen = []
+    for cls in (NGramStorage, SuffixStorage, SAMStorage):
+        def spy(self, prompt, real=cls.initialize):
+            if not len(prompt):      # SAM's reset starts an empty context: not a generation
+                return real(self, prompt)
+            held = len(self)
+            real(self, prompt)
+            seen.append(dict(kind=self.kind, storage=id(self), held=held, prompt=list(prompt),
+                             outputs=[list(o) for o in getattr(self, "outputs", ())]))
+        monkeypatch.setattr(cls, "initialize", spy)
+    return seen
+
+
+def _bench_run(pair, tmp_path, lines, flags) -> dict:
+    from bench.cli import main
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["--prompts", str(prompts), "--length", "8", "--threads", "1", "--policies", "none",
+                 "--no-chart", "--out", str(out), *flags], loader=lambda args: pair)
+    assert code == 0
+    data = json.loads((out / "bench.json").read_text())
+    data["summary_md"] = (out / "summary.md").read_text()
+    return data
+
+
+REPEATED = [{"question_id": 1, "category": "summarization", "turns": ["the cat sat on the mat. the cat sat."]}]
+
+
+def check_fresh_every_run(seen: list[dict], runs: int) -> None:
+    """Every generation started from an empty storage: no repeat (nor the warm-up) left anything."""
+    assert len(seen) == runs
+    assert all(s["held"] == 0 and s["outputs"] == [] for s in seen), \
+        [(s["kind"], s["held"], len(s["outputs"])) for s in seen]
+
+
+def test_every_repeat_and_the_warm_up_start_from_a_fresh_storage(tiny_pair, tmp_path, monkeypatch):
+    """Three storages side by side, a warm-up and two repeats of one prompt: lossless, each storage
+    fresh at every run (SuffixDecoding's global trie would otherwise hold the earlier repeat's
+    output), so the repeats draft alike."""
+    seen = _spy_storages(monkeypatch)
+    data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram", "--ngram-storage", "basic,suffix,sam",
+                                                      "--peers", "--gamma", "2", "--repeats", "2", "--warmup", "1"])
+    ours = ["ngram[basic]@2", "ngram[suffix]@2", "ngram[sam]@2"]
+    assert data["variants"] == ["target", "hf_generate", ours[0], "hf_prompt_lookup@2", *ours[1:]]
+    assert data["settings"]["ngram_storage"] == "basic,suffix,sam"
+    for name in ours + ["hf_prompt_lookup@2"]:
+        assert data["outputs"][name] == data["outputs"]["target"], name
+    check_fresh_every_run(seen, runs=3 * 3)                     # 3 storages x (warm-up + 2 repeats)
+    assert len({s["storage"] for s in seen}) == 3               # one storage per variant, never shared
+    runs = {(r["variant"], r["repeat"]): r for r in data["runs"]}
+    for name in ours:
+        assert runs[(name, 0)]["acceptance"] == runs[(name, 1)]["acceptance"], name
+    assert "| NASD suffix | 2 |" in data["summary_md"]
+
+
+def test_a_storage_kept_from_run_to_run_is_caught(tiny_pair, tmp_path, monkeypatch):
+    """Mutation: the executor never empties a variant's storage; repeat 2 sees repeat 1."""
+    from bench.executor import Executor
+
+    real = Executor._own_storage
+    monkeypatch.setattr(Executor, "_own_storage", lambda self, variant, options, fresh: real(self, variant, options, False))
+    seen = _spy_storages(monkeypatch)
+    _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram", "--ngram-storage", "suffix", "--gamma", "2",
+                                               "--repeats", "2", "--warmup", "0"])
+    with pytest.raises(AssertionError):
+        check_fresh_every_run(seen, runs=2)
+
+
+CONVERSATIONS = [
+    {"question_id": 81, "category": "writing", "turns": ["the cat sat on the mat.", "now the cat sat again."]},
+    {"question_id": 82, "category": "coding", "turns": ["def f(x): return x", "and def g(x): return f(x)"]},
+    {"question_id": 83, "category": "coding", "turns": ["only one turn"]},
+]
+
+
+def test_conversation_ids_hold_the_earlier_turns_and_answers():
+    from bench.prompts import conversation_ids
+    from tests.helpers.tokenizers import word_tokenizer
+
+    chat = word_tokenizer()
+    answer = chat("w7 w8 w9", add_special_tokens=False).input_ids
+    from utils.vocab import template_ids
+
+    ids = conversation_ids(chat, ["w1 w2", "w3"], [answer + [chat.eos_token_id]])   # the end token is left out
+    assert ids == template_ids(chat, [{"role": "user", "content": "w1 w2"},
+                                      {"role": "assistant", "content": "w7 w8 w9"},
+                                      {"role": "user", "content": "w3"}])
+    assert chat.decode(ids).count("<|im_start|>") == 4
+    plain = word_tokenizer(template=None)
+    first = chat_ids(plain, "w1 w2", chat=False)
+    assert conversation_ids(plain, ["w1 w2", "w3"], [[9, 10]], chat=False) == first + [9, 10] + \
+        plain("\n\nw3", add_special_tokens=False).input_ids
+    assert conversation_ids(chat, ["w1 w2"], []) == chat_ids(chat, "w1 w2")
+    with pytest.raises(ValueError):
+        conversation_ids(chat, ["w1", "w2"], [])
+
+
+def check_conversations(data: dict, seen: list[dict], tokenizer) -> None:
+    """Turn 2's prompt holds turn 1 and the variant's own answer to it; the suffix storage starts
+    each conversation empty and carries exactly that variant's turn-1 output into turn 2."""
+    from bench.prompts import conversation_ids
+
+    outputs = data["outputs"]
+    runs = [r for r in data["runs"]]
+    assert {(r["session"], r["position"], r["prompt_id"]) for r in runs} == \
+        {("81", 1, "81/1"), ("81", 2, "81/2"), ("82", 1, "82/1"), ("82", 2, "82/2")}
+    turns = {str(c["question_id"]): c["turns"] for c in CONVERSATIONS[:2]}
+    for r in runs:                                             # every variant, ours and the peers
+        want = conversation_ids(tokenizer, turns[r["session"]][:r["position"]],
+                                [outputs[r["variant"]][f"{r['session']}/1"]][:r["position"] - 1])
+        assert r["prompt_tokens"] == len(want), r
+    first_ids = {tuple(chat_ids(tokenizer, t[0])) for t in turns.values()}
+    for s in seen:
+        if tuple(s["prompt"]) in first_ids:                   # turn 1: a fresh storage
+            assert s["held"] == 0 and s["outputs"] == [], s["outputs"]
+        else:                                                  # turn 2: turn 1's output, and only it
+            session = next(q for q, t in turns.items()
+                           if s["prompt"] == conversation_ids(tokenizer, t, [outputs["ngram@2"][f"{q}/1"]]))
+            assert s["outputs"] == [outputs["ngram@2"][f"{session}/1"]]
+
+
+def _multi_turn(pair, tmp_path, *flags) -> dict:
+    return _bench_run(pair, tmp_path, CONVERSATIONS, ["--multi-turn", "--strategies", "ngram", "--ngram-storage",
+                                                      "suffix", "--gamma", "2", *flags])
+
+
+def test_multi_turn_conversations_keep_state_within_and_report_each_turn(tiny_pair, tmp_path, monkeypatch):
+    seen = _spy_storages(monkeypatch)
+    data = _multi_turn(tiny_pair, tmp_path, "--peers", "--repeats", "2", "--warmup", "1")
+    check_conversations(data, seen, tiny_pair.tokenizer)
+    assert len(seen) == 2 + 2 * 2 * 2                          # warm-up: one conversation; 2 repeats x 2 x 2 turns
+    for prompt_id, tokens in data["outputs"]["target"].items():
+        assert data["outputs"]["ngram@2"][prompt_id] == tokens == data["outputs"]["hf_prompt_lookup@2"][prompt_id]
+    rows = {(r["variant"], r["category"], r["position"]): r for r in data["summary"]}
+    assert rows[("ngram@2", "all", 1)]["prompts"] == rows[("ngram@2", "all", 2)]["prompts"] == 2
+    assert rows[("target", "all", 2)]["speedup"] == pytest.approx(1.0)
+    assert rows[("ngram@2", "all", 2)]["acceptance_rate"] is not None
+    assert rows[("ngram@2", "all", None)]["prompts"] == 4
+    assert data["settings"]["multi_turn"] and data["settings"]["sessions"] == 2
+    md = data["summary_md"]
+    assert "per turn of the session" in md and "| Strategy | turn 1 | turn 2 |" in md
+    assert "multi-turn, 2 conversations" in md
+
+
+@pytest.mark.parametrize("always", [True, False])
+def test_conversation_state_reset_at_every_turn_or_never_is_caught(tiny_pair, tmp_path, monkeypatch, always):
+    """Mutations: every turn fresh (turn 2 forgets turn 1), or none (a conversation sees the last one)."""
+    from bench.executor import Executor
+
+    real = Executor.run
+    monkeypatch.setattr(Executor, "run", lambda self, variant, ids, fresh=True, **where:
+                        real(self, variant, ids, fresh=always, **where))
+    seen = _spy_storages(monkeypatch)
+    data = _multi_turn(tiny_pair, tmp_path, "--repeats", "1", "--warmup", "0")
+    with pytest.raises(AssertionError):
+        check_conversations(data, seen, tiny_pair.tokenizer)
+
+
+def test_multi_turn_and_session_flags_refuse_in_one_line(tiny_pair, tmp_path, capsys):
+    from bench.cli import main
+
+    for flags, message in ((["--multi-turn"], "--multi-turn needs a prompt file"),
+                           (["--multi-turn", "--session-size", "2"], "do not go together"),
+                           (["--multi-turn", "--turn", "2"], "leave --turn out")):
+        code = main(flags + ["--out", str(tmp_path)], loader=lambda args: tiny_pair)
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, flags
+
+
+def test_task_sessions_keep_state_across_prompts_and_report_each_position(tiny_pair, tmp_path, monkeypatch):
+    """--session-size 2: prompts of one category run two in a row; the second finds the first's
+    output in the suffix storage (the basic one keeps its counts); reported per position."""
+    lines = [{"question_id": i, "category": "summarization", "turns": [f"the cat sat {i}. the cat sat."]}
+             for i in range(1, 4)] + [{"question_id": 9, "category": "chat", "turns": ["hello hello there"]}]
+    seen = _spy_storages(monkeypatch)
+    data = _bench_run(tiny_pair, tmp_path, lines, ["--session-size", "2", "--strategies", "ngram", "--ngram-storage",
+                                                   "suffix,basic", "--gamma", "2", "--repeats", "1", "--warmup", "1"])
+    sessions = {(r["prompt_id"], r["session"], r["position"]) for r in data["runs"]}
+    assert sessions == {("1", "summarization#1", 1), ("2", "summarization#1", 2), ("3", "summarization#2", 1),
+                        ("9", "chat#1", 1)}
+    outputs = data["outputs"]["ngram[suffix]@2"]
+    suffix = [s for s in seen if s["kind"] == "suffix"]
+    assert len(suffix) == 2 + 4                               # warm-up on the first session, then every prompt
+    second = [s for s in suffix if s["held"] > 0]
+    assert len(second) == 2 and all(s["outputs"] == [outputs["1"]] for s in second)
+    assert all(s["outputs"] == [] for s in suffix if s["held"] == 0)
+    assert sum(s["held"] > 0 for s in seen if s["kind"] == "basic") == 2
+    rows = {(r["variant"], r["position"]): r for r in data["summary"] if r["category"] == "all"}
+    assert rows[("ngram[suffix]@2", 1)]["prompts"] == 3 and rows[("ngram[suffix]@2", 2)]["prompts"] == 1
+    assert "| Strategy | prompt 1 | prompt 2 |" in data["summary_md"]
+    assert "sessions of 2 prompts (3)" in data["summary_md"]
+
+
+def test_per_position_rows_pair_each_position_with_target_at_that_position():
+    """Hand-built: NASD twice target AR's speed at position 1, four times at position 2."""
+    records = []
+    for position, seconds in ((1, 0.5), (2, 0.25)):
+        for r in range(2):
+            records.append(replace(_rec("target", f"p{position}", "chat", r, 10, 1.0), session="s", position=position))
+            records.append(replace(_rec("ngram@4", f"p{position}", "chat", r, 10, seconds, drafted=4, accepted=position),
+                                   session="s", position=position))
+    rows = summarize(records, greedy=True)
+    at = {(row.variant, row.position): row for row in rows if row.category == ALL}
+    assert at[("ngram@4", 1)].speedup == pytest.approx(2.0) and at[("ngram@4", 2)].speedup == pytest.approx(4.0)
+    assert at[("ngram@4", 1)].acceptance_rate == pytest.approx(0.25)
+    assert at[("ngram@4", None)].speedup == pytest.approx(20 / 0.75 / 10)
+    md = markdown_report(["header"], rows, [], "turn")
+    assert "| NASD γ=4 | 20.0 (2.00×, 25%) | 40.0 (4.00×, 50%) |" in md
+    assert md.count("| NASD | 4 |") == 1                       # the main table: every position once
+
+
+# ------------------------------------------------------------- ArcticInference's suffix cache as a peer
+
+class _FakeArcticCache:
+    """ArcticInference's SuffixDecodingCache API, drafting by prompt lookup over the request's text."""
+
+    made: list = []
+
+    def __init__(self, max_tree_depth=64, max_cached_requests=-1):
+        self.max_tree_depth = max_tree_depth
+        self.prompts, self.responses, self.started = {}, {}, []
+        _FakeArcticCache.made.append(self)
+
+    @property
+    def active_requests(self):
+        return self.prompts.keys()
+
+    def start_request(self, req_id, prompt_token_ids):
+        self.started.append(len(self.responses))             # responses it knew then
+        self.prompts[req_id], self.responses[req_id] = list(prompt_token_ids), []
+
+    def stop_request(self, req_id):
+        del self.prompts[req_id]
+
+    def add_active_response(self, req_id, token_ids):
+        self.responses[req_id] += list(token_ids)
+
+    def speculate(self, req_id, context, max_spec_tokens=None, max_spec_factor=1.0, min_token_prob=0.1):
+        seq = self.prompts[req_id] + self.responses[req_id]
+        assert list(context) == seq[-len(context):]
+        for start in range(len(seq) - 3, -1, -1):
+            if seq[start:start + 2] == seq[-2:]:
+                return types.SimpleNamespace(token_ids=seq[start + 2:start + 2 + max_spec_tokens])
+        return types.SimpleNamespace(token_ids=[])
+
+
+def test_arctic_suffix_peer_drafts_through_our_loop_fresh_each_run(tiny_pair, tmp_path, monkeypatch):
+    import sys
+
+    fake = types.ModuleType("arctic_inference.suffix_decoding")
+    fake.SuffixDecodingCache = _FakeArcticCache
+    monkeypatch.setitem(sys.modules, "arctic_inference", types.ModuleType("arctic_inference"))
+    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", fake)
+    monkeypatch.setattr(_FakeArcticCache, "made", [])
+    data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram", "--ngram-storage", "suffix",
+                                                      "--arctic-suffix", "--gamma", "2", "--repeats", "2"])
+    assert data["variants"] == ["target", "ngram@2", "arctic_suffix@2"]
+    assert data["outputs"]["arctic_suffix@2"] == data["outputs"]["target"]
+    runs = [r for r in data["runs"] if r["variant"] == "arctic_suffix@2"]
+    assert all(r["family"] == "peer" and r["drafted"] > 0 and r["accepted"] > 0 for r in runs)
+    assert len(_FakeArcticCache.made) == 3                    # warm-up + 2 repeats: a new cache each
+    assert all(c.started == [0] and c.max_tree_depth == 32 for c in _FakeArcticCache.made)
+    assert "Arctic suffix" in data["summary_md"]
+
+
+def test_arctic_suffix_peer_that_cannot_be_imported_is_one_line(tiny_pair, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from bench.cli import main
+
+    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", None)   # import fails
+    code = main(["--arctic-suffix", "--strategies", "ngram", "--out", str(tmp_path)],
+                loader=lambda args: pytest.fail("loaded"))
+    err = capsys.readouterr().err
+    assert code == 2 and "arctic_suffix:" in err and "docs/model_free.md" in err and "Traceback" not in err
+
+
+def test_arctic_suffix_peer_with_the_real_cache_is_lossless_and_fresh(tiny_pair, tmp_path):
+    """Where arctic-inference is installed: its cache drafts, our loop keeps greedy output exact,
+    and each repeat drafts alike (a fresh cache each run, none of the earlier repeat's output)."""
+    pytest.importorskip("arctic_inference.suffix_decoding")
+    data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram", "--ngram-storage", "suffix",
+                                                      "--arctic-suffix", "--gamma", "3", "--repeats", "2",
+                                                      "--warmup", "0"])
+    assert data["outputs"]["arctic_suffix@3"] == data["outputs"]["target"]
+    runs = {r["repeat"]: r for r in data["runs"] if r["variant"] == "arctic_suffix@3"}
+    assert runs[0]["drafted"] > 0 and runs[0]["acceptance"] == runs[1]["acceptance"]

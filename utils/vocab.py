@@ -201,8 +201,11 @@ def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
     every strategy gets the same ids.
     """
     if chat and has_chat_template(tokenizer):
-        encoded = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
-        )
-        return _flat_ids(encoded)
+        return template_ids(tokenizer, [{"role": "user", "content": text}])
     return [int(i) for i in tokenizer(text).input_ids]
+
+
+def template_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of ``messages`` (role, content) through the tokenizer's chat template, with the
+    assistant header after them."""
+    return _flat_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
