@@ -672,6 +672,33 @@ def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
                         prompts=(*PROMPTS, echo_prompt(name)))
 
 
+def check_model_free(name: str, gamma: int = 3) -> Outcome:
+    """Greedy decoding with the match drafters equals ``generate``: NASD over the ``suffix`` and
+    ``sam`` storages, and the hybrid (the family's blended drafter, the ``sam`` storage where its
+    match is at least 2 tokens), on the shared prompts and the family's echo prompt. The echo
+    prompt must make each of them draft from the storage, or the check proves nothing."""
+    from engine import HybridOptions
+
+    target = build(name)
+    draft_model = build(name, "drafter")
+    runs = [(f"NASD {kind} (gamma {gamma})", Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(storage=kind),
+                                                     gamma=gamma, processor=_greedy(), max_gen_len=LENGTH),
+             _pair(target, vocab_size=VOCAB)) for kind in ("suffix", "sam")]
+    runs.append((f"hybrid sam L2 (gamma {gamma})",
+                 Strategy("speculative", drafter="model", gamma=gamma, processor=_greedy(), max_gen_len=LENGTH,
+                          drafter_options=HybridOptions(2, NGramOptions(storage="sam"))),
+                 _pair(target, draft_model)))
+    echo = echo_prompt(name)
+    for label, strategy, pair in runs:
+        outcome = _each_prompt(name, _run(strategy, pair), label, prompts=(*PROMPTS, echo))
+        if not outcome.passed:
+            return outcome
+        notes = [r.note for r in run_strategy(strategy, pair, list(echo)).trace if r.note]
+        if not any(n.get("source") not in ("", "model") and n.get("match", 0) > 0 for n in notes):
+            return Outcome("fail", f"{label}: the echo prompt drafted nothing from the storage")
+    return PASS
+
+
 # Token trees: every family runs them; the engine decides per model
 # (``kvcache.cache.tree_support``) whether a tree is verified or a chain with one line.
 TREE_STRATEGIES = ("speculative", "nasd", "recycling", "lookahead")
@@ -996,6 +1023,7 @@ def _specs() -> list[CheckSpec]:
     for g in GAMMAS:
         specs.append(CheckSpec(f"nasd-g{g}", "NASD", lambda n, g=g: check_nasd(n, g), core=g == 3))
     specs.append(CheckSpec("nasd-g3-nocache", "NASD cache off", lambda n: check_nasd(n, 3, use_cache=False)))
+    specs.append(CheckSpec("model-free-g3", "NASD", check_model_free))
     for strategy in ("speculative", "nasd"):
         specs.append(CheckSpec(f"sampling-{strategy}", "sampling",
                                lambda n, s=strategy: check_sampling(n, s), families=SAMPLING_FAMILIES))
