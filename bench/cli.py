@@ -108,30 +108,27 @@ def parse_self_drafters(text: str) -> list[str]:
     return list(dict.fromkeys(labels))
 
 
+def _choices(text: str, known, what: str) -> list[str]:
+    """``a,b``: words of ``known``, each once, in the order given; else one line naming ``what``."""
+    out = []
+    for word in (w.strip().lower() for w in text.split(",")):
+        if word not in known:
+            raise argparse.ArgumentTypeError(f"unknown {what} {word!r}; choose from {', '.join(known)}")
+        if word not in out:
+            out.append(word)
+    return out
+
+
 def _storages(text: str) -> list[str]:
     """``basic,suffix,sam``: n-gram storage kinds, each once, in the order given."""
-    kinds = []
-    for word in (w.strip().lower() for w in text.split(",")):
-        if word not in NGRAM_STORAGES:
-            raise argparse.ArgumentTypeError(f"unknown n-gram storage {word!r}; choose from "
-                                             f"{', '.join(NGRAM_STORAGES)}")
-        if word not in kinds:
-            kinds.append(word)
-    return kinds
+    return _choices(text, NGRAM_STORAGES, "n-gram storage")
 
 
 def _verify_rules(text: str) -> list[str]:
     """``residual,block``: chain verify rule names, each once, in the order given."""
     from generation.verify_names import VERIFY_RULE_NAMES
 
-    rules = []
-    for word in (w.strip().lower() for w in text.split(",")):
-        if word not in VERIFY_RULE_NAMES:
-            raise argparse.ArgumentTypeError(f"unknown verify rule {word!r}; choose from "
-                                             f"{', '.join(VERIFY_RULE_NAMES)}")
-        if word not in rules:
-            rules.append(word)
-    return rules
+    return _choices(text, VERIFY_RULE_NAMES, "verify rule")
 
 
 def _self_drafters(text: str) -> list[str]:

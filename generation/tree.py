@@ -31,6 +31,14 @@ from dataclasses import dataclass
 import torch
 
 
+def depths_of(parents) -> tuple[int, ...]:
+    """Each node's depth below the root (0: a child of the root), for parents that come first."""
+    out: list[int] = []
+    for parent in parents:
+        out.append(0 if parent < 0 else out[parent] + 1)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Tree:
     """Draft nodes in parents-first order (all tuples have one entry per node)."""
@@ -62,10 +70,7 @@ class Tree:
 
     @property
     def depths(self) -> tuple[int, ...]:
-        out: list[int] = []
-        for parent in self.parents:
-            out.append(0 if parent < 0 else out[parent] + 1)
-        return tuple(out)
+        return depths_of(self.parents)
 
     @property
     def depth(self) -> int:
@@ -110,10 +115,7 @@ class ExtraRows:
 
     @property
     def depths(self) -> tuple[int, ...]:
-        out: list[int] = []
-        for parent in self.parents:
-            out.append(0 if parent < 0 else out[parent] + 1)
-        return tuple(out)
+        return depths_of(self.parents)
 
 
 NO_EXTRA = ExtraRows((), ())
