@@ -14,6 +14,8 @@ from bench.variants import LABELS, parse_variant_name, policy_kind
 _STYLE = {
     "speculative": dict(color="tab:blue", marker="o"),
     "ngram": dict(color="tab:green", marker="s"),
+    "lookahead": dict(color="tab:purple", marker="D"),
+    "arctic_suffix": dict(color="tab:red", marker="^", linestyle="--", alpha=0.7),
     "hf_assisted": dict(color="tab:blue", marker="o", linestyle="--", alpha=0.7),
     "hf_prompt_lookup": dict(color="tab:green", marker="s", linestyle="--", alpha=0.7),
     "drafter": dict(color="tab:orange", linestyle=":"),
@@ -27,7 +29,7 @@ def series_key(variant) -> str:
     """The line a constant-gamma variant belongs to: its strategy, or with a tree, a
     self-drafter or one of several n-gram storages the variant's name without its gamma
     (``speculative[self:int8]+tree8``, ``ngram[suffix]``)."""
-    if not variant.tree and not variant.drafter and not variant.storage:
+    if not variant.tree and not variant.drafter and not variant.storage and not variant.shape:
         return variant.strategy
     return variant.name.partition("@")[0]
 

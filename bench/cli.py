@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.expect import parse_expectation
 from bench.processors import parse_processor
-from bench.variants import DEFAULT_POLICIES, OURS
+from bench.variants import DEFAULT_LOOKAHEAD, DEFAULT_POLICIES, DEFAULT_STRATEGIES, OURS
 from repl.settings import NGRAM_STORAGES
 from engine import MAX_HYBRID_MATCH, load_pair
 from generation.gamma_policies import make_policy
@@ -54,6 +54,35 @@ def _strategies(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown strategy {unknown[0] if unknown else text!r} (choose from {','.join(OURS)})")
     return names
+
+
+def parse_lookaheads(text: str) -> list[tuple[int, int, int]]:
+    """``"5:3:5,7:4:7"`` -> [(W, N, G), ...], each once, in the REPL's ranges for W, N and G.
+    ValueError with a one-line message for a bad item."""
+    from repl.commands import LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE
+
+    ranges = (("W", LOOKAHEAD_WINDOW_RANGE), ("N", LOOKAHEAD_NGRAM_RANGE), ("G", LOOKAHEAD_GUESSES_RANGE))
+    out: list[tuple[int, int, int]] = []
+    for item in _name_list(text):
+        parts = item.split(":")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"lookahead shape {item!r}: write W:N:G, three integers, e.g. 5:3:5")
+        shape = tuple(int(p) for p in parts)
+        for value, (name, (low, high)) in zip(shape, ranges):
+            if not low <= value <= high:
+                raise ValueError(f"lookahead shape {item!r}: {name} must be {low}-{high}, got {value}")
+        if shape not in out:
+            out.append(shape)
+    if not out:
+        raise ValueError(f"no lookahead shape in {text!r}: write W:N:G, e.g. 5:3:5")
+    return out
+
+
+def _lookaheads(text: str) -> list[tuple[int, int, int]]:
+    try:
+        return parse_lookaheads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_policies(text: str) -> list[tuple[str, int]]:
@@ -193,9 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run K prompts of one category in a row as one session, n-gram state kept "
                         "across them; reported per position in the session")
     d = p.add_argument_group("decoding")
-    d.add_argument("--strategies", type=_strategies, default=list(OURS),
-                   help="comma-separated subset of speculative,ngram,target,drafter "
-                        "(target is always run: it is the baseline)")
+    d.add_argument("--strategies", type=_strategies, default=list(DEFAULT_STRATEGIES),
+                   help=f"comma-separated subset of {','.join(OURS)} (default "
+                        f"{','.join(DEFAULT_STRATEGIES)}; target is always run: it is the baseline)")
     d.add_argument("--peers", action="store_true",
                    help="also run transformers generate, assisted generation and prompt lookup")
     d.add_argument("--length", type=_positive, default=128, help="new tokens per prompt (default 128)")
@@ -232,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--arctic-suffix", action="store_true",
                    help="also run ArcticInference's suffix-decoding cache (pip package arctic-inference) "
                         "through our verify loop at every constant gamma, beside NASD's suffix storage")
+    d.add_argument("--lookahead", type=_lookaheads, default=[DEFAULT_LOOKAHEAD], metavar="W:N:G,...",
+                   help="the lookahead strategy's window W, n-gram size N and guesses G, one variant each "
+                        "(default {}:{}:{}; runs when --strategies names lookahead)".format(*DEFAULT_LOOKAHEAD))
     d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
     d.add_argument("--top-k-filler", type=_positive, default=1,
                    help="NASD: also store the target's top-k predictions (default 1)")
@@ -273,6 +305,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "processor": args.processor.command_text(),
         "ngram_storage": ",".join(args.ngram_storage), "ngram_n": args.ngram_n,
         "arctic_suffix": args.arctic_suffix, "multi_turn": args.multi_turn,
+        "lookahead": [":".join(map(str, shape)) for shape in args.lookahead],
         "session_size": args.session_size,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
         "assisted_confidence": args.assisted_confidence, "uag": args.uag, "verify": args.verify,

@@ -138,7 +138,7 @@ class Executor:
             self._own_storage(variant, ngram, fresh)
         strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=ngram,
                                 tree_branch=s.tree_branch, tree_sample=s.tree_sample,
-                                cross=self.cross_options, arctic=arctic)
+                                cross=self.cross_options, arctic=arctic, fresh=fresh)
         call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
         if variant.strategy == "ngram":  # the storage the engine drafted from (kept for a session's next step)

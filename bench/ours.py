@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 
 from bench.variants import Variant
-from engine import CrossTokenizerOptions, EngineState, HybridOptions, NGramOptions, Strategy, run_strategy
+from engine import (
+    CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Strategy, lookahead_strategy,
+    run_strategy,
+)
 
 # Our drafting strategies (and the peers that draft through our verify loop) and the engine drafter each uses.
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic_suffix"}
@@ -13,7 +16,8 @@ DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic
 
 def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
                  tree_branch: int = 3, tree_sample: bool = True,
-                 cross: CrossTokenizerOptions = CrossTokenizerOptions(), arctic=None) -> Strategy:
+                 cross: CrossTokenizerOptions = CrossTokenizerOptions(), arctic=None,
+                 fresh: bool = True) -> Strategy:
     """The engine strategy of one of our variants, keyed by the variant's name (so each
     variant keeps its own gamma policy for the whole benchmark).
 
@@ -28,9 +32,16 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     kind ``"self"``), built once per pair by :func:`bench.session.prepare_self_drafters`.
     A hybrid variant (``speculative+hybrid4@4``) drafts from ``ngram``'s storage in rounds whose
     match is at least L tokens (``engine.strategy.HybridOptions``).
+    A lookahead variant (``lookahead[5,3,5]@2``) is ``engine.lookahead_strategy`` with its
+    (W, N, G); its n-gram pool starts empty when ``fresh`` (the paper's way) and keeps what a
+    session's earlier steps found otherwise.
     """
-    if variant.strategy not in ("speculative", "ngram", "target", "drafter", "arctic_suffix"):
+    if variant.strategy not in ("speculative", "ngram", "target", "drafter", "arctic_suffix", "lookahead"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
+    if variant.strategy == "lookahead":
+        window, ngram_size, guesses = variant.lookahead_shape
+        return lookahead_strategy(LookaheadOptions(window, ngram_size, guesses, reset=fresh), key=variant.name,
+                                  processor=processor, max_gen_len=max_gen_len, inspect=False)
     drafter = DRAFTER_OF.get(variant.strategy)
     options = {"ngram": ngram, "model": cross, "arctic_suffix": arctic}.get(drafter)
     if getattr(variant, "hybrid", 0) and drafter == "model":  # the storage drafts where its match is long

@@ -137,7 +137,7 @@ def run_session(args, loader, settings_dict) -> int:
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
                              hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None,
-                             storages=args.ngram_storage, arctic=args.arctic_suffix)
+                             storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage[0], ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,

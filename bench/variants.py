@@ -35,6 +35,11 @@ storage the name stays ``ngram@4``.
 
 ``arctic_suffix@4``: Snowflake ArcticInference's suffix-decoding cache drafting
 through our verify loop (``bench.arctic``), a peer of NASD's suffix storage.
+
+``lookahead[5,3,5]@2``: lookahead decoding (``engine.lookahead_strategy``) with window W,
+n-gram size N and G guesses (``--lookahead W:N:G``); its γ is N - 1, each candidate's
+drafts, and it verifies trees of at most G (N - 1) nodes; no peer. Opt-in
+(``--strategies ...,lookahead``): it is not among the default strategies.
 """
 
 from __future__ import annotations
@@ -42,9 +47,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-OURS = ("speculative", "ngram", "target", "drafter")
+OURS = ("speculative", "ngram", "target", "drafter", "lookahead")
+# What --strategies runs when not given: lookahead decoding is asked for by name.
+DEFAULT_STRATEGIES = ("speculative", "ngram", "target", "drafter")
 PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup", "hf_mtp", "arctic_suffix")
-DRAFTING = frozenset({"speculative", "ngram", "hf_assisted", "hf_prompt_lookup", "arctic_suffix"})
+DRAFTING = frozenset({"speculative", "ngram", "lookahead", "hf_assisted", "hf_prompt_lookup", "arctic_suffix"})
 # Peers that decode through our verify loop with a drafter of their own (bench.arctic).
 LOOP_PEERS = frozenset({"arctic_suffix"})
 # Each of our strategies and the transformers decoder it is compared with.
@@ -52,6 +59,9 @@ PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_p
 BASELINE = "target"
 CONSTANT = "constant"
 RESIDUAL = "residual"  # the token rule: the one transformers' decoders use
+
+# Lookahead decoding's (W, N, G) when --lookahead is not given: engine.LookaheadOptions' defaults.
+DEFAULT_LOOKAHEAD = (5, 3, 5)
 
 # The policies run besides constant gamma, each with its gamma (start or maximum).
 DEFAULT_POLICIES = (("heuristic", 4), ("confidence 0.4", 20), ("model", 16))
@@ -61,6 +71,7 @@ LABELS = {
     "drafter": "drafter AR",
     "speculative": "speculative",
     "ngram": "NASD",
+    "lookahead": "lookahead",
     "hf_generate": "HF generate",
     "hf_assisted": "HF assisted",
     "hf_prompt_lookup": "HF prompt lookup",
@@ -89,12 +100,19 @@ class Variant:
     verify: str = RESIDUAL  # the chain verify rule (generation.verify_rules)
     hybrid: int = 0         # L: the storage drafts in rounds whose match is at least L (0: off)
     storage: str = ""       # NASD's n-gram storage when several run side by side ("": the run's one)
+    shape: str = ""         # lookahead's "W,N,G"
+
+    @property
+    def lookahead_shape(self) -> tuple[int, int, int]:
+        """``(W, N, G)`` of a lookahead variant."""
+        window, ngram, guesses = (int(x) for x in self.shape.split(","))
+        return window, ngram, guesses
 
     @property
     def name(self) -> str:
         """A stable key: ``target``, ``speculative@4``, ``speculative:model@16``,
         ``speculative[self:int8]+tree16@4``, ``speculative+hybrid4@4``, ``ngram[suffix]@4``..."""
-        source = self.drafter or self.storage
+        source = self.drafter or self.storage or self.shape
         drafter = f"[{source}]" if source else ""
         if self.gamma is None:
             return self.strategy + drafter
@@ -113,6 +131,8 @@ class Variant:
         base = LABELS.get(self.strategy, self.strategy)
         if self.drafter or self.storage:
             base = f"{base} {self.drafter or self.storage}"
+        if self.shape:
+            return "{} W={} N={} G={}".format(base, *self.lookahead_shape)
         if self.tree:
             base = f"{base} tree {self.tree}"
         if self.hybrid:
@@ -184,9 +204,21 @@ def parse_variant_name(name: str) -> Variant:
     policy = " ".join(key.split("=")) if key else CONSTANT
     strategy, _, hybrid = strategy.partition("+hybrid")
     strategy, _, tree = strategy.partition("+tree")
-    storage, drafter = (source, "") if strategy == "ngram" else ("", source)   # ngram[suffix], speculative[self:int8]
+    storage, drafter, shape = ("", "", "")
+    if strategy == "ngram":
+        storage = source        # ngram[suffix]
+    elif strategy == "lookahead":
+        shape = source          # lookahead[5,3,5]
+    else:
+        drafter = source        # speculative[self:int8]
     return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter,
-                   rule or RESIDUAL, hybrid=int(hybrid) if hybrid else 0, storage=storage)
+                   rule or RESIDUAL, hybrid=int(hybrid) if hybrid else 0, storage=storage, shape=shape)
+
+
+def lookahead_variant(window: int, ngram: int, guesses: int) -> Variant:
+    """Lookahead decoding with window W, n-gram size N and G guesses: γ N - 1 (its trees, of
+    G (N - 1) nodes, follow from the shape: ``bench.ours``)."""
+    return Variant("lookahead", ngram - 1, shape=f"{window},{ngram},{guesses}")
 
 
 def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
@@ -194,7 +226,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   trees: list[int] | None = None, self_drafters: list[str] | None = None,
                   verifies: list[str] | None = None, hybrids: list[int] | None = None,
                   mtp: bool = False, storages: list[str] | None = None,
-                  arctic: bool = False) -> list[Variant]:
+                  arctic: bool = False,
+                  lookaheads: list[tuple[int, int, int]] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
@@ -213,7 +246,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     side by side (``ngram[basic]@4``, ``ngram[suffix]@4``), all with prompt
     lookup as their peer. ``arctic``: ArcticInference's suffix cache at every
     constant gamma, right after NASD's suffix storage at that gamma (after the
-    first storage's when suffix is not among them).
+    first storage's when suffix is not among them). ``lookahead`` runs once per
+    ``(W, N, G)`` of ``lookaheads`` (default one, 5:3:5), whatever ``gammas``.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
@@ -225,7 +259,9 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     chosen = [BASELINE] + [s for s in OURS if s in strategies and s != BASELINE]
     out: list[Variant] = []
     for strategy in chosen:
-        if strategy in DRAFTING:
+        if strategy == "lookahead":
+            mine = [lookahead_variant(*shape) for shape in (lookaheads or [DEFAULT_LOOKAHEAD])]
+        elif strategy in DRAFTING:
             mine = [Variant(strategy, g) for g in gammas]
             mine += [Variant(strategy, g, p) for p, g in (policies or [])]
             mine += [Variant(strategy, g, tree=n) for n in (trees or []) if n > 0 for g in gammas]
@@ -236,9 +272,10 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
         if strategy == "speculative" or (strategy == BASELINE and "speculative" not in chosen):
             mine += [Variant("speculative", g, tree=n, drafter=spec) for spec in (self_drafters or [])
                      for n in [0, *(trees or [])] for g in gammas]
-        rules = verifies or [RESIDUAL]
+        rules = verifies or [RESIDUAL]    # chains only: trees (and lookahead's) have one rule
         mine = [replace(v, verify=rule) if rule != RESIDUAL else v
-                for v in mine for rule in (rules if v.gamma is not None and not v.tree else [RESIDUAL])]
+                for v in mine for rule in (rules if v.gamma is not None and not v.tree and not v.shape
+                                           else [RESIDUAL])]
         if strategy == "ngram" and len(storages) > 1:
             mine = [replace(v, storage=kind) for v in mine for kind in storages]
         for variant in mine:

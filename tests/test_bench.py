@@ -1116,3 +1116,76 @@ def test_arctic_suffix_peer_with_the_real_cache_is_lossless_and_fresh(tiny_pair,
     assert data["outputs"]["arctic_suffix@3"] == data["outputs"]["target"]
     runs = {r["repeat"]: r for r in data["runs"] if r["variant"] == "arctic_suffix@3"}
     assert runs[0]["drafted"] > 0 and runs[0]["acceptance"] == runs[1]["acceptance"]
+
+
+def test_lookahead_variants_names_plan_and_flag():
+    """--strategies ...,lookahead runs one variant per --lookahead W:N:G (γ N - 1, no peer, one verify
+    rule); it is opt-in, and a bad shape is one line."""
+    from bench.cli import build_parser
+
+    names = [v.name for v in plan_variants(["ngram", "lookahead"], [2], peers=True, verifies=["residual", "block"],
+                                           lookaheads=[(5, 3, 5), (4, 4, 3)])]
+    assert names == ["target", "hf_generate", "ngram@2", "hf_prompt_lookup@2", "ngram@2~block",
+                     "lookahead[5,3,5]@2", "lookahead[4,4,3]@3"]
+    variant = parse_variant_name("lookahead[4,4,3]@3")
+    assert variant == Variant("lookahead", 3, shape="4,4,3") and variant.name == "lookahead[4,4,3]@3"
+    assert variant.lookahead_shape == (4, 4, 3) and variant.peer is None
+    assert variant.label == "lookahead W=4 N=4 G=3"
+    assert [v.name for v in plan_variants(["lookahead"], [2, 4], peers=False)] == ["target", "lookahead[5,3,5]@2"]
+    parser = build_parser()
+    assert "lookahead" not in parser.parse_args([]).strategies
+    assert parser.parse_args(["--lookahead", "5:3:5, 7:4:7,5:3:5"]).lookahead == [(5, 3, 5), (7, 4, 7)]
+    for bad in ("5:2:5", "5,3,5", "0:3:5", "5:3:x", ","):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--lookahead", bad])
+    strategy = our_strategy(variant, processor=GreedyProcessor(), max_gen_len=8, ngram=NGramOptions())
+    assert (strategy.drafter, strategy.gamma, strategy.tree) == ("lookahead", 3, 9)
+    assert (strategy.drafter_options.window, strategy.drafter_options.ngram, strategy.drafter_options.guesses) == \
+        (4, 4, 3)
+
+
+def _spy_lookahead_pools(monkeypatch) -> list[int]:
+    """How many n-grams the pool held when each lookahead generation began."""
+    from ngram_assisted.lookahead import LookaheadDrafter
+
+    held = []
+    real = LookaheadDrafter.__init__
+
+    def spy(self, window, ngram, guesses, pool, *args, **kwargs):
+        held.append(len(pool))
+        real(self, window, ngram, guesses, pool, *args, **kwargs)
+    monkeypatch.setattr(LookaheadDrafter, "__init__", spy)
+    return held
+
+
+LOOPING = [{"question_id": 1, "category": "summarization",
+            "turns": ["ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab"]}]
+
+
+def test_lookahead_runs_lossless_from_an_empty_pool_every_run(tiny_pair, tmp_path, monkeypatch):
+    """Greedy lookahead decoding in the benchmark: the target's tokens, drafts verified, and each run
+    (warm-up and repeats) starts from an empty n-gram pool, so repeats draft alike."""
+    held = _spy_lookahead_pools(monkeypatch)
+    data = _bench_run(tiny_pair, tmp_path, LOOPING, ["--strategies", "lookahead", "--lookahead", "3:3:4",
+                                                     "--length", "24", "--repeats", "2", "--warmup", "1"])
+    name = "lookahead[3,3,4]@2"
+    assert data["variants"] == ["target", name]
+    assert data["outputs"][name] == data["outputs"]["target"]
+    runs = [r for r in data["runs"] if r["variant"] == name]
+    assert len(runs) == 2 and all(r["drafted"] > 0 for r in runs)
+    assert runs[0]["acceptance"] == runs[1]["acceptance"]
+    assert held == [0, 0, 0]
+    assert data["settings"]["lookahead"] == ["3:3:4"]
+    assert "| lookahead W=3 N=3 G=4 |" in data["summary_md"]
+
+
+def test_a_lookahead_pool_kept_from_run_to_run_is_caught(tiny_pair, tmp_path, monkeypatch):
+    """Mutation: the executor hands every run fresh=False; the second run's pool is not empty."""
+    import bench.executor
+
+    real = bench.executor.our_strategy
+    monkeypatch.setattr(bench.executor, "our_strategy", lambda *a, **k: real(*a, **{**k, "fresh": False}))
+    held = _spy_lookahead_pools(monkeypatch)
+    _bench_run(tiny_pair, tmp_path, LOOPING, ["--strategies", "lookahead", "--lookahead", "3:3:4",
+                                              "--length", "24", "--repeats", "2", "--warmup", "0"])
+    assert held[0] == 0 and held[1] > 0
