@@ -17,6 +17,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from analysis.sources import NO_MATCH, match_note
 from generation.result import Round
 from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
 from repl.render import COMPARISON_COLUMNS, comparison_cells, environment_lines, prompt_line
@@ -73,12 +74,15 @@ def _span(piece: str, kind: str, label: str, numbers: dict) -> str:
 
 
 def round_spans(rnd: Round, index: int, piece: dict, ar_kind: str | None) -> list[str]:
-    """One span per token of round ``index`` (0-based): drafts, then the target's token."""
+    """One span per token of round ``index`` (0-based): drafts, then the target's token. A draft
+    of a match drafter also carries where it was copied from and the match length (the round's note)."""
     ins = rnd.inspection
+    note = match_note(rnd)
+    origin = {} if note is None else {"source": note["source"] or NO_MATCH, "match": note.get("match")}
     spans = []
     for i, (x, text) in enumerate(zip(rnd.drafted, piece["drafted"])):
         pos = ins.positions[i] if ins is not None and i < len(ins.positions) else None
-        numbers = {"round": index + 1, "position": i, "id": x}
+        numbers = {"round": index + 1, "position": i, "id": x, **origin}
         if pos is not None:
             numbers.update({"p": pos.p, "q": pos.q, "accept": pos.accept,
                             "entropy-p": pos.entropy_p, "entropy-q": pos.entropy_q,
@@ -169,6 +173,27 @@ def comparison(prompt_run: PromptRun) -> str:
             'd/v/o = share of time drafting / verifying / other</p>')
 
 
+def sources_table(prompt_run: PromptRun, run: StrategyRun) -> str:
+    """For a match drafter (docs/model_free.md): its rounds by the text they copied from, with
+    acceptance and mean match length, and how many rounds drafted each length; the same
+    numbers as the panel and ``/stats``. Empty for any other drafter."""
+    why = prompt_run.why(run)
+    if why is None or why.sources is None:
+        return ""
+    rows = []
+    for source, c in why.sources["draft_sources"].items():
+        rate = "-" if source == NO_MATCH else f"{c['acceptance_rate']:.0%}"
+        match = "-" if source == NO_MATCH else f"{c['mean_match_length']:.1f}"
+        rows.append(f'<tr data-source="{_e(source)}"><td>{_e("no match" if source == NO_MATCH else source)}</td>'
+                    f"<td>{c['rounds']}</td><td>{c['accepted']}/{c['drafted']}</td><td>{rate}</td>"
+                    f"<td>{match}</td></tr>")
+    lengths = why.sources["draft_lengths"]
+    histogram = " · ".join(f"{k}: {n}" for k, n in lengths["rounds_by_length"].items())
+    return ("<h4>where the drafts came from</h4><table class=\"sources\"><tr><th>source</th><th>rounds</th>"
+            "<th>accepted/drafted</th><th>acceptance</th><th>mean match</th></tr>" + "".join(rows) + "</table>"
+            f'<p class="meta">rounds by draft length ({_e(histogram)}) · mean {lengths["mean"]:.2f}</p>')
+
+
 # ------------------------------------------------------------------ page
 
 def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
@@ -197,6 +222,7 @@ def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
     if run.drafting:
         out.append("<h4>draft and verify time per round</h4>" + phase_bars(run))
         out.append("<h4>acceptance by draft position</h4>" + acceptance_bars(prompt_run, run))
+        out.append(sources_table(prompt_run, run))
     out.append("</section>")
     return "".join(out)
 

@@ -161,3 +161,60 @@ def test_the_page_renders_in_a_headless_browser(prompt_run, tmp_path):
     broken = tmp_path / "broken.html"
     broken.write_text(path.read_text().replace("</body>", "<script>undefined_function()</script></body>"))
     assert any("undefined_function" in line for line in _browser(broken)[1])
+
+
+def _suffix_prompt_run():
+    """NASD over the suffix storage on a tiny model (greedy), recorded as the REPL records it."""
+    import torch
+    from engine import NGramOptions, Strategy, pair_of, run_strategy
+    from repl.settings import Settings
+    from sampling import GreedyProcessor
+    from tests.helpers.models import tiny_llama
+    from tests.helpers.report import V
+
+    target = tiny_llama(1, vocab_size=V, logit_scale=6.0)
+    prompt = [1, 5, 9, 5, 9, 5, 9, 3, 7, 5, 9, 5, 9, 5, 9, 3, 7, 5, 9]
+    strategy = Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(storage="suffix"), gamma=4,
+                        processor=GreedyProcessor(), max_gen_len=24)
+    result = run_strategy(strategy, pair_of(target), prompt, generator=torch.Generator().manual_seed(0))
+    pr = PromptRun("suffix", prompt, greedy=True, settings=Settings(gamma=4, chat=False).to_dict())
+    tokenizer = HtmlTokenizer()
+    pr.runs = [StrategyRun("ngram", result, text=tokenizer.decode(result.tokens))]
+    prompt_record(pr, tokenizer)
+    return pr
+
+
+def check_sources(page: Page, html: str, pr: PromptRun) -> None:
+    """Every draft span names its round's source and match; the sources table has the /stats numbers."""
+    run = pr.runs[0]
+    notes = [rnd.note for rnd in run.result.trace for _ in rnd.drafted]
+    drafts = [t for t in _tokens_of(page, "ngram") if t["class"].split()[1] in ("acc", "rej")]
+    assert len(drafts) == len(notes) > 0
+    assert [(t["data-source"], int(t["data-match"])) for t in drafts] == \
+        [(n["source"] or "none", n["match"]) for n in notes]
+    sources = pr.why(run).sources["draft_sources"]
+    rows = [attrs["data-source"] for tag, attrs in page.elements if tag == "tr" and "data-source" in attrs]
+    assert rows == list(sources)
+    for source, c in sources.items():
+        assert f'<tr data-source="{source}">' in html
+        assert f"<td>{c['rounds']}</td><td>{c['accepted']}/{c['drafted']}</td>" in html
+
+
+def test_a_match_drafters_sources_are_on_each_draft_and_in_a_table():
+    pr = _suffix_prompt_run()
+    assert any(rnd.drafted and rnd.accepted < len(rnd.drafted) for rnd in pr.runs[0].result.trace)
+    html = report_html([pr], ENV)
+    check_sources(parse(html), html, pr)
+
+
+def test_a_draft_given_another_rounds_source_is_caught(monkeypatch):
+    """Mutation: every round is labelled with the first drafting round's note."""
+    import repl.report
+
+    pr = _suffix_prompt_run()
+    notes = [rnd.note for rnd in pr.runs[0].result.trace if rnd.drafted]
+    assert len({(n["source"], n["match"]) for n in notes}) > 1
+    monkeypatch.setattr(repl.report, "match_note", lambda rnd: notes[0])
+    html = report_html([pr], ENV)
+    with pytest.raises(AssertionError):
+        check_sources(parse(html), html, pr)
