@@ -83,7 +83,19 @@ def header_lines(env: dict, settings: dict) -> list[str]:
         f"{'on' if settings['chat'] else 'off'} · n-gram {settings['ngram_storage']} "
         f"n={settings['ngram_n']}" + _session_text(settings),
     ]
+    if settings["processor"] == "greedy" and env.get("target_dtype") in HALF_DTYPES:
+        lines.append(half_precision_note(env["target_dtype"]))
     return lines
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def half_precision_note(dtype: str) -> str:
+    """Why greedy outputs of a target in half precision may differ from its AR output (docs/benchmark.md)."""
+    return (f"note: the target runs in {dtype}: a verify forward of k tokens rounds differently from a "
+            f"1-token step, so a near-tie can go the other way and 'identical' can fall below all "
+            f"(transformers' decoders alike); float32 keeps greedy outputs comparable token for token")
 
 
 def _session_text(settings: dict) -> str:

@@ -1189,3 +1189,18 @@ def test_a_lookahead_pool_kept_from_run_to_run_is_caught(tiny_pair, tmp_path, mo
     _bench_run(tiny_pair, tmp_path, LOOPING, ["--strategies", "lookahead", "--lookahead", "3:3:4",
                                               "--length", "24", "--repeats", "2", "--warmup", "0"])
     assert held[0] == 0 and held[1] > 0
+
+
+def test_the_header_says_when_greedy_identity_meets_half_precision():
+    """A half-precision target under greedy gets one line on why outputs may differ; float32 and
+    sampling do not."""
+    from bench.meta import header_lines
+
+    env = {"date": "d", "device": "cpu", "cpu": "c", "torch_threads": 2, "torch": "t", "transformers": "x",
+           "target": "T", "drafter": "D", "drafter_dtype": "bfloat16"}
+    settings = {"processor": "greedy", "length": 8, "prompt_count": 1, "prompts": "builtin", "repeats": 1,
+                "warmup": 0, "seed": 0, "chat": True, "ngram_storage": "basic", "ngram_n": 3}
+    for dtype, processor, noted in (("bfloat16", "greedy", True), ("float16", "greedy", True),
+                                    ("float32", "greedy", False), ("bfloat16", "multinomial 1.0", False)):
+        lines = header_lines({**env, "target_dtype": dtype}, {**settings, "processor": processor})
+        assert any("rounds differently" in line and dtype in line for line in lines) == noted, (dtype, processor)
