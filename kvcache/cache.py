@@ -559,8 +559,12 @@ class CachedModel:
                   "attention_mask": attention_mask, "position_ids": position_ids}
         if self.logits_kw is not None:
             kwargs[self.logits_kw] = keep
+        if self.keep_hidden:
+            kwargs["output_hidden_states"] = HIDDEN_STATE
         out = self.model(**kwargs)
         self.forwards += 1
+        if self.keep_hidden:   # rows in the order fed; keep_block puts the kept ones in sequence order
+            self.hidden = (self._length, out.hidden_states[HIDDEN_STATE][0])
         self._length += tokens.shape[1]
         return out.logits[0, -keep:]
 
@@ -579,6 +583,7 @@ class CachedModel:
         """
         if self.cache is None:
             return
+        self._keep_hidden_block(block, kept)
         if self._snapshots:
             self.rollback(self._length - block + len(kept))
             return
@@ -589,6 +594,17 @@ class CachedModel:
                 _keep_indexer(layer, block, kept)
             drop_last(layer, block - len(kept))
         self._length += len(kept) - block
+
+    def _keep_hidden_block(self, block: int, kept: list[int]) -> None:
+        """The kept hidden states (``keep_hidden``) as :meth:`keep_block` keeps the cache: of the
+        last forward's last ``block`` rows, those at ``kept``, so the rows follow the sequence."""
+        if not self.keep_hidden or self.hidden is None:
+            return
+        start, rows = self.hidden
+        if start + rows.shape[0] != self._length or rows.shape[0] < block:
+            return                                  # the last forward did not feed this block
+        index = torch.tensor(kept, dtype=torch.long, device=rows.device) + (rows.shape[0] - block)
+        self.hidden = (start, torch.cat([rows[:rows.shape[0] - block], rows.index_select(0, index)]))
 
     def _trim(self) -> None:
         """Bound memory: trim buffers kept for a rollback back to their working size.
