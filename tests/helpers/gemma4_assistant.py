@@ -48,12 +48,20 @@ def tiny_target(*, seed: int = 0, vocab_size: int = VOCAB):
     return model
 
 
-def assistant_config(target, *, hidden: int = 24, backbone: int | None = None, head_dim: int = 16):
+def assistant_config(target, *, hidden: int = 24, backbone: int | None = None, head_dim: int | None = None):
+    """Sizes read from ``target`` (its key/value heads and head sizes per attention type, its
+    window and vocabulary) unless ``head_dim`` or ``backbone`` say otherwise (a mismatch)."""
     from transformers import Gemma4AssistantConfig
 
+    from gemma4_assistant.model import kv_shape, producer_layers
+
+    producers = producer_layers(target.config)
+    heads, sliding = kv_shape(target.config, producers["sliding_attention"])
+    full = kv_shape(target.config, producers["full_attention"])[1]
     text = dict(model_type="gemma4_text", vocab_size=target.config.vocab_size, hidden_size=hidden,
-                intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                head_dim=head_dim, global_head_dim=head_dim, sliding_window=WINDOW,
+                intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=heads,
+                head_dim=head_dim or sliding, global_head_dim=head_dim or full,
+                sliding_window=target.config.sliding_window,
                 layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0,
                 vocab_size_per_layer_input=0, max_position_embeddings=256, initializer_range=WIDE_INIT)
     return Gemma4AssistantConfig(text_config=text, backbone_hidden_size=backbone or target.config.hidden_size,
