@@ -25,7 +25,7 @@ from bench.runner import (
 )
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
-from engine import EngineState
+from engine import EngineState, decodes_alone
 from engine.drafters import self_draft_model
 from mtp import mtp_target
 from engine.self_pair.load import resolve_skip
@@ -134,6 +134,10 @@ def run_session(args, loader, settings_dict) -> int:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
     args.self_drafters = self_drafters
+    if "drafter" in args.strategies and not decodes_alone(models.drafter):
+        err.print("leaving out drafter AR: this drafter drafts from the target's state and cannot decode alone",
+                  style="yellow", highlight=False)
+        args.strategies = [s for s in args.strategies if s != "drafter"]
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
                              hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None,

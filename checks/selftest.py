@@ -39,7 +39,7 @@ from generation.result import first_divergence
 from sampling import GreedyProcessor, TopKProcessor
 from utils.builtin_prompts import BUILTIN
 from kvcache.prefill import prefill
-from kvcache.probe import forget, probe_pair
+from kvcache.probe import forget, probe_pair, runs_alone
 from utils.vocab import encode_prompt
 
 DEFAULT_LENGTH = 32
@@ -161,7 +161,8 @@ def probe_check(pair) -> Check:
     """Probe each model's cached forward afresh (``kvcache.probe``): the path each
     model takes and the largest logit error behind it. A refused model fails."""
     for model in {id(m): m for m in (pair.target, pair.drafter) if m is not None}.values():
-        forget(model)
+        if runs_alone(model):            # a drafter that reads its target's state keeps its recorded probe
+            forget(model)
     probe = probe_pair(pair)
     refused = [role for role in ("target", "drafter") if getattr(probe, role).path == "refused"]
     detail = probe.summary() + (f" (refused: {', '.join(refused)})" if refused else "")
@@ -256,7 +257,7 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
         """``runs`` results of ``run``, each beginning from a copy of the prefilled caches."""
         if not prefills:
             models = [pair.target] if pair.drafter is pair.target else [pair.target, pair.drafter]
-            prefills.extend(prefill(model, ids) for model in models)
+            prefills.extend(prefill(model, ids) for model in models if model is not None and runs_alone(model))
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
         # One token more than compared: the first round drafts, so every
         # compared token goes through the accept rule.

@@ -18,6 +18,7 @@ from generation.observer import Observer
 from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
+from gemma4_assistant import assistant_target
 from mtp import mtp_target
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
@@ -52,6 +53,9 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         raise ValueError("this pair has no drafter model to decode with")
     if on_drafter and mtp_target(model) is not None:
         raise ValueError("the MTP layers draft from the target's hidden states: they cannot decode on their own")
+    if on_drafter and not decodes_alone(model):
+        raise ValueError("the Gemma 4 assistant drafts from the target's keys and values: it cannot decode "
+                         "on its own")
     if generator is None and strategy.seed is not None:
         torch.manual_seed(strategy.seed)
         generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)
@@ -95,6 +99,12 @@ def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult
         result.trace = [replace(r, note=note) if note is not None else r
                         for r, note in zip(result.trace, notes)] + result.trace[len(notes):]
     return result
+
+
+def decodes_alone(drafter) -> bool:
+    """False for a drafter model that drafts from its target's state (MTP layers, a Gemma 4 assistant):
+    drafter AR cannot run on it."""
+    return mtp_target(drafter) is None and assistant_target(drafter) is None
 
 
 def loop_vocab_size(pair) -> int:

@@ -294,6 +294,11 @@ class CachedModel:
         self.keep_hidden = False
         self.hidden: tuple[int, torch.Tensor] | None = None
         self._hidden_rows: list[tuple[int, torch.Tensor]] = []
+        # A drafter that reads the target's shared keys and values (a Gemma 4 assistant) and has no
+        # cache to read them from (cache off) sets ``keep_kv_states``: each forward then keeps the
+        # ``shared_kv_states`` it returns (layer type -> (keys, values) from position 0, uncached).
+        self.keep_kv_states = False
+        self.kv_states: dict | None = None
 
     @classmethod
     def over(cls, model, cache, length: int) -> CachedModel:
@@ -330,6 +335,7 @@ class CachedModel:
         self._checkpoint_length = 0
         self.forwards = 0
         self.hidden = None
+        self.kv_states = None
         if self.own_cache and self.use_cache:
             _refuse_own_cache(self.model, self.own_cache)
         # A shared prefill kept no hidden states: a model that must keep them prefills itself.
@@ -432,10 +438,14 @@ class CachedModel:
             kwargs["input_ids"] = ids[:, seen:]
         if self.keep_hidden:
             kwargs["output_hidden_states"] = HIDDEN_STATE
+        if self.keep_kv_states:
+            kwargs["return_shared_kv_states"] = True
         out = self.model(**kwargs)
         self.forwards += 1
         if self.keep_hidden:   # positions [seen, L): the rows of the tokens this pass fed
             self._hidden_rows.append((seen, out.hidden_states[HIDDEN_STATE][0]))
+        if self.keep_kv_states:
+            self.kv_states = out.shared_kv_states
         if self.use_cache:
             if self.cache is None:              # an own cache, made by the model on its first forward
                 self.cache = out.get(self.cache_kw)
@@ -549,8 +559,12 @@ class CachedModel:
                   "attention_mask": attention_mask, "position_ids": position_ids}
         if self.logits_kw is not None:
             kwargs[self.logits_kw] = keep
+        if self.keep_hidden:
+            kwargs["output_hidden_states"] = HIDDEN_STATE
         out = self.model(**kwargs)
         self.forwards += 1
+        if self.keep_hidden:   # rows in the order fed; keep_block puts the kept ones in sequence order
+            self.hidden = (self._length, out.hidden_states[HIDDEN_STATE][0])
         self._length += tokens.shape[1]
         return out.logits[0, -keep:]
 
@@ -569,6 +583,7 @@ class CachedModel:
         """
         if self.cache is None:
             return
+        self._keep_hidden_block(block, kept)
         if self._snapshots:
             self.rollback(self._length - block + len(kept))
             return
@@ -579,6 +594,17 @@ class CachedModel:
                 _keep_indexer(layer, block, kept)
             drop_last(layer, block - len(kept))
         self._length += len(kept) - block
+
+    def _keep_hidden_block(self, block: int, kept: list[int]) -> None:
+        """The kept hidden states (``keep_hidden``) as :meth:`keep_block` keeps the cache: of the
+        last forward's last ``block`` rows, those at ``kept``, so the rows follow the sequence."""
+        if not self.keep_hidden or self.hidden is None:
+            return
+        start, rows = self.hidden
+        if start + rows.shape[0] != self._length or rows.shape[0] < block:
+            return                                  # the last forward did not feed this block
+        index = torch.tensor(kept, dtype=torch.long, device=rows.device) + (rows.shape[0] - block)
+        self.hidden = (start, torch.cat([rows[:rows.shape[0] - block], rows.index_select(0, index)]))
 
     def _trim(self) -> None:
         """Bound memory: trim buffers kept for a rollback back to their working size.

@@ -255,10 +255,20 @@ def cached_model(model, *, use_cache: bool = True) -> CachedModel:
     return CachedModel(model, path=found.path, reason=found.reason)
 
 
+_RECORDED: weakref.WeakSet = weakref.WeakSet()   # models whose probe was recorded, not measured
+
+
 def remember(model, result: ProbeResult) -> None:
     """Record ``result`` as ``model``'s probe without running it (a model that cannot run alone,
     such as a target's MTP layers, whose drafter keeps and rolls back their cache itself)."""
     _RESULTS[model] = result
+    _RECORDED.add(model)
+
+
+def runs_alone(model) -> bool:
+    """False for a model whose probe was recorded with :func:`remember`: it drafts from its target's
+    state (MTP layers, a Gemma 4 assistant), so it is never probed, nor prefilled on its own."""
+    return model not in _RECORDED
 
 
 def forget(model) -> None:
