@@ -17,6 +17,7 @@ architecture tests then run it unchanged.
 from engine.drafters import DRAFTERS, DraftContext, register_drafter
 from engine.loading import load_pair
 from engine.pair import pair_of
+from engine.served_pair import load_served_pair, served_pair_of
 from engine.run import loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, MAX_HYBRID_MATCH, CrossTokenizerOptions, HybridOptions,
@@ -42,6 +43,8 @@ __all__ = [
     "load_pair",
     "lookahead_strategy",
     "pair_of",
+    "load_served_pair",
+    "served_pair_of",
     "loop_vocab_size",
     "register_drafter",
     "run_strategy",

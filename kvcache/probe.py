@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from kvcache.cache import CachedModel, UnsupportedCacheError
+from kvcache.cache import CachedModel, ServedModel, UnsupportedCacheError
 
 PREFIX = 6          # an uneven cached prefix: not a multiple of any chunk or window of 2, 4, 8...
 DRAFTS = 4          # tokens a multi-token verify feeds at once
@@ -248,7 +248,10 @@ def probe_of(model) -> ProbeResult:
 
 
 def cached_model(model, *, use_cache: bool = True) -> CachedModel:
-    """``model`` as a :class:`CachedModel` fed on the path its probe measured (probed on first use)."""
+    """``model`` as a :class:`CachedModel` fed on the path its probe measured (probed on first use);
+    a served target's own session (its cache is the engine's: never probed, always on)."""
+    if isinstance(model, ServedModel):
+        return model.session()
     if not use_cache:
         return CachedModel(model, use_cache=False)
     found = probe_of(model)
