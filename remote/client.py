@@ -248,7 +248,9 @@ class LlamaCppClient(ServerClient):
 
     def _body(self, prompt: list[int], n_predict: int, fields: SamplerFields, n_probs: int) -> dict:
         """Every sampling field, explicitly: the server's defaults (top_k 40, top_p 0.95, min_p 0.05,
-        temperature last) never apply. Greedy is top_k 1 then temperature 0."""
+        temperature last) never apply. Greedy is top_k 1 then temperature 0. ``ignore_eos`` stays off:
+        llama.cpp implements it as a -inf bias on the end tokens, so the sampler would never pick
+        one that its ``n_probs`` still ranks first."""
         if fields.greedy:
             samplers, top_k = ["top_k", "temperature"], 1
         else:   # the order of sampling.processors: temperature, then top-k, then top-p
@@ -257,7 +259,7 @@ class LlamaCppClient(ServerClient):
                 "cache_prompt": True, "samplers": samplers, "temperature": fields.temperature, "top_k": top_k,
                 "top_p": fields.top_p, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
                 "xtc_probability": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-                "frequency_penalty": 0.0, "dry_multiplier": 0.0, "mirostat": 0, "ignore_eos": True,
+                "frequency_penalty": 0.0, "dry_multiplier": 0.0, "mirostat": 0, "ignore_eos": False,
                 "seed": fields.seed, "return_tokens": True, "stream": False}
 
     def next_token(self, prefix: list[int], n_probs: int) -> NextToken:

@@ -70,10 +70,10 @@ def post(url: str, path: str, body: dict) -> dict:
 
 
 def server_greedy(url: str, prompt: list[int], n: int) -> list[int]:
-    """The server's own greedy decode in one request (the identity reference), written out here."""
+    """The server's own greedy decode in one request (the identity reference), written out here;
+    it stops after an end token, which it returns."""
     answer = post(url, "/completion", {"prompt": prompt, "n_predict": n, "cache_prompt": False, "temperature": 0,
-                                       "top_k": 1, "samplers": ["top_k", "temperature"], "ignore_eos": True,
-                                       "return_tokens": True})
+                                       "top_k": 1, "samplers": ["top_k", "temperature"], "return_tokens": True})
     return answer["tokens"]
 
 
@@ -82,10 +82,11 @@ def decode(pair, prompt, key, processor=GreedyProcessor(), **fields):
 
 
 def same_as_reference(tokens: list[int], reference: list[int], eos) -> bool:
-    """Equal to the reference, or its prefix up to an end token the loop stopped at."""
-    if tokens and tokens[-1] in eos and len(tokens) < len(reference):
-        return reference[:len(tokens)] == tokens
-    return tokens == reference
+    """Equal to the reference; where one stopped early, at an end token, the other's prefix."""
+    if len(tokens) == len(reference):
+        return tokens == reference
+    shorter = tokens if len(tokens) < len(reference) else reference
+    return tokens[:len(shorter)] == reference[:len(shorter)] and shorter[-1] in set(eos)
 
 
 # ------------------------------------------------------------------ greedy identity
@@ -142,6 +143,29 @@ def test_nasd_matches_the_servers_greedy(pair, prompts, references):
         assert same_as_reference(got.tokens, reference, pair.end_tokens), first_divergence(got.tokens, reference)
         rejected += got.drafted - got.accepted
     assert rejected > 0
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_an_end_token_ranked_first_ends_the_run(url, pair, monkeypatch, ignore_eos):
+    """llama.cpp's ignore_eos is a -inf bias on end tokens, so its sampler would never pick the end
+    token its n_probs ranks first; the requests leave it off. Mutation: turned on, the runs fail."""
+    from remote.client import LlamaCppClient
+
+    text = "<|im_start|>user\nSay yes.<|im_end|>\n<|im_start|>assistant\nYes"
+    prompt = pair.tokenizer(text, add_special_tokens=False).input_ids
+    reference = server_greedy(url, prompt, LENGTH)
+    assert reference[-1] in pair.end_tokens and len(reference) < LENGTH
+    if ignore_eos:
+        real = LlamaCppClient._body
+        monkeypatch.setattr(LlamaCppClient, "_body", lambda *a: {**real(*a), "ignore_eos": True})
+    outcomes = []
+    for key, fields in (("target", {}), ("speculative", {"drafter": "model", "gamma": 3})):
+        try:
+            got = decode(pair, prompt, key, **fields)
+            outcomes.append(got.tokens == reference and got.stop_reason == "eos")
+        except ServerError:
+            outcomes.append(False)
+    assert outcomes == [not ignore_eos] * 2
 
 
 def test_a_row_for_the_wrong_prefix_is_caught(pair, prompts, references, monkeypatch):
