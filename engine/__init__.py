@@ -6,7 +6,8 @@
 
 ``load_pair(target, drafter, ...)`` loads the pair every front end runs on (two models,
 or a drafter made from the target; see ``engine.loading``); ``pair_of(target, drafter)``
-wraps models already in memory.
+wraps models already in memory; ``load_served_pair(url)`` makes a pair whose target is behind a
+serving engine (``remote``, docs/server.md).
 
 A drafting method is a :class:`Drafter` (``generation.drafter``: the contract,
 every ability a method with its default) plus a factory registered with
