@@ -70,8 +70,8 @@ class ProbeResult:
 
     def line(self) -> str:
         """One line: ``cached (restore, max error 3e-06 <= 0.029)`` or ``stepwise: <why>``."""
-        if self.path == "refused":
-            return f"refused: {self.reason}"
+        if self.path in ("refused", "served"):
+            return f"{self.path}: {self.reason}"
         measured = f"{self.rollback + ', ' if self.rollback else ''}max error {self.error:.2g} <= {self.tolerance:.2g}"
         if self.path == "cached":
             return f"cached ({self.reason or measured})"   # a reason: recorded, not measured (``remember``)
@@ -204,8 +204,11 @@ def _first_line(error: BaseException) -> str:
 
 @torch.inference_mode()
 def probe_model(model) -> ProbeResult:
-    """Measure which path is exact for ``model`` (a few forwards over 14 tokens)."""
+    """Measure which path is exact for ``model`` (a few forwards over 14 tokens); a served
+    target's cache is the engine's, so it is not probed (path "served")."""
     begun = time.perf_counter()
+    if isinstance(model, ServedModel):
+        return ProbeResult(type(model).__name__, "", "served", "its cache is the server's")
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prompt, seq, junk = _probe_ids(model)
     bound = tolerance(model)

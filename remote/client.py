@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class ServerError(ValueError):
@@ -32,13 +32,11 @@ class RequestTimes:
     wall_s: float = 0.0
     server_s: float = 0.0
     retries: int = 0
-    per_request: list = field(default_factory=list)   # (wall_s, server_s) of each request, in order
 
     def add(self, wall_s: float, server_s: float) -> None:
         self.requests += 1
         self.wall_s += wall_s
         self.server_s += server_s
-        self.per_request.append((wall_s, server_s))
 
     def mark(self) -> tuple[int, float, float, int]:
         """Where the counters stand now, for :meth:`since`."""

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import torch
 
 from kvcache.cache import RollbackStats, ServedModel
-from remote.client import SamplerFields, ServedModelInfo, ServerClient
+from remote.client import SamplerFields, ServedModelInfo, ServerClient, ServerError
 from remote.rules import DEFAULT_PROBS, ServedPlan, nucleus_certified, plan_for, row_of
 from sampling.processors import GreedyProcessor, LogitsProcessor
 
@@ -90,6 +90,7 @@ class ServedSession:
         self._length = 0
         self.stats = RollbackStats(method="server", path="served")
         self._mark = target.client.times.mark()
+        self.per_call: list[tuple[int, float, float]] = []   # per target call: requests, request ms, server ms
 
     @property
     def device(self) -> torch.device:
@@ -101,13 +102,17 @@ class ServedSession:
 
     def begin(self, prompt: list[int], prefills=()) -> list[int]:
         self._mark = self.target.client.times.mark()
+        self.per_call = []
         self._length = 0
         return list(prompt)
 
     def forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """The logits rows (keep, V) after each of the last ``keep`` prefixes of ``ids`` (1, L)."""
         sequence = ids[0].tolist()
+        mark = self.target.client.times.mark()
         rows = [self._row(sequence[:len(sequence) - keep + 1 + j]) for j in range(keep)]
+        spent = self.target.client.times.since(mark)
+        self.per_call.append((spent["requests"], round(1000 * spent["request_s"], 3), round(1000 * spent["server_s"], 3)))
         self.forwards += 1
         self._length = len(sequence)
         return torch.stack(rows).to(self.device)                          # (keep, V)
@@ -119,6 +124,9 @@ class ServedSession:
         n = plan.n_probs
         while True:
             top = self.target.client.next_token(prefix, n)
+            if min(top.ids) < 0 or max(top.ids) >= plan.vocab_size:
+                raise ServerError(f"the server returned token id {max(top.ids)} outside its {plan.vocab_size}-token "
+                                  "vocabulary: it serves another model than it described")
             if plan.mode != "nucleus" or n >= plan.vocab_size or nucleus_certified(
                     top.logprobs, processor.temperature, processor.top_p, plan.vocab_size):
                 return row_of(top.ids, top.logprobs, plan)
@@ -131,5 +139,6 @@ class ServedSession:
         self._length = min(self._length, length)
 
     def network_stats(self) -> dict:
-        """This generation's requests: count, wire seconds, server-reported compute, round trip."""
-        return self.target.client.times.since(self._mark)
+        """This generation's requests: count, wire seconds, server-reported compute, round trip, and
+        ``per_call``: [requests, request ms, server ms] for each target call (a verify round's)."""
+        return {**self.target.client.times.since(self._mark), "per_call": [list(c) for c in self.per_call]}

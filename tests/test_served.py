@@ -125,6 +125,9 @@ def test_speculative_with_the_local_copy_matches_the_servers_greedy(pair, prompt
         # A round of γ drafts is γ+1 requests: one per position it scores.
         assert got.network["requests"] == sum(len(r.drafted) + 1 for r in got.trace)
         assert got.network["server_s"] > 0 and got.network["request_s"] >= got.network["server_s"]
+        per_call = got.network["per_call"]
+        assert [c[0] for c in per_call] == [len(r.drafted) + 1 for r in got.trace]
+        assert all(request >= server > 0 for _, request, server in per_call)
 
 
 def test_speculative_with_an_independent_drafter_rejects_and_still_matches(pair, prompts, references, local):
@@ -313,6 +316,16 @@ def test_a_field_ignored_is_refused():
                 connect(fake.url, backoff=FAST).next_token([1, 2], 2)
 
 
+def test_a_token_outside_the_vocabulary_is_refused(pair):
+    answer = {"tokens": [60000], "completion_probabilities": [
+        {"id": 60000, "top_logprobs": [{"id": 60000, "logprob": -0.1}, {"id": 5, "logprob": -3.0}]}]}
+    with FakeServer(fake_llamacpp(completion=lambda b: (200, answer))) as fake:
+        client = connect(fake.url, backoff=FAST)
+        fake_pair = served_pair_of(client, client.info(), pair.drafter, pair.tokenizer, n_probs=2)
+        with pytest.raises(ServerError, match="token id 60000 outside its 49152-token vocabulary"):
+            decode(fake_pair, [1, 2, 3], "speculative", drafter="ngram", gamma=2)
+
+
 def test_another_vocabulary_or_tokenizer_is_refused(local):
     model, tokenizer = local
     with FakeServer(fake_llamacpp(vocab=32000)) as fake:
@@ -366,3 +379,17 @@ def test_ctrl_c_during_a_request_keeps_what_was_generated(pair, prompts, referen
     got = run_strategy(strategy, pair, prompts[0], interruptible=True)
     assert got.stop_reason == "interrupted"
     assert 0 < len(got.tokens) < LENGTH and got.tokens == references[0][:len(got.tokens)]
+
+
+def test_the_self_test_sees_a_served_target(pair, prompts):
+    """The cache probe does not run a served target; the sampling checks' exact distribution comes
+    from the server (a top-3 from the top-20 row equals the one from the whole vocabulary)."""
+    from checks.selftest import exact_first_tokens
+    from kvcache.probe import probe_model
+
+    assert probe_model(pair.target).path == "served"
+    processor = TopKProcessor(1.0, 3)
+    exact = exact_first_tokens(pair.target, prompts[2], processor, 1, pair.vocab_size)
+    full, _ = whole_and_top(pair, prompts[2], 20)
+    whole = processor(full.view(1, -1))[0]
+    assert exact == pytest.approx({(t,): whole[t].item() for t in whole.nonzero().flatten().tolist()}, abs=1e-6)
