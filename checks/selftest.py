@@ -38,6 +38,7 @@ from engine import DEFAULT_GAMMA, DRAFTERS, NGramOptions, Strategy, register_dra
 from generation.result import first_divergence
 from sampling import GreedyProcessor, TopKProcessor
 from utils.builtin_prompts import BUILTIN
+from kvcache.cache import ServedModel
 from kvcache.prefill import prefill
 from kvcache.probe import forget, probe_pair, runs_alone
 from utils.vocab import encode_prompt
@@ -221,6 +222,9 @@ def _tree_note(results, tree: int) -> str:
 def _last_logits(model, ids: list[int], prefixes: list[tuple], encoder_decoder: bool) -> torch.Tensor:
     """Logits after each prefix of generated tokens, (len(prefixes), V), in one forward."""
     device = getattr(model, "device", torch.device("cpu"))
+    if isinstance(model, ServedModel):   # its rows from the server (top-N: exact for the top-k checked here)
+        session = model.session()
+        return torch.cat([session.forward(torch.tensor([ids + list(p)]), keep=1) for p in prefixes])
     if encoder_decoder:  # the prompt feeds the encoder; the decoder starts from its start token
         start = model.config.decoder_start_token_id
         decoder = torch.tensor([[start, *p] for p in prefixes], device=device)
@@ -257,7 +261,8 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
         """``runs`` results of ``run``, each beginning from a copy of the prefilled caches."""
         if not prefills:
             models = [pair.target] if pair.drafter is pair.target else [pair.target, pair.drafter]
-            prefills.extend(prefill(model, ids) for model in models if model is not None and runs_alone(model))
+            prefills.extend(prefill(model, ids) for model in models
+                            if model is not None and runs_alone(model) and not isinstance(model, ServedModel))
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
         # One token more than compared: the first round drafts, so every
         # compared token goes through the accept rule.

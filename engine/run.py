@@ -19,6 +19,7 @@ from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
 from gemma4_assistant import assistant_target
+from kvcache.cache import ServedModel
 from mtp import mtp_target
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
@@ -67,6 +68,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         prompt_ids, eos = drafter_inputs(pair, prompt_ids, state.for_pair(pair, "drafter_ends",
                                                                           lambda: drafter_ends(pair)))
     prompt = check_request(prompt_ids, strategy.max_gen_len, model)
+    if isinstance(model, ServedModel):   # its sampling settings decide what is exact (a refusal is one line)
+        model = model.bound(processor)
     options = LoopOptions(
         processor=processor, max_gen_len=strategy.max_gen_len, eos=end_tokens(eos),
         use_cache=strategy.use_cache, generator=generator, inspect=strategy.inspect,
@@ -85,7 +88,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
-    result = with_notes(verify_loop(prompt, drafter, pair.target, options, observer=observer,
+    result = with_notes(verify_loop(prompt, drafter, model, options, observer=observer,
                                     interruptible=interruptible), drafter.round_notes())
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:

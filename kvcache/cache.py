@@ -69,6 +69,37 @@ class UnsupportedCacheError(ValueError):
     """The model's cache cannot be rolled back exactly; the message says why (one line)."""
 
 
+class ServedModel:
+    """A target whose cache lives in a serving engine (``remote.target``), not in this process.
+
+    It makes its own session for each generation (:meth:`session`, shaped like
+    :class:`CachedModel`: ``begin``, ``forward``, ``checkpoint``, ``rollback``, ``length``,
+    ``forwards``, ``stats``, ``network_stats``) and decodes with the engine's own sampler
+    (:meth:`decode`). ``kvcache.probe.cached_model`` hands out the session; nothing is probed.
+    """
+
+    tree_reason = "the target is behind a server, whose API scores one chain position per request"
+
+    def bound(self, processor):
+        """This target with a run's sampling settings (they decide what a verify can take as exact)."""
+        return self
+
+    def session(self):
+        raise NotImplementedError
+
+    def decode(self, prompt: list[int], max_new: int, processor, seed: int):
+        """Yield ``(token, seconds)`` as the engine's own sampler makes them."""
+        raise NotImplementedError
+
+    def network_mark(self):
+        """Where the request counters stand now."""
+        raise NotImplementedError
+
+    def network_since(self, mark) -> dict:
+        """The requests made since ``mark``: count, seconds on the wire, reported compute, round trip."""
+        raise NotImplementedError
+
+
 @dataclass
 class RollbackStats:
     """How one model's cache was rolled back during a generation, and what it cost.
@@ -384,6 +415,10 @@ class CachedModel:
     def device(self) -> torch.device:
         return model_device(self.model)
 
+    def network_stats(self) -> dict | None:
+        """Requests and their times when the model is behind a server; a local model has none."""
+        return None
+
     @property
     def length(self) -> int:
         """Positions of the (decoder) sequence the cache holds."""
@@ -656,6 +691,8 @@ def tree_support(cached: CachedModel) -> str | None:
     past (older transformers, 4.57 among them) take trees: they are
     snapshotted before the verify and restored after it, like a chain's.
     """
+    if not isinstance(cached, CachedModel):
+        return ServedModel.tree_reason
     model = cached.model
     if cached.cache_off:
         return "the cache is off"
