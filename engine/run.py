@@ -18,6 +18,7 @@ from generation.observer import Observer
 from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
+from eagle3 import eagle3_target
 from mtp import mtp_target
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
@@ -52,6 +53,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         raise ValueError("this pair has no drafter model to decode with")
     if on_drafter and mtp_target(model) is not None:
         raise ValueError("the MTP layers draft from the target's hidden states: they cannot decode on their own")
+    if on_drafter and eagle3_target(model) is not None:
+        raise ValueError("an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own")
     if generator is None and strategy.seed is not None:
         torch.manual_seed(strategy.seed)
         generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)

@@ -223,10 +223,18 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
 
 
 PATHS = ("cached", "stepwise", "uncached", "refused")
-# Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``)
-# keeps: the last, the final-normed state transformers' own MTP drafting reads
+# Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``
+# True) keeps: the last, the final-normed state transformers' own MTP drafting reads
 # (``MTPCandidateGenerator``: ``output_hidden_states=-1``, ``hidden_states[-1]``).
 HIDDEN_STATE = -1
+
+
+def kept_layers(keep_hidden) -> tuple[int, ...]:
+    """The ``hidden_states`` indices ``keep_hidden`` asks for: () for False, the last for True,
+    else the given indices (an EAGLE-3 head's low, mid and high layers)."""
+    if keep_hidden is True:
+        return (HIDDEN_STATE,)
+    return tuple(int(i) for i in keep_hidden) if keep_hidden else ()
 
 
 @dataclass(frozen=True)
@@ -288,10 +296,12 @@ class CachedModel:
         self._checkpoint_length = 0
         self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
         self.forwards = 0  # forward passes since begin()
-        # A drafter that drafts from the target's hidden states (``mtp``) sets ``keep_hidden``
-        # before ``begin``; every forward then keeps its final hidden states in ``hidden``:
-        # (the sequence position of its first row, rows (m, H)), the last ``forward``'s.
-        self.keep_hidden = False
+        # A drafter that drafts from the target's hidden states sets ``keep_hidden`` before
+        # ``begin``: True for the final ones (``mtp``), or a tuple of ``hidden_states`` indices
+        # (``eagle3``: three layers). Every forward then keeps them in ``hidden``: (the sequence
+        # position of its first row, rows (m, H) or, for several layers, (m, layers * H), the
+        # layers side by side in the order given), the last ``forward``'s.
+        self.keep_hidden: bool | tuple[int, ...] = False
         self.hidden: tuple[int, torch.Tensor] | None = None
         self._hidden_rows: list[tuple[int, torch.Tensor]] = []
 
@@ -430,12 +440,14 @@ class CachedModel:
             kwargs.update(encoder_outputs=self.encoder_outputs, decoder_input_ids=ids[:, seen:])
         else:
             kwargs["input_ids"] = ids[:, seen:]
-        if self.keep_hidden:
-            kwargs["output_hidden_states"] = HIDDEN_STATE
+        layers = kept_layers(self.keep_hidden)
+        if layers:             # an index or a list selects only those (transformers >= 5.24); all before
+            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
         out = self.model(**kwargs)
         self.forwards += 1
-        if self.keep_hidden:   # positions [seen, L): the rows of the tokens this pass fed
-            self._hidden_rows.append((seen, out.hidden_states[HIDDEN_STATE][0]))
+        if layers:             # positions [seen, L): the rows of the tokens this pass fed
+            states = out.hidden_states
+            self._hidden_rows.append((seen, torch.cat([states[i][0] for i in layers], dim=-1)))
         if self.use_cache:
             if self.cache is None:              # an own cache, made by the model on its first forward
                 self.cache = out.get(self.cache_kw)
