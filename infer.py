@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="drafter model sharing the target's tokenizer (needed with --target), or a "
                              "self-drafter made from the target: self:bf16, self:fp16, self:int8, "
                              "self:skip=L1,L2,... or self:skip=auto, or mtp: the target's own multi-token-"
-                             "prediction layers (DeepSeek-V3, GLM-4.5, ...; transformers >= 5.24) (default "
+                             "prediction layers (DeepSeek-V3, GLM-4.5, ...; transformers >= 5.24), or "
+                             "eagle3:PATH: an EAGLE-3 head (a directory or hub id in the published layout) (default "
                              "with the default target: the self-drafter measured fastest on this machine)")
     models.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     models.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")

@@ -34,8 +34,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from checks.stats import goodness_of_fit
+from eagle3 import eagle3_target
 from engine import DEFAULT_GAMMA, DRAFTERS, NGramOptions, Strategy, register_drafter, run_strategy
 from generation.result import first_divergence
+from mtp import mtp_target
 from sampling import GreedyProcessor, TopKProcessor
 from utils.builtin_prompts import BUILTIN
 from kvcache.prefill import prefill
@@ -102,6 +104,12 @@ def _encode(pair, text: str, *, chat: bool = True) -> list[int]:
     if not ids:
         raise ValueError(f"the prompt {text[:30]!r} encodes to no tokens")
     return ids
+
+
+def _runs_alone(model) -> bool:
+    """False for a drafter that reads the target's hidden states (MTP layers, an EAGLE-3 head):
+    it has no forward of its own to prefill (its drafter feeds it after the target's)."""
+    return mtp_target(model) is None and eagle3_target(model) is None
 
 
 def _one_hot_model_drafter(pair, strategy, state, context):
@@ -255,7 +263,8 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
     def draws(run) -> list:
         """``runs`` results of ``run``, each beginning from a copy of the prefilled caches."""
         if not prefills:
-            models = [pair.target] if pair.drafter is pair.target else [pair.target, pair.drafter]
+            models = [pair.target] if pair.drafter is pair.target or not _runs_alone(pair.drafter) \
+                else [pair.target, pair.drafter]
             prefills.extend(prefill(model, ids) for model in models)
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
         # One token more than compared: the first round drafts, so every

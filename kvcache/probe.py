@@ -237,11 +237,12 @@ def probe_model(model) -> ProbeResult:
 
 
 _RESULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RECORDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # by ``remember``: nothing to measure
 
 
 def probe_of(model) -> ProbeResult:
     """The probe of ``model``, run on first use and remembered for the model object."""
-    found = _RESULTS.get(model)
+    found = _RESULTS.get(model) or _RECORDED.get(model)
     if found is None:
         found = _RESULTS[model] = probe_model(model)
     return found
@@ -257,8 +258,9 @@ def cached_model(model, *, use_cache: bool = True) -> CachedModel:
 
 def remember(model, result: ProbeResult) -> None:
     """Record ``result`` as ``model``'s probe without running it (a model that cannot run alone,
-    such as a target's MTP layers, whose drafter keeps and rolls back their cache itself)."""
-    _RESULTS[model] = result
+    such as a target's MTP layers or an EAGLE-3 head, whose drafter keeps and rolls back their
+    cache itself). :func:`forget` leaves it: there is nothing to measure again."""
+    _RECORDED[model] = result
 
 
 def forget(model) -> None:
