@@ -26,6 +26,14 @@ every id the head cannot draft and the accept rule stays exact.
 The hidden states come from the target's own forwards (the loop's verify, and the prompt's
 prefill in the first round): ``attach_target`` sets the target's ``CachedModel.keep_hidden``
 to the head's three layers, so no target forward is added.
+
+Trees grow as EAGLE-2's dynamic trees (Li et al. 2024; ``generation.tree_draft``): every
+candidate is scored by its cumulative draft probability; level by level the ``branch`` best
+nodes of the newest level are fed to the head in one pass, each at the slot its depth gives,
+reading its parent's output (the root's children read the output at slot n-2) and seeing the
+target's slots and its own fed ancestors; the ``nodes`` best candidates form the tree. After
+the tree verify the target's hidden states of the kept path come from that pass (the target's
+``keep_block`` keeps their rows with its cache).
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from __future__ import annotations
 import torch
 
 from generation.drafter import Drafter
+from generation.tree import Tree
+from generation.tree_draft import best_tree, child_scores, top_children
 from kvcache.cache import RollbackStats, drop_last
 from sampling import LogitsProcessor
 
@@ -45,6 +55,21 @@ def to_target_logits(head, logits: torch.Tensor, vocab_size: int) -> torch.Tenso
     out = logits.new_full((logits.shape[0], vocab_size), float("-inf"))
     out[:, ids[inside]] = logits[:, inside]
     return out
+
+
+def tree_visibility(cand, fed: list[int], expand: list[int], slots: int) -> torch.Tensor:
+    """(E, slots + F + E) bool: each expanded candidate sees the ``slots`` target slots, those
+    of its ancestors among the ``fed`` candidates (F, in cache order) and itself."""
+    where = {c: slots + i for i, c in enumerate(fed)}
+    visible = torch.zeros(len(expand), slots + len(fed) + len(expand), dtype=torch.bool)
+    visible[:, :slots] = True
+    for row, c in enumerate(expand):
+        visible[row, slots + len(fed) + row] = True
+        parent = cand[c][1]
+        while parent >= 0:
+            visible[row, where[parent]] = True
+            parent = cand[parent][1]
+    return visible
 
 
 class Eagle3Drafter(Drafter):
@@ -90,8 +115,6 @@ class Eagle3Drafter(Drafter):
         self.stats = RollbackStats()
         self._logits, self._forwards = [], 0
 
-    def tree_support(self) -> str | None:
-        return "the EAGLE-3 drafter proposes chains only (its dynamic trees are not built yet)"
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round
@@ -131,6 +154,39 @@ class Eagle3Drafter(Drafter):
         self._drop_drafts()
         return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
 
+    def tree_support(self) -> str | None:
+        return None
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """An EAGLE-2 dynamic tree of at most ``nodes`` nodes and ``depth`` levels (target ids)."""
+        n = ids.shape[1]
+        self._logits = []
+        if n < 2:
+            return Tree((), (), ())
+        self.fill_target(ids)
+        root = self._catch_up(ids[0].to(self.device), n)[:, -1]                     # (1, H)
+        q = child_scores(self.processor, to_target_logits(self.head, self.head.draft_logits(root),
+                                                          self.vocab_size), None)  # (1, V)
+        # Candidates: token, parent (index into cand; -1 root), rank, depth, score (log q along the path).
+        cand = [(token, -1, rank, 0, logq) for rank, (token, logq) in enumerate(top_children(q, branch)[0])]
+        outputs = {-1: root[0]}                   # candidate -> the head's output at its slot, (H,)
+        level, fed = list(range(len(cand))), []   # fed: candidates in the head's cache, in order
+        for d in range(1, depth):
+            expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
+            if not expand:
+                break
+            out = self._feed_level(cand, outputs, fed, expand, n)                   # (E, H)
+            q = child_scores(self.processor, to_target_logits(self.head, self.head.draft_logits(out),
+                                                              self.vocab_size), None)   # (E, V)
+            level = []
+            for c, row, kids in zip(expand, out, top_children(q, branch)):
+                outputs[c] = row
+                for rank, (token, logq) in enumerate(kids):
+                    level.append(len(cand))
+                    cand.append((token, c, rank, d, cand[c][4] + logq))
+        self._drop_drafts()
+        return best_tree(cand, nodes)
+
     def draft_logits(self) -> torch.Tensor | None:
         return torch.cat(self._logits) if self._logits else None
 
@@ -157,6 +213,21 @@ class Eagle3Drafter(Drafter):
         self._forwards += 1
         self.slots = n - 1
         return out
+
+    def _feed_level(self, cand, outputs: dict, fed: list[int], expand: list[int], n: int) -> torch.Tensor:
+        """Feed the candidates ``expand`` to the head in one pass; returns their outputs (E, H).
+
+        A candidate at depth d sits at slot n-1+d, reads its parent's output and its own
+        token, and sees the target's slots (n-1 of them), its fed ancestors and itself.
+        """
+        hidden = torch.stack([outputs[cand[c][1]] for c in expand])[None]               # (1, E, H)
+        tokens = torch.tensor([[cand[c][0] for c in expand]], device=self.device)
+        positions = torch.tensor([[n - 1 + cand[c][3] for c in expand]], device=self.device)
+        visible = tree_visibility(cand, fed, expand, n - 1).to(self.device)
+        out = self.head.step(hidden, tokens, positions, self.cache, fused=False, visible=visible)
+        self._forwards += 1
+        fed.extend(expand)
+        return out[0]
 
     def _drop_drafts(self) -> None:
         """Crop the head's cache back to the slots read from the target (the chain's own slots go)."""

@@ -556,13 +556,20 @@ class CachedModel:
         layer kind (see :meth:`attention_kinds`); ``position_ids``: (1, m).
         Returns the logits of the last ``keep`` positions, (keep, V). Every
         token fed stays in the cache until :meth:`keep_block` or a rollback.
+        With ``keep_hidden`` the block's hidden states go to ``hidden``, one row
+        per token fed, and :meth:`keep_block` keeps the rows it keeps.
         """
         kwargs = {"use_cache": True, self.cache_kw: self.cache, "input_ids": tokens,
                   "attention_mask": attention_mask, "position_ids": position_ids}
         if self.logits_kw is not None:
             kwargs[self.logits_kw] = keep
+        layers = kept_layers(self.keep_hidden)
+        if layers:
+            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
         out = self.model(**kwargs)
         self.forwards += 1
+        if layers:             # one row per token fed, in the block's order; keep_block gathers them too
+            self.hidden = (self._length, torch.cat([out.hidden_states[i][0] for i in layers], dim=-1))
         self._length += tokens.shape[1]
         return out.logits[0, -keep:]
 
@@ -581,6 +588,10 @@ class CachedModel:
         """
         if self.cache is None:
             return
+        if self.hidden is not None:     # the kept hidden states follow the cache (the block is their tail)
+            start, rows = self.hidden
+            index = torch.tensor(kept, dtype=torch.long, device=rows.device) + rows.shape[0] - block
+            self.hidden = (start, torch.cat([rows[:rows.shape[0] - block], rows[index]]))
         if self._snapshots:
             self.rollback(self._length - block + len(kept))
             return

@@ -177,6 +177,95 @@ def test_mutation_q_not_placed_through_d2t_fails_the_logits_check(monkeypatch, t
     assert logit_error(pair, weights, config, recorded) > 1e-2
 
 
+# ------------------------------------------------------------------ EAGLE-2 dynamic trees
+
+
+class TreeRecorded(Eagle3Drafter):
+    """The engine's EAGLE-3 drafter, keeping for every node it fed to the head while growing a
+    tree: (committed ids, the node's path of tokens, the logits of its children)."""
+
+    nodes: list = []
+
+    def propose_tree(self, ids, depth, nodes, branch):
+        self._committed = ids[0].tolist()
+        return super().propose_tree(ids, depth, nodes, branch)
+
+    def _feed_level(self, cand, outputs, fed, expand, n):
+        out = super()._feed_level(cand, outputs, fed, expand, n)
+        logits = eagle3.drafter.to_target_logits(self.head, self.head.draft_logits(out), self.vocab_size)
+        for c, row in zip(expand, logits):
+            path = []
+            while c >= 0:
+                path.insert(0, cand[c][0])
+                c = cand[c][1]
+            TreeRecorded.nodes.append((self._committed, path, row))
+        return out
+
+
+@pytest.fixture
+def tree_recorded(monkeypatch):
+    TreeRecorded.nodes = []
+    monkeypatch.setattr(engine.drafters, "Eagle3Drafter", TreeRecorded)
+    return TreeRecorded.nodes
+
+
+def tree_logit_error(pair, weights, config, nodes) -> float:
+    """Each fed node's children logits against the chain recomputation along its path."""
+    from tests.helpers.eagle3 import reference_logits
+
+    worst = 0.0
+    for committed, path, row in nodes:
+        want = reference_logits(pair.target, weights, config, pair.drafter.aux_layers, committed, path + [0],
+                                pair.vocab_size)[-1]
+        finite = torch.isfinite(want)
+        worst = max(worst, ((row[finite] - want[finite]).abs().max() / want[finite].abs().max()).item())
+    return worst
+
+
+def test_greedy_trees_equal_target_ar_and_every_node_reads_its_own_path(tmp_path, tree_recorded):
+    """Trees of 4, 8 and 16 nodes: greedy output equals target AR, rounds keep nodes and reject
+    others, and every node the head was fed produced its path's logits (a chain recomputed
+    from nothing along that path). The target kept the path's hidden states from the tree pass."""
+    pair, weights, config = in_memory(tmp_path)
+    want = target_ar(pair)
+    for nodes in (4, 8, 16):
+        result = speculative(pair, gamma=4, tree=nodes)
+        assert result.tokens == want and not result.tree_fallback, nodes
+        assert result.drafted > result.accepted > 0
+    assert any(len(path) > 1 for _, path, _ in tree_recorded)            # deeper than one level
+    assert tree_logit_error(pair, weights, config, tree_recorded) < 1e-4
+
+
+def test_mutation_a_tree_node_that_sees_other_branches_fails_the_logits_check(monkeypatch, tmp_path,
+                                                                             tree_recorded):
+    def everything(cand, fed, expand, slots):
+        return torch.ones(len(expand), slots + len(fed) + len(expand), dtype=torch.bool)
+
+    monkeypatch.setattr(eagle3.drafter, "tree_visibility", everything)
+    pair, weights, config = in_memory(tmp_path)
+    speculative(pair, gamma=4, tree=16)
+    assert tree_logit_error(pair, weights, config, tree_recorded) > 1e-2
+
+
+def test_mutation_hidden_states_of_the_tree_pass_not_kept_with_the_path_fail_the_logits_check(
+        monkeypatch, tmp_path, tree_recorded):
+    """The target's ``keep_block`` keeps the kept nodes' hidden-state rows with their cache;
+    rows left in the pass's order hand the head the states of nodes that were not kept."""
+    import kvcache.cache
+
+    gather = kvcache.cache.CachedModel.keep_block
+
+    def keep_block(self, block, kept):
+        rows = self.hidden
+        gather(self, block, kept)
+        self.hidden = rows
+
+    monkeypatch.setattr(kvcache.cache.CachedModel, "keep_block", keep_block)
+    pair, weights, config = in_memory(tmp_path)
+    speculative(pair, gamma=4, tree=16)
+    assert tree_logit_error(pair, weights, config, tree_recorded) > 1e-2
+
+
 # ------------------------------------------------------------------ sampling
 
 
@@ -209,12 +298,10 @@ def test_sampling_keeps_the_target_distribution(monkeypatch, tmp_path):
 # ------------------------------------------------------------------ the rest of the engine
 
 
-def test_cache_off_trees_drafter_ar_and_hybrid(tmp_path):
+def test_cache_off_drafter_ar_and_hybrid(tmp_path):
     pair, _, _ = in_memory(tmp_path)
     want = target_ar(pair, max_gen_len=16)
     assert speculative(pair, gamma=3, max_gen_len=16, use_cache=False).tokens == want
-    tree = speculative(pair, gamma=3, max_gen_len=16, tree=8)
-    assert tree.tokens == want and "chains only" in tree.tree_fallback
     with pytest.raises(ValueError, match="cannot decode on its own"):
         run_strategy(Strategy("drafter", model="drafter", max_gen_len=4, processor=GreedyProcessor()), pair, PROMPT)
     with pytest.raises(ValueError, match="EAGLE-3 head"):
