@@ -101,11 +101,13 @@ class Eagle3Head(nn.Module):
         self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
         self.embed_tokens = nn.Embedding(config.vocab_size, hidden) if own_embeddings else None
         self.rotary_emb = LlamaRotaryEmbedding(config=config)
-        self.target_embeddings: nn.Module | None = None      # set by eagle3.load when the head has none
+        self.target_embeddings: torch.Tensor | None = None   # the target's table, set by eagle3.load when the head has none
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        table = self.embed_tokens if self.embed_tokens is not None else self.target_embeddings
-        return table(tokens)
+        """The rows of the embedding table, unscaled (what the engines read: a target that scales
+        its embeddings in its own forward, as Gemma does, is read without that scale)."""
+        table = self.embed_tokens.weight if self.embed_tokens is not None else self.target_embeddings
+        return F.embedding(tokens, table)
 
     def step(self, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache, *,
              fused: bool, visible: torch.Tensor | None = None) -> torch.Tensor:

@@ -10,7 +10,7 @@ weights in ``model.safetensors`` or ``pytorch_model.bin`` under the names of
 
 Which target hidden states feed ``fc`` (``aux_layers``), as indices into transformers'
 ``hidden_states`` (0: the embeddings, i: the input of layer i): by default 2, L // 2 and
-L - 3 of the target's L layers (EAGLE's ``modeling_llama_kv``, vLLM's and SGLang's
+L - 3 of the target's L layers (counted from its ``hidden_states``, ``target_layers``) (EAGLE's ``modeling_llama_kv``, vLLM's and SGLang's
 default), in ascending order, concatenated. A config may name them: top-level
 ``eagle_aux_hidden_state_layer_ids`` as vLLM reads them (the input of layer i), or
 ``eagle_config.eagle_aux_hidden_state_layer_ids`` as SGLang reads them (the output of layer
@@ -195,6 +195,23 @@ def build_head(config: dict, weights: dict, target, where: Path) -> Eagle3Head:
     return head.to(device=decoder_layer.device, dtype=decoder_layer.dtype).eval()
 
 
+def target_layers(target) -> int:
+    """How many layers ``target``'s ``hidden_states`` cover (their count less the embeddings'),
+    from one uncached forward of one token: a config's ``num_hidden_layers`` may count
+    otherwise (LongCat-Flash's counts two sublayers per layer)."""
+    if getattr(target.config, "is_encoder_decoder", False):
+        raise Eagle3Refused(f"{type(target).__name__} is an encoder-decoder model; an EAGLE-3 head drafts "
+                            "for a decoder-only target")
+    device = next(target.parameters()).device
+    with torch.inference_mode():
+        out = target(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False,
+                     output_hidden_states=True)
+    states = getattr(out, "hidden_states", None)
+    if not states:
+        raise Eagle3Refused(f"{type(target).__name__} returns no hidden states for an EAGLE-3 head to read")
+    return len(states) - 1
+
+
 def load_eagle3(target, spec: str) -> Eagle3Head:
     """The EAGLE-3 head ``eagle3:PATH`` (or a bare PATH) for ``target``, marked for the engine."""
     location = eagle3_location(spec) if is_eagle3(spec) else str(spec)
@@ -202,7 +219,7 @@ def load_eagle3(target, spec: str) -> Eagle3Head:
     config = read_config(folder)
     weights = read_weights(folder)
     head = build_head(config, weights, target, folder)
-    layers = aux_layers(config, int(text_config(target).num_hidden_layers))
+    layers = aux_layers(config, target_layers(target))
     return mark_eagle3(head, target, layers, name=location)
 
 
@@ -216,7 +233,7 @@ def mark_eagle3(head: Eagle3Head, target, layers: tuple[int, ...], *, name: str 
     object.__setattr__(head, "aux_layers", tuple(layers))
     object.__setattr__(head, "name_or_path", name)
     if head.embed_tokens is None:
-        object.__setattr__(head, "target_embeddings", target.get_input_embeddings())
+        object.__setattr__(head, "target_embeddings", target.get_input_embeddings().weight)
     dtype = str(next(head.parameters()).dtype).removeprefix("torch.")
     remember(head, ProbeResult(type(head).__name__, dtype, "cached", rollback="crop",
                                reason="EAGLE-3 head: its own cache, cropped by the drafter"))

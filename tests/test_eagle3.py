@@ -19,6 +19,7 @@ import eagle3.drafter
 import eagle3.load
 import engine.drafters
 from eagle3 import Eagle3Drafter, load_eagle3
+from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 from engine import HybridOptions, Strategy, load_pair, pair_of, run_strategy
 from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
@@ -90,7 +91,7 @@ def test_load_pair_reads_a_saved_head_and_stays_lossless(tmp_path, recorded):
     pair = load_pair(str(tmp_path / "target"), f"eagle3:{head_dir}", device="cpu", dtype="float32")
     head = pair.drafter
     assert head.aux_layers == (2, 4, 5)                              # 2, L/2, L-3 of eight layers
-    assert head.embed_tokens is None and head.target_embeddings is pair.target.get_input_embeddings()
+    assert head.embed_tokens is None and head.target_embeddings is pair.target.get_input_embeddings().weight
     assert "EAGLE-3 head" in pair.drafter_name and "EAGLE-3 head" in pair.probe.summary()
     want = target_ar(pair)
     ids = torch.tensor([PROMPT])
@@ -352,6 +353,35 @@ def test_a_head_that_does_not_fit_the_target_is_refused(target_dir, tmp_path):
     config = head_config(target, D, eagle_aux_hidden_state_layer_ids=[2, 4, 9])
     save_head(tmp_path / "layers", config, head_weights(target, D))
     assert "three of 0..7" in _refused(target_dir, tmp_path / "layers")
+
+
+# ------------------------------------------------------------------ families of the architecture matrix
+
+# One family per way the target's cache is fed and rolled back beyond the Llamas above
+# (docs/engine.md): sliding windows (trees too), recurrent layers snapshotted and restored, the
+# uncached path. ``scripts/eagle3_matrix.py`` runs every decoder-only family of the zoo.
+ZOO = {"qwen2": 8, "mamba2": 0, "recurrent_gemma": 0}
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_families_of_the_matrix_stay_identical_to_generate(name, tmp_path):
+    from tests.helpers.arch_zoo import LENGTH, PROMPTS, FamilyUnavailable, _greedy, _pair, reference
+    from tests.helpers.eagle3 import zoo_head
+
+    try:
+        target, head = zoo_head(name, tmp_path / "head")
+    except FamilyUnavailable as exc:
+        pytest.skip(str(exc))
+    prompt = list(PROMPTS[0])
+    strategy = Strategy("speculative", drafter="model", gamma=3, tree=ZOO[name], processor=_greedy(),
+                        max_gen_len=LENGTH)
+    try:
+        result = run_strategy(strategy, _pair(target, head), prompt)
+    except UnsupportedCacheError as exc:          # 4.57: a cache class of the model's own (docs/versions.md)
+        assert TRANSFORMERS_RELEASE < (5,) and "\n" not in str(exc)
+        return
+    assert tuple(result.tokens) == reference(name, tuple(prompt))
+    assert result.drafted > result.accepted and not result.tree_fallback
 
 
 # ------------------------------------------------------------------ the self-test and the benchmark

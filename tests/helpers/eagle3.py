@@ -37,7 +37,7 @@ def head_config(target, draft_vocab: int, **extra) -> dict:
             "hidden_size": text.hidden_size, "intermediate_size": 2 * text.hidden_size,
             "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "num_hidden_layers": 1,
             "vocab_size": text.vocab_size, "draft_vocab_size": draft_vocab, "rms_norm_eps": 1e-6,
-            "rope_theta": 10000.0, "max_position_embeddings": text.max_position_embeddings,
+            "rope_theta": 10000.0, "max_position_embeddings": getattr(text, "max_position_embeddings", 256),
             "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 0, **extra}
 
 
@@ -161,3 +161,21 @@ def worst_logit_error(target, weights, config, layers, chains, vocab_size) -> fl
         error = (logits[finite] - want[finite]).abs().max() / want[finite].abs().max()
         worst = max(worst, error.item())
     return worst
+
+
+def zoo_head(name: str, folder: Path, *, draft_vocab: int = 64, seed: int = 5):
+    """(target, head): the architecture zoo's target of family ``name`` and a random head for it,
+    saved to ``folder`` in the published layout and loaded back; the head reads the embeddings,
+    the middle layer and the last layer's input (named in its config: the zoo's targets have
+    two to four layers)."""
+    from eagle3 import load_eagle3
+    from eagle3.load import target_layers
+    from tests.helpers.arch_zoo import build
+
+    target = build(name)
+    text = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    layers = target_layers(target)
+    shape = type("Shape", (), {"config": text})
+    config = head_config(shape, draft_vocab, eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers - 1])
+    save_head(folder, config, head_weights(shape, draft_vocab, seed=seed))
+    return target, load_eagle3(target, f"eagle3:{folder}")
