@@ -171,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return selftest_exit_code(pair, tree=settings.tree, tree_branch=settings.tree_branch)
     runner = Runner(pair, notify=lambda m: messages.print(m, style="yellow"))
+    if settings.drafter and pair.drafter is not None:
+        from engine import decodes_alone_reason
+
+        reason = decodes_alone_reason(pair.drafter)
+        if reason is not None:          # the MTP layers, an EAGLE-3 head
+            settings.drafter = False
+            messages.print(f"drafter AR is off: {reason}", style="yellow")
     with messages.status("Warming up both models…"):
         runner.warm_up()
     if scripted:

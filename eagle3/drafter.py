@@ -73,7 +73,8 @@ def tree_visibility(cand, fed: list[int], expand: list[int], slots: int) -> torc
 
 
 class Eagle3Drafter(Drafter):
-    """Drafts a chain with an EAGLE-3 head (``head``: marked by ``eagle3.mark_eagle3``), q from ``processor``."""
+    """Drafts chains and dynamic trees with an EAGLE-3 head (``head``: marked by ``eagle3.mark_eagle3``),
+    q from ``processor``."""
 
     kind = "model"
 
@@ -114,7 +115,6 @@ class Eagle3Drafter(Drafter):
         self.committed = len(prompt)
         self.stats = RollbackStats()
         self._logits, self._forwards = [], 0
-
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round
@@ -234,7 +234,6 @@ class Eagle3Drafter(Drafter):
         extra = self.cache.get_seq_length() - self.slots
         if extra > 0:
             drop_last(self.cache, extra)
-            self.stats.refed_tokens += extra     # the kept ones are computed again from the target's states
 
     def _collect(self, upto: int) -> None:
         """Take the target's fused hidden states of positions [rows_end, upto) from its last forward."""

@@ -17,7 +17,7 @@ architecture tests then run it unchanged.
 from engine.drafters import DRAFTERS, DraftContext, register_drafter
 from engine.loading import load_pair
 from engine.pair import pair_of
-from engine.run import loop_vocab_size, run_strategy
+from engine.run import decodes_alone, decodes_alone_reason, loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, MAX_HYBRID_MATCH, CrossTokenizerOptions, HybridOptions,
                              LookaheadOptions, NGramOptions, Strategy, lookahead_strategy)
@@ -39,6 +39,8 @@ __all__ = [
     "NoObserver",
     "Observer",
     "Strategy",
+    "decodes_alone",
+    "decodes_alone_reason",
     "load_pair",
     "lookahead_strategy",
     "pair_of",

@@ -51,10 +51,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     model = pair.drafter if on_drafter else pair.target
     if on_drafter and model is None:
         raise ValueError("this pair has no drafter model to decode with")
-    if on_drafter and mtp_target(model) is not None:
-        raise ValueError("the MTP layers draft from the target's hidden states: they cannot decode on their own")
-    if on_drafter and eagle3_target(model) is not None:
-        raise ValueError("an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own")
+    if on_drafter and not decodes_alone(model):
+        raise ValueError(f"{decodes_alone_reason(model)}: drafter AR cannot run")
     if generator is None and strategy.seed is not None:
         torch.manual_seed(strategy.seed)
         generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)
@@ -90,6 +88,21 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
         result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
     return result
+
+
+def decodes_alone(drafter) -> bool:
+    """Whether a pair's drafter model can decode on its own (drafter AR): not the target's MTP
+    layers nor an EAGLE-3 head, which read the target's hidden states."""
+    return decodes_alone_reason(drafter) is None
+
+
+def decodes_alone_reason(drafter) -> str | None:
+    """Why ``drafter`` cannot decode on its own (one line), or None when it can."""
+    if mtp_target(drafter) is not None:
+        return "the MTP layers draft from the target's hidden states: they cannot decode on their own"
+    if eagle3_target(drafter) is not None:
+        return "an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own"
+    return None
 
 
 def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:

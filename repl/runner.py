@@ -18,7 +18,7 @@ import torch
 
 from analysis.speedup import SEARCH_GAMMA
 from engine import (CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Observer,
-                    Strategy, lookahead_strategy, run_strategy)
+                    Strategy, decodes_alone, lookahead_strategy, run_strategy)
 from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
@@ -80,7 +80,8 @@ class Runner:
         settings = Settings(length=4, gamma=2, chat=False)
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         for key in ("target", "drafter", "speculative"):
-            self._generate(key, ids, settings, interruptible=False)
+            if key != "drafter" or decodes_alone(self.pair.drafter):
+                self._generate(key, ids, settings, interruptible=False)
 
     def _generate(self, key: str, ids: list[int], settings: Settings, *,
                   interruptible: bool = True, observer: Observer | None = None) -> GenerationResult:

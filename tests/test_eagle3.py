@@ -406,3 +406,15 @@ def test_the_benchmark_gives_speculative_no_transformers_peer_on_an_eagle3_pair(
     planned = plan_variants(["speculative"], [2], peers=True, eagle3=True)
     assert not any(v.strategy == "hf_assisted" for v in planned)
     assert any(v.strategy == "hf_assisted" for v in plan_variants(["speculative"], [2], peers=True))
+
+
+def test_the_repl_warms_up_an_eagle3_pair_without_drafter_ar(tmp_path):
+    """The REPL's warm-up runs each model alone; a head cannot decode alone, so it is left out
+    there (and drafter AR is refused in one line), instead of ending the start in a traceback."""
+    from engine import decodes_alone, decodes_alone_reason
+    from repl.runner import Runner
+
+    pair, _, _ = in_memory(tmp_path)
+    pair.tokenizer = word_tokenizer(words=[f"w{i}" for i in range(V - 5)])
+    assert not decodes_alone(pair.drafter) and "EAGLE-3 head" in decodes_alone_reason(pair.drafter)
+    Runner(pair).warm_up()
