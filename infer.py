@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "self-drafter made from the target: self:bf16, self:fp16, self:int8, "
                              "self:skip=L1,L2,... or self:skip=auto, or mtp: the target's own multi-token-"
                              "prediction layers (DeepSeek-V3, GLM-4.5, ...; transformers >= 5.24), or "
+                             "eagle3:PATH: an EAGLE-3 head (a directory or hub id in the published layout), or "
                              "gemma4-assistant:DIR: a Gemma 4 assistant checkpoint drafting for a Gemma 4 target "
                              "(transformers >= 5.24) (default "
                              "with the default target: the self-drafter measured fastest on this machine)")
@@ -192,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return selftest_exit_code(pair, tree=settings.tree, tree_branch=settings.tree_branch)
     runner = Runner(pair, notify=lambda m: messages.print(m, style="yellow"))
+    if settings.drafter and pair.drafter is not None:
+        from engine import decodes_alone_reason
+
+        reason = decodes_alone_reason(pair.drafter)
+        if reason is not None:          # the MTP layers, an EAGLE-3 head, a Gemma 4 assistant
+            settings.drafter = False
+            messages.print(f"drafter AR is off: {reason}", style="yellow")
     try:
         with messages.status("Warming up both models…"):
             runner.warm_up()

@@ -19,7 +19,7 @@ from engine.drafters import DRAFTERS, DraftContext, register_drafter
 from engine.loading import load_pair
 from engine.pair import pair_of
 from engine.served_pair import load_served_pair, served_pair_of
-from engine.run import decodes_alone, loop_vocab_size, run_strategy
+from engine.run import decodes_alone, decodes_alone_reason, loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, MAX_HYBRID_MATCH, CrossTokenizerOptions, HybridOptions,
                              LookaheadOptions, NGramOptions, Strategy, lookahead_strategy)
@@ -42,6 +42,7 @@ __all__ = [
     "Observer",
     "Strategy",
     "decodes_alone",
+    "decodes_alone_reason",
     "load_pair",
     "lookahead_strategy",
     "pair_of",

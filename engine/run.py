@@ -18,6 +18,7 @@ from generation.observer import Observer
 from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
+from eagle3 import eagle3_target
 from gemma4_assistant import assistant_target
 from kvcache.cache import ServedModel
 from mtp import mtp_target
@@ -52,11 +53,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     model = pair.drafter if on_drafter else pair.target
     if on_drafter and model is None:
         raise ValueError("this pair has no drafter model to decode with")
-    if on_drafter and mtp_target(model) is not None:
-        raise ValueError("the MTP layers draft from the target's hidden states: they cannot decode on their own")
     if on_drafter and not decodes_alone(model):
-        raise ValueError("the Gemma 4 assistant drafts from the target's keys and values: it cannot decode "
-                         "on its own")
+        raise ValueError(f"{decodes_alone_reason(model)}: drafter AR cannot run")
     if generator is None and strategy.seed is not None:
         torch.manual_seed(strategy.seed)
         generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)
@@ -96,18 +94,29 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     return result
 
 
+def decodes_alone(drafter) -> bool:
+    """Whether a pair's drafter model can decode on its own (drafter AR): not the target's MTP
+    layers, an EAGLE-3 head nor a Gemma 4 assistant, which read the target's state."""
+    return decodes_alone_reason(drafter) is None
+
+
+def decodes_alone_reason(drafter) -> str | None:
+    """Why ``drafter`` cannot decode on its own (one line), or None when it can."""
+    if mtp_target(drafter) is not None:
+        return "the MTP layers draft from the target's hidden states: they cannot decode on their own"
+    if eagle3_target(drafter) is not None:
+        return "an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own"
+    if assistant_target(drafter) is not None:
+        return "the Gemma 4 assistant drafts from the target's keys and values: it cannot decode on its own"
+    return None
+
+
 def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:
     """``result`` with the drafter's per-round notes in its rounds' ``note`` (unchanged when it kept none)."""
     if notes:
         result.trace = [replace(r, note=note) if note is not None else r
                         for r, note in zip(result.trace, notes)] + result.trace[len(notes):]
     return result
-
-
-def decodes_alone(drafter) -> bool:
-    """False for a drafter model that drafts from its target's state (MTP layers, a Gemma 4 assistant):
-    drafter AR cannot run on it."""
-    return mtp_target(drafter) is None and assistant_target(drafter) is None
 
 
 def loop_vocab_size(pair) -> int:

@@ -254,10 +254,18 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
 
 
 PATHS = ("cached", "stepwise", "uncached", "refused")
-# Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``)
-# keeps: the last, the final-normed state transformers' own MTP drafting reads
+# Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``
+# True) keeps: the last, the final-normed state transformers' own MTP drafting reads
 # (``MTPCandidateGenerator``: ``output_hidden_states=-1``, ``hidden_states[-1]``).
 HIDDEN_STATE = -1
+
+
+def kept_layers(keep_hidden) -> tuple[int, ...]:
+    """The ``hidden_states`` indices ``keep_hidden`` asks for: () for False, the last for True,
+    else the given indices (an EAGLE-3 head's low, mid and high layers)."""
+    if keep_hidden is True:
+        return (HIDDEN_STATE,)
+    return tuple(int(i) for i in keep_hidden) if keep_hidden else ()
 
 
 @dataclass(frozen=True)
@@ -319,10 +327,12 @@ class CachedModel:
         self._checkpoint_length = 0
         self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
         self.forwards = 0  # forward passes since begin()
-        # A drafter that drafts from the target's hidden states (``mtp``) sets ``keep_hidden``
-        # before ``begin``; every forward then keeps its final hidden states in ``hidden``:
-        # (the sequence position of its first row, rows (m, H)), the last ``forward``'s.
-        self.keep_hidden = False
+        # A drafter that drafts from the target's hidden states sets ``keep_hidden`` before
+        # ``begin``: True for the final ones (``mtp``), or a tuple of ``hidden_states`` indices
+        # (``eagle3``: three layers). Every forward then keeps them in ``hidden``: (the sequence
+        # position of its first row, rows (m, H) or, for several layers, (m, layers * H), the
+        # layers side by side in the order given), the last ``forward``'s.
+        self.keep_hidden: bool | tuple[int, ...] = False
         self.hidden: tuple[int, torch.Tensor] | None = None
         self._hidden_rows: list[tuple[int, torch.Tensor]] = []
         # A drafter that reads the target's shared keys and values (a Gemma 4 assistant) and has no
@@ -471,14 +481,16 @@ class CachedModel:
             kwargs.update(encoder_outputs=self.encoder_outputs, decoder_input_ids=ids[:, seen:])
         else:
             kwargs["input_ids"] = ids[:, seen:]
-        if self.keep_hidden:
-            kwargs["output_hidden_states"] = HIDDEN_STATE
+        layers = kept_layers(self.keep_hidden)
+        if layers:             # an index or a list selects only those (transformers >= 5.24); all before
+            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
         if self.keep_kv_states:
             kwargs["return_shared_kv_states"] = True
         out = self.model(**kwargs)
         self.forwards += 1
-        if self.keep_hidden:   # positions [seen, L): the rows of the tokens this pass fed
-            self._hidden_rows.append((seen, out.hidden_states[HIDDEN_STATE][0]))
+        if layers:             # positions [seen, L): the rows of the tokens this pass fed
+            states = out.hidden_states
+            self._hidden_rows.append((seen, torch.cat([states[i][0] for i in layers], dim=-1)))
         if self.keep_kv_states:
             self.kv_states = out.shared_kv_states
         if self.use_cache:
@@ -589,17 +601,20 @@ class CachedModel:
         layer kind (see :meth:`attention_kinds`); ``position_ids``: (1, m).
         Returns the logits of the last ``keep`` positions, (keep, V). Every
         token fed stays in the cache until :meth:`keep_block` or a rollback.
+        With ``keep_hidden`` the block's hidden states go to ``hidden``, one row
+        per token fed, and :meth:`keep_block` keeps the rows it keeps.
         """
         kwargs = {"use_cache": True, self.cache_kw: self.cache, "input_ids": tokens,
                   "attention_mask": attention_mask, "position_ids": position_ids}
         if self.logits_kw is not None:
             kwargs[self.logits_kw] = keep
-        if self.keep_hidden:
-            kwargs["output_hidden_states"] = HIDDEN_STATE
+        layers = kept_layers(self.keep_hidden)
+        if layers:
+            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
         out = self.model(**kwargs)
         self.forwards += 1
-        if self.keep_hidden:   # rows in the order fed; keep_block puts the kept ones in sequence order
-            self.hidden = (self._length, out.hidden_states[HIDDEN_STATE][0])
+        if layers:             # one row per token fed, in the block's order; keep_block gathers them too
+            self.hidden = (self._length, torch.cat([out.hidden_states[i][0] for i in layers], dim=-1))
         self._length += tokens.shape[1]
         return out.logits[0, -keep:]
 

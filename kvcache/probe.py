@@ -240,11 +240,12 @@ def probe_model(model) -> ProbeResult:
 
 
 _RESULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RECORDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # by ``remember``: nothing to measure
 
 
 def probe_of(model) -> ProbeResult:
     """The probe of ``model``, run on first use and remembered for the model object."""
-    found = _RESULTS.get(model)
+    found = _RESULTS.get(model) or _RECORDED.get(model)
     if found is None:
         found = _RESULTS[model] = probe_model(model)
     return found
@@ -261,19 +262,17 @@ def cached_model(model, *, use_cache: bool = True) -> CachedModel:
     return CachedModel(model, path=found.path, reason=found.reason)
 
 
-_RECORDED: weakref.WeakSet = weakref.WeakSet()   # models whose probe was recorded, not measured
-
-
 def remember(model, result: ProbeResult) -> None:
     """Record ``result`` as ``model``'s probe without running it (a model that cannot run alone,
-    such as a target's MTP layers, whose drafter keeps and rolls back their cache itself)."""
-    _RESULTS[model] = result
-    _RECORDED.add(model)
+    such as a target's MTP layers, an EAGLE-3 head or a Gemma 4 assistant, whose drafter keeps and
+    rolls back their cache itself). :func:`forget` leaves it: there is nothing to measure again."""
+    _RECORDED[model] = result
 
 
 def runs_alone(model) -> bool:
     """False for a model whose probe was recorded with :func:`remember`: it drafts from its target's
-    state (MTP layers, a Gemma 4 assistant), so it is never probed, nor prefilled on its own."""
+    state (MTP layers, an EAGLE-3 head, a Gemma 4 assistant), so it is never probed, nor prefilled
+    on its own."""
     return model not in _RECORDED
 
 

@@ -81,7 +81,7 @@ class Runner:
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         for key in ("target", "drafter", "speculative"):
             if key == "drafter" and not decodes_alone(self.pair.drafter):
-                continue                     # MTP layers, a Gemma 4 assistant: they draft from the target
+                continue                     # MTP layers, an EAGLE-3 head, a Gemma 4 assistant: they draft from the target
             self._generate(key, ids, settings, interruptible=False)
 
     def _generate(self, key: str, ids: list[int], settings: Settings, *,

@@ -48,6 +48,7 @@ SELF_DRAFT = "self"
 SELF_DRAFT_PREFIX = "self:"  # selfdraft.spec.PREFIX: such drafters load through engine.self_pair.load
 MTP_DRAFTER = "mtp"  # mtp.MTP_SPEC: the target's own MTP layers, loaded through engine.mtp_pair
 ASSISTANT_PREFIX = "gemma4-assistant:"  # gemma4_assistant.PREFIX: loaded through engine.assistant_pair
+EAGLE3_PREFIX = "eagle3:"  # eagle3.EAGLE3_PREFIX: an EAGLE-3 head, loaded through engine.eagle3_pair
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -364,6 +365,8 @@ def load_pair(
                                 or str(drafter).strip().lower() == MTP_DRAFTER
                                 or str(drafter).strip().lower().startswith(ASSISTANT_PREFIX)):
         raise ModelLoadError(f"--drafter {drafter} is loaded with its target: load it with engine.load_pair")
+    if drafter is not None and str(drafter).strip().lower().startswith(EAGLE3_PREFIX):
+        raise ModelLoadError(f"--drafter {drafter} drafts from the target's hidden states: load it with engine.load_pair")
     quantize = parse_quantize(quantize)
     drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
         target, drafter, dtype, drafter_dtype, quantize, drafter_quantize
