@@ -32,7 +32,7 @@ import torch
 
 from generation.drafter import Drafter
 from generation.tree import Tree
-from generation.tree_draft import _best, _children, _scores
+from generation.tree_draft import best_tree, child_scores, top_children
 from kvcache.cache import RollbackStats, drop_last
 from sampling import LogitsProcessor
 
@@ -126,8 +126,8 @@ class MtpDrafter(Drafter):
         outs = {-1: root[:, :0]}                                            # node -> its depth's path slots
         logits = self._logits_of(root)                                      # (1, V)
         self.tree_logits = [((), logits)]
-        q = _scores(self.processor, logits, self.vocab_size)                # (1, V)
-        cand = [(token, -1, rank, 0, logq) for rank, (token, logq) in enumerate(_children(q, branch)[0])]
+        q = child_scores(self.processor, logits, self.vocab_size)                # (1, V)
+        cand = [(token, -1, rank, 0, logq) for rank, (token, logq) in enumerate(top_children(q, branch)[0])]
         level = list(range(len(cand)))
         for d in range(1, depth):
             expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
@@ -138,11 +138,11 @@ class MtpDrafter(Drafter):
                 path = [cand[i][0] for i in _path(cand, c)]                     # t_1..t_d
                 outs[c], logits = self._expand(seq, n, path, outs[cand[c][1]])
                 self.tree_logits.append((tuple(path), logits))
-                kids = _children(_scores(self.processor, logits, self.vocab_size), branch)[0]
+                kids = top_children(child_scores(self.processor, logits, self.vocab_size), branch)[0]
                 for rank, (token, logq) in enumerate(kids):
                     level.append(len(cand))
                     cand.append((token, c, rank, d, cand[c][4] + logq))
-        return _best(cand, nodes)
+        return best_tree(cand, nodes)
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round

@@ -409,3 +409,15 @@ def test_the_rtt_what_if_prices_a_round_trip_per_position(pair, prompts, monkeyp
     monkeypatch.setattr(runs, "replace", lambda costs, **changes: costs)   # the per-position pricing skipped
     one_trip = prompt_run.why(prompt_run.runs[0], rtt_ms=20.0).what_if
     assert served.predicted_steady < one_trip.predicted_steady
+
+
+@pytest.mark.parametrize("drafter", ["self:int8", "mtp", "eagle3:/some/head", "gemma4-assistant:/some/dir"])
+def test_a_drafter_made_from_or_reading_the_target_is_refused_before_connecting(drafter):
+    """Those drafters need the target's weights, hidden states or keys, which stay on the server:
+    one line, and no connection is tried (the address is never reached)."""
+    from engine import load_served_pair
+    from utils.models import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="on the server|does not return") as caught:
+        load_served_pair("http://127.0.0.1:9", None, drafter)
+    assert "\n" not in str(caught.value)
