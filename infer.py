@@ -39,8 +39,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="drafter model sharing the target's tokenizer (needed with --target), or a "
                              "self-drafter made from the target: self:bf16, self:fp16, self:int8, "
                              "self:skip=L1,L2,... or self:skip=auto, or mtp: the target's own multi-token-"
-                             "prediction layers (DeepSeek-V3, GLM-4.5, ...; transformers >= 5.24) (default "
+                             "prediction layers (DeepSeek-V3, GLM-4.5, ...; transformers >= 5.24), or "
+                             "eagle3:PATH: an EAGLE-3 head (a directory or hub id in the published layout), or "
+                             "gemma4-assistant:DIR: a Gemma 4 assistant checkpoint drafting for a Gemma 4 target "
+                             "(transformers >= 5.24) (default "
                              "with the default target: the self-drafter measured fastest on this machine)")
+    models.add_argument("--target-server", metavar="URL",
+                        help="the target is the model behind a serving engine at URL (llama.cpp's server: "
+                             "http://127.0.0.1:8080); the drafter and the tokenizer load here (default drafter: "
+                             "the offline model); see docs/server.md")
+    models.add_argument("--server-kind", metavar="KIND",
+                        help="the engine behind --target-server: llamacpp (default: detected)")
+    models.add_argument("--server-probs", metavar="N", type=int, default=20,
+                        help="log-probabilities asked for at each position (default 20; the server's whole "
+                             "vocabulary makes every sampler exact, slowly)")
     models.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     models.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
     models.add_argument("--quantize", metavar="MODE", help="quantise the target's weights (e.g. int8, int4)")
@@ -107,6 +119,13 @@ def _load(args, console):
 
     try:
         with loading_status(console) as progress:
+            if args.target_server:
+                from engine.served_pair import load_served_pair
+
+                return load_served_pair(args.target_server, args.server_kind, args.drafter,
+                                        n_probs=args.server_probs, device=args.device, dtype=args.dtype,
+                                        drafter_quantize=args.drafter_quantize, progress=progress,
+                                        cache_dir=args.cache_dir)
             return load_pair(
                 args.target, args.drafter, device=args.device, dtype=args.dtype,
                 quantize=args.quantize, drafter_quantize=args.drafter_quantize,
@@ -124,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--html needs --replay FILE (in a session, /save NAME.html writes the report)")
     if args.replay:
         return replay(args.replay, args.html)
+    if args.target_server and args.target:
+        parser.error("--target-server and --target both name the target: give one")
+    if (args.server_kind or args.server_probs != 20) and not args.target_server:
+        parser.error("--server-kind and --server-probs need --target-server URL")
     settings = Settings()
     try:
         notices = apply_flags(args, settings)
@@ -170,8 +193,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return selftest_exit_code(pair, tree=settings.tree, tree_branch=settings.tree_branch)
     runner = Runner(pair, notify=lambda m: messages.print(m, style="yellow"))
-    with messages.status("Warming up both models…"):
-        runner.warm_up()
+    if settings.drafter and pair.drafter is not None:
+        from engine import decodes_alone_reason
+
+        reason = decodes_alone_reason(pair.drafter)
+        if reason is not None:          # the MTP layers, an EAGLE-3 head, a Gemma 4 assistant
+            settings.drafter = False
+            messages.print(f"drafter AR is off: {reason}", style="yellow")
+    try:
+        with messages.status("Warming up both models…"):
+            runner.warm_up()
+    except ValueError as e:   # a served target that fails its first requests (remote.client.ServerError)
+        messages.print(f"could not warm up: {e}", style="bold red")
+        return 1
     if scripted:
         from repl.scripted import run_script
 

@@ -24,6 +24,8 @@ FLOOR_TESTS=(
     tests/test_cache.py
     tests/test_selfdraft_matrix.py
     tests/test_mtp.py
+    tests/test_gemma4_assistant.py
+    tests/test_eagle3.py
     tests/test_selfdraft_trees.py
     tests/test_lean.py
     tests/test_tree_forward.py

@@ -75,16 +75,20 @@ class CostModel:
     tokens fed at once: k drafts + 1). ``other_per_round_s``: host work per round
     outside both (sampling, acceptance, cache rollback). ``rtt_s``: a network
     round trip added to every target call (0: the target is local).
+    ``trip_per_position``: each position a call scores is a request of its own,
+    so a call of width w pays w round trips (a target behind llama.cpp's
+    server, which returns the distribution after the last prompt token only).
     """
 
     draft_step_s: float
     verify_s: dict[int, float] = field(default_factory=dict)
     other_per_round_s: float = 0.0
     rtt_s: float = 0.0
+    trip_per_position: bool = False
 
     def target_call(self, width: int) -> float:
-        """Seconds of one target call at ``width`` tokens: its forward plus the round trip."""
-        return self.verify(width) + self.rtt_s
+        """Seconds of one target call at ``width`` tokens: its forward plus the round trip(s)."""
+        return self.verify(width) + self.rtt_s * (width if self.trip_per_position else 1)
 
     def verify(self, width: int) -> float:
         """Target forward seconds at ``width`` tokens.

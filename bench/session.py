@@ -25,8 +25,9 @@ from bench.runner import (
 )
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
-from engine import EngineState
+from engine import EngineState, decodes_alone
 from engine.drafters import self_draft_model
+from eagle3 import eagle3_target
 from mtp import mtp_target
 from engine.self_pair.load import resolve_skip
 from selfdraft.skip import SkipRefused
@@ -134,10 +135,15 @@ def run_session(args, loader, settings_dict) -> int:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
     args.self_drafters = self_drafters
+    if "drafter" in args.strategies and not decodes_alone(models.drafter):
+        err.print("leaving out drafter AR: this drafter drafts from the target's state and cannot decode alone",
+                  style="yellow", highlight=False)
+        args.strategies = [s for s in args.strategies if s != "drafter"]
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
                              hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None,
-                             storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead)
+                             storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead,
+                             eagle3=eagle3_target(models.drafter) is not None)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage[0], ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,

@@ -226,7 +226,7 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   trees: list[int] | None = None, self_drafters: list[str] | None = None,
                   verifies: list[str] | None = None, hybrids: list[int] | None = None,
                   mtp: bool = False, storages: list[str] | None = None,
-                  arctic: bool = False,
+                  arctic: bool = False, eagle3: bool = False,
                   lookaheads: list[tuple[int, int, int]] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
@@ -241,7 +241,9 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     Each L of ``hybrids`` runs speculative decoding as a hybrid at every constant gamma.
     With ``mtp`` (the pair's drafter is the target's MTP layers) the peer of
     speculative decoding is transformers' ``generate(use_mtp=True)`` (``hf_mtp``),
-    which drafts one token per MTP layer whatever the gamma.
+    which drafts one token per MTP layer whatever the gamma. With ``eagle3`` (the pair's
+    drafter is an EAGLE-3 head) speculative decoding has no peer: transformers' assisted
+    generation cannot draft with a head that reads the target's hidden states.
     With more than one of ``storages`` every NASD variant runs once per storage,
     side by side (``ngram[basic]@4``, ``ngram[suffix]@4``), all with prompt
     lookup as their peer. ``arctic``: ArcticInference's suffix cache at every
@@ -283,6 +285,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
             peer = variant.peer
             if mtp and peer is not None and peer.strategy == "hf_assisted":
                 peer = HF_MTP if variant.constant else None
+            if eagle3 and peer is not None and peer.strategy == "hf_assisted":
+                peer = None
             if peers and peer is not None and peer not in out:
                 out.append(peer)
             if arctic and variant.strategy == "ngram" and (variant.storage or storages[0]) == beside \

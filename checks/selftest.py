@@ -38,8 +38,9 @@ from engine import DEFAULT_GAMMA, DRAFTERS, NGramOptions, Strategy, register_dra
 from generation.result import first_divergence
 from sampling import GreedyProcessor, TopKProcessor
 from utils.builtin_prompts import BUILTIN
+from kvcache.cache import ServedModel
 from kvcache.prefill import prefill
-from kvcache.probe import forget, probe_pair
+from kvcache.probe import forget, probe_pair, runs_alone
 from utils.vocab import encode_prompt
 
 DEFAULT_LENGTH = 32
@@ -161,7 +162,8 @@ def probe_check(pair) -> Check:
     """Probe each model's cached forward afresh (``kvcache.probe``): the path each
     model takes and the largest logit error behind it. A refused model fails."""
     for model in {id(m): m for m in (pair.target, pair.drafter) if m is not None}.values():
-        forget(model)
+        if runs_alone(model):            # a drafter that reads its target's state keeps its recorded probe
+            forget(model)
     probe = probe_pair(pair)
     refused = [role for role in ("target", "drafter") if getattr(probe, role).path == "refused"]
     detail = probe.summary() + (f" (refused: {', '.join(refused)})" if refused else "")
@@ -220,6 +222,9 @@ def _tree_note(results, tree: int) -> str:
 def _last_logits(model, ids: list[int], prefixes: list[tuple], encoder_decoder: bool) -> torch.Tensor:
     """Logits after each prefix of generated tokens, (len(prefixes), V), in one forward."""
     device = getattr(model, "device", torch.device("cpu"))
+    if isinstance(model, ServedModel):   # its rows from the server (top-N: exact for the top-k checked here)
+        session = model.session()
+        return torch.cat([session.forward(torch.tensor([ids + list(p)]), keep=1) for p in prefixes])
     if encoder_decoder:  # the prompt feeds the encoder; the decoder starts from its start token
         start = model.config.decoder_start_token_id
         decoder = torch.tensor([[start, *p] for p in prefixes], device=device)
@@ -256,7 +261,8 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
         """``runs`` results of ``run``, each beginning from a copy of the prefilled caches."""
         if not prefills:
             models = [pair.target] if pair.drafter is pair.target else [pair.target, pair.drafter]
-            prefills.extend(prefill(model, ids) for model in models)
+            prefills.extend(prefill(model, ids) for model in models
+                            if model is not None and runs_alone(model) and not isinstance(model, ServedModel))
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
         # One token more than compared: the first round drafts, so every
         # compared token goes through the accept rule.

@@ -6,7 +6,8 @@
 
 ``load_pair(target, drafter, ...)`` loads the pair every front end runs on (two models,
 or a drafter made from the target; see ``engine.loading``); ``pair_of(target, drafter)``
-wraps models already in memory.
+wraps models already in memory; ``load_served_pair(url)`` makes a pair whose target is behind a
+serving engine (``remote``, docs/server.md).
 
 A drafting method is a :class:`Drafter` (``generation.drafter``: the contract,
 every ability a method with its default) plus a factory registered with
@@ -17,7 +18,8 @@ architecture tests then run it unchanged.
 from engine.drafters import DRAFTERS, DraftContext, register_drafter
 from engine.loading import load_pair
 from engine.pair import pair_of
-from engine.run import loop_vocab_size, run_strategy
+from engine.served_pair import load_served_pair, served_pair_of
+from engine.run import decodes_alone, decodes_alone_reason, loop_vocab_size, run_strategy
 from engine.state import EngineState
 from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, MAX_HYBRID_MATCH, CrossTokenizerOptions, HybridOptions,
                              LookaheadOptions, NGramOptions, Strategy, lookahead_strategy)
@@ -39,9 +41,13 @@ __all__ = [
     "NoObserver",
     "Observer",
     "Strategy",
+    "decodes_alone",
+    "decodes_alone_reason",
     "load_pair",
     "lookahead_strategy",
     "pair_of",
+    "load_served_pair",
+    "served_pair_of",
     "loop_vocab_size",
     "register_drafter",
     "run_strategy",

@@ -26,6 +26,8 @@ from generation.model_drafter import ModelDrafter
 from ngram_assisted import HybridDrafter, MatchDrafter, NGramDrafter
 from ngram_assisted.lookahead import LookaheadDrafter, NGramPool
 from ngram_assisted.sam import corpus_automaton, read_corpus
+from eagle3 import Eagle3Drafter, eagle3_target
+from gemma4_assistant import AssistantDrafter, assistant_target
 from mtp import MtpDrafter, mtp_target
 from selfdraft.build import build_self_drafter
 from selfdraft.drafter import SelfDrafter
@@ -66,7 +68,9 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     drafts through the ``cross_tokenizer`` drafter; a drafter model made from
     the target (``--drafter self:...``) drafts on the target's own cache
     (``selfdraft.drafter.SelfDrafter``); the target's own MTP layers (``--drafter mtp``)
-    from the target's hidden states (``mtp.MtpDrafter``); any other through its own cache
+    from the target's hidden states (``mtp.MtpDrafter``), as does an EAGLE-3 head (``--drafter eagle3:PATH``,
+    ``eagle3.Eagle3Drafter``); a Gemma 4 assistant (``--drafter gemma4-assistant:PATH``) from the
+    target's cache and hidden states (``gemma4_assistant.AssistantDrafter``); any other through its own cache
     (``generation.model_drafter.ModelDrafter``). With :class:`HybridOptions` whose L
     is above 0, that drafter drafts beside a model-free storage (:func:`hybrid_drafter`).
     """
@@ -74,11 +78,21 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     if isinstance(options, HybridOptions):
         if options.min_match > 0 and mtp_target(pair.drafter) is pair.target and pair.drafter is not None:
             raise ValueError("the hybrid drafter (/hybrid) does not take the MTP drafter yet: set /hybrid 0")
+        if options.min_match > 0 and assistant_target(pair.drafter) is pair.target and pair.drafter is not None:
+            raise ValueError("the hybrid drafter (/hybrid) does not take the Gemma 4 assistant yet: set /hybrid 0")
+        if options.min_match > 0 and eagle3_target(pair.drafter) is pair.target and pair.drafter is not None:
+            raise ValueError("the hybrid drafter (/hybrid) does not take an EAGLE-3 head yet: set /hybrid 0")
         model = model_drafter(pair, replace(strategy, drafter_options=options.model), state, context)
         return hybrid_drafter(pair, options, model, state, context) if options.min_match > 0 else model
     if mtp_target(pair.drafter) is pair.target and pair.drafter is not None:
         return MtpDrafter(pair.drafter, context.processor, vocab_size=context.vocab_size,
                           generator=context.generator)
+    if assistant_target(pair.drafter) is pair.target and pair.drafter is not None:
+        return AssistantDrafter(pair.drafter, context.processor, vocab_size=context.vocab_size,
+                                generator=context.generator)
+    if eagle3_target(pair.drafter) is pair.target and pair.drafter is not None:
+        return Eagle3Drafter(pair.drafter, context.processor, vocab_size=context.vocab_size,
+                             generator=context.generator)
     if has_own_tokenizer(pair):
         return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)

@@ -11,8 +11,13 @@ from utils.models import ModelPair
 
 
 def shared_vocab_size(*models) -> int:
-    """The vocabulary every model's logits cover: the shortest ``config.vocab_size`` (embeddings may be padded)."""
-    return min(m.config.vocab_size for m in models if m is not None)
+    """The vocabulary every model's logits cover: the shortest ``config.vocab_size`` (embeddings may be padded;
+    a model whose config nests a text config, a Gemma 4 assistant, has it there)."""
+    return min(_text_config(m.config).vocab_size for m in models if m is not None)
+
+
+def _text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def pair_of(target, drafter=None, *, end_tokens=(), vocab_size: int | None = None, tokenizer=None) -> ModelPair:

@@ -18,6 +18,9 @@ from generation.observer import Observer
 from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
+from eagle3 import eagle3_target
+from gemma4_assistant import assistant_target
+from kvcache.cache import ServedModel
 from mtp import mtp_target
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
@@ -50,8 +53,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     model = pair.drafter if on_drafter else pair.target
     if on_drafter and model is None:
         raise ValueError("this pair has no drafter model to decode with")
-    if on_drafter and mtp_target(model) is not None:
-        raise ValueError("the MTP layers draft from the target's hidden states: they cannot decode on their own")
+    if on_drafter and not decodes_alone(model):
+        raise ValueError(f"{decodes_alone_reason(model)}: drafter AR cannot run")
     if generator is None and strategy.seed is not None:
         torch.manual_seed(strategy.seed)
         generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)
@@ -63,6 +66,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         prompt_ids, eos = drafter_inputs(pair, prompt_ids, state.for_pair(pair, "drafter_ends",
                                                                           lambda: drafter_ends(pair)))
     prompt = check_request(prompt_ids, strategy.max_gen_len, model)
+    if isinstance(model, ServedModel):   # its sampling settings decide what is exact (a refusal is one line)
+        model = model.bound(processor)
     options = LoopOptions(
         processor=processor, max_gen_len=strategy.max_gen_len, eos=end_tokens(eos),
         use_cache=strategy.use_cache, generator=generator, inspect=strategy.inspect,
@@ -81,12 +86,29 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
-    result = with_notes(verify_loop(prompt, drafter, pair.target, options, observer=observer,
+    result = with_notes(verify_loop(prompt, drafter, model, options, observer=observer,
                                     interruptible=interruptible), drafter.round_notes())
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
         result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
     return result
+
+
+def decodes_alone(drafter) -> bool:
+    """Whether a pair's drafter model can decode on its own (drafter AR): not the target's MTP
+    layers, an EAGLE-3 head nor a Gemma 4 assistant, which read the target's state."""
+    return decodes_alone_reason(drafter) is None
+
+
+def decodes_alone_reason(drafter) -> str | None:
+    """Why ``drafter`` cannot decode on its own (one line), or None when it can."""
+    if mtp_target(drafter) is not None:
+        return "the MTP layers draft from the target's hidden states: they cannot decode on their own"
+    if eagle3_target(drafter) is not None:
+        return "an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own"
+    if assistant_target(drafter) is not None:
+        return "the Gemma 4 assistant drafts from the target's keys and values: it cannot decode on its own"
+    return None
 
 
 def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:

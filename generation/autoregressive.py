@@ -10,6 +10,8 @@ from generation.observer import Observer, Watch, target_delay
 from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
+from generation.served import served_generate
+from kvcache.cache import ServedModel
 from kvcache.probe import cached_model
 
 
@@ -32,6 +34,8 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
     """
     if phase not in ("draft", "verify"):
         raise ValueError(f"phase must be 'draft' or 'verify', got {phase!r}")
+    if isinstance(model, ServedModel):        # the server's own decode is the reference
+        return served_generate(prompt, model, options, observer=observer, interruptible=interruptible)
     logits_processor, generator, eos = options.processor, options.generator, options.eos
     device = model_device(model)
     cached = cached_model(model, use_cache=options.use_cache)

@@ -128,6 +128,7 @@ class GenerationResult:
     verify_rule: str = ""
     cross_tokenizer: dict = field(default_factory=dict)
     hybrid: dict = field(default_factory=dict)
+    network: dict = field(default_factory=dict)   # a served target's requests and their times (remote.client)
 
     @property
     def acceptance_rate(self) -> float:

@@ -21,14 +21,14 @@ from generation.tree_forward import masked_forward
 from kvcache.cache import CachedModel
 
 
-def _children(q: torch.Tensor, branch: int) -> list[list[tuple[int, float]]]:
+def top_children(q: torch.Tensor, branch: int) -> list[list[tuple[int, float]]]:
     """(rows, V) probabilities -> per row, up to ``branch`` (token, log q) with q > 0, best first."""
     top = q.topk(min(branch, q.shape[-1]), dim=-1)
     values, indices = top.values.tolist(), top.indices.tolist()
     return [[(t, math.log(v)) for t, v in zip(ts, vs) if v > 0] for ts, vs in zip(indices, values)]
 
 
-def _scores(processor, logits: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
+def child_scores(processor, logits: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
     """The distribution children are ranked by: q, or plain softmax under greedy
     (whose q is one-hot and would leave one child per node)."""
     logits = logits[:, :vocab_size] if vocab_size else logits
@@ -50,10 +50,10 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
     device = ids.device
     length = ids.shape[1]
     logits = cached.forward(ids, keep=1)                                    # (1, V)
-    q = _scores(processor, logits, vocab_size)                              # (1, V)
+    q = child_scores(processor, logits, vocab_size)                         # (1, V)
     # Candidates: token, parent (index into cand; -1 root), rank, depth, score (log prob).
     cand: list[tuple[int, int, int, int, float]] = []
-    for rank, (token, logq) in enumerate(_children(q, branch)[0]):
+    for rank, (token, logq) in enumerate(top_children(q, branch)[0]):
         cand.append((token, -1, rank, 0, logq))
     level = list(range(len(cand)))
     fed: list[int] = []                      # candidate index of each node fed to the cache
@@ -63,14 +63,14 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
         if not expand:
             break
         logits = _feed_level(cached, cand, fed, slot, expand, length, device)
-        q = _scores(processor, logits, vocab_size)                          # (E, V)
+        q = child_scores(processor, logits, vocab_size)                     # (E, V)
         level = []
-        for c, kids in zip(expand, _children(q, branch)):
+        for c, kids in zip(expand, top_children(q, branch)):
             for rank, (token, logq) in enumerate(kids):
                 level.append(len(cand))
                 cand.append((token, c, rank, d, cand[c][4] + logq))
     cached.keep_block(len(fed) + int(drop_root), [])
-    return _best(cand, nodes)
+    return best_tree(cand, nodes)
 
 
 def _feed_level(cached: CachedModel, cand, fed: list[int], slot: dict[int, int], expand: list[int],
@@ -175,7 +175,7 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
     return tree, q_rows
 
 
-def _best(cand, nodes: int) -> Tree:
+def best_tree(cand, nodes: int) -> Tree:
     """The ``nodes`` best candidates (score, then shallower first) as a parents-first Tree."""
     order = sorted(range(len(cand)), key=lambda c: (-cand[c][4], cand[c][3], c))[:nodes]
     index = {c: i for i, c in enumerate(order)}

@@ -111,6 +111,9 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
                                  sum(r.verify_s for r in result.trace))
     result.rollback = {"target": model.stats.to_dict()}
+    network = model.network_stats()
+    if network is not None:
+        result.network = network
     drafter_stats = drafter.rollback_stats()
     if drafter_stats is not None:
         result.rollback["drafter"] = drafter_stats

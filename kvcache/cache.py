@@ -69,6 +69,37 @@ class UnsupportedCacheError(ValueError):
     """The model's cache cannot be rolled back exactly; the message says why (one line)."""
 
 
+class ServedModel:
+    """A target whose cache lives in a serving engine (``remote.target``), not in this process.
+
+    It makes its own session for each generation (:meth:`session`, shaped like
+    :class:`CachedModel`: ``begin``, ``forward``, ``checkpoint``, ``rollback``, ``length``,
+    ``forwards``, ``stats``, ``network_stats``) and decodes with the engine's own sampler
+    (:meth:`decode`). ``kvcache.probe.cached_model`` hands out the session; nothing is probed.
+    """
+
+    tree_reason = "the target is behind a server, whose API scores one chain position per request"
+
+    def bound(self, processor):
+        """This target with a run's sampling settings (they decide what a verify can take as exact)."""
+        return self
+
+    def session(self):
+        raise NotImplementedError
+
+    def decode(self, prompt: list[int], max_new: int, processor, seed: int):
+        """Yield ``(token, seconds)`` as the engine's own sampler makes them."""
+        raise NotImplementedError
+
+    def network_mark(self):
+        """Where the request counters stand now."""
+        raise NotImplementedError
+
+    def network_since(self, mark) -> dict:
+        """The requests made since ``mark``: count, seconds on the wire, reported compute, round trip."""
+        raise NotImplementedError
+
+
 @dataclass
 class RollbackStats:
     """How one model's cache was rolled back during a generation, and what it cost.
@@ -223,10 +254,18 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
 
 
 PATHS = ("cached", "stepwise", "uncached", "refused")
-# Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``)
-# keeps: the last, the final-normed state transformers' own MTP drafting reads
+# Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``
+# True) keeps: the last, the final-normed state transformers' own MTP drafting reads
 # (``MTPCandidateGenerator``: ``output_hidden_states=-1``, ``hidden_states[-1]``).
 HIDDEN_STATE = -1
+
+
+def kept_layers(keep_hidden) -> tuple[int, ...]:
+    """The ``hidden_states`` indices ``keep_hidden`` asks for: () for False, the last for True,
+    else the given indices (an EAGLE-3 head's low, mid and high layers)."""
+    if keep_hidden is True:
+        return (HIDDEN_STATE,)
+    return tuple(int(i) for i in keep_hidden) if keep_hidden else ()
 
 
 @dataclass(frozen=True)
@@ -288,12 +327,19 @@ class CachedModel:
         self._checkpoint_length = 0
         self._length = 0  # positions fed and kept (pure-recurrent caches cannot report it)
         self.forwards = 0  # forward passes since begin()
-        # A drafter that drafts from the target's hidden states (``mtp``) sets ``keep_hidden``
-        # before ``begin``; every forward then keeps its final hidden states in ``hidden``:
-        # (the sequence position of its first row, rows (m, H)), the last ``forward``'s.
-        self.keep_hidden = False
+        # A drafter that drafts from the target's hidden states sets ``keep_hidden`` before
+        # ``begin``: True for the final ones (``mtp``), or a tuple of ``hidden_states`` indices
+        # (``eagle3``: three layers). Every forward then keeps them in ``hidden``: (the sequence
+        # position of its first row, rows (m, H) or, for several layers, (m, layers * H), the
+        # layers side by side in the order given), the last ``forward``'s.
+        self.keep_hidden: bool | tuple[int, ...] = False
         self.hidden: tuple[int, torch.Tensor] | None = None
         self._hidden_rows: list[tuple[int, torch.Tensor]] = []
+        # A drafter that reads the target's shared keys and values (a Gemma 4 assistant) and has no
+        # cache to read them from (cache off) sets ``keep_kv_states``: each forward then keeps the
+        # ``shared_kv_states`` it returns (layer type -> (keys, values) from position 0, uncached).
+        self.keep_kv_states = False
+        self.kv_states: dict | None = None
 
     @classmethod
     def over(cls, model, cache, length: int) -> CachedModel:
@@ -330,6 +376,7 @@ class CachedModel:
         self._checkpoint_length = 0
         self.forwards = 0
         self.hidden = None
+        self.kv_states = None
         if self.own_cache and self.use_cache:
             _refuse_own_cache(self.model, self.own_cache)
         # A shared prefill kept no hidden states: a model that must keep them prefills itself.
@@ -377,6 +424,10 @@ class CachedModel:
     @property
     def device(self) -> torch.device:
         return model_device(self.model)
+
+    def network_stats(self) -> dict | None:
+        """Requests and their times when the model is behind a server; a local model has none."""
+        return None
 
     @property
     def length(self) -> int:
@@ -430,12 +481,18 @@ class CachedModel:
             kwargs.update(encoder_outputs=self.encoder_outputs, decoder_input_ids=ids[:, seen:])
         else:
             kwargs["input_ids"] = ids[:, seen:]
-        if self.keep_hidden:
-            kwargs["output_hidden_states"] = HIDDEN_STATE
+        layers = kept_layers(self.keep_hidden)
+        if layers:             # an index or a list selects only those (transformers >= 5.24); all before
+            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
+        if self.keep_kv_states:
+            kwargs["return_shared_kv_states"] = True
         out = self.model(**kwargs)
         self.forwards += 1
-        if self.keep_hidden:   # positions [seen, L): the rows of the tokens this pass fed
-            self._hidden_rows.append((seen, out.hidden_states[HIDDEN_STATE][0]))
+        if layers:             # positions [seen, L): the rows of the tokens this pass fed
+            states = out.hidden_states
+            self._hidden_rows.append((seen, torch.cat([states[i][0] for i in layers], dim=-1)))
+        if self.keep_kv_states:
+            self.kv_states = out.shared_kv_states
         if self.use_cache:
             if self.cache is None:              # an own cache, made by the model on its first forward
                 self.cache = out.get(self.cache_kw)
@@ -544,13 +601,20 @@ class CachedModel:
         layer kind (see :meth:`attention_kinds`); ``position_ids``: (1, m).
         Returns the logits of the last ``keep`` positions, (keep, V). Every
         token fed stays in the cache until :meth:`keep_block` or a rollback.
+        With ``keep_hidden`` the block's hidden states go to ``hidden``, one row
+        per token fed, and :meth:`keep_block` keeps the rows it keeps.
         """
         kwargs = {"use_cache": True, self.cache_kw: self.cache, "input_ids": tokens,
                   "attention_mask": attention_mask, "position_ids": position_ids}
         if self.logits_kw is not None:
             kwargs[self.logits_kw] = keep
+        layers = kept_layers(self.keep_hidden)
+        if layers:
+            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
         out = self.model(**kwargs)
         self.forwards += 1
+        if layers:             # one row per token fed, in the block's order; keep_block gathers them too
+            self.hidden = (self._length, torch.cat([out.hidden_states[i][0] for i in layers], dim=-1))
         self._length += tokens.shape[1]
         return out.logits[0, -keep:]
 
@@ -569,6 +633,7 @@ class CachedModel:
         """
         if self.cache is None:
             return
+        self._keep_hidden_block(block, kept)
         if self._snapshots:
             self.rollback(self._length - block + len(kept))
             return
@@ -579,6 +644,17 @@ class CachedModel:
                 _keep_indexer(layer, block, kept)
             drop_last(layer, block - len(kept))
         self._length += len(kept) - block
+
+    def _keep_hidden_block(self, block: int, kept: list[int]) -> None:
+        """The kept hidden states (``keep_hidden``) as :meth:`keep_block` keeps the cache: of the
+        last forward's last ``block`` rows, those at ``kept``, so the rows follow the sequence."""
+        if not self.keep_hidden or self.hidden is None:
+            return
+        start, rows = self.hidden
+        if start + rows.shape[0] != self._length or rows.shape[0] < block:
+            return                                  # the last forward did not feed this block
+        index = torch.tensor(kept, dtype=torch.long, device=rows.device) + (rows.shape[0] - block)
+        self.hidden = (start, torch.cat([rows[:rows.shape[0] - block], rows.index_select(0, index)]))
 
     def _trim(self) -> None:
         """Bound memory: trim buffers kept for a rollback back to their working size.
@@ -630,6 +706,8 @@ def tree_support(cached: CachedModel) -> str | None:
     past (older transformers, 4.57 among them) take trees: they are
     snapshotted before the verify and restored after it, like a chain's.
     """
+    if not isinstance(cached, CachedModel):
+        return ServedModel.tree_reason
     model = cached.model
     if cached.cache_off:
         return "the cache is off"

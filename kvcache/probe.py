@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from kvcache.cache import CachedModel, UnsupportedCacheError
+from kvcache.cache import CachedModel, ServedModel, UnsupportedCacheError
 
 PREFIX = 6          # an uneven cached prefix: not a multiple of any chunk or window of 2, 4, 8...
 DRAFTS = 4          # tokens a multi-token verify feeds at once
@@ -70,8 +70,8 @@ class ProbeResult:
 
     def line(self) -> str:
         """One line: ``cached (restore, max error 3e-06 <= 0.029)`` or ``stepwise: <why>``."""
-        if self.path == "refused":
-            return f"refused: {self.reason}"
+        if self.path in ("refused", "served"):
+            return f"{self.path}: {self.reason}"
         measured = f"{self.rollback + ', ' if self.rollback else ''}max error {self.error:.2g} <= {self.tolerance:.2g}"
         if self.path == "cached":
             return f"cached ({self.reason or measured})"   # a reason: recorded, not measured (``remember``)
@@ -204,8 +204,11 @@ def _first_line(error: BaseException) -> str:
 
 @torch.inference_mode()
 def probe_model(model) -> ProbeResult:
-    """Measure which path is exact for ``model`` (a few forwards over 14 tokens)."""
+    """Measure which path is exact for ``model`` (a few forwards over 14 tokens); a served
+    target's cache is the engine's, so it is not probed (path "served")."""
     begun = time.perf_counter()
+    if isinstance(model, ServedModel):
+        return ProbeResult(type(model).__name__, "", "served", "its cache is the server's")
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prompt, seq, junk = _probe_ids(model)
     bound = tolerance(model)
@@ -237,18 +240,22 @@ def probe_model(model) -> ProbeResult:
 
 
 _RESULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RECORDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # by ``remember``: nothing to measure
 
 
 def probe_of(model) -> ProbeResult:
     """The probe of ``model``, run on first use and remembered for the model object."""
-    found = _RESULTS.get(model)
+    found = _RESULTS.get(model) or _RECORDED.get(model)
     if found is None:
         found = _RESULTS[model] = probe_model(model)
     return found
 
 
 def cached_model(model, *, use_cache: bool = True) -> CachedModel:
-    """``model`` as a :class:`CachedModel` fed on the path its probe measured (probed on first use)."""
+    """``model`` as a :class:`CachedModel` fed on the path its probe measured (probed on first use);
+    a served target's own session (its cache is the engine's: never probed, always on)."""
+    if isinstance(model, ServedModel):
+        return model.session()
     if not use_cache:
         return CachedModel(model, use_cache=False)
     found = probe_of(model)
@@ -257,8 +264,16 @@ def cached_model(model, *, use_cache: bool = True) -> CachedModel:
 
 def remember(model, result: ProbeResult) -> None:
     """Record ``result`` as ``model``'s probe without running it (a model that cannot run alone,
-    such as a target's MTP layers, whose drafter keeps and rolls back their cache itself)."""
-    _RESULTS[model] = result
+    such as a target's MTP layers, an EAGLE-3 head or a Gemma 4 assistant, whose drafter keeps and
+    rolls back their cache itself). :func:`forget` leaves it: there is nothing to measure again."""
+    _RECORDED[model] = result
+
+
+def runs_alone(model) -> bool:
+    """False for a model whose probe was recorded with :func:`remember`: it drafts from its target's
+    state (MTP layers, an EAGLE-3 head, a Gemma 4 assistant), so it is never probed, nor prefilled
+    on its own."""
+    return model not in _RECORDED
 
 
 def forget(model) -> None:

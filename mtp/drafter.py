@@ -16,6 +16,11 @@ Chains longer than the number of MTP layers K reuse the last layer: depth d >=
 K runs layer K-1 on a cache of its own, as serving engines draft past their MTP
 layers (the acceptance by position shows what that costs).
 
+Trees (``propose_tree``): the first level from depth 0 at slot n-2, then a node at
+level L from depth L over the L slots that read its path's tokens (slots n-1-L..n-2),
+fed by depth L-1's outputs for the parent's path; the depth's cache is cropped back
+after each node, so between rounds every depth holds committed slots only.
+
 The target's hidden states come from its own forwards (the loop's verify, and
 the prompt's prefill in the first round): the drafter sets the target's
 ``CachedModel.keep_hidden`` in ``attach_target``, so no target forward is added.
@@ -26,6 +31,8 @@ from __future__ import annotations
 import torch
 
 from generation.drafter import Drafter
+from generation.tree import Tree
+from generation.tree_draft import best_tree, child_scores, top_children
 from kvcache.cache import RollbackStats, drop_last
 from sampling import LogitsProcessor
 
@@ -78,6 +85,7 @@ class MtpDrafter(Drafter):
         self.committed = 0                   # tokens in the sequence
         self.stats = RollbackStats()
         self._round: tuple[int, int, torch.Tensor] | None = None   # (n, depths run, drafts) of the last chain
+        self.tree_logits: list[tuple[tuple[int, ...], torch.Tensor]] = []   # the last tree's (path, logits)
         self._logits: list[torch.Tensor] = []
         self._forwards = 0
 
@@ -100,7 +108,41 @@ class MtpDrafter(Drafter):
         self._round, self._logits, self._forwards = None, [], 0
 
     def tree_support(self) -> str | None:
-        return "the MTP drafter proposes chains only (trees from MTP logits are not built)"
+        return None
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """A dynamic tree from the MTP logits, as ``generation.tree_draft`` grows a drafter model's:
+        candidates scored by their cumulative q, the ``branch`` best of the newest level expanded,
+        the ``nodes`` best kept. A node at level L is expanded by depth L (past the MTP layers, the
+        last layer reused) over the L slots that read its path's tokens, one forward each; its
+        depth's cache is cropped back after it, so every depth keeps its committed slots only."""
+        n = ids.shape[1]
+        self._logits, self._round = [], None
+        if n < 2 or depth < 1 or nodes < 1:
+            return Tree((), (), ())
+        self.fill_target(ids)
+        seq = ids[0].to(self.device)
+        root = self._advance(0, seq, n)[:, -1:]                             # depth 0 at slot n-2, (1, 1, H)
+        outs = {-1: root[:, :0]}                                            # node -> its depth's path slots
+        logits = self._logits_of(root)                                      # (1, V)
+        self.tree_logits = [((), logits)]
+        q = child_scores(self.processor, logits, self.vocab_size)                # (1, V)
+        cand = [(token, -1, rank, 0, logq) for rank, (token, logq) in enumerate(top_children(q, branch)[0])]
+        level = list(range(len(cand)))
+        for d in range(1, depth):
+            expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
+            if not expand:
+                break
+            level = []
+            for c in expand:
+                path = [cand[i][0] for i in _path(cand, c)]                     # t_1..t_d
+                outs[c], logits = self._expand(seq, n, path, outs[cand[c][1]])
+                self.tree_logits.append((tuple(path), logits))
+                kids = top_children(child_scores(self.processor, logits, self.vocab_size), branch)[0]
+                for rank, (token, logq) in enumerate(kids):
+                    level.append(len(cand))
+                    cand.append((token, c, rank, d, cand[c][4] + logq))
+        return best_tree(cand, nodes)
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round
@@ -156,28 +198,55 @@ class MtpDrafter(Drafter):
 
     # ------------------------------------------------------------------ internals
 
-    def _advance(self, d: int, seq: torch.Tensor, n: int) -> torch.Tensor:
-        """Run depth d over its slots [its length, n-1); returns its outputs there, (1, m, H).
+    def _advance(self, d: int, seq: torch.Tensor, n: int, end: int | None = None) -> torch.Tensor | None:
+        """Run depth d over its slots [its length, end) (end: n-1); returns its outputs there,
+        (1, m, H), or None when it holds them all already.
 
         Slot j reads token seq[j + d + 1] at position j + d + 1 (transformers' MTP
         positions) and, at depth 0, the target's hidden state h_j, else depth d-1's
         output at slot j.
         """
+        end = n - 1 if end is None else end
         if d == len(self.depths):
             self.depths.append(_Depth(self.mtp, min(d, self.num_layers - 1)))
         depth = self.depths[d]
         start = depth.length
+        if start >= end:
+            return None
         if d == 0:
             hidden = torch.cat(self.rows).to(self.device)[None]            # (1, n-1-start, H)
             self.rows = []
         else:
-            hidden = self.depths[d - 1].outs[:, start:n - 1]                # (1, n-1-start, H)
-        tokens = seq[start + d + 1:n + d][None]                             # (1, n-1-start)
-        positions = torch.arange(start + d + 1, n + d, device=self.device)[None]
+            hidden = self.depths[d - 1].outs[:, start:end]                  # (1, end-start, H)
+        tokens = seq[start + d + 1:end + d + 1][None]                       # (1, end-start)
+        positions = torch.arange(start + d + 1, end + d + 1, device=self.device)[None]
         out = self.mtp.forward_layer(depth.layer, hidden, positions, depth.cache, input_ids=tokens)
         self._forwards += 1
         depth.append(out)
         return out
+
+    def _logits_of(self, out: torch.Tensor) -> torch.Tensor:
+        """The MTP head's logits of the last slot of ``out`` (1, m, H): (1, V)."""
+        logits = self.mtp._project_to_logits(out[:, -1:])[0]
+        return logits[:, :self.vocab_size] if self.vocab_size is not None else logits
+
+    def _expand(self, seq: torch.Tensor, n: int, path: list[int], parent: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Depth L = len(path) over slots n-1-L..n-2, which read the path's tokens t_1..t_L at
+        positions n..n+L-1 and depth L-1's outputs there (its committed slot n-1-L, then the
+        parent's path slots ``parent``, (1, L-1, H)). Returns its outputs there (1, L, H) and the
+        logits of the last, (1, V); the depth's cache is left with its committed slots."""
+        L = len(path)
+        self._advance(L, seq, n, end=n - 1 - L)                             # its committed slots
+        depth = self.depths[L]
+        below = self.depths[L - 1].outs[:, n - 1 - L:n - L]                  # (1, 1, H)
+        hidden = torch.cat([below, parent], dim=1)                          # (1, L, H)
+        tokens = torch.tensor([path], dtype=torch.long, device=self.device)
+        positions = torch.arange(n, n + L, device=self.device)[None]
+        out = self.mtp.forward_layer(depth.layer, hidden, positions, depth.cache, input_ids=tokens)
+        self._forwards += 1
+        drop_last(depth.cache.layers[depth.layer], L)
+        return out, self._logits_of(out)
 
     def _settle(self, new_tokens: list[int], n: int, ran: int, drafts: torch.Tensor) -> None:
         """After a chain from n committed tokens that ran ``ran`` depths: keep, at each depth,
@@ -206,3 +275,12 @@ class MtpDrafter(Drafter):
             return
         self.rows.append(rows[self.rows_end - start:upto - start])
         self.rows_end = upto
+
+
+def _path(cand: list, c: int) -> list[int]:
+    """Candidate indices from the root's child down to ``c``."""
+    path = []
+    while c >= 0:
+        path.append(c)
+        c = cand[c][1]
+    return path[::-1]

@@ -275,6 +275,9 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     if hybrid is not None:
         body.append(hybrid)
     body.append(Text(path_text(run.result.rollback), style="dim"))
+    network = network_text(run.result)
+    if network is not None:
+        body.append(Text(network, style="dim"))
     crossing = cross_tokenizer_text(run.result)
     if crossing is not None:
         body.append(Text(crossing, style="dim"))
@@ -422,6 +425,22 @@ def _rollback_text(rollback: dict) -> str:
         parts.append(f"{model} {stats.get('method', '?')}{lean}: {counts + ', ' if counts else ''}"
                      f"{_ms(float(stats.get('seconds', 0.0) or 0.0))}")
     return "; ".join(parts) or "not recorded"
+
+
+def network_text(result: GenerationResult) -> str | None:
+    """``server: 29 requests (1.21 per token), 1290 ms: compute 1077 ms, round trip 213 ms (7.3 ms a request)``
+    for a served target (remote.client.RequestTimes); None for a local one."""
+    net = getattr(result, "network", None) or {}
+    requests = int(net.get("requests", 0) or 0)
+    if not requests:
+        return None
+    tokens = len(result.tokens)
+    per_token = f" ({requests / tokens:.2f} per token)" if tokens else ""
+    retries = int(net.get("retries", 0) or 0)
+    return (f"server: {requests} requests{per_token}, {_ms(float(net['request_s']))}: compute "
+            f"{_ms(float(net['server_s']))}, round trip {_ms(float(net['round_trip_s']))} "
+            f"({float(net['round_trip_per_request_ms']):.1f} ms a request)"
+            + (f", {retries} retried" if retries else ""))
 
 
 def path_text(rollback: dict) -> str:

@@ -18,7 +18,7 @@ import torch
 
 from analysis.speedup import SEARCH_GAMMA
 from engine import (CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Observer,
-                    Strategy, lookahead_strategy, run_strategy)
+                    Strategy, decodes_alone, lookahead_strategy, run_strategy)
 from generation import ContextLengthError, GenerationResult
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
@@ -80,6 +80,8 @@ class Runner:
         settings = Settings(length=4, gamma=2, chat=False)
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         for key in ("target", "drafter", "speculative"):
+            if key == "drafter" and not decodes_alone(self.pair.drafter):
+                continue                     # MTP layers, an EAGLE-3 head, a Gemma 4 assistant: they draft from the target
             self._generate(key, ids, settings, interruptible=False)
 
     def _generate(self, key: str, ids: list[int], settings: Settings, *,

@@ -7,7 +7,7 @@ renderer and the JSON output read the same objects either way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from analysis import (
     AcceptanceCounts,
@@ -286,6 +286,8 @@ class PromptRun:
     def _what_if(self, run: StrategyRun, why: Why, rtt_ms: float) -> WhatIf:
         """The speedup model with ``rtt_ms`` added to every target call."""
         costs = costs_from_result(run.result, ar_step_s=self.ar_step_s(), rtt_s=rtt_ms / 1000.0)
+        if costs is not None and (run.result.network or {}).get("per_call"):   # served: a request per position
+            costs = replace(costs, trip_per_position=True)
         trace, base = run.result.trace, self.baseline()
         mix, predicted = why.mix(trace), None
         if base is not None:

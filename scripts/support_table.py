@@ -62,7 +62,8 @@ What a tick means, per column:
 - **speculative**: the same, for speculative decoding with the family's drafter
   at gamma {", ".join(map(str, arch_zoo.GAMMAS))} (gamma 3 only for the families added in 2026, to keep the
   suite fast), and with the target as its own drafter at gamma 3
-  (which must then accept every draft), KV cache on.
+  (which must then accept every draft), KV cache on; on gemma4 also with a random
+  Gemma 4 assistant (`--drafter gemma4-assistant:`) at gamma 3.
 - **speculative cache off**: the family's drafter at gamma 3 without a cache.
 - **NASD / NASD cache off**: n-gram drafting (3-gram storage, filler top-2) at
   gamma {", ".join(map(str, arch_zoo.GAMMAS))} (3 for the 2026 families) with the cache, gamma 3 without, on the same prompts and an

@@ -462,3 +462,13 @@ def test_the_best_cap_on_measured_lengths_by_hand():
     assert mix_speedup(measured_mix(rounds, 1), costs) == pytest.approx(2.0)
     assert best_cap(rounds, costs, 16) == (2, pytest.approx(7 / 3))
     assert best_cap(rounds, CostModel(0.0, {1: 1.0, 3: 10.0, 9: 50.0}), 16) == (0, 1.0)   # drafting never pays
+
+
+def test_a_served_target_pays_a_round_trip_per_position_scored():
+    """llama.cpp's server scores one position per request: a call of width w pays w round trips."""
+    local = CostModel(0.0, {1: 0.02, 4: 0.05}, rtt_s=0.01)
+    served = CostModel(0.0, {1: 0.02, 4: 0.05}, rtt_s=0.01, trip_per_position=True)
+    assert local.target_call(4) == pytest.approx(0.06)
+    assert served.target_call(4) == pytest.approx(0.09)
+    assert served.target_call(1) == local.target_call(1)
+    assert served.round_s(3) > local.round_s(3)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Bottom first; a package may import its own layer and those below it.
 LAYERS = (
     ("analysis", "sampling", "utils", "kvcache"),
-    ("generation", "ngram_assisted", "cross_tokenizer", "selfdraft", "mtp"),
+    ("generation", "ngram_assisted", "cross_tokenizer", "selfdraft", "mtp", "gemma4_assistant", "eagle3", "remote"),
     ("engine",),
     ("checks", "bench", "repl"),
 )

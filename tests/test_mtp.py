@@ -208,14 +208,81 @@ def test_mutation_hidden_states_from_the_wrong_layer_fail_the_logits_check(monke
 
 
 @needs_mtp
-def test_cache_off_trees_and_drafter_ar():
+def test_cache_off_and_drafter_ar():
     target, _, pair = small()
     want = autoregressive(PROMPT, target, processor=GreedyProcessor(), max_gen_len=16).tokens
     assert speculative(pair, PROMPT, gamma=3, max_gen_len=16, use_cache=False).tokens == want
-    tree = speculative(pair, PROMPT, gamma=3, max_gen_len=16, tree=8)
-    assert tree.tokens == want and "chains only" in tree.tree_fallback
     with pytest.raises(ValueError, match="cannot decode on their own"):
         run_strategy(Strategy("drafter", model="drafter", max_gen_len=4, processor=GreedyProcessor()), pair, PROMPT)
+
+
+# ------------------------------------------------------------------ token trees from the MTP logits
+
+
+class TreeRecorded(MtpDrafter):
+    """The engine's MTP drafter, keeping every tree node's logits: (committed ids, path, logits)."""
+
+    nodes: list = []
+
+    def propose_tree(self, ids, depth, nodes, branch):
+        tree = super().propose_tree(ids, depth, nodes, branch)
+        TreeRecorded.nodes += [(ids[0].tolist(), list(path), logits) for path, logits in self.tree_logits]
+        return tree
+
+
+@pytest.fixture
+def tree_nodes(monkeypatch):
+    TreeRecorded.nodes = []
+    monkeypatch.setattr(engine.drafters, "MtpDrafter", TreeRecorded)
+    return TreeRecorded.nodes
+
+
+def worst_node_error(target, mtp_model, nodes) -> float:
+    """As :func:`worst_logit_error`, for tree nodes: the logits a node's children were ranked by
+    are the chain's row after its path (``reference_logits`` of the path and one more token)."""
+    from tests.helpers.mtp import reference_logits
+
+    assert nodes
+    worst = 0.0
+    for committed, path, logits in nodes:
+        want = reference_logits(target, mtp_model, committed, path + [0])[-1:]
+        worst = max(worst, ((logits - want).abs().max() / want.abs().max()).item())
+    return worst
+
+
+@needs_mtp
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe"])
+def test_greedy_trees_equal_target_ar_and_every_node_logit_is_exact(family, tree_nodes):
+    target, layers, pair = small(family)
+    want = autoregressive(PROMPT, target, processor=GreedyProcessor(), max_gen_len=32).tokens
+    ranks = []
+    for gamma, tree in ((3, 8), (5, 8)):                            # 5: levels past the two MTP layers
+        result = speculative(pair, PROMPT, gamma=gamma, max_gen_len=32, tree=tree)
+        assert result.tokens == want and result.tree_fallback == "", (gamma, tree)
+        assert result.drafted > result.accepted > 0
+        ranks += [rank for r in result.trace for rank in (r.ranks or ())]
+    assert any(rank > 0 for rank in ranks)                          # a second choice was accepted
+    assert max(len(path) for _, path, _ in tree_nodes) >= 3          # nodes expanded past the MTP layers
+    assert worst_node_error(target, layers, tree_nodes) < 1e-4
+
+
+@needs_mtp
+def test_mutation_a_depth_cache_not_cropped_after_a_node_fails_the_node_check(monkeypatch, tree_nodes):
+    import mtp.drafter
+
+    monkeypatch.setattr(mtp.drafter, "drop_last", lambda layer, n: None)
+    target, layers, pair = small()
+    speculative(pair, PROMPT, gamma=3, max_gen_len=32, tree=8)
+    assert worst_node_error(target, layers, tree_nodes) > 1e-2
+
+
+@needs_mtp
+def test_mutation_hidden_states_left_in_tree_order_fail_the_node_check(monkeypatch, tree_nodes):
+    """The target's hidden states of the verify kept in the order the tree was fed, not the kept path's."""
+    monkeypatch.setattr(kvcache.cache.CachedModel, "_keep_hidden_block", lambda self, block, kept: None)
+    target, layers, pair = small()
+    speculative(pair, PROMPT, gamma=3, max_gen_len=32, tree=8)
+    assert worst_node_error(target, layers, tree_nodes) > 1e-2
 
 
 # ------------------------------------------------------------------ sampling
@@ -236,6 +303,32 @@ def test_sampling_keeps_the_target_distribution(monkeypatch):
     strategy = Strategy("speculative", drafter="model", gamma=3, max_gen_len=STEPS, processor=spec, inspect=False)
     counts = sample_counts(lambda generator: run_strategy(strategy, pair, DIST_PROMPT, generator=generator))
     assert chi_square_excess(counts, exact, sum(counts.values())) < BOUND
+
+
+@needs_mtp
+def test_sampling_with_trees_keeps_the_target_distribution(monkeypatch):
+    """Trees of 6 nodes, 400 draws: the tree does not depend on a random draw, so the accept rule
+    that follows the target's draw is exact for it."""
+    from tests.helpers import distribution
+    from tests.helpers.distribution import BOUND, PROMPT as DIST_PROMPT, STEPS, chi_square_excess, \
+        exact_distribution, sample_counts
+
+    monkeypatch.setattr(distribution, "SAMPLES", 400)
+    target, _, pair = small(vocab_size=8)
+    spec = ProcessorSpec("topk", 1.0, top_k=5)
+    exact = exact_distribution(target, spec.build())
+    strategy = Strategy("speculative", drafter="model", gamma=3, max_gen_len=STEPS, processor=spec, inspect=False,
+                        tree=6)
+    results = []
+
+    def run(generator):
+        results.append(run_strategy(strategy, pair, DIST_PROMPT, generator=generator))
+        return results[-1]
+
+    counts = sample_counts(run)
+    assert chi_square_excess(counts, exact, sum(counts.values())) < BOUND
+    assert all(r.tree_fallback == "" for r in results)
+    assert sum(len(r.trace[0].tree_tokens or ()) > 1 for r in results) > len(results) // 2   # trees were verified
 
 
 # ------------------------------------------------------------------ transformers' own MTP decoding, the bench peer

@@ -47,6 +47,8 @@ DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 SELF_DRAFT = "self"
 SELF_DRAFT_PREFIX = "self:"  # selfdraft.spec.PREFIX: such drafters load through engine.self_pair.load
 MTP_DRAFTER = "mtp"  # mtp.MTP_SPEC: the target's own MTP layers, loaded through engine.mtp_pair
+ASSISTANT_PREFIX = "gemma4-assistant:"  # gemma4_assistant.PREFIX: loaded through engine.assistant_pair
+EAGLE3_PREFIX = "eagle3:"  # eagle3.EAGLE3_PREFIX: an EAGLE-3 head, loaded through engine.eagle3_pair
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -360,8 +362,11 @@ def load_pair(
     up, in ``engine.self_pair.load``; ``engine.load_pair`` is the loader the front ends call for both.
     """
     if drafter is not None and (str(drafter).strip().lower().startswith(SELF_DRAFT_PREFIX)
-                                or str(drafter).strip().lower() == MTP_DRAFTER):
-        raise ModelLoadError(f"--drafter {drafter} is made from the target: load it with engine.load_pair")
+                                or str(drafter).strip().lower() == MTP_DRAFTER
+                                or str(drafter).strip().lower().startswith(ASSISTANT_PREFIX)):
+        raise ModelLoadError(f"--drafter {drafter} is loaded with its target: load it with engine.load_pair")
+    if drafter is not None and str(drafter).strip().lower().startswith(EAGLE3_PREFIX):
+        raise ModelLoadError(f"--drafter {drafter} drafts from the target's hidden states: load it with engine.load_pair")
     quantize = parse_quantize(quantize)
     drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
         target, drafter, dtype, drafter_dtype, quantize, drafter_quantize

@@ -662,6 +662,19 @@ def check_speculative(name: str, drafter: str, gamma: int, use_cache: bool = Tru
                         after=_all_accepted if drafter == "self" else None)
 
 
+def check_gemma4_assistant(name: str, gamma: int = 3) -> Outcome:
+    """Greedy speculative decoding with a random Gemma 4 assistant (``--drafter gemma4-assistant:``,
+    ``tests.helpers.gemma4_assistant``: independent weights, its sizes read from the target), drafting
+    from the target's cached keys and values, equals ``generate``."""
+    from gemma4_assistant import mark_assistant
+    from tests.helpers.gemma4_assistant import tiny_assistant
+
+    target = build(name)
+    assistant = mark_assistant(tiny_assistant(target), target)
+    strategy = Strategy("speculative", drafter="model", gamma=gamma, processor=_greedy(), max_gen_len=LENGTH)
+    return _each_prompt(name, _run(strategy, _pair(target, assistant)), f"speculative (Gemma 4 assistant, gamma {gamma})")
+
+
 def check_nasd(name: str, gamma: int, use_cache: bool = True) -> Outcome:
     """Greedy NASD equals ``generate`` (a fresh 3-gram storage per prompt, filler top-2),
     on the shared prompts and the family's echo prompt."""
@@ -1018,6 +1031,8 @@ def _specs() -> list[CheckSpec]:
                                lambda n, g=g: check_speculative(n, "drafter", g), core=g == 3))
     specs.append(CheckSpec("speculative-self-g3", "speculative", lambda n: check_speculative(n, "self", 3)))
     specs.append(CheckSpec("speculative-g3-rules", "speculative", lambda n: _check_other_rules(n)))
+    specs.append(CheckSpec("speculative-gemma4-assistant-g3", "speculative", check_gemma4_assistant,
+                           families=("gemma4",)))
     specs.append(CheckSpec("speculative-g3-nocache", "speculative cache off",
                            lambda n: check_speculative(n, "drafter", 3, use_cache=False)))
     for g in GAMMAS:

@@ -1,0 +1,246 @@
+"""Drafting with an EAGLE-3 head from the target's hidden states of the verify the loop already runs.
+
+EAGLE-3 (Li et al., NeurIPS 2025) drafts at the feature level: at *slot* j the head reads
+the target's hidden states at position j from three layers (low, mid, high), fused by
+``fc``, and the embedding of token j+1, at position j; its output gives the logits of
+token j+2 and stands in for the target's hidden state at the next slot while that is not
+known (EAGLE-3's training-time test: the head learns to read its own outputs). With n
+committed tokens the target's hidden states exist for slots 0..n-2 (the last token is fed
+by the next verify), so a chain of k drafts is
+
+- the slots the head's cache lacks, up to n-2, from the target's fused states (one pass);
+- the logits at slot n-2: draft 1;
+- for d = 1..k-1, slot n-2+d from the head's own output at the slot before and draft d:
+  draft d+1.
+
+The draft slots are dropped from the head's cache as soon as the chain is drafted: once the
+target has verified them, the kept tokens' slots are computed again from the target's own
+hidden states (as EAGLE's reference keeps only its ``stable_kv``), so the cache always
+holds slots 0..m-1 read from the target.
+
+The head drafts over its own vocabulary; each draft id maps to a target id through ``d2t``
+(target = draft + d2t[draft]). q is reported over the target's vocabulary: the draft logits
+are placed at their target ids (-inf elsewhere) before the run's processor, so q is zero on
+every id the head cannot draft and the accept rule stays exact.
+
+The hidden states come from the target's own forwards (the loop's verify, and the prompt's
+prefill in the first round): ``attach_target`` sets the target's ``CachedModel.keep_hidden``
+to the head's three layers, so no target forward is added.
+
+Trees grow as EAGLE-2's dynamic trees (Li et al. 2024; ``generation.tree_draft``): every
+candidate is scored by its cumulative draft probability; level by level the ``branch`` best
+nodes of the newest level are fed to the head in one pass, each at the slot its depth gives,
+reading its parent's output (the root's children read the output at slot n-2) and seeing the
+target's slots and its own fed ancestors; the ``nodes`` best candidates form the tree. After
+the tree verify the target's hidden states of the kept path come from that pass (the target's
+``keep_block`` keeps their rows with its cache).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from generation.drafter import Drafter
+from generation.tree import Tree
+from generation.tree_draft import best_tree, child_scores, top_children
+from kvcache.cache import RollbackStats, drop_last
+from sampling import LogitsProcessor
+
+
+def to_target_logits(head, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Draft-vocabulary logits (m, D) placed at their target ids in (m, V), -inf elsewhere;
+    draft ids that map past V (the loop's vocabulary) are left out."""
+    ids = head.target_ids()                                                  # (D,)
+    inside = ids < vocab_size
+    out = logits.new_full((logits.shape[0], vocab_size), float("-inf"))
+    out[:, ids[inside]] = logits[:, inside]
+    return out
+
+
+def tree_visibility(cand, fed: list[int], expand: list[int], slots: int) -> torch.Tensor:
+    """(E, slots + F + E) bool: each expanded candidate sees the ``slots`` target slots, those
+    of its ancestors among the ``fed`` candidates (F, in cache order) and itself."""
+    where = {c: slots + i for i, c in enumerate(fed)}
+    visible = torch.zeros(len(expand), slots + len(fed) + len(expand), dtype=torch.bool)
+    visible[:, :slots] = True
+    for row, c in enumerate(expand):
+        visible[row, slots + len(fed) + row] = True
+        parent = cand[c][1]
+        while parent >= 0:
+            visible[row, where[parent]] = True
+            parent = cand[parent][1]
+    return visible
+
+
+class Eagle3Drafter(Drafter):
+    """Drafts chains and dynamic trees with an EAGLE-3 head (``head``: marked by ``eagle3.mark_eagle3``),
+    q from ``processor``."""
+
+    kind = "model"
+
+    def __init__(self, head, processor: LogitsProcessor, *, vocab_size: int,
+                 generator: torch.Generator | None = None):
+        self.head = head
+        self.processor = processor
+        self.vocab_size = vocab_size
+        self.generator = generator
+        self.device = next(head.parameters()).device
+        self.target = None
+        self.cache = None
+        self.slots = 0                       # slots the head's cache holds (all read from the target)
+        self.rows: list[torch.Tensor] = []   # fused target states not yet read, (m, 3T) each
+        self.rows_end = 0                    # the slot after the last row held
+        self.committed = 0                   # tokens in the sequence
+        self.stats = RollbackStats()
+        self._logits: list[torch.Tensor] = []
+        self._forwards = 0
+
+    # ------------------------------------------------------------------ contract
+
+    @property
+    def calls(self) -> int:
+        """Head forwards since begin (one catch-up pass and one per further draft, each round)."""
+        return self._forwards
+
+    def attach_target(self, target) -> None:
+        """Ask every target forward of this generation to keep the hidden states the head reads."""
+        self.target = target
+        target.keep_hidden = self.head.aux_layers
+
+    def begin(self, prompt: list[int]) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()
+        self.slots, self.rows, self.rows_end = 0, [], 0
+        self.committed = len(prompt)
+        self.stats = RollbackStats()
+        self._logits, self._forwards = [], 0
+
+    def fill_target(self, ids: torch.Tensor) -> None:
+        """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round
+        the target prefills the prompt here (the verify then feeds the last token and the drafts)."""
+        wanted = ids.shape[1] - 1
+        self._collect(wanted)
+        if self.rows_end < wanted and self.target.length < wanted:
+            self.target.forward(ids[:, :wanted], keep=1)
+            self._collect(wanted)
+        if self.rows_end < wanted:
+            raise RuntimeError(f"the target kept no hidden states for positions {self.rows_end}..{wanted - 1}")
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to k drafts (target ids), each drawn from q = processor(head logits at target ids): (k',), (k', V)."""
+        n = ids.shape[1]
+        self._logits = []
+        if n < 2 or k < 1:                    # no hidden state yet for a one-token prompt
+            return ids.new_empty(0), None
+        self.fill_target(ids)
+        seq = ids[0].to(self.device)
+        out = self._catch_up(seq, n)[:, -1:]                                       # (1, 1, H)
+        drafts, probs = [], []
+        for d in range(k):
+            logits = to_target_logits(self.head, self.head.draft_logits(out[0]), self.vocab_size)   # (1, V)
+            q = self.processor(logits)                                              # (1, V)
+            if stop_below is not None and drafts and q.max().item() < stop_below:
+                break
+            token = self.processor.sample(q, self.generator)                        # (1,)
+            drafts.append(token.view(1))
+            probs.append(q)
+            self._logits.append(logits)
+            if d + 1 < k:                     # slot n-1+d reads the head's own output and this draft
+                position = torch.tensor([[n - 1 + d]], device=self.device)
+                out = self.head.step(out, token.view(1, 1), position, self.cache, fused=False)
+                self._forwards += 1
+        self._drop_drafts()
+        return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
+
+    def tree_support(self) -> str | None:
+        return None
+
+    def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
+        """An EAGLE-2 dynamic tree of at most ``nodes`` nodes and ``depth`` levels (target ids)."""
+        n = ids.shape[1]
+        self._logits = []
+        if n < 2:
+            return Tree((), (), ())
+        self.fill_target(ids)
+        root = self._catch_up(ids[0].to(self.device), n)[:, -1]                     # (1, H)
+        q = child_scores(self.processor, to_target_logits(self.head, self.head.draft_logits(root),
+                                                          self.vocab_size), None)  # (1, V)
+        # Candidates: token, parent (index into cand; -1 root), rank, depth, score (log q along the path).
+        cand = [(token, -1, rank, 0, logq) for rank, (token, logq) in enumerate(top_children(q, branch)[0])]
+        outputs = {-1: root[0]}                   # candidate -> the head's output at its slot, (H,)
+        level, fed = list(range(len(cand))), []   # fed: candidates in the head's cache, in order
+        for d in range(1, depth):
+            expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
+            if not expand:
+                break
+            out = self._feed_level(cand, outputs, fed, expand, n)                   # (E, H)
+            q = child_scores(self.processor, to_target_logits(self.head, self.head.draft_logits(out),
+                                                              self.vocab_size), None)   # (E, V)
+            level = []
+            for c, row, kids in zip(expand, out, top_children(q, branch)):
+                outputs[c] = row
+                for rank, (token, logq) in enumerate(kids):
+                    level.append(len(cand))
+                    cand.append((token, c, rank, d, cand[c][4] + logq))
+        self._drop_drafts()
+        return best_tree(cand, nodes)
+
+    def draft_logits(self) -> torch.Tensor | None:
+        return torch.cat(self._logits) if self._logits else None
+
+    def update(self, new_tokens: list[int], top_k) -> None:
+        """Take the target's hidden states of the newly committed positions from the verify that just ran."""
+        self.committed += len(new_tokens)
+        self._collect(self.committed - 1)
+
+    def rollback_stats(self) -> dict:
+        return self.stats.to_dict()
+
+    # ------------------------------------------------------------------ internals
+
+    def _catch_up(self, seq: torch.Tensor, n: int) -> torch.Tensor:
+        """Run the head over slots [slots, n-1) from the target's fused states; returns their outputs (1, m, H).
+
+        Slot j reads the target's layers at position j and token seq[j + 1], at position j.
+        """
+        hidden = torch.cat(self.rows).to(self.device)[None]                      # (1, n-1-slots, 3T)
+        self.rows = []
+        tokens = seq[self.slots + 1:n][None]                                       # (1, n-1-slots)
+        positions = torch.arange(self.slots, n - 1, device=self.device)[None]
+        out = self.head.step(hidden, tokens, positions, self.cache, fused=True)
+        self._forwards += 1
+        self.slots = n - 1
+        return out
+
+    def _feed_level(self, cand, outputs: dict, fed: list[int], expand: list[int], n: int) -> torch.Tensor:
+        """Feed the candidates ``expand`` to the head in one pass; returns their outputs (E, H).
+
+        A candidate at depth d sits at slot n-1+d, reads its parent's output and its own
+        token, and sees the target's slots (n-1 of them), its fed ancestors and itself.
+        """
+        hidden = torch.stack([outputs[cand[c][1]] for c in expand])[None]               # (1, E, H)
+        tokens = torch.tensor([[cand[c][0] for c in expand]], device=self.device)
+        positions = torch.tensor([[n - 1 + cand[c][3] for c in expand]], device=self.device)
+        visible = tree_visibility(cand, fed, expand, n - 1).to(self.device)
+        out = self.head.step(hidden, tokens, positions, self.cache, fused=False, visible=visible)
+        self._forwards += 1
+        fed.extend(expand)
+        return out[0]
+
+    def _drop_drafts(self) -> None:
+        """Crop the head's cache back to the slots read from the target (the chain's own slots go)."""
+        extra = self.cache.get_seq_length() - self.slots
+        if extra > 0:
+            drop_last(self.cache, extra)
+
+    def _collect(self, upto: int) -> None:
+        """Take the target's fused hidden states of positions [rows_end, upto) from its last forward."""
+        if upto <= self.rows_end or self.target is None or self.target.hidden is None:
+            return
+        start, rows = self.target.hidden
+        if start > self.rows_end or start + rows.shape[0] < upto:
+            return
+        self.rows.append(rows[self.rows_end - start:upto - start])
+        self.rows_end = upto

@@ -1,0 +1,89 @@
+"""A pair whose target is behind a serving engine: the drafter and the tokenizer load here.
+
+``load_served_pair(url, kind, drafter)``: connect (the kind detected when not given), read what
+the server says of its model, load the drafter model (the offline default when none is named)
+and its tokenizer, and check that the server's model reads the same vocabulary: the same length,
+and the same ids for a probe text tokenized on both sides. A drafter made from the target's
+weights (``self:...``, ``mtp``) cannot be: those weights are on the server; nor can a drafter that
+reads the target's hidden states or keys (``eagle3:``, ``gemma4-assistant:``): the server returns
+log-probabilities only. Every failure is one line (``ModelLoadError``).
+"""
+
+from __future__ import annotations
+
+from eagle3 import is_eagle3
+from gemma4_assistant import is_assistant_spec
+from mtp import is_mtp
+from remote.client import Backoff, ServedModelInfo, ServerClient, ServerError, connect
+from remote.rules import DEFAULT_PROBS, rules_text
+from remote.target import ServedTarget
+from selfdraft.spec import is_self_draft
+from utils.devices import model_device
+from utils.models import ModelLoadError, ModelPair, describe, load_model
+from utils.progress import Progress, no_progress
+from utils.vocab import end_token_ids, logits_width
+
+# Spaces, digits, punctuation, an accent and a newline: where tokenizers tend to differ.
+PROBE_TEXT = "Hello, world! 12,345 cafés\n  indented\tand <b>tagged</b>."
+
+
+def load_served_pair(url: str, kind: str | None = None, drafter: str | None = None, *,
+                     n_probs: int = DEFAULT_PROBS, device: str = "auto", dtype: str = "auto",
+                     drafter_quantize: str | None = None, progress: Progress | None = None, cache_dir=None,
+                     backoff: Backoff = Backoff()) -> ModelPair:
+    """The pair (served target, local drafter); ``drafter=None`` drafts with the offline default."""
+    say = progress or no_progress
+    if drafter is not None and (is_self_draft(drafter) or is_mtp(drafter)):
+        raise ModelLoadError(f"--drafter {drafter} is made from the target's weights, which are on the server: "
+                             "name a drafter model sharing its tokenizer (or none: the offline default)")
+    if drafter is not None and (is_eagle3(drafter) or is_assistant_spec(drafter)):
+        raise ModelLoadError(f"--drafter {drafter} drafts from the target's hidden states, which a served target "
+                             "does not return: name a drafter model sharing its tokenizer (or none)")
+    if isinstance(n_probs, bool) or not isinstance(n_probs, int) or n_probs < 1:
+        raise ModelLoadError(f"--server-probs must be an integer >= 1, got {n_probs!r}")
+    try:
+        say(f"Connecting to {url}")
+        client = connect(url, kind, backoff)
+        info = client.info()
+    except ServerError as e:
+        raise ModelLoadError(str(e)) from None
+    model, tokenizer = load_model(drafter, device=device, dtype=dtype, quantize=drafter_quantize,
+                                  progress=say, cache_dir=cache_dir)
+    name = describe(drafter, model, drafter_quantize)
+    check_same_vocabulary(client, info.vocab_size, tokenizer, model, name, named=drafter is not None)
+    return served_pair_of(client, info, model, tokenizer, drafter_name=name, n_probs=n_probs)
+
+
+def served_pair_of(client: ServerClient, info: ServedModelInfo, drafter, tokenizer, *, drafter_name: str = "",
+                   n_probs: int = DEFAULT_PROBS) -> ModelPair:
+    """A ``ModelPair`` of the model behind ``client`` and the local ``drafter`` (its vocabulary checked
+    by the caller); the banner's notes state what is lossless against this server."""
+    vocab = min(info.vocab_size, len(tokenizer), logits_width(drafter))
+    n = min(n_probs, info.vocab_size)
+    target = ServedTarget(client, info, n_probs=n, device=model_device(drafter))
+    label = f"{info.name} on {client.transport.url} ({client.kind}{', ' + info.detail if info.detail else ''})"
+    return ModelPair(
+        target=target, drafter=drafter, tokenizer=tokenizer, target_name=label,
+        drafter_name=drafter_name or type(drafter).__name__, end_tokens=end_token_ids(tokenizer, drafter),
+        device=model_device(drafter), vocab_size=vocab, context_length=info.context_length,
+        self_draft_demo=False, notes=(rules_text(n, info.vocab_size),),
+    )
+
+
+def check_same_vocabulary(client, server_vocab: int, tokenizer, model, name: str, *, named: bool) -> None:
+    """Refuse (one line) a server whose model reads another vocabulary than ``tokenizer``."""
+    advice = ("pass a --drafter that shares the server model's tokenizer" if named else
+              "the offline default does not share the server model's tokenizer: name a --drafter that does")
+    here = len(tokenizer)
+    if server_vocab != here and server_vocab != logits_width(model):
+        raise ModelLoadError(f"the server's model has {server_vocab} tokens, {name} {here}: {advice}")
+    try:
+        there_ids = client.tokenize(PROBE_TEXT)
+    except ServerError as e:
+        raise ModelLoadError(str(e)) from None
+    here_ids = tokenizer(PROBE_TEXT, add_special_tokens=False).input_ids
+    if there_ids != here_ids:
+        first = next((i for i, (a, b) in enumerate(zip(there_ids, here_ids)) if a != b),
+                     min(len(there_ids), len(here_ids)))
+        raise ModelLoadError(f"the server tokenizes {PROBE_TEXT[:20]!r}... differently from {name} "
+                             f"(first at token {first}): {advice}")

@@ -1,0 +1,1 @@
+"""A target behind a serving engine: the HTTP clients, the lossless rules, the served target."""

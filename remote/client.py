@@ -1,0 +1,334 @@
+"""HTTP clients for a target model behind a serving engine (llama.cpp's server first).
+
+A client knows one engine's API: what the model is (vocabulary, context), how to tokenize a text
+on the server, how to ask for the distribution after a prefix (top-N logprobs), and how to decode
+with the server's own sampler. Every request goes through :class:`Transport`: a timeout, a
+bounded number of retries with back-off for the faults that may pass (connection refused or
+reset, a timeout, HTTP 5xx), and one line (:class:`ServerError`) for everything else. The time
+each request took on the wire and the compute time the server reported are kept
+(:class:`RequestTimes`). Standard library only; no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+
+class ServerError(ValueError):
+    """A served target failed or answered what cannot be used: one line for the user."""
+
+
+@dataclass
+class RequestTimes:
+    """Requests made, and their seconds: on the wire (sent to read) and reported by the server."""
+
+    requests: int = 0
+    wall_s: float = 0.0
+    server_s: float = 0.0
+    retries: int = 0
+
+    def add(self, wall_s: float, server_s: float) -> None:
+        self.requests += 1
+        self.wall_s += wall_s
+        self.server_s += server_s
+
+    def mark(self) -> tuple[int, float, float, int]:
+        """Where the counters stand now, for :meth:`since`."""
+        return self.requests, self.wall_s, self.server_s, self.retries
+
+    def since(self, mark: tuple[int, float, float, int]) -> dict:
+        """The figures of the requests made after ``mark`` (:meth:`to_dict`'s form)."""
+        requests, wall, server, retries = mark
+        return RequestTimes(self.requests - requests, self.wall_s - wall, self.server_s - server,
+                            self.retries - retries).to_dict()
+
+    def to_dict(self) -> dict:
+        """The result's ``network`` figures: the round trip is the wire time the server did not report."""
+        rtt = max(self.wall_s - self.server_s, 0.0)
+        return {"requests": self.requests, "request_s": self.wall_s, "server_s": self.server_s,
+                "round_trip_s": rtt, "round_trip_per_request_ms": 1000 * rtt / self.requests if self.requests else 0.0,
+                "retries": self.retries}
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How a request is retried: ``retries`` more tries after the first, waiting ``first_s``, doubled each time."""
+
+    retries: int = 2
+    first_s: float = 0.25
+    timeout_s: float = 30.0
+
+
+def check_url(url: str) -> str:
+    """``url`` without a trailing slash, or a one-line refusal (http(s)://host[:port] only)."""
+    text = (url or "").strip().rstrip("/")
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServerError(f"--target-server {url!r} is not a server address: give http://HOST:PORT")
+    try:
+        parts.port
+    except ValueError:
+        raise ServerError(f"--target-server {url!r} has a port that is not a number") from None
+    return text
+
+
+class Transport:
+    """JSON over HTTP to one server, with bounded retries; every fault becomes a :class:`ServerError`."""
+
+    def __init__(self, url: str, backoff: Backoff = Backoff()):
+        self.url = check_url(url)
+        self.backoff = backoff
+        self.times = RequestTimes()
+
+    def get(self, path: str) -> tuple[dict, float]:
+        return self._request(path, None)
+
+    def post(self, path: str, body: dict) -> tuple[dict, float]:
+        return self._request(path, json.dumps(body).encode())
+
+    def _request(self, path: str, data: bytes | None) -> tuple[dict, float]:
+        """The decoded JSON answer and the seconds it took; retried on faults that may pass."""
+        wait = self.backoff.first_s
+        for attempt in range(self.backoff.retries + 1):
+            try:
+                return self._once(path, data)
+            except _Passing as e:
+                if attempt == self.backoff.retries:
+                    raise ServerError(f"{self.url}{path}: {e} (after {attempt + 1} tries)") from None
+                self.times.retries += 1
+                time.sleep(wait)
+                wait *= 2
+        raise AssertionError("unreachable")
+
+    def _once(self, path: str, data: bytes | None) -> tuple[dict, float]:
+        request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=self.backoff.timeout_s) as answer:
+                raw = answer.read()
+        except urllib.error.HTTPError as e:
+            detail = _error_text(e)
+            if e.code >= 500:
+                raise _Passing(f"HTTP {e.code}{detail}") from None
+            raise ServerError(f"{self.url}{path}: HTTP {e.code}{detail}") from None
+        except (socket.timeout, TimeoutError):
+            raise _Passing(f"no answer within {self.backoff.timeout_s:g} s") from None
+        except urllib.error.URLError as e:
+            reason = e.reason
+            if isinstance(reason, (socket.timeout, TimeoutError)):
+                raise _Passing(f"no answer within {self.backoff.timeout_s:g} s") from None
+            raise _Passing(f"cannot reach the server ({_reason_text(reason)})") from None
+        except (ConnectionError, OSError) as e:
+            raise _Passing(f"the connection failed ({_reason_text(e)})") from None
+        seconds = time.perf_counter() - start
+        try:
+            return json.loads(raw), seconds
+        except ValueError:
+            raise ServerError(f"{self.url}{path}: the answer is not JSON ({raw[:60]!r})") from None
+
+
+class _Passing(Exception):
+    """A fault that may pass (refused, reset, timed out, 5xx): retried."""
+
+
+def _reason_text(reason) -> str:
+    text = getattr(reason, "strerror", None) or str(reason)
+    return str(text).strip().splitlines()[0] if str(text).strip() else type(reason).__name__
+
+
+def _error_text(error: urllib.error.HTTPError) -> str:
+    """': <the server's message>' from an HTTP error's JSON body, when it has one."""
+    try:
+        body = json.loads(error.read() or b"{}")
+    except ValueError:
+        return ""
+    message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("error")
+    return f": {str(message).splitlines()[0]}" if message else ""
+
+
+@dataclass(frozen=True)
+class ServedModelInfo:
+    """What the server says about its model."""
+
+    name: str
+    vocab_size: int
+    context_length: int | None
+    detail: str = ""          # e.g. the weights' quantisation
+
+
+@dataclass(frozen=True)
+class SamplerFields:
+    """The sampling settings a request sends, every one explicitly (an engine's defaults never apply).
+
+    ``temperature`` 0 means greedy; ``top_k`` 0 and ``top_p`` 1 mean off.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class NextToken:
+    """The distribution after a prefix: the top-N ids and their log-probabilities (raw, before any sampler)."""
+
+    ids: list[int]
+    logprobs: list[float]
+    server_s: float
+    wall_s: float
+
+
+class ServerClient:
+    """One engine's API. A kind subclasses it; ``KINDS`` maps a ``--server-kind`` name to its class."""
+
+    kind = ""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+
+    @property
+    def times(self) -> RequestTimes:
+        return self.transport.times
+
+    def info(self) -> ServedModelInfo:
+        raise NotImplementedError
+
+    def tokenize(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def next_token(self, prefix: list[int], n_probs: int) -> NextToken:
+        raise NotImplementedError
+
+    def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):
+        """Yield ``(token, seconds_since_the_last)`` as the server's own sampler makes them."""
+        raise NotImplementedError
+
+
+class LlamaCppClient(ServerClient):
+    """llama.cpp's ``llama-server`` (also ``xllamacpp.Server``): ``/completion`` with token ids.
+
+    ``/completion`` returns the distribution after the last prompt token only, so a verify round
+    of γ drafts costs γ+1 requests (``cache_prompt`` reuses the prefix each time). ``n_probs``
+    gives the top-N of the model's raw softmax, before temperature and the sampler chain (checked
+    in tests/test_served.py: the same numbers at every temperature; ``post_sampling_probs`` off).
+    """
+
+    kind = "llamacpp"
+
+    def info(self) -> ServedModelInfo:
+        answer, _ = self.transport.get("/v1/models")
+        try:
+            entry = answer["data"][0]
+            meta = entry["meta"]
+            return ServedModelInfo(str(entry.get("id", "?")).rsplit("/", 1)[-1], int(meta["n_vocab"]),
+                                   int(meta.get("n_ctx") or 0) or None, str(meta.get("ftype", "")))
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/v1/models does not describe a llama.cpp model "
+                              "(no data[0].meta.n_vocab): is it another engine? pass --server-kind") from None
+
+    def tokenize(self, text: str) -> list[int]:
+        answer, _ = self.transport.post("/tokenize", {"content": text, "add_special": False})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerError(f"{self.transport.url}/tokenize returned no token list")
+        return [int(t) for t in tokens]
+
+    def _body(self, prompt: list[int], n_predict: int, fields: SamplerFields, n_probs: int) -> dict:
+        """Every sampling field, explicitly: the server's defaults (top_k 40, top_p 0.95, min_p 0.05,
+        temperature last) never apply. Greedy is top_k 1 then temperature 0. ``ignore_eos`` stays off:
+        llama.cpp implements it as a -inf bias on the end tokens, so the sampler would never pick
+        one that its ``n_probs`` still ranks first."""
+        if fields.greedy:
+            samplers, top_k = ["top_k", "temperature"], 1
+        else:   # the order of sampling.processors: temperature, then top-k, then top-p
+            samplers, top_k = ["temperature", "top_k", "top_p"], fields.top_k
+        return {"prompt": prompt, "n_predict": n_predict, "n_probs": n_probs, "post_sampling_probs": False,
+                "cache_prompt": True, "samplers": samplers, "temperature": fields.temperature, "top_k": top_k,
+                "top_p": fields.top_p, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
+                "xtc_probability": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
+                "frequency_penalty": 0.0, "dry_multiplier": 0.0, "mirostat": 0, "ignore_eos": False,
+                "seed": fields.seed, "return_tokens": True, "stream": False}
+
+    def next_token(self, prefix: list[int], n_probs: int) -> NextToken:
+        answer, wall = self.transport.post("/completion", self._body(prefix, 1, SamplerFields(), n_probs))
+        server_s = _server_seconds(answer)
+        self.times.add(wall, server_s)
+        try:
+            row = answer["completion_probabilities"][0]["top_logprobs"]
+            ids = [int(e["id"]) for e in row]
+            logprobs = [float(e["logprob"]) for e in row]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/completion ignored n_probs: the answer has no "
+                              "completion_probabilities[0].top_logprobs") from None
+        if len(ids) < n_probs:
+            raise ServerError(f"{self.transport.url}/completion returned {len(ids)} logprobs, not the "
+                              f"{n_probs} asked for (a field ignored, or a smaller vocabulary)")
+        if answer.get("tokens") and int(answer["tokens"][0]) != ids[0]:
+            raise ServerError(f"{self.transport.url}/completion ignored the greedy settings: it sampled "
+                              f"{answer['tokens'][0]}, not its top-1 {ids[0]}")
+        return NextToken(ids, logprobs, server_s, wall)
+
+    def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):
+        """The server's own decode, one request per token so that each is timed and Ctrl-C keeps
+        the tokens made (the prefix is cached on the server, so each request feeds one token)."""
+        ids = list(prompt)
+        for _ in range(max_new):
+            # A seed per position: one seed for every request would draw the same uniform each time.
+            step = SamplerFields(fields.temperature, fields.top_k, fields.top_p,
+                                 (fields.seed * 1_000_003 + len(ids)) % 2**32)
+            answer, wall = self.transport.post("/completion", self._body(ids, 1, step, 0))
+            self.times.add(wall, _server_seconds(answer))
+            tokens = answer.get("tokens")
+            if not tokens:
+                raise ServerError(f"{self.transport.url}/completion returned no token ids (return_tokens ignored)")
+            ids.append(int(tokens[0]))
+            yield int(tokens[0]), wall
+
+
+def _server_seconds(answer: dict) -> float:
+    """The compute the server reported (llama.cpp: prompt and predicted milliseconds), else 0."""
+    timings = answer.get("timings") if isinstance(answer, dict) else None
+    if not isinstance(timings, dict):
+        return 0.0
+    return (float(timings.get("prompt_ms") or 0.0) + float(timings.get("predicted_ms") or 0.0)) / 1000.0
+
+
+KINDS: dict[str, type[ServerClient]] = {"llamacpp": LlamaCppClient}
+# Named so that a user sees them refused in one line rather than as unknown words.
+PLANNED = ("vllm", "sglang")
+
+
+def detect_kind(transport: Transport) -> str:
+    """The engine behind ``transport``: llama.cpp answers ``/props`` with ``default_generation_settings``."""
+    try:
+        props, _ = transport.get("/props")
+    except ServerError as e:
+        if "HTTP 404" not in str(e):
+            raise
+        props = {}
+    if isinstance(props, dict) and "default_generation_settings" in props:
+        return "llamacpp"
+    raise ServerError(f"{transport.url} is not a llama.cpp server (no /props); vLLM and SGLang are not "
+                      "supported yet: pass --server-kind llamacpp for a llama.cpp server")
+
+
+def connect(url: str, kind: str | None = None, backoff: Backoff = Backoff()) -> ServerClient:
+    """A client for the server at ``url`` (``kind`` detected when None)."""
+    transport = Transport(url, backoff)
+    name = (kind or "").strip().lower() or detect_kind(transport)
+    if name in PLANNED:
+        raise ServerError(f"--server-kind {name}: not supported yet (supported: {', '.join(KINDS)})")
+    if name not in KINDS:
+        raise ServerError(f"--server-kind {name!r} is unknown (supported: {', '.join(KINDS)})")
+    return KINDS[name](transport)

@@ -1,0 +1,114 @@
+"""Which sampling settings a served target decodes losslessly, and the logits rows it hands the loop.
+
+An engine returns the top N log-probabilities at a position, not the whole distribution. A row
+of logits is built from them (:func:`row_of`): the returned log-probabilities, and -inf for every
+other token. Exact from such a row:
+
+- greedy: the argmax is the top-1;
+- top-k with K <= N (and top-k then top-p): the kept set lies inside the returned set, and the
+  processor renormalises over that set by definition;
+- nucleus (top-p alone): only where the returned mass certifies the kept set
+  (:func:`nucleus_certified`); the row then carries the mass not returned, spread evenly over the
+  tokens not returned (each below the smallest returned), so the processor's cumulative mass is
+  the true one; an uncertified position is asked again with more log-probabilities;
+- plain multinomial: only when the whole vocabulary is returned (slow); otherwise refused.
+
+Never renormalised over a top-N: a row is either exact or refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from remote.client import ServerError
+from sampling.processors import (GreedyProcessor, LogitsProcessor, MultinomialProcessor, NucleusProcessor,
+                                 TopKNucleusProcessor, TopKProcessor)
+
+DEFAULT_PROBS = 20
+
+
+@dataclass(frozen=True)
+class ServedPlan:
+    """How a processor is served: ``mode`` ("top1", "topk", "nucleus" or "full") and the N to ask for."""
+
+    mode: str
+    n_probs: int
+    vocab_size: int
+
+    @property
+    def fill_tail(self) -> bool:
+        return self.mode == "nucleus"
+
+
+def plan_for(processor: LogitsProcessor, n_probs: int, vocab_size: int) -> ServedPlan:
+    """The plan for ``processor`` with N = ``n_probs`` returned; a refusal is one line (ServerError)."""
+    n = min(n_probs, vocab_size)
+    if n >= vocab_size:
+        return ServedPlan("full", vocab_size, vocab_size)
+    if isinstance(processor, GreedyProcessor):
+        return ServedPlan("top1", n, vocab_size)
+    if isinstance(processor, (TopKProcessor, TopKNucleusProcessor)):
+        # A K above N asks for K: the kept set must lie inside what is returned.
+        return ServedPlan("topk", max(n, min(processor.top_k, vocab_size)), vocab_size)
+    if isinstance(processor, NucleusProcessor):
+        return ServedPlan("nucleus", n, vocab_size)
+    if type(processor) is MultinomialProcessor:
+        raise ServerError(
+            f"plain multinomial sampling needs the server's whole vocabulary ({vocab_size} log-probabilities a "
+            f"position, slow): pass --server-probs {vocab_size}, or sample with topk or nucleus")
+    raise ServerError(f"{processor.describe()} cannot be served losslessly from top-{n} log-probabilities")
+
+
+def rules_text(n_probs: int, vocab_size: int) -> str:
+    """The banner's line on what is exact against this server."""
+    if n_probs >= vocab_size:
+        return (f"lossless against the server: every processor (the whole vocabulary of {vocab_size} "
+                "log-probabilities is returned; slow)")
+    return (f"lossless against the server (top-{n_probs} log-probabilities a position): greedy exact; "
+            f"topk exact with K <= {n_probs} (a larger K asks for K); nucleus where the returned mass "
+            "certifies the kept set (else asks for more); plain multinomial refused")
+
+
+def row_of(ids: list[int], logprobs: list[float], plan: ServedPlan) -> torch.Tensor:
+    """A logits row (V,): the returned log-probabilities, -inf elsewhere (the tail mass spread evenly
+    over the tokens not returned when the plan fills it)."""
+    row = torch.full((plan.vocab_size,), float("-inf"), dtype=torch.float32)
+    if plan.fill_tail:
+        missing = plan.vocab_size - len(ids)
+        rest = 1.0 - math.fsum(math.exp(v) for v in logprobs)
+        if missing > 0 and rest > 0:
+            row.fill_(math.log(rest / missing))
+    row[torch.tensor(ids, dtype=torch.long)] = torch.tensor(logprobs, dtype=torch.float32)
+    return row
+
+
+def nucleus_certified(logprobs: list[float], temperature: float, top_p: float, vocab_size: int) -> bool:
+    """Whether the top-p kept set after ``temperature`` is decided by the returned ``logprobs``.
+
+    The tempered normaliser Z = Σ exp(lp/T) is known over the returned tokens (A) and bounded over
+    the rest, whose raw mass R = 1 - Σ exp(lp) is split among M tokens each at most exp(lp_min):
+    Σ x^α with α = 1/T lies between R·m^(α-1) and M·(R/M)^α (x^α convex or concave). The kept set
+    is certified when both bounds keep the same tokens and at least one returned token is dropped
+    (every token not returned ranks below it and is dropped too).
+    """
+    lp = torch.tensor(sorted(logprobs, reverse=True), dtype=torch.float64)       # (N,)
+    alpha = 1.0 / temperature
+    a = torch.exp(alpha * lp)                                                    # (N,)
+    rest = max(1.0 - float(torch.exp(lp).sum()), 0.0)
+    missing = vocab_size - lp.numel()
+    if missing <= 0 or rest == 0.0:
+        bounds = (0.0, 0.0)
+    else:
+        smallest = math.exp(float(lp[-1]))
+        bounds = (rest * smallest ** (alpha - 1), missing * (rest / missing) ** alpha)
+    kept = set()
+    for tail in bounds:
+        z = float(a.sum()) + tail
+        before = (a.cumsum(0) - a) / z
+        keep = before < top_p
+        keep[0] = True
+        kept.add(int(keep.sum()))
+    return len(kept) == 1 and kept.pop() < lp.numel()
