@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.drafter import Drafter
+from generation.hidden_rows import TargetHiddenStates
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children
 from kvcache.cache import RollbackStats, drop_last
@@ -72,7 +72,7 @@ def tree_visibility(cand, fed: list[int], expand: list[int], slots: int) -> torc
     return visible
 
 
-class Eagle3Drafter(Drafter):
+class Eagle3Drafter(TargetHiddenStates):
     """Drafts chains and dynamic trees with an EAGLE-3 head (``head``: marked by ``eagle3.mark_eagle3``),
     q from ``processor``."""
 
@@ -115,17 +115,6 @@ class Eagle3Drafter(Drafter):
         self.committed = len(prompt)
         self.stats = RollbackStats()
         self._logits, self._forwards = [], 0
-
-    def fill_target(self, ids: torch.Tensor) -> None:
-        """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round
-        the target prefills the prompt here (the verify then feeds the last token and the drafts)."""
-        wanted = ids.shape[1] - 1
-        self._collect(wanted)
-        if self.rows_end < wanted and self.target.length < wanted:
-            self.target.forward(ids[:, :wanted], keep=1)
-            self._collect(wanted)
-        if self.rows_end < wanted:
-            raise RuntimeError(f"the target kept no hidden states for positions {self.rows_end}..{wanted - 1}")
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,13 +223,3 @@ class Eagle3Drafter(Drafter):
         extra = self.cache.get_seq_length() - self.slots
         if extra > 0:
             drop_last(self.cache, extra)
-
-    def _collect(self, upto: int) -> None:
-        """Take the target's fused hidden states of positions [rows_end, upto) from its last forward."""
-        if upto <= self.rows_end or self.target is None or self.target.hidden is None:
-            return
-        start, rows = self.target.hidden
-        if start > self.rows_end or start + rows.shape[0] < upto:
-            return
-        self.rows.append(rows[self.rows_end - start:upto - start])
-        self.rows_end = upto

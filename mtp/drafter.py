@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.drafter import Drafter
+from generation.hidden_rows import TargetHiddenStates
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children
 from kvcache.cache import RollbackStats, drop_last
@@ -65,7 +65,7 @@ class _Depth:
         return max(dropped, 0)
 
 
-class MtpDrafter(Drafter):
+class MtpDrafter(TargetHiddenStates):
     """Drafts a chain with the target's MTP layers (``mtp``: a marked ``MtpModel``), q from ``processor``."""
 
     kind = "model"
@@ -143,17 +143,6 @@ class MtpDrafter(Drafter):
                     level.append(len(cand))
                     cand.append((token, c, rank, d, cand[c][4] + logq))
         return best_tree(cand, nodes)
-
-    def fill_target(self, ids: torch.Tensor) -> None:
-        """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round
-        the target prefills the prompt here (the verify then feeds the last token and the drafts)."""
-        wanted = ids.shape[1] - 1
-        self._collect(wanted)
-        if self.rows_end < wanted and self.target.length < wanted:
-            self.target.forward(ids[:, :wanted], keep=1)
-            self._collect(wanted)
-        if self.rows_end < wanted:
-            raise RuntimeError(f"the target kept no hidden states for positions {self.rows_end}..{wanted - 1}")
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,16 +254,6 @@ class MtpDrafter(Drafter):
             if dropped:
                 self.stats.refed_tokens += dropped     # slots a later round computes again
             limit = keep
-
-    def _collect(self, upto: int) -> None:
-        """Take the target's hidden states of positions [rows_end, upto) from its last forward."""
-        if upto <= self.rows_end or self.target is None or self.target.hidden is None:
-            return
-        start, rows = self.target.hidden
-        if start > self.rows_end or start + rows.shape[0] < upto:
-            return
-        self.rows.append(rows[self.rows_end - start:upto - start])
-        self.rows_end = upto
 
 
 def _path(cand: list, c: int) -> list[int]:
