@@ -25,6 +25,7 @@ from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
 from tests.helpers.eagle3 import head_config, head_weights, save_head, tiny_target, worst_logit_error
 from tests.helpers.tokenizers import word_tokenizer
+from tests.helpers.recording import record_chains
 from utils.errors import ModelLoadError
 
 PROMPT = [1, 5, 3, 7, 2, 4]
@@ -32,24 +33,10 @@ V, D = 16, 12            # target and draft vocabularies
 TARGET_SEED, HEAD_SEED = 1, 2   # a pair whose drafts are sometimes accepted, mostly not
 
 
-class Recorded(Eagle3Drafter):
-    """The engine's EAGLE-3 drafter, keeping every chain it proposed: (committed ids, drafts, logits)."""
-
-    chains: list = []
-
-    def propose(self, ids, k, stop_below=None):
-        drafts, q = super().propose(ids, k, stop_below)
-        if drafts.numel():
-            Recorded.chains.append((ids[0].tolist(), drafts.tolist(), self.draft_logits()))
-        return drafts, q
-
-
 @pytest.fixture
 def recorded(monkeypatch):
     """Chains the engine's EAGLE-3 drafter proposes during the test (looked up where the engine builds it)."""
-    Recorded.chains = []
-    monkeypatch.setattr(engine.drafters, "Eagle3Drafter", Recorded)
-    return Recorded.chains
+    return record_chains(monkeypatch, "Eagle3Drafter")
 
 
 def speculative(pair, prompt=PROMPT, *, gamma, processor=None, max_gen_len=24, **options):
@@ -214,6 +201,7 @@ def tree_logit_error(pair, weights, config, nodes) -> float:
     """Each fed node's children logits against the chain recomputation along its path."""
     from tests.helpers.eagle3 import reference_logits
 
+    assert nodes, "no tree node was recorded: nothing to compare"
     worst = 0.0
     for committed, path, row in nodes:
         want = reference_logits(pair.target, weights, config, pair.drafter.aux_layers, committed, path + [0],

@@ -27,6 +27,7 @@ from sampling.spec import ProcessorSpec
 from tests.helpers.decode import autoregressive
 from tests.helpers.models import tiny_llama
 from tests.helpers.tokenizers import word_tokenizer
+from tests.helpers.recording import record_chains
 from utils.errors import ModelLoadError
 
 try:
@@ -42,24 +43,10 @@ VOCAB = 16          # small enough that some drafts are accepted
 SEEDS = (1, 1)      # (target, assistant): 6 of 68 greedy drafts accepted at gamma 3, some rounds in part
 
 
-class Recorded(AssistantDrafter):
-    """The engine's assistant drafter, keeping every chain it proposed: (committed ids, drafts, logits)."""
-
-    chains: list = []
-
-    def propose(self, ids, k, stop_below=None):
-        drafts, q = super().propose(ids, k, stop_below)
-        if drafts.numel():
-            Recorded.chains.append((ids[0].tolist(), drafts.tolist(), self.draft_logits()))
-        return drafts, q
-
-
 @pytest.fixture
 def recorded(monkeypatch):
     """Chains the engine's assistant drafter proposes during the test (looked up where the engine builds it)."""
-    Recorded.chains = []
-    monkeypatch.setattr(engine.drafters, "AssistantDrafter", Recorded)
-    return Recorded.chains
+    return record_chains(monkeypatch, "AssistantDrafter")
 
 
 def speculative(pair, prompt, *, gamma, processor=None, max_gen_len=30, **options):

@@ -25,6 +25,7 @@ from sampling.spec import ProcessorSpec
 from tests.helpers.decode import autoregressive
 from tests.helpers.models import tiny_llama
 from tests.helpers.tokenizers import word_tokenizer
+from tests.helpers.recording import record_chains
 from utils.errors import ModelLoadError
 
 try:
@@ -37,24 +38,10 @@ needs_mtp = pytest.mark.skipif(not HAS_MTP, reason="transformers < 5.24 has no M
 PROMPT = [1, 5, 3, 7, 2, 4]
 
 
-class Recorded(MtpDrafter):
-    """The engine's MTP drafter, keeping every chain it proposed: (committed ids, drafts, logits)."""
-
-    chains: list = []
-
-    def propose(self, ids, k, stop_below=None):
-        drafts, q = super().propose(ids, k, stop_below)
-        if drafts.numel():
-            Recorded.chains.append((ids[0].tolist(), drafts.tolist(), self.draft_logits()))
-        return drafts, q
-
-
 @pytest.fixture
 def recorded(monkeypatch):
     """Chains the engine's MTP drafter proposes during the test (it is looked up where the engine builds it)."""
-    Recorded.chains = []
-    monkeypatch.setattr(engine.drafters, "MtpDrafter", Recorded)
-    return Recorded.chains
+    return record_chains(monkeypatch, "MtpDrafter")
 
 
 def speculative(pair, prompt, *, gamma, processor=None, max_gen_len=24, **options):
@@ -67,6 +54,7 @@ def worst_logit_error(target, mtp_model, chains) -> float:
     """The largest |drafter logit - recomputed logit| over every chain, relative to the chain's largest logit."""
     from tests.helpers.mtp import reference_logits
 
+    assert chains, "no chain was recorded: nothing to compare"
     worst = 0.0
     for committed, drafts, logits in chains:
         want = reference_logits(target, mtp_model, committed, drafts)

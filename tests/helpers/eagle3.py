@@ -152,6 +152,7 @@ def reference_logits(target, weights: dict, config: dict, layers, committed: lis
 def worst_logit_error(target, weights, config, layers, chains, vocab_size) -> float:
     """The largest |drafter logit - recomputed logit| over every chain, relative to the chain's
     largest finite logit; inf where the two place their finite logits at different ids."""
+    assert chains, "no chain was recorded: nothing to compare"
     worst = 0.0
     for committed, drafts, logits in chains:
         want = reference_logits(target, weights, config, layers, committed, drafts, vocab_size)
