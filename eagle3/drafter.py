@@ -42,7 +42,7 @@ import torch
 
 from generation.hidden_rows import TargetHiddenStates
 from generation.tree import Tree
-from generation.tree_draft import best_tree, child_scores, top_children
+from generation.tree_draft import best_tree, child_scores, top_children, tree_visibility
 from kvcache.cache import RollbackStats, drop_last
 from sampling import LogitsProcessor
 
@@ -55,21 +55,6 @@ def to_target_logits(head, logits: torch.Tensor, vocab_size: int) -> torch.Tenso
     out = logits.new_full((logits.shape[0], vocab_size), float("-inf"))
     out[:, ids[inside]] = logits[:, inside]
     return out
-
-
-def tree_visibility(cand, fed: list[int], expand: list[int], slots: int) -> torch.Tensor:
-    """(E, slots + F + E) bool: each expanded candidate sees the ``slots`` target slots, those
-    of its ancestors among the ``fed`` candidates (F, in cache order) and itself."""
-    where = {c: slots + i for i, c in enumerate(fed)}
-    visible = torch.zeros(len(expand), slots + len(fed) + len(expand), dtype=torch.bool)
-    visible[:, :slots] = True
-    for row, c in enumerate(expand):
-        visible[row, slots + len(fed) + row] = True
-        parent = cand[c][1]
-        while parent >= 0:
-            visible[row, where[parent]] = True
-            parent = cand[parent][1]
-    return visible
 
 
 class Eagle3Drafter(TargetHiddenStates):

@@ -57,12 +57,11 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
         cand.append((token, -1, rank, 0, logq))
     level = list(range(len(cand)))
     fed: list[int] = []                      # candidate index of each node fed to the cache
-    slot: dict[int, int] = {}                # candidate index -> its index among the fed
     for d in range(1, depth):
         expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
         if not expand:
             break
-        logits = _feed_level(cached, cand, fed, slot, expand, length, device)
+        logits = _feed_level(cached, cand, fed, expand, length, device)
         q = child_scores(processor, logits, vocab_size)                     # (E, V)
         level = []
         for c, kids in zip(expand, top_children(q, branch)):
@@ -73,27 +72,33 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
     return best_tree(cand, nodes)
 
 
-def _feed_level(cached: CachedModel, cand, fed: list[int], slot: dict[int, int], expand: list[int],
+def _feed_level(cached: CachedModel, cand, fed: list[int], expand: list[int],
                 length: int, device) -> torch.Tensor:
     """Feed the candidates ``expand`` to the drafter in one pass, each seeing the
     sequence (``length`` positions), its fed ancestors and itself; returns their
-    logits (E, V). ``fed`` and ``slot`` (candidate -> index among the fed) grow."""
+    logits (E, V). ``fed`` (the candidates fed so far, in cache order) grows."""
     tokens = torch.tensor([[cand[c][0] for c in expand]], dtype=torch.long, device=device)
     # Positions of every key: the sequence, the fed nodes, the new ones.
     positions = torch.tensor(list(range(length)) + [length + cand[c][3] for c in fed + expand],
                              dtype=torch.long, device=device)
-    visible = torch.zeros(len(expand), length + len(fed) + len(expand), dtype=torch.bool)
-    visible[:, :length] = True
+    visible = tree_visibility(cand, fed, expand, length)
+    fed.extend(expand)
+    return masked_forward(cached, tokens, positions, visible.to(device), keep=len(expand))
+
+
+def tree_visibility(cand, fed: list[int], expand: list[int], prefix: int) -> torch.Tensor:
+    """(E, prefix + F + E) bool: each expanded candidate sees the ``prefix`` positions before
+    the tree, those of its ancestors among the ``fed`` candidates (F, in cache order) and itself."""
+    where = {c: prefix + i for i, c in enumerate(fed)}
+    visible = torch.zeros(len(expand), prefix + len(fed) + len(expand), dtype=torch.bool)
+    visible[:, :prefix] = True
     for row, c in enumerate(expand):
-        visible[row, length + len(fed) + row] = True
+        visible[row, prefix + len(fed) + row] = True
         parent = cand[c][1]
         while parent >= 0:
-            visible[row, length + slot[parent]] = True
+            visible[row, where[parent]] = True
             parent = cand[parent][1]
-    for c in expand:
-        slot[c] = len(fed)
-        fed.append(c)
-    return masked_forward(cached, tokens, positions, visible.to(device), keep=len(expand))
+    return visible
 
 
 def draw_children(q: torch.Tensor, counts: list[int], generator) -> list[list[tuple[int, float]]]:
@@ -144,7 +149,6 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
         later.append(rank)
     level = list(range(len(cand)))
     fed: list[int] = []
-    slot: dict[int, int] = {}
     for d in range(1, depth):
         share = _share(nodes - len(cand), depth - d)
         counts = [min(branch, share - branch * i) for i in range(-(-share // branch))]
@@ -156,7 +160,7 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
         expand = sorted(level, key=lambda c: (later[c], -cand[c][4]))[:len(counts)]
         if not expand:
             break
-        logits = _feed_level(cached, cand, fed, slot, expand, length, device)
+        logits = _feed_level(cached, cand, fed, expand, length, device)
         q = processor(logits[:, :vocab_size] if vocab_size else logits)       # (E, V)
         level = []
         for row, (c, kids) in enumerate(zip(expand, draw_children(q, counts, generator))):
