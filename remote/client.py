@@ -210,6 +210,13 @@ class ServerClient:
     def next_token(self, prefix: list[int], n_probs: int) -> NextToken:
         raise NotImplementedError
 
+    def rows(self, sequence: list[int], keep: int, n_probs: int) -> list[NextToken]:
+        """The distributions after each of the last ``keep`` prefixes of ``sequence`` (a verify
+        round's positions). Here one request each; an engine that scores a prompt's positions
+        overrides it with one request in all."""
+        start = len(sequence) - keep + 1
+        return [self.next_token(sequence[:start + j], n_probs) for j in range(keep)]
+
     def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):
         """Yield ``(token, seconds_since_the_last)`` as the server's own sampler makes them."""
         raise NotImplementedError
@@ -304,13 +311,175 @@ def _server_seconds(answer: dict) -> float:
     return (float(timings.get("prompt_ms") or 0.0) + float(timings.get("predicted_ms") or 0.0)) / 1000.0
 
 
-KINDS: dict[str, type[ServerClient]] = {"llamacpp": LlamaCppClient}
+class VllmClient(ServerClient):
+    """vLLM's OpenAI server: ``/v1/completions`` with a prompt of token ids.
+
+    ``prompt_logprobs: N`` returns, for every prompt position, the top N of the distribution that
+    predicts it (the position's own token added with its rank), and ``logprobs: N`` the top N after
+    the last: a verify round is one request whatever γ. Such a request skips vLLM's prefix cache,
+    so each recomputes its context. The logprobs are the raw model's (vLLM's default
+    ``logprobs_mode``, before temperature and the sampler). The compute the server spent is read
+    from the response's ``metrics`` when vLLM runs with ``--enable-per-request-metrics`` (queue plus
+    time to the first token); otherwise the whole request time counts as round trip. The
+    vocabulary size is read once with ``logprobs: -1``, which needs ``--max-logprobs -1``.
+    """
+
+    kind = "vllm"
+
+    def __init__(self, transport: Transport):
+        super().__init__(transport)
+        self._model = ""
+
+    def model(self) -> str:
+        if not self._model:
+            answer, _ = self.transport.get("/v1/models")
+            try:
+                self._model = str(answer["data"][0]["id"])
+            except (KeyError, IndexError, TypeError):
+                raise ServerError(f"{self.transport.url}/v1/models lists no model") from None
+        return self._model
+
+    def info(self) -> ServedModelInfo:
+        answer, _ = self.transport.get("/v1/models")
+        try:
+            entry = answer["data"][0]
+            self._model = str(entry["id"])
+            context = int(entry.get("max_model_len") or 0) or None
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/v1/models lists no model: is it a vLLM server?") from None
+        try:
+            whole = self._complete([0], 1, SamplerFields(), logprobs=-1)
+        except ServerError as e:
+            if "max allowed" not in str(e):
+                raise
+            raise ServerError(f"{self.transport.url} caps logprobs ({str(e).rsplit(': ', 1)[-1]}): start vLLM "
+                              "with --max-logprobs -1 so that the client can read the vocabulary size") from None
+        vocab = len(self._choice(whole).get("logprobs", {}).get("top_logprobs", [{}])[0])
+        return ServedModelInfo(self._model.rstrip("/").rsplit("/", 1)[-1], vocab, context, "vLLM")
+
+    def tokenize(self, text: str) -> list[int]:
+        answer, _ = self.transport.post("/tokenize", {"model": self.model(), "prompt": text,
+                                                      "add_special_tokens": False})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerError(f"{self.transport.url}/tokenize returned no token list")
+        return [int(t) for t in tokens]
+
+    def _complete(self, prompt: list[int], max_tokens: int, fields: SamplerFields, *, logprobs: int,
+                  prompt_logprobs: int | None = None) -> dict:
+        """One ``/v1/completions`` request; every sampling field explicit (vLLM's order: penalties,
+        temperature, min-p, top-k, top-p; penalties and min-p off, so ours). ``ignore_eos`` stays
+        off and end tokens are decoded, not skipped."""
+        body = {"model": self.model(), "prompt": prompt, "max_tokens": max_tokens, "n": 1,
+                "temperature": fields.temperature, "top_k": fields.top_k if fields.top_k > 0 else -1,
+                "top_p": fields.top_p, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                "frequency_penalty": 0.0, "seed": fields.seed, "ignore_eos": False, "min_tokens": 0,
+                "stop": [], "stop_token_ids": [], "skip_special_tokens": False, "add_special_tokens": False,
+                "logprobs": logprobs, "return_tokens_as_token_ids": True, "return_token_ids": True,
+                "stream": False}
+        if prompt_logprobs is not None:
+            body["prompt_logprobs"] = prompt_logprobs
+        answer, wall = self.transport.post("/v1/completions", body)
+        self.times.add(wall, _vllm_server_seconds(answer))
+        answer["_wall_s"] = wall
+        return answer
+
+    def _choice(self, answer: dict) -> dict:
+        try:
+            return answer["choices"][0]
+        except (KeyError, IndexError, TypeError):
+            raise ServerError(f"{self.transport.url}/v1/completions returned no choice") from None
+
+    def next_token(self, prefix: list[int], n_probs: int) -> NextToken:
+        return self.rows(prefix, 1, n_probs)[0]
+
+    def rows(self, sequence: list[int], keep: int, n_probs: int) -> list[NextToken]:
+        """Every position of a verify round in one request: ``prompt_logprobs`` for the prefixes
+        inside the sequence, the sampled token's ``logprobs`` for the whole of it."""
+        inside = keep - 1
+        answer = self._complete(sequence, 1, SamplerFields(), logprobs=n_probs,
+                                prompt_logprobs=n_probs if inside else None)
+        choice, wall = self._choice(answer), answer["_wall_s"]
+        server_s = _vllm_server_seconds(answer)
+        tops = []
+        if inside:
+            scored = choice.get("prompt_logprobs")
+            if not isinstance(scored, list) or len(scored) != len(sequence):
+                raise ServerError(f"{self.transport.url}/v1/completions ignored prompt_logprobs: no score "
+                                  f"for each of the {len(sequence)} prompt tokens")
+            for position in range(len(sequence) - inside, len(sequence)):
+                tops.append(self._prompt_row(scored[position], n_probs, server_s, wall))
+        tops.append(self._last_row(choice, n_probs, server_s, wall))
+        return tops
+
+    def _prompt_row(self, entry, n_probs: int, server_s: float, wall: float) -> NextToken:
+        """A ``prompt_logprobs`` entry ({id: {logprob, rank}}): its top N by rank, best first (the
+        position's own token, added when it ranks lower, is left out: a row holds the top N)."""
+        try:
+            ranked = sorted((int(v["rank"]), int(k), float(v["logprob"])) for k, v in entry.items())
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/v1/completions: a prompt_logprobs entry is not "
+                              "{id: {logprob, rank}}") from None
+        kept = [(i, lp) for rank, i, lp in ranked if rank <= n_probs]
+        return self._checked(kept, n_probs, server_s, wall)
+
+    def _last_row(self, choice: dict, n_probs: int, server_s: float, wall: float) -> NextToken:
+        """The top N after the whole prompt (``logprobs``, keyed ``token_id:ID``); the token vLLM
+        sampled greedily must be its top-1."""
+        try:
+            top = choice["logprobs"]["top_logprobs"][0]
+            pairs = sorted(((int(str(k).rsplit(":", 1)[-1]), float(v)) for k, v in top.items()),
+                           key=lambda e: -e[1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/v1/completions ignored logprobs or "
+                              "return_tokens_as_token_ids: no top_logprobs keyed token_id:ID") from None
+        row = self._checked(pairs[:n_probs], n_probs, server_s, wall)
+        sampled = (choice.get("token_ids") or [None])[0]
+        tied = len(row.logprobs) > 1 and row.logprobs[0] == row.logprobs[1]
+        if sampled is not None and int(sampled) != row.ids[0] and not tied:
+            raise ServerError(f"{self.transport.url}/v1/completions ignored the greedy settings: it sampled "
+                              f"{sampled}, not its top-1 {row.ids[0]}")
+        return row
+
+    def _checked(self, pairs: list[tuple[int, float]], n_probs: int, server_s: float, wall: float) -> NextToken:
+        if len(pairs) < n_probs:
+            raise ServerError(f"{self.transport.url}/v1/completions returned {len(pairs)} logprobs, not the "
+                              f"{n_probs} asked for (start vLLM with --max-logprobs -1)")
+        return NextToken([i for i, _ in pairs], [lp for _, lp in pairs], server_s, wall)
+
+    def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):
+        """vLLM's own decode, one request per token (each timed; Ctrl-C keeps what was made; its
+        prefix cache holds the context), a seed per position as for llama.cpp."""
+        ids = list(prompt)
+        for _ in range(max_new):
+            step = SamplerFields(fields.temperature, fields.top_k, fields.top_p,
+                                 (fields.seed * 1_000_003 + len(ids)) % 2**32)
+            answer = self._complete(ids, 1, step, logprobs=0)
+            tokens = self._choice(answer).get("token_ids")
+            if not tokens:
+                raise ServerError(f"{self.transport.url}/v1/completions returned no token ids "
+                                  "(return_token_ids ignored)")
+            ids.append(int(tokens[0]))
+            yield int(tokens[0]), answer["_wall_s"]
+
+
+def _vllm_server_seconds(answer: dict) -> float:
+    """vLLM's per-request metrics (``--enable-per-request-metrics``): queue time plus time to the
+    first token, the compute of a one-token request; 0 when the server does not report them."""
+    metrics = answer.get("metrics") if isinstance(answer, dict) else None
+    if not isinstance(metrics, dict):
+        return 0.0
+    return (float(metrics.get("queue_time_ms") or 0.0) + float(metrics.get("time_to_first_token_ms") or 0.0)) / 1000.0
+
+
+KINDS: dict[str, type[ServerClient]] = {"llamacpp": LlamaCppClient, "vllm": VllmClient}
 # Named so that a user sees them refused in one line rather than as unknown words.
-PLANNED = ("vllm", "sglang")
+PLANNED = ("sglang",)
 
 
 def detect_kind(transport: Transport) -> str:
-    """The engine behind ``transport``: llama.cpp answers ``/props`` with ``default_generation_settings``."""
+    """The engine behind ``transport``: llama.cpp answers ``/props`` with
+    ``default_generation_settings``; vLLM lists its models as ``owned_by: vllm``."""
     try:
         props, _ = transport.get("/props")
     except ServerError as e:
@@ -319,8 +488,19 @@ def detect_kind(transport: Transport) -> str:
         props = {}
     if isinstance(props, dict) and "default_generation_settings" in props:
         return "llamacpp"
-    raise ServerError(f"{transport.url} is not a llama.cpp server (no /props); vLLM and SGLang are not "
-                      "supported yet: pass --server-kind llamacpp for a llama.cpp server")
+    try:
+        models, _ = transport.get("/v1/models")
+    except ServerError as e:
+        if "HTTP 404" not in str(e):
+            raise
+        models = {}
+    owners = {str(m.get("owned_by", "")).lower() for m in (models.get("data") or []) if isinstance(m, dict)} \
+        if isinstance(models, dict) else set()
+    for kind in KINDS:
+        if kind in owners:
+            return kind
+    raise ServerError(f"{transport.url} is neither a llama.cpp server (/props) nor a vLLM one (/v1/models "
+                      f"owned by vllm): pass --server-kind ({', '.join(KINDS)})")
 
 
 def connect(url: str, kind: str | None = None, backoff: Backoff = Backoff()) -> ServerClient:

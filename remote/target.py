@@ -72,9 +72,10 @@ class ServedSession:
     """One generation against the server: the loop's ``CachedModel`` calls, each a set of requests.
 
     The server keeps the prefix cache (``cache_prompt``): nothing is rolled back here, and the
-    next request's prompt is simply the kept sequence. A round of γ drafts is γ+1 requests
-    (llama.cpp returns the distribution after the last prompt token only); ``forwards`` counts
-    rounds, ``network_stats()`` the requests and their times.
+    next request's prompt is simply the kept sequence. A round of γ drafts is γ+1 requests on
+    llama.cpp (it returns the distribution after the last prompt token only) and one on an engine
+    that scores a prompt's positions (``client.rows``); ``forwards`` counts rounds,
+    ``network_stats()`` the requests and their times.
     """
 
     keep_hidden = False
@@ -110,20 +111,24 @@ class ServedSession:
         """The logits rows (keep, V) after each of the last ``keep`` prefixes of ``ids`` (1, L)."""
         sequence = ids[0].tolist()
         mark = self.target.client.times.mark()
-        rows = [self._row(sequence[:len(sequence) - keep + 1 + j]) for j in range(keep)]
+        start = len(sequence) - keep + 1
+        tops = self.target.client.rows(sequence, keep, self.plan.n_probs)
+        if len(tops) != keep:
+            raise ServerError(f"the server scored {len(tops)} positions, not the {keep} asked for")
+        rows = [self._row(sequence[:start + j], top) for j, top in enumerate(tops)]
         spent = self.target.client.times.since(mark)
         self.per_call.append((spent["requests"], round(1000 * spent["request_s"], 3), round(1000 * spent["server_s"], 3)))
         self.forwards += 1
         self._length = len(sequence)
         return torch.stack(rows).to(self.device)                          # (keep, V)
 
-    def _row(self, prefix: list[int]) -> torch.Tensor:
-        """One position's row; a nucleus row the returned mass does not certify is asked again
-        with four times as many log-probabilities (the whole vocabulary at most, which is exact)."""
+    def _row(self, prefix: list[int], top) -> torch.Tensor:
+        """The row of the distribution ``top`` after ``prefix``; a nucleus row the returned mass
+        does not certify is asked again with four times as many log-probabilities (the whole
+        vocabulary at most, which is exact)."""
         plan, processor = self.plan, self.target.processor
         n = plan.n_probs
         while True:
-            top = self.target.client.next_token(prefix, n)
             if min(top.ids) < 0 or max(top.ids) >= plan.vocab_size:
                 raise ServerError(f"the server returned token id {max(top.ids)} outside its {plan.vocab_size}-token "
                                   "vocabulary: it serves another model than it described")
@@ -131,6 +136,7 @@ class ServedSession:
                     top.logprobs, processor.temperature, processor.top_p, plan.vocab_size):
                 return row_of(top.ids, top.logprobs, plan)
             n = min(4 * n, plan.vocab_size)
+            top = self.target.client.next_token(prefix, n)
 
     def checkpoint(self) -> None:
         """Nothing to snapshot: the server's cache follows the prompt each request sends."""

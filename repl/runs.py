@@ -184,6 +184,13 @@ class Why:
         return [(p, n) for p, n in zip(a.accepted_by_position, a.reached_by_position) if n]
 
 
+def per_position_requests(result) -> bool:
+    """Whether a served run's target calls were a request per scored position (llama.cpp), so a
+    round trip is paid per position, not per call (an engine scoring a prompt's positions: one)."""
+    calls = (result.network or {}).get("per_call") or []
+    return any(requests > 1 for requests, *_ in calls)
+
+
 def _round_gamma(trace: list[Round]) -> int:
     return max((max(r.gamma, len(r.drafted)) for r in trace), default=0)
 
@@ -286,7 +293,7 @@ class PromptRun:
     def _what_if(self, run: StrategyRun, why: Why, rtt_ms: float) -> WhatIf:
         """The speedup model with ``rtt_ms`` added to every target call."""
         costs = costs_from_result(run.result, ar_step_s=self.ar_step_s(), rtt_s=rtt_ms / 1000.0)
-        if costs is not None and (run.result.network or {}).get("per_call"):   # served: a request per position
+        if costs is not None and per_position_requests(run.result):
             costs = replace(costs, trip_per_position=True)
         trace, base = run.result.trace, self.baseline()
         mix, predicted = why.mix(trace), None

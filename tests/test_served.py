@@ -173,10 +173,10 @@ def test_an_end_token_ranked_first_ends_the_run(url, pair, monkeypatch, ignore_e
 
 def test_a_row_for_the_wrong_prefix_is_caught(pair, prompts, references, monkeypatch):
     """Mutation: each position scored one token short (an off-by-one in the prefixes sent)."""
-    from remote import target as served
+    from remote.client import ServerClient
 
-    real = served.ServedSession._row
-    monkeypatch.setattr(served.ServedSession, "_row", lambda self, prefix: real(self, prefix[:-1]))
+    real = ServerClient.rows
+    monkeypatch.setattr(ServerClient, "rows", lambda self, sequence, keep, n: real(self, sequence[:-1], keep, n))
     got = decode(pair, prompts[0], "speculative", drafter="model", gamma=3)
     assert not same_as_reference(got.tokens, references[0], pair.end_tokens)
 
@@ -342,9 +342,9 @@ def test_unknown_kind_and_bad_url_are_one_line():
     with pytest.raises(ServerError, match="not a server address"):
         connect("localhost:8080")
     with pytest.raises(ServerError, match="not supported yet"):
-        connect("http://127.0.0.1:1", "vllm")
+        connect("http://127.0.0.1:1", "sglang")
     with FakeServer(lambda m, p, b: (404, {})) as fake:
-        with pytest.raises(ServerError, match="not a llama.cpp server"):
+        with pytest.raises(ServerError, match="neither a llama.cpp server"):
             connect(fake.url, backoff=FAST)
 
 
