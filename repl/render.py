@@ -240,7 +240,9 @@ def what_if_text(what_if) -> str:
     w = what_if
     predicted = "" if w.predicted is None else f"predicted {_x(w.predicted)} ("
     steady = f"long outputs {_x(w.predicted_steady)}" + (")" if predicted else "")
-    return (f"at a {w.rtt_ms:g} ms round trip per target call (/rtt): {predicted}{steady}, "
+    where = ("per target call (/rtt)" if w.measured_ms is None else
+             f"per request (/rtt; measured {w.measured_ms:.1f} ms)")
+    return (f"at a {w.rtt_ms:g} ms round trip {where}: {predicted}{steady}, "
             f"best gamma {w.best_gamma} ({_x(w.best_speedup)})")
 
 

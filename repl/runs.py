@@ -123,6 +123,7 @@ class WhatIf:
     predicted_steady: float
     best_gamma: int
     best_speedup: float
+    measured_ms: float | None = None   # a served run: the round trip per request it measured
 
 
 @dataclass
@@ -182,6 +183,12 @@ class Why:
         """(accepted, reached) at each draft position some round reached."""
         a = self.acceptance
         return [(p, n) for p, n in zip(a.accepted_by_position, a.reached_by_position) if n]
+
+
+def measured_round_trip_s(result) -> float | None:
+    """A served run's measured round trip per request (None for a local target)."""
+    network = result.network or {}
+    return network["round_trip_per_request_ms"] / 1000.0 if network.get("requests") else None
 
 
 def per_position_requests(result) -> bool:
@@ -291,17 +298,21 @@ class PromptRun:
         return why
 
     def _what_if(self, run: StrategyRun, why: Why, rtt_ms: float) -> WhatIf:
-        """The speedup model with ``rtt_ms`` added to every target call."""
-        costs = costs_from_result(run.result, ar_step_s=self.ar_step_s(), rtt_s=rtt_ms / 1000.0)
+        """The speedup model with a round trip of ``rtt_ms`` on every target call. A local target
+        has none, so all of it is added; a served run measured its own, so the model swaps the
+        measured round trip per request for ``rtt_ms`` (each run, target AR included, its own)."""
+        measured = measured_round_trip_s(run.result)
+        costs = costs_from_result(run.result, ar_step_s=self.ar_step_s(), rtt_s=rtt_ms / 1000.0 - (measured or 0.0))
         if costs is not None and per_position_requests(run.result):
             costs = replace(costs, trip_per_position=True)
         trace, base = run.result.trace, self.baseline()
         mix, predicted = why.mix(trace), None
         if base is not None:
-            ar_rate = tokens_per_s_at_rtt(base.result, costs.rtt_s)
+            ar_rate = tokens_per_s_at_rtt(base.result, rtt_ms / 1000.0 - (measured_round_trip_s(base.result) or 0.0))
             predicted = mix_run_speedup(run.result, mix, costs, ar_rate)
         best, best_speedup = why.best(trace, costs)
-        return WhatIf(rtt_ms, predicted, mix_speedup(mix, costs), best, best_speedup)
+        return WhatIf(rtt_ms, predicted, mix_speedup(mix, costs), best, best_speedup,
+                      None if measured is None else 1000.0 * measured)
 
     def strategy_dict(self, run: StrategyRun) -> dict:
         """One strategy's JSON entry: output, measured numbers and the why numbers."""
@@ -357,7 +368,7 @@ class PromptRun:
             entry["lookahead_stats"] = lookahead
         if why is not None and why.what_if is not None:
             w = why.what_if
-            entry["what_if_rtt"] = {"rtt_ms": w.rtt_ms, "predicted_speedup": w.predicted,
+            entry["what_if_rtt"] = {"rtt_ms": w.rtt_ms, "measured_rtt_ms": w.measured_ms, "predicted_speedup": w.predicted,
                                     "predicted_speedup_steady": w.predicted_steady,
                                     "best_gamma": w.best_gamma, "best_gamma_speedup": w.best_speedup}
         return entry

@@ -180,3 +180,25 @@ def test_the_rtt_what_if_prices_one_trip_per_round_on_vllm(fake, target, tokeniz
     monkeypatch.setattr(runs, "per_position_requests", lambda result: True)
     per_position = prompt_run.why(prompt_run.runs[0], rtt_ms=20.0).what_if
     assert per_position.predicted_steady < per_round.predicted_steady
+
+
+def test_on_a_served_run_rtt_is_the_whole_round_trip(fake, target, tokenizer):
+    """A served run measured its round trip: /rtt at exactly that value changes nothing, a larger
+    one moves the prediction. Mutation: /rtt added on top of the measured round trip (a local
+    target's reading) moves it at the measured value."""
+    from repl.runs import PromptRun, StrategyRun, measured_round_trip_s
+
+    pair = pair_with(fake, tiny_llama(11, vocab_size=VOCAB, logit_scale=8.0), tokenizer)
+    spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,
+                                 drafter="model"), pair, PROMPTS[1])
+    base = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, PROMPTS[1])
+    prompt_run = PromptRun("", PROMPTS[1], greedy=True, runs=[StrategyRun("speculative", spec),
+                                                               StrategyRun("target", base)])
+    measured_ms = 1000 * measured_round_trip_s(spec)
+    assert measured_ms > 0
+    plain = prompt_run.why(prompt_run.runs[0], rtt_ms=0.0)
+    same = prompt_run.why(prompt_run.runs[0], rtt_ms=measured_ms).what_if
+    assert same.measured_ms == pytest.approx(measured_ms)
+    assert same.predicted_steady == pytest.approx(plain.predicted_steady, rel=1e-9)
+    farther = prompt_run.why(prompt_run.runs[0], rtt_ms=measured_ms + 50).what_if
+    assert farther.predicted_steady != pytest.approx(plain.predicted_steady, rel=1e-3)
