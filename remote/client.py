@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from dataclasses import dataclass
 
 
@@ -204,6 +205,10 @@ class ServerClient:
     def info(self) -> ServedModelInfo:
         raise NotImplementedError
 
+    def new_run(self) -> None:
+        """A generation starts: its requests must not reuse what another run left in the
+        server's prompt cache, so that each strategy pays its own prompt, as a local one does."""
+
     def tokenize(self, text: str) -> list[int]:
         raise NotImplementedError
 
@@ -233,6 +238,15 @@ class LlamaCppClient(ServerClient):
 
     kind = "llamacpp"
 
+    def __init__(self, transport: Transport):
+        super().__init__(transport)
+        self._fresh = False
+
+    def new_run(self) -> None:
+        """The run's first request goes with ``cache_prompt`` off: the slot evaluates the whole
+        prompt (and keeps it for the run's next requests) instead of reusing another run's."""
+        self._fresh = True
+
     def info(self) -> ServedModelInfo:
         answer, _ = self.transport.get("/v1/models")
         try:
@@ -260,8 +274,9 @@ class LlamaCppClient(ServerClient):
             samplers, top_k = ["top_k", "temperature"], 1
         else:   # the order of sampling.processors: temperature, then top-k, then top-p
             samplers, top_k = ["temperature", "top_k", "top_p"], fields.top_k
+        fresh, self._fresh = self._fresh, False
         return {"prompt": prompt, "n_predict": n_predict, "n_probs": n_probs, "post_sampling_probs": False,
-                "cache_prompt": True, "samplers": samplers, "temperature": fields.temperature, "top_k": top_k,
+                "cache_prompt": not fresh, "samplers": samplers, "temperature": fields.temperature, "top_k": top_k,
                 "top_p": fields.top_p, "min_p": 0.0, "typical_p": 1.0, "top_n_sigma": -1.0,
                 "xtc_probability": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
                 "frequency_penalty": 0.0, "dry_multiplier": 0.0, "mirostat": 0, "ignore_eos": False,
@@ -289,6 +304,7 @@ class LlamaCppClient(ServerClient):
     def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):
         """The server's own decode, one request per token so that each is timed and Ctrl-C keeps
         the tokens made (the prefix is cached on the server, so each request feeds one token)."""
+        self.new_run()
         ids = list(prompt)
         for _ in range(max_new):
             # A seed per position: one seed for every request would draw the same uniform each time.
@@ -329,6 +345,12 @@ class VllmClient(ServerClient):
     def __init__(self, transport: Transport):
         super().__init__(transport)
         self._model = ""
+        self._salt = ""
+
+    def new_run(self) -> None:
+        """A fresh ``cache_salt`` for the run's requests: vLLM shares cached prefixes only among
+        requests of the same salt, so a run never reads another's prompt from the cache."""
+        self._salt = uuid.uuid4().hex
 
     def model(self) -> str:
         if not self._model:
@@ -379,6 +401,8 @@ class VllmClient(ServerClient):
                 "stream": False}
         if prompt_logprobs is not None:
             body["prompt_logprobs"] = prompt_logprobs
+        if self._salt:
+            body["cache_salt"] = self._salt
         answer, wall = self.transport.post("/v1/completions", body)
         self.times.add(wall, _vllm_server_seconds(answer))
         answer["_wall_s"] = wall
@@ -450,6 +474,7 @@ class VllmClient(ServerClient):
     def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):
         """vLLM's own decode, one request per token (each timed; Ctrl-C keeps what was made; its
         prefix cache holds the context), a seed per position as for llama.cpp."""
+        self.new_run()
         ids = list(prompt)
         for _ in range(max_new):
             step = SamplerFields(fields.temperature, fields.top_k, fields.top_p,

@@ -102,6 +102,7 @@ class ServedSession:
         return self._length
 
     def begin(self, prompt: list[int], prefills=()) -> list[int]:
+        self.target.client.new_run()
         self._mark = self.target.client.times.mark()
         self.per_call = []
         self._length = 0

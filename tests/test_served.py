@@ -421,3 +421,35 @@ def test_a_drafter_made_from_or_reading_the_target_is_refused_before_connecting(
     with pytest.raises(ModelLoadError, match="on the server|does not return") as caught:
         load_served_pair("http://127.0.0.1:9", None, drafter)
     assert "\n" not in str(caught.value)
+
+
+def test_each_run_pays_its_own_prompt_on_the_server(pair, prompts, monkeypatch):
+    """The server keeps the last prompt cached; a run must not reuse what the run before it left
+    there (the strategy that went first would pay every other's prefill). Each run's first request
+    evaluates the whole prompt (llama.cpp's own count, ``timings.prompt_n``), the next ones a few
+    tokens. Mutation: without the per-run reset the second run evaluates almost nothing."""
+    from remote.client import LlamaCppClient
+
+    client = pair.target.client
+    evaluated: list[tuple[int, int]] = []
+    real = client.transport.post
+
+    def counting(path, body):
+        answer, wall = real(path, body)
+        evaluated.append((len(body["prompt"]), int(answer["timings"]["prompt_n"])))
+        return answer, wall
+    monkeypatch.setattr(client.transport, "post", counting)
+
+    def first_requests():
+        evaluated.clear()
+        decode(pair, prompts[0], "speculative", drafter="model", gamma=2)
+        spec = evaluated[0]
+        evaluated.clear()
+        decode(pair, prompts[0], "target")
+        return spec, evaluated[0], evaluated[1]
+    spec, target, after = first_requests()
+    assert spec == (len(prompts[0]), len(prompts[0])) and target == (len(prompts[0]), len(prompts[0]))
+    assert after[1] <= 2
+    monkeypatch.setattr(LlamaCppClient, "new_run", lambda self: None)
+    _, target, _ = first_requests()
+    assert target[1] < len(prompts[0])

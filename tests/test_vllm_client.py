@@ -202,3 +202,18 @@ def test_on_a_served_run_rtt_is_the_whole_round_trip(fake, target, tokenizer):
     assert same.predicted_steady == pytest.approx(plain.predicted_steady, rel=1e-9)
     farther = prompt_run.why(prompt_run.runs[0], rtt_ms=measured_ms + 50).what_if
     assert farther.predicted_steady != pytest.approx(plain.predicted_steady, rel=1e-3)
+
+
+def test_each_run_has_its_own_cache_salt(fake, target, tokenizer):
+    """vLLM shares cached prefixes among requests of one ``cache_salt``: every request of a run
+    carries the run's salt, and no two runs share one (a run never reads another's prompt)."""
+    pair = pair_with(fake, target, tokenizer)
+    salts = []
+    for key, fields in (("speculative", dict(drafter="model", gamma=2)), ("target", {}), ("speculative",
+                                                                                       dict(drafter="model", gamma=2))):
+        first = len(fake.vllm.bodies)
+        run_strategy(Strategy(key, processor=GreedyProcessor(), max_gen_len=6, **fields), pair, PROMPTS[0])
+        run_salts = {body.get("cache_salt") for body in fake.vllm.bodies[first:]}
+        assert len(run_salts) == 1 and None not in run_salts
+        salts.append(run_salts.pop())
+    assert len(set(salts)) == 3
