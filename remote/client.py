@@ -149,7 +149,10 @@ def _error_text(error: urllib.error.HTTPError) -> str:
         body = json.loads(error.read() or b"{}")
     except ValueError:
         return ""
+    if not isinstance(body, dict):
+        return ""
     message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("error")
+    message = message or body.get("message")        # SGLang's OpenAI routes answer {"object": "error", "message"}
     return f": {str(message).splitlines()[0]}" if message else ""
 
 
@@ -479,13 +482,15 @@ class SglangClient(ServerClient):
     ``return_logprob`` with ``logprob_start_len: S`` and ``top_logprobs_num: N`` returns in
     ``meta_info.input_top_logprobs`` the top N of the distribution that predicts each prompt token
     from position S on, and ``output_top_logprobs`` the top N after the whole prompt: a verify round
-    is one request whatever γ. SGLang reuses its radix (prefix) cache up to S, so a request
-    recomputes only the positions it scores. The facts it rests on, from sgl-project/sglang:
+    is one request whatever γ. SGLang reuses its radix (prefix) cache up to S (the matched prefix is
+    capped there: python/sglang/srt/managers/schedule_batch.py), so a request recomputes only the
+    positions it scores. The facts it rests on, from sgl-project/sglang:
 
     - request fields: ``GenerateReqInput`` (python/sglang/srt/managers/io_struct.py) and
       ``SamplingParams`` (python/sglang/srt/sampling/sampling_params.py: temperature 0 becomes
       top_k 1 at temperature 1, top_k -1 means the whole vocabulary, every field has a default and
-      ``--preferred-sampling-params`` fills the ones a request leaves out, so all are sent);
+      ``--preferred-sampling-params`` fills the ones a request leaves out (tokenizer_manager.py,
+      ``_create_tokenized_object``), so all are sent);
     - the input entries (``add_input_logprob_return_values`` in
       python/sglang/srt/managers/scheduler_output_processor_mixin.py): the first is None, entry j
       is the token at position S + j with the distribution after the prefix before it; the

@@ -231,3 +231,15 @@ def test_a_verify_request_skips_no_cache_before_the_scored_positions(fake, targe
     client = connect(fake.url, backoff=FAST)
     client.rows(PROMPTS[2], 2, 5)
     assert fake.sglang.bodies[-1]["logprob_start_len"] == len(PROMPTS[2]) - 2
+
+
+def test_the_vocabulary_is_read_from_a_flat_error_too(target, tokenizer):
+    """SGLang's OpenAI routes answer errors flat ({"object": "error", "message"}); the bound is read
+    from either shape."""
+    def flat(method, path, body):
+        status, answer = FakeSglang(target, tokenizer)(method, path, body)
+        if status == 400:
+            answer = {"object": "error", "message": answer["error"]["message"], "type": "BadRequestError", "code": 400}
+        return status, answer
+    with FakeServer(flat) as server:
+        assert connect(server.url, "sglang", backoff=FAST).info().vocab_size == VOCAB
