@@ -45,11 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "(transformers >= 5.24) (default "
                              "with the default target: the self-drafter measured fastest on this machine)")
     models.add_argument("--target-server", metavar="URL",
-                        help="the target is the model behind a serving engine at URL (llama.cpp's or vLLM's "
-                             "server: http://127.0.0.1:8080); the drafter and the tokenizer load here (default drafter: "
+                        help="the target is the model behind a serving engine at URL (llama.cpp's, vLLM's or "
+                             "SGLang's server: http://127.0.0.1:8080); the drafter and the tokenizer load here (default drafter: "
                              "the offline model); see docs/server.md")
     models.add_argument("--server-kind", metavar="KIND",
-                        help="the engine behind --target-server: llamacpp or vllm (default: detected)")
+                        help="the engine behind --target-server: llamacpp, vllm or sglang (default: detected)")
     models.add_argument("--server-probs", metavar="N", type=int, default=20,
                         help="log-probabilities asked for at each position (default 20; the server's whole "
                              "vocabulary makes every sampler exact, slowly)")

@@ -1,4 +1,4 @@
-"""HTTP clients for a target model behind a serving engine (llama.cpp's server first).
+"""HTTP clients for a target model behind a serving engine (llama.cpp, vLLM, SGLang).
 
 A client knows one engine's API: what the model is (vocabulary, context), how to tokenize a text
 on the server, how to ask for the distribution after a prefix (top-N logprobs), and how to decode
@@ -12,6 +12,7 @@ each request took on the wire and the compute time the server reported are kept
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import urllib.error
@@ -149,7 +150,10 @@ def _error_text(error: urllib.error.HTTPError) -> str:
         body = json.loads(error.read() or b"{}")
     except ValueError:
         return ""
+    if not isinstance(body, dict):
+        return ""
     message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("error")
+    message = message or body.get("message")        # SGLang's OpenAI routes answer {"object": "error", "message"}
     return f": {str(message).splitlines()[0]}" if message else ""
 
 
@@ -497,35 +501,243 @@ def _vllm_server_seconds(answer: dict) -> float:
     return (float(metrics.get("queue_time_ms") or 0.0) + float(metrics.get("time_to_first_token_ms") or 0.0)) / 1000.0
 
 
-KINDS: dict[str, type[ServerClient]] = {"llamacpp": LlamaCppClient, "vllm": VllmClient}
-# Named so that a user sees them refused in one line rather than as unknown words.
-PLANNED = ("sglang",)
+class SglangClient(ServerClient):
+    """SGLang's native API: ``/generate`` with ``input_ids``.
+
+    ``return_logprob`` with ``logprob_start_len: S`` and ``top_logprobs_num: N`` returns in
+    ``meta_info.input_top_logprobs`` the top N of the distribution that predicts each prompt token
+    from position S on, and ``output_top_logprobs`` the top N after the whole prompt: a verify round
+    is one request whatever γ. SGLang reuses its radix (prefix) cache up to S (the matched prefix is
+    capped there: python/sglang/srt/managers/schedule_batch.py), so a request recomputes only the
+    positions it scores. The facts it rests on, from sgl-project/sglang:
+
+    - request fields: ``GenerateReqInput`` (python/sglang/srt/managers/io_struct.py) and
+      ``SamplingParams`` (python/sglang/srt/sampling/sampling_params.py: temperature 0 becomes
+      top_k 1 at temperature 1, top_k -1 means the whole vocabulary, every field has a default and
+      ``--preferred-sampling-params`` fills the ones a request leaves out (tokenizer_manager.py,
+      ``_create_tokenized_object``), so all are sent);
+    - the input entries (``add_input_logprob_return_values`` in
+      python/sglang/srt/managers/scheduler_output_processor_mixin.py): the first is None, entry j
+      is the token at position S + j with the distribution after the prefix before it; the
+      distribution after the last prompt token is the first output entry, not an input one;
+    - each entry is ``[logprob, token_id, text]`` (text None without ``return_text_in_logprobs``),
+      a position's top list None when it has none (``detokenize_top_logprobs_tokens`` in
+      python/sglang/srt/managers/tokenizer_manager.py);
+    - the logprobs of a greedy request are the raw model's: python/sglang/srt/layers/sampler.py takes
+      ``log_softmax`` of the logits before any processing when a batch is all greedy, and otherwise
+      divides by the request's temperature (1 for a greedy request, whatever
+      ``SGLANG_RETURN_ORIGINAL_LOGPROB`` says) and renormalises over its top-p (1 here). The client
+      reads logprobs from greedy requests only;
+    - ``meta_info.e2e_latency`` (tokenizer_manager.py: from the request's arrival to its end on the
+      server) is taken as the server's seconds; ``/v1/models`` is owned by ``sglang`` and gives
+      ``max_model_len`` (python/sglang/srt/entrypoints/openai/protocol.py, ``ModelCard``);
+      ``/tokenize`` takes ``prompt`` and ``add_special_tokens`` and returns ``tokens``.
+
+    SGLang publishes its vocabulary size nowhere (``/get_model_info`` has no such field). It states
+    it in one refusal: ``SamplingParams.verify`` bounds ``logit_bias`` keys by the model's vocabulary
+    ("logit_bias must has keys in [0, V-1]"), checked before the request is scheduled; ``info()``
+    sends one request built to be refused that way and reads V from the answer, or refuses.
+    """
+
+    kind = "sglang"
+    _PROBE_ID = 1_000_000_000          # a logit_bias key above any vocabulary
+    _BOUND = re.compile(r"logit_bias must ha\w* keys in \[0, (\d+)\]")
+
+    def __init__(self, transport: Transport):
+        super().__init__(transport)
+        self._model = ""
+
+    def model(self) -> str:
+        if not self._model:
+            self._models()
+        return self._model
+
+    def _models(self) -> int | None:
+        """The served model's name (``/v1/models``), kept; its context length."""
+        answer, _ = self.transport.get("/v1/models")
+        try:
+            entry = answer["data"][0]
+            self._model = str(entry["id"])
+            return int(entry.get("max_model_len") or 0) or None
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/v1/models lists no model: is it an SGLang server?") from None
+
+    def info(self) -> ServedModelInfo:
+        context = self._models()
+        return ServedModelInfo(self._model.rstrip("/").rsplit("/", 1)[-1], self._vocab_size(), context, "SGLang")
+
+    def _vocab_size(self) -> int:
+        """V, from SGLang's refusal of a ``logit_bias`` key outside the vocabulary (see the class)."""
+        body = {"input_ids": [0], "sampling_params": {"max_new_tokens": 0, "logit_bias": {str(self._PROBE_ID): 0.0}},
+                "stream": False}
+        try:
+            self.transport.post("/generate", body)
+        except ServerError as e:
+            found = self._BOUND.search(str(e))
+            if found:
+                return int(found.group(1)) + 1
+            raise ServerError(f"{self.transport.url}/generate does not state its vocabulary size ({e}): "
+                              "an SGLang with logit_bias checks is needed") from None
+        raise ServerError(f"{self.transport.url}/generate accepted a logit_bias key outside any vocabulary, so its "
+                          "vocabulary size cannot be read: an SGLang with logit_bias checks is needed")
+
+    def tokenize(self, text: str) -> list[int]:
+        answer, _ = self.transport.post("/tokenize", {"model": self.model(), "prompt": text,
+                                                      "add_special_tokens": False})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerError(f"{self.transport.url}/tokenize returned no token list")
+        return [int(t) for t in tokens]
+
+    @staticmethod
+    def _sampling(max_new_tokens: int, fields: SamplerFields) -> dict:
+        """Every sampling field, explicitly (SGLang's order: temperature, then top-k and top-p on the
+        softmax; min-p and every penalty off). ``ignore_eos`` stays off and end tokens are kept in the
+        text, not trimmed (the loop stops at end tokens itself)."""
+        return {"max_new_tokens": max_new_tokens, "temperature": fields.temperature,
+                "top_k": fields.top_k if fields.top_k > 0 else -1, "top_p": fields.top_p, "min_p": 0.0,
+                "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+                "min_new_tokens": 0, "n": 1, "stop": [], "stop_token_ids": [], "ignore_eos": False,
+                "skip_special_tokens": False, "spaces_between_special_tokens": True, "no_stop_trim": True,
+                "sampling_seed": fields.seed}
+
+    def _generate(self, input_ids: list[int], fields: SamplerFields, *, logprob_start: int | None = None,
+                  n_probs: int = 0) -> dict:
+        """One ``/generate`` request for one new token; logprobs asked for when ``logprob_start`` is set."""
+        body = {"input_ids": input_ids, "sampling_params": self._sampling(1, fields), "stream": False}
+        if logprob_start is not None:
+            body.update(return_logprob=True, logprob_start_len=logprob_start, top_logprobs_num=n_probs,
+                        return_text_in_logprobs=False)
+        answer, wall = self.transport.post("/generate", body)
+        if not isinstance(answer, dict) or not isinstance(answer.get("meta_info"), dict):
+            raise ServerError(f"{self.transport.url}/generate returned no meta_info: is it an SGLang server?")
+        self.times.add(wall, _sglang_server_seconds(answer))
+        answer["_wall_s"] = wall
+        return answer
+
+    def next_token(self, prefix: list[int], n_probs: int) -> NextToken:
+        return self.rows(prefix, 1, n_probs)[0]
+
+    def rows(self, sequence: list[int], keep: int, n_probs: int) -> list[NextToken]:
+        """Every position of a verify round in one greedy request: ``logprob_start_len`` L - keep
+        scores the prompt tokens after it (the prefixes inside the sequence), the first output entry
+        is the distribution after the whole sequence."""
+        answer = self._generate(sequence, SamplerFields(), logprob_start=len(sequence) - keep, n_probs=n_probs)
+        meta, wall = answer["meta_info"], answer["_wall_s"]
+        server_s = _sglang_server_seconds(answer)
+        if meta.get("prompt_tokens") not in (None, len(sequence)):
+            raise ServerError(f"{self.transport.url}/generate read {meta['prompt_tokens']} prompt tokens, not the "
+                              f"{len(sequence)} ids sent")
+        inside = keep - 1
+        tops = [self._checked(entries, n_probs, server_s, wall) for entries in self._input_rows(meta, sequence, inside)]
+        return tops + [self._last_row(meta, n_probs, server_s, wall)]
+
+    def _input_rows(self, meta: dict, sequence: list[int], inside: int) -> list:
+        """The top lists of the last ``inside`` prompt positions; each entry's token (in
+        ``input_token_logprobs``) must be the sequence's token there, or the rows are not where they
+        are read."""
+        if not inside:
+            return []
+        tops, tokens = meta.get("input_top_logprobs"), meta.get("input_token_logprobs")
+        if not isinstance(tops, list) or not isinstance(tokens, list) or len(tops) < inside or len(tokens) < inside:
+            raise ServerError(f"{self.transport.url}/generate ignored logprob_start_len or top_logprobs_num: no "
+                              f"input_top_logprobs for the last {inside} prompt tokens")
+        try:
+            scored = [int(entry[1]) for entry in tokens[-inside:]]
+        except (IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/generate: an input_token_logprobs entry is not "
+                              "[logprob, token_id, text]") from None
+        if scored != sequence[-inside:]:
+            raise ServerError(f"{self.transport.url}/generate scored the tokens {scored}, not the last {inside} "
+                              f"sent ({sequence[-inside:]}): its input logprobs are not where SGLang puts them")
+        return tops[-inside:]
+
+    def _last_row(self, meta: dict, n_probs: int, server_s: float, wall: float) -> NextToken:
+        """The top N after the whole prompt; the token SGLang sampled greedily must be its top-1."""
+        try:
+            entries = meta["output_top_logprobs"][0]
+            sampled = int(meta["output_token_logprobs"][0][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/generate ignored return_logprob or top_logprobs_num: no "
+                              "output_top_logprobs") from None
+        row = self._checked(entries, n_probs, server_s, wall)
+        tied = len(row.logprobs) > 1 and row.logprobs[0] == row.logprobs[1]
+        if sampled != row.ids[0] and not tied:
+            raise ServerError(f"{self.transport.url}/generate ignored the greedy settings: it sampled "
+                              f"{sampled}, not its top-1 {row.ids[0]}")
+        return row
+
+    def _checked(self, entries, n_probs: int, server_s: float, wall: float) -> NextToken:
+        """A position's ``[logprob, token_id, text]`` list as a row, best first; exactly N of them."""
+        try:
+            pairs = sorted(((int(e[1]), float(e[0])) for e in entries or []), key=lambda p: -p[1])
+        except (IndexError, TypeError, ValueError):
+            raise ServerError(f"{self.transport.url}/generate: a top logprobs entry is not "
+                              "[logprob, token_id, text]") from None
+        if len(pairs) < n_probs:
+            raise ServerError(f"{self.transport.url}/generate returned {len(pairs)} logprobs, not the "
+                              f"{n_probs} asked for (top_logprobs_num ignored, or a smaller vocabulary)")
+        pairs = pairs[:n_probs]
+        return NextToken([i for i, _ in pairs], [lp for _, lp in pairs], server_s, wall)
+
+    def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):
+        """SGLang's own decode, one request per token (each timed; Ctrl-C keeps what was made; its
+        radix cache holds the context), a seed per position as for llama.cpp (``sampling_seed``:
+        SGLang draws with it when started with ``--enable-deterministic-inference``)."""
+        ids = list(prompt)
+        for _ in range(max_new):
+            step = SamplerFields(fields.temperature, fields.top_k, fields.top_p,
+                                 (fields.seed * 1_000_003 + len(ids)) % 2**32)
+            answer = self._generate(ids, step)
+            tokens = answer.get("output_ids")
+            if not tokens:
+                raise ServerError(f"{self.transport.url}/generate returned no output_ids")
+            ids.append(int(tokens[0]))
+            yield int(tokens[0]), answer["_wall_s"]
+
+
+def _sglang_server_seconds(answer: dict) -> float:
+    """SGLang's ``meta_info.e2e_latency``: the seconds from the request's arrival to its end on the
+    server (queue, compute, detokenising); 0 when it is not reported."""
+    meta = answer.get("meta_info") if isinstance(answer, dict) else None
+    latency = meta.get("e2e_latency") if isinstance(meta, dict) else None
+    return float(latency) if isinstance(latency, (int, float)) else 0.0
+
+
+KINDS: dict[str, type[ServerClient]] = {"llamacpp": LlamaCppClient, "vllm": VllmClient, "sglang": SglangClient}
+# Named so that a user sees them refused in one line rather than as unknown words (none at present).
+PLANNED: tuple[str, ...] = ()
 
 
 def detect_kind(transport: Transport) -> str:
     """The engine behind ``transport``: llama.cpp answers ``/props`` with
-    ``default_generation_settings``; vLLM lists its models as ``owned_by: vllm``."""
-    try:
-        props, _ = transport.get("/props")
-    except ServerError as e:
-        if "HTTP 404" not in str(e):
-            raise
-        props = {}
-    if isinstance(props, dict) and "default_generation_settings" in props:
+    ``default_generation_settings``; vLLM and SGLang list their models as ``owned_by: vllm`` or
+    ``sglang``; an SGLang whose ``/v1/models`` says nothing answers ``/get_model_info`` with
+    ``model_path`` and ``is_generation``."""
+    props = _get_or_empty(transport, "/props")
+    if "default_generation_settings" in props:
         return "llamacpp"
-    try:
-        models, _ = transport.get("/v1/models")
-    except ServerError as e:
-        if "HTTP 404" not in str(e):
-            raise
-        models = {}
-    owners = {str(m.get("owned_by", "")).lower() for m in (models.get("data") or []) if isinstance(m, dict)} \
-        if isinstance(models, dict) else set()
+    models = _get_or_empty(transport, "/v1/models")
+    owners = {str(m.get("owned_by", "")).lower() for m in (models.get("data") or []) if isinstance(m, dict)}
     for kind in KINDS:
         if kind in owners:
             return kind
-    raise ServerError(f"{transport.url} is neither a llama.cpp server (/props) nor a vLLM one (/v1/models "
-                      f"owned by vllm): pass --server-kind ({', '.join(KINDS)})")
+    if {"model_path", "is_generation"} <= set(_get_or_empty(transport, "/get_model_info")):
+        return "sglang"
+    raise ServerError(f"{transport.url} is neither a llama.cpp server (/props), a vLLM one (/v1/models owned by "
+                      f"vllm) nor an SGLang one (/v1/models owned by sglang, /get_model_info): pass --server-kind "
+                      f"({', '.join(KINDS)})")
+
+
+def _get_or_empty(transport: Transport, path: str) -> dict:
+    """``path``'s JSON object, or {} when the server has no such path (HTTP 404) or answers no object."""
+    try:
+        answer, _ = transport.get(path)
+    except ServerError as e:
+        if "HTTP 404" not in str(e):
+            raise
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
 def connect(url: str, kind: str | None = None, backoff: Backoff = Backoff()) -> ServerClient:

@@ -341,10 +341,10 @@ def test_another_vocabulary_or_tokenizer_is_refused(local):
 def test_unknown_kind_and_bad_url_are_one_line():
     with pytest.raises(ServerError, match="not a server address"):
         connect("localhost:8080")
-    with pytest.raises(ServerError, match="not supported yet"):
-        connect("http://127.0.0.1:1", "sglang")
+    with pytest.raises(ServerError, match="'tgi' is unknown"):
+        connect("http://127.0.0.1:1", "tgi")
     with FakeServer(lambda m, p, b: (404, {})) as fake:
-        with pytest.raises(ServerError, match="neither a llama.cpp server"):
+        with pytest.raises(ServerError, match="neither a llama.cpp server .* nor an SGLang one .*llamacpp, vllm, sglang"):
             connect(fake.url, backoff=FAST)
 
 

@@ -174,3 +174,117 @@ class FakeVllm:
         if 0 < k < logits.numel():
             logits = logits.masked_fill(logits < torch.topk(logits, k).values[-1], float("-inf"))
         return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+
+
+class FakeSglang:
+    """The parts of SGLang's native server the client uses, answered by a local causal LM (a handler
+    for :class:`FakeServer`), in the shapes SGLang's source gives them (sgl-project/sglang):
+
+    - ``/v1/models``: a ``ModelCard`` owned by ``sglang`` with ``max_model_len``
+      (entrypoints/openai/protocol.py); ``/get_model_info`` and ``/model_info``: ``model_path``,
+      ``is_generation`` and the rest (entrypoints/http_server.py); ``/props``: 404;
+    - ``/tokenize``: ``{tokens, count, max_model_len}``;
+    - ``/generate`` with ``input_ids``: ``SamplingParams`` semantics (sampling/sampling_params.py:
+      temperature 0 is greedy, top_k -1 the whole vocabulary, ``logit_bias`` keys outside the
+      vocabulary refused with "logit_bias must has keys in [0, V-1], got K." as a 400
+      ``{"error": {"message"}}``); ``output_ids``; and ``meta_info`` with ``prompt_tokens``,
+      ``completion_tokens``, ``cached_tokens``, ``e2e_latency`` and, with ``return_logprob``,
+      ``input_token_logprobs`` / ``output_token_logprobs`` (``[logprob, token_id, None]``) and, with
+      ``top_logprobs_num`` N > 0, ``input_top_logprobs`` / ``output_top_logprobs`` (the top N, best
+      first). Input entries run from ``logprob_start_len`` S (-1: the last prompt token) to the last
+      prompt token, the first None (managers/scheduler_output_processor_mixin.py).
+
+    Logprobs are the raw model's log-softmax for a greedy request; a sampled one gets them after
+    its temperature, as SGLang's sampler does unless ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is set.
+    Sampling: softmax(logits / T), top-k then top-p over the tempered distribution, a generator
+    seeded with ``sampling_seed``. Each forward recomputes the whole prompt."""
+
+    def __init__(self, model, tokenizer, *, context: int = 128):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.context = context
+        self.bodies: list[dict] = []
+
+    def __call__(self, method, path, body):
+        info = {"model_path": "fake/tiny", "tokenizer_path": "fake/tiny", "is_generation": True,
+                "preferred_sampling_params": None, "weight_version": "default", "has_image_understanding": False,
+                "has_audio_understanding": False, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+        if path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": "fake/tiny", "object": "model", "created": 0,
+                                                     "owned_by": "sglang", "root": "fake/tiny",
+                                                     "max_model_len": self.context}]}
+        if path in ("/get_model_info", "/model_info"):
+            return 200, info
+        if path == "/tokenize":
+            tokens = self.tokenizer(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens"))).input_ids
+            return 200, {"tokens": tokens, "count": len(tokens), "max_model_len": self.context}
+        if path == "/generate":
+            self.bodies.append(body)
+            return self.generate(body)
+        return 404, {"detail": "Not Found"}
+
+    def log_softmax(self, ids: list[int]):
+        import torch
+        with torch.no_grad():
+            return torch.log_softmax(self.model(torch.tensor([ids])).logits[0].float(), dim=-1)
+
+    def generate(self, body: dict):
+        import torch
+        params = dict(body.get("sampling_params") or {})
+        vocab = self.model.config.vocab_size
+        for key in params.get("logit_bias") or {}:
+            if not 0 <= int(key) < vocab:
+                return 400, {"error": {"message": f"logit_bias must has keys in [0, {vocab - 1}], got {key}."}}
+        prompt = list(body["input_ids"])
+        start = int(body.get("logprob_start_len") if body.get("logprob_start_len") is not None else -1)
+        start = len(prompt) - 1 if start == -1 else start
+        if start >= len(prompt):
+            return 400, {"error": {"message": f"logprob_start_len ({start}) is too large"}}
+        n = int(body.get("top_logprobs_num") or 0)
+        temperature = float(params.get("temperature", 1.0))
+        generator = torch.Generator().manual_seed(int(params.get("sampling_seed") or 0))
+        ids, out_tokens, out_tops = list(prompt), [], []
+        for _ in range(int(params.get("max_new_tokens", 128))):
+            raw = self.log_softmax(ids)[-1]
+            token = self._pick(raw, params, generator)
+            shown = raw if temperature < 1e-6 else torch.log_softmax(raw / temperature, -1)
+            out_tokens.append([shown[token].item(), token, None])
+            out_tops.append(self._top(shown, n))
+            ids.append(token)
+        meta = {"id": "fake", "finish_reason": {"type": "length", "length": len(ids) - len(prompt)},
+                "prompt_tokens": len(prompt), "weight_version": "default", "total_retractions": 0,
+                "completion_tokens": len(ids) - len(prompt), "cached_tokens": 0, "e2e_latency": 0.0011}
+        if body.get("return_logprob"):
+            rows = self.log_softmax(prompt)                           # row i predicts prompt[i + 1]
+            meta["input_token_logprobs"] = [[None, prompt[start], None]] + [
+                [rows[p - 1][prompt[p]].item(), prompt[p], None] for p in range(start + 1, len(prompt))]
+            meta["output_token_logprobs"] = out_tokens
+            if n > 0:
+                meta["input_top_logprobs"] = [None] + [self._top(rows[p - 1], n) for p in range(start + 1, len(prompt))]
+                meta["output_top_logprobs"] = out_tops
+        return 200, {"text": "", "output_ids": ids[len(prompt):], "meta_info": meta}
+
+    @staticmethod
+    def _top(row, n: int):
+        import torch
+        if n <= 0:
+            return None
+        best = torch.topk(row, n)
+        return [[v, i, None] for v, i in zip(best.values.tolist(), best.indices.tolist())]
+
+    @staticmethod
+    def _pick(row, params: dict, generator) -> int:
+        import torch
+        temperature = float(params.get("temperature", 1.0))
+        if temperature < 1e-6 or int(params.get("top_k", -1)) == 1:
+            return int(row.argmax())
+        probs = torch.softmax(row / temperature, -1)
+        k = int(params.get("top_k", -1))
+        if 0 < k < probs.numel():
+            probs = probs.masked_fill(probs < torch.topk(probs, k).values[-1], 0.0)
+        top_p = float(params.get("top_p", 1.0))
+        if top_p < 1.0:
+            ordered, order = probs.sort(descending=True)
+            before = ordered.cumsum(0) - ordered
+            probs = torch.zeros_like(probs).scatter(0, order, ordered.masked_fill(before > top_p, 0.0))
+        return int(torch.multinomial(probs, 1, generator=generator))

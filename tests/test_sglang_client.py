@@ -1,0 +1,245 @@
+"""The SGLang client against a fake SGLang answered by a tiny model (tests/helpers/served.py,
+``FakeSglang``, its shapes from SGLang's source): the kind is detected and the vocabulary read from
+SGLang's own refusal, a verify round is one request, each row is the model's own distribution at
+the right position, speculative decoding and NASD are token-identical to the server's greedy, top-k
+is exact from the returned top N, and what SGLang can refuse or ignore is one line. No real SGLang
+runs here (it needs a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import NGramOptions, Strategy, run_strategy, served_pair_of
+from generation import first_divergence
+from remote.client import Backoff, SamplerFields, ServerError, SglangClient, connect
+from sampling import GreedyProcessor
+from sampling.processors import MultinomialProcessor, TopKProcessor
+from tests.helpers.models import tiny_llama
+from tests.helpers.served import FakeServer, FakeSglang
+from tests.helpers.tokenizers import word_tokenizer
+
+FAST = Backoff(retries=1, first_s=0.01, timeout_s=5.0)
+VOCAB = 255          # the word tokenizer's
+LENGTH = 16
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(3, vocab_size=VOCAB, hidden=32, logit_scale=8.0, max_positions=128)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return word_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def fake(target, tokenizer):
+    handler = FakeSglang(target, tokenizer)
+    with FakeServer(handler) as server:
+        server.sglang = handler
+        yield server
+
+
+def pair_with(fake, drafter, tokenizer):
+    client = connect(fake.url, backoff=FAST)
+    return served_pair_of(client, client.info(), drafter, tokenizer, drafter_name="tiny")
+
+
+def server_greedy(fake, prompt: list[int], n: int) -> list[int]:
+    """The fake server's own greedy decode, in one request (the identity reference)."""
+    status, answer = fake.sglang.generate({"input_ids": prompt,
+                                           "sampling_params": {"max_new_tokens": n, "temperature": 0}})
+    return answer["output_ids"]
+
+
+PROMPTS = [[1, 7, 9, 30, 41], [1, 100, 101, 102, 17, 100, 101], [1, 5, 5, 5, 5, 5, 5, 6]]
+
+
+def test_the_kind_is_detected_and_the_vocabulary_read(fake, tokenizer):
+    client = connect(fake.url, backoff=FAST)
+    assert isinstance(client, SglangClient)
+    info = client.info()
+    assert (info.vocab_size, info.context_length, info.name) == (VOCAB, 128, "tiny")
+    assert client.tokenize("the cat") == tokenizer("the cat", add_special_tokens=False).input_ids
+
+
+def test_an_sglang_without_v1_models_is_detected_by_its_model_info(target, tokenizer):
+    def no_models(method, path, body):
+        return (404, {"detail": "Not Found"}) if path == "/v1/models" else FakeSglang(target, tokenizer)(method, path, body)
+    with FakeServer(no_models) as server:
+        assert isinstance(connect(server.url, backoff=FAST), SglangClient)
+
+
+def test_every_sampling_field_is_sent_and_a_verify_request_is_greedy(fake, target, tokenizer):
+    """SGLang fills what a request leaves out from --preferred-sampling-params: all are sent."""
+    pair = pair_with(fake, target, tokenizer)
+    pair.target.bound(GreedyProcessor()).session().forward(torch.tensor([PROMPTS[0]]), keep=3)
+    body = fake.sglang.bodies[-1]
+    assert body["input_ids"] == PROMPTS[0]
+    assert (body["return_logprob"], body["logprob_start_len"], body["top_logprobs_num"]) == (True, 2, 20)
+    assert body["sampling_params"]["temperature"] == 0.0 and body["sampling_params"]["max_new_tokens"] == 1
+    assert {"top_k", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+            "min_new_tokens", "ignore_eos", "skip_special_tokens", "no_stop_trim",
+            "sampling_seed"} <= set(body["sampling_params"])
+
+
+def test_a_round_is_one_request_and_each_row_is_the_models_distribution(fake, target, tokenizer):
+    """Mutation: input_top_logprobs read one position late gives other rows."""
+    pair = pair_with(fake, tiny_llama(9, vocab_size=VOCAB), tokenizer)
+    session = pair.target.bound(GreedyProcessor()).session()
+    sequence = PROMPTS[1]
+    before = len(fake.hits)
+    rows = session.forward(torch.tensor([sequence]), keep=4)
+    assert len(fake.hits) - before == 1
+    whole = fake.sglang.log_softmax(sequence)
+    for j, row in enumerate(rows):
+        position = len(sequence) - 4 + j
+        top = torch.topk(whole[position], 20).indices
+        assert torch.allclose(row[top], whole[position][top], atol=1e-5), j
+        assert torch.isinf(row).sum() == VOCAB - 20
+
+    def one_late(self, sequence, keep, n_probs):
+        meta = self._generate(sequence, SamplerFields(), logprob_start=len(sequence) - keep - 1,
+                              n_probs=n_probs)["meta_info"]
+        inside = [self._checked(e, n_probs, 0.0, 0.0) for e in meta["input_top_logprobs"][1:keep]]
+        return inside + [self._last_row(meta, n_probs, 0.0, 0.0)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SglangClient, "rows", one_late)
+        mutated = pair.target.bound(GreedyProcessor()).session().forward(torch.tensor([sequence]), keep=4)
+    assert not torch.equal(mutated, rows)
+
+
+@pytest.mark.parametrize("key", ["speculative", "ngram"])
+def test_drafting_matches_the_servers_greedy_with_accepts_and_rejects(fake, target, tokenizer, key):
+    """Drafters: the target's own weights (every draft accepted: positions must line up) and an
+    independent tiny model (most rejected: every rollback runs); NASD's tables. Each round is one
+    request."""
+    drafters = [target, tiny_llama(11, vocab_size=VOCAB, logit_scale=8.0)] if key == "speculative" else [target]
+    accepted = rejected = 0
+    for drafter in drafters:
+        pair = pair_with(fake, drafter, tokenizer)
+        for prompt in PROMPTS:
+            reference = server_greedy(fake, prompt, LENGTH)
+            options = dict(drafter="model") if key == "speculative" else dict(
+                drafter="ngram", drafter_options=NGramOptions(n=2))
+            got = run_strategy(Strategy(key, processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3, **options),
+                               pair, prompt)
+            assert got.tokens == reference[:len(got.tokens)] and len(got.tokens) == LENGTH, \
+                first_divergence(got.tokens, reference)
+            assert [c[0] for c in got.network["per_call"]] == [1] * len(got.trace)
+            accepted += got.accepted
+            rejected += got.drafted - got.accepted
+    assert accepted > 0 and (key == "ngram" or rejected > 0)
+
+
+def test_target_autoregressive_is_the_servers_decode(fake, target, tokenizer):
+    pair = pair_with(fake, target, tokenizer)
+    got = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, PROMPTS[0])
+    assert got.tokens == server_greedy(fake, PROMPTS[0], LENGTH)
+    assert got.network["requests"] == LENGTH
+    assert got.network["server_s"] == pytest.approx(LENGTH * 0.0011)
+    seeds = [b["sampling_params"]["sampling_seed"] for b in fake.sglang.bodies[-LENGTH:]]
+    assert len(set(seeds)) == LENGTH                       # a seed per position
+
+
+def test_top_k_from_the_top_n_is_exact(fake, target, tokenizer):
+    """Top-k (K <= N) from a top-20 row: the distribution of the model's whole row. Mutation:
+    plain multinomial over the same top-20 row is far from it."""
+    pair = pair_with(fake, target, tokenizer)
+    whole = fake.sglang.log_softmax(PROMPTS[2])[-1].view(1, -1)
+    for processor in (TopKProcessor(0.8, 5), TopKProcessor(1.0, 20)):
+        row = pair.target.bound(processor).session().forward(torch.tensor([PROMPTS[2]]), keep=1)
+        assert torch.allclose(processor(row.clone()), processor(whole.clone()), atol=1e-6)
+    plain = MultinomialProcessor()
+    assert (plain(row.clone()) - plain(whole.clone())).abs().sum() > 1e-3
+
+
+def _altered(target, tokenizer, change):
+    """A FakeSglang whose /generate answers are passed through ``change(body, answer)``."""
+    def handler(method, path, body):
+        status, answer = FakeSglang(target, tokenizer)(method, path, body)
+        if path == "/generate" and status == 200:
+            change(body, answer)
+        return status, answer
+    return handler
+
+
+def _one_line(caught) -> None:
+    assert "\n" not in str(caught.value)
+
+
+def test_faults_are_one_line(target, tokenizer):
+    def no_input_logprobs(body, answer):
+        answer["meta_info"].pop("input_top_logprobs", None)
+
+    def no_output_logprobs(body, answer):
+        answer["meta_info"].pop("output_top_logprobs", None)
+
+    def fewer(body, answer):
+        for entries in answer["meta_info"].get("output_top_logprobs") or []:
+            del entries[1:]
+
+    def sampled_anyway(body, answer):
+        tops = answer["meta_info"].get("output_top_logprobs")
+        if tops:
+            answer["meta_info"]["output_token_logprobs"][0][1] = tops[0][-1][1]
+
+    def shifted(body, answer):                       # input entries one position early
+        meta = answer["meta_info"]
+        if meta.get("input_token_logprobs"):
+            meta["input_token_logprobs"] = [[None, 0, None]] + meta["input_token_logprobs"][:-1]
+            meta["input_top_logprobs"] = [None] + meta["input_top_logprobs"][:-1]
+
+    cases = [(no_input_logprobs, "ignored logprob_start_len"), (no_output_logprobs, "ignored return_logprob"),
+             (fewer, "returned 1 logprobs, not the 5"), (sampled_anyway, "ignored the greedy settings"),
+             (shifted, "scored the tokens")]
+    for change, message in cases:
+        with FakeServer(_altered(target, tokenizer, change)) as server:
+            with pytest.raises(ServerError, match=message) as caught:
+                connect(server.url, "sglang", backoff=FAST).rows(PROMPTS[0], 3, 5)
+            _one_line(caught)
+
+
+def test_an_unreadable_vocabulary_or_model_list_is_one_line(target, tokenizer):
+    def no_bound(method, path, body):                # an SGLang without logit_bias checks
+        if path == "/generate" and (body.get("sampling_params") or {}).get("logit_bias"):
+            return 200, {"text": "", "output_ids": [], "meta_info": {"prompt_tokens": 1}}
+        return FakeSglang(target, tokenizer)(method, path, body)
+
+    def other_message(method, path, body):
+        if path == "/generate":
+            return 400, {"error": {"message": "bad request"}}
+        return FakeSglang(target, tokenizer)(method, path, body)
+
+    def no_models(method, path, body):
+        return (200, {"object": "list", "data": []}) if path == "/v1/models" else \
+            FakeSglang(target, tokenizer)(method, path, body)
+
+    for handler, message in [(no_bound, "accepted a logit_bias key"), (other_message, "does not state its vocabulary"),
+                             (no_models, "lists no model")]:
+        with FakeServer(handler) as server:
+            with pytest.raises(ServerError, match=message) as caught:
+                connect(server.url, "sglang", backoff=FAST).info()
+            _one_line(caught)
+
+
+def test_a_verify_request_skips_no_cache_before_the_scored_positions(fake, target, tokenizer):
+    """logprob_start_len is the first position the round scores minus one, not 0: SGLang reuses its
+    radix cache up to it, so a round recomputes only what it scores."""
+    client = connect(fake.url, backoff=FAST)
+    client.rows(PROMPTS[2], 2, 5)
+    assert fake.sglang.bodies[-1]["logprob_start_len"] == len(PROMPTS[2]) - 2
+
+
+def test_the_vocabulary_is_read_from_a_flat_error_too(target, tokenizer):
+    """SGLang's OpenAI routes answer errors flat ({"object": "error", "message"}); the bound is read
+    from either shape."""
+    def flat(method, path, body):
+        status, answer = FakeSglang(target, tokenizer)(method, path, body)
+        if status == 400:
+            answer = {"object": "error", "message": answer["error"]["message"], "type": "BadRequestError", "code": 400}
+        return status, answer
+    with FakeServer(flat) as server:
+        assert connect(server.url, "sglang", backoff=FAST).info().vocab_size == VOCAB
