@@ -546,6 +546,13 @@ class SglangClient(ServerClient):
     def __init__(self, transport: Transport):
         super().__init__(transport)
         self._model = ""
+        self._key = ""
+
+    def new_run(self) -> None:
+        """A fresh ``extra_key`` for the run's requests: SGLang's radix cache keys prefixes by it
+        (``GenerateReqInput.extra_key``, the field its ``cache_salt`` feeds), so a run never reads
+        another's prompt from the cache."""
+        self._key = uuid.uuid4().hex
 
     def model(self) -> str:
         if not self._model:
@@ -605,6 +612,8 @@ class SglangClient(ServerClient):
                   n_probs: int = 0) -> dict:
         """One ``/generate`` request for one new token; logprobs asked for when ``logprob_start`` is set."""
         body = {"input_ids": input_ids, "sampling_params": self._sampling(1, fields), "stream": False}
+        if self._key:
+            body["extra_key"] = self._key
         if logprob_start is not None:
             body.update(return_logprob=True, logprob_start_len=logprob_start, top_logprobs_num=n_probs,
                         return_text_in_logprobs=False)
@@ -684,6 +693,7 @@ class SglangClient(ServerClient):
         """SGLang's own decode, one request per token (each timed; Ctrl-C keeps what was made; its
         radix cache holds the context), a seed per position as for llama.cpp (``sampling_seed``:
         SGLang draws with it when started with ``--enable-deterministic-inference``)."""
+        self.new_run()
         ids = list(prompt)
         for _ in range(max_new):
             step = SamplerFields(fields.temperature, fields.top_k, fields.top_p,

@@ -243,3 +243,18 @@ def test_the_vocabulary_is_read_from_a_flat_error_too(target, tokenizer):
         return status, answer
     with FakeServer(flat) as server:
         assert connect(server.url, "sglang", backoff=FAST).info().vocab_size == VOCAB
+
+
+def test_each_run_has_its_own_cache_key(fake, target, tokenizer):
+    """SGLang's radix cache keys prefixes by ``extra_key``: every request of a run carries the run's
+    key, and no two runs share one (a run never reads another's prompt from the cache)."""
+    pair = pair_with(fake, target, tokenizer)
+    keys = []
+    for key, fields in (("speculative", dict(drafter="model", gamma=2)), ("target", {}),
+                        ("speculative", dict(drafter="model", gamma=2))):
+        first = len(fake.sglang.bodies)
+        run_strategy(Strategy(key, processor=GreedyProcessor(), max_gen_len=6, **fields), pair, PROMPTS[0])
+        run_keys = {body.get("extra_key") for body in fake.sglang.bodies[first:]}
+        assert len(run_keys) == 1 and None not in run_keys
+        keys.append(run_keys.pop())
+    assert len(set(keys)) == 3
