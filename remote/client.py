@@ -286,12 +286,34 @@ class LlamaCppClient(ServerClient):
                 "frequency_penalty": 0.0, "dry_multiplier": 0.0, "mirostat": 0, "ignore_eos": False,
                 "seed": fields.seed, "return_tokens": True, "stream": False}
 
+    # How many tokens a position may ban before its answer is taken as lacking probabilities.
+    MAX_BANNED = 8
+
     def next_token(self, prefix: list[int], n_probs: int) -> NextToken:
-        answer, wall = self.transport.post("/completion", self._body(prefix, 1, SamplerFields(), n_probs))
-        server_s = _server_seconds(answer)
-        self.times.add(wall, server_s)
+        """The top ``n_probs`` after ``prefix``. llama.cpp sends no probabilities with a token
+        whose text ends inside a UTF-8 character (a byte-level piece: it holds the text back, and
+        the probabilities with it), so a position whose greedy token is one is asked again with
+        that token banned (``logit_bias``, which acts in the sampler: ``n_probs`` stays the raw
+        softmax, the banned token in it) until the picked token is a whole one; each such request
+        is counted and timed like any other."""
+        banned: list[int] = []
+        server_s = wall = 0.0
+        while True:
+            body = self._body(prefix, 1, SamplerFields(), n_probs)
+            if banned:
+                body["logit_bias"] = [[token, False] for token in banned]
+            answer, took = self.transport.post("/completion", body)
+            spent = _server_seconds(answer)
+            self.times.add(took, spent)
+            server_s, wall = server_s + spent, wall + took
+            picked = int(answer["tokens"][0]) if answer.get("tokens") else None
+            probabilities = answer.get("completion_probabilities")
+            if not probabilities and picked is not None and picked not in banned and len(banned) < self.MAX_BANNED:
+                banned.append(picked)
+                continue
+            break
         try:
-            row = answer["completion_probabilities"][0]["top_logprobs"]
+            row = probabilities[0]["top_logprobs"]
             ids = [int(e["id"]) for e in row]
             logprobs = [float(e["logprob"]) for e in row]
         except (KeyError, IndexError, TypeError, ValueError):
@@ -300,9 +322,13 @@ class LlamaCppClient(ServerClient):
         if len(ids) < n_probs:
             raise ServerError(f"{self.transport.url}/completion returned {len(ids)} logprobs, not the "
                               f"{n_probs} asked for (a field ignored, or a smaller vocabulary)")
-        if answer.get("tokens") and int(answer["tokens"][0]) != ids[0]:
+        best = next((i for i in ids if i not in banned), None)
+        if picked is not None and best is not None and picked != best:
             raise ServerError(f"{self.transport.url}/completion ignored the greedy settings: it sampled "
-                              f"{answer['tokens'][0]}, not its top-1 {ids[0]}")
+                              f"{picked}, not its top-1 {best}")
+        if banned and ids[:len(banned)] != banned:
+            raise ServerError(f"{self.transport.url}/completion: the probabilities moved with logit_bias "
+                              "(they are not the raw softmax)")
         return NextToken(ids, logprobs, server_s, wall)
 
     def decode(self, prompt: list[int], max_new: int, fields: SamplerFields):

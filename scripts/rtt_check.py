@@ -117,6 +117,9 @@ def main(argv=None) -> int:
         for key in DRAFTING:
             run_a = next(r for r in base.runs if r.key == key)
             run_b = next(r for r in real.runs if r.key == key)
+            if run_a.result is None or run_b.result is None:
+                print(json.dumps({"prompt": prompt.id, "strategy": key, "error": run_a.error or run_b.error}), flush=True)
+                continue
             why = base.why(run_a, rtt_ms=rtt_ms)
             predicted = why.what_if.predicted if why and why.what_if else None
             measured = real.speedup(run_b)

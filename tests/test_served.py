@@ -453,3 +453,28 @@ def test_each_run_pays_its_own_prompt_on_the_server(pair, prompts, monkeypatch):
     monkeypatch.setattr(LlamaCppClient, "new_run", lambda self: None)
     _, target, _ = first_requests()
     assert target[1] < len(prompts[0])
+
+
+def test_a_greedy_token_inside_a_utf8_character_is_still_scored(pair, url, monkeypatch):
+    """llama.cpp sends no probabilities with a token whose text ends inside a UTF-8 character; the
+    third built-in translation prompt's greedy output has one. The position is asked again with
+    that token banned, and speculative decoding and NASD stay identical to the server's greedy.
+    Mutation: with no ban allowed the run fails on that position."""
+    from remote.client import LlamaCppClient
+    from utils.vocab import encode_prompt
+
+    text = [t for category, t in BUILTIN if category == "translation"][2]
+    prompt = encode_prompt(pair.tokenizer, text)
+    reference = server_greedy(url, prompt, 48)
+    bodies = []
+    real = pair.target.client.transport.post
+    monkeypatch.setattr(pair.target.client.transport, "post", lambda path, body: (bodies.append(body), real(path, body))[1])
+    for key, fields in (("speculative", dict(drafter="model", gamma=3)),
+                        ("ngram", dict(drafter="ngram", gamma=3, drafter_options=NGramOptions(n=2)))):
+        got = run_strategy(Strategy(key, processor=GreedyProcessor(), max_gen_len=48, **fields), pair, prompt)
+        assert same_as_reference(got.tokens, reference, pair.end_tokens), first_divergence(got.tokens, reference)
+    assert any(body.get("logit_bias") for body in bodies)
+    monkeypatch.setattr(LlamaCppClient, "MAX_BANNED", 0)
+    with pytest.raises(ServerError, match="ignored n_probs"):
+        run_strategy(Strategy("ngram", processor=GreedyProcessor(), max_gen_len=48, drafter="ngram", gamma=3,
+                              drafter_options=NGramOptions(n=2)), pair, prompt)
