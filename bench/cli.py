@@ -188,6 +188,18 @@ def _positive(text: str) -> int:
     return value
 
 
+def _suffix_pattern(text: str) -> int:
+    from repl.commands import SUFFIX_PATTERN_RANGE
+    low, high = SUFFIX_PATTERN_RANGE
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, got {text!r}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, got {text!r}")
+    return value
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -265,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the lookahead strategy's window W, n-gram size N and guesses G, one variant each "
                         "(default {}:{}:{}; runs when --strategies names lookahead)".format(*DEFAULT_LOOKAHEAD))
     d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
+    d.add_argument("--suffix-pattern", type=_suffix_pattern, default=16, metavar="P",
+                   help="the suffix storage's longest matched tail P, 1 to 64 (default 16, as /suffix_pattern): "
+                        "a draft has at most 2P - m tokens after a match of m")
     d.add_argument("--top-k-filler", type=_positive, default=1,
                    help="NASD: also store the target's top-k predictions (default 1)")
     d.add_argument("--lookup-ngram", type=_positive, default=None,
@@ -303,7 +318,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "self_drafters": args.self_drafters,
         "policies": [f"{name}@{gamma}" for name, gamma in args.policies],
         "processor": args.processor.command_text(),
-        "ngram_storage": ",".join(args.ngram_storage), "ngram_n": args.ngram_n,
+        "ngram_storage": ",".join(args.ngram_storage), "ngram_n": args.ngram_n, "suffix_pattern": args.suffix_pattern,
         "arctic_suffix": args.arctic_suffix, "multi_turn": args.multi_turn,
         "lookahead": [":".join(map(str, shape)) for shape in args.lookahead],
         "session_size": args.session_size,

@@ -35,6 +35,7 @@ class RunSettings:
     seed: int = 0
     ngram_storage: str = "basic"
     ngram_n: int = 3
+    suffix_pattern: int = 16   # the suffix storage's P (NGramOptions.max_pattern)
     filler_top_k: int = 1
     stop_if_unknown: bool = True
     assisted_confidence: float = 0.0
@@ -71,7 +72,8 @@ class Executor:
         self.device = torch.device(str(models.device))
         self.state = state if state is not None else EngineState()
         self.ngram = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
-                                  stop_if_unknown=settings.stop_if_unknown, reset=False)
+                                  stop_if_unknown=settings.stop_if_unknown, reset=False,
+                                  max_pattern=settings.suffix_pattern)
         self.own: dict[str, object] = {}   # variant name -> its storage (with its key) or arctic cache
         self.cross_options = CrossTokenizerOptions(settings.uag)
         # transformers' universal assisted generation prunes its assistant in place: on a pair

@@ -81,7 +81,8 @@ def header_lines(env: dict, settings: dict) -> list[str]:
         f"prompts ({settings['prompts']}) · {settings['repeats']} repeats · warm-up "
         f"{settings['warmup']} · seed {settings['seed']} · chat template "
         f"{'on' if settings['chat'] else 'off'} · n-gram {settings['ngram_storage']} "
-        f"n={settings['ngram_n']}" + _session_text(settings),
+        f"n={settings['ngram_n']}" + (f" P={settings['suffix_pattern']}" if "suffix" in settings['ngram_storage']
+                                       and settings.get("suffix_pattern", 16) != 16 else "") + _session_text(settings),
     ]
     if settings["processor"] == "greedy" and env.get("target_dtype") in HALF_DTYPES:
         lines.append(half_precision_note(env["target_dtype"]))

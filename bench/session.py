@@ -147,6 +147,7 @@ def run_session(args, loader, settings_dict) -> int:
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage[0], ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,
+        suffix_pattern=args.suffix_pattern,
         assisted_confidence=args.assisted_confidence, max_matching_ngram_size=args.lookup_ngram,
         tree_branch=args.tree_branch,
         tree_sample=args.tree_sample,

@@ -884,6 +884,30 @@ def test_every_repeat_and_the_warm_up_start_from_a_fresh_storage(tiny_pair, tmp_
     assert "| NASD suffix | 2 |" in data["summary_md"]
 
 
+def test_suffix_pattern_reaches_the_storage_and_the_header(tiny_pair, tmp_path, monkeypatch):
+    """--suffix-pattern P builds the suffix storage with P (its tries keep 2P tokens) and the
+    report says so; out of range is refused by the parser. Mutation check: the default P=16
+    storage would have depth 32."""
+    from bench.cli import build_parser
+    from ngram_assisted import SuffixStorage
+
+    built = []
+    real = SuffixStorage.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        built.append(self.max_pattern)
+    monkeypatch.setattr(SuffixStorage, "__init__", spy)
+    data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram", "--ngram-storage", "suffix",
+                                                      "--gamma", "2", "--repeats", "1", "--suffix-pattern", "5"])
+    assert built and set(built) == {5}
+    assert data["settings"]["suffix_pattern"] == 5 and "P=5" in data["summary_md"]
+    assert data["outputs"]["ngram@2"] == data["outputs"]["target"]
+    for bad in ("0", "65", "x"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--suffix-pattern", bad])
+
+
 def test_a_storage_kept_from_run_to_run_is_caught(tiny_pair, tmp_path, monkeypatch):
     """Mutation: the executor never empties a variant's storage; repeat 2 sees repeat 1."""
     from bench.executor import Executor
