@@ -20,7 +20,8 @@ from pathlib import Path
 from analysis.sources import NO_MATCH, match_note
 from generation.result import Round
 from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
-from repl.render import COMPARISON_COLUMNS, comparison_cells, environment_lines, prompt_line
+from repl.render import (COMPARISON_COLUMNS, comparison_cells, environment_lines, network_text, prompt_line,
+                         what_if_text)
 from repl.runs import PromptRun, StrategyRun
 from repl.trace import TraceError, write_whole
 
@@ -206,6 +207,12 @@ def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
     out.append(f'<p class="meta">{len(r.tokens)} tokens · {r.seconds:.2f} s · {r.tokens_per_second:.1f} tokens/s'
                + (f" · acceptance {r.acceptance_rate:.1%} ({r.accepted}/{r.drafted} drafts)" if run.drafting else "")
                + f" · stop: {_e(r.stop_reason)}</p>")
+    network = network_text(r)
+    if network is not None:
+        out.append(f'<p class="meta network">{_e(network)}</p>')
+    why = prompt_run.why(run) if run.drafting else None
+    if why is not None and why.what_if is not None:
+        out.append(f'<p class="meta what-if">{_e(what_if_text(why.what_if))}</p>')
     shown = {rnd.inspection.shown for rnd in r.trace if rnd.inspection is not None}
     if "softmax" in shown:
         out.append('<p class="note">greedy: the p and q on each token are the models\' softmax at temperature 1; '

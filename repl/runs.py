@@ -363,6 +363,8 @@ class PromptRun:
             entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}
         if r.hybrid:
             entry["hybrid"] = r.hybrid
+        if r.network:
+            entry["network"] = dict(r.network)      # a served target's requests and their times
         lookahead = lookahead_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls)
         if lookahead is not None:
             entry["lookahead_stats"] = lookahead

@@ -217,3 +217,23 @@ def test_each_run_has_its_own_cache_salt(fake, target, tokenizer):
         assert len(run_salts) == 1 and None not in run_salts
         salts.append(run_salts.pop())
     assert len(set(salts)) == 3
+
+
+def test_the_json_and_html_report_show_the_network_and_the_what_if(fake, target, tokenizer):
+    """A served run's requests and their times reach /save's JSON (``network``) and HTML (the
+    panel's server line, and the /rtt what-if with the measured round trip beside it)."""
+    from repl.report import report_html
+    from repl.runs import PromptRun, StrategyRun
+
+    pair = pair_with(fake, target, tokenizer)
+    spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,
+                                 drafter="model"), pair, PROMPTS[0])
+    base = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, PROMPTS[0])
+    prompt_run = PromptRun("", PROMPTS[0], greedy=True, settings={"rtt": 40.0},
+                           runs=[StrategyRun("speculative", spec), StrategyRun("target", base)])
+    entry = prompt_run.strategy_dict(prompt_run.runs[0])
+    assert entry["network"]["requests"] == len(spec.trace) and entry["network"]["per_call"]
+    assert entry["what_if_rtt"]["measured_rtt_ms"] == pytest.approx(spec.network["round_trip_per_request_ms"])
+    page = report_html([prompt_run], {})
+    assert page.count('class="meta network"') == 2
+    assert "round trip per request (/rtt; measured" in page
