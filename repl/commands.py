@@ -437,7 +437,8 @@ COMMANDS: dict[str, Command] = {
                 "for the best predicted tokens/s from measured acceptance and costs",
                 parse_gamma_policy, show=lambda s: s.gamma_policy_text(), values=GAMMA_POLICIES,
                 flag="gamma-policy", fields=("gamma_policy", "gamma_threshold")),
-        Command("rtt", "MS", "what-if: a network round trip of MS milliseconds on every target call; "
+        Command("rtt", "MS", "what-if: a network round trip of MS milliseconds on every target call "
+                "(on a served target: per request, in place of the measured one); "
                 "the panels and /stats add the predicted speedup and best γ at it (0 = off)",
                 _ms_setting("rtt", "rtt_inject", RTT_CLASH), show=lambda s: _show_ms(s.rtt), flag="rtt"),
         Command("rtt_inject", "MS", "really wait MS milliseconds before every target forward "

@@ -46,6 +46,9 @@ def parse_args(argv=None):
     parser.add_argument("--only", metavar="IDS", help="comma-separated prompt ids (e.g. chat-1,math-2)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's own choice); 1 helps on a shared machine")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each prompt in each condition, in alternating order; the medians are "
+                             "compared (default 1)")
     parser.add_argument("--target-server", metavar="URL",
                         help="a real served target (llama.cpp or vLLM); the wait is a delaying proxy's")
     parser.add_argument("--server-kind", metavar="KIND", help="the engine behind --target-server (default: detected)")
@@ -108,36 +111,23 @@ def main(argv=None) -> int:
     rows = []
     for i, prompt in enumerate(prompts):
         order = [("plain", plain), ("injected", injected)]
-        runs = {}
-        for name, settings in (order if i % 2 == 0 else order[::-1]):
-            runs[name] = run_prompt(runners[name], prompt.text, settings)
-        base, real = runs["plain"], runs["injected"]
-        rtt_ms = args.rtt + (measured_ms(base) if proxy else 0.0)
-        print(json.dumps({"prompt": prompt.id, "runs": {name: raw(pr) for name, pr in runs.items()}}), flush=True)
+        pairs = []                      # (plain, injected) prompt runs, one per repeat
+        for repeat in range(args.repeats):
+            runs = {}
+            for name, settings in (order if (i + repeat) % 2 == 0 else order[::-1]):
+                runs[name] = run_prompt(runners[name], prompt.text, settings)
+            pairs.append((runs["plain"], runs["injected"]))
+            print(json.dumps({"prompt": prompt.id, "repeat": repeat,
+                              "runs": {name: raw(pr) for name, pr in runs.items()}}), flush=True)
         for key in DRAFTING:
-            run_a = next(r for r in base.runs if r.key == key)
-            run_b = next(r for r in real.runs if r.key == key)
-            if run_a.result is None or run_b.result is None:
-                print(json.dumps({"prompt": prompt.id, "strategy": key, "error": run_a.error or run_b.error}), flush=True)
-                continue
-            why = base.why(run_a, rtt_ms=rtt_ms)
-            predicted = why.what_if.predicted if why and why.what_if else None
-            measured = real.speedup(run_b)
-            rows.append({
-                "prompt": prompt.id, "strategy": key,
-                "predicted": predicted, "measured": measured,
-                "error": None if predicted is None or measured is None else measured / predicted - 1,
-                "local_predicted": why.predicted if why else None, "local_measured": base.speedup(run_a),
-                "best_gamma": why.what_if.best_gamma if why and why.what_if else None,
-                "tokens": len(run_b.result.tokens), "identical": real.divergence(run_b)[0],
-                "what_if_rtt_ms": rtt_ms, "measured_rtt_ms": measured_ms(real) if proxy else None,
-            })
-            print(json.dumps(rows[-1]), flush=True)
+            row = compare(prompt.id, key, pairs, args.rtt, proxy is not None)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     load_after = os.getloadavg()
     env = environment(pair)
     env.update(threads=args.threads, load_before=load_before, load_after=load_after,
                minutes=(time.time() - started) / 60,
-               rtt_ms=args.rtt, length=args.length, gamma=args.gamma, prompts=len(prompts))
+               rtt_ms=args.rtt, length=args.length, gamma=args.gamma, prompts=len(prompts), repeats=args.repeats)
     if proxy:
         proxy.__exit__(None, None, None)
         env.update(target_server=args.target_server, server_kind=pair.target.client.kind)
@@ -145,6 +135,44 @@ def main(argv=None) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
     return 0
+
+
+def compare(prompt_id: str, key: str, pairs, rtt: float, served: bool) -> dict:
+    """One strategy on one prompt: the median over repeats of the prediction (each plain run's
+    /rtt what-if) and of the measurement (each waited run's speedup)."""
+    from statistics import median
+
+    predicted, measured, rtts, proxied = [], [], [], []
+    first = None
+    for base, real in pairs:
+        run_a = next(r for r in base.runs if r.key == key)
+        run_b = next(r for r in real.runs if r.key == key)
+        if run_a.result is None or run_b.result is None:
+            return {"prompt": prompt_id, "strategy": key, "failed": run_a.error or run_b.error, "predicted": None,
+                    "measured": None, "error": None, "local_predicted": None, "local_measured": None,
+                    "best_gamma": None}
+        rtt_ms = rtt + (measured_ms(base) if served else 0.0)
+        why = base.why(run_a, rtt_ms=rtt_ms)
+        if why is not None and why.what_if is not None and why.what_if.predicted is not None:
+            predicted.append(why.what_if.predicted)
+        if real.speedup(run_b) is not None:
+            measured.append(real.speedup(run_b))
+        rtts.append(rtt_ms)
+        proxied.append(measured_ms(real) if served else None)
+        first = first or (base, run_a, real, run_b, why)
+    base, run_a, real, run_b, why = first
+    p = median(predicted) if predicted else None
+    m = median(measured) if measured else None
+    return {
+        "prompt": prompt_id, "strategy": key, "predicted": p, "measured": m,
+        "error": None if p is None or m is None else m / p - 1,
+        "predicted_each": predicted, "measured_each": measured,
+        "local_predicted": why.predicted if why else None, "local_measured": base.speedup(run_a),
+        "best_gamma": why.what_if.best_gamma if why and why.what_if else None,
+        "tokens": len(run_b.result.tokens), "identical": all(r.divergence(next(x for x in r.runs if x.key == key))[0]
+                                                              for _, r in pairs),
+        "what_if_rtt_ms": median(rtts), "measured_rtt_ms": median(proxied) if served else None,
+    }
 
 
 def served_runners(args):
@@ -196,7 +224,8 @@ def report(rows: list[dict], env: dict) -> str:
              (f"served target {env['target_server']} ({env['server_kind']}), a proxy holding each request "
               f"{env['rtt_ms']:g} ms; the what-if is the direct runs' measured round trip + {env['rtt_ms']:g} ms"
               if env.get("target_server") else f"rtt {env['rtt_ms']:g} ms")
-             + f" · {env['prompts']} prompts · length {env['length']} · gamma {env['gamma']}",
+             + f" · {env['prompts']} prompts · length {env['length']} · gamma {env['gamma']}"
+             + f" · {env.get('repeats', 1)} repeats (medians)",
              "", "| prompt | strategy | predicted (/rtt) | measured (with the wait) | error | best γ "
              "| no round trip: predicted / measured | change the round trip makes: predicted / measured |",
              "|---|---|---|---|---|---|---|---|"]
