@@ -410,12 +410,7 @@ class VllmClient(ServerClient):
         return ServedModelInfo(self._model.rstrip("/").rsplit("/", 1)[-1], vocab, context, "vLLM")
 
     def tokenize(self, text: str) -> list[int]:
-        answer, _ = self.transport.post("/tokenize", {"model": self.model(), "prompt": text,
-                                                      "add_special_tokens": False})
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list):
-            raise ServerError(f"{self.transport.url}/tokenize returned no token list")
-        return [int(t) for t in tokens]
+        return _tokenize_prompt(self.transport, self.model(), text)
 
     def _complete(self, prompt: list[int], max_tokens: int, fields: SamplerFields, *, logprobs: int,
                   prompt_logprobs: int | None = None) -> dict:
@@ -518,6 +513,16 @@ class VllmClient(ServerClient):
             yield int(tokens[0]), answer["_wall_s"]
 
 
+def _tokenize_prompt(transport: Transport, model: str, text: str) -> list[int]:
+    """``/tokenize`` as vLLM and SGLang both take it: ``{model, prompt, add_special_tokens}`` in,
+    ``{tokens}`` out."""
+    answer, _ = transport.post("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    if not isinstance(tokens, list):
+        raise ServerError(f"{transport.url}/tokenize returned no token list")
+    return [int(t) for t in tokens]
+
+
 def _vllm_server_seconds(answer: dict) -> float:
     """vLLM's per-request metrics (``--enable-per-request-metrics``): queue time plus time to the
     first token, the compute of a one-token request; 0 when the server does not report them."""
@@ -615,12 +620,7 @@ class SglangClient(ServerClient):
                           "vocabulary size cannot be read: an SGLang with logit_bias checks is needed")
 
     def tokenize(self, text: str) -> list[int]:
-        answer, _ = self.transport.post("/tokenize", {"model": self.model(), "prompt": text,
-                                                      "add_special_tokens": False})
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list):
-            raise ServerError(f"{self.transport.url}/tokenize returned no token list")
-        return [int(t) for t in tokens]
+        return _tokenize_prompt(self.transport, self.model(), text)
 
     @staticmethod
     def _sampling(max_new_tokens: int, fields: SamplerFields) -> dict:

@@ -128,8 +128,6 @@ def vllm_greedy(url: str, prompt: list[int], n: int) -> list[int]:
 
 def top_k_exact(pair, prompt: list[int]) -> float:
     """The largest difference between top-k probabilities from the top 20 and from the whole vocabulary."""
-    import torch
-
     from remote.rules import plan_for, row_of
     from sampling.processors import MultinomialProcessor, TopKProcessor
 
