@@ -13,21 +13,17 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from engine import NGramOptions, Strategy, run_strategy, served_pair_of
+from engine import NGramOptions, Strategy, run_strategy
 from generation import first_divergence
-from remote.client import Backoff, connect
 from sampling import GreedyProcessor
 from sampling.processors import MultinomialProcessor, TopKProcessor
 from tests.helpers.models import tiny_llama
-from tests.helpers.served import FakeServer, FakeSglang, FakeVllm
+from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeSglang, FakeVllm,
+                                   fake_target, fast_backoff, served_pair_at)
 from tests.helpers.tokenizers import word_tokenizer
 
-FAST = Backoff(retries=1, first_s=0.01, timeout_s=5.0)
-VOCAB = 255          # the word tokenizer's
-LENGTH = 16
-PROMPTS = [[1, 7, 9, 30, 41], [1, 100, 101, 102, 17, 100, 101], [1, 5, 5, 5, 5, 5, 5, 6]]
-
-
+FAST = fast_backoff()
+VOCAB, LENGTH, PROMPTS = FAKE_VOCAB, FAKE_LENGTH, FAKE_PROMPTS
 @dataclass
 class Engine:
     """A fake engine on 127.0.0.1: its URL, its handler (``log_softmax``, ``bodies``), how its own
@@ -49,13 +45,12 @@ class Engine:
         return answer["output_ids"]
 
     def pair(self, drafter, tokenizer):
-        client = connect(self.url, backoff=FAST)
-        return served_pair_of(client, client.info(), drafter, tokenizer, drafter_name="tiny")
+        return served_pair_at(self.url, drafter, tokenizer)
 
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_llama(3, vocab_size=VOCAB, hidden=32, logit_scale=8.0, max_positions=128)
+    return fake_target()
 
 
 @pytest.fixture(scope="module")

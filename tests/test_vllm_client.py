@@ -9,21 +9,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import Strategy, run_strategy, served_pair_of
-from remote.client import Backoff, SamplerFields, ServerError, VllmClient, connect
+from engine import Strategy, run_strategy
+from remote.client import SamplerFields, ServerError, VllmClient, connect
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
-from tests.helpers.served import FakeServer, FakeVllm
+from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeVllm,
+                                   fake_target, fast_backoff, served_pair_at)
 from tests.helpers.tokenizers import word_tokenizer
 
-FAST = Backoff(retries=1, first_s=0.01, timeout_s=5.0)
-VOCAB = 255          # the word tokenizer's
-LENGTH = 16
+FAST = fast_backoff()
+VOCAB, LENGTH, PROMPTS = FAKE_VOCAB, FAKE_LENGTH, FAKE_PROMPTS
 
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_llama(3, vocab_size=VOCAB, hidden=32, logit_scale=8.0, max_positions=128)
+    return fake_target()
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +40,13 @@ def fake(target, tokenizer):
 
 
 def pair_with(fake, drafter, tokenizer):
-    client = connect(fake.url, backoff=FAST)
-    return served_pair_of(client, client.info(), drafter, tokenizer, drafter_name="tiny")
+    return served_pair_at(fake.url, drafter, tokenizer)
 
 
 def server_greedy(fake, prompt: list[int], n: int) -> list[int]:
     """The fake server's own greedy decode, in one request (the identity reference)."""
     status, answer = fake.vllm.complete({"prompt": prompt, "max_tokens": n, "temperature": 0})
     return answer["choices"][0]["token_ids"]
-
-
-PROMPTS = [[1, 7, 9, 30, 41], [1, 100, 101, 102, 17, 100, 101], [1, 5, 5, 5, 5, 5, 5, 6]]
 
 
 def test_the_kind_is_detected_and_the_vocabulary_read(fake):

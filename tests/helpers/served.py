@@ -288,3 +288,31 @@ class FakeSglang:
             before = ordered.cumsum(0) - ordered
             probs = torch.zeros_like(probs).scatter(0, order, ordered.masked_fill(before > top_p, 0.0))
         return int(torch.multinomial(probs, 1, generator=generator))
+
+
+# ------------------------------------------------------------------ the fakes' common setup
+# What the vLLM, SGLang and shared scoring-engine tests build alike: a tiny target over the word
+# tokenizer, short retries, three prompts, and a pair whose target is the fake at ``url``.
+
+FAKE_VOCAB = 255          # the word tokenizer's
+FAKE_LENGTH = 16
+FAKE_PROMPTS = [[1, 7, 9, 30, 41], [1, 100, 101, 102, 17, 100, 101], [1, 5, 5, 5, 5, 5, 5, 6]]
+
+
+def fast_backoff():
+    from remote.client import Backoff
+    return Backoff(retries=1, first_s=0.01, timeout_s=5.0)
+
+
+def fake_target():
+    """The model behind every fake engine: a sharpened tiny Llama over the word vocabulary."""
+    from tests.helpers.models import tiny_llama
+    return tiny_llama(3, vocab_size=FAKE_VOCAB, hidden=32, logit_scale=8.0, max_positions=128)
+
+
+def served_pair_at(url: str, drafter, tokenizer):
+    """A pair whose target is the server at ``url`` (its kind detected) and ``drafter`` here."""
+    from engine import served_pair_of
+    from remote.client import connect
+    client = connect(url, backoff=fast_backoff())
+    return served_pair_of(client, client.info(), drafter, tokenizer, drafter_name="tiny")
