@@ -148,6 +148,42 @@ def drop_last(cache, n: int) -> None:
         cache.crop(0)
 
 
+# From 5.14 to 5.17 a sliding-window layer that records its past hands attention every key it
+# holds, while the mask covers only the window: a second forward before a crop fails ("The size
+# of tensor a (21) must match the size of tensor b (8)"). 5.18 returns the visible keys only.
+SLIDING_UPDATE_RETURNS_ALL = (5, 14) <= TRANSFORMERS_RELEASE < (5, 18)
+_VISIBLE_CLASSES: dict[type, type] = {}
+
+
+def _visible_class(cls: type) -> type:
+    """``cls`` with 5.18's ``update``: the keys and values the mask covers, not all it records.
+    It keeps its base class's name (the cache policy reads layers by class name)."""
+    if cls not in _VISIBLE_CLASSES:
+        def update(self, key_states, value_states, *args, **kwargs):
+            keys, values = cls.update(self, key_states, value_states, *args, **kwargs)
+            if not self.record_past:
+                return keys, values
+            visible = self.sliding_window - 1 + key_states.shape[-2]
+            return keys[:, :, -visible:, :], values[:, :, -visible:, :]
+
+        _VISIBLE_CLASSES[cls] = type(cls.__name__, (cls,), {"update": update, "__doc__": cls.__doc__})
+    return _VISIBLE_CLASSES[cls]
+
+
+def record_past(cache) -> None:
+    """Make ``cache``'s sliding-window layers record the positions a rollback needs (a later crop
+    trims them back to the window), on every transformers that can."""
+    if not hasattr(cache, "activate_past_recording"):
+        return
+    cache.activate_past_recording()
+    if not SLIDING_UPDATE_RETURNS_ALL:
+        return
+    for layer in _layers(cache):
+        if getattr(layer, "is_sliding", False) and getattr(layer, "record_past", False) \
+                and type(layer) not in _VISIBLE_CLASSES.values():
+            layer.__class__ = _visible_class(type(layer))
+
+
 def _self_attention(cache):
     """The cache whose layers hold the generated sequence (the decoder's self-attention)."""
     if isinstance(cache, EncoderDecoderCache):
@@ -387,8 +423,7 @@ class CachedModel:
         self._length = 0
         if self.cache is not None:
             _check_rollback_support(self.model, self.cache)
-            if hasattr(self.cache, "activate_past_recording"):
-                self.cache.activate_past_recording()
+            record_past(self.cache)
         if not self.encoder_decoder:
             start = list(prompt)
         else:

@@ -33,7 +33,7 @@ import torch
 from generation.hidden_rows import TargetHiddenStates
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children
-from kvcache.cache import RollbackStats, drop_last
+from kvcache.cache import RollbackStats, drop_last, record_past
 from sampling import LogitsProcessor
 
 
@@ -45,8 +45,7 @@ class _Depth:
 
         self.layer = layer                                          # which MTP layer runs this depth
         self.cache = MtpCache(config=mtp.config)
-        if hasattr(self.cache, "activate_past_recording"):
-            self.cache.activate_past_recording()                    # an exact crop of a sliding layer
+        record_past(self.cache)                                     # an exact crop of a sliding layer
         self.outs: torch.Tensor | None = None                       # (1, slots, H)
 
     @property

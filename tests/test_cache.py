@@ -5,6 +5,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+import kvcache.cache
+
 from sampling import GreedyProcessor
 from tests.helpers import arch_zoo
 from tests.helpers.decode import speculative
@@ -129,6 +131,54 @@ def test_sliding_window_memory_stays_bounded():
                 assert layer.keys.shape[-2] <= window - 1, "the sliding layer kept more than its window"
     assert cached.stats.method == "crop"
     assert len(seq) - 1 > 2 * window
+
+
+class _AllKeysLayer:
+    """A sliding-window layer as transformers 5.14-5.17 ship it: recording its past, ``update``
+    returns every key it holds, though the mask covers the window only."""
+
+    is_sliding, sliding_window = True, 4
+
+    def __init__(self):
+        self.record_past = False
+        self.keys = torch.zeros(1, 1, 0, 2)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        return self.keys, self.keys
+
+
+class _AllKeysCache:
+    def __init__(self):
+        self.layers = [_AllKeysLayer()]
+
+    def activate_past_recording(self):
+        for layer in self.layers:
+            layer.record_past = True
+
+
+@pytest.mark.parametrize("fixed", [True, False], ids=["5.14-5.17", "other-releases"])
+def test_a_recording_sliding_layer_hands_attention_only_what_its_mask_covers(monkeypatch, fixed):
+    """On 5.14-5.17 ``record_past`` gives a sliding layer 5.18's ``update``: after two forwards with no
+    crop between, attention gets the window - 1 older keys and the new ones (what the mask covers),
+    while the layer keeps all it recorded for a rollback; its class keeps its name and survives a
+    snapshot. On other releases the layer is left as transformers made it."""
+    monkeypatch.setattr(kvcache.cache, "SLIDING_UPDATE_RETURNS_ALL", fixed)
+    cache = _AllKeysCache()
+    kvcache.cache.record_past(cache)
+    layer = cache.layers[0]
+    assert layer.record_past and type(layer).__name__ == "_AllKeysLayer"
+    layer.update(torch.randn(1, 1, 6, 2), None)
+    new = torch.randn(1, 1, 2, 2)
+    keys, _ = layer.update(new, None)
+    assert layer.keys.shape[-2] == 8                                   # all of it, for a rollback
+    if fixed:
+        assert keys.shape[-2] == layer.sliding_window - 1 + 2 and torch.equal(keys[:, :, -2:], new)
+        assert type(kvcache.cache.snapshot(layer)) is type(layer)
+        kvcache.cache.record_past(cache)                               # idempotent
+        assert type(layer).__mro__[1] is _AllKeysLayer
+    else:
+        assert keys.shape[-2] == 8 and type(layer) is _AllKeysLayer    # what 5.17 alone would hand on
 
 
 def test_a_static_cache_is_refused_with_one_line():
