@@ -164,7 +164,7 @@ def _refuse_misfit(config: dict, weights: dict, target, where: Path) -> tuple[in
     if "d2t" not in weights and draft_vocab != vocab:
         raise Eagle3Refused(f"the head at {where} drafts over {draft_vocab} ids but has no d2t map to the target's")
     if "d2t" in weights:
-        ids = torch.arange(draft_vocab) + weights["d2t"].long()
+        ids = torch.arange(draft_vocab, device=weights["d2t"].device) + weights["d2t"].long()
         if ids.min() < 0 or ids.max() >= vocab:
             raise Eagle3Refused(f"the head at {where} maps draft ids outside the target's vocabulary of {vocab}")
     return draft_vocab, hidden

@@ -304,6 +304,19 @@ def kept_layers(keep_hidden) -> tuple[int, ...]:
     return tuple(int(i) for i in keep_hidden) if keep_hidden else ()
 
 
+# From 5.23 an index or a list as ``output_hidden_states`` keeps only those states, each at its own
+# index; before, a list kept states at the wrong indices (5.17: ``hidden_states[2]`` was not the
+# full run's ``hidden_states[2]``), so every state is asked for there.
+SELECTS_HIDDEN_STATES = TRANSFORMERS_RELEASE >= (5, 23)
+
+
+def hidden_states_request(layers: tuple[int, ...]):
+    """The ``output_hidden_states`` argument that returns ``hidden_states[i]`` for each of ``layers``."""
+    if not SELECTS_HIDDEN_STATES:
+        return True
+    return layers[0] if len(layers) == 1 else list(layers)
+
+
 @dataclass(frozen=True)
 class Prefill:
     """One model's cache after a prompt minus its last token (``kvcache.prefill.prefill``);
@@ -517,8 +530,8 @@ class CachedModel:
         else:
             kwargs["input_ids"] = ids[:, seen:]
         layers = kept_layers(self.keep_hidden)
-        if layers:             # an index or a list selects only those (transformers >= 5.24); all before
-            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
+        if layers:
+            kwargs["output_hidden_states"] = hidden_states_request(layers)
         if self.keep_kv_states:
             kwargs["return_shared_kv_states"] = True
         out = self.model(**kwargs)
@@ -645,7 +658,7 @@ class CachedModel:
             kwargs[self.logits_kw] = keep
         layers = kept_layers(self.keep_hidden)
         if layers:
-            kwargs["output_hidden_states"] = layers[0] if len(layers) == 1 else list(layers)
+            kwargs["output_hidden_states"] = hidden_states_request(layers)
         out = self.model(**kwargs)
         self.forwards += 1
         if layers:             # one row per token fed, in the block's order; keep_block gathers them too

@@ -18,6 +18,7 @@ import torch
 import eagle3.drafter
 import eagle3.load
 import engine.drafters
+import kvcache.cache
 from eagle3 import Eagle3Drafter, load_eagle3
 from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 from engine import HybridOptions, Strategy, load_pair, pair_of, run_strategy
@@ -151,6 +152,21 @@ def test_mutation_hidden_states_from_the_wrong_layers_fail_the_logits_check(monk
     speculative(pair, gamma=3)
     chains = [(c, d, logits) for c, d, logits in recorded]
     assert worst_logit_error(pair.target, weights, config, (2, 4, 5), chains, pair.vocab_size) > 1e-2
+
+
+@pytest.mark.parametrize("selects", [True, False], ids=["selected-states", "every-state"])
+def test_the_head_reads_the_right_layers_whether_or_not_transformers_selects_them(monkeypatch, tmp_path,
+                                                                                  recorded, selects):
+    """Before 5.23 a list given as ``output_hidden_states`` kept states at the wrong indices (5.17's
+    ``hidden_states[2]`` was not layer 2's input), so every state is asked for there: both requests
+    give the exact logits, and the list is what a release before 5.23 must not be sent."""
+    if selects and not kvcache.cache.SELECTS_HIDDEN_STATES:
+        pytest.skip("this transformers misplaces selected states (on 5.17 this case fails: the reason for the fix)")
+    monkeypatch.setattr(kvcache.cache, "SELECTS_HIDDEN_STATES", selects)
+    assert kvcache.cache.hidden_states_request((2, 4, 5)) == ([2, 4, 5] if selects else True)
+    pair, weights, config = in_memory(tmp_path)
+    assert speculative(pair, gamma=3).tokens == target_ar(pair)
+    assert logit_error(pair, weights, config, recorded) < 1e-4
 
 
 def test_mutation_q_not_placed_through_d2t_fails_the_logits_check(monkeypatch, tmp_path, recorded):
