@@ -44,13 +44,22 @@ def assistant_path(spec: str) -> str:
     return path
 
 
+def has_assistant_model() -> bool:
+    """Whether this transformers has the ``Gemma4AssistantForCausalLM`` the drafter is built on and
+    tested with (5.24 on). 5.17's earlier one failed to draft (``KeyError: 'sliding_attention'``,
+    on a GPU machine's transformers), and the releases between were not tested, so they are refused."""
+    from packaging.version import Version
+
+    return (Version(transformers.__version__).release >= (5, 24)
+            and getattr(transformers, "Gemma4AssistantForCausalLM", None) is not None)
+
+
 def assistant_class():
     """transformers' ``Gemma4AssistantForCausalLM``; :class:`AssistantRefused` on a transformers without it."""
-    cls = getattr(transformers, "Gemma4AssistantForCausalLM", None)
-    if cls is None:
+    if not has_assistant_model():
         raise AssistantRefused(f"a Gemma 4 assistant needs a transformers with Gemma4AssistantForCausalLM "
-                               f"(5.24 has it); this is transformers {transformers.__version__}")
-    return cls
+                               f"(5.24 on); this is transformers {transformers.__version__}")
+    return transformers.Gemma4AssistantForCausalLM
 
 
 def text_config(config):

@@ -25,6 +25,21 @@ class MtpRefused(ValueError):
     """The target has no MTP layers this transformers can load; the message says why (one line)."""
 
 
+def has_mtp_model() -> bool:
+    """Whether this transformers has the ``MtpModel`` the drafter is built on and tested with (5.24
+    on). 5.17 to 5.19 ship an earlier ``MtpModel`` without ``forward_layer`` (one layer at a time),
+    which failed on a GPU machine's 5.17; 5.20 to 5.23 have not been tested, so they are refused too."""
+    from packaging.version import Version
+
+    if Version(transformers.__version__).release < (5, 24):
+        return False
+    try:
+        from transformers.modeling_layers import MtpModel
+    except ImportError:
+        return False
+    return hasattr(MtpModel, "forward_layer")
+
+
 def is_mtp(spec) -> bool:
     """Whether ``--drafter`` names the target's own MTP layers."""
     return spec is not None and str(spec).strip().lower() == MTP_SPEC
@@ -32,11 +47,9 @@ def is_mtp(spec) -> bool:
 
 def mtp_layers(target) -> int:
     """How many MTP layers ``target``'s config declares; :class:`MtpRefused` when it cannot be drafted with."""
-    try:
-        from transformers.modeling_layers import MtpModel  # noqa: F401  (transformers >= 5.24)
-    except ImportError:
-        raise MtpRefused(f"--drafter mtp needs transformers >= 5.24 (MtpModel); this is "
-                         f"transformers {transformers.__version__}") from None
+    if not has_mtp_model():
+        raise MtpRefused(f"--drafter mtp needs transformers >= 5.24 (MtpModel with forward_layer); this is "
+                         f"transformers {transformers.__version__}")
     config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
     count = getattr(config, "num_mtp_layers", None)
     kind = getattr(config, "model_type", None) or type(target).__name__

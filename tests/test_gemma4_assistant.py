@@ -21,6 +21,7 @@ import engine.drafters
 from checks.selftest import probe_check
 from engine import Strategy, load_pair, pair_of, run_strategy
 from gemma4_assistant import AssistantDrafter, AssistantRefused, mark_assistant
+from gemma4_assistant.model import has_assistant_model
 from repl.runner import Runner
 from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
@@ -30,14 +31,10 @@ from tests.helpers.tokenizers import word_tokenizer
 from tests.helpers.recording import record_chains
 from utils.errors import ModelLoadError
 
-try:
-    from transformers import Gemma4AssistantForCausalLM  # noqa: F401
-    HAS_ASSISTANT = True
-except ImportError:
-    HAS_ASSISTANT = False
+HAS_ASSISTANT = has_assistant_model()
 
 needs_assistant = pytest.mark.skipif(not HAS_ASSISTANT, reason="this transformers has no Gemma4AssistantForCausalLM "
-                                                               "(4.57 has no Gemma 4; refusal tested below)")
+                                                               "before 5.24 (refusal tested below)")
 PROMPT = [1, 5, 3, 7, 2, 4]
 VOCAB = 16          # small enough that some drafts are accepted
 SEEDS = (1, 1)      # (target, assistant): 6 of 68 greedy drafts accepted at gamma 3, some rounds in part

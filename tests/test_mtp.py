@@ -19,7 +19,7 @@ import engine.drafters
 import kvcache.cache
 from engine import Strategy, load_pair, pair_of, run_strategy
 from mtp import MtpDrafter, MtpRefused
-from mtp.model import mtp_layers
+from mtp.model import has_mtp_model, mtp_layers
 from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
 from tests.helpers.decode import autoregressive
@@ -28,11 +28,7 @@ from tests.helpers.tokenizers import word_tokenizer
 from tests.helpers.recording import record_chains
 from utils.errors import ModelLoadError
 
-try:
-    from transformers.modeling_layers import MtpModel  # noqa: F401
-    HAS_MTP = True
-except ImportError:
-    HAS_MTP = False
+HAS_MTP = has_mtp_model()
 
 needs_mtp = pytest.mark.skipif(not HAS_MTP, reason="transformers < 5.24 has no MtpModel (refusal tested below)")
 PROMPT = [1, 5, 3, 7, 2, 4]

@@ -667,8 +667,11 @@ def check_gemma4_assistant(name: str, gamma: int = 3) -> Outcome:
     ``tests.helpers.gemma4_assistant``: independent weights, its sizes read from the target), drafting
     from the target's cached keys and values, equals ``generate``."""
     from gemma4_assistant import mark_assistant
+    from gemma4_assistant.model import has_assistant_model
     from tests.helpers.gemma4_assistant import tiny_assistant
 
+    if not has_assistant_model():
+        return Outcome("skip", f"transformers {transformers.__version__}: no Gemma 4 assistant before 5.24")
     target = build(name)
     assistant = mark_assistant(tiny_assistant(target), target)
     strategy = Strategy("speculative", drafter="model", gamma=gamma, processor=_greedy(), max_gen_len=LENGTH)
