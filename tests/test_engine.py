@@ -14,6 +14,7 @@ import torch
 from engine import DRAFTERS, Drafter, EngineState, NGramOptions, Strategy, pair_of, register_drafter, run_strategy
 from ngram_assisted import NGramStorage, OneLevelNGramStorage
 from sampling import GreedyProcessor
+from tests.helpers.devices import TEST_DEVICE
 from tests.helpers.models import tiny_llama
 
 GREEDY = GreedyProcessor()
@@ -194,7 +195,7 @@ def test_pair_of_wraps_models_in_memory():
     assert pair.target is target and pair.drafter is drafter
     assert pair.end_tokens == [5] and pair.vocab_size == 60           # the shorter vocabulary
     assert pair.context_length == 256 and not pair.is_encoder_decoder
-    assert pair.device == torch.device("cpu")
+    assert pair.device.type == torch.device(TEST_DEVICE).type
     alone = pair_of(target, end_tokens=None, vocab_size=50)
     assert alone.drafter is None and alone.drafter_name == "none"
     assert alone.end_tokens == [] and alone.vocab_size == 50
