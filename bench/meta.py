@@ -10,6 +10,8 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 import transformers
 
+from utils.devices import HALF_DTYPES, half_precision_reason
+
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo, or what platform knows."""
@@ -89,14 +91,9 @@ def header_lines(env: dict, settings: dict) -> list[str]:
     return lines
 
 
-HALF_DTYPES = ("bfloat16", "float16")
-
-
 def half_precision_note(dtype: str) -> str:
     """Why greedy outputs of a target in half precision may differ from its AR output (docs/benchmark.md)."""
-    return (f"note: the target runs in {dtype}: a verify forward of k tokens rounds differently from a "
-            f"1-token step, so a near-tie can go the other way and 'identical' can fall below all "
-            f"(transformers' decoders alike); float32 keeps greedy outputs comparable token for token")
+    return f"note: {half_precision_reason(dtype)}"
 
 
 def _session_text(settings: dict) -> str:

@@ -19,6 +19,7 @@ from generation.result import GenerationResult
 from repl.commands import COMMANDS
 from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, round_pieces
 from repl.settings import Settings, settings_from_dict
+from utils.devices import HALF_DTYPES, half_precision_reason
 
 STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "lookahead": "yellow", "target": "blue",
                     "drafter": "magenta"}
@@ -363,6 +364,9 @@ def comparison_table(prompt_run: PromptRun) -> Table:
         notes.append("identity is checked under greedy only: sampled outputs differ by design")
     else:
         notes.append("identical: token ids compared with target AR (no: the first differing token)")
+        if prompt_run.target_dtype in HALF_DTYPES and any(
+                prompt_run.divergence(run)[0] is False for run in prompt_run.runs):
+            notes.append(half_precision_reason(prompt_run.target_dtype))
     table.caption = Text("; ".join(notes))
     table.caption_justify = "left"
     return table

@@ -118,7 +118,9 @@ class Runner:
         """Encode ``text`` and check it fits; raises PromptRefused otherwise."""
         ids = self.encode(text, settings)
         self.check_fits(ids, settings)
-        return PromptRun(text, ids, greedy=settings.processor.is_greedy, settings=settings.to_dict())
+        dtype = getattr(getattr(self.pair, "target", None), "dtype", None)
+        return PromptRun(text, ids, greedy=settings.processor.is_greedy, settings=settings.to_dict(),
+                         target_dtype="" if dtype is None else str(dtype).removeprefix("torch."))
 
     def run(self, prompt_run: PromptRun, settings: Settings,
             on_run: Callable[[PromptRun, StrategyRun], None] = lambda prompt_run, run: None,

@@ -211,6 +211,8 @@ class PromptRun:
     ``settings``: the session settings the prompt ran with (``Settings.to_dict``).
     ``token_text``: the text of token ids the inspector names (filled when a
     trace is written or read back; a live session decodes with its tokenizer).
+    ``target_dtype``: the target's dtype ("bfloat16", ...; "" when unknown, as
+    for a served target).
     """
 
     prompt: str
@@ -220,6 +222,7 @@ class PromptRun:
     interrupted: bool = False
     settings: dict = field(default_factory=dict)
     token_text: dict[int, str] = field(default_factory=dict)
+    target_dtype: str = ""
 
     def baseline(self) -> StrategyRun | None:
         """The target autoregressive run, when it ran to completion."""

@@ -78,7 +78,7 @@ def prompt_record(prompt_run: PromptRun, tokenizer=None) -> dict:
     """One prompt as a trace entry (``tokenizer`` decodes each drafting round's
     pieces; pieces already on a run are kept)."""
     record = {"settings": prompt_run.settings, "prompt_ids": prompt_run.prompt_ids,
-              "greedy": prompt_run.greedy, **prompt_run.to_dict()}
+              "greedy": prompt_run.greedy, "target_dtype": prompt_run.target_dtype, **prompt_run.to_dict()}
     for run in prompt_run.runs:
         if run.result is None:
             continue
@@ -224,6 +224,7 @@ def _prompt(record: dict) -> PromptRun:
         greedy=bool(record.get("greedy", settings.processor.is_greedy)),
         interrupted=bool(record.get("interrupted", False)),
         settings=settings.to_dict(),
+        target_dtype=str(record.get("target_dtype") or ""),
     )
     prompt_run.runs = [_strategy(key, entry) for key, entry in record["strategies"].items()]
     prompt_run.token_text = {int(k): str(v) for k, v in (record.get("token_text") or {}).items()}

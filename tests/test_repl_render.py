@@ -138,6 +138,23 @@ def test_comparison_table_cells():
     assert rows["Drafter AR"][1:] == ["-", "-", "n/a", "-", "-", "-", "n/a"]
 
 
+@pytest.mark.parametrize("dtype, parts, says", [
+    ("bfloat16", True, True), ("float16", True, True), ("float32", True, False), ("bfloat16", False, False)])
+def test_a_half_precision_target_says_why_greedy_outputs_part(dtype, parts, says):
+    """Under greedy, a bfloat16 or float16 target whose strategies part from target AR gets the
+    reason in the comparison's caption (a verify rounds differently from a one-token step); a
+    float32 target, or one whose outputs all agree, does not."""
+    pr = prompt_run()
+    pr.target_dtype = dtype
+    if not parts:
+        pr.runs = [r for r in pr.runs if r.key != "ngram"]             # the one that differs
+    c, out = console()
+    c.print(render.comparison_table(pr))
+    text = " ".join(out.getvalue().split())
+    assert (f"the target runs in {dtype}: a verify forward of k tokens rounds differently" in text) == says
+    assert "identical: token ids compared with target AR" in text
+
+
 def test_json_dict_has_every_metric():
     obj = prompt_run().to_dict()
     spec = obj["strategies"]["speculative"]

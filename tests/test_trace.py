@@ -33,10 +33,11 @@ def saved(tmp_path, prompt_runs=None) -> str:
 
 def test_a_trace_reads_back_to_the_same_numbers(tmp_path):
     original = why_prompt_run()
+    original.target_dtype = "bfloat16"             # a replay explains a half-precision target's partings
     trace = read_trace(saved(tmp_path, [original]))
     assert trace.environment == ENV and trace.created
     back = trace.prompts[0]
-    assert back.to_dict() == original.to_dict()
+    assert back.to_dict() == original.to_dict() and back.target_dtype == "bfloat16"
     assert back.settings == original.settings and back.prompt_ids == original.prompt_ids
     spec = back.runs[0]
     assert spec.result.trace == original.runs[0].result.trace

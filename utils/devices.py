@@ -130,3 +130,14 @@ def model_device(model) -> torch.device:
     if embeddings is not None:
         return embeddings.weight.device
     return next(model.parameters()).device
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def half_precision_reason(dtype: str) -> str:
+    """Why greedy outputs of a target in half precision may differ from its AR output: one line
+    (docs/results.md, "A target in bfloat16 under greedy" and "On a GPU")."""
+    return (f"the target runs in {dtype}: a verify forward of k tokens rounds differently from a "
+            f"1-token step, so a near-tie can go the other way and 'identical' can fall below all "
+            f"(transformers' decoders alike); float32 keeps greedy outputs comparable token for token")
