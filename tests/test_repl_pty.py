@@ -74,8 +74,9 @@ class Pty:
                 return seen
             alive = self._pump(0.2)
             if not alive or time.monotonic() > deadline:
-                tail = text[-3000:]
-                raise AssertionError(f"did not see {pattern!r}; output ends with:\n{tail}")
+                start, tail = text[self.cursor:self.cursor + 1500], text[-3000:]
+                raise AssertionError(f"did not see {pattern!r}; output after the last match:\n{start}\n"
+                                     f"... output ends with:\n{tail}")
 
     def type(self, line: str) -> None:
         self.child.sendline(line)
@@ -178,7 +179,8 @@ def test_interactive_session(pair, tmp_path):
         pty.command("/drafter off", "drafter: off")
         pty.type("the water is hot")
         pty.wait("prompt: 6 tokens")
-        time.sleep(2.0)
+        pty.wait(r"live · round \d+ · \d+ tokens", regex=True)   # decoding, not still setting up
+        time.sleep(0.5)
         pty.child.sendintr()
         pty.wait("interrupted after")
         pty.wait("generation interrupted")
