@@ -286,8 +286,20 @@ def read_entry(prompt_session) -> str:
     return line
 
 
+def ctrl_c_interrupts() -> None:
+    """Make Ctrl-C stop a generation even when the REPL was started with SIGINT ignored (a shell
+    starts a background job so, and Python then installs no KeyboardInterrupt handler): at a
+    terminal the user's Ctrl-C is meant for the REPL. Seen when a test suite run from a background
+    job drove the REPL through a pty: its Ctrl-C did nothing and target AR ran on."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def interactive(session: Session) -> int:
     """The prompt loop; returns the exit status (0 on /quit or Ctrl-D)."""
+    ctrl_c_interrupts()
     prompt_session = _prompt_session(session.settings)
     session.say("Type a prompt, or /help for the commands. Ctrl-D or /quit leaves.", "dim")
     while True:
