@@ -48,9 +48,9 @@ def has_assistant_model() -> bool:
     """Whether this transformers has the ``Gemma4AssistantForCausalLM`` the drafter is built on and
     tested with (5.24 on). 5.17's earlier one failed to draft (``KeyError: 'sliding_attention'``,
     on a GPU machine's transformers), and the releases between were not tested, so they are refused."""
-    from packaging.version import Version
+    from kvcache.cache import TRANSFORMERS_RELEASE
 
-    return (Version(transformers.__version__).release >= (5, 24)
+    return (TRANSFORMERS_RELEASE >= (5, 24)
             and getattr(transformers, "Gemma4AssistantForCausalLM", None) is not None)
 
 

@@ -29,9 +29,9 @@ def has_mtp_model() -> bool:
     """Whether this transformers has the ``MtpModel`` the drafter is built on and tested with (5.24
     on). 5.17 to 5.19 ship an earlier ``MtpModel`` without ``forward_layer`` (one layer at a time),
     which failed on a GPU machine's 5.17; 5.20 to 5.23 have not been tested, so they are refused too."""
-    from packaging.version import Version
+    from kvcache.cache import TRANSFORMERS_RELEASE
 
-    if Version(transformers.__version__).release < (5, 24):
+    if TRANSFORMERS_RELEASE < (5, 24):
         return False
     try:
         from transformers.modeling_layers import MtpModel

@@ -601,3 +601,23 @@ def test_the_hybrid_counts_travel_in_the_json_and_the_strategy_asks_for_it():
     assert isinstance(storage, NGramOptions) and (storage.storage, storage.max_pattern, storage.factor,
                                                   storage.reset) == ("suffix", 8, 2.0, False)
     assert strategy_for("ngram", Settings(hybrid=4)) == strategy_for("ngram", Settings())   # NASD unchanged
+
+
+def test_the_repl_takes_ctrl_c_back_when_it_starts_with_sigint_ignored():
+    """A background job starts with SIGINT ignored; the interactive loop installs Python's handler
+    so that Ctrl-C interrupts a generation, and leaves a handler it finds alone."""
+    import signal
+
+    from repl.session import ctrl_c_interrupts
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ctrl_c_interrupts()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        own = lambda signum, frame: None  # noqa: E731
+        signal.signal(signal.SIGINT, own)
+        ctrl_c_interrupts()
+        assert signal.getsignal(signal.SIGINT) is own
+    finally:
+        signal.signal(signal.SIGINT, before)
