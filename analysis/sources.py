@@ -11,7 +11,10 @@ dicts, so a replay gives the same numbers):
   accepted tokens, acceptance and mean match length;
 - the distribution of draft lengths over every round of the run (0 for a
   round that drafted nothing), which the speedup model prices
-  (``analysis.speedup.measured_mix``).
+  (``analysis.speedup.measured_mix``);
+- acceptance by match length (:func:`by_match_length`): how much a copied draft
+  was worth after a match of m tokens, the number that decides whether copying
+  pays (a 1-token match's draft is a guess, a 16-token match's nearly sure).
 
 A round that asked for no drafts (the length budget's last token) carries no
 note and counts under no source; it is in the draft lengths, at 0. Tokens are
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from analysis.acceptance import _get, drafted_count, round_counts
+from analysis.hybrid import round_kind
 
 NO_MATCH = "none"  # the name a round whose note says source "" (nothing matched) is counted under
 QUANTILES = (0.1, 0.5, 0.9)
@@ -92,6 +96,44 @@ def by_source(rounds: Iterable[Any]) -> dict[str, SourceCounts]:
     return out
 
 
+# Match lengths grouped for the acceptance table: (label, shortest, longest); None: no bound.
+MATCH_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4), ("5-8", 5, 8), ("9-16", 9, 16),
+                 ("17+", 17, None))
+
+
+def _match_bucket(match: int) -> str:
+    for label, low, high in MATCH_BUCKETS:
+        if match >= low and (high is None or match <= high):
+            return label
+    raise ValueError(f"a match length must be >= 1, got {match}")
+
+
+def by_match_length(rounds: Iterable[Any]) -> dict[str, dict]:
+    """{match-length bucket (:data:`MATCH_BUCKETS`): counts} over the rounds that drafted
+    copied tokens after a match (a hybrid's model rounds and rounds without a draft left
+    out), buckets in order: ``rounds``, ``drafted`` / ``accepted`` tokens, ``acceptance``
+    (accepted over drafted) and ``first_taken`` (the share of rounds whose first draft was
+    accepted)."""
+    raw: dict[str, list[int]] = {}
+    for rnd in rounds:
+        note = match_note(rnd)
+        drafted = drafted_count(rnd)
+        if note is None or not note["source"] or round_kind(note) != "retrieval" or not drafted:
+            continue
+        match = int(note.get("match", 0) or 0)
+        if match < 1:
+            continue
+        accepted = round_counts(rnd)[1]
+        counts = raw.setdefault(_match_bucket(match), [0, 0, 0, 0])
+        counts[0] += 1
+        counts[1] += drafted
+        counts[2] += accepted
+        counts[3] += accepted > 0
+    return {label: dict(rounds=c[0], drafted=c[1], accepted=c[2], acceptance=c[2] / c[1],
+                        first_taken=c[3] / c[0])
+            for label, _, _ in MATCH_BUCKETS if (c := raw.get(label))}
+
+
 def mean_match_length(rounds: Iterable[Any]) -> float | None:
     """Mean match length over the rounds that matched (source not ""); None when none did."""
     matches = [int(note.get("match", 0) or 0) for note in map(match_note, rounds) if note and note["source"]]
@@ -142,4 +184,5 @@ def source_numbers(rounds: Iterable[Any]) -> dict | None:
         return None
     return dict(draft_sources={source: counts.to_dict() for source, counts in by_source(rounds).items()},
                 mean_match_length=mean_match_length(rounds),
-                draft_lengths=length_summary(draft_lengths(rounds)))
+                draft_lengths=length_summary(draft_lengths(rounds)),
+                acceptance_by_match=by_match_length(rounds))

@@ -555,6 +555,23 @@ def draft_length_chart(why: Why, trace: list) -> Table:
     return table
 
 
+def match_chart(why: Why) -> Table | None:
+    """Row per match length (grouped): the rounds that copied drafts after such a match, their
+    acceptance as a bar, and how often the first draft was taken; None without such rounds."""
+    by_match = why.sources.get("acceptance_by_match") or {}
+    if not by_match:
+        return None
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for header, justify in (("match", "right"), ("rounds", "right"), ("accepted/drafted", "right"),
+                            ("acceptance", "left"), ("", "right"), ("first draft taken", "right")):
+        table.add_column(Text(header), justify=justify, min_width=BAR_WIDTH if header == "acceptance" else None)
+    for label, c in by_match.items():
+        table.add_row(Text(label), Text(str(c["rounds"])), Text(f"{c['accepted']}/{c['drafted']}"),
+                      Text(bar(c["acceptance"]), style="cyan"), Text(f"{c['acceptance']:.0%}"),
+                      Text(f"{c['first_taken']:.0%}"))
+    return table
+
+
 def _tree_depth_text(result: GenerationResult) -> str:
     """``acceptance by tree depth: 0 12/20 60% · 1 ...`` and tokens per target call."""
     from analysis.trees import tree_summary
@@ -632,6 +649,11 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
                               "these lengths, not one γ)", style=f"bold {colour}"))
             parts.append(sources_table(why))
             parts.append(draft_length_chart(why, run.result.trace))
+            by_match = match_chart(why)
+            if by_match is not None:
+                parts.append(Text("acceptance by match length (tokens of the tail found where the drafts "
+                                  "were copied from)", style=f"bold {colour}"))
+                parts.append(by_match)
         if why.costs is not None:
             parts.append(Text(_cost_text(why), style="dim"))
         tree = lookahead_text(run.result) if run.key == "lookahead" else tree_text(run.result)

@@ -190,9 +190,14 @@ def sources_table(prompt_run: PromptRun, run: StrategyRun) -> str:
                     f"<td>{match}</td></tr>")
     lengths = why.sources["draft_lengths"]
     histogram = " · ".join(f"{k}: {n}" for k, n in lengths["rounds_by_length"].items())
+    by_match = " · ".join(f"{label}: {c['accepted']}/{c['drafted']} ({c['acceptance']:.0%})"
+                          for label, c in (why.sources.get("acceptance_by_match") or {}).items())
+    by_match_line = (f'<p class="meta" data-by-match>acceptance by match length (match: accepted/drafted) '
+                     f"{_e(by_match)}</p>") if by_match else ""
     return ("<h4>where the drafts came from</h4><table class=\"sources\"><tr><th>source</th><th>rounds</th>"
             "<th>accepted/drafted</th><th>acceptance</th><th>mean match</th></tr>" + "".join(rows) + "</table>"
-            f'<p class="meta">rounds by draft length ({_e(histogram)}) · mean {lengths["mean"]:.2f}</p>')
+            f'<p class="meta">rounds by draft length ({_e(histogram)}) · mean {lengths["mean"]:.2f}</p>'
+            + by_match_line)
 
 
 # ------------------------------------------------------------------ page

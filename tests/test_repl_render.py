@@ -502,6 +502,10 @@ def test_a_match_drafters_json_says_where_its_drafts_came_from_and_prices_its_le
     assert entry["mean_match_length"] == pytest.approx(11 / 3)
     assert entry["draft_lengths"] == {"rounds_by_length": {"0": 1, "1": 1, "2": 1, "4": 1}, "mean": 1.75,
                                       "p10": 0, "p50": 1, "p90": 4, "max": 4}
+    assert entry["acceptance_by_match"] == {
+        "1": dict(rounds=1, drafted=1, accepted=0, acceptance=0.0, first_taken=0.0),
+        "4": dict(rounds=1, drafted=2, accepted=2, acceptance=1.0, first_taken=1.0),
+        "5-8": dict(rounds=1, drafted=4, accepted=4, acceptance=1.0, first_taken=1.0)}
     assert entry["prediction_draft_lengths"] == "measured"
     assert entry["predicted_speedup_steady"] == pytest.approx(MATCH_STEADY)
     assert entry["predicted_speedup"] == pytest.approx(MATCH_PREDICTED)
@@ -552,6 +556,10 @@ def test_a_match_drafters_panel_and_stats_show_sources_lengths_and_the_measured_
     # the draft-length chart: k, rounds, a bar, the tokens such a round yielded
     assert any(line.split() == ["4", "1", render.bar(1.0).strip(), "5.00"] for line in lines)
     assert any(line.split() == ["0", "1", render.bar(1.0).strip(), "1.00"] for line in lines)
+    # acceptance by match length: the rounds after each match, their acceptance, the first draft taken
+    assert any("acceptance by match length" in line for line in lines)
+    assert any(line.split() == ["5-8", "1", "4/4", render.bar(1.0).strip(), "100%", "100%"] for line in lines)
+    assert any(line.split() == ["1", "1", "0/1", "0%", "0%"] for line in lines)
     # a speculative run shows none of it
     c, out = console()
     c.print(render.stats_view(why_prompt_run()))

@@ -198,6 +198,11 @@ def check_sources(page: Page, html: str, pr: PromptRun) -> None:
     for source, c in sources.items():
         assert f'<tr data-source="{source}">' in html
         assert f"<td>{c['rounds']}</td><td>{c['accepted']}/{c['drafted']}</td>" in html
+    by_match = pr.why(run).sources["acceptance_by_match"]
+    assert by_match and sum(c["drafted"] for c in by_match.values()) == sum(
+        c["drafted"] for s, c in sources.items() if s != "none")
+    for label, c in by_match.items():
+        assert f"{label}: {c['accepted']}/{c['drafted']} ({c['acceptance']:.0%})" in html
 
 
 def test_a_match_drafters_sources_are_on_each_draft_and_in_a_table():

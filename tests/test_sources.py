@@ -10,6 +10,7 @@ import pytest
 import analysis.sources
 from analysis.sources import (
     NO_MATCH,
+    by_match_length,
     by_source,
     draft_lengths,
     drafter_chose_lengths,
@@ -83,3 +84,25 @@ def test_trace_dicts_give_the_same_numbers_and_other_drafters_none():
     plain = [Round((1, 2), 1, 9, False, gamma=2), Round((), 0, 9, False)]
     assert not drafter_chose_lengths(plain) and source_numbers(plain) is None
     assert mean_match_length([Round((), 0, 9, False, note=note("", 0))]) is None
+
+
+def test_acceptance_by_match_length_with_exact_counts(monkeypatch):
+    rounds = ROUNDS + [
+        Round((4, 5), 0, 9, False, gamma=4, note=note("prompt", 1)),       # a second 1-token match, rejected
+        Round((6, 7), 1, 9, False, gamma=4, note=note("context", 20)),     # a long match (17+)
+        Round((8,), 1, None, False, gamma=4, note=note("prompt", 2)),      # cut by an end token: first draft taken
+        Round((1, 2, 3), 1, 9, False, gamma=3, note=note("model", 9)),    # a hybrid's model round: not copied
+    ]
+    table = by_match_length(rounds)
+    # in bucket order; the tree round (match 3) counts its 5 verified nodes; no-match rounds are left out
+    assert list(table) == ["1", "2", "3", "5-8", "17+"]
+    assert table["1"] == dict(rounds=2, drafted=3, accepted=0, acceptance=0.0, first_taken=0.0)
+    assert table["2"] == dict(rounds=1, drafted=1, accepted=1, acceptance=1.0, first_taken=1.0)
+    assert table["3"] == dict(rounds=1, drafted=5, accepted=1, acceptance=0.2, first_taken=1.0)
+    assert table["5-8"] == pytest.approx(dict(rounds=2, drafted=7, accepted=6, acceptance=6 / 7, first_taken=1.0))
+    assert table["17+"] == dict(rounds=1, drafted=2, accepted=1, acceptance=0.5, first_taken=1.0)
+    assert by_match_length([asdict(r) for r in rounds]) == table          # a trace replays the same
+    assert source_numbers(rounds)["acceptance_by_match"] == table
+    # Mutation check: the hybrid's model round counted as a copied one would join the 9-16 bucket.
+    monkeypatch.setattr(analysis.sources, "round_kind", lambda note: "retrieval")
+    assert "9-16" in by_match_length(rounds)
