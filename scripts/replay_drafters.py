@@ -1,0 +1,111 @@
+"""Replay NASD's storages and transformers' prompt lookup over target AR's greedy output.
+
+    .venv/bin/python scripts/replay_drafters.py [--categories code_editing,summarization,qa_over_text]
+        [--length 96] [--gamma 4,8,16] [--storages basic,onelevel,recycling,suffix,sam]
+        [--oracle] [--target ID] [--dtype float32] [--threads N] [--repeats 5]
+
+Runs target AR (greedy) once on each built-in prompt of the categories, keeps its output
+and the target's top-8 at every output position (one forward over the whole sequence),
+measures what a verify forward costs by width on this machine (the engine's cached
+model, a cache of the first prompt), then replays every storage and prompt lookup at
+every γ over the outputs (``bench.replay``): no target forward per round, so each
+takes seconds. Prints, per drafter and γ, the target calls, tokens per call,
+acceptance and the speedup over target AR predicted from forward costs alone (no host
+work: the benchmark measures that); with ``--oracle`` also the same drafter with every
+draft cut to what the target accepted, the most any draft-length rule could gain.
+The CPU, its flags, the versions and the load average are printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+GROUNDED = "code_editing,summarization,qa_over_text"
+
+
+def interpolated(costs: dict[int, float]):
+    """cost(width) from the measured widths, linear in between."""
+    widths = sorted(costs)
+
+    def cost(width: int) -> float:
+        if width in costs:
+            return costs[width]
+        below = max(w for w in widths if w < width)
+        above = min(w for w in widths if w > width)
+        return costs[below] + (costs[above] - costs[below]) * (width - below) / (above - below)
+    return cost
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--categories", default=GROUNDED)
+    parser.add_argument("--length", type=int, default=96)
+    parser.add_argument("--gamma", default="4,8,16")
+    parser.add_argument("--storages", default="basic,onelevel,recycling,suffix,sam")
+    parser.add_argument("--oracle", action="store_true", help="also replay each drafter with a perfect length cut")
+    parser.add_argument("--target", help="the target model (default: the offline model)")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--repeats", type=int, default=5, help="forwards timed per width (the median is used)")
+    args = parser.parse_args(argv)
+    try:
+        gammas = [int(g) for g in args.gamma.split(",")]
+        if not gammas or min(gammas) < 1:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--gamma takes integers >= 1 separated by commas, got {args.gamma!r}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    import transformers
+
+    from bench.prompts import builtin_prompts
+    from bench.replay import drafter_factory, forward_costs, oracle, record, replay
+    from engine import load_pair
+    from scripts.selfdraft_bench import cpu_line
+    from utils.vocab import encode_prompt
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from engine.state import STORAGE_CLASSES
+
+    storages = args.storages.split(",")
+    unknown = [s for s in storages if s not in STORAGE_CLASSES]
+    if unknown:
+        parser.error(f"unknown storage {unknown[0]!r} (choose from {', '.join(STORAGE_CLASSES)})")
+    categories = args.categories.split(",")
+    texts = [p.text for p in builtin_prompts() if p.category in categories]
+    if not texts:
+        parser.error(f"no built-in prompt in {args.categories!r}")
+    pair = load_pair(args.target, None, dtype=args.dtype)
+    vocab_size = pair.vocab_size or pair.target.config.vocab_size
+    prompts = [encode_prompt(pair.tokenizer, text) for text in texts]
+    print(f"CPU: {cpu_line()}; torch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"transformers {transformers.__version__}; load {os.getloadavg()[0]:.2f}")
+    recorded = record(pair, prompts, args.length)
+    costs = forward_costs(pair.target, prompts[0], range(1, max(gammas) + 2), args.repeats)
+    print("verify forward ms by width: " + " ".join(f"{w}:{s * 1000:.1f}" for w, s in costs.items()))
+    cost = interpolated(costs)
+    tokens = sum(len(r.output) for r in recorded)
+    target_s = (tokens - len(recorded)) * cost(1)          # target AR: one width-1 forward a token after the prefill
+    print(f"{len(recorded)} prompts ({args.categories}), {tokens} tokens, target AR {tokens} calls")
+    print(f"{'drafter':28s} {'γ':>3s} {'calls':>6s} {'tok/call':>8s} {'accept':>7s} {'predicted':>9s}")
+    for storage in storages + ["prompt_lookup"]:
+        make = drafter_factory(pair, storage, vocab_size)
+        for gamma in gammas:
+            rows = [(storage, replay(make, recorded, gamma, args.length))]
+            if args.oracle:
+                rows.append((f"{storage} (oracle cut)", replay(make, recorded, gamma, args.length, cut=oracle)))
+            for name, run in rows:
+                speedup = target_s / run.forward_s(cost) if run.forward_s(cost) else float("nan")
+                print(f"{name:28s} {gamma:3d} {run.calls:6d} {run.tokens_per_call:8.2f} "
+                      f"{run.acceptance:7.0%} {speedup:8.2f}x")
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
