@@ -4,6 +4,8 @@
 #   2. the engine tests on the declared floor, transformers 4.57.6 (.venv-floor, scripts/setup.sh --floor).
 # Arguments go to pytest for the first run only, and skip the floor run (they pick tests of the
 # whole suite: `bash test.sh -k repl`). SPECDEC_SKIP_FLOOR=1 skips the floor run as well.
+# SPECDEC_RELEASES="5.10.4 5.20.2" also runs the engine tests on each of those transformers releases
+# (.venv-X.Y.Z, scripts/setup.sh --release X.Y.Z): the releases between the ends, which CI leaves out.
 # The script fails when either run fails, and when a run collects no test (pytest's exit code 5).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -58,6 +60,14 @@ run_pytest() {
     return "$status"
 }
 
+# present_floor_tests: the engine test files that exist (into the array `present`).
+present_floor_tests() {
+    present=()
+    for file in "${FLOOR_TESTS[@]}"; do
+        [ -f "$file" ] && present+=("$file")
+    done
+}
+
 bash scripts/setup.sh
 newest=0
 run_pytest "newest" .venv/bin/python "$@" || newest=$?
@@ -68,10 +78,7 @@ if [ "$#" -gt 0 ]; then
 elif [ "${SPECDEC_SKIP_FLOOR:-0}" = "1" ]; then
     echo "== floor run skipped: SPECDEC_SKIP_FLOOR=1" >&2
 else
-    present=()
-    for file in "${FLOOR_TESTS[@]}"; do
-        [ -f "$file" ] && present+=("$file")
-    done
+    present_floor_tests
     if [ "${#present[@]}" -eq 0 ]; then
         echo "== floor: none of the engine test files exist" >&2
         floor=1
@@ -81,7 +88,24 @@ else
     fi
 fi
 
-if [ "$newest" -ne 0 ] || [ "$floor" -ne 0 ]; then
-    echo "== test.sh: FAILED (newest: exit $newest, floor: exit $floor)" >&2
+releases=0
+if [ "$#" -gt 0 ] && [ -n "${SPECDEC_RELEASES:-}" ]; then
+    echo "== release runs skipped: pytest arguments were given" >&2
+elif [ -n "${SPECDEC_RELEASES:-}" ]; then
+    present_floor_tests
+    for release in $SPECDEC_RELEASES; do
+        status=0
+        bash scripts/setup.sh --release "$release" || status=$?
+        if [ "$status" -eq 0 ]; then
+            run_pytest "transformers $release" ".venv-$release/bin/python" "${present[@]}" || status=$?
+        fi
+        if [ "$status" -ne 0 ]; then
+            releases=1
+        fi
+    done
+fi
+
+if [ "$newest" -ne 0 ] || [ "$floor" -ne 0 ] || [ "$releases" -ne 0 ]; then
+    echo "== test.sh: FAILED (newest: exit $newest, floor: exit $floor, releases: exit $releases)" >&2
     exit 1
 fi

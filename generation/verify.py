@@ -26,8 +26,8 @@ from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
 from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
-from kvcache.cache import CachedModel, tree_support
-from kvcache.probe import cached_model
+from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
+from kvcache.probe import cached_model, not_causal
 
 
 @dataclass
@@ -75,6 +75,9 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     verify_rule(options.verify)                         # an unknown name fails here, before any forward
     if policy is None:
         raise ValueError("the verify loop needs a gamma policy (generation.gamma_policies.make_policy)")
+    reason = not_causal(target)
+    if reason is not None:
+        raise UnsupportedCacheError(reason)
     device = model_device(target)
     model = cached_model(target, use_cache=options.use_cache)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)

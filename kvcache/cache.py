@@ -142,10 +142,34 @@ def drop_last(cache, n: int) -> None:
     """
     if n < 0:
         raise ValueError(f"cannot remove a negative number of positions ({n})")
+    layers = getattr(cache, "layers", None)
+    if layers is not None and any(map(never_filled, layers)):
+        for layer in layers:                # the cache's own crop would crop these too, and fail
+            if not never_filled(layer):
+                drop_last(layer, n)
+        return
     if n > 0:
         cache.crop(-n)
     elif CROP_ZERO_KEEPS:
         cache.crop(0)
+
+
+def never_filled(layer) -> bool:
+    """A cache layer no forward has written: it holds nothing, so there is nothing to crop.
+
+    transformers 5.x before 5.24 gives every block of a hybrid model a layer: an MLP block
+    (Nemotron-H) a linear-attention layer whose conv kernel size stays unknown, a recurrent block
+    (RecurrentGemma, 5.17) an attention layer whose keys stay None, where 5.24 gives such blocks
+    a ``DummyLayer``. Their own ``crop`` raises (``bad operand type for unary -: 'NoneType'``,
+    ``'NoneType' object is not subscriptable``).
+    """
+    if getattr(layer, "is_initialized", None) is False:
+        return True
+    conv, recurrent = getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)
+    if not isinstance(conv, dict) or not isinstance(recurrent, dict):
+        return False
+    return (all(state is None for state in conv.values()) and all(state is None for state in recurrent.values())
+            and getattr(layer, "keys", None) is None)
 
 
 # From 5.14 to 5.17 a sliding-window layer that records its past hands attention every key it
@@ -713,7 +737,8 @@ class CachedModel:
         if self._length == 0:
             return
         for layer in _layers(self.cache):
-            if getattr(layer, "record_past", False) and getattr(layer, "is_initialized", True):
+            if getattr(layer, "record_past", False) and getattr(layer, "is_initialized", True) \
+                    and not never_filled(layer):
                 drop_last(layer, 0)
 
 

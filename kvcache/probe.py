@@ -23,6 +23,12 @@ of the model's own on transformers 4.57) gets ``refused``, with the refusal's on
 a model whose uncached forward raises (transformers cannot run it at all: xLSTM's kernels copied
 to bfloat16, say), with the exception's first line.
 
+The probe also measures whether the model's forward is causal at all: its first positions fed
+alone must score as they do inside the longer sequence. Where they do not (transformers 5.10's
+Zamba2 and Nemotron-H on the PyTorch path), a verify pass scores a position differently from
+the step that decodes it alone, so no drafting strategy can match the model's own decoding:
+:func:`not_causal` says why, and the verify loop refuses such a target in one line.
+
 The decision rests on what the probe measures, never on a model's name. :func:`probe_of`
 remembers the result per model object, so a model is probed once; the loaders probe both
 models at load and attach the result to the pair (:func:`probe_pair`).
@@ -35,6 +41,7 @@ import weakref
 from dataclasses import asdict, dataclass
 
 import torch
+import transformers
 
 from kvcache.cache import CachedModel, ServedModel, UnsupportedCacheError
 
@@ -67,6 +74,8 @@ class ProbeResult:
     tolerance: float = 0.0
     rollback: str = ""
     seconds: float = 0.0
+    causal: bool = True     # False: a position's uncached logits change with the tokens after it (``not_causal``)
+    causal_error: float = 0.0   # by how much, as a fraction of the logit range
 
     def line(self) -> str:
         """One line: ``cached (restore, max error 3e-06 <= 0.029)`` or ``stepwise: <why>``."""
@@ -147,6 +156,19 @@ def _uncached(model, prompt: list[int], seqs: list[list[int]], start: int | None
     return model(input_ids=encoder, decoder_input_ids=decoder, use_cache=False).logits
 
 
+def _causal_error(model, prompt: list[int], seq: list[int], start: int | None, reference: torch.Tensor) -> float:
+    """How far the uncached logits of ``seq``'s first PREFIX + 1 positions, fed alone, are from the
+    same positions inside the whole sequence's forward (``reference[0]``), as a fraction of the
+    logit range: 0 for a causal model, whatever its kernels. transformers 5.10's Zamba2 without
+    its mamba kernels is not causal (0.3 of its range): its scan pads to the sequence's length."""
+    # Both of the reference's sequences start with these ids: a batch of the same size as the
+    # reference's (transformers 4.57's RecurrentGemma keeps a batch-sized state in its modules).
+    alone = _uncached(model, prompt, [seq[:PREFIX + 1]] * reference.shape[0], start).float()
+    want = reference[:, :PREFIX + 1].float()
+    scale = max(1.0, float(reference.float().abs().max()))
+    return float((alone[..., :want.shape[-1]] - want).abs().max()) / scale
+
+
 class _Checker:
     """Compares cached logits with the uncached ones and keeps the largest error."""
 
@@ -221,6 +243,11 @@ def probe_model(model) -> ProbeResult:
     except Exception as e:  # noqa: BLE001  (transformers cannot run the model at all: no path can)
         return ProbeResult(name, dtype, "refused", f"{name} does not run in {dtype} here ({_first_line(e)})",
                            seconds=time.perf_counter() - begun)
+    try:
+        causal_error = _causal_error(model, prompt, seq, start, reference)
+    except Exception:  # noqa: BLE001  (not measured: the replays below meet whatever broke)
+        causal_error = 0.0
+    causal = causal_error <= bound
     reasons: list[str] = []
     for path in ("cached", "stepwise"):
         checker = _Checker(reference, bound)
@@ -235,8 +262,9 @@ def probe_model(model) -> ProbeResult:
             reasons.append(f"{path}: {_first_line(e)}")
             continue
         return ProbeResult(name, dtype, path, "; ".join(reasons), checker.error, bound, kind,
-                           time.perf_counter() - begun)
-    return ProbeResult(name, dtype, "uncached", "; ".join(reasons), 0.0, bound, "", time.perf_counter() - begun)
+                           time.perf_counter() - begun, causal, causal_error)
+    return ProbeResult(name, dtype, "uncached", "; ".join(reasons), 0.0, bound, "", time.perf_counter() - begun,
+                       causal, causal_error)
 
 
 _RESULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -260,6 +288,22 @@ def cached_model(model, *, use_cache: bool = True) -> CachedModel:
         return CachedModel(model, use_cache=False)
     found = probe_of(model)
     return CachedModel(model, path=found.path, reason=found.reason)
+
+
+def not_causal(model) -> str | None:
+    """Why drafting cannot be lossless with ``model`` as the target, or None: its forward is not
+    causal (a position's logits change with the tokens after it, as the probe measured), so a
+    verify pass scores a position differently from the step that decodes it alone. Target AR
+    still runs (each step is the model's own definition); a drafter need not be causal."""
+    if isinstance(model, ServedModel) or not runs_alone(model):
+        return None
+    found = probe_of(model)
+    if found.causal:
+        return None
+    return (f"{found.model}'s forward is not causal in transformers {transformers.__version__}: a position's "
+            f"logits change with the tokens after it (by {found.causal_error:.2g} of the logit range, tolerance "
+            f"{found.tolerance:.2g}), so no drafting strategy can match its own decoding (target AR runs); "
+            "another transformers release may run it")
 
 
 def remember(model, result: ProbeResult) -> None:

@@ -4,6 +4,9 @@
 #   bash scripts/setup.sh           .venv with the newest transformers that requirements.txt allows
 #   bash scripts/setup.sh --floor   .venv-floor with the declared floor, transformers==$FLOOR_TRANSFORMERS
 #                                   (every other requirement the same)
+#   bash scripts/setup.sh --release X.Y.Z
+#                                   .venv-X.Y.Z with transformers==X.Y.Z, for a release between the
+#                                   ends (test.sh runs the engine tests on it with SPECDEC_RELEASES)
 #
 # Idempotent: a second run compares a hash of the requirements (and the floor pin) with the
 # stamp left by the last install and installs nothing when they match.
@@ -21,8 +24,17 @@ case "${1:-}" in
         venv=.venv-floor
         pin=("transformers==$FLOOR_TRANSFORMERS")
         ;;
+    --release)
+        release="${2:-}"
+        if ! [[ "$release" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+            echo "setup.sh --release needs a transformers release X.Y.Z, got '$release'" >&2
+            exit 2
+        fi
+        venv=".venv-$release"
+        pin=("transformers==$release")
+        ;;
     *)
-        echo "usage: bash scripts/setup.sh [--floor]" >&2
+        echo "usage: bash scripts/setup.sh [--floor | --release X.Y.Z]" >&2
         exit 2
         ;;
 esac

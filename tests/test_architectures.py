@@ -25,7 +25,6 @@ import generation.verify
 import generation.verify_rules
 from tests.helpers import arch_zoo
 from tests.helpers.arch_zoo import CHECKS, FAMILIES, run_check
-from kvcache.cache import TRANSFORMERS_RELEASE
 
 CASES = [(name, spec) for name in FAMILIES for spec in CHECKS if spec.applies(name)]
 
@@ -36,8 +35,7 @@ def test_family(name, spec):
     if outcome.status == "skip":
         pytest.skip(outcome.detail)
     if outcome.status == "refused":
-        floor_own_cache = TRANSFORMERS_RELEASE < (5,) and "keeps its state in its own" in outcome.detail
-        assert FAMILIES[name].may_refuse or floor_own_cache, (
+        assert arch_zoo.refusal_allowed(name, outcome.detail), (
             f"refused a dynamic cache (only static caches may be): {outcome.detail}")
         pytest.skip(f"refused: {outcome.detail}")
     assert outcome.passed, outcome.detail

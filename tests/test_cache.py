@@ -48,6 +48,55 @@ def test_drop_last_removes_exactly_n_positions():
         drop_last(cache, -1)
 
 
+class _UnfilledLinearLayer:
+    """A linear-attention layer no forward wrote, as transformers 5.x before 5.24 gives an MLP block
+    of a hybrid model: its conv kernel size is unknown, so its own crop raises."""
+
+    def __init__(self):
+        self.conv_states, self.recurrent_states, self.conv_kernel_size = {0: None}, {0: None}, {0: None}
+        self.record_past = True
+
+    def crop(self, tokens_to_remove):
+        raise TypeError("bad operand type for unary -: 'NoneType'")
+
+
+class _UnfilledAttentionLayer:
+    """An attention layer no forward wrote, as transformers 5.17 gives a recurrent block of
+    RecurrentGemma: its keys are None, so its own crop raises."""
+
+    is_initialized = False
+    keys = values = None
+    record_past = True
+
+    def crop(self, tokens_to_remove):
+        raise TypeError("'NoneType' object is not subscriptable")
+
+
+class _LayeredCache:
+    """A cache whose ``crop`` crops every layer, as transformers' ``Cache.crop`` does."""
+
+    def __init__(self, layers):
+        self.layers = layers
+
+    def crop(self, tokens_to_remove):
+        for layer in self.layers:
+            layer.crop(tokens_to_remove)
+
+
+def test_a_layer_no_forward_filled_is_left_out_of_a_crop(monkeypatch):
+    filled = fill(tiny_llama(0), 9)
+    cache = _LayeredCache([filled.layers[0], _UnfilledLinearLayer(), _UnfilledAttentionLayer(), filled.layers[1]])
+    drop_last(cache, 3)
+    assert [layer.keys.shape[-2] for layer in (cache.layers[0], cache.layers[3])] == [6, 6]
+    drop_last(cache, 0)
+    never_filled = kvcache.cache.never_filled
+    assert [never_filled(layer) for layer in cache.layers] == [False, True, True, False]
+    # Mutation check: with every layer cropped, an unfilled one raises inside the crop.
+    monkeypatch.setattr(kvcache.cache, "never_filled", lambda layer: False)
+    with pytest.raises(TypeError):
+        drop_last(cache, 1)
+
+
 def test_crop_zero_rule_follows_the_release():
     assert CROP_ZERO_KEEPS == (TRANSFORMERS_RELEASE >= (5, 14))
 

@@ -168,11 +168,16 @@ def test_the_transformers_bug_is_real_and_the_fallback_fixes_it(name, monkeypatc
 # ------------------------------------------------------------ rollbacks
 
 @needs_5
-def test_no_transformers_exception_escapes_a_rollback(monkeypatch):
+def test_a_never_used_layer_does_not_break_a_rollback(monkeypatch):
     """RecurrentGemma forced onto the cached path: transformers' ``Cache.crop(0)`` raises a
-    TypeError on its never-used linear-attention layers; the engine turns it into one line."""
+    TypeError on its never-used linear-attention layers; the engine leaves those layers out of
+    the crop (``kvcache.cache.never_filled``), so the rollbacks run."""
     target, drafter = built("recurrent_gemma"), built("recurrent_gemma", "independent")
     monkeypatch.setattr(kvcache.probe, "probe_of", lambda model: kvcache.probe.ProbeResult("m", "float32", "cached"))
+    result = speculative(target, drafter)
+    assert result.rounds > 0 and result.accepted < result.drafted          # rejections: rollbacks ran
+    # Mutation check: every layer cropped, the never-used ones raise, and the engine says so in one line.
+    monkeypatch.setattr(kvcache.cache, "never_filled", lambda layer: False)
     with pytest.raises(UnsupportedCacheError) as info:
         speculative(target, drafter)
     assert "\n" not in str(info.value) and "cannot be rolled back" in str(info.value)
@@ -254,3 +259,41 @@ def test_the_panel_line_names_each_models_path_and_why():
                 "drafter": {"method": "crop", "restores": 0, "path": "cached", "reason": "", "seconds": 0.0}}
     assert path_text(rollback) == "cache path: target stepwise (cached: off by 0.67) · drafter cached"
     assert "path" not in _rollback_text(rollback) and "restores 2" in _rollback_text(rollback)
+
+
+# ------------------------------------------------------------- a forward that is not causal
+
+def length_dependent(seed):
+    """A tiny Llama whose logits at every position favour a token that depends on how many tokens
+    the forward was fed: a position scores differently in a verify pass than alone (not causal)."""
+    model = llama(seed)
+
+    class LengthDependent(type(model)):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            fed = kwargs["input_ids"].shape[1]
+            out.logits[..., (7 * fed) % out.logits.shape[-1]] += 4 * arch_zoo.LOGIT_SCALE
+            return out
+
+    model.__class__ = LengthDependent
+    return model
+
+
+def test_a_target_that_is_not_causal_is_refused_for_drafting_and_runs_alone(monkeypatch):
+    from engine import Strategy, pair_of, run_strategy
+
+    target, drafter = length_dependent(0), llama(1)
+    found = probe_of(target)
+    assert not found.causal and found.causal_error > found.tolerance
+    assert probe_of(llama(0)).causal and probe_of(llama(0)).causal_error <= probe_of(llama(0)).tolerance
+    with pytest.raises(UnsupportedCacheError) as info:
+        speculative(target, drafter)
+    assert "\n" not in str(info.value) and "not causal" in str(info.value)
+    alone = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=arch_zoo.LENGTH),
+                         pair_of(target), list(arch_zoo.PROMPTS[0]))
+    assert len(alone.tokens) == arch_zoo.LENGTH                   # target AR runs: each step is its own definition
+    # A drafter need not be causal: its drafts are only proposals.
+    assert speculative(llama(0), length_dependent(1)).rounds > 0
+    # Mutation check: without the refusal, drafting parts from the target's own decoding.
+    monkeypatch.setattr(kvcache.probe, "probe_of", lambda model: kvcache.probe.ProbeResult("m", "float32", "cached"))
+    assert speculative(target, drafter).tokens != alone.tokens

@@ -16,7 +16,18 @@ import pytest
 
 from engine import Strategy, run_strategy
 from kvcache.cache import TRANSFORMERS_RELEASE
-from tests.helpers.arch_zoo import FAMILIES, LENGTH, PROMPTS, VOCAB, FamilyUnavailable, _greedy, _pair, build, reference
+from tests.helpers.arch_zoo import (
+    FAMILIES,
+    LENGTH,
+    PROMPTS,
+    VOCAB,
+    FamilyUnavailable,
+    _greedy,
+    _pair,
+    build,
+    reference,
+    refusal_allowed,
+)
 
 KINDS = ("self:bf16", "self:fp16", "self:int8", "self:int8=weight-only", "self:skip")
 # Where a self-drafter is refused, and the words its one line must hold: a
@@ -74,11 +85,9 @@ def _outcome(name: str, kind: str) -> tuple[str, str, int]:
 
 
 def _refused_everywhere(name: str, detail: str) -> bool:
-    """Whether the family's cache is refused for every strategy here, as the
-    architecture tests allow: a static cache, or on 4.57 a model keeping its
-    state in a cache class of its own."""
-    own_cache = TRANSFORMERS_RELEASE < (5,) and "keeps its state in its own" in detail
-    return FAMILIES[name].may_refuse or own_cache
+    """Whether the family's cache is refused for every strategy here, as the architecture tests
+    allow (``arch_zoo.refusal_allowed``)."""
+    return refusal_allowed(name, detail)
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
