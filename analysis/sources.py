@@ -118,7 +118,7 @@ def by_match_length(rounds: Iterable[Any]) -> dict[str, dict]:
     for rnd in rounds:
         note = match_note(rnd)
         drafted = drafted_count(rnd)
-        if note is None or not note["source"] or round_kind(note) != "retrieval" or not drafted:
+        if note is None or round_kind(note) != "retrieval" or not drafted:
             continue
         match = int(note.get("match", 0) or 0)
         if match < 1:

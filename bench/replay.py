@@ -7,15 +7,16 @@ the target would keep the longest prefix that matches the output and add the nex
 output token, and the drafter learns the tokens appended (and, for the storages
 that recycle the target's predictions, its recorded top-k at their positions). A
 round's cost is the target forward at its width (drafts + 1), read from a table of
-forward costs measured on the machine. What comes out is the run's target calls,
+forward costs measured on the machine (``engine.self_pair.calibrate.time_target``, as the
+self-drafter calibration measures them). What comes out is the run's target calls,
 acceptance and a predicted speedup over target AR from forward costs alone (no host
 work), in seconds for any number of drafters and γ, where running each costs
 minutes. :func:`replay` drives the engine's own drafters (``engine.Drafter``), so
 what is replayed is what runs (``tests/test_replay.py`` holds the replay to the engine's
 counts).
 
-:func:`prompt_lookup_drafter` wraps transformers' own prompt lookup candidate
-generator the same way, and :func:`oracle` cuts every draft to what the target
+:class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
+same way, and :func:`oracle` cuts every draft to what the target
 would accept: an upper bound for any rule that picks draft lengths.
 """
 
@@ -162,35 +163,3 @@ def drafter_factory(pair, storage: str, vocab_size: int) -> Callable[[], Drafter
     strategy = Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(storage=storage))
     context = DraftContext(GreedyProcessor(), None, vocab_size, [], 0)
     return lambda: DRAFTERS["ngram"](pair, strategy, EngineState(), context)
-
-
-def forward_costs(model, prompt: Sequence[int], widths: Sequence[int], repeats: int) -> dict[int, float]:
-    """Median seconds of a verify forward of each width after ``prompt``, through the engine's own
-    cached model (what a round pays: logits for every fed position), device-synced; each width
-    ``repeats`` times after one warm-up, the cache rolled back to the prompt in between."""
-    import statistics
-    import time
-
-    from kvcache.probe import cached_model
-    from utils.devices import model_device, synchronize
-
-    device = model_device(model)
-    cached = cached_model(model, use_cache=True)
-    start = cached.begin(list(prompt))
-    base = torch.tensor([start], dtype=torch.long, device=device)
-    out: dict[int, float] = {}
-    with torch.inference_mode():
-        cached.forward(base, keep=1)                        # the prompt's prefill
-        for width in widths:
-            fed = torch.cat([base, base[:, -1:].repeat(1, width)], dim=1)
-            times = []
-            for _ in range(repeats + 1):
-                cached.checkpoint()
-                synchronize(device)
-                began = time.perf_counter()
-                cached.forward(fed, keep=width)
-                synchronize(device)
-                times.append(time.perf_counter() - began)
-                cached.rollback(base.shape[1])
-            out[width] = statistics.median(times[1:])
-    return out

@@ -737,8 +737,7 @@ class CachedModel:
         if self._length == 0:
             return
         for layer in _layers(self.cache):
-            if getattr(layer, "record_past", False) and getattr(layer, "is_initialized", True) \
-                    and not never_filled(layer):
+            if getattr(layer, "record_past", False) and not never_filled(layer):
                 drop_last(layer, 0)
 
 

@@ -27,19 +27,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROUNDED = "code_editing,summarization,qa_over_text"
 
 
-def interpolated(costs: dict[int, float]):
-    """cost(width) from the measured widths, linear in between."""
-    widths = sorted(costs)
-
-    def cost(width: int) -> float:
-        if width in costs:
-            return costs[width]
-        below = max(w for w in widths if w < width)
-        above = min(w for w in widths if w > width)
-        return costs[below] + (costs[above] - costs[below]) * (width - below) / (above - below)
-    return cost
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--categories", default=GROUNDED)
@@ -50,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", help="the target model (default: the offline model)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--repeats", type=int, default=5, help="forwards timed per width (the median is used)")
+    parser.add_argument("--repeats", type=int, default=5, help="turns of forwards timed per width (medians used)")
     args = parser.parse_args(argv)
     try:
         gammas = [int(g) for g in args.gamma.split(",")]
@@ -63,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from bench.prompts import builtin_prompts
-    from bench.replay import drafter_factory, forward_costs, oracle, record, replay
+    from analysis.speedup import CostModel
+    from bench.replay import drafter_factory, oracle, record, replay
+    from engine.self_pair.calibrate import time_target
     from engine import load_pair
     from scripts.selfdraft_bench import cpu_line
     from utils.vocab import encode_prompt
@@ -86,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu_line()}; torch {torch.__version__} ({torch.get_num_threads()} threads), "
           f"transformers {transformers.__version__}; load {os.getloadavg()[0]:.2f}")
     recorded = record(pair, prompts, args.length)
-    costs = forward_costs(pair.target, prompts[0], range(1, max(gammas) + 2), args.repeats)
-    print("verify forward ms by width: " + " ".join(f"{w}:{s * 1000:.1f}" for w, s in costs.items()))
-    cost = interpolated(costs)
+    costs = time_target(pair.target, torch.tensor([prompts[0]]), widths=range(1, max(gammas) + 2),
+                        repeats=args.repeats).verify_s
+    print("verify forward ms by width: " + " ".join(f"{w}:{s * 1000:.1f}" for w, s in sorted(costs.items())))
+    cost = CostModel(draft_step_s=0.0, verify_s=costs).verify
     tokens = sum(len(r.output) for r in recorded)
     target_s = (tokens - len(recorded)) * cost(1)          # target AR: one width-1 forward a token after the prefill
     print(f"{len(recorded)} prompts ({args.categories}), {tokens} tokens, target AR {tokens} calls")

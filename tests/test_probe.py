@@ -292,6 +292,14 @@ def test_a_target_that_is_not_causal_is_refused_for_drafting_and_runs_alone(monk
     alone = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=arch_zoo.LENGTH),
                          pair_of(target), list(arch_zoo.PROMPTS[0]))
     assert len(alone.tokens) == arch_zoo.LENGTH                   # target AR runs: each step is its own definition
+    # A model whose cache is refused outright keeps the measurement: with /cache off it is still refused.
+    def refuse(*args, **kwargs):
+        raise UnsupportedCacheError("a cache class of its own")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(kvcache.probe, "_replay", refuse)
+        refused = probe_model(length_dependent(2))
+    assert refused.path == "refused" and not refused.causal
     # A drafter need not be causal: its drafts are only proposals.
     assert speculative(llama(0), length_dependent(1)).rounds > 0
     # Mutation check: without the refusal, drafting parts from the target's own decoding.

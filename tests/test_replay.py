@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import bench.replay
-from bench.replay import PromptLookup, Replayed, drafter_factory, forward_costs, oracle, record, replay
+from bench.replay import PromptLookup, Replayed, drafter_factory, oracle, record, replay
+from engine.self_pair.calibrate import time_target
 from engine import NGramOptions, Strategy, pair_of, run_strategy
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
@@ -92,7 +93,7 @@ def test_prompt_lookup_is_transformers_candidate_generator():
 
 
 def test_forward_costs_time_every_width(pair):
-    costs = forward_costs(pair.target, PROMPTS[0], [1, 3], repeats=2)
+    costs = time_target(pair.target, torch.tensor([PROMPTS[0]]), widths=[1, 3], repeats=2).verify_s
     assert sorted(costs) == [1, 3] and all(s > 0 for s in costs.values())
 
 
