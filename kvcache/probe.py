@@ -254,7 +254,7 @@ def probe_model(model) -> ProbeResult:
         try:
             kind = _replay(model, path, prompt, [seq, junk], checker, encoder_decoder)
         except UnsupportedCacheError as e:
-            return ProbeResult(name, dtype, "refused", str(e), seconds=time.perf_counter() - begun,
+            return ProbeResult(name, dtype, "refused", str(e), tolerance=bound, seconds=time.perf_counter() - begun,
                                causal=causal, causal_error=causal_error)
         except ProbeMismatch as e:
             reasons.append(f"{path}: {e}")
