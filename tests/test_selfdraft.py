@@ -549,3 +549,38 @@ def test_a_drafter_step_is_timed_on_a_cache_even_where_its_own_cache_runs_uncach
     fed.clear()
     calibrate.step_s(drafter, ids, repeats=2)
     assert fed[1:] == [1, 1, 1]
+
+
+def test_forward_timings_wait_for_the_device_to_finish(monkeypatch):
+    """A CUDA forward returns once its kernels are queued; the calibration's clocks must
+    read after the device finished them, or the target's steps and widths (and every
+    drafter's step, whose ratio picks the default drafter) time the launch only. A fake
+    device here queues 30 ms of work per forward and does it at ``synchronize``."""
+    from engine.self_pair import calibrate
+    import generation.common as common
+
+    target = build("llama")
+    drafter = build_self_drafter(target, parse_self_draft("self:skip=1"))
+    queued = [0.0]
+
+    def launching(model):
+        forward = model.forward
+
+        def queue(*args, **kwargs):
+            out = forward(*args, **kwargs)
+            queued[0] += 0.03
+            return out
+        return queue
+
+    def synchronize(device):
+        time.sleep(queued[0])
+        queued[0] = 0.0
+
+    monkeypatch.setattr(target, "forward", launching(target))
+    monkeypatch.setattr(drafter, "forward", launching(drafter))
+    monkeypatch.setattr(common, "synchronize", synchronize)
+    ids = torch.tensor([PROMPTS[0]])
+    timing = calibrate.time_target(target, ids, widths=(1, 2), repeats=2)
+    assert timing.prefill_s >= 0.03 and min(timing.verify_s.values()) >= 0.03
+    assert min(calibrate.paired_step_s(drafter, target, ids, repeats=2)) >= 0.03
+    assert calibrate.step_s(drafter, ids, repeats=2) >= 0.03

@@ -16,7 +16,6 @@ What the default-drafter choice (``engine.self_pair.choose``) rests on:
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -26,9 +25,11 @@ from analysis.speedup import costs_from_result
 from engine.pair import pair_of
 from engine.run import run_strategy
 from engine.strategy import Strategy
+from generation.common import device_clock
 from sampling import GreedyProcessor
 from kvcache.cache import CachedModel
 from kvcache.probe import cached_model
+from utils.devices import model_device
 from utils.vocab import encode_prompt
 
 CALIBRATION_TEXT = ("Explain in a few sentences how the gears of a bicycle work, and why a cyclist "
@@ -67,10 +68,13 @@ class TargetTiming:
                    int(data["prompt_tokens"]))
 
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
+def _timed(fn, model) -> float:
+    """Seconds of ``fn()``, read after ``model``'s device finished its queued work on both sides
+    (a CUDA forward returns before it has run: unsynced, the clock times the launch)."""
+    device = model_device(model)
+    start = device_clock(device)
     fn()
-    return time.perf_counter() - start
+    return device_clock(device) - start
 
 
 @torch.inference_mode()
@@ -84,7 +88,7 @@ def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = 
     """
     cached = cached_model(target)
     cached.begin(ids[0].tolist())
-    prefill = _timed(lambda: cached.forward(ids, keep=1))
+    prefill = _timed(lambda: cached.forward(ids, keep=1), target)
     base = ids.shape[1]
     extra = ids[:, -1:].repeat(1, max(widths))
     turns = []
@@ -92,7 +96,8 @@ def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = 
         turn = {}
         for width in sorted(set(widths) | {1}):
             cached.checkpoint()
-            turn[width] = _timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width))
+            turn[width] = _timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width),
+                                 target)
             cached.rollback(base)
         turns.append(turn)
     step = statistics.median(t[1] for t in turns[1:])
@@ -133,7 +138,7 @@ def step_s(model, ids: torch.Tensor, repeats: int = REPEATS) -> float:
     seq, times = ids, []
     for _ in range(repeats + 1):
         seq = torch.cat([seq, ids[:, -1:]], dim=1)
-        times.append(_timed(lambda: cached.forward(seq, keep=1)))
+        times.append(_timed(lambda: cached.forward(seq, keep=1), model))
     return statistics.median(times[1:])
 
 
@@ -157,7 +162,7 @@ def paired_step_s(drafter, target, ids: torch.Tensor, repeats: int = REPEATS) ->
     for _ in range(repeats + 1):                              # the first pair warms up
         for i, cached in enumerate(models):
             seqs[i] = torch.cat([seqs[i], ids[:, -1:]], dim=1)
-            times[i].append(_timed(lambda: cached.forward(seqs[i], keep=1)))
+            times[i].append(_timed(lambda: cached.forward(seqs[i], keep=1), (drafter, target)[i]))
     return statistics.median(times[0][1:]), statistics.median(times[1][1:])
 
 
