@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 import torch
 import transformers
 from packaging.version import Version
-from transformers import Cache, DynamicCache, EncoderDecoderCache
+from transformers import DynamicCache, EncoderDecoderCache
 
 from utils.devices import model_device
 

@@ -16,8 +16,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from generation.verify_names import VERIFY_RULE_NAMES
 from repl.settings import (GAMMA_POLICIES, MATCH_STORAGES, NGRAM_STORAGES, PROCESSOR_ARGS, STRATEGIES,
-                           UAG_METHODS, VERIFY_RULE_NAMES, ProcessorSpec, Settings, fmt_number)
+                           UAG_METHODS, ProcessorSpec, Settings, fmt_number)
 
 GAMMA_RANGE = (1, 128)
 LENGTH_RANGE = (1, 1_000_000)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from generation.verify_names import VERIFY_RULE_NAMES
 from sampling.spec import PROCESSOR_ARGS, ProcessorSpec, fmt_number
 
 # The decoding strategies, in the order a prompt runs them.

@@ -15,7 +15,6 @@ from kvcache.probe import cached_model
 from kvcache.cache import (
     CROP_ZERO_KEEPS,
     TRANSFORMERS_RELEASE,
-    CachedModel,
     UnsupportedCacheError,
     cache_length,
     drop_last,

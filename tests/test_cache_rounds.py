@@ -9,7 +9,7 @@ from sampling import GreedyProcessor, NucleusProcessor
 from tests.helpers.decode import autoregressive, nasd, speculative
 from tests.helpers.models import RecordingModel, tiny_llama
 from kvcache.probe import cached_model
-from kvcache.cache import CachedModel, cache_length, drop_last
+from kvcache.cache import cache_length, drop_last
 
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7, 2]
 

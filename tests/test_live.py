@@ -12,7 +12,6 @@ import re
 import time
 
 import pytest
-import torch
 
 from types import SimpleNamespace
 

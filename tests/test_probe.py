@@ -18,7 +18,7 @@ from sampling import GreedyProcessor
 from tests.helpers import arch_zoo, decode
 from tests.helpers.models import tiny_llama
 from kvcache.probe import cached_model
-from kvcache.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError
+from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 from kvcache.probe import probe_model, probe_of
 
 NEW_RECURRENT = TRANSFORMERS_RELEASE >= (5,)

@@ -1,8 +1,6 @@
 """The tree accept rule on hand-built distributions: exact paths, exact tokens,
 and (under sampling) the exact output distribution for any tree."""
 
-import itertools
-import math
 
 import pytest
 import torch

@@ -10,7 +10,7 @@ import generation.tree_forward
 from generation.tree_forward import tree_forward
 from tests.helpers.arch_zoo import PROMPTS, build
 from kvcache.probe import cached_model
-from kvcache.cache import TRANSFORMERS_RELEASE, CachedModel, UnsupportedCacheError, tree_support
+from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError, tree_support
 
 # Two roots, branching below both; depth 3 (node 5 hangs under node 2).
 TREE = Tree(tokens=(7, 9, 30, 31, 40, 50), parents=(-1, -1, 0, 0, 1, 2), ranks=(0, 1, 0, 1, 0, 0))
