@@ -172,7 +172,8 @@ def never_filled(layer) -> bool:
             and getattr(layer, "keys", None) is None)
 
 
-# From 5.14 to 5.17 a sliding-window layer that records its past hands attention every key it
+# From 5.15 (when sliding-window layers learnt to record their past; 5.14's keep only their window
+# and are snapshotted) to 5.17 a sliding-window layer that records its past hands attention every key it
 # holds, while the mask covers only the window: a second forward before a crop fails ("The size
 # of tensor a (21) must match the size of tensor b (8)"). 5.18 returns the visible keys only.
 SLIDING_UPDATE_RETURNS_ALL = (5, 14) <= TRANSFORMERS_RELEASE < (5, 18)
@@ -241,8 +242,10 @@ def _croppable(layer) -> bool:
         # Linear-attention layers report False until their first forward; a
         # conv-only layer (no recurrent state) becomes croppable once seen.
         return bool(flag)
-    return type(layer).__name__ in ("DynamicLayer", "DynamicSlidingWindowLayer", "QuantoQuantizedLayer",
-                                    "HQQQuantizedLayer", "QuantizedLayer")
+    # Before 5.17 no layer says whether it is croppable; these crop exactly (an indexed
+    # layer, DeepSeek-V3.2's from 5.14, crops its indexer keys with its keys and values).
+    return type(layer).__name__ in ("DynamicLayer", "DynamicSlidingWindowLayer", "DynamicIndexedLayer",
+                                    "QuantoQuantizedLayer", "HQQQuantizedLayer", "QuantizedLayer")
 
 
 def snapshot(layer):

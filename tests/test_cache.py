@@ -3,6 +3,7 @@ restores of recurrent state, bounded sliding-window memory, and refusals."""
 
 import pytest
 import torch
+import transformers.cache_utils
 from transformers import DynamicCache
 
 import kvcache.cache
@@ -163,7 +164,13 @@ def test_speculative_reports_the_rollback_it_used(name, expected):
         assert target_stats["restores"] == 0 and target_stats["refed_tokens"] == 0
 
 
-@pytest.mark.skipif(not CROP_ZERO_KEEPS, reason="past recording needs transformers >= 5.14")
+# Sliding-window layers record their past for an exact crop from 5.15; 5.14's keep only their
+# window, and the engine snapshots them (a restore).
+SLIDING_RECORDS_PAST = hasattr(getattr(transformers.cache_utils, "DynamicSlidingWindowLayer", None),
+                               "activate_past_recording")
+
+
+@pytest.mark.skipif(not CROP_ZERO_KEEPS, reason="trimming a recorded past needs transformers >= 5.14")
 def test_sliding_window_memory_stays_bounded():
     model = built("mistral")
     window = model.config.sliding_window
@@ -177,12 +184,12 @@ def test_sliding_window_memory_stays_bounded():
             cached.rollback(len(seq) - 1)
             for layer in cached.cache.layers:
                 assert layer.keys.shape[-2] <= window - 1, "the sliding layer kept more than its window"
-    assert cached.stats.method == "crop"
+    assert cached.stats.method == ("crop" if SLIDING_RECORDS_PAST else "restore")
     assert len(seq) - 1 > 2 * window
 
 
 class _AllKeysLayer:
-    """A sliding-window layer as transformers 5.14-5.17 ship it: recording its past, ``update``
+    """A sliding-window layer as transformers 5.15-5.17 ship it: recording its past, ``update``
     returns every key it holds, though the mask covers the window only."""
 
     is_sliding, sliding_window = True, 4
@@ -205,9 +212,9 @@ class _AllKeysCache:
             layer.record_past = True
 
 
-@pytest.mark.parametrize("fixed", [True, False], ids=["5.14-5.17", "other-releases"])
+@pytest.mark.parametrize("fixed", [True, False], ids=["5.15-5.17", "other-releases"])
 def test_a_recording_sliding_layer_hands_attention_only_what_its_mask_covers(monkeypatch, fixed):
-    """On 5.14-5.17 ``record_past`` gives a sliding layer 5.18's ``update``: after two forwards with no
+    """On 5.15-5.17 ``record_past`` gives a sliding layer 5.18's ``update``: after two forwards with no
     crop between, attention gets the window - 1 older keys and the new ones (what the mask covers),
     while the layer keeps all it recorded for a rollback; its class keeps its name and survives a
     snapshot. On other releases the layer is left as transformers made it."""
@@ -270,6 +277,10 @@ def test_a_tree_keeps_the_sparse_indexers_keys_of_its_path(monkeypatch):
     import kvcache.cache
 
     built("deepseek_v32")
+    reason = arch_zoo.tree_reason("deepseek_v32")
+    if reason is not None and arch_zoo.BEFORE_THE_NEWEST:   # 5.14: its cached pass is inexact, so no tree
+        pytest.skip(f"no tree on this release: {reason}")
+    assert reason is None, reason
     assert arch_zoo.check_tree("deepseek_v32", "speculative").passed
     monkeypatch.setattr(kvcache.cache, "_keep_indexer", lambda layer, block, kept: None)
     outcome = arch_zoo.guarded(lambda: arch_zoo.check_tree("deepseek_v32", "speculative"))

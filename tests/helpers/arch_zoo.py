@@ -478,12 +478,16 @@ def build(name: str, role: str = "target"):
     """The family's tiny target, its blended drafter (``role="drafter"``) or its
     independently initialised drafter (``"independent"``), in eval mode.
 
-    Raises FamilyUnavailable when this transformers version lacks the classes.
+    Raises FamilyUnavailable when this transformers version lacks the classes, and on a
+    release between the CI ends whose own forward of the family raises (transformers 5.2's
+    Zamba2, 5.14's Nemotron-H): no reference can be made there. On the ends it must run.
     """
     fam = family(name)
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     model = _random_model(fam, DRAFTER_SEED if role == "independent" else TARGET_SEED)
+    if BETWEEN_THE_ENDS:
+        _own_forward_runs(model, fam)
     if role == "drafter":
         other = _random_model(fam, DRAFTER_SEED)
         with torch.no_grad():
@@ -493,6 +497,19 @@ def build(name: str, role: str = "target"):
         _untied_output(model).weight.mul_(LOGIT_SCALE)
     _neutral_generation_config(model, fam)
     return model
+
+
+def _own_forward_runs(model, fam: Family) -> None:
+    """Raise FamilyUnavailable when transformers' own cached forward of ``model`` raises."""
+    ids = torch.tensor([PROMPTS[0][:6]])
+    kwargs = {"input_ids": ids, "decoder_input_ids": ids[:, :2]} if fam.encoder_decoder else {"input_ids": ids}
+    try:
+        with torch.inference_mode():
+            model(**kwargs, use_cache=True)
+    except Exception as e:  # noqa: BLE001  (whatever transformers raises)
+        text = str(e).strip().splitlines()
+        raise FamilyUnavailable(f"transformers {transformers.__version__}: {type(model).__name__}'s own forward "
+                                f"raises {type(e).__name__}: {text[0] if text else ''}") from e
 
 
 def decoder_start(model) -> int:
@@ -576,6 +593,7 @@ def _generate(model, ids: torch.Tensor, use_cache: bool) -> torch.Tensor:
 # (``SPECDEC_RELEASES``). There a family's forward may be measured not causal, and refused
 # (Zamba2 on 4.57 and 5.10, Nemotron-H on 5.10).
 BEFORE_THE_NEWEST = TRANSFORMERS_RELEASE < (5, 23)
+BETWEEN_THE_ENDS = (5,) <= TRANSFORMERS_RELEASE < (5, 23)
 NOT_CAUSAL = "forward is not causal in transformers"
 
 
