@@ -176,7 +176,7 @@ def never_filled(layer) -> bool:
 # and are snapshotted) to 5.17 a sliding-window layer that records its past hands attention every key it
 # holds, while the mask covers only the window: a second forward before a crop fails ("The size
 # of tensor a (21) must match the size of tensor b (8)"). 5.18 returns the visible keys only.
-SLIDING_UPDATE_RETURNS_ALL = (5, 14) <= TRANSFORMERS_RELEASE < (5, 18)
+SLIDING_UPDATE_RETURNS_ALL = (5, 15) <= TRANSFORMERS_RELEASE < (5, 18)
 _VISIBLE_CLASSES: dict[type, type] = {}
 
 
