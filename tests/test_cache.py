@@ -153,6 +153,8 @@ def test_speculative_reports_the_rollback_it_used(name, expected):
         assert TRANSFORMERS_RELEASE < (5,), f"refused on a release that should support it: {e}"
         return
     target_stats = result.rollback["target"]
+    if target_stats["path"] != "cached" and arch_zoo.BETWEEN_THE_ENDS:    # 5.2's Mamba2: its cached pass is wrong
+        pytest.skip(f"{name} runs {target_stats['path']} on this release: {target_stats['reason']}")
     assert target_stats["method"] == expected
     assert set(result.rollback) == {"target", "drafter"}
     if expected == "restore":
