@@ -19,6 +19,7 @@ Test ids are ``<family>-<check>``, e.g. ``mistral-speculative-g3``.
 
 import pytest
 import torch
+import transformers
 
 import generation.accept
 import generation.verify
@@ -42,12 +43,14 @@ def test_family(name, spec):
 
 
 def test_every_family_builds_or_names_its_missing_class():
-    """A family is either built or skipped with the class this transformers lacks."""
+    """A family is either built or skipped with the class this transformers lacks (or, on a release
+    between the CI ends, with the error transformers' own forward of it raises)."""
+    lacks = f"transformers {transformers.__version__} has no "
     for name in FAMILIES:
         try:
             model = arch_zoo.build(name)
         except arch_zoo.FamilyUnavailable as e:
-            assert "has no" in str(e)
+            assert str(e).startswith(lacks) or (arch_zoo.BETWEEN_THE_ENDS and "'s own forward raises" in str(e)), e
             continue
         assert not model.training
         assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
