@@ -172,6 +172,33 @@ SLIDING_RECORDS_PAST = hasattr(getattr(transformers.cache_utils, "DynamicSliding
                                "activate_past_recording")
 
 
+def test_deepseek_v32_is_cropped_where_no_layer_says_it_can_be(monkeypatch):
+    """Before 5.17 no cache layer has ``is_croppable``; the engine then knows the classes
+    whose crop is exact by name, DeepSeek-V3.2's ``DynamicIndexedLayer`` among them (5.14-5.16).
+    Here the attribute is taken away, as those releases ship it, and the run must crop and
+    equal ``generate``. Mutation: without that name its layers are snapshotted (a restore)."""
+    import kvcache.cache
+
+    target, drafter = built("deepseek_v32"), built("deepseek_v32", "drafter")
+    for cls in (transformers.cache_utils.CacheLayerMixin, transformers.cache_utils.DynamicLayer):
+        if "is_croppable" in vars(cls):
+            monkeypatch.delattr(cls, "is_croppable")
+
+    def run():
+        with torch.inference_mode():
+            return speculative(list(arch_zoo.PROMPTS[0]), drafter, target, processor=GreedyProcessor(), gamma=4,
+                               max_gen_len=arch_zoo.LENGTH)
+
+    result = run()
+    assert result.rollback["target"]["method"] == "crop"
+    assert result.tokens == list(arch_zoo.reference("deepseek_v32", arch_zoo.PROMPTS[0]))
+    assert any(r.accepted < len(r.drafted) for r in result.trace)       # rollbacks ran
+    named = kvcache.cache._croppable
+    monkeypatch.setattr(kvcache.cache, "_croppable",
+                        lambda layer: False if type(layer).__name__ == "DynamicIndexedLayer" else named(layer))
+    assert run().rollback["target"]["method"] == "restore"
+
+
 @pytest.mark.skipif(not CROP_ZERO_KEEPS, reason="trimming a recorded past needs transformers >= 5.14")
 def test_sliding_window_memory_stays_bounded():
     model = built("mistral")
