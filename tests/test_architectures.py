@@ -104,8 +104,7 @@ def test_the_zoo_argmax_is_decisive():
             continue
         ids = torch.tensor([arch_zoo.PROMPTS[0]])
         with torch.inference_mode():
-            kwargs = ({"input_ids": ids, "decoder_input_ids": ids[:, :12]} if FAMILIES[name].encoder_decoder
-                      else {"input_ids": ids})
+            kwargs = arch_zoo.inputs(name, ids)
             logits, others = target(**kwargs).logits[0], other(**kwargs).logits[0]
         top = logits.topk(2, dim=-1).values
         margin = float((top[:, 0] - top[:, 1]).median())

@@ -162,7 +162,7 @@ def paired_step_s(drafter, target, ids: torch.Tensor, repeats: int = REPEATS) ->
     for _ in range(repeats + 1):                              # the first pair warms up
         for i, cached in enumerate(models):
             seqs[i] = torch.cat([seqs[i], ids[:, -1:]], dim=1)
-            times[i].append(_timed(lambda: cached.forward(seqs[i], keep=1), (drafter, target)[i]))
+            times[i].append(_timed(lambda: cached.forward(seqs[i], keep=1), cached.model))
     return statistics.median(times[0][1:]), statistics.median(times[1][1:])
 
 
