@@ -1,11 +1,10 @@
 """Test-session settings shared by every test module."""
 
-import os
 
 import pytest
 import torch
 
-from tests.helpers.devices import ON_CPU, TEST_DEVICE
+from tests.helpers.devices import ON_CPU, TEST_DEVICE, cores_of_this_process
 from tests.helpers.distribution import sharp_drafter, sharp_target
 
 # Tiny models gain nothing from intra-op threads, and on a busy 2-core machine
@@ -31,9 +30,10 @@ if not ON_CPU:
 
 
 @pytest.fixture
-def all_cores():
-    """Use every core for a test with a real model, then go back to one thread."""
-    torch.set_num_threads(os.cpu_count() or 1)
+def process_cores():
+    """Use this process's share of the cores (:func:`cores_of_this_process`) for a test with a
+    real model, then go back to one thread."""
+    torch.set_num_threads(cores_of_this_process())
     yield
     torch.set_num_threads(1)
 

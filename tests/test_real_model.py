@@ -7,6 +7,7 @@ import torch
 from engine import NGramOptions, Strategy, run_strategy
 from generation import first_divergence
 from sampling import GreedyProcessor
+from tests.helpers.devices import cores_of_this_process
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +33,13 @@ def prompt(pair):
 
 @pytest.fixture(scope="module")
 def reference(pair, prompt):
-    torch.set_num_threads(2)
+    torch.set_num_threads(cores_of_this_process())
     with torch.inference_mode():
         out = pair.target.generate(
             torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
             max_new_tokens=LENGTH, do_sample=False, eos_token_id=pair.end_tokens,
             pad_token_id=pair.tokenizer.pad_token_id or 0)
+    torch.set_num_threads(1)
     return out[0, len(prompt):].tolist()
 
 
@@ -49,13 +51,13 @@ def generate(pair, prompt, key, drafter=None, **options):
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_autoregressive_matches_generate(all_cores, pair, prompt, reference, use_cache):
+def test_autoregressive_matches_generate(process_cores, pair, prompt, reference, use_cache):
     got = generate(pair, prompt, "target", use_cache=use_cache)
     assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 8])
-def test_speculative_matches_generate(all_cores, pair, prompt, reference, gamma):
+def test_speculative_matches_generate(process_cores, pair, prompt, reference, gamma):
     got = generate(pair, prompt, "speculative", "model", gamma=gamma)
     assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
     assert got.accepted > 0
@@ -63,13 +65,13 @@ def test_speculative_matches_generate(all_cores, pair, prompt, reference, gamma)
 
 @pytest.mark.parametrize("storage", ["basic", "onelevel"])
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
-def test_nasd_matches_generate(all_cores, pair, prompt, reference, storage, n):
+def test_nasd_matches_generate(process_cores, pair, prompt, reference, storage, n):
     got = generate(pair, prompt, "ngram", "ngram", gamma=4,
                    drafter_options=NGramOptions(storage=storage, n=n, top_k_filler=3))
     assert got.tokens == reference, f"diverges at {first_divergence(got.tokens, reference)}"
 
 
-def test_nasd_without_cache_matches_generate(all_cores, pair, prompt, reference):
+def test_nasd_without_cache_matches_generate(process_cores, pair, prompt, reference):
     got = generate(pair, prompt, "ngram", "ngram", gamma=6, use_cache=False,
                    drafter_options=NGramOptions(storage="basic", n=3, top_k_filler=1))
     assert got.tokens == reference

@@ -7,3 +7,11 @@ import torch
 
 TEST_DEVICE = os.environ.get("SPECDEC_TEST_DEVICE", "cpu")
 ON_CPU = torch.device(TEST_DEVICE).type == "cpu"
+
+
+def cores_of_this_process() -> int:
+    """This test process's share of the cores: all of them under plain pytest, the cores over the
+    number of xdist processes under ``test.sh`` (at least one). Two threads beside a busy second
+    process made the real-model tests 2.5 times slower than one thread on 2 cores."""
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    return max(1, (os.cpu_count() or 1) // max(1, processes))
