@@ -236,6 +236,29 @@ def test_timer_pauses_the_garbage_collector_only_inside():
     assert value is False and seconds >= 0 and gc.isenabled()
 
 
+def test_timer_frees_the_last_runs_cyclic_garbage_before_the_clock_starts():
+    """What one timed run left in reference cycles (made while the collector was paused, as it is
+    during a run) is gone before the next run starts."""
+    import gc
+    import weakref
+
+    from bench.timing import timed
+
+    class Node:
+        pass
+
+    gc.disable()
+    try:
+        node = Node()
+        node.itself = node
+        left = weakref.ref(node)
+        del node
+        freed, _ = timed(lambda: left() is None, "cpu")
+    finally:
+        gc.enable()
+    assert freed
+
+
 # ---------------------------------------------------------------- aggregation on hand-built records
 
 def _rec(variant, prompt, category, repeat, n_tokens, seconds, *, tokens=None, drafted=None,
