@@ -27,6 +27,7 @@ the choice on a CPU and quanto elsewhere.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import inspect
 import warnings
@@ -83,18 +84,27 @@ def _trial(model) -> None:
         model(input_ids=ids, use_cache=False, **kwargs)
 
 
+@functools.lru_cache(maxsize=None)
+def _class_source(cls: type) -> str:
+    """The source of ``cls`` ("" when it has none): ``inspect`` parses the class's whole file
+    each time it is asked (about 10 ms for a modeling file), so each class is read once."""
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        return ""
+
+
 def _weights_read_directly(model) -> set[str]:
     """Linear layers whose parent's code reads ``self.<name>.weight`` itself (Mamba's
     ``dt_proj``): a dynamic int8 layer has no weight tensor to give it."""
     found = set()
     for parent_name, parent in model.named_modules():
-        try:
-            source = inspect.getsource(type(parent))
-        except (OSError, TypeError):
+        linears = [name for name, child in parent.named_children() if isinstance(child, torch.nn.Linear)]
+        if not linears:
             continue
-        for name, child in parent.named_children():
-            if isinstance(child, torch.nn.Linear) and f"self.{name}.weight" in source:
-                found.add(f"{parent_name}.{name}" if parent_name else name)
+        source = _class_source(type(parent))
+        found.update(f"{parent_name}.{name}" if parent_name else name
+                     for name in linears if f"self.{name}.weight" in source)
     return found
 
 
