@@ -274,6 +274,7 @@ def test_mutation_hidden_states_of_the_tree_pass_not_kept_with_the_path_fail_the
 # ------------------------------------------------------------------ sampling
 
 
+@pytest.mark.any_release
 def test_sampling_keeps_the_target_distribution(monkeypatch, tmp_path):
     """The first three tokens under top-k sampling follow the target's exact distribution (600
     draws); drafts are both accepted and rejected."""

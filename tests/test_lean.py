@@ -233,6 +233,7 @@ def _sampled_excess(drafter, small, processor) -> tuple[float, set]:
     return chi_square_excess(counts, exact_distribution(small, processor), RUNS), steps
 
 
+@pytest.mark.any_release
 def test_lean_sampling_keeps_the_target_distribution(monkeypatch):
     """A lean copy that disagrees with its target (accepted about a third of the time), so the
     residual draws decide the distribution; resampling from p instead of the residual must fail."""

@@ -170,6 +170,7 @@ def _counts(drafter, target, processor, sample: bool = False) -> tuple[dict, boo
     return counts, wide
 
 
+@pytest.mark.any_release
 def test_tree_sampling_keeps_the_target_distribution(small):
     """On the target's own layers (self:skip, view): the drafts come from the shared cache."""
     processor = MultinomialProcessor(1.0)
@@ -179,6 +180,7 @@ def test_tree_sampling_keeps_the_target_distribution(small):
     assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) < 5.0
 
 
+@pytest.mark.any_release
 def test_tree_sampling_with_a_wrong_row_is_caught(monkeypatch, small):
     """The same check has the power to see a biased rule: each node's draw from the next node's row."""
     monkeypatch.setattr(generation.tree_round, "accept_tree", shifted_rows(generation.tree_round.accept_tree))
@@ -188,6 +190,7 @@ def test_tree_sampling_with_a_wrong_row_is_caught(monkeypatch, small):
     assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) > 5.0
 
 
+@pytest.mark.any_release
 def test_sampled_trees_keep_the_target_distribution(small):
     """Children drawn from q on the cast copy (self:bf16), verified by recursive rejection sampling."""
     processor = TopKProcessor(1.0, 4)
@@ -197,6 +200,7 @@ def test_sampled_trees_keep_the_target_distribution(small):
     assert chi_square_excess(counts, exact_distribution(small, processor), RUNS) < 5.0
 
 
+@pytest.mark.any_release
 def test_sampled_trees_whose_children_are_picked_not_drawn_are_caught(monkeypatch, small):
     """Mutation: each node's children are q's top tokens, not draws (the rule is then biased)."""
     import math

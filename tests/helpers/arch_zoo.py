@@ -1100,6 +1100,12 @@ def _specs() -> list[CheckSpec]:
 
 CHECKS: tuple[CheckSpec, ...] = tuple(_specs())
 
+# Checks whose result follows from the others on the same family: the block and strict rules and
+# the model-free drafters change which drafts are judged and how, not how the model is fed or
+# rolled back, which the greedy, cache-off and logits checks hold on every release. They run on
+# the newest only (pytest marker ``any_release``, left out of test.sh's floor and release runs).
+ANY_RELEASE_CHECKS = frozenset({"speculative-g3-rules", "model-free-g3"})
+
 
 def _check_other_rules(name: str) -> Outcome:
     """The block and strict verify rules, greedy at γ 3: the same tokens as ``generate``."""
