@@ -756,10 +756,12 @@ def check_model_free(name: str, gamma: int = 3) -> Outcome:
                  _pair(target, draft_model)))
     echo = echo_prompt(name)
     for label, strategy, pair in runs:
-        outcome = _each_prompt(name, _run(strategy, pair), label, prompts=(*PROMPTS, echo))
+        last = []      # the echo prompt's run (the last one), whose rounds say where drafts came from
+        outcome = _each_prompt(name, _run(strategy, pair), label, prompts=(*PROMPTS, echo),
+                               after=lambda result, where: last.append(result) or PASS)
         if not outcome.passed:
             return outcome
-        notes = [r.note for r in run_strategy(strategy, pair, list(echo)).trace if r.note]
+        notes = [r.note for r in last[-1].trace if r.note]
         if not any(n.get("source") not in ("", "model") and n.get("match", 0) > 0 for n in notes):
             return Outcome("fail", f"{label}: the echo prompt drafted nothing from the storage")
     return PASS
