@@ -66,13 +66,13 @@ def chi_square_excess(counts: dict, exact: dict, n: int) -> float:
     return (stat - dof) / math.sqrt(2 * dof)
 
 
-def sample_counts(run) -> dict:
-    """How often each first-``STEPS``-tokens outcome came out of ``SAMPLES`` runs of
+def sample_counts(run, samples: int = SAMPLES) -> dict:
+    """How often each first-``STEPS``-tokens outcome came out of ``samples`` runs of
     ``run(generator)``, all drawing from one seeded generator."""
     generator = torch.Generator().manual_seed(1234)
     counts: dict = {}
     with torch.inference_mode():
-        for _ in range(SAMPLES):
+        for _ in range(samples):
             tokens = tuple(run(generator).tokens[:STEPS])
             counts[tokens] = counts.get(tokens, 0) + 1
     return counts
