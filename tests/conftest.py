@@ -1,6 +1,5 @@
 """Test-session settings shared by every test module."""
 
-
 import pytest
 import torch
 
