@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# The floor and release runs keep the tests of the listed files whose result depends on the release (below).
+RELEASE_DEPENDENT=(-m "not any_release")
+
 # The engine tests the floor run covers; files not (yet) in the tree are left out. A file belongs
 # here when what it checks depends on transformers (a model's forward, its cache, its loading).
 # The newest run alone covers test_distribution.py and test_equivalence.py: they sweep sampling
@@ -89,7 +92,7 @@ else
         floor=1
     else
         bash scripts/setup.sh --floor
-        run_pytest "floor" .venv-floor/bin/python -m "not any_release" "${present[@]}" || floor=$?
+        run_pytest "floor" .venv-floor/bin/python "${RELEASE_DEPENDENT[@]}" "${present[@]}" || floor=$?
     fi
 fi
 
@@ -102,7 +105,7 @@ elif [ -n "${SPECDEC_RELEASES:-}" ]; then
         status=0
         bash scripts/setup.sh --release "$release" || status=$?
         if [ "$status" -eq 0 ]; then
-            run_pytest "transformers $release" ".venv-$release/bin/python" -m "not any_release" "${present[@]}" \
+            run_pytest "transformers $release" ".venv-$release/bin/python" "${RELEASE_DEPENDENT[@]}" "${present[@]}" \
                 || status=$?
         fi
         if [ "$status" -ne 0 ]; then

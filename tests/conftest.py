@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tests.helpers.devices import ON_CPU, TEST_DEVICE, cores_of_this_process
+from tests.helpers import devices
+from tests.helpers.devices import ON_CPU, TEST_DEVICE
 from tests.helpers.distribution import sharp_drafter, sharp_target
 
 # Tiny models gain nothing from intra-op threads, and on a busy 2-core machine
@@ -30,11 +31,10 @@ if not ON_CPU:
 
 @pytest.fixture
 def process_cores():
-    """Use this process's share of the cores (:func:`cores_of_this_process`) for a test with a
+    """Use this process's share of the cores (``devices.cores_of_this_process``) for a test with a
     real model, then go back to one thread."""
-    torch.set_num_threads(cores_of_this_process())
-    yield
-    torch.set_num_threads(1)
+    with devices.process_cores():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import torch
 from engine import NGramOptions, Strategy, run_strategy
 from generation import first_divergence
 from sampling import GreedyProcessor
-from tests.helpers.devices import cores_of_this_process
+from tests.helpers.devices import process_cores
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +33,11 @@ def prompt(pair):
 
 @pytest.fixture(scope="module")
 def reference(pair, prompt):
-    torch.set_num_threads(cores_of_this_process())
-    with torch.inference_mode():
+    with process_cores(), torch.inference_mode():
         out = pair.target.generate(
             torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
             max_new_tokens=LENGTH, do_sample=False, eos_token_id=pair.end_tokens,
             pad_token_id=pair.tokenizer.pad_token_id or 0)
-    torch.set_num_threads(1)
     return out[0, len(prompt):].tolist()
 
 

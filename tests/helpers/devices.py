@@ -1,12 +1,24 @@
 """Where the tests run: the CPU, or the device ``SPECDEC_TEST_DEVICE`` names (``cuda``), which
 tests/conftest.py makes torch's default (docs/results.md, "On a GPU")."""
 
+import contextlib
 import os
 
 import torch
 
 TEST_DEVICE = os.environ.get("SPECDEC_TEST_DEVICE", "cpu")
 ON_CPU = torch.device(TEST_DEVICE).type == "cpu"
+
+
+@contextlib.contextmanager
+def process_cores():
+    """Run torch on this process's share of the cores (:func:`cores_of_this_process`) inside,
+    and on one thread again after (tests/conftest.py's setting)."""
+    torch.set_num_threads(cores_of_this_process())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(1)
 
 
 def cores_of_this_process() -> int:
