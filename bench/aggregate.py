@@ -1,6 +1,6 @@
 """From run records to the numbers in the table. Pure functions, no I/O.
 
-Definitions (the README repeats them):
+Definitions (docs/benchmark.md repeats them):
 
 * tokens/s of a variant on a group of prompts, for one repeat: generated tokens
   summed over the group divided by seconds summed over the group; the table
@@ -9,6 +9,9 @@ Definitions (the README repeats them):
   the same prompts; the median over repeats. "vs peer" is the same ratio against
   the transformers decoder it is compared with (same gamma). Ratios are paired
   per repeat, so drift between repeats cancels.
+* margins of the speedup and of "vs peer": how far the ratio could move on a
+  rerun of the same prompts, from how each prompt's runs varied over the repeats
+  (``bench.margin``): the 95% interval is ratio · exp(±margin); None with one repeat.
 * acceptance rate: accepted drafts over drafted tokens, summed over runs (the
   serving engines' "draft acceptance rate").
 * mean acceptance length, acceptance rate per position (unconditional and
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from analysis.acceptance import AcceptanceCounts
 from utils.builtin_prompts import GROUNDED_CATEGORIES
 from generation.result import first_divergence
+from bench.margin import ratio_margin
 from bench.records import RunRecord
 from bench.variants import BASELINE, parse_variant_name
 
@@ -56,6 +60,8 @@ class SummaryRow:
     speedup: float | None
     peer: str | None = None
     vs_peer: float | None = None
+    speedup_margin: float | None = None
+    vs_peer_margin: float | None = None
     acceptance_rate: float | None = None
     tokens_per_target_call: float | None = None
     target_calls: float | None = None
@@ -184,6 +190,8 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         speedup=paired_ratio(tps, per_repeat_throughput(base)) if base else None,
         peer=v.peer.name if v.peer is not None else None,
         vs_peer=paired_ratio(tps, per_repeat_throughput(peer)) if peer else None,
+        speedup_margin=ratio_margin(records, base) if base and variant != BASELINE else None,
+        vs_peer_margin=ratio_margin(records, peer) if peer else None,
         tokens_per_target_call=_ratio(tokens, calls),
         target_calls=calls / len(records) if records else None,
         mean_tokens=tokens / len(records) if records else None,

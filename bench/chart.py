@@ -1,6 +1,7 @@
 """Speedup over target autoregressive against gamma, one line per strategy, as a PNG.
 
-Constant-gamma variants are the lines; variants without a gamma (autoregressive)
+Constant-gamma variants are the lines, each point with its 95% interval when the
+run had repeats (``bench.margin``); variants without a gamma (autoregressive)
 and the adaptive gamma policies (which choose their own) are horizontal lines.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.aggregate import ALL, GROUNDED, SummaryRow
+from bench.margin import interval
 from bench.variants import LABELS, parse_variant_name, policy_kind
 
 _STYLE = {
@@ -34,15 +36,30 @@ def series_key(variant) -> str:
     return variant.name.partition("@")[0]
 
 
-def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tuple[int, float]]]:
-    """line (see :func:`series_key`) -> [(gamma, speedup)] sorted by gamma, for the drafting strategies."""
-    series: dict[str, list[tuple[int, float]]] = {}
+def series_rows(rows: list[SummaryRow], category: str) -> dict[str, list[SummaryRow]]:
+    """line (see :func:`series_key`) -> its rows sorted by gamma, for the drafting strategies."""
+    series: dict[str, list[SummaryRow]] = {}
     for r in rows:
         v = parse_variant_name(r.variant)
         if r.category == category and r.position is None and r.gamma is not None and r.speedup is not None \
                 and v.constant:
-            series.setdefault(series_key(v), []).append((r.gamma, r.speedup))
-    return {k: sorted(v) for k, v in series.items()}
+            series.setdefault(series_key(v), []).append(r)
+    return {k: sorted(v, key=lambda r: r.gamma) for k, v in series.items()}
+
+
+def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tuple[int, float]]]:
+    """line (see :func:`series_key`) -> [(gamma, speedup)] sorted by gamma, for the drafting strategies."""
+    return {k: [(r.gamma, r.speedup) for r in v] for k, v in series_rows(rows, category).items()}
+
+
+def error_bars(line: list[SummaryRow]) -> list[list[float]] | None:
+    """[below, above] distances of each point's 95% interval (``bench.margin``), for
+    matplotlib's ``yerr``; None when a point has no margin (one repeat)."""
+    bounds = [interval(r.speedup, r.speedup_margin) for r in line]
+    if any(b is None for b in bounds):
+        return None
+    return [[r.speedup - low for r, (low, _) in zip(line, bounds)],
+            [high - r.speedup for r, (_, high) in zip(line, bounds)]]
 
 
 def flat_lines(rows: list[SummaryRow], category: str) -> dict[str, float]:
@@ -74,11 +91,13 @@ def _panel(ax, rows: list[SummaryRow], category: str, title: str) -> None:
     for name, value in flat_lines(rows, category).items():
         if name != "target":
             ax.axhline(value, label=parse_variant_name(name).label, **_flat_style(name))
-    for key, points in speedup_series(rows, category).items():
-        gammas, speedups = zip(*points)
+    lines = series_rows(rows, category)
+    for key, line_rows in lines.items():
+        gammas, speedups = [r.gamma for r in line_rows], [r.speedup for r in line_rows]
         line = parse_variant_name(key)
-        ax.plot(gammas, speedups, label=LABELS.get(key, line.label), **_line_style(line))
-    gammas = sorted({g for points in speedup_series(rows, category).values() for g, _ in points})
+        ax.errorbar(gammas, speedups, yerr=error_bars(line_rows), capsize=3,
+                    label=LABELS.get(key, line.label), **_line_style(line))
+    gammas = sorted({r.gamma for line_rows in lines.values() for r in line_rows})
     if gammas:
         ax.set_xscale("log", base=2)
         ax.set_xticks(gammas, [str(g) for g in gammas])

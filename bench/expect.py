@@ -6,8 +6,12 @@ fast as variant B: ``speculative@4/target=1.2``, ``ngram@4/hf_prompt_lookup@4=1.
 (``ngram@4/target=1.8@grounded``). B may be ``best``: the fastest constant γ
 of A's strategy in this very run (``speculative:model@16/best=0.95``). The
 ratio is paired per repeat (the median of per-repeat tokens/s ratios), like
-every other ratio of the report. An expectation whose variants the run lacks is
-reported as not checked rather than passed. There are no built-in thresholds.
+every other ratio of the report. With two repeats or more the ratio carries its
+95% margin (``bench.margin``): the expectation is met when the whole interval
+clears X, missed when the whole interval falls short, and "within the margin"
+when X lies inside it (this run cannot tell). With one repeat the ratio alone
+decides. An expectation whose variants the run lacks is reported as not checked
+rather than passed. There are no built-in thresholds.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.aggregate import ALL, category_groups, median, paired_ratio, per_repeat_throughput
+from bench.margin import interval, ratio_margin
 from bench.records import RunRecord
 from bench.variants import parse_variant_name
 
@@ -55,11 +60,13 @@ def parse_expectation(text: str) -> Expectation:
 
 @dataclass
 class Verdict:
-    """One expectation checked: the measured ratio (None when the run lacks a side)."""
+    """One expectation checked: the measured ratio (None when the run lacks a side) and its
+    95% margin (None with one repeat)."""
 
     expectation: Expectation
     value: float | None = None
     reference: str | None = None     # the variant measured against (``best`` resolved)
+    margin: float | None = None
 
     @property
     def description(self) -> str:
@@ -72,7 +79,10 @@ class Verdict:
     def status(self) -> str:
         if self.value is None:
             return "not checked"
-        return "met" if self.value >= self.expectation.ratio else "missed"
+        low, high = interval(self.value, self.margin) or (self.value, self.value)
+        if low >= self.expectation.ratio:
+            return "met"
+        return "missed" if high < self.expectation.ratio else "within the margin"
 
 
 def check_expectations(records: Sequence[RunRecord], expectations: Sequence[Expectation]) -> list[Verdict]:
@@ -88,14 +98,18 @@ def _check(records, e: Expectation, present: list[str], groups: dict[str, set[st
     if members is None or e.variant not in present:
         return verdict
 
+    def runs(name: str) -> list[RunRecord]:
+        return [r for r in records if r.variant == name and r.category in members]
+
     def tps(name: str) -> dict[int, float]:
-        return per_repeat_throughput(r for r in records if r.variant == name and r.category in members)
+        return per_repeat_throughput(runs(name))
 
     reference = _best_constant(e.variant, present, tps) if e.reference == BEST else e.reference
     if reference is None or reference not in present:
         return verdict
     verdict.reference = reference
     verdict.value = paired_ratio(tps(e.variant), tps(reference))
+    verdict.margin = ratio_margin(runs(e.variant), runs(reference))
     return verdict
 
 

@@ -16,6 +16,17 @@ def _num(value: float | None, spec: str, suffix: str = "") -> str:
     return DASH if value is None else f"{value:{spec}}{suffix}"
 
 
+def ratio_cell(value: float | None, margin: float | None) -> str:
+    """``1.87×`` and, when the repeats gave one, its 95% margin: ``1.87× ±3.1%``
+    (the interval is value · exp(±margin); ``bench.margin``)."""
+    if value is None:
+        return DASH
+    if margin is None:
+        return f"{value:.2f}×"
+    percent = 100 * margin
+    return f"{value:.2f}× ±{percent:.1f}%" if percent < 9.95 else f"{value:.2f}× ±{percent:.0f}%"
+
+
 def _identical(row: SummaryRow) -> str:
     if row.identical is None:
         return DASH
@@ -25,10 +36,10 @@ def _identical(row: SummaryRow) -> str:
 def overall_cells(row: SummaryRow) -> list[str]:
     """One row of the main table."""
     v = parse_variant_name(row.variant)
-    peer = DASH if row.vs_peer is None else f"{row.vs_peer:.2f}×"
     return [
         v.label.split(" γ=")[0], v.gamma_text, _num(row.mean_gamma, ".1f"),
-        _num(row.tokens_per_s, ".1f"), _num(row.speedup, ".2f", "×"), peer,
+        _num(row.tokens_per_s, ".1f"), ratio_cell(row.speedup, row.speedup_margin),
+        ratio_cell(row.vs_peer, row.vs_peer_margin),
         _num(row.acceptance_rate, ".0%"), _num(row.mean_acceptance_length, ".2f"),
         _num(row.tokens_per_target_call, ".2f"),
         _num(row.target_calls, ".1f"), _identical(row), _num(row.first_divergence, ".0f"),
@@ -85,7 +96,7 @@ EXPECT_COLUMNS = ("Expectation", "measured", "status")
 
 
 def verdict_cells(verdict: Verdict) -> list[str]:
-    return [verdict.description, _num(verdict.value, ".2f", "×"), verdict.status]
+    return [verdict.description, ratio_cell(verdict.value, verdict.margin), verdict.status]
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
@@ -145,7 +156,7 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
         table = Table(title="Expectations", title_justify="left")
         for name in EXPECT_COLUMNS:
             table.add_column(name)
-        colour = {"met": "green", "missed": "red", "not checked": "dim"}
+        colour = {"met": "green", "missed": "red", "within the margin": "yellow", "not checked": "dim"}
         for verdict in verdicts:
             cells = verdict_cells(verdict)
             cells[-1] = f"[{colour[verdict.status]}]{cells[-1]}[/]"

@@ -29,7 +29,8 @@ def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], verdi
         "variants": list(dict.fromkeys(r.variant for r in records)),
         "summary": [asdict(r) for r in rows],
         "expectations": [dict(expect=v.expectation.text, description=v.description, value=v.value,
-                              reference=v.reference, status=v.status) for v in verdicts],
+                              reference=v.reference, margin=v.margin, status=v.status)
+                         for v in verdicts],
         "skipped": [asdict(s) for s in skipped],
         "runs": [r.row() for r in records],
         "outputs": outputs_by_variant(records),

@@ -385,7 +385,7 @@ def test_best_is_the_fastest_constant_gamma_in_hindsight():
     verdict, = check_expectations(_policy_records(), expect)
     assert verdict.reference == "speculative@4" and verdict.description.endswith("speculative@4")
     assert verdict.value == pytest.approx(0.5 / 0.52)            # median of 0.96, 1.25, 0.96
-    assert verdict.status == "met"
+    assert verdict.status == "within the margin"                  # the 1.25 repeat widens it past 0.95
     slow = [r for r in _policy_records() if r.variant != "speculative:model@16"]
     slow += [_rec("speculative:model@16", "h1", "chat", r, 10, 1.0) for r in range(3)]
     assert check_expectations(slow, expect)[0].status == "missed"
@@ -393,7 +393,8 @@ def test_best_is_the_fastest_constant_gamma_in_hindsight():
     assert check_expectations(no_constants, expect)[0].status == "not checked"
     md = markdown_report(["header"], summarize(_policy_records(), greedy=True), [verdict])
     assert "| speculative model | ≤16 |" in md
-    assert "| speculative:model@16 ≥ 0.95× speculative@4 | 0.96× | met |" in md
+    assert "| speculative:model@16 ≥ 0.95× speculative@4 | 0.96× ±" in md
+    assert "| within the margin |" in md
 
 
 def test_no_expectation_no_check():

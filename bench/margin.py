@@ -1,0 +1,94 @@
+"""How far a measured speed ratio could move on a rerun of the same prompts: a margin from the repeats.
+
+A ratio of two variants' tokens/s on a fixed set of prompts varies from run to
+run only through timing (and, under sampling, through the tokens drawn). Each
+prompt's repeats are independent draws of that noise, and a variant's run and
+its partner's run of the same prompt and repeat sit back to back, so they are
+kept as one pair. With the ratio R = (N_A / S_A) / (N_B / S_B) over all paired
+runs (N tokens, S seconds, summed), the delta method gives
+
+    log R - log R_true ≈ Σ_runs z,   z = n_A / N_A - s_A / S_A - n_B / N_B + s_B / S_B,
+
+and the prompts' repeats estimate its variance: Σ_prompts K_p · var_p(z), with
+var_p the sample variance of z over the prompt's K_p repeats. The margin is a
+Student-t quantile (degrees of freedom Σ (K_p - 1)) times its square root, on
+the log scale: the interval is ratio · exp(±margin). It needs at least two
+repeats of some prompt; with one it is unknown (None). It says nothing about
+another machine, another load, or other prompts.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from bench.records import RunRecord
+
+LEVEL = 0.95
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (0.5 < p < 1).
+
+    Exact for 1 and 2 degrees of freedom; from 3 on, the Cornish-Fisher
+    expansion in 1/df to its fourth term (within 0.005 of the tables at df 3
+    and closer beyond).
+    """
+    if not 0.5 < p < 1 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = statistics.NormalDist().inv_cdf(p)
+    terms = ((z ** 3 + z) / 4,
+             (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
+             (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
+             (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
+    return z + sum(term / df ** (i + 1) for i, term in enumerate(terms))
+
+
+def _run_key(r: RunRecord) -> tuple:
+    """The prompt a run decoded (within its session) and its repeat."""
+    return (r.session, r.prompt_id, r.position, r.repeat)
+
+
+def paired_runs(mine: Iterable[RunRecord], base: Iterable[RunRecord]) -> list[tuple[RunRecord, RunRecord]]:
+    """(mine, base) run pairs of the same prompt and repeat; a run without a partner is left out."""
+    partner = {_run_key(r): r for r in base}
+    return [(r, partner[_run_key(r)]) for r in mine if _run_key(r) in partner]
+
+
+def log_ratio_margin(pairs: Sequence[tuple[RunRecord, RunRecord]], level: float = LEVEL) -> float | None:
+    """The half-width, on the log scale, of the ``level`` interval of the pooled tokens/s ratio of
+    ``pairs`` (module docstring); None without a prompt run at least twice, or without time."""
+    tokens_a = sum(a.n_tokens for a, _ in pairs)
+    tokens_b = sum(b.n_tokens for _, b in pairs)
+    seconds_a = sum(a.seconds for a, _ in pairs)
+    seconds_b = sum(b.seconds for _, b in pairs)
+    if not (tokens_a and tokens_b and seconds_a > 0 and seconds_b > 0):
+        return None
+    by_prompt: dict[tuple, list[float]] = defaultdict(list)
+    for a, b in pairs:
+        z = a.n_tokens / tokens_a - a.seconds / seconds_a - b.n_tokens / tokens_b + b.seconds / seconds_b
+        by_prompt[_run_key(a)[:3]].append(z)
+    repeated = [zs for zs in by_prompt.values() if len(zs) >= 2]
+    if not repeated:
+        return None
+    variance = sum(len(zs) * statistics.variance(zs) for zs in repeated)
+    df = sum(len(zs) - 1 for zs in repeated)
+    return t_quantile((1 + level) / 2, df) * math.sqrt(variance)
+
+
+def ratio_margin(mine: Iterable[RunRecord], base: Iterable[RunRecord], level: float = LEVEL) -> float | None:
+    """:func:`log_ratio_margin` of ``mine``'s runs against ``base``'s, paired by prompt and repeat."""
+    return log_ratio_margin(paired_runs(mine, base), level)
+
+
+def interval(value: float | None, margin: float | None) -> tuple[float, float] | None:
+    """(low, high) = value · exp(∓margin); None when either is unknown."""
+    if value is None or margin is None:
+        return None
+    return value * math.exp(-margin), value * math.exp(margin)
