@@ -295,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the shared vocabulary (tli); see docs/models.md")
     r = p.add_argument_group("measurement and output")
     r.add_argument("--repeats", type=_positive, default=3, help="timed runs per prompt (default 3)")
+    r.add_argument("--until-decided", type=_positive, default=None, metavar="MAX",
+                   help="after --repeats, keep adding repeats until every --expect is met or missed "
+                        "(its 95%% interval clear of the bound), at most MAX repeats in all")
     r.add_argument("--warmup", type=_non_negative, default=1,
                    help="untimed runs of every variant on the first prompt (default 1)")
     r.add_argument("--seed", type=int, default=0, help="the same seed for every run (default 0)")
@@ -324,7 +327,7 @@ def settings_dict(args, prompt_count: int) -> dict:
         "session_size": args.session_size,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
         "assisted_confidence": args.assisted_confidence, "uag": args.uag, "verify": args.verify,
-        "repeats": args.repeats,
+        "repeats": args.repeats, "until_decided": args.until_decided,
         "warmup": args.warmup, "seed": args.seed, "device_arg": args.device,
         "dtype_arg": args.dtype, "expect": [e.text for e in args.expect],
     }

@@ -85,6 +85,12 @@ class Verdict:
         return "missed" if high < self.expectation.ratio else "within the margin"
 
 
+def undecided(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The verdicts more repeats could still settle: measured, and either without a margin yet
+    (one repeat) or within it. A verdict not checked (a side missing) is not among them."""
+    return [v for v in verdicts if v.value is not None and (v.margin is None or v.status == "within the margin")]
+
+
 def check_expectations(records: Sequence[RunRecord], expectations: Sequence[Expectation]) -> list[Verdict]:
     """Each expectation, measured on ``records``."""
     present = list(dict.fromkeys(r.variant for r in records))

@@ -71,6 +71,12 @@ def _named(name: str, dtype: str) -> str:
     return name if dtype in str(name) else f"{name} ({dtype})"
 
 
+def _until_text(settings: dict) -> str:
+    """`` (until decided, at most 12)`` when --until-decided chose how many repeats ran."""
+    most = settings.get("until_decided")
+    return f" (until decided, at most {most})" if most else ""
+
+
 def header_lines(env: dict, settings: dict) -> list[str]:
     """Two or three short lines for the top of the table."""
     lines = [
@@ -80,7 +86,7 @@ def header_lines(env: dict, settings: dict) -> list[str]:
         f"target {_named(env['target'], env['target_dtype'])} · drafter "
         f"{_named(env['drafter'], env['drafter_dtype'])}",
         f"{settings['processor']} · {settings['length']} new tokens · {settings['prompt_count']} "
-        f"prompts ({settings['prompts']}) · {settings['repeats']} repeats · warm-up "
+        f"prompts ({settings['prompts']}) · {settings['repeats']} repeats{_until_text(settings)} · warm-up "
         f"{settings['warmup']} · seed {settings['seed']} · chat template "
         f"{'on' if settings['chat'] else 'off'} · n-gram {settings['ngram_storage']} "
         f"n={settings['ngram_n']}" + (f" P={settings['suffix_pattern']}" if "suffix" in settings['ngram_storage']

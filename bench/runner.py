@@ -17,6 +17,7 @@ state; a later step keeps what that same variant's earlier steps left
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -160,27 +161,34 @@ def run_session(run: RunOne, session: Session, variants: Sequence[Variant], repe
 
 def iter_session_runs(run: RunOne, sessions: Sequence[Session], variants: Sequence[Variant], *,
                       repeats: int, warmup: int = 1, follow_up: FollowUp | None = None,
-                      alone: bool = False,
-                      on_step: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
+                      alone: bool = False, on_step: Callable[[str], None] | None = None,
+                      more: Callable[[int], bool] | None = None) -> Iterator[RunRecord]:
     """Warm up on the first session (``warmup`` times, untimed), then every session of every
-    repeat, variants in the order of :func:`schedule`; one record per timed run."""
+    repeat, variants in the order of :func:`schedule`; one record per timed run.
+
+    After ``repeats`` repeats, ``more(done)`` (when given) is asked before each
+    further repeat, with the number of repeats done: True runs one more.
+    """
     for _ in range(warmup if sessions else 0):
         for _record in run_session(run, sessions[0], variants, -1, follow_up=follow_up, alone=alone,
                                    on_step=on_step):
             pass
     order = [list(variants), list(reversed(variants))]
-    for repeat in range(repeats):
+    for repeat in itertools.count():
+        if repeat >= repeats and (more is None or not more(repeat)):
+            return
         for session in sessions:
             yield from run_session(run, session, order[repeat % 2], repeat, follow_up=follow_up,
                                    alone=alone, on_step=on_step)
 
 
 def iter_runs(run: RunOne, encoded: Sequence[EncodedPrompt], variants: Sequence[Variant], *,
-              repeats: int, warmup: int = 1,
-              on_step: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
-    """Every prompt alone (every run fresh): warm up, then the whole schedule."""
+              repeats: int, warmup: int = 1, on_step: Callable[[str], None] | None = None,
+              more: Callable[[int], bool] | None = None) -> Iterator[RunRecord]:
+    """Every prompt alone (every run fresh): warm up, then the whole schedule (and the repeats
+    ``more`` asks for, as in :func:`iter_session_runs`)."""
     return iter_session_runs(run, single_sessions(encoded), variants, repeats=repeats, warmup=warmup,
-                             alone=True, on_step=on_step)
+                             alone=True, on_step=on_step, more=more)
 
 
 def run_count(n_prompts: int, n_variants: int, *, repeats: int, warmup: int,

@@ -15,7 +15,7 @@ from rich.progress import (
 from bench.aggregate import summarize
 from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
-from bench.expect import check_expectations
+from bench.expect import check_expectations, undecided
 from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
 from bench.report import markdown_report, print_report
@@ -63,6 +63,10 @@ def _flag_conflict(args) -> str | None:
         return "--multi-turn and --session-size do not go together: a conversation is already a session"
     if args.multi_turn and args.turn != 1:
         return "--multi-turn runs every turn: leave --turn out"
+    if args.until_decided is not None and not args.expect:
+        return "--until-decided needs an --expect to settle"
+    if args.until_decided is not None and args.until_decided < max(args.repeats, 2):
+        return f"--until-decided {args.until_decided}: at least 2 and at least --repeats ({args.repeats})"
     return None
 
 
@@ -161,7 +165,8 @@ def run_session(args, loader, settings_dict) -> int:
 
     settings = settings_dict(args, sum(len(s.steps) for s in sessions))
     settings.update(sessions=len(sessions) if (args.multi_turn or args.session_size) else None)
-    settings.update(variants=[v.name for v in variants], interrupted=interrupted)
+    settings.update(variants=[v.name for v in variants], interrupted=interrupted,
+                    repeats=len({r.repeat for r in records}))
     env = environment(models)
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
@@ -204,6 +209,7 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
     steps = sum(len(s.steps) for s in sessions)
     total = run_count(steps, len(variants), repeats=args.repeats, warmup=args.warmup,
                       first_session=len(sessions[0].steps) if sessions else 0)
+    planned = [total]
     with _progress(err) as progress:
         task = progress.add_task("starting", total=total)
 
@@ -215,10 +221,20 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
         def on_step(text):
             progress.update(task, description=text)
 
+        def more(done: int) -> bool:
+            """Another repeat while --until-decided allows one and an --expect is unsettled."""
+            if args.until_decided is None or done >= args.until_decided:
+                return False
+            if not undecided(check_expectations(records, args.expect)):
+                return False
+            planned[0] += steps * len(variants)
+            progress.update(task, total=planned[0])
+            return True
+
         try:
             alone = not (args.multi_turn or args.session_size)
             for record in iter_session_runs(run, sessions, variants, repeats=args.repeats, warmup=args.warmup,
-                                            follow_up=follow_up, alone=alone, on_step=on_step):
+                                            follow_up=follow_up, alone=alone, on_step=on_step, more=more):
                 records.append(record)
         except KeyboardInterrupt:
             err.print(f"[yellow]interrupted: reporting the {len(records)} runs that finished[/]")

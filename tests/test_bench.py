@@ -207,6 +207,26 @@ def test_runner_warms_up_first_and_records_every_timed_run():
     assert run_count(2, 2, repeats=2, warmup=1) == len(calls) == 10
 
 
+def test_runner_asks_before_each_repeat_past_the_planned_ones():
+    from bench.prompts import Prompt
+
+    def fake_run(variant, ids, *, fresh, prompt_id, category, repeat, session, position):
+        return RunRecord(variant.name, variant.strategy, variant.gamma, variant.family,
+                         prompt_id, category, repeat, len(ids), tokens=[1], seconds=1.0)
+
+    encoded = [EncodedPrompt(Prompt("a", "chat", "x"), (1, 2))]
+    asked = []
+
+    def more(done):
+        asked.append(done)
+        return done < 4
+
+    records = list(iter_runs(fake_run, encoded, [Variant("target")], repeats=2, warmup=0, more=more))
+    assert asked == [2, 3, 4]                       # never asked within the planned repeats
+    assert sorted({r.repeat for r in records}) == [0, 1, 2, 3]
+    assert len(list(iter_runs(fake_run, encoded, [Variant("target")], repeats=2, warmup=0))) == 2
+
+
 def test_prompts_too_long_for_the_context_are_skipped():
     from bench.prompts import Prompt
 
@@ -607,6 +627,42 @@ def test_end_to_end_tiny_run_with_gamma_policies(tiny_pair, tmp_path):
     assert 0 <= runs["speculative:model@4"]["mean_gamma"] <= 4
     assert data["expectations"][0]["value"] > 0
     assert "speculative model" in (out / "summary.md").read_text()
+
+
+def test_until_decided_adds_repeats_while_an_expectation_is_within_its_margin(tiny_pair, tmp_path, monkeypatch,
+                                                                             capsys):
+    """A bound far below the measured ratio is settled by the planned repeats; one the run
+    cannot settle (the decision forced open) runs to MAX; a bad combination of flags is one line."""
+    import bench.session
+    from bench.cli import main
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "summarization",
+                                   "turns": ["the cat sat on the mat. the cat sat."]}), encoding="utf-8")
+
+    def run_bench(*extra):
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        code = main(["--prompts", str(prompts), "--strategies", "target,ngram", "--gamma", "2", "--length", "6",
+                     "--repeats", "2", "--policies", "none", "--no-chart", "--threads", "1", "--out", str(out),
+                     *extra], loader=lambda args: tiny_pair)
+        return code, (json.loads((out / "bench.json").read_text()) if code == 0 else None)
+
+    threads = torch.get_num_threads()
+    try:
+        code, data = run_bench("--expect", "ngram@2/target=0.01", "--until-decided", "5")
+        assert code == 0 and data["settings"]["repeats"] == 2 and data["expectations"][0]["status"] == "met"
+        asked = []
+        monkeypatch.setattr(bench.session, "undecided", lambda verdicts: asked.append(len(verdicts)) or verdicts)
+        code, data = run_bench("--expect", "ngram@2/target=0.01", "--until-decided", "4")
+        assert code == 0 and data["settings"]["repeats"] == 4 and asked == [1, 1]
+        assert len({r["repeat"] for r in data["runs"]}) == 4 and data["settings"]["until_decided"] == 4
+        assert "4 repeats (until decided, at most 4)" in capsys.readouterr().out
+        for extra, message in ((("--until-decided", "4"), "needs an --expect"),
+                               (("--expect", "ngram@2/target=1", "--until-decided", "1"), "at least 2")):
+            assert run_bench(*extra)[0] == 2
+            assert message in " ".join(capsys.readouterr().err.split())
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_bad_prompt_file_exits_with_an_error(tmp_path, capsys):

@@ -139,3 +139,12 @@ def test_the_chart_draws_each_points_interval():
         low, high = interval(r.speedup, r.speedup_margin)
         assert (r.speedup - lo, r.speedup + hi) == pytest.approx((low, high)) and lo > 0 and hi > lo
     assert error_bars(series_rows(summarize([x for x in runs if x.repeat == 0], greedy=True), ALL)["ngram"]) is None
+
+
+def test_only_a_measured_verdict_without_a_settled_margin_asks_for_more_repeats():
+    from bench.expect import Verdict, undecided
+
+    e = Expectation("ngram", "target", 1.3)
+    open_ = [Verdict(e, 1.32, "target", 0.042), Verdict(e, 1.32, "target", None)]
+    settled = [Verdict(e, 1.5, "target", 0.04), Verdict(e, 1.1, "target", 0.04), Verdict(e)]
+    assert undecided(open_ + settled) == open_
