@@ -16,7 +16,7 @@ rather than passed. There are no built-in thresholds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bench.aggregate import ALL, category_groups, median, paired_ratio, per_repeat_throughput
@@ -83,6 +83,23 @@ class Verdict:
         if low >= self.expectation.ratio:
             return "met"
         return "missed" if high < self.expectation.ratio else "within the margin"
+
+
+def unknown_names(expectations: Sequence[Expectation], variants: Sequence[str],
+                  categories: Iterable[str]) -> list[str]:
+    """One line for each expectation that names a variant or a category the planned run will not
+    have (said before the first run: such an expectation can only read "not checked")."""
+    groups = category_groups(categories)
+    lines = []
+    for e in expectations:
+        missing = [name for name in (e.variant, e.reference) if name != BEST and name not in variants]
+        if missing:
+            lines.append(f"--expect {e.text}: this run has no variant {', '.join(missing)} "
+                         f"(it runs {', '.join(variants)}); it will read 'not checked'")
+        elif e.category not in groups:
+            lines.append(f"--expect {e.text}: no prompt of this run is in {e.category!r} "
+                         f"({', '.join(groups)}); it will read 'not checked'")
+    return lines
 
 
 def undecided(verdicts: Sequence[Verdict]) -> list[Verdict]:

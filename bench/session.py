@@ -15,7 +15,7 @@ from rich.progress import (
 from bench.aggregate import summarize
 from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
-from bench.expect import check_expectations, undecided
+from bench.expect import check_expectations, undecided, unknown_names
 from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
 from bench.report import markdown_report, print_report
@@ -148,6 +148,8 @@ def run_session(args, loader, settings_dict) -> int:
                              hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None,
                              storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead,
                              eagle3=eagle3_target(models.drafter) is not None)
+    for line in unknown_names(args.expect, [v.name for v in variants], [s.category for s in sessions]):
+        err.print(line, style="yellow", highlight=False)
     executor = Executor(models, RunSettings(
         spec=args.processor, length=args.length, seed=args.seed,
         ngram_storage=args.ngram_storage[0], ngram_n=args.ngram_n, filler_top_k=args.top_k_filler,

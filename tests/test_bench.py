@@ -657,6 +657,9 @@ def test_until_decided_adds_repeats_while_an_expectation_is_within_its_margin(ti
         assert code == 0 and data["settings"]["repeats"] == 4 and asked == [1, 1]
         assert len({r["repeat"] for r in data["runs"]}) == 4 and data["settings"]["until_decided"] == 4
         assert "4 repeats (until decided, at most 4)" in capsys.readouterr().out
+        code, data = run_bench("--expect", "ngram[suffix]@2/target=1")      # one storage: it is ngram@2
+        assert code == 0 and data["expectations"][0]["status"] == "not checked"
+        assert "this run has no variant ngram[suffix]@2" in " ".join(capsys.readouterr().err.split())
         for extra, message in ((("--until-decided", "4"), "needs an --expect"),
                                (("--expect", "ngram@2/target=1", "--until-decided", "1"), "at least 2")):
             assert run_bench(*extra)[0] == 2

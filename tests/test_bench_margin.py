@@ -148,3 +148,17 @@ def test_only_a_measured_verdict_without_a_settled_margin_asks_for_more_repeats(
     open_ = [Verdict(e, 1.32, "target", 0.042), Verdict(e, 1.32, "target", None)]
     settled = [Verdict(e, 1.5, "target", 0.04), Verdict(e, 1.1, "target", 0.04), Verdict(e)]
     assert undecided(open_ + settled) == open_
+
+
+def test_an_expectation_naming_what_the_run_lacks_is_said_before_it_starts():
+    from bench.expect import unknown_names
+
+    variants = ["target", "hf_generate", "ngram@16", "hf_prompt_lookup@16"]
+    lines = unknown_names([Expectation("ngram[suffix]@16", "hf_prompt_lookup@16", 1.3),
+                           Expectation("ngram@16", "hf_prompt_lookup@16", 1.3),
+                           Expectation("ngram@16", "best", 1.0),
+                           Expectation("ngram@16", "target", 1.8, "chat")], variants, ["code_editing", "rag"])
+    assert len(lines) == 2
+    assert lines[0].startswith("--expect ngram[suffix]@16/hf_prompt_lookup@16=1.3: this run has no variant "
+                               "ngram[suffix]@16 (it runs target, hf_generate, ngram@16")
+    assert "no prompt of this run is in 'chat'" in lines[1] and "grounded" in lines[1]
