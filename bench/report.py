@@ -125,24 +125,29 @@ def markdown_report(header_lines: list[str], rows: list[SummaryRow], verdicts: l
 
 def print_report(console, header_lines: list[str], rows: list[SummaryRow],
                  verdicts: list[Verdict], word: str = "position") -> None:
-    """The same tables, drawn with rich."""
+    """The same tables, drawn with rich. Every piece of text goes in as ``Text``, never as markup:
+    variant names carry brackets (``ngram[suffix]@16``) that markup would take for tags."""
     from rich.table import Table
+    from rich.text import Text
+
+    def texts(cells):
+        return [Text(cell) for cell in cells]
 
     for line in header_lines:
-        console.print(line, style="dim", highlight=False)
+        console.print(Text(line, style="dim"), highlight=False)
     main = Table(title="All prompts", title_justify="left")
     for i, name in enumerate(OVERALL_COLUMNS):
         main.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows:
         if row.category == ALL and row.position is None:
-            main.add_row(*overall_cells(row), style="cyan" if row.family == "peer" else None)
+            main.add_row(*texts(overall_cells(row)), style="cyan" if row.family == "peer" else None)
     console.print(main)
     header, body = category_table(rows)
     per_cat = Table(title="Tokens/s (speedup over target AR) per category", title_justify="left")
     for i, name in enumerate(header):
         per_cat.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for cells in body:
-        per_cat.add_row(*cells)
+        per_cat.add_row(*texts(cells))
     console.print(per_cat)
     if (per_position := position_table(rows, word)) is not None:
         header, body = per_position
@@ -150,7 +155,7 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
         for i, name in enumerate(header):
             table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
         for cells in body:
-            table.add_row(*cells)
+            table.add_row(*texts(cells))
         console.print(table)
     if verdicts:
         table = Table(title="Expectations", title_justify="left")
@@ -158,7 +163,6 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
             table.add_column(name)
         colour = {"met": "green", "missed": "red", "within the margin": "yellow", "not checked": "dim"}
         for verdict in verdicts:
-            cells = verdict_cells(verdict)
-            cells[-1] = f"[{colour[verdict.status]}]{cells[-1]}[/]"
-            table.add_row(*cells)
+            *cells, status = verdict_cells(verdict)
+            table.add_row(*texts(cells), Text(status, style=colour[verdict.status]))
         console.print(table)

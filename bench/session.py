@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import torch
 from rich.console import Console
+from rich.text import Text
 from rich.progress import (
     BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
@@ -37,14 +38,19 @@ from utils.errors import ModelLoadError
 
 def _consoles():
     """stdout for the report (wide when it is not a terminal, so files keep whole rows)."""
-    out = Console()
+    out = Console(markup=False)
     if not out.is_terminal:
-        out = Console(width=200)
-    return out, Console(stderr=True)
+        out = Console(width=200, markup=False)
+    return out, Console(stderr=True, markup=False)   # no markup: names and paths carry brackets
+
+
+def _error(err, message: str) -> None:
+    """``error: MESSAGE``, the word in red (the console takes no markup)."""
+    err.print(Text.assemble(("error:", "red"), " ", str(message)), highlight=False)
 
 
 def _progress(console):
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console)
 
 
@@ -53,7 +59,7 @@ def _load(args, loader, err):
         with err.status("loading models..."):
             return loader(args)
     except ModelLoadError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        _error(err, exc)
         return None
 
 
@@ -109,16 +115,16 @@ def run_session(args, loader, settings_dict) -> int:
     out, err = _consoles()
     problem = _flag_conflict(args) or _arctic_ready(args)
     if problem:
-        err.print(f"[red]error:[/] {problem}", highlight=False)
+        _error(err, problem)
         return 2
     try:
         prompts = _read_prompts(args)
     except PromptFileError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        _error(err, exc)
         return 2
     if not prompts:
-        err.print("[red]error:[/] no prompts left after --categories/--limit/--turn"
-                  + (" (--multi-turn keeps items with two turns or more)" if args.multi_turn else ""))
+        _error(err, "no prompts left after --categories/--limit/--turn"
+               + (" (--multi-turn keeps items with two turns or more)" if args.multi_turn else ""))
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -136,7 +142,7 @@ def run_session(args, loader, settings_dict) -> int:
     try:
         self_drafters, notes = prepare_self_drafters(models, args.self_drafters, err, state)
     except (SkipRefused, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        _error(err, exc)
         return 2
     args.self_drafters = self_drafters
     if "drafter" in args.strategies and not decodes_alone(models.drafter):
@@ -162,7 +168,7 @@ def run_session(args, loader, settings_dict) -> int:
     records, interrupted = _run_all(executor, sessions, follow_up, variants, args, err)
     executor.close()
     if not records:
-        err.print("[red]no run finished[/]")
+        err.print("no run finished", style="red")
         return 1
 
     settings = settings_dict(args, sum(len(s.steps) for s in sessions))
@@ -239,7 +245,7 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
                                             follow_up=follow_up, alone=alone, on_step=on_step, more=more):
                 records.append(record)
         except KeyboardInterrupt:
-            err.print(f"[yellow]interrupted: reporting the {len(records)} runs that finished[/]")
+            err.print(f"interrupted: reporting the {len(records)} runs that finished", style="yellow")
             return records, True
     return records, False
 

@@ -423,6 +423,28 @@ def test_no_expectation_no_check():
     assert "Expectations" not in md
 
 
+def test_the_terminal_report_prints_bracketed_names_as_they_are():
+    """Variant names carry brackets (ngram[suffix]@4) that rich markup would take for tags and drop,
+    and a header line may hold a path with "[/]", which markup cannot even parse."""
+    import io
+
+    from rich.console import Console
+
+    from bench.report import print_report
+
+    runs = []
+    for r, a in enumerate((1.0, 1.1, 0.9)):
+        runs += [_rec("target", "p", "chat", r, 10, 2.0), _rec("ngram[suffix]@4", "p", "chat", r, 10, a),
+                 _rec("ngram[basic]@4", "p", "chat", r, 10, 1.5)]
+    verdicts = check_expectations(runs, [Expectation("ngram[suffix]@4", "ngram[basic]@4", 1.1)])
+    sink = io.StringIO()
+    console = Console(file=sink, width=200)                   # markup on, as rich's default
+    print_report(console, ["out [/] dir [bold]x"], summarize(runs, greedy=True), verdicts)
+    printed = sink.getvalue()
+    assert "ngram[suffix]@4 ≥ 1.1× ngram[basic]@4" in printed
+    assert "out [/] dir [bold]x" in printed
+
+
 # ---------------------------------------------------------------- writers and chart
 
 def test_csv_spreads_phases_over_columns(tmp_path):

@@ -162,3 +162,4 @@ def test_an_expectation_naming_what_the_run_lacks_is_said_before_it_starts():
     assert lines[0].startswith("--expect ngram[suffix]@16/hf_prompt_lookup@16=1.3: this run has no variant "
                                "ngram[suffix]@16 (it runs target, hf_generate, ngram@16")
     assert "no prompt of this run is in 'chat'" in lines[1] and "grounded" in lines[1]
+
