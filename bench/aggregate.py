@@ -19,6 +19,10 @@ Definitions (docs/benchmark.md repeats them):
   (``analysis.acceptance``) over the drafting rounds of every run pooled, as an
   engine pools its requests: mean acceptance length = 1 + accepted / drafting rounds.
 * tokens per target call: generated tokens over target forward passes, summed.
+* call cost: seconds per target forward pass (drafting and host work included),
+  summed over the runs, over target AR's on the same prompts. The speedup is
+  about tokens per target call divided by call cost: a drafter pays by making
+  more tokens a call, or loses by making each call dearer.
 * target calls: mean target forward passes per prompt (prefill included).
 * mean γ: the mean draft length the rounds asked for (a policy's choices).
 * identical (greedy only): share of prompts whose output equals target
@@ -64,6 +68,7 @@ class SummaryRow:
     vs_peer_margin: float | None = None
     acceptance_rate: float | None = None
     tokens_per_target_call: float | None = None
+    call_cost: float | None = None
     target_calls: float | None = None
     mean_tokens: float | None = None
     identical: float | None = None
@@ -103,6 +108,19 @@ def paired_ratio(mine: dict[int, float], base: dict[int, float]) -> float | None
     """Median over repeats of mine[r] / base[r], over the repeats both have."""
     ratios = [mine[r] / base[r] for r in mine if r in base and base[r] > 0]
     return median(ratios)
+
+
+def seconds_per_call(records: Iterable[RunRecord]) -> float | None:
+    """Seconds over target forward passes, both summed (None without a pass)."""
+    records = list(records)
+    calls = sum(r.target_calls for r in records)
+    return sum(r.seconds for r in records) / calls if calls else None
+
+
+def call_cost(records: Sequence[RunRecord], base: Sequence[RunRecord]) -> float | None:
+    """``records``' seconds per target call over ``base``'s (target AR's), on the same prompts."""
+    mine, theirs = seconds_per_call(records), seconds_per_call(base)
+    return mine / theirs if mine is not None and theirs else None
 
 
 def category_groups(categories: Iterable[str]) -> dict[str, set[str]]:
@@ -193,6 +211,7 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         speedup_margin=ratio_margin(records, base) if base and variant != BASELINE else None,
         vs_peer_margin=ratio_margin(records, peer) if peer else None,
         tokens_per_target_call=_ratio(tokens, calls),
+        call_cost=call_cost(records, base) if base else None,
         target_calls=calls / len(records) if records else None,
         mean_tokens=tokens / len(records) if records else None,
         gamma_policy=v.policy if v.gamma is not None else "",

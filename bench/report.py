@@ -9,7 +9,7 @@ from bench.variants import parse_variant_name
 DASH = "—"
 
 OVERALL_COLUMNS = ("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer", "accept", "acc len",
-                   "tok/call", "target calls", "identical", "1st div")
+                   "tok/call", "call cost", "target calls", "identical", "1st div")
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -41,7 +41,7 @@ def overall_cells(row: SummaryRow) -> list[str]:
         _num(row.tokens_per_s, ".1f"), ratio_cell(row.speedup, row.speedup_margin),
         ratio_cell(row.vs_peer, row.vs_peer_margin),
         _num(row.acceptance_rate, ".0%"), _num(row.mean_acceptance_length, ".2f"),
-        _num(row.tokens_per_target_call, ".2f"),
+        _num(row.tokens_per_target_call, ".2f"), _num(row.call_cost, ".2f", "×"),
         _num(row.target_calls, ".1f"), _identical(row), _num(row.first_divergence, ".0f"),
     ]
 

@@ -340,6 +340,9 @@ def test_summary_medians_and_speedups():
     assert code.acceptance_rate == pytest.approx(0.75)
     assert code.tokens_per_target_call == pytest.approx(2.5)
     assert code.target_calls == pytest.approx(4.0)
+    # Seconds per target call: ngram 1 s over 12 calls (0.25 s x 2 + 0.5 s), target 4 s over 30 calls.
+    assert code.call_cost == pytest.approx((1.0 / 12) / (4.0 / 30))
+    assert code.speedup == pytest.approx(code.tokens_per_target_call / code.call_cost)
     overall = _row(rows, "ngram@4", ALL)                       # 20 tokens in 0.75 s
     assert overall.speedup == pytest.approx((20 / 0.75) / 10)
     assert overall.acceptance_rate == pytest.approx(11 / 20)
@@ -765,8 +768,8 @@ def test_end_to_end_tiny_run_with_trees(tiny_pair, tmp_path, monkeypatch):
     assert "tok/s" in summary and "tok/call" in summary
     rows = [line for line in summary.splitlines() if line.startswith("| speculative tree 16")]
     assert len(rows) >= 1 and rows[0].count("|") == len(("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer",
-                                                        "accept", "acc len", "tok/call", "target calls",
-                                                        "identical", "1st div")) + 1
+                                                        "accept", "acc len", "tok/call", "call cost",
+                                                        "target calls", "identical", "1st div")) + 1
 
     # A drafter without trees: the tree variant runs chains and the report says why.
     from generation.drafter import Drafter
