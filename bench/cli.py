@@ -190,7 +190,17 @@ def _positive(text: str) -> int:
 
 def _suffix_pattern(text: str) -> int:
     from repl.commands import SUFFIX_PATTERN_RANGE
-    low, high = SUFFIX_PATTERN_RANGE
+    return _in_range(text, SUFFIX_PATTERN_RANGE)
+
+
+def _ngram_n(text: str) -> int:
+    from repl.commands import NGRAM_N_RANGE
+    return _in_range(text, NGRAM_N_RANGE)
+
+
+def _in_range(text: str, bounds: tuple[int, int]) -> int:
+    """An integer within the REPL command's range (the same bound on both front ends)."""
+    low, high = bounds
     try:
         value = int(text)
     except ValueError:
@@ -276,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--lookahead", type=_lookaheads, default=[DEFAULT_LOOKAHEAD], metavar="W:N:G,...",
                    help="the lookahead strategy's window W, n-gram size N and guesses G, one variant each "
                         "(default {}:{}:{}; runs when --strategies names lookahead)".format(*DEFAULT_LOOKAHEAD))
-    d.add_argument("--ngram-n", type=int, default=3, help="n-gram order for NASD (default 3)")
+    d.add_argument("--ngram-n", type=_ngram_n, default=3, help="n-gram order for NASD, 2 to 16 (default 3)")
     d.add_argument("--suffix-pattern", type=_suffix_pattern, default=16, metavar="P",
                    help="the suffix storage's longest matched tail P, 1 to 64 (default 16, as /suffix_pattern): "
                         "a draft has at most 2P - m tokens after a match of m")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import tempfile
 from dataclasses import asdict
 
 import torch
@@ -45,8 +46,9 @@ def _consoles():
 
 
 def _error(err, message: str) -> None:
-    """``error: MESSAGE``, the word in red (the console takes no markup)."""
-    err.print(Text.assemble(("error:", "red"), " ", str(message)), highlight=False)
+    """``error: MESSAGE`` on one line (the terminal wraps it, not rich), the word in red (the
+    console takes no markup)."""
+    err.print(Text.assemble(("error:", "red"), " ", str(message)), highlight=False, soft_wrap=True)
 
 
 def _progress(console):
@@ -73,6 +75,18 @@ def _flag_conflict(args) -> str | None:
         return "--until-decided needs an --expect to settle"
     if args.until_decided is not None and args.until_decided < max(args.repeats, 2):
         return f"--until-decided {args.until_decided}: at least 2 and at least --repeats ({args.repeats})"
+    return None
+
+
+def _out_problem(out) -> str | None:
+    """Why the output folder cannot take the files (one line), or None; checked before any run,
+    so a long benchmark does not end on a traceback with nothing written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return f"cannot write to --out {out}: {exc.strerror or exc}"
     return None
 
 
@@ -113,7 +127,7 @@ def build_sessions(args, prompts, models):
 
 def run_session(args, loader, settings_dict) -> int:
     out, err = _consoles()
-    problem = _flag_conflict(args) or _arctic_ready(args)
+    problem = _flag_conflict(args) or _out_problem(args.out) or _arctic_ready(args)
     if problem:
         _error(err, problem)
         return 2
@@ -182,7 +196,11 @@ def run_session(args, loader, settings_dict) -> int:
     header = header_lines(env, settings) + notes + fallback_lines(records)
     word = "turn" if args.multi_turn else "prompt"
     print_report(out, header, rows, goals, word)
-    _write_files(args, env, settings, rows, goals, records, skipped, header, err, word)
+    try:
+        _write_files(args, env, settings, rows, goals, records, skipped, header, err, word)
+    except OSError as exc:   # the folder was writable at the start; a full disk, say
+        _error(err, f"could not write the files to {args.out}: {exc.strerror or exc} (the tables above are the run's)")
+        return 1
     return 130 if interrupted else 0
 
 

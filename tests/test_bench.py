@@ -1336,3 +1336,25 @@ def test_the_header_says_when_greedy_identity_meets_half_precision():
                                     ("float32", "greedy", False), ("bfloat16", "multinomial 1.0", False)):
         lines = header_lines({**env, "target_dtype": dtype}, {**settings, "processor": processor})
         assert any("rounds differently" in line and dtype in line for line in lines) == noted, (dtype, processor)
+
+
+def test_an_output_folder_that_cannot_be_written_is_one_line_before_anything_runs(tmp_path, capsys):
+    from bench.cli import main
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    code = main(["--limit", "1", "--out", str(blocker / "out")], loader=lambda args: pytest.fail("loaded"))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write to --out") and err.count("\n") == 1 and "Not a directory" in err
+
+
+@pytest.mark.parametrize("argv, message", [(["--ngram-n", "1"], "--ngram-n: expected an integer from 2 to 16"),
+                                           (["--ngram-n", "17"], "from 2 to 16, got '17'"),
+                                           (["--suffix-pattern", "65"], "from 1 to 64, got '65'")])
+def test_range_flags_take_the_repl_commands_bounds(argv, message, capsys):
+    from bench.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    assert message in capsys.readouterr().err
