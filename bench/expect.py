@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bench.aggregate import ALL, category_groups, median, paired_ratio, per_repeat_throughput
-from bench.margin import interval, ratio_margin
+from bench.margin import LEVEL, interval, ratio_margin
 from bench.records import RunRecord
 from bench.variants import parse_variant_name
 
@@ -108,14 +108,16 @@ def undecided(verdicts: Sequence[Verdict]) -> list[Verdict]:
     return [v for v in verdicts if v.value is not None and (v.margin is None or v.status == "within the margin")]
 
 
-def check_expectations(records: Sequence[RunRecord], expectations: Sequence[Expectation]) -> list[Verdict]:
-    """Each expectation, measured on ``records``."""
+def check_expectations(records: Sequence[RunRecord], expectations: Sequence[Expectation],
+                       level: float = LEVEL) -> list[Verdict]:
+    """Each expectation, measured on ``records``, its margin at ``level`` (a run that looks
+    several times passes ``bench.margin.sequential_level``)."""
     present = list(dict.fromkeys(r.variant for r in records))
     groups = category_groups(r.category for r in records)
-    return [_check(records, e, present, groups) for e in expectations]
+    return [_check(records, e, present, groups, level) for e in expectations]
 
 
-def _check(records, e: Expectation, present: list[str], groups: dict[str, set[str]]) -> Verdict:
+def _check(records, e: Expectation, present: list[str], groups: dict[str, set[str]], level: float) -> Verdict:
     verdict = Verdict(e)
     members = groups.get(e.category)
     if members is None or e.variant not in present:
@@ -132,7 +134,7 @@ def _check(records, e: Expectation, present: list[str], groups: dict[str, set[st
         return verdict
     verdict.reference = reference
     verdict.value = paired_ratio(tps(e.variant), tps(reference))
-    verdict.margin = ratio_margin(runs(e.variant), runs(reference))
+    verdict.margin = ratio_margin(runs(e.variant), runs(reference), level)
     return verdict
 
 

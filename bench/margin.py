@@ -19,6 +19,7 @@ another machine, another load, or other prompts.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -29,19 +30,46 @@ from bench.records import RunRecord
 LEVEL = 0.95
 
 
+# Past this many degrees of freedom the Cornish-Fisher expansion is exact to 1e-6.
+_EXPANSION_DF = 300
+
+
+def t_within(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with an integer ``df``: the finite series of Abramowitz and
+    Stegun 26.7.3-4 in θ = atan(t / √df) (exact; about df / 2 terms)."""
+    theta = math.atan(t / math.sqrt(df))
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2:   # 2/π (θ + sin θ (cos θ + 2/3 cos³θ + ... + 2·4···(df-3) / 1·3···(df-2) cos^(df-2) θ))
+        term = total = math.cos(theta) if df > 1 else 0.0
+        for k in range(3, df - 1, 2):
+            term *= cos2 * (k - 1) / k
+            total += term
+        return 2 / math.pi * (theta + sin * total)
+    term = total = 1.0   # sin θ (1 + 1/2 cos²θ + ... + 1·3···(df-3) / 2·4···(df-2) cos^(df-2) θ)
+    for k in range(2, df - 1, 2):
+        term *= cos2 * (k - 1) / k
+        total += term
+    return sin * total
+
+
+@functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
     """The p-quantile of Student's t with ``df`` degrees of freedom (0.5 < p < 1).
 
-    Exact for 1 and 2 degrees of freedom; from 3 on, the Cornish-Fisher
-    expansion in 1/df to its fourth term (within 0.005 of the tables at df 3
-    and closer beyond).
+    Up to 300 degrees of freedom, :func:`t_within` inverted by bisection
+    (exact to 1e-9); beyond, the Cornish-Fisher expansion in 1/df to its
+    fourth term.
     """
     if not 0.5 < p < 1 or df < 1:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    if df == 1:
-        return math.tan(math.pi * (p - 0.5))
-    if df == 2:
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    if df <= _EXPANSION_DF:
+        target, low, high = 2 * p - 1, 0.0, 1.0
+        while t_within(high, df) < target:
+            low, high = high, 2 * high
+        while high - low > 1e-9 * high:
+            middle = (low + high) / 2
+            low, high = (middle, high) if t_within(middle, df) < target else (low, middle)
+        return (low + high) / 2
     z = statistics.NormalDist().inv_cdf(p)
     terms = ((z ** 3 + z) / 4,
              (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
@@ -77,14 +105,28 @@ def log_ratio_margin(pairs: Sequence[tuple[RunRecord, RunRecord]], level: float 
     repeated = [zs for zs in by_prompt.values() if len(zs) >= 2]
     if not repeated:
         return None
-    variance = sum(len(zs) * statistics.variance(zs) for zs in repeated)
+    variance = sum(len(zs) * _sample_variance(zs) for zs in repeated)
     df = sum(len(zs) - 1 for zs in repeated)
     return t_quantile((1 + level) / 2, df) * math.sqrt(variance)
+
+
+def _sample_variance(values: Sequence[float]) -> float:
+    """The unbiased sample variance, in floats (``statistics.variance`` works in exact fractions:
+    a hundred times slower, and a run looks at its margins after every repeat)."""
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
 
 
 def ratio_margin(mine: Iterable[RunRecord], base: Iterable[RunRecord], level: float = LEVEL) -> float | None:
     """:func:`log_ratio_margin` of ``mine``'s runs against ``base``'s, paired by prompt and repeat."""
     return log_ratio_margin(paired_runs(mine, base), level)
+
+
+def sequential_level(looks: int, level: float = LEVEL) -> float:
+    """The level each of ``looks`` checks of one run must use so that the run as a whole errs
+    with at most 1 - ``level`` (Bonferroni): a run that stops at its first settled check
+    looks many times, and at ``level`` each it would settle a tie about one time in five."""
+    return 1 - (1 - level) / max(looks, 1)
 
 
 def interval(value: float | None, margin: float | None) -> tuple[float, float] | None:

@@ -18,6 +18,7 @@ from bench.aggregate import summarize
 from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
 from bench.expect import check_expectations, undecided, unknown_names
+from bench.margin import LEVEL, sequential_level
 from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
 from bench.report import markdown_report, print_report
@@ -76,6 +77,15 @@ def _flag_conflict(args) -> str | None:
     if args.until_decided is not None and args.until_decided < max(args.repeats, 2):
         return f"--until-decided {args.until_decided}: at least 2 and at least --repeats ({args.repeats})"
     return None
+
+
+def expectation_level(args) -> float:
+    """The level of the expectations' margins: 95%, or with --until-decided the level of each of
+    its looks (after --repeats, and after each repeat up to MAX) that keeps the whole run's chance
+    of a wrong verdict at 5% (``bench.margin.sequential_level``)."""
+    if args.until_decided is None:
+        return LEVEL
+    return sequential_level(args.until_decided - args.repeats + 1)
 
 
 def _out_problem(out) -> str | None:
@@ -188,11 +198,11 @@ def run_session(args, loader, settings_dict) -> int:
     settings = settings_dict(args, sum(len(s.steps) for s in sessions))
     settings.update(sessions=len(sessions) if (args.multi_turn or args.session_size) else None)
     settings.update(variants=[v.name for v in variants], interrupted=interrupted,
-                    repeats=len({r.repeat for r in records}))
+                    planned_repeats=args.repeats, repeats=len({r.repeat for r in records}))
     env = environment(models)
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
-    goals = check_expectations(records, args.expect)
+    goals = check_expectations(records, args.expect, expectation_level(args))
     header = header_lines(env, settings) + notes + fallback_lines(records)
     word = "turn" if args.multi_turn else "prompt"
     print_report(out, header, rows, goals, word)
@@ -251,7 +261,7 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
             """Another repeat while --until-decided allows one and an --expect is unsettled."""
             if args.until_decided is None or done >= args.until_decided:
                 return False
-            if not undecided(check_expectations(records, args.expect)):
+            if not undecided(check_expectations(records, args.expect, expectation_level(args))):
                 return False
             planned[0] += steps * len(variants)
             progress.update(task, total=planned[0])
