@@ -64,7 +64,7 @@ def t_quantile(p: float, df: int) -> float:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
     if df <= _EXPANSION_DF:
         target, low, high = 2 * p - 1, 0.0, 1.0
-        while t_within(high, df) < target:
+        while t_within(high, df) < target and high < 1e15:   # the bound: p a rounding step from 1
             low, high = high, 2 * high
         while high - low > 1e-9 * high:
             middle = (low + high) / 2
