@@ -47,11 +47,6 @@ def series_rows(rows: list[SummaryRow], category: str) -> dict[str, list[Summary
     return {k: sorted(v, key=lambda r: r.gamma) for k, v in series.items()}
 
 
-def speedup_series(rows: list[SummaryRow], category: str) -> dict[str, list[tuple[int, float]]]:
-    """line (see :func:`series_key`) -> [(gamma, speedup)] sorted by gamma, for the drafting strategies."""
-    return {k: [(r.gamma, r.speedup) for r in v] for k, v in series_rows(rows, category).items()}
-
-
 def error_bars(line: list[SummaryRow]) -> list[list[float]] | None:
     """[below, above] distances of each point's 95% interval (``bench.margin``), for
     matplotlib's ``yerr``; None when a point has no margin (one repeat)."""

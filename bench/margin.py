@@ -129,6 +129,13 @@ def sequential_level(looks: int, level: float = LEVEL) -> float:
     return 1 - (1 - level) / max(looks, 1)
 
 
+def expectation_level(planned: int, most: int | None) -> float:
+    """The level of an expectation's margin in a run of ``planned`` repeats: 95%, or with
+    ``--until-decided most`` the level of each of its looks (after ``planned`` repeats, then after
+    each one up to ``most``: most - planned + 1 looks)."""
+    return LEVEL if most is None else sequential_level(most - planned + 1)
+
+
 def interval(value: float | None, margin: float | None) -> tuple[float, float] | None:
     """(low, high) = value · exp(∓margin); None when either is unknown."""
     if value is None or margin is None:

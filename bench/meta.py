@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 import transformers
 
-from bench.margin import sequential_level
+from bench.margin import expectation_level
 from utils.devices import HALF_DTYPES, half_precision_reason
 
 
@@ -74,12 +74,12 @@ def _named(name: str, dtype: str) -> str:
 
 def _until_text(settings: dict) -> str:
     """`` (until decided, at most 12; expectations at 99.44% a look)`` when --until-decided chose
-    how many repeats ran (each look's level: ``bench.session.expectation_level``)."""
+    how many repeats ran (each look's level: ``bench.margin.expectation_level``)."""
     most = settings.get("until_decided")
     if not most:
         return ""
-    looks = most - settings.get("planned_repeats", settings["repeats"]) + 1
-    return f" (until decided, at most {most}; expectations at {sequential_level(looks):.2%} a look)"
+    level = expectation_level(settings.get("planned_repeats", settings["repeats"]), most)
+    return f" (until decided, at most {most}; expectations at {level:.2%} a look)"
 
 
 def header_lines(env: dict, settings: dict) -> list[str]:

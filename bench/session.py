@@ -18,7 +18,7 @@ from bench.aggregate import summarize
 from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
 from bench.expect import check_expectations, undecided, unknown_names
-from bench.margin import LEVEL, sequential_level
+from bench.margin import expectation_level
 from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
 from bench.report import markdown_report, print_report
@@ -77,15 +77,6 @@ def _flag_conflict(args) -> str | None:
     if args.until_decided is not None and args.until_decided < max(args.repeats, 2):
         return f"--until-decided {args.until_decided}: at least 2 and at least --repeats ({args.repeats})"
     return None
-
-
-def expectation_level(args) -> float:
-    """The level of the expectations' margins: 95%, or with --until-decided the level of each of
-    its looks (after --repeats, and after each repeat up to MAX) that keeps the whole run's chance
-    of a wrong verdict at 5% (``bench.margin.sequential_level``)."""
-    if args.until_decided is None:
-        return LEVEL
-    return sequential_level(args.until_decided - args.repeats + 1)
 
 
 def _out_problem(out) -> str | None:
@@ -202,7 +193,7 @@ def run_session(args, loader, settings_dict) -> int:
     env = environment(models)
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
-    goals = check_expectations(records, args.expect, expectation_level(args))
+    goals = check_expectations(records, args.expect, expectation_level(args.repeats, args.until_decided))
     header = header_lines(env, settings) + notes + fallback_lines(records)
     word = "turn" if args.multi_turn else "prompt"
     print_report(out, header, rows, goals, word)
@@ -261,7 +252,8 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
             """Another repeat while --until-decided allows one and an --expect is unsettled."""
             if args.until_decided is None or done >= args.until_decided:
                 return False
-            if not undecided(check_expectations(records, args.expect, expectation_level(args))):
+            level = expectation_level(args.repeats, args.until_decided)
+            if not undecided(check_expectations(records, args.expect, level)):
                 return False
             planned[0] += steps * len(variants)
             progress.update(task, total=planned[0])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench.aggregate import ALL, GROUNDED, category_groups, paired_ratio, summarize
-from bench.chart import speedup_chart, speedup_series
+from bench.chart import series_rows, speedup_chart
 from bench.processors import hf_sampling_kwargs, parse_processor
 from bench.prompts import (
     MT_BENCH_CATEGORIES, PromptFileError, builtin_prompts, chat_ids, load_prompts, read_spec_bench,
@@ -486,7 +486,7 @@ def test_chart_png_is_written(tmp_path):
     records = _hand_records() + [_rec("ngram@2", p, c, r, 10, 0.7) for p, c in
                                  (("c1", "code_editing"), ("h1", "chat")) for r in range(3)]
     rows = summarize(records, greedy=True)
-    assert [g for g, _ in speedup_series(rows, ALL)["ngram"]] == [2, 4]
+    assert [r.gamma for r in series_rows(rows, ALL)["ngram"]] == [2, 4]
     path = speedup_chart(rows, tmp_path / "chart.png", title="test")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
