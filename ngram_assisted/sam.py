@@ -120,8 +120,9 @@ def read_corpus(path: str, tokenizer) -> list[int]:
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read the corpus {path!r}: {e.strerror if isinstance(e, OSError) else e}") from None
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError, and so is a NUL in the path
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise ValueError(f"cannot read the corpus {path!r}: {reason}") from None
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     if not ids:
         raise ValueError(f"the corpus {path!r} has no tokens")

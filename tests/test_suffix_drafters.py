@@ -22,7 +22,7 @@ from checks.stats import goodness_of_fit
 from engine import EngineState, NGramOptions, Strategy, pair_of, run_strategy
 from engine.drafters import DRAFTERS, ngram_drafter
 from ngram_assisted import MatchDrafter, SAMStorage, SuffixAutomaton, SuffixStorage, SuffixTrie
-from ngram_assisted.sam import corpus_automaton
+from ngram_assisted.sam import corpus_automaton, read_corpus
 from sampling import GreedyProcessor, MultinomialProcessor
 from tests.helpers.models import tiny_llama
 
@@ -425,6 +425,17 @@ def test_a_corpus_file_drafts_through_the_engine_and_is_built_once(greedy_target
     missing = replace_options(strategy, corpus=str(tmp_path / "none.txt"))
     with pytest.raises(ValueError, match="cannot read the corpus"):
         run_strategy(missing, pair, PROMPT, state=state)
+
+
+@pytest.mark.parametrize("name, reason", [("none.txt", "No such file"), ("bad\0name.txt", "null byte"),
+                                          ("latin1.txt", "can't decode"), (".", "Is a directory")])
+def test_a_corpus_that_cannot_be_read_is_one_line_naming_the_file(tmp_path, name, reason):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    path = str(tmp_path / name)
+    with pytest.raises(ValueError) as caught:
+        read_corpus(path, _WordIds())
+    message = str(caught.value)
+    assert message.startswith(f"cannot read the corpus {path!r}") and reason in message and "\n" not in message
 
 
 def replace_options(strategy: Strategy, **changes) -> Strategy:
