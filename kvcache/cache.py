@@ -49,7 +49,9 @@ import copy
 import inspect
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 
 import torch
 import transformers
@@ -109,8 +111,9 @@ class RollbackStats:
     the restore dropped are re-fed with the next forward) or "none" (no cache).
     ``snapshots`` / ``restores``: how often layers were copied / put back.
     ``refed_tokens``: tokens fed a second time because a restore went back
-    further than the kept sequence. ``seconds``: host time spent copying and
-    restoring (the re-fed tokens' compute is inside the forward passes).
+    further than the kept sequence. ``seconds``: time spent copying and
+    restoring, on the device's own clock (CUDA events on a GPU, read when
+    :meth:`to_dict` is called; the re-fed tokens' compute is inside the forward passes).
     ``path`` / ``reason``: how the model was fed and, unless "cached", why.
     ``step``: "lean" where a self-drafter drafted through its lean one-token step
     (``selfdraft.lean``), else "".
@@ -124,9 +127,35 @@ class RollbackStats:
     path: str = "cached"    # how the model was fed: cached, stepwise or uncached (see kvcache.probe)
     reason: str = ""        # why, when the path is not "cached"
     step: str = ""          # "lean": a self-drafter's lean one-token step drafted
+    # CUDA event pairs of spans not yet added to ``seconds`` (a GPU's copies run after the host
+    # has moved on: reading them at once would stop the clock before the kernels do).
+    pending: list = field(default_factory=list, repr=False, compare=False)
+
+    @contextmanager
+    def timing(self, device: torch.device) -> Iterator[None]:
+        """Add the body's time to ``seconds``: perf_counter on a CPU, events on a GPU (no sync here)."""
+        if device.type != "cuda":
+            start = time.perf_counter()
+            yield
+            self.seconds += time.perf_counter() - start
+            return
+        start_event = torch.cuda.Event(enable_timing=True)
+        start_event.record()
+        yield
+        end_event = torch.cuda.Event(enable_timing=True)
+        end_event.record()
+        self.pending.append((start_event, end_event))
+
+    def settle(self) -> None:
+        """Add the pending spans to ``seconds``, waiting for each to finish."""
+        for start, end in self.pending:
+            end.synchronize()
+            self.seconds += start.elapsed_time(end) / 1000.0
+        self.pending.clear()
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        self.settle()
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "pending"}
 
 
 # ------------------------------------------------------------ crop semantics
@@ -580,20 +609,21 @@ class CachedModel:
         """Snapshot the layers a crop cannot restore, before a forward that may be rejected."""
         if not self.use_cache:
             return
-        start = time.perf_counter()
         self._checkpoint_length = self.length
         if self.own_cache:
-            self._whole = snapshot(self.cache)
+            with self.stats.timing(self.device):
+                self._whole = snapshot(self.cache)
             self.stats.method = "restore"
             self.stats.snapshots += 1
-            self.stats.seconds += time.perf_counter() - start
             return
         layers = _layers(self.cache)
-        self._snapshots = {i: snapshot(layer) for i, layer in enumerate(layers) if not _croppable(layer)}
-        if self._snapshots:
-            self.stats.method = "restore"
-            self.stats.snapshots += 1
-            self.stats.seconds += time.perf_counter() - start
+        if not any(not _croppable(layer) for layer in layers):
+            self._snapshots = {}
+            return
+        with self.stats.timing(self.device):
+            self._snapshots = {i: snapshot(layer) for i, layer in enumerate(layers) if not _croppable(layer)}
+        self.stats.method = "restore"
+        self.stats.snapshots += 1
 
     def rollback(self, length: int) -> None:
         """Keep at most the first ``length`` positions of the cache.
@@ -628,19 +658,18 @@ class CachedModel:
             drop_last(self.cache, current - length)
             self._length = length
             return
-        start = time.perf_counter()
         kept, drop = self._checkpoint_length, current - self._checkpoint_length
         layers = _self_attention(self.cache).layers
-        for i, layer in enumerate(layers):
-            if i in self._snapshots:
-                layers[i] = self._snapshots[i]
-            else:
-                drop_last(layer, drop)
+        with self.stats.timing(self.device):
+            for i, layer in enumerate(layers):
+                if i in self._snapshots:
+                    layers[i] = self._snapshots[i]
+                else:
+                    drop_last(layer, drop)
         self._snapshots = {}
         self._length = kept
         self.stats.restores += 1
         self.stats.refed_tokens += length - kept
-        self.stats.seconds += time.perf_counter() - start
 
     def _restore_whole(self, length: int) -> None:
         """Put back the own cache of the last checkpoint (it holds a prefix of what is kept)."""
@@ -648,12 +677,11 @@ class CachedModel:
             raise UnsupportedCacheError(
                 f"{type(self.model).__name__}'s own {self.own_cache} cannot be cropped, and no snapshot "
                 f"holds {length} positions; turn /cache off")
-        start = time.perf_counter()
-        self.cache, self._whole = self._whole, None
+        with self.stats.timing(self.device):
+            self.cache, self._whole = self._whole, None
         self._length = self._checkpoint_length
         self.stats.restores += 1
         self.stats.refed_tokens += length - self._checkpoint_length
-        self.stats.seconds += time.perf_counter() - start
 
     # ------------------------------------------------------------ token trees
 

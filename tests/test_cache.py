@@ -15,6 +15,7 @@ from tests.helpers.models import tiny_llama
 from kvcache.probe import cached_model
 from kvcache.cache import (
     CROP_ZERO_KEEPS,
+    RollbackStats,
     TRANSFORMERS_RELEASE,
     UnsupportedCacheError,
     cache_length,
@@ -157,11 +158,13 @@ def test_speculative_reports_the_rollback_it_used(name, expected):
         pytest.skip(f"{name} runs {target_stats['path']} on this release: {target_stats['reason']}")
     assert target_stats["method"] == expected
     assert set(result.rollback) == {"target", "drafter"}
+    assert set(target_stats) == {"method", "snapshots", "restores", "refed_tokens", "seconds", "path", "reason", "step"}
     if expected == "restore":
         rejected_rounds = sum(1 for r in result.trace if r.accepted < len(r.drafted))
         assert target_stats["restores"] == rejected_rounds > 0
         assert target_stats["refed_tokens"] >= target_stats["restores"]
         assert target_stats["snapshots"] >= result.rounds
+        assert 0 < target_stats["seconds"] < result.seconds   # the copies are timed, inside the run
     else:
         assert target_stats["restores"] == 0 and target_stats["refed_tokens"] == 0
 
@@ -294,6 +297,42 @@ def test_a_cache_class_of_the_models_own_is_snapshotted_whole_and_takes_no_tree(
     assert cached.stats.method == "restore" and cached.stats.restores == 1 and cached.stats.refed_tokens == 2
     line = tree_support(cached)
     assert line and "\n" not in line and "xLSTMCache" in line
+
+
+class _FakeEvent:
+    """A CUDA event that finishes 5 ms after the one recorded before it."""
+
+    recorded: list = []
+
+    def __init__(self, enable_timing=False):
+        self.waited = False
+
+    def record(self):
+        _FakeEvent.recorded.append(self)
+
+    def synchronize(self):
+        self.waited = True
+
+    def elapsed_time(self, end):
+        assert end.waited, "read before the end event finished"
+        return 5.0 * (_FakeEvent.recorded.index(end) - _FakeEvent.recorded.index(self))
+
+
+def test_on_a_gpu_rollback_time_is_read_from_events_once_they_have_finished(monkeypatch):
+    """A GPU copies after the host has moved on: the host's clock would stop before the
+    kernels do. Each span is a pair of events, read (after waiting for the end) by to_dict."""
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(_FakeEvent, "recorded", [])
+    stats = RollbackStats(method="restore")
+    for _ in range(3):
+        with stats.timing(torch.device("cuda", 0)):
+            pass
+    assert stats.seconds == 0.0 and len(stats.pending) == 3      # nothing read while the work may be queued
+    assert stats.to_dict()["seconds"] == pytest.approx(0.015)
+    assert stats.to_dict()["seconds"] == pytest.approx(0.015)    # read once, not added again
+    with stats.timing(torch.device("cpu")):                      # a CPU span is counted at once
+        sum(range(1000))
+    assert stats.seconds > 0.015 and not stats.pending
 
 
 def test_a_tree_keeps_the_sparse_indexers_keys_of_its_path(monkeypatch):
