@@ -43,7 +43,7 @@ import torch
 from generation.hidden_rows import TargetHiddenStates
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children, tree_visibility
-from kvcache.cache import RollbackStats, drop_last
+from kvcache.cache import drop_last
 from sampling import LogitsProcessor
 
 
@@ -61,31 +61,16 @@ class Eagle3Drafter(TargetHiddenStates):
     """Drafts chains and dynamic trees with an EAGLE-3 head (``head``: marked by ``eagle3.mark_eagle3``),
     q from ``processor``."""
 
-    kind = "model"
-
     def __init__(self, head, processor: LogitsProcessor, *, vocab_size: int,
                  generator: torch.Generator | None = None):
+        # rows: the target's fused states, (m, 3T) each. calls: one catch-up pass and one per
+        # further draft, each round.
+        super().__init__(head, processor, vocab_size=vocab_size, generator=generator)
         self.head = head
-        self.processor = processor
-        self.vocab_size = vocab_size
-        self.generator = generator
-        self.device = next(head.parameters()).device
-        self.target = None
         self.cache = None
         self.slots = 0                       # slots the head's cache holds (all read from the target)
-        self.rows: list[torch.Tensor] = []   # fused target states not yet read, (m, 3T) each
-        self.rows_end = 0                    # the slot after the last row held
-        self.committed = 0                   # tokens in the sequence
-        self.stats = RollbackStats()
-        self._logits: list[torch.Tensor] = []
-        self._forwards = 0
 
     # ------------------------------------------------------------------ contract
-
-    @property
-    def calls(self) -> int:
-        """Head forwards since begin (one catch-up pass and one per further draft, each round)."""
-        return self._forwards
 
     def attach_target(self, target) -> None:
         """Ask every target forward of this generation to keep the hidden states the head reads."""
@@ -95,11 +80,9 @@ class Eagle3Drafter(TargetHiddenStates):
     def begin(self, prompt: list[int]) -> None:
         from transformers import DynamicCache
 
+        super().begin(prompt)
         self.cache = DynamicCache()
-        self.slots, self.rows, self.rows_end = 0, [], 0
-        self.committed = len(prompt)
-        self.stats = RollbackStats()
-        self._logits, self._forwards = [], 0
+        self.slots = 0
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,16 +144,10 @@ class Eagle3Drafter(TargetHiddenStates):
         self._drop_drafts()
         return best_tree(cand, nodes)
 
-    def draft_logits(self) -> torch.Tensor | None:
-        return torch.cat(self._logits) if self._logits else None
-
     def update(self, new_tokens: list[int], top_k) -> None:
         """Take the target's hidden states of the newly committed positions from the verify that just ran."""
         self.committed += len(new_tokens)
         self._collect(self.committed - 1)
-
-    def rollback_stats(self) -> dict:
-        return self.stats.to_dict()
 
     # ------------------------------------------------------------------ internals
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.drafter import Drafter
+from generation.hidden_rows import HeadDrafter
 from gemma4_assistant.model import producer_layers, text_config
 from sampling import LogitsProcessor
 
@@ -65,31 +65,19 @@ def uncached_kv_states(kept: dict, window: int, seen: int) -> dict[str, tuple[to
     return states
 
 
-class AssistantDrafter(Drafter):
-    """Drafts a chain with a Gemma 4 assistant (``assistant``, marked for its target), q from ``processor``."""
-
-    kind = "model"
+class AssistantDrafter(HeadDrafter):
+    """Drafts a chain with a Gemma 4 assistant (``assistant``, marked for its target), q from
+    ``processor``; one assistant forward (``calls``) per draft."""
 
     def __init__(self, assistant, processor: LogitsProcessor, *, vocab_size: int | None = None,
                  generator: torch.Generator | None = None):
+        super().__init__(assistant, processor, vocab_size=vocab_size, generator=generator)
         self.assistant = assistant
-        self.processor = processor
-        self.vocab_size = vocab_size
-        self.generator = generator
-        self.device = next(assistant.parameters()).device
-        self.target = None
         self.producers: dict[str, int] = {}   # layer type -> the target layer whose keys are read
         self.window = 0                        # the target's sliding window
         self.embed = None
-        self._logits: list[torch.Tensor] = []
-        self._forwards = 0
 
     # ------------------------------------------------------------------ contract
-
-    @property
-    def calls(self) -> int:
-        """Assistant forwards since begin (one per draft)."""
-        return self._forwards
 
     def attach_target(self, target) -> None:
         """Keep the target's ``CachedModel`` (its cache is read each round) and ask its forwards
@@ -101,9 +89,6 @@ class AssistantDrafter(Drafter):
         self.embed = target.model.get_input_embeddings()
         target.keep_hidden = True
         target.keep_kv_states = not target.use_cache     # no cache to read them from: keep the forward's
-
-    def begin(self, prompt: list[int]) -> None:
-        self._logits, self._forwards = [], 0
 
     def tree_support(self) -> str | None:
         return "the Gemma 4 assistant proposes chains only (trees from its logits are not built)"
@@ -150,9 +135,6 @@ class AssistantDrafter(Drafter):
             self._logits.append(logits)
             token, state = draft.view(1, 1), out.last_hidden_state          # (1, 1), (1, 1, H_target)
         return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
-
-    def draft_logits(self) -> torch.Tensor | None:
-        return torch.cat(self._logits) if self._logits else None
 
     # ------------------------------------------------------------------ internals
 

@@ -5,6 +5,10 @@ pass's included) as ``target.hidden = (start, rows)``. A drafter built on
 :class:`TargetHiddenStates` (the MTP layers, an EAGLE-3 head) gathers them position by position
 into ``rows`` (tensors of consecutive positions from 0) up to ``rows_end``, and trims them itself
 when the sequence is rolled back.
+
+:class:`HeadDrafter` is what every drafter made of a module that runs on the target's own states
+shares (the MTP layers, an EAGLE-3 head, a Gemma 4 assistant): its q processor, the draft
+logits of the last proposal, and the count of its forwards.
 """
 
 from __future__ import annotations
@@ -12,15 +16,63 @@ from __future__ import annotations
 import torch
 
 from generation.drafter import Drafter
+from kvcache.cache import RollbackStats
+from sampling import LogitsProcessor
 
 
-class TargetHiddenStates(Drafter):
-    """A drafter that reads the target's kept hidden states; subclasses set ``target`` in
-    ``attach_target`` and reset ``rows`` / ``rows_end`` in ``begin``."""
+class HeadDrafter(Drafter):
+    """A drafter made of ``module``, run on the target's own states, q from ``processor``.
 
-    target = None
-    rows: list[torch.Tensor]
-    rows_end: int = 0
+    ``target`` is the target's ``CachedModel`` (subclasses set it in ``attach_target``);
+    ``_logits`` holds the q logits of the last proposal's drafts (:meth:`draft_logits`), and each
+    forward of the module adds one to ``_forwards`` (:attr:`calls`). :meth:`begin` resets both.
+    """
+
+    kind = "model"
+
+    def __init__(self, module, processor: LogitsProcessor, *, vocab_size: int | None = None,
+                 generator: torch.Generator | None = None):
+        self.processor = processor
+        self.vocab_size = vocab_size
+        self.generator = generator
+        self.device = next(module.parameters()).device
+        self.target = None
+        self._logits: list[torch.Tensor] = []
+        self._forwards = 0
+
+    @property
+    def calls(self) -> int:
+        """The module's forwards since begin."""
+        return self._forwards
+
+    def begin(self, prompt: list[int]) -> None:
+        self._logits, self._forwards = [], 0
+
+    def draft_logits(self) -> torch.Tensor | None:
+        return torch.cat(self._logits) if self._logits else None
+
+
+class TargetHiddenStates(HeadDrafter):
+    """A head drafter that reads the target's kept hidden states into ``rows`` (up to
+    ``rows_end``), with ``committed`` tokens in the sequence and its own ``stats``; :meth:`begin`
+    resets them."""
+
+    def __init__(self, module, processor: LogitsProcessor, *, vocab_size: int | None = None,
+                 generator: torch.Generator | None = None):
+        super().__init__(module, processor, vocab_size=vocab_size, generator=generator)
+        self.rows: list[torch.Tensor] = []   # target hidden states not yet read, (m, H) each
+        self.rows_end = 0                    # the slot after the last row held
+        self.committed = 0                   # tokens in the sequence
+        self.stats = RollbackStats()
+
+    def begin(self, prompt: list[int]) -> None:
+        super().begin(prompt)
+        self.rows, self.rows_end = [], 0
+        self.committed = len(prompt)
+        self.stats = RollbackStats()
+
+    def rollback_stats(self) -> dict:
+        return self.stats.to_dict()
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round

@@ -33,7 +33,7 @@ import torch
 from generation.hidden_rows import TargetHiddenStates
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children
-from kvcache.cache import RollbackStats, drop_last, record_past
+from kvcache.cache import drop_last, record_past
 from sampling import LogitsProcessor
 
 
@@ -67,33 +67,16 @@ class _Depth:
 class MtpDrafter(TargetHiddenStates):
     """Drafts a chain with the target's MTP layers (``mtp``: a marked ``MtpModel``), q from ``processor``."""
 
-    kind = "model"
-
     def __init__(self, mtp, processor: LogitsProcessor, *, vocab_size: int | None = None,
                  generator: torch.Generator | None = None):
+        super().__init__(mtp, processor, vocab_size=vocab_size, generator=generator)
         self.mtp = mtp
-        self.processor = processor
-        self.vocab_size = vocab_size
-        self.generator = generator
         self.num_layers = len(mtp.layers)
-        self.device = next(mtp.parameters()).device
-        self.target = None
-        self.depths: list[_Depth] = []
-        self.rows: list[torch.Tensor] = []   # target hidden states not yet read by depth 0, (m, H) each
-        self.rows_end = 0                    # the slot after the last row held
-        self.committed = 0                   # tokens in the sequence
-        self.stats = RollbackStats()
+        self.depths: list[_Depth] = []       # calls: one forward per depth per round
         self._round: tuple[int, int, torch.Tensor] | None = None   # (n, depths run, drafts) of the last chain
         self.tree_logits: list[tuple[tuple[int, ...], torch.Tensor]] = []   # the last tree's (path, logits)
-        self._logits: list[torch.Tensor] = []
-        self._forwards = 0
 
     # ------------------------------------------------------------------ contract
-
-    @property
-    def calls(self) -> int:
-        """MTP layer forwards since begin (one per depth per round)."""
-        return self._forwards
 
     def attach_target(self, target) -> None:
         """Ask every target forward of this generation to keep its final hidden states."""
@@ -101,10 +84,8 @@ class MtpDrafter(TargetHiddenStates):
         target.keep_hidden = True
 
     def begin(self, prompt: list[int]) -> None:
-        self.depths, self.rows, self.rows_end = [], [], 0
-        self.committed = len(prompt)
-        self.stats = RollbackStats()
-        self._round, self._logits, self._forwards = None, [], 0
+        super().begin(prompt)
+        self.depths, self._round = [], None
 
     def tree_support(self) -> str | None:
         return None
@@ -169,9 +150,6 @@ class MtpDrafter(TargetHiddenStates):
         self._round = (n, d + 1, seq[n:])
         return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
 
-    def draft_logits(self) -> torch.Tensor | None:
-        return torch.cat(self._logits) if self._logits else None
-
     def update(self, new_tokens: list[int], top_k) -> None:
         """Crop each depth to the slots whose tokens were kept, then take the target's hidden
         states of the newly committed positions from the verify that just ran."""
@@ -180,9 +158,6 @@ class MtpDrafter(TargetHiddenStates):
             self._round = None
         self.committed += len(new_tokens)
         self._collect(self.committed - 1)
-
-    def rollback_stats(self) -> dict:
-        return self.stats.to_dict()
 
     # ------------------------------------------------------------------ internals
 
