@@ -397,17 +397,19 @@ def test_the_self_test_sees_a_served_target(pair, prompts):
 
 def test_the_rtt_what_if_prices_a_round_trip_per_position(pair, prompts, monkeypatch):
     """/rtt on a served run: each verify round of width w pays w more round trips, not one.
-    Mutation: priced as one trip per call, the prediction is higher."""
+    Mutation: priced as one trip per call, the prediction is higher. The /rtt asked for is 20 ms
+    above the measured round trip (below it, more trips would take more time away)."""
     from repl import runs
-    from repl.runs import PromptRun, StrategyRun
+    from repl.runs import PromptRun, StrategyRun, measured_round_trip_s
 
     spec = decode(pair, prompts[0], "speculative", drafter="model", gamma=3)
     target = decode(pair, prompts[0], "target")
     prompt_run = PromptRun("", prompts[0], greedy=True,
                            runs=[StrategyRun("speculative", spec), StrategyRun("target", target)])
-    served = prompt_run.why(prompt_run.runs[0], rtt_ms=20.0).what_if
+    rtt_ms = 1000 * measured_round_trip_s(spec) + 20.0
+    served = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
     monkeypatch.setattr(runs, "replace", lambda costs, **changes: costs)   # the per-position pricing skipped
-    one_trip = prompt_run.why(prompt_run.runs[0], rtt_ms=20.0).what_if
+    one_trip = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
     assert served.predicted_steady < one_trip.predicted_steady
 
 

@@ -106,9 +106,11 @@ def test_a_capped_server_and_ignored_fields_are_one_line(target, tokenizer):
 
 def test_the_rtt_what_if_prices_one_trip_per_round_on_vllm(fake, target, tokenizer, monkeypatch):
     """One request scores a whole round, so /rtt adds one trip per call. Mutation: priced per
-    position (as on llama.cpp), the prediction is lower."""
+    position (as on llama.cpp), the prediction is lower. The /rtt asked for is 20 ms above the
+    round trip the run measured (below it, the what-if takes time away, and more trips would
+    take away more: a loaded machine's slow loopback once made the fixed 20 ms such a case)."""
     from repl import runs
-    from repl.runs import PromptRun, StrategyRun, per_position_requests
+    from repl.runs import PromptRun, StrategyRun, measured_round_trip_s, per_position_requests
 
     pair = pair_with(fake, target, tokenizer)
     spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,
@@ -117,9 +119,10 @@ def test_the_rtt_what_if_prices_one_trip_per_round_on_vllm(fake, target, tokeniz
     assert not per_position_requests(spec)
     prompt_run = PromptRun("", PROMPTS[0], greedy=True, runs=[StrategyRun("speculative", spec),
                                                                StrategyRun("target", base)])
-    per_round = prompt_run.why(prompt_run.runs[0], rtt_ms=20.0).what_if
+    rtt_ms = 1000 * measured_round_trip_s(spec) + 20.0
+    per_round = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
     monkeypatch.setattr(runs, "per_position_requests", lambda result: True)
-    per_position = prompt_run.why(prompt_run.runs[0], rtt_ms=20.0).what_if
+    per_position = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
     assert per_position.predicted_steady < per_round.predicted_steady
 
 
