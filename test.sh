@@ -59,7 +59,8 @@ run_pytest() {
     local label=$1 python=$2 status=0
     shift 2
     echo "== $label: $("$python" -c 'import transformers; print("transformers", transformers.__version__)'), $workers test process(es)" >&2
-    "$python" -m pytest -q ${parallel[@]+"${parallel[@]}"} "$@" || status=$?
+    # --durations: every log names the slowest tests, for keeping the run inside its time budget.
+    "$python" -m pytest -q --durations=15 ${parallel[@]+"${parallel[@]}"} "$@" || status=$?
     if [ "$status" -eq 5 ]; then
         echo "== $label: pytest collected no tests, which counts as a failure" >&2
     elif [ "$status" -ne 0 ]; then
