@@ -72,6 +72,14 @@ want="$( { cat requirements.txt requirements-dev.txt; [ ${#pin[@]} -eq 0 ] || pr
     | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "Installing the requirements into $venv (new environment or changed requirements)..." >&2
+    # Say so first when the disk is short: pip's own message comes mid-install, as a traceback-like
+    # OSError. A whole environment takes about 1.7 GB, a layer about 0.2 GB.
+    need_mb=1700
+    [ "$layer" -eq 0 ] || need_mb=200
+    free_mb="$(df -Pm . 2>/dev/null | awk 'NR == 2 { print $4 }')"
+    if [ -n "$free_mb" ] && [ "$free_mb" -lt "$need_mb" ]; then
+        echo "setup.sh: only ${free_mb} MB free here; $venv needs about ${need_mb} MB (the install may fail)" >&2
+    fi
     # --upgrade: a changed requirements file gives what a fresh install would, the newest
     # releases allowed (an old .venv is not left on transformers 4.x). The floor pin narrows
     # requirements.txt's transformers range to one release.
