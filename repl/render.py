@@ -340,22 +340,39 @@ def legend() -> Text:
 
 # The comparison's columns (header, justification): comparison_cells fills them.
 COMPARISON_COLUMNS = (("strategy", "left"), ("tokens", "right"), ("tokens/s", "right"), ("speedup", "right"),
-                      ("predicted", "right"), ("best γ", "right"), ("d/v/o %", "right"), ("identical", "left"))
+                      ("tok/call", "right"), ("call cost", "right"), ("predicted", "right"), ("best γ", "right"),
+                      ("d/v/o %", "right"), ("identical", "left"))
 
 
-def comparison_table(prompt_run: PromptRun) -> Table:
-    """Speedup over target AR for each strategy, what the speedup model
-    predicts, the phase split and, under greedy, identity."""
+# The two columns that split a speedup (tok/call over call cost): a terminal narrower than
+# WIDE_COMPARISON columns gets them as one caption sentence instead, and the rest of the table whole.
+SPLIT_COLUMNS = ("tok/call", "call cost")
+WIDE_COMPARISON = 100
+
+
+def comparison_table(prompt_run: PromptRun, width: int | None = None) -> Table:
+    """Speedup over target AR for each strategy, split into tokens per target call and the cost
+    of a call, what the speedup model predicts, the phase split and, under greedy, identity.
+    ``width``: the terminal's columns (None: as wide as it takes)."""
     table = Table(title=Text("Comparison"), title_justify="left", show_edge=False, pad_edge=False,
                   collapse_padding=True)
-    for header, justify in COMPARISON_COLUMNS:
+    wide = width is None or width >= WIDE_COMPARISON
+    shown = [i for i, (header, _) in enumerate(COMPARISON_COLUMNS) if wide or header not in SPLIT_COLUMNS]
+    for i in shown:
+        header, justify = COMPARISON_COLUMNS[i]
         # headers may wrap on a narrow terminal; the cells themselves stay whole
         table.add_column(Text(header), justify=justify, overflow="fold",
                          min_width=11 if header == "strategy" else None)
     for run in prompt_run.runs:
-        table.add_row(*(Text(cell) for cell in comparison_cells(prompt_run, run)),
-                      style=STRATEGY_COLOURS[run.key])
-    notes = ["speedup = tokens/s over target AR's tokens/s",
+        cells = comparison_cells(prompt_run, run)
+        table.add_row(*(Text(cells[i]) for i in shown), style=STRATEGY_COLOURS[run.key])
+    split = ("tok/call (tokens per target call) over call cost (seconds per target call, drafting "
+             "included, over target AR's)")
+    if not wide:
+        parts = [f"{run.label} {run.result.tokens_per_target_call:.2f} / {prompt_run.call_cost(run):.2f}x"
+                 for run in prompt_run.runs if prompt_run.call_cost(run) is not None and run.key != "target"]
+        split += f": {', '.join(parts)}" if parts else ""
+    notes = [f"speedup = tokens/s over target AR's tokens/s = {split}",
              "predicted, best γ: the speedup model (docs/why.md, /stats)",
              "d/v/o = share of the time spent drafting / verifying / other"]
     if prompt_run.baseline() is None:
@@ -376,7 +393,7 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
     """One run's row of the comparison, as plain strings in ``COMPARISON_COLUMNS`` order
     (the terminal table and the HTML report both show it)."""
     if run.result is None:
-        return [run.label, "-", "-", "n/a", "-", "-", "-", "n/a"]
+        return [run.label, "-", "-", "n/a", "-", "-", "-", "-", "-", "n/a"]
     r = run.result
     why = prompt_run.why(run)
     if why is None:
@@ -389,6 +406,8 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
         str(len(r.tokens)),
         f"{r.tokens_per_second:.1f}",
         _x(prompt_run.speedup(run)),
+        f"{r.tokens_per_target_call:.2f}" if r.target_calls else "-",
+        _x(prompt_run.call_cost(run)),
         predicted,
         best,
         phase_split(r),

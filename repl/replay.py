@@ -54,7 +54,7 @@ def show_trace(trace: Trace, console: Console) -> None:
             console.print(render.strategy_panel(run, prompt_run.prompt_ids, None, debug=True,
                                                 prompt_run=prompt_run))
         if prompt_run.runs:
-            console.print(render.comparison_table(prompt_run))
+            console.print(render.comparison_table(prompt_run, console.width))
             console.print(render.stats_view(prompt_run))
             show_inspector(prompt_run, console)
         if prompt_run.interrupted:

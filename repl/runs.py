@@ -236,6 +236,16 @@ class PromptRun:
             return None
         return run.result.tokens_per_second / base.result.tokens_per_second
 
+    def call_cost(self, run: StrategyRun) -> float | None:
+        """Seconds per target call of ``run`` (its drafting and host work included) over target
+        AR's, the benchmark's ``call cost``: the speedup is tokens per target call divided by it.
+        None without a baseline or for a run that made no target call (drafter AR)."""
+        base = self.baseline()
+        if base is None or not run.usable or not run.result.target_calls or not base.result.target_calls:
+            return None
+        theirs = base.result.seconds / base.result.target_calls
+        return (run.result.seconds / run.result.target_calls) / theirs if theirs > 0 else None
+
     def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
         """(identical to target AR, first differing token index) under greedy.
 
@@ -341,6 +351,7 @@ class PromptRun:
             accepted=r.accepted,
             stop_reason=r.stop_reason,
             speedup=self.speedup(run),
+            call_cost=self.call_cost(run),
             identical_to_target=identical,
             first_divergence=index,
             phases=dict(r.phases),

@@ -226,7 +226,7 @@ class Session:
 
     def show_summary(self, prompt_run: PromptRun) -> None:
         if prompt_run.runs:
-            self.console.print(render.comparison_table(prompt_run))
+            self.console.print(render.comparison_table(prompt_run, self.console.width))
         if prompt_run.interrupted:
             self.say("generation interrupted: the remaining strategies were skipped; the models are intact",
                      "yellow")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 import torch
+from rich.console import Console
 
 from generation import Round
 from repl import render
@@ -132,10 +134,43 @@ def test_comparison_table_cells():
     rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
             for line in out.getvalue().splitlines() if "│" in line}
     # no rounds and no phase times recorded: the model has nothing to price
-    assert rows["Speculative"][1:] == ["4", "4.0", "2.00x", "n/a", "n/a", "-", "yes"]
-    assert rows["NASD"][1:] == ["4", "1.0", "0.50x", "n/a", "n/a", "-", "no (token 2)"]
-    assert rows["Target AR"][1:] == ["4", "2.0", "1.00x", "-", "-", "-", "baseline"]
-    assert rows["Drafter AR"][1:] == ["-", "-", "n/a", "-", "-", "-", "n/a"]
+    assert rows["Speculative"][1:] == ["4", "4.0", "2.00x", "1.00", "0.50x", "n/a", "n/a", "-", "yes"]
+    assert rows["NASD"][1:] == ["4", "1.0", "0.50x", "1.00", "2.00x", "n/a", "n/a", "-", "no (token 2)"]
+    assert rows["Target AR"][1:] == ["4", "2.0", "1.00x", "1.00", "1.00x", "-", "-", "-", "baseline"]
+    assert rows["Drafter AR"][1:] == ["-", "-", "n/a", "-", "-", "-", "-", "-", "n/a"]
+
+
+def test_the_speedup_is_tokens_per_call_over_call_cost():
+    """The comparison splits each speedup into what a target call made and what it cost:
+    12 tokens in 4 calls and 1.5 s against target AR's 12 in 12 calls and 3 s is 2x = 3.00 tokens
+    a call at 1.50x the cost of a call. Mutation: the cost per token instead of per call gives
+    0.75x, and the identity breaks."""
+    pr = PromptRun("p", [1], greedy=True)
+    pr.runs = [StrategyRun("speculative", result([1] * 12, seconds=1.5, target_calls=4)),
+               StrategyRun("ngram", result([1] * 12, seconds=2.0, target_calls=6)),
+               StrategyRun("target", result([1] * 12, seconds=3.0)),
+               StrategyRun("drafter", result([1] * 12, seconds=0.5, target_calls=0))]
+    spec, ngram, target, drafter = pr.runs
+    assert pr.call_cost(spec) == pytest.approx(1.5) and pr.call_cost(ngram) == pytest.approx(4 / 3)
+    for run in (spec, ngram, target):
+        assert pr.speedup(run) == pytest.approx(run.result.tokens_per_target_call / pr.call_cost(run))
+    assert pr.call_cost(target) == pytest.approx(1.0) and pr.call_cost(drafter) is None
+    c, out = console()
+    c.print(render.comparison_table(pr))
+    rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
+            for line in out.getvalue().splitlines() if "│" in line}
+    assert rows["Speculative"][3:6] == ["2.00x", "3.00", "1.50x"]
+    assert rows["Drafter AR"][4:6] == ["-", "n/a"]
+    assert pr.to_dict()["strategies"]["speculative"]["call_cost"] == pytest.approx(1.5)
+    # An 80-column terminal keeps the rest of the table whole and gets the split as a sentence.
+    narrow = io.StringIO()
+    Console(file=narrow, width=80, color_system=None).print(render.comparison_table(pr, 80))
+    lines = narrow.getvalue().splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines) and "call cost ┃" not in narrow.getvalue()
+    assert any(line.split("│")[-1].strip() == "baseline" for line in lines)          # the last column whole
+    assert "Speculative 3.00 / 1.50x, NASD 2.00 / 1.33x" in " ".join(narrow.getvalue().split())
+    pr.runs = [spec]                                                   # no target AR: nothing to divide by
+    assert pr.call_cost(spec) is None
 
 
 @pytest.mark.parametrize("dtype, parts, says", [
@@ -281,8 +316,8 @@ def test_comparison_shows_predicted_best_gamma_and_phase_split():
     c.print(render.comparison_table(why_prompt_run()))
     rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
             for line in out.getvalue().splitlines() if "│" in line}
-    assert rows["Speculative"][1:] == ["7", "8.8", "0.90x", "0.97x", "16", "8/89/4%", "yes"]
-    assert rows["Target AR"][1:] == ["7", "9.7", "1.00x", "-", "-", "0/90/10%", "baseline"]
+    assert rows["Speculative"][1:] == ["7", "8.8", "0.90x", "2.33", "2.59x", "0.97x", "16", "8/89/4%", "yes"]
+    assert rows["Target AR"][1:] == ["7", "9.7", "1.00x", "1.00", "1.00x", "-", "-", "0/90/10%", "baseline"]
 
 
 def test_json_carries_the_why_numbers():
