@@ -31,6 +31,7 @@ FLOOR_TESTS=(
     tests/test_ngram_storage.py
     tests/test_lookahead.py
     tests/test_architectures.py
+    tests/test_architectures_2.py
     tests/test_cache.py
     tests/test_selfdraft_matrix.py
     tests/test_mtp.py

@@ -83,7 +83,7 @@ lacks the family). `—`: not checked for that family.
 
 Regenerate with `.venv/bin/python scripts/support_table.py` (and the same
 script under the floor environment for its table); the same checks run as
-tests in `tests/test_architectures.py`.
+tests in `tests/test_architectures.py` and `tests/test_architectures_2.py` (half the families each).
 """
 
 

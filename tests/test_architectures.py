@@ -17,7 +17,9 @@ on (docs/versions.md); that one refusal is expected there and nowhere else.
 The block and strict rules and the model-free drafters (``arch_zoo.ANY_RELEASE_CHECKS``) are
 marked ``any_release``: test.sh checks them on the newest transformers only.
 
-Test ids are ``<family>-<check>``, e.g. ``mistral-speculative-g3``.
+Test ids are ``<family>-<check>``, e.g. ``mistral-speculative-g3``. This file checks every other
+family (``arch_zoo.family_cases(0)``); tests/test_architectures_2.py the rest, so that the two
+halves run on two cores.
 """
 
 import pytest
@@ -28,23 +30,12 @@ import generation.accept
 import generation.verify
 import generation.verify_rules
 from tests.helpers import arch_zoo
-from tests.helpers.arch_zoo import CHECKS, FAMILIES, run_check
-
-CASES = [pytest.param(name, spec, id=f"{name}-{spec.id}",
-                      marks=[pytest.mark.any_release] if spec.id in arch_zoo.ANY_RELEASE_CHECKS else [])
-         for name in FAMILIES for spec in CHECKS if spec.applies(name)]
+from tests.helpers.arch_zoo import FAMILIES
 
 
-@pytest.mark.parametrize("name, spec", CASES)
+@pytest.mark.parametrize("name, spec", arch_zoo.family_cases(0))
 def test_family(name, spec):
-    outcome = run_check(name, spec)
-    if outcome.status == "skip":
-        pytest.skip(outcome.detail)
-    if outcome.status == "refused":
-        assert arch_zoo.refusal_allowed(name, outcome.detail), (
-            f"refused a dynamic cache (only static caches may be): {outcome.detail}")
-        pytest.skip(f"refused: {outcome.detail}")
-    assert outcome.passed, outcome.detail
+    arch_zoo.family_test(name, spec)
 
 
 def test_every_family_builds_or_names_its_missing_class():

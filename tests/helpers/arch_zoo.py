@@ -1121,3 +1121,34 @@ def _check_other_rules(name: str) -> Outcome:
 def run_check(name: str, spec: CheckSpec) -> Outcome:
     """One check on one family, never raising."""
     return guarded(lambda: spec.run(name))
+
+
+# test.sh runs each test file whole in one process (--dist loadfile), so the family checks are
+# split over PARTS files (tests/test_architectures.py, tests/test_architectures_2.py), each with
+# every PARTS-th family: one file held them all and kept one core busy for 3.5 minutes of the
+# floor run while the other had finished (measured on the floor: 105 s and 102 s a half).
+PARTS = 2
+
+
+def family_cases(part: int) -> list:
+    """The ``(name, spec)`` parameters of the family checks of file ``part`` (0 to PARTS-1),
+    the checks in ``ANY_RELEASE_CHECKS`` marked ``any_release``."""
+    import pytest
+
+    return [pytest.param(name, spec, id=f"{name}-{spec.id}",
+                         marks=[pytest.mark.any_release] if spec.id in ANY_RELEASE_CHECKS else [])
+            for name in list(FAMILIES)[part::PARTS] for spec in CHECKS if spec.applies(name)]
+
+
+def family_test(name: str, spec) -> None:
+    """One family check as a test: a skip or an allowed refusal skips, anything else must pass."""
+    import pytest
+
+    outcome = run_check(name, spec)
+    if outcome.status == "skip":
+        pytest.skip(outcome.detail)
+    if outcome.status == "refused":
+        assert refusal_allowed(name, outcome.detail), (
+            f"refused a dynamic cache (only static caches may be): {outcome.detail}")
+        pytest.skip(f"refused: {outcome.detail}")
+    assert outcome.passed, outcome.detail
