@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from types import SimpleNamespace
 
 import torch
@@ -73,14 +74,28 @@ def _bytes_as_pieces(backend: Tokenizer) -> Tokenizer:
     return Tokenizer.from_str(json.dumps(state))
 
 
+ALPHABET = 40   # characters the metaspace tokenizer keeps; the rest fall back to bytes
+
+
+def _alphabet(pre_tokenizer, n: int) -> list[str]:
+    """The n characters most frequent in the pre-tokenised corpus, ties broken by the character."""
+    counts = Counter(char for line in _corpus() for word, _ in pre_tokenizer.pre_tokenize_str(line)
+                     for char in word)
+    return sorted(counts, key=lambda char: (-counts[char], char))[:n]
+
+
 def metaspace_bpe(vocab_size: int = 360) -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
     backend.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="first"),
                                          decoders.ByteFallback(), decoders.Fuse()])
     specials = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
-    # A small alphabet: CJK and emoji fall back to bytes.
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, limit_alphabet=40)
+    # A small alphabet: CJK and emoji fall back to bytes. It is chosen here, not by the trainer's
+    # limit_alphabet alone, which breaks ties between equally frequent characters in a hash map's
+    # order: a new one in every process, so every process trained another tokenizer (and the tests
+    # on it saw other counts; one CI run failed on that).
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, limit_alphabet=ALPHABET,
+                                  initial_alphabet=_alphabet(backend.pre_tokenizer, ALPHABET))
     backend.train_from_iterator(_corpus(), trainer)
     backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     backend = _bytes_as_pieces(backend)
