@@ -617,11 +617,12 @@ class CachedModel:
             self.stats.snapshots += 1
             return
         layers = _layers(self.cache)
-        if not any(not _croppable(layer) for layer in layers):
-            self._snapshots = {}
+        kept = [i for i, layer in enumerate(layers) if not _croppable(layer)]
+        self._snapshots = {}
+        if not kept:
             return
         with self.stats.timing(self.device):
-            self._snapshots = {i: snapshot(layer) for i, layer in enumerate(layers) if not _croppable(layer)}
+            self._snapshots = {i: snapshot(layers[i]) for i in kept}
         self.stats.method = "restore"
         self.stats.snapshots += 1
 
