@@ -186,3 +186,22 @@ def source_numbers(rounds: Iterable[Any]) -> dict | None:
                 mean_match_length=mean_match_length(rounds),
                 draft_lengths=length_summary(draft_lengths(rounds)),
                 acceptance_by_match=by_match_length(rounds))
+
+
+def fill_summary(rounds: Iterable[Any], verify_s: Mapping[int, float] | None = None) -> dict:
+    """What filling verify widths did in a run (``generation.widths``): ``rounds`` filled,
+    ``drafts`` added to them, ``accepted`` of those (kept beyond the draft's own length), and the
+    measured forward ``verify_ms`` by width the choice rested on."""
+    filled = drafts = accepted = 0
+    for rnd in rounds:
+        note = match_note(rnd)
+        extra = int(note.get("filled", 0) or 0) if note is not None else 0
+        if extra <= 0:
+            continue
+        own = max(0, drafted_count(rnd) - extra)          # what the match alone drafted
+        filled, drafts = filled + 1, drafts + extra
+        accepted += min(extra, max(0, int(_get(rnd, "accepted", 0)) - own))
+    out = {"rounds": filled, "drafts": drafts, "accepted": accepted}
+    if verify_s:
+        out["verify_ms"] = {str(w): round(s * 1000, 3) for w, s in sorted(verify_s.items())}
+    return out

@@ -10,6 +10,7 @@ from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_LOOKAHEAD, DEFAULT_POLICIES, DEFAULT_STRATEGIES, OURS
 from repl.settings import NGRAM_STORAGES
+from bench.executor import FILL, BENCH_STORAGES
 from engine import MAX_HYBRID_MATCH, load_pair
 from generation.gamma_policies import make_policy
 from selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
@@ -149,8 +150,9 @@ def _choices(text: str, known, what: str) -> list[str]:
 
 
 def _storages(text: str) -> list[str]:
-    """``basic,suffix,sam``: n-gram storage kinds, each once, in the order given."""
-    return _choices(text, NGRAM_STORAGES, "n-gram storage")
+    """``basic,suffix,sam``: n-gram storage kinds, each once, in the order given; ``suffix+fill``
+    and ``sam+fill`` are those storages filling their verify widths (``/fill_width``)."""
+    return _choices(text, BENCH_STORAGES, "n-gram storage")
 
 
 def _verify_rules(text: str) -> list[str]:
@@ -278,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "self:bf16,self:int8,self:skip=auto (default: none)")
     d.add_argument("--ngram-storage", type=_storages, default=["basic"], metavar="LIST",
                    help=f"NASD's storage, or several side by side, e.g. basic,suffix,sam (from "
-                        f"{','.join(NGRAM_STORAGES)}; default basic); suffix and sam take their defaults "
+                        f"{','.join(NGRAM_STORAGES)}; default basic); suffix and sam take their defaults; "
+                        f"suffix{FILL} and sam{FILL} fill their verify widths (/fill_width) "
                         "(docs/model_free.md)")
     d.add_argument("--arctic-suffix", action="store_true",
                    help="also run ArcticInference's suffix-decoding cache (pip package arctic-inference) "

@@ -24,6 +24,20 @@ from bench.timing import timed
 from bench.variants import DRAFTING, LOOP_PEERS, Variant
 from engine import CrossTokenizerOptions, EngineState, NGramOptions
 from engine.run import loop_vocab_size
+from engine.state import MATCH_STORAGES
+from repl.settings import NGRAM_STORAGES
+
+
+# A storage name's ending that makes the suffix or sam storage fill its verify widths
+# (NGramOptions.fill_width, the REPL's /fill_width): ``suffix+fill``, a variant ``ngram[suffix+fill]@16``.
+FILL = "+fill"
+BENCH_STORAGES = (*NGRAM_STORAGES, *(f"{kind}{FILL}" for kind in MATCH_STORAGES))
+
+
+def storage_options(options: NGramOptions, name: str) -> NGramOptions:
+    """``options`` for the bench's storage ``name`` (a kind, or a match kind + FILL)."""
+    kind, fill, _ = name.partition(FILL)
+    return replace(options, storage=kind, fill_width=bool(fill))
 
 
 @dataclass
@@ -71,9 +85,9 @@ class Executor:
         self.processor = make_processor(settings.spec)
         self.device = torch.device(str(models.device))
         self.state = state if state is not None else EngineState()
-        self.ngram = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
-                                  stop_if_unknown=settings.stop_if_unknown, reset=False,
-                                  max_pattern=settings.suffix_pattern)
+        self.ngram = storage_options(NGramOptions(settings.ngram_storage, settings.ngram_n, settings.filler_top_k,
+                                                  stop_if_unknown=settings.stop_if_unknown, reset=False,
+                                                  max_pattern=settings.suffix_pattern), settings.ngram_storage)
         self.own: dict[str, object] = {}   # variant name -> its storage (with its key) or arctic cache
         self.cross_options = CrossTokenizerOptions(settings.uag)
         # transformers' universal assisted generation prunes its assistant in place: on a pair
@@ -112,7 +126,7 @@ class Executor:
 
     def ngram_options(self, variant: Variant) -> NGramOptions:
         """The n-gram options of a NASD variant: the run's, with the variant's own storage kind."""
-        return replace(self.ngram, storage=variant.storage) if variant.storage else self.ngram
+        return storage_options(self.ngram, variant.storage) if variant.storage else self.ngram
 
     def _own_storage(self, variant: Variant, options: NGramOptions, fresh: bool):
         """Put ``variant``'s own storage into the engine state: built on first use, emptied when fresh."""

@@ -19,6 +19,7 @@ import torch
 from cross_tokenizer import cross_tokenizer_drafter, drafter_ends, has_own_tokenizer, vocab_map_of
 from engine.state import MATCH_STORAGES
 from engine.strategy import CrossTokenizerOptions, HybridOptions, LookaheadOptions, NGramOptions
+from engine.widths import verify_costs
 from generation.common import check_request
 from utils.devices import model_device
 from generation.drafter import Drafter
@@ -138,7 +139,8 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     storages (``suffix``, ``sam``) draft through :class:`ngram_assisted.MatchDrafter`."""
     options = strategy.drafter_options or NGramOptions()
     if options.storage in MATCH_STORAGES:
-        return match_drafter(pair, options, state, context.vocab_size)
+        costs = verify_costs(pair, state, strategy.gamma, context.vocab_size) if options.fill_width else None
+        return match_drafter(pair, options, state, context.vocab_size, verify_costs=costs)
     storage = state.ngram_storage(options, context.vocab_size)
     if options.reset:
         storage.reset()
@@ -149,14 +151,16 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
                         confident_start=options.confident_start, device=model_device(pair.target))
 
 
-def match_drafter(pair, options: NGramOptions, state, vocab_size: int, *, hybrid: bool = False) -> MatchDrafter:
+def match_drafter(pair, options: NGramOptions, state, vocab_size: int, *, hybrid: bool = False,
+                  verify_costs: dict[int, float] | None = None) -> MatchDrafter:
     """A :class:`MatchDrafter` over the state's ``suffix`` or ``sam`` storage of ``options`` (NASD's,
-    or with ``hybrid`` the hybrid's), emptied first when ``options.reset``."""
+    or with ``hybrid`` the hybrid's), emptied first when ``options.reset``; ``verify_costs``
+    (the target's forward seconds by width) makes it fill its chain rounds."""
     corpus = corpus_of(pair, options.corpus, state) if options.storage == "sam" and options.corpus else None
     storage = state.ngram_storage(options, vocab_size, corpus, hybrid=hybrid)
     if options.reset:
         storage.reset()
-    return MatchDrafter(storage, factor=options.factor, device=model_device(pair.target))
+    return MatchDrafter(storage, factor=options.factor, device=model_device(pair.target), verify_costs=verify_costs)
 
 
 def corpus_of(pair, path: str, state):

@@ -7,6 +7,7 @@ from dataclasses import replace
 import torch
 
 from analysis.hybrid import hybrid_summary
+from analysis.sources import fill_summary
 from cross_tokenizer import drafter_ends, drafter_inputs, has_own_tokenizer
 from engine.drafters import DRAFTERS, DraftContext
 from engine.pair import shared_vocab_size
@@ -91,6 +92,9 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
         result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
+    costs = getattr(drafter, "verify_costs", None)
+    if costs:
+        result.width_fill = fill_summary(result.trace, costs)
     return result
 
 

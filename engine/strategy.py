@@ -31,6 +31,9 @@ class NGramOptions:
     ``factor`` (α) caps both storages' drafts at α x the match length.
     ``corpus`` (``sam`` only): a text file tokenised once with the target's
     tokenizer, whose automaton is built once and matched beside the context.
+    ``fill_width`` (``suffix`` and ``sam``, chain rounds): measure the target's
+    verify forward by width once (``engine.widths``) and draw a round's chain
+    longer when a wider verify is measured cheaper (``generation.widths``).
     """
 
     storage: str = "basic"
@@ -43,6 +46,7 @@ class NGramOptions:
     factor: float = 1.0
     max_outputs: int = 64
     corpus: str | None = None
+    fill_width: bool = False
 
 
 @dataclass(frozen=True)

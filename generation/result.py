@@ -108,6 +108,10 @@ class GenerationResult:
     ``engine.strategy.HybridOptions``): its ``L`` and, per kind of round
     (``model``, ``retrieval``), the ``rounds``, ``drafted`` and ``accepted``
     counts and the ``acceptance`` (``analysis.hybrid.hybrid_summary``).
+    ``width_fill`` (empty unless NASD's suffix or sam storage filled verify widths,
+    ``engine.strategy.NGramOptions.fill_width``): the ``rounds`` filled, the ``drafts``
+    added and ``accepted`` of them, and the measured ``verify_ms`` by width
+    (``analysis.sources.fill_summary``).
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -128,6 +132,7 @@ class GenerationResult:
     verify_rule: str = ""
     cross_tokenizer: dict = field(default_factory=dict)
     hybrid: dict = field(default_factory=dict)
+    width_fill: dict = field(default_factory=dict)
     network: dict = field(default_factory=dict)   # a served target's requests and their times (remote.client)
 
     @property

@@ -4,6 +4,11 @@ It keeps no sequence of its own: the storage holds the prompt and the output so 
 (fed from the verify loop's one host sync per round), so drafting never reads the
 device. Each round it records where its drafts came from and how long the match was
 (:meth:`round_notes`, carried by ``Round.note``).
+
+Given the target's verify costs by width (``engine.widths.verify_costs``), a chain round
+is filled: when a wider verify is measured cheaper than the draft's own width
+(``generation.widths.fill_width``), the storage's chain is drawn longer to reach it, and the
+round's note says by how many tokens (``filled``).
 """
 
 from __future__ import annotations
@@ -12,21 +17,27 @@ import torch
 
 from generation.drafter import Drafter
 from generation.tree import Tree
+from generation.widths import fill_width
 from ngram_assisted.suffix import DEFAULT_FACTOR, Draft
 
 
 class MatchDrafter(Drafter):
     """Drafts deterministically (q is one-hot) from a storage with ``initialize``, ``extend`` and
     ``draft(k, factor, nodes=, branch=) -> Draft`` (``ngram_assisted.suffix.SuffixStorage``,
-    ``ngram_assisted.sam.SAMStorage``). ``factor`` (α): a match of m tokens drafts at most α·m."""
+    ``ngram_assisted.sam.SAMStorage``). ``factor`` (α): a match of m tokens drafts at most α·m.
+    ``verify_costs``: the target's forward seconds by width; given, chain rounds are filled
+    to a cheaper wider verify (module docstring)."""
 
     kind = "ngram"  # no model: no forward passes, no cache to roll back
 
-    def __init__(self, storage, *, factor: float = DEFAULT_FACTOR, device: torch.device | str = "cpu"):
+    def __init__(self, storage, *, factor: float = DEFAULT_FACTOR, device: torch.device | str = "cpu",
+                 verify_costs: dict[int, float] | None = None):
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
             raise ValueError(f"the draft factor must be a number > 0, got {factor!r}")
         self.storage = storage
         self.factor = float(factor)
+        self.verify_costs = dict(verify_costs) if verify_costs else None
+        self._fill: dict[tuple[int, int], int] = {}     # (natural width, widest allowed) -> width
         self.device = torch.device(device)
         self.notes: list[dict | None] = []
         self._pending: dict | None = None
@@ -47,8 +58,21 @@ class MatchDrafter(Drafter):
         return draft
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None) -> tuple[torch.Tensor, None]:
-        """Up to k tokens: the storage's best chain after the longest match (no q: one-hot)."""
-        return torch.tensor(self.draft(k).tree.tokens, dtype=torch.long, device=ids.device), None
+        """Up to k tokens: the storage's best chain after the longest match (no q: one-hot),
+        drawn longer when a wider verify is cheaper (with ``verify_costs``)."""
+        tokens = self.draft(k).tree.tokens
+        if self.verify_costs and tokens:      # a round without a match stays one token wide
+            natural = len(tokens) + 1
+            key = (natural, k + 1)
+            if key not in self._fill:
+                self._fill[key] = fill_width(self.verify_costs, natural, k + 1)
+            if self._fill[key] > natural:
+                # α as large as the width asks: the budget becomes width - 1, whatever the match.
+                longer = self.storage.draft(self._fill[key] - 1, float(self._fill[key]))
+                if len(longer.tree) > len(tokens):
+                    self._pending = {**longer.note(), "filled": len(longer.tree) - len(tokens)}
+                    tokens = longer.tree.tokens
+        return torch.tensor(tokens, dtype=torch.long, device=ids.device), None
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
         """The storage's tree of continuations after the longest match, weighted by their counts."""

@@ -405,6 +405,9 @@ COMMANDS: dict[str, Command] = {
         Command("match_factor", "A", "suffix and sam storages: a match of m tokens drafts at most A x m "
                 f"tokens (at least 1, at most gamma; A from {MATCH_FACTOR_RANGE[0]:g} to {MATCH_FACTOR_RANGE[1]:g})",
                 parse_match_factor, show=lambda s: fmt_number(s.match_factor), flag="match-factor"),
+        _toggle("fill_width", "suffix and sam storages: measure the target's verify forward by width once "
+                "(a few seconds) and draw a round's draft longer when a wider verify is measured cheaper "
+                "(lossless: the extra drafts are verified like the rest)"),
         Command("corpus", "FILE|off", "sam storage: also match the sequence in this text file (tokenised once "
                 "with the target's tokenizer, its automaton built once and kept across prompts)",
                 parse_corpus, show=lambda s: s.corpus or "off", flag="corpus"),

@@ -109,6 +109,20 @@ def hybrid_text(result: GenerationResult) -> Text | None:
     return Text(f"hybrid L {info.get('L', '?')}: " + " · ".join(parts), style="dim")
 
 
+def fill_text(result: GenerationResult, *, widths: bool = False) -> Text | None:
+    """``filled 33 rounds to a cheaper verify width: +54 drafts, 10 accepted`` (with ``widths``, the
+    measured forward ms by width after it); None when the run did not fill widths."""
+    info = getattr(result, "width_fill", None) or {}
+    if not info:
+        return None
+    text = (f"filled {info.get('rounds', 0)} rounds to a cheaper verify width: +{info.get('drafts', 0)} drafts, "
+            f"{info.get('accepted', 0)} accepted")
+    costs = info.get("verify_ms") or {}
+    if widths and costs:
+        text += " · verify ms by width " + " ".join(f"{w}:{ms:.0f}" for w, ms in costs.items())
+    return Text(text, style="dim")
+
+
 def lookahead_text(result: GenerationResult) -> Text | None:
     """One line on lookahead decoding: tokens per target call, the accepted n-gram length and
     the pool; or why it ran as target AR."""
@@ -277,6 +291,9 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     hybrid = hybrid_text(run.result)
     if hybrid is not None:
         body.append(hybrid)
+    fill = fill_text(run.result)
+    if fill is not None:
+        body.append(fill)
     body.append(Text(path_text(run.result.rollback), style="dim"))
     network = network_text(run.result)
     if network is not None:
@@ -682,6 +699,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         hybrid = hybrid_text(run.result)
         if hybrid is not None:
             parts.append(hybrid)
+        fill = fill_text(run.result, widths=True)
+        if fill is not None:
+            parts.append(fill)
         parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
         crossing = cross_tokenizer_text(run.result)
         if crossing is not None:

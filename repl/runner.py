@@ -168,7 +168,7 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
     storage = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
                            reset=settings.reset_in_between, max_pattern=settings.suffix_pattern,
                            factor=settings.match_factor, max_outputs=settings.suffix_outputs,
-                           corpus=settings.corpus or None)
+                           corpus=settings.corpus or None, fill_width=settings.fill_width)
     model = CrossTokenizerOptions(settings.uag)
     options = {
         "ngram": storage,

@@ -57,6 +57,7 @@ class Settings:
     suffix_outputs: int = 64      # suffix storage: earlier outputs its global trie keeps (M)
     match_factor: float = 1.0     # suffix and sam: drafts up to this times the match length (α)
     corpus: str = ""              # sam: a text file matched beside the context ("" = none)
+    fill_width: bool = False      # suffix and sam: fill a round's verify to a cheaper wider width
     hybrid: int = 0               # speculative: storage drafts in a round whose match is >= this (0 = off)
     # Lookahead decoding's window W, n-gram size N and guesses G (engine.LookaheadOptions has the
     # same defaults; docs/lookahead.md says why they are small on a CPU).
