@@ -23,15 +23,12 @@ FILL_MARGIN = 0.05
 
 
 def fill_width(costs: dict[int, float], width: int, limit: int, margin: float = FILL_MARGIN) -> int:
-    """The width to verify a round of natural ``width`` (drafts + 1) at: the cheapest measured
-    width from ``width`` to ``limit`` whose cost is at least ``margin`` below ``width``'s (the
-    narrower of two equal ones), or ``width`` itself when none is or ``width`` was not measured."""
+    """The width to verify a round of natural ``width`` (drafts + 1) at: the widest measured width
+    up to ``limit`` whose forward costs at least ``margin`` less than ``width``'s (as many drafts as
+    can be verified for less), or ``width`` itself when none does or ``width`` was not measured."""
     own = costs.get(width)
     if own is None:
         return width
-    best, best_cost = width, own * (1.0 - margin)     # a wider width must cost at most this
-    for wider in range(width + 1, limit + 1):
-        cost = costs.get(wider)
-        if cost is not None and (cost < best_cost or (best == width and cost == best_cost)):
-            best, best_cost = wider, cost
-    return best
+    cheaper = [wider for wider in range(width + 1, limit + 1)
+               if wider in costs and costs[wider] <= own * (1.0 - margin)]
+    return max(cheaper, default=width)

@@ -42,22 +42,22 @@ RISING = {w: 50.0 + 10.0 * w for w in range(1, 10)}     # every wider forward de
 # ------------------------------------------------------------------ the width rule
 
 
-def test_a_round_goes_to_the_cheapest_wider_width_within_its_limit():
-    assert fill_width(EPYC, 2, 9) == 5            # 74 ms, the cheapest from 2 to 9
-    assert fill_width(EPYC, 3, 9) == 5
+def test_a_round_goes_to_the_widest_width_that_costs_less_within_its_limit():
+    assert fill_width(EPYC, 2, 9) == 9            # 84 ms for 8 drafts against 92 for 1
+    assert fill_width(EPYC, 3, 9) == 9
     assert fill_width(EPYC, 2, 4) == 4            # the round's γ allows 4 at most
     assert fill_width(EPYC, 2, 3) == 2            # 3 costs more than 2
     assert fill_width(EPYC, 1, 9) == 1            # one token is the cheapest forward of all
-    assert fill_width(EPYC, 5, 9) == 5
-    assert fill_width(EPYC, 6, 9) == 8            # 76 ms is at least 5% under 80
+    assert fill_width(EPYC, 5, 9) == 5            # nothing wider costs less than 74
+    assert fill_width(EPYC, 6, 9) == 8            # 76 ms is 5% under 80; 84 is not
     assert [fill_width(RISING, w, 9) for w in RISING] == list(RISING)
 
 
-def test_a_wider_width_must_be_cheaper_by_the_margin_and_the_narrower_wins_a_tie():
+def test_a_wider_width_must_be_cheaper_by_the_margin():
     assert fill_width({2: 100.0, 3: 97.0}, 2, 3) == 2          # 3% cheaper: within the noise
     assert fill_width({2: 100.0, 3: 95.0}, 2, 3) == 3          # 5%: filled
-    assert fill_width({2: 100.0, 4: 80.0, 5: 80.0}, 2, 5) == 4
-    assert fill_width({2: 100.0, 4: 80.0, 5: 79.0}, 2, 5) == 5
+    assert fill_width({2: 100.0, 4: 80.0, 5: 96.0}, 2, 5) == 4
+    assert fill_width({2: 100.0, 4: 80.0, 5: 90.0}, 2, 5) == 5  # dearer than 4, cheaper than 2
     assert fill_width({2: 100.0, 3: 95.0}, 2, 3, margin=0.1) == 2
     assert fill_width({3: 100.0, 4: 10.0}, 2, 4) == 2          # an unmeasured width is left as it is
 
@@ -77,9 +77,10 @@ def test_the_drafter_draws_its_chain_to_the_filled_width_and_notes_how_many_it_a
     ids = torch.zeros((1, 1), dtype=torch.long)
     plain, _ = _drafter(None).propose(ids, 8)
     assert plain.tolist() == [7, 8]                                  # width 3
-    drafter = _drafter(EPYC)
+    only_five = {**RISING, 5: 50.0}                                  # width 5 alone costs less than 3
+    drafter = _drafter(only_five)
     filled, q = drafter.propose(ids, 8)
-    assert q is None and filled.tolist() == [7, 8, 9, 10]           # width 5, the cheapest
+    assert q is None and filled.tolist() == [7, 8, 9, 10]           # width 5
     drafter.update([7, 11], None)
     assert drafter.round_notes() == [{"source": "prompt", "match": 2, "filled": 2}]
     rising = _drafter(RISING)
@@ -89,8 +90,10 @@ def test_the_drafter_draws_its_chain_to_the_filled_width_and_notes_how_many_it_a
 
 
 def test_the_drafter_fills_no_further_than_the_storage_can_continue():
-    drafter = _drafter({1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0, 8: 0.5, 9: 1.0})
+    # Width 9 (8 drafts) is asked for; the trie keeps 8 tokens, 2 of them the match.
+    drafter = _drafter(EPYC)
     assert drafter.propose(torch.zeros((1, 1), dtype=torch.long), 8)[0].tolist() == [7, 8, 9, 10, 1, 2]
+    assert drafter.propose(torch.zeros((1, 1), dtype=torch.long), 3)[0].tolist() == [7, 8, 9]   # limit 4
 
 
 # ------------------------------------------------------------------ through the engine
