@@ -150,9 +150,12 @@ def record(pair, prompts: list[list[int]], length: int, top_k: int = TOP_K) -> l
     return out
 
 
-def drafter_factory(pair, storage: str, vocab_size: int) -> Callable[[], Drafter]:
-    """A fresh engine drafter for ``storage`` (as ``Strategy(drafter="ngram")`` builds it), or
-    transformers' prompt lookup for ``storage`` = ``prompt_lookup``."""
+def drafter_factory(pair, storage: str, vocab_size: int, gamma: int = 4) -> Callable[[], Drafter]:
+    """A fresh engine drafter for ``storage`` (as ``Strategy(drafter="ngram")`` builds it, emptied
+    for each prompt), or transformers' prompt lookup for ``storage`` = ``prompt_lookup``. A
+    ``suffix+fill`` or ``sam+fill`` storage fills its verify widths (``/fill_width``), from widths
+    measured once up to ``gamma`` + 1 (``engine.widths.verify_costs``)."""
+    from bench.executor import storage_options
     from engine.drafters import DRAFTERS, DraftContext
     from engine.state import EngineState
     from engine.strategy import NGramOptions, Strategy
@@ -160,6 +163,8 @@ def drafter_factory(pair, storage: str, vocab_size: int) -> Callable[[], Drafter
 
     if storage == "prompt_lookup":
         return PromptLookup
-    strategy = Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(storage=storage))
+    strategy = Strategy("ngram", drafter="ngram", drafter_options=storage_options(NGramOptions(), storage),
+                        gamma=gamma)
     context = DraftContext(GreedyProcessor(), None, vocab_size, [], 0)
-    return lambda: DRAFTERS["ngram"](pair, strategy, EngineState(), context)
+    state = EngineState()       # one for every prompt: the widths are measured once (the storage is reset)
+    return lambda: DRAFTERS["ngram"](pair, strategy, state, context)

@@ -14,6 +14,9 @@ acceptance and the speedup over target AR predicted from forward costs alone (no
 work: the benchmark measures that); with ``--oracle`` also the same drafter with every
 draft cut to what the target accepted, the most any draft-length rule could gain.
 The CPU, its flags, the versions and the load average are printed with the figures.
+``suffix+fill`` and ``sam+fill`` replay those storages filling their verify widths
+(``/fill_width``; the widths they choose by are measured once per γ, apart from the
+pricing table).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--categories", default=GROUNDED)
     parser.add_argument("--length", type=int, default=96)
     parser.add_argument("--gamma", default="4,8,16")
-    parser.add_argument("--storages", default="basic,onelevel,recycling,suffix,sam")
+    parser.add_argument("--storages", default="basic,onelevel,recycling,suffix,sam",
+                        help="storages to replay (suffix+fill and sam+fill fill their verify widths)")
     parser.add_argument("--oracle", action="store_true", help="also replay each drafter with a perfect length cut")
     parser.add_argument("--target", help="the target model (default: the offline model)")
     parser.add_argument("--dtype", default="float32")
@@ -59,12 +63,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from engine.state import STORAGE_CLASSES
+    from bench.executor import BENCH_STORAGES
 
     storages = args.storages.split(",")
-    unknown = [s for s in storages if s not in STORAGE_CLASSES]
+    unknown = [s for s in storages if s not in BENCH_STORAGES]
     if unknown:
-        parser.error(f"unknown storage {unknown[0]!r} (choose from {', '.join(STORAGE_CLASSES)})")
+        parser.error(f"unknown storage {unknown[0]!r} (choose from {', '.join(BENCH_STORAGES)})")
     categories = args.categories.split(",")
     texts = [p.text for p in builtin_prompts() if p.category in categories]
     if not texts:
@@ -84,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(recorded)} prompts ({args.categories}), {tokens} tokens, target AR {tokens} calls")
     print(f"{'drafter':28s} {'γ':>3s} {'calls':>6s} {'tok/call':>8s} {'accept':>7s} {'predicted':>9s}")
     for storage in storages + ["prompt_lookup"]:
-        make = drafter_factory(pair, storage, vocab_size)
         for gamma in gammas:
+            make = drafter_factory(pair, storage, vocab_size, gamma)
             rows = [(storage, replay(make, recorded, gamma, args.length))]
             if args.oracle:
                 rows.append((f"{storage} (oracle cut)", replay(make, recorded, gamma, args.length, cut=oracle)))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import bench.replay
+import engine.drafters
 from bench.replay import PromptLookup, Replayed, drafter_factory, oracle, record, replay
 from engine.self_pair.calibrate import time_target
 from engine import NGramOptions, Strategy, pair_of, run_strategy
@@ -31,11 +32,12 @@ def recorded(pair):
     return record(pair, PROMPTS, LENGTH)
 
 
-def engine_counts(pair, storage: str, gamma: int) -> Replayed:
+def engine_counts(pair, storage: str, gamma: int, *, fill: bool = False) -> Replayed:
     """What the engine's NASD runs on the prompts counted (calls, drafted, accepted, tokens)."""
     out = Replayed()
     for prompt in PROMPTS:
-        strategy = Strategy("ngram", drafter="ngram", drafter_options=NGramOptions(storage=storage), gamma=gamma,
+        options = NGramOptions(storage=storage, fill_width=fill)
+        strategy = Strategy("ngram", drafter="ngram", drafter_options=options, gamma=gamma,
                             processor=GreedyProcessor(), max_gen_len=LENGTH, inspect=False)
         result = run_strategy(strategy, pair, prompt)
         out.calls += result.target_calls
@@ -59,6 +61,20 @@ def test_the_replay_counts_what_the_engine_counts(pair, recorded, storage, gamma
     # after the prefills, a round of k drafts verified k + 1 tokens
     assert sum(replayed.widths.values()) == replayed.calls - len(PROMPTS)
     assert sum((w - 1) * n for w, n in replayed.widths.items()) <= replayed.drafted
+
+
+@pytest.mark.parametrize("storage", ["suffix", "sam"])
+def test_a_filling_storage_replays_as_the_engine_runs_it(pair, recorded, monkeypatch, storage):
+    # Both ends fill by one table: every width from 2 up costs more than 6 (as measured, a table
+    # could say; the replay itself is priced apart).
+    table = {1: 1.0, **{w: 2.0 for w in range(2, 6)}, 6: 1.5, **{w: 3.0 for w in range(7, 12)}}
+    measured = []
+    monkeypatch.setattr(engine.drafters, "verify_costs", lambda *args: measured.append(args[2]) or table)
+    engine_run = engine_counts(pair, storage, 5, fill=True)
+    measured.clear()
+    replayed = replay(drafter_factory(pair, f"{storage}+fill", V, 5), recorded, 5, LENGTH)
+    assert counts(replayed) == counts(engine_run) != counts(engine_counts(pair, storage, 5))
+    assert replayed.widths.get(6, 0) > 0 and measured == [5] * len(PROMPTS)
 
 
 def test_a_replay_that_misjudges_a_draft_is_caught(pair, recorded, monkeypatch):
