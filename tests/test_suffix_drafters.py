@@ -24,6 +24,7 @@ from engine.drafters import DRAFTERS, ngram_drafter
 from ngram_assisted import MatchDrafter, SAMStorage, SuffixAutomaton, SuffixStorage, SuffixTrie
 from ngram_assisted.sam import corpus_automaton, read_corpus
 from sampling import GreedyProcessor, MultinomialProcessor
+from tests.helpers.distribution import PROMPT as SAMPLING_PROMPT, STEPS, V, exact_distribution, sharp_target
 from tests.helpers.models import tiny_llama
 
 
@@ -325,30 +326,20 @@ def test_the_json_and_stats_numbers_are_the_rounds_own_counts(greedy_target):
 
 # ------------------------------------------------------------------ sampling: the target's distribution
 
-V = 8
-STEPS = 3
 SAMPLES = 600
 MUTATION_SAMPLES = 1200   # the fresh-resample mutation's bias is small here: twice the samples (p ~ 1e-5 at 600)
-SAMPLING_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
 P_FLOOR = 1e-4   # a correct sampler fails this once in 10,000 runs
 
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_llama(10, vocab_size=V, hidden=16, logit_scale=15.0)
+    return sharp_target()
 
 
 @pytest.fixture(scope="module")
 def exact(target):
     """P(first STEPS tokens) under the target, by enumeration."""
-    processor = MultinomialProcessor(1.0)
-    probs = {(): 1.0}
-    with torch.inference_mode():
-        for _ in range(STEPS):
-            prefixes = list(probs)
-            step = processor(target(torch.tensor([SAMPLING_PROMPT + list(p) for p in prefixes])).logits[:, -1, :])
-            probs = {p + (t,): probs[p] * step[i, t].item() for i, p in enumerate(prefixes) for t in range(V)}
-    return probs
+    return exact_distribution(target, MultinomialProcessor(1.0))
 
 
 def sampled(target, storage: str, *, tree: int = 0, key: str = "ngram", samples: int = SAMPLES):

@@ -32,6 +32,7 @@ from repl.render import fill_text
 from repl.runner import strategy_for
 from repl.settings import Settings
 from sampling import GreedyProcessor, MultinomialProcessor
+from tests.helpers.distribution import PROMPT as SAMPLING_PROMPT, STEPS, V, exact_distribution, sharp_target
 from tests.helpers.models import tiny_bart, tiny_llama
 
 # Shaped as measured on a 2-core AMD EPYC (ms): 2 and 3 tokens dearer than 4 and 5.
@@ -165,30 +166,20 @@ def test_the_costs_are_asked_for_only_with_fill_on(greedy_target, forced_costs):
     assert forced_costs == [5]
 
 
-V = 8
-STEPS = 3
 SAMPLES = 600
 MUTATION_SAMPLES = 1200   # as in test_suffix_drafters: the mutation's bias is small on this target
-SAMPLING_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
 P_FLOOR = 1e-4   # a correct sampler fails this once in 10,000 runs
 
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_llama(10, vocab_size=V, hidden=16, logit_scale=15.0)
+    return sharp_target()
 
 
 @pytest.fixture(scope="module")
 def exact(target):
     """P(first STEPS tokens) under the target, by enumeration."""
-    processor = MultinomialProcessor(1.0)
-    probs = {(): 1.0}
-    with torch.inference_mode():
-        for _ in range(STEPS):
-            prefixes = list(probs)
-            step = processor(target(torch.tensor([SAMPLING_PROMPT + list(p) for p in prefixes])).logits[:, -1, :])
-            probs = {p + (t,): probs[p] * step[i, t].item() for i, p in enumerate(prefixes) for t in range(V)}
-    return probs
+    return exact_distribution(target, MultinomialProcessor(1.0))
 
 
 def _sampled(target, samples: int = SAMPLES):
