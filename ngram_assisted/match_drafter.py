@@ -37,7 +37,6 @@ class MatchDrafter(Drafter):
         self.storage = storage
         self.factor = float(factor)
         self.verify_costs = dict(verify_costs) if verify_costs else None
-        self._fill: dict[tuple[int, int], int] = {}     # (natural width, widest allowed) -> width
         self.device = torch.device(device)
         self.notes: list[dict | None] = []
         self._pending: dict | None = None
@@ -62,13 +61,10 @@ class MatchDrafter(Drafter):
         drawn longer when a wider verify is cheaper (with ``verify_costs``)."""
         tokens = self.draft(k).tree.tokens
         if self.verify_costs and tokens:      # a round without a match stays one token wide
-            natural = len(tokens) + 1
-            key = (natural, k + 1)
-            if key not in self._fill:
-                self._fill[key] = fill_width(self.verify_costs, natural, k + 1)
-            if self._fill[key] > natural:
+            width = fill_width(self.verify_costs, len(tokens) + 1, k + 1)
+            if width > len(tokens) + 1:
                 # α as large as the width asks: the budget becomes width - 1, whatever the match.
-                longer = self.storage.draft(self._fill[key] - 1, float(self._fill[key]))
+                longer = self.storage.draft(width - 1, float(width))
                 if len(longer.tree) > len(tokens):
                     self._pending = {**longer.note(), "filled": len(longer.tree) - len(tokens)}
                     tokens = longer.tree.tokens

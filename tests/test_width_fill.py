@@ -25,6 +25,7 @@ from checks.stats import goodness_of_fit
 from engine import EngineState, NGramOptions, Strategy, pair_of, run_strategy
 from engine.widths import MAX_FILL_WIDTH, fill_refusal, verify_costs
 from generation.result import Round
+from kvcache.cache import ServedModel
 from generation.widths import fill_width
 from ngram_assisted import MatchDrafter, SuffixStorage
 from repl.commands import execute
@@ -236,6 +237,8 @@ def test_a_target_that_cannot_be_measured_is_refused_in_one_line():
     assert message and "decoder-only" in message and "\n" not in message
     with pytest.raises(ValueError, match="decoder-only"):
         _run(tiny_bart(0), [5, 6, 7, 5, 6], processor=GreedyProcessor(), length=4)
+    served = fill_refusal(ServedModel())
+    assert served and "local target" in served and "\n" not in served
     assert fill_refusal(tiny_llama(0)) is None
 
 
