@@ -17,7 +17,9 @@ counts).
 
 :class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
 same way, and :func:`oracle` cuts every draft to what the target
-would accept: an upper bound for any rule that picks draft lengths.
+would accept: an upper bound for any rule that picks draft lengths. :func:`copy_ceiling`
+bounds the drafters that copy a continuation from the text: the best continuation of any
+earlier match, cut to what the target keeps.
 """
 
 from __future__ import annotations
@@ -75,6 +77,21 @@ def _accepted(draft: Sequence[int], output: Sequence[int], at: int) -> int:
     return n
 
 
+def _book(out: Replayed, draft: Sequence[int], output: Sequence[int], at: int, width: int | None) -> list[int]:
+    """Count one round of ``draft`` judged against ``output`` from ``at`` in ``out`` (a verify of
+    ``width`` tokens; None for the prefill round, which is not priced); the tokens it appends."""
+    accepted = _accepted(draft, output, at)
+    ended = at + accepted >= len(output)     # the output (its end token) ends among the drafts
+    new = list(output[at:at + accepted + (0 if ended else 1)])
+    out.calls += 1
+    out.drafted += len(new) if ended else len(draft)
+    out.accepted += accepted
+    out.tokens += len(new)
+    if width is not None:
+        out.widths[width] = out.widths.get(width, 0) + 1
+    return new
+
+
 def replay(make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,
            *, cut: Callable[[list[int], Sequence[int], int], list[int]] | None = None) -> Replayed:
     """Replay a fresh ``make_drafter()`` per prompt over ``recorded``, as the verify loop would run
@@ -91,15 +108,7 @@ def replay(make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], ga
             draft = drafter.propose(ids, k)[0].tolist() if k > 0 else []
             if cut is not None:
                 draft = cut(draft, output, at)
-            accepted = _accepted(draft, output, at)
-            ended = at + accepted >= len(output)     # the output (its end token) ends among the drafts
-            new = list(output[at:at + accepted + (0 if ended else 1)])
-            out.calls += 1
-            out.drafted += len(new) if ended else len(draft)
-            out.accepted += accepted
-            out.tokens += len(new)
-            if not first:
-                out.widths[len(draft) + 1] = out.widths.get(len(draft) + 1, 0) + 1
+            new = _book(out, draft, output, at, None if first else len(draft) + 1)
             first = False
             width = drafter.wants_top_k
             rows = [list(record.top[at + i][:width]) for i in range(len(new))] if width > 1 else None
@@ -112,6 +121,77 @@ def replay(make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], ga
 def oracle(draft: list[int], output: Sequence[int], at: int) -> list[int]:
     """A draft cut to the prefix the target would accept: what a perfect length rule keeps."""
     return draft[:_accepted(draft, output, at)]
+
+
+def _copyable(sequence: Sequence[int], ends: dict[tuple[int, ...], list[int]], match: int,
+              output: Sequence[int], at: int, k: int) -> int:
+    """The most drafts at ``at`` that the target keeps, of the continuations (up to k) of every earlier
+    occurrence of the sequence's last ``match`` tokens (``ends``: where each occurrence ends)."""
+    best = 0
+    for end in ends.get(tuple(sequence[len(sequence) - match:]), ()):
+        best = max(best, _accepted(sequence[end + 1:end + 1 + k], output, at))
+    return best
+
+
+def copy_ceiling(recorded: Sequence[Recorded], gamma: int, max_gen_len: int, cost: Callable[[int], float],
+                 *, match: int = 1) -> Replayed:
+    """The least forward time any drafter that copies from the text could spend, as a :class:`Replayed`.
+
+    At each output position, the most drafts the target would keep of the continuations
+    (up to the round's k) of every earlier occurrence, in the prompt and output so far, of
+    the sequence's last ``match`` tokens. A round there may keep any number up to that (its
+    draft cut there: one more token, the target's, comes with it) and is verified at the
+    width of least ``cost`` from its own up to k + 1 (drafts the target rejects are free to
+    add); the rounds are then chosen for the least cost over the whole output (a shortest
+    path over output positions; the prefill round is not priced, as in :func:`replay`).
+    Hindsight in where to copy from, how much, and where rounds fall: not a method but a
+    bound for every drafter whose draft continues an earlier occurrence of the sequence's
+    tail in the same text (the suffix trie's chains, the suffix automaton, prompt lookup).
+    The n-gram tables are not bounded by it: a chain of table look-ups can join
+    continuations of different occurrences."""
+    if isinstance(match, bool) or not isinstance(match, int) or match < 1:
+        raise ValueError(f"the match length must be an integer >= 1, got {match!r}")
+    out = Replayed()
+    for record in recorded:
+        output, n = record.output, len(record.output)
+        sequence = list(record.prompt)
+        ends: dict[tuple[int, ...], list[int]] = {}
+        most, indexed = [], match - 1      # per position: (the most drafts kept, k); the next end to index
+        for at in range(n):
+            for end in range(indexed, len(sequence) - 1):      # an occurrence needs a continuation
+                ends.setdefault(tuple(sequence[end - match + 1:end + 1]), []).append(end)
+            indexed = max(indexed, len(sequence) - 1)
+            k = min(gamma, max_gen_len - at - 1)
+            most.append((_copyable(sequence, ends, match, output, at, k) if k > 0 else 0, k))
+            sequence.append(output[at])
+        # best[q]: (cost, calls, previous position, drafts kept, width) of the cheapest way to position q
+        best: list[tuple[float, int, int, int, int] | None] = [None] * (n + 1)
+        best[0] = (0.0, 0, -1, 0, 0)
+        for at in range(n):
+            if best[at] is None:
+                continue
+            spent, calls = best[at][0], best[at][1]
+            kept_most, k = most[at]
+            for kept in range(kept_most + 1):
+                width = min(range(kept + 1, k + 2), key=lambda w: (cost(w), w)) if k > 0 else 1
+                step = 0.0 if at == 0 else cost(width)
+                land = min(n, at + kept + 1)
+                option = (spent + step, calls + 1, at, kept, width)
+                if best[land] is None or option[:2] < best[land][:2]:
+                    best[land] = option
+        path, q = [], n
+        while q > 0:
+            _, _, at, kept, width = best[q]
+            path.append((at, kept, width, q - at))
+            q = at
+        for at, kept, width, made in reversed(path):
+            out.calls += 1
+            out.drafted += kept
+            out.accepted += min(kept, made)
+            out.tokens += made
+            if at > 0:
+                out.widths[width] = out.widths.get(width, 0) + 1
+    return out
 
 
 class PromptLookup(Drafter):

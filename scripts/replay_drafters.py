@@ -12,7 +12,9 @@ every γ over the outputs (``bench.replay``): no target forward per round, so ea
 takes seconds. Prints, per drafter and γ, the target calls, tokens per call,
 acceptance and the speedup over target AR predicted from forward costs alone (no host
 work: the benchmark measures that); with ``--oracle`` also the same drafter with every
-draft cut to what the target accepted, the most any draft-length rule could gain.
+draft cut to what the target accepted, the most any draft-length rule could gain, and
+the copy ceiling after a match of 1 and of 2 tokens (``bench.replay.copy_ceiling``): the
+most any drafter that copies a continuation from the text could make of these outputs.
 The CPU, its flags, the versions and the load average are printed with the figures.
 ``suffix+fill`` and ``sam+fill`` replay those storages filling their verify widths
 (``/fill_width``; the widths they choose by are measured once per γ, apart from the
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gamma", default="4,8,16")
     parser.add_argument("--storages", default="basic,onelevel,recycling,suffix,sam",
                         help="storages to replay (suffix+fill and sam+fill fill their verify widths)")
-    parser.add_argument("--oracle", action="store_true", help="also replay each drafter with a perfect length cut")
+    parser.add_argument("--oracle", action="store_true",
+                        help="also replay each drafter with a perfect length cut, and the copy ceiling")
     parser.add_argument("--target", help="the target model (default: the offline model)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.prompts import builtin_prompts
     from analysis.speedup import CostModel
-    from bench.replay import drafter_factory, oracle, record, replay
+    from bench.replay import copy_ceiling, drafter_factory, oracle, record, replay
     from engine.self_pair.calibrate import time_target
     from engine import load_pair
     from scripts.selfdraft_bench import cpu_line
@@ -93,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = [(storage, replay(make, recorded, gamma, args.length))]
             if args.oracle:
                 rows.append((f"{storage} (oracle cut)", replay(make, recorded, gamma, args.length, cut=oracle)))
+            if args.oracle and storage == "prompt_lookup":
+                rows += [(f"copy ceiling, match {m}", copy_ceiling(recorded, gamma, args.length, cost, match=m))
+                         for m in (1, 2)]
             for name, run in rows:
                 speedup = target_s / run.forward_s(cost) if run.forward_s(cost) else float("nan")
                 print(f"{name:28s} {gamma:3d} {run.calls:6d} {run.tokens_per_call:8.2f} "
