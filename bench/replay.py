@@ -18,8 +18,7 @@ counts).
 :class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
 same way, and :func:`oracle` cuts every draft to what the target
 would accept: an upper bound for any rule that picks draft lengths. :func:`copy_ceiling`
-bounds the drafters that copy a continuation from the text: the best continuation of any
-earlier match, cut to what the target keeps.
+bounds the drafters that copy a continuation from the text (``analysis.ceiling``).
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import analysis.ceiling
 from generation.drafter import Drafter
 
 TOP_K = 8       # the target's top ids recorded per position: the widest a storage recycles
@@ -123,74 +123,21 @@ def oracle(draft: list[int], output: Sequence[int], at: int) -> list[int]:
     return draft[:_accepted(draft, output, at)]
 
 
-def _copyable(sequence: Sequence[int], ends: dict[tuple[int, ...], list[int]], match: int,
-              output: Sequence[int], at: int, k: int) -> int:
-    """The most drafts at ``at`` that the target keeps, of the continuations (up to k) of every earlier
-    occurrence of the sequence's last ``match`` tokens (``ends``: where each occurrence ends)."""
-    best = 0
-    for end in ends.get(tuple(sequence[len(sequence) - match:]), ()):
-        best = max(best, _accepted(sequence[end + 1:end + 1 + k], output, at))
-    return best
-
-
 def copy_ceiling(recorded: Sequence[Recorded], gamma: int, max_gen_len: int, cost: Callable[[int], float],
                  *, match: int = 1) -> Replayed:
-    """The least forward time any drafter that copies from the text could spend, as a :class:`Replayed`.
-
-    At each output position, the most drafts the target would keep of the continuations
-    (up to the round's k) of every earlier occurrence, in the prompt and output so far, of
-    the sequence's last ``match`` tokens. A round there may keep any number up to that (its
-    draft cut there: one more token, the target's, comes with it) and is verified at the
-    width of least ``cost`` from its own up to k + 1 (drafts the target rejects are free to
-    add); the rounds are then chosen for the least cost over the whole output (a shortest
-    path over output positions; the prefill round is not priced, as in :func:`replay`).
-    Hindsight in where to copy from, how much, and where rounds fall: not a method but a
-    bound for every drafter whose draft continues an earlier occurrence of the sequence's
-    tail in the same text (the suffix trie's chains, the suffix automaton, prompt lookup).
-    The n-gram tables are not bounded by it: a chain of table look-ups can join
-    continuations of different occurrences."""
-    if isinstance(match, bool) or not isinstance(match, int) or match < 1:
-        raise ValueError(f"the match length must be an integer >= 1, got {match!r}")
+    """The copy ceiling (``analysis.ceiling``) of every recorded output, summed as a replay's
+    counts: the least forward time, priced by ``cost`` per verify width, that any drafter copying
+    a continuation of an earlier occurrence of the last ``match`` tokens could spend. A bound
+    with hindsight, not a method; the n-gram tables are not bounded by it."""
     out = Replayed()
     for record in recorded:
-        output, n = record.output, len(record.output)
-        sequence = list(record.prompt)
-        ends: dict[tuple[int, ...], list[int]] = {}
-        most, indexed = [], match - 1      # per position: (the most drafts kept, k); the next end to index
-        for at in range(n):
-            for end in range(indexed, len(sequence) - 1):      # an occurrence needs a continuation
-                ends.setdefault(tuple(sequence[end - match + 1:end + 1]), []).append(end)
-            indexed = max(indexed, len(sequence) - 1)
-            k = min(gamma, max_gen_len - at - 1)
-            most.append((_copyable(sequence, ends, match, output, at, k) if k > 0 else 0, k))
-            sequence.append(output[at])
-        # best[q]: (cost, calls, previous position, drafts kept, width) of the cheapest way to position q
-        best: list[tuple[float, int, int, int, int] | None] = [None] * (n + 1)
-        best[0] = (0.0, 0, -1, 0, 0)
-        for at in range(n):
-            if best[at] is None:
-                continue
-            spent, calls = best[at][0], best[at][1]
-            kept_most, k = most[at]
-            for kept in range(kept_most + 1):
-                width = min(range(kept + 1, k + 2), key=lambda w: (cost(w), w)) if k > 0 else 1
-                step = 0.0 if at == 0 else cost(width)
-                land = min(n, at + kept + 1)
-                option = (spent + step, calls + 1, at, kept, width)
-                if best[land] is None or option[:2] < best[land][:2]:
-                    best[land] = option
-        path, q = [], n
-        while q > 0:
-            _, _, at, kept, width = best[q]
-            path.append((at, kept, width, q - at))
-            q = at
-        for at, kept, width, made in reversed(path):
-            out.calls += 1
-            out.drafted += kept
-            out.accepted += min(kept, made)
-            out.tokens += made
-            if at > 0:
-                out.widths[width] = out.widths.get(width, 0) + 1
+        ceiling = analysis.ceiling.copy_ceiling(record.prompt, record.output, gamma, max_gen_len, cost, match=match)
+        out.calls += ceiling.calls
+        out.drafted += ceiling.kept
+        out.accepted += ceiling.kept
+        out.tokens += ceiling.tokens
+        for width, rounds in ceiling.widths.items():
+            out.widths[width] = out.widths.get(width, 0) + rounds
     return out
 
 

@@ -18,7 +18,7 @@ from analysis.speedup import measured_mix
 from generation.result import GenerationResult
 from repl.commands import COMMANDS
 from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, round_pieces
-from repl.settings import Settings, settings_from_dict
+from repl.settings import MATCH_STORAGES, Settings, settings_from_dict
 from utils.devices import HALF_DTYPES, half_precision_reason
 
 STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "lookahead": "yellow", "target": "blue",
@@ -120,6 +120,22 @@ def fill_text(result: GenerationResult, *, widths: bool = False) -> Text | None:
     costs = info.get("verify_ms") or {}
     if widths and costs:
         text += " · verify ms by width " + " ".join(f"{w}:{ms:.0f}" for w, ms in costs.items())
+    return Text(text, style="dim")
+
+
+def ceiling_text(why: Why, result: GenerationResult, storage: str = "") -> Text | None:
+    """``copy ceiling at γ 16: at most 3.79 tokens a target call ... after a 1-token match, 2.82 after
+    2 (...); this run 3.09`` (``PromptRun.copy_ceiling``), or why it was not computed; None without one."""
+    ceiling = why.ceiling
+    if not ceiling:
+        return None
+    if "skipped" in ceiling:
+        return Text(f"copy ceiling: not computed: {ceiling['skipped']}", style="dim")
+    text = (f"copy ceiling at γ {ceiling['gamma']}: at most {ceiling['after_1']:.2f} tokens a target call for any "
+            f"drafter copying from this prompt and output after a 1-token match, {ceiling['after_2']:.2f} after 2 "
+            f"(hindsight: where to copy, how much, where rounds fall); this run {result.tokens_per_target_call:.2f}")
+    if storage not in MATCH_STORAGES:
+        text += " (a table's chained look-ups can pass it)"
     return Text(text, style="dim")
 
 
@@ -690,6 +706,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
                 parts.append(Text("acceptance by match length (tokens of the tail found where the drafts "
                                   "were copied from)", style=f"bold {colour}"))
                 parts.append(by_match)
+        ceiling = ceiling_text(why, run.result, prompt_run.settings.get("ngram_storage", ""))
+        if ceiling is not None:
+            parts.append(ceiling)
         if why.costs is not None:
             parts.append(Text(_cost_text(why), style="dim"))
         tree = lookahead_text(run.result) if run.key == "lookahead" else tree_text(run.result)

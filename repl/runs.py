@@ -29,6 +29,7 @@ from analysis import (
     tokens_per_s_at_rtt,
     yield_by_position,
 )
+from analysis.ceiling import MAX_TOKENS as CEILING_MAX_TOKENS, copy_ceiling
 from analysis.speedup import SEARCH_GAMMA
 from analysis.lookahead import lookahead_summary
 from analysis.trees import tree_model, tree_summary
@@ -146,6 +147,8 @@ class Why:
     lengths (``mix``, ``analysis.speedup.measured_mix``) instead of one γ, and
     ``best_gamma`` is the best cap on them. ``sources``: where its drafts came
     from and the draft-length distribution (``analysis.sources.source_numbers``).
+    ``ceiling``: for a greedy NASD run, the copy ceiling of its output
+    (:meth:`PromptRun.copy_ceiling`).
     """
 
     acceptance: AcceptanceCounts
@@ -163,6 +166,7 @@ class Why:
     tree: dict | None = None
     measured: bool = False
     sources: dict | None = None
+    ceiling: dict | None = None
 
     def mix(self, trace: list) -> RoundMix:
         """The rounds the speedup model prices: the measured draft lengths, or γ."""
@@ -223,6 +227,7 @@ class PromptRun:
     settings: dict = field(default_factory=dict)
     token_text: dict[int, str] = field(default_factory=dict)
     target_dtype: str = ""
+    _ceilings: dict = field(default_factory=dict, repr=False, compare=False)   # copy_ceiling's, per run and γ
 
     def baseline(self) -> StrategyRun | None:
         """The target autoregressive run, when it ran to completion."""
@@ -287,6 +292,8 @@ class PromptRun:
             measured=drafter_chose_lengths(trace),
             sources=source_numbers(trace),
         )
+        if run.key == "ngram":
+            why.ceiling = self.copy_ceiling(run, max(gamma, _round_gamma(trace)))
         ar_step = self.ar_step_s()
         if run.result.tree:
             why.tree = tree_model(run.result, ar_step_s=ar_step)
@@ -309,6 +316,27 @@ class PromptRun:
         if rtt_ms > 0:
             why.what_if = self._what_if(run, why, rtt_ms)
         return why
+
+    def copy_ceiling(self, run: StrategyRun, gamma: int) -> dict | None:
+        """The copy ceiling of a greedy run's output (``analysis.ceiling``): the most tokens per
+        target call any drafter copying from this prompt and output could have made at this γ,
+        after a match of 1 token (``after_1``) and of 2 (``after_2``); with hindsight, so a bound,
+        not a method. ``skipped`` says why it was not computed (one line); None under sampling."""
+        if not self.greedy or gamma < 1 or run.result is None:
+            return None
+        key = (run.key, gamma, len(run.result.tokens))
+        if key not in self._ceilings:
+            tokens = run.result.tokens
+            total = len(self.prompt_ids) + len(tokens)
+            if total > CEILING_MAX_TOKENS:
+                self._ceilings[key] = {"skipped": f"prompt and output hold {total} tokens "
+                                                  f"(it is computed up to {CEILING_MAX_TOKENS})"}
+            else:
+                length = max(int(self.settings.get("length") or 0), len(tokens))
+                self._ceilings[key] = {"gamma": gamma, **{
+                    f"after_{m}": copy_ceiling(self.prompt_ids, tokens, gamma, length, match=m).tokens_per_call
+                    for m in (1, 2)}}
+        return self._ceilings[key]
 
     def _what_if(self, run: StrategyRun, why: Why, rtt_ms: float) -> WhatIf:
         """The speedup model with a round trip of ``rtt_ms`` on every target call. A local target
@@ -372,6 +400,8 @@ class PromptRun:
             entry.update(engine_numbers(why.acceptance))
         if why is not None and why.sources is not None:
             entry.update(why.sources)
+        if why is not None and why.ceiling is not None:
+            entry["copy_ceiling"] = dict(why.ceiling)
         stats = tree_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls) if r.tree else None
         if stats is not None:
             entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}

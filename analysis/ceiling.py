@@ -1,0 +1,115 @@
+"""The copy ceiling: the most any drafter that copies from the text could have made of an output.
+
+Under greedy decoding the output does not depend on the drafter, so once it is known
+one can ask what a perfect copier would have done with it. At each output position,
+look at every earlier occurrence, in the prompt and the output so far, of the
+sequence's last ``match`` tokens, and at the continuation there that the target would
+have kept furthest (up to the round's k). A round at that position may keep any number
+of drafts up to that many, and the target adds one token of its own. The ceiling then
+places the rounds for the least cost over the whole output: a shortest path over output
+positions, each round costing ``cost`` of its verify width (by default 1 a round: the
+fewest target calls), at the width of least cost from its own up to k + 1, since drafts
+the target rejects are free to add. The first round, which holds the prompt's prefill,
+is counted but not priced.
+
+That is hindsight three times over (where to copy from, how much, where rounds fall),
+so it is not a method but a bound. It bounds every drafter whose draft continues an
+earlier occurrence of the sequence's tail in the same text: the suffix trie's chains
+(every node of a trie is a substring that occurred), the suffix automaton, prompt
+lookup. It does not bound the n-gram tables, whose chained look-ups can join
+continuations of two occurrences, nor drafts copied from other texts (the suffix
+storage's earlier outputs, the automaton's corpus).
+
+Torch-free: the REPL's ``/stats`` and ``--json`` show it for a greedy NASD run, and
+``bench.replay.copy_ceiling`` replays it over the benchmark's prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+# The REPL computes the ceiling only for a prompt and output of at most this many tokens
+# together: the search looks at every earlier occurrence of the last token at every position.
+MAX_TOKENS = 16384
+
+
+@dataclass(frozen=True)
+class CopyCeiling:
+    """The ceiling's rounds: target ``calls`` (the prefill round included), the ``tokens`` made,
+    the drafts ``kept`` (all accepted), and the priced rounds by verify width (``widths``)."""
+
+    calls: int
+    tokens: int
+    kept: int
+    widths: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.tokens / self.calls if self.calls else 0.0
+
+
+def _kept(draft: Sequence[int], output: Sequence[int], at: int) -> int:
+    """How many of ``draft`` match ``output`` from position ``at`` on."""
+    n = 0
+    while n < len(draft) and at + n < len(output) and draft[n] == output[at + n]:
+        n += 1
+    return n
+
+
+def _cheaper(option: tuple, current: tuple) -> bool:
+    """Whether ``option`` (cost, calls, ...) beats ``current``: less cost, or as much (to rounding:
+    sums of the same costs in another order) in fewer calls."""
+    tie = 1e-9 * max(1.0, abs(current[0]))
+    return option[0] < current[0] - tie or (abs(option[0] - current[0]) <= tie and option[1] < current[1])
+
+
+def copy_ceiling(prompt: Sequence[int], output: Sequence[int], gamma: int, max_gen_len: int,
+                 cost: Callable[[int], float] | None = None, *, match: int = 1) -> CopyCeiling:
+    """The ceiling of one output (module docstring): rounds ask for k = min(γ, ``max_gen_len`` -
+    tokens so far - 1) drafts, as the verify loop's do; a round of width w costs ``cost(w)``
+    (None: 1, so the ceiling makes the fewest target calls)."""
+    for name, value, low in (("gamma", gamma, 0), ("match length", match, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"the {name} must be an integer >= {low}, got {value!r}")
+    price = cost if cost is not None else (lambda width: 1.0)
+    n = len(output)
+    sequence = list(prompt)
+    ends: dict[tuple[int, ...], list[int]] = {}     # each match-gram -> the indices of its last token
+    most, indexed = [], match - 1                   # per position: (the most drafts kept, k)
+    for at in range(n):
+        for end in range(indexed, len(sequence) - 1):        # an occurrence needs a continuation
+            ends.setdefault(tuple(sequence[end - match + 1:end + 1]), []).append(end)
+        indexed = max(indexed, len(sequence) - 1)
+        k = min(gamma, max_gen_len - at - 1)
+        kept = 0
+        if k > 0 and len(sequence) >= match:
+            for end in ends.get(tuple(sequence[len(sequence) - match:]), ()):
+                kept = max(kept, _kept(sequence[end + 1:end + 1 + k], output, at))
+        most.append((kept, k))
+        sequence.append(output[at])
+    # best[q]: (cost, calls, previous position, drafts kept, width) of the cheapest way to reach q
+    best: list[tuple[float, int, int, int, int] | None] = [None] * (n + 1)
+    best[0] = (0.0, 0, -1, 0, 0)
+    for at in range(n):
+        if best[at] is None:
+            continue
+        spent, calls = best[at][0], best[at][1]
+        kept_most, k = most[at]
+        for kept in range(kept_most + 1):
+            width = min(range(kept + 1, k + 2), key=lambda w: (price(w), w)) if k > 0 else 1
+            option = (spent + (0.0 if at == 0 else price(width)), calls + 1, at, kept, width)
+            land = min(n, at + kept + 1)
+            if best[land] is None or _cheaper(option, best[land]):
+                best[land] = option
+    calls = kept_total = 0
+    widths: dict[int, int] = {}
+    q = n
+    while q > 0:
+        _, _, at, kept, width = best[q]
+        calls += 1
+        kept_total += min(kept, q - at)
+        if at > 0:
+            widths[width] = widths.get(width, 0) + 1
+        q = at
+    return CopyCeiling(calls, n, kept_total, widths)
