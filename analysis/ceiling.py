@@ -75,17 +75,19 @@ def copy_ceiling(prompt: Sequence[int], output: Sequence[int], gamma: int, max_g
     price = cost if cost is not None else (lambda width: 1.0)
     n = len(output)
     sequence = list(prompt)
-    ends: dict[tuple[int, ...], list[int]] = {}     # each match-gram -> the indices of its last token
-    most, indexed = [], match - 1                   # per position: (the most drafts kept, k)
+    # each match-gram and the token after it -> the indices of that token: a copy that keeps
+    # anything starts with the token the target says next
+    ends: dict[tuple[int, ...], list[int]] = {}
+    most, indexed = [], match                       # per position: (the most drafts kept, k)
     for at in range(n):
-        for end in range(indexed, len(sequence) - 1):        # an occurrence needs a continuation
-            ends.setdefault(tuple(sequence[end - match + 1:end + 1]), []).append(end)
-        indexed = max(indexed, len(sequence) - 1)
+        for end in range(indexed, len(sequence)):
+            ends.setdefault(tuple(sequence[end - match:end + 1]), []).append(end)
+        indexed = max(indexed, len(sequence))
         k = min(gamma, max_gen_len - at - 1)
         kept = 0
         if k > 0 and len(sequence) >= match:
-            for end in ends.get(tuple(sequence[len(sequence) - match:]), ()):
-                kept = max(kept, _kept(sequence[end + 1:end + 1 + k], output, at))
+            for end in ends.get((*sequence[len(sequence) - match:], output[at]), ()):
+                kept = max(kept, 1 + _kept(sequence[end + 1:end + k], output, at + 1))
         most.append((kept, k))
         sequence.append(output[at])
     # best[q]: (cost, calls, previous position, drafts kept, width) of the cheapest way to reach q
