@@ -20,8 +20,8 @@ from pathlib import Path
 from analysis.sources import NO_MATCH, match_note
 from generation.result import Round
 from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
-from repl.render import (COMPARISON_COLUMNS, comparison_cells, environment_lines, network_text, prompt_line,
-                         what_if_text)
+from repl.render import (COMPARISON_COLUMNS, ceiling_text, comparison_cells, environment_lines, network_text,
+                         prompt_line, what_if_text)
 from repl.runs import PromptRun, StrategyRun
 from repl.trace import TraceError, write_whole
 
@@ -235,6 +235,10 @@ def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
         out.append("<h4>draft and verify time per round</h4>" + phase_bars(run))
         out.append("<h4>acceptance by draft position</h4>" + acceptance_bars(prompt_run, run))
         out.append(sources_table(prompt_run, run))
+        why = prompt_run.why(run)
+        ceiling = ceiling_text(why, r, prompt_run.settings.get("ngram_storage", "")) if why is not None else None
+        if ceiling is not None:
+            out.append(f'<p class="meta" data-ceiling>{_e(ceiling.plain)}</p>')
     out.append("</section>")
     return "".join(out)
 

@@ -210,6 +210,11 @@ def test_a_match_drafters_sources_are_on_each_draft_and_in_a_table():
     assert any(rnd.drafted and rnd.accepted < len(rnd.drafted) for rnd in pr.runs[0].result.trace)
     html = report_html([pr], ENV)
     check_sources(parse(html), html, pr)
+    # the copy ceiling, as /stats gives it
+    ceiling = pr.why(pr.runs[0]).ceiling
+    assert ceiling["gamma"] == 4 and ceiling["after_1"] >= pr.runs[0].result.tokens_per_target_call
+    assert (f"<p class=\"meta\" data-ceiling>copy ceiling at γ 4: at most {ceiling['after_1']:.2f} tokens a "
+            f"target call") in html
 
 
 def test_a_draft_given_another_rounds_source_is_caught(monkeypatch):
