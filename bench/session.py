@@ -19,6 +19,7 @@ from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
 from bench.expect import check_expectations, undecided, unknown_names
 from bench.margin import expectation_level
+from bench.ceiling import ceiling_lines, copy_ceilings
 from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
 from bench.report import markdown_report, print_report
@@ -194,11 +195,12 @@ def run_session(args, loader, settings_dict) -> int:
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
     goals = check_expectations(records, args.expect, expectation_level(args.repeats, args.until_decided))
-    header = header_lines(env, settings) + notes + fallback_lines(records)
+    ceilings = copy_ceilings(records, sessions, args.length) if greedy else {}
+    header = header_lines(env, settings) + notes + fallback_lines(records) + ceiling_lines(ceilings)
     word = "turn" if args.multi_turn else "prompt"
     print_report(out, header, rows, goals, word)
     try:
-        _write_files(args, env, settings, rows, goals, records, skipped, header, err, word)
+        _write_files(args, env, settings, rows, goals, records, skipped, header, err, word, ceilings)
     except OSError as exc:   # the folder was writable at the start; a full disk, say
         _error(err, f"could not write the files to {args.out}: {exc.strerror or exc} (the tables above are the run's)")
         return 1
@@ -276,11 +278,11 @@ def fallback_lines(records) -> list[str]:
     return [f"{variant}: {line}" for variant, line in why.items()]
 
 
-def _write_files(args, env, settings, rows, goals, records, skipped, header, err, word) -> None:
+def _write_files(args, env, settings, rows, goals, records, skipped, header, err, word, ceilings) -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     paths = [
-        write_json(out / "bench.json", report_dict(env, settings, rows, goals, records, skipped)),
+        write_json(out / "bench.json", report_dict(env, settings, rows, goals, records, skipped, ceilings)),
         write_csv(out / "summary.csv", [asdict(r) for r in rows]),
         write_csv(out / "runs.csv", [r.row() for r in records]),
     ]

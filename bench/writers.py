@@ -22,7 +22,8 @@ def outputs_by_variant(records: list[RunRecord]) -> dict[str, dict[str, list[int
 
 
 def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], verdicts: list[Verdict],
-                records: list[RunRecord], skipped: list) -> dict:
+                records: list[RunRecord], skipped: list, ceilings: dict[int, dict] | None = None) -> dict:
+    """The run's JSON. ``ceilings``: the copy ceiling per γ (``bench.ceiling.copy_ceilings``)."""
     return {
         "environment": environment,
         "settings": settings,
@@ -34,6 +35,7 @@ def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], verdi
         "skipped": [asdict(s) for s in skipped],
         "runs": [r.row() for r in records],
         "outputs": outputs_by_variant(records),
+        "copy_ceiling": {str(gamma): entry for gamma, entry in (ceilings or {}).items()},
     }
 
 

@@ -1359,3 +1359,57 @@ def test_range_flags_take_the_repl_commands_bounds(argv, message, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the copy ceiling
+
+def _spy_ceilings(monkeypatch) -> list[tuple]:
+    """Every (prompt, output, gamma, length, match) the benchmark asks the ceiling of."""
+    import bench.ceiling
+
+    asked = []
+    real = bench.ceiling.copy_ceiling
+
+    def spy(prompt, output, gamma, length, *, match):
+        asked.append((list(prompt), list(output), gamma, length, match))
+        return real(prompt, output, gamma, length, match=match)
+    monkeypatch.setattr(bench.ceiling, "copy_ceiling", spy)
+    return asked
+
+
+def test_the_copy_ceiling_is_target_ars_outputs_over_the_prompts(tiny_pair, tmp_path, monkeypatch):
+    from analysis.ceiling import copy_ceiling
+
+    asked = _spy_ceilings(monkeypatch)
+    lines = REPEATED + [{"question_id": 2, "category": "qa", "turns": ["a b c a b d a b c a b"]}]
+    data = _bench_run(tiny_pair, tmp_path, lines, ["--strategies", "ngram,target", "--ngram-storage", "suffix",
+                                                   "--gamma", "2,3", "--repeats", "2", "--peers"])
+    runs = {(r["variant"], r["prompt_id"]): r for r in data["runs"] if r["repeat"] == 0}
+    assert set(data["copy_ceiling"]) == {"2", "3"} and len(asked) == 2 * 2 * 2      # γ x match x prompt
+    for gamma in (2, 3):
+        entry = data["copy_ceiling"][str(gamma)]
+        for match in (1, 2):
+            # the prompts' own ids (as many as each run read) and target AR's first-repeat output
+            pairs = [(prompt, output) for prompt, output, g, length, m in asked if (g, m) == (gamma, match)]
+            assert sorted(map(len, (p for p, _ in pairs))) == sorted(
+                runs[("target", pid)]["prompt_tokens"] for pid in data["outputs"]["target"])
+            assert sorted(o for _, o in pairs) == sorted(data["outputs"]["target"].values())
+            ceilings = [copy_ceiling(p, o, gamma, 8, match=match) for p, o in pairs]
+            assert entry[f"after_{match}"] == pytest.approx(sum(c.tokens for c in ceilings) / sum(c.calls for c in ceilings))
+        assert entry["prompts"] == 2 and entry["after_1"] >= entry["after_2"]
+        ours = next(r for r in data["summary"] if r["variant"] == f"ngram@{gamma}" and r["category"] == "all")
+        assert entry["after_1"] >= ours["tokens_per_target_call"]           # a bound on the suffix storage
+        assert f"γ {gamma}: {entry['after_1']:.2f} after a 1-token match" in data["summary_md"]
+
+
+def test_no_copy_ceiling_under_sampling_and_later_turns_left_out(tiny_pair, tmp_path, monkeypatch):
+    asked = _spy_ceilings(monkeypatch)
+    data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram,target", "--ngram-storage", "suffix",
+                                                      "--gamma", "2", "--repeats", "1",
+                                                      "--processor", "multinomial 1.0"])
+    assert data["copy_ceiling"] == {} and asked == [] and "copy ceiling" not in data["summary_md"]
+    (tmp_path / "turns").mkdir()
+    data = _multi_turn(tiny_pair, tmp_path / "turns", "--repeats", "1")
+    first_turns = {pid for pid in data["outputs"]["target"] if pid.endswith("/1")}
+    assert data["copy_ceiling"]["2"]["prompts"] == len(first_turns) == 2
+    assert sorted(o for _, o, *_ in asked) == sorted([data["outputs"]["target"][pid] for pid in first_turns] * 2)
