@@ -4,44 +4,75 @@ tokens per target call, the most any drafter copying from the prompt and output 
 Under greedy decoding every lossless variant makes target AR's output, so the ceiling is
 computed once per γ from target AR's first-repeat outputs and the prompts' ids, summed over
 the prompts (tokens over target calls, as the summary counts them). A conversation's later
-turn is left out: its ids are built from each variant's own earlier answers.
+turn is the turn as target AR saw it: the conversation so far with target AR's own answers
+(every lossless variant's, under greedy); such runs also get the ceiling per turn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from analysis.ceiling import MAX_TOKENS, copy_ceiling
 from bench.records import RunRecord
-from bench.runner import Session
+from bench.runner import FollowUp, Session
 
 # The variants that copy from the text (their tokens per call are what the ceiling bounds).
 COPYING = frozenset({"ngram", "hf_prompt_lookup", "arctic_suffix"})
 
 
-def fixed_prompts(sessions: Sequence[Session]) -> dict[str, list[int]]:
-    """Each step's ids by prompt id, where they are fixed (not a conversation's later turn)."""
-    return {step.prompt.id: list(step.ids) for session in sessions
-            for position, step in enumerate(session.steps, start=1)
-            if position == 1 or not session.conversation}
+def target_prompts(records: Sequence[RunRecord], sessions: Sequence[Session],
+                   follow_up: FollowUp | None = None) -> list[tuple[int, list[int], list[int]]]:
+    """(turn, prompt ids, target AR's output) of every step target AR ran in the first repeat: a
+    step's own ids, or for a conversation's later turn (with ``follow_up``) the turns so far with
+    target AR's answers, as the benchmark built them for it. The turn is 1 outside conversations."""
+    outputs = {r.prompt_id: list(r.tokens) for r in records if r.strategy == "target" and r.repeat == 0}
+    out = []
+    for session in sessions:
+        answers: list[list[int]] = []
+        for position, step in enumerate(session.steps, start=1):
+            output = outputs.get(step.prompt.id)
+            if output is None:
+                break
+            if session.conversation and position > 1:
+                if follow_up is None:
+                    break
+                ids = follow_up(list(session.turns[:position]), answers)
+            else:
+                ids = list(step.ids)
+            out.append((position if session.conversation else 1, ids, output))
+            answers.append(output)
+    return out
 
 
-def copy_ceilings(records: Sequence[RunRecord], sessions: Sequence[Session], length: int) -> dict[int, dict]:
-    """Per γ of a copying variant: ``prompts`` counted and the ceiling's tokens per target call after
-    a 1-token match (``after_1``) and a 2-token one (``after_2``) over them. Empty without a
-    greedy target AR run (the caller asks only under greedy) or a copying variant."""
+def copy_ceilings(records: Sequence[RunRecord], sessions: Sequence[Session], length: int,
+                  follow_up: FollowUp | None = None) -> dict[int, dict]:
+    """Per γ of a copying variant: ``prompts`` counted and the ceiling's tokens per target call
+    after a 1-token match (``after_1``) and a 2-token one (``after_2``) over them; with turns past
+    the first, the same per turn under ``by_turn``. Empty without target AR's outputs or a
+    copying variant (the caller asks only under greedy). A prompt and output over
+    ``analysis.ceiling.MAX_TOKENS`` are left out."""
     gammas = sorted({r.gamma for r in records if r.gamma and r.strategy in COPYING})
-    prompts = fixed_prompts(sessions)
-    outputs = {r.prompt_id: r.tokens for r in records
-               if r.strategy == "target" and r.repeat == 0 and r.prompt_id in prompts
-               and len(prompts[r.prompt_id]) + len(r.tokens) <= MAX_TOKENS}
+    steps = [(turn, ids, output) for turn, ids, output in target_prompts(records, sessions, follow_up)
+             if len(ids) + len(output) <= MAX_TOKENS]
     out: dict[int, dict] = {}
-    for gamma in gammas if outputs else ():
-        entry: dict = {"prompts": len(outputs)}
-        for match in (1, 2):
-            ceilings = [copy_ceiling(prompts[pid], tokens, gamma, length, match=match) for pid, tokens in outputs.items()]
-            entry[f"after_{match}"] = sum(c.tokens for c in ceilings) / sum(c.calls for c in ceilings)
-        out[gamma] = entry
+    for gamma in gammas if steps else ():
+        ceilings = {(turn, match): [] for turn, _, _ in steps for match in (1, 2)}
+        for turn, ids, output in steps:
+            for match in (1, 2):
+                ceilings[turn, match].append(copy_ceiling(ids, output, gamma, length, match=match))
+
+        def entry(turns: Callable[[int], bool]) -> dict:
+            chosen = {key: c for key, c in ceilings.items() if turns(key[0])}
+            numbers: dict = {"prompts": sum(len(c) for (_, match), c in chosen.items() if match == 1)}
+            for match in (1, 2):
+                picked = [c for (_, m), cs in chosen.items() if m == match for c in cs]
+                numbers[f"after_{match}"] = sum(c.tokens for c in picked) / sum(c.calls for c in picked)
+            return numbers
+
+        out[gamma] = entry(lambda turn: True)
+        turns = sorted({turn for turn, _, _ in steps})
+        if turns != [1]:
+            out[gamma]["by_turn"] = {str(t): entry(lambda turn, t=t: turn == t) for t in turns}
     return out
 
 
@@ -49,8 +80,14 @@ def ceiling_lines(ceilings: dict[int, dict]) -> list[str]:
     """The report's header line for the ceilings, or none."""
     if not ceilings:
         return []
+
+    def per_turn(c: dict) -> str:
+        turns = c.get("by_turn") or {}
+        return (" (" + ", ".join(f"turn {t}: {n['after_1']:.2f} and {n['after_2']:.2f}" for t, n in turns.items())
+                + ")") if turns else ""
+
     prompts = next(iter(ceilings.values()))["prompts"]
     per_gamma = "; ".join(f"γ {gamma}: {c['after_1']:.2f} after a 1-token match, {c['after_2']:.2f} after 2"
-                          for gamma, c in ceilings.items())
+                          + per_turn(c) for gamma, c in ceilings.items())
     return [f"copy ceiling (tokens per target call; target AR's outputs of {prompts} prompts; the most any "
             f"drafter copying from the prompt and output could make, with hindsight): {per_gamma}"]

@@ -195,7 +195,7 @@ def run_session(args, loader, settings_dict) -> int:
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
     goals = check_expectations(records, args.expect, expectation_level(args.repeats, args.until_decided))
-    ceilings = copy_ceilings(records, sessions, args.length) if greedy else {}
+    ceilings = copy_ceilings(records, sessions, args.length, follow_up) if greedy else {}
     header = header_lines(env, settings) + notes + fallback_lines(records) + ceiling_lines(ceilings)
     word = "turn" if args.multi_turn else "prompt"
     print_report(out, header, rows, goals, word)

@@ -1402,14 +1402,33 @@ def test_the_copy_ceiling_is_target_ars_outputs_over_the_prompts(tiny_pair, tmp_
         assert f"γ {gamma}: {entry['after_1']:.2f} after a 1-token match" in data["summary_md"]
 
 
-def test_no_copy_ceiling_under_sampling_and_later_turns_left_out(tiny_pair, tmp_path, monkeypatch):
+def test_no_copy_ceiling_under_sampling(tiny_pair, tmp_path, monkeypatch):
     asked = _spy_ceilings(monkeypatch)
     data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram,target", "--ngram-storage", "suffix",
                                                       "--gamma", "2", "--repeats", "1",
                                                       "--processor", "multinomial 1.0"])
     assert data["copy_ceiling"] == {} and asked == [] and "copy ceiling" not in data["summary_md"]
-    (tmp_path / "turns").mkdir()
-    data = _multi_turn(tiny_pair, tmp_path / "turns", "--repeats", "1")
-    first_turns = {pid for pid in data["outputs"]["target"] if pid.endswith("/1")}
-    assert data["copy_ceiling"]["2"]["prompts"] == len(first_turns) == 2
-    assert sorted(o for _, o, *_ in asked) == sorted([data["outputs"]["target"][pid] for pid in first_turns] * 2)
+
+
+def test_a_later_turns_ceiling_reads_the_conversation_with_target_ars_answers(tiny_pair, tmp_path, monkeypatch):
+    from analysis.ceiling import copy_ceiling
+    from bench.prompts import conversation_ids
+
+    asked = _spy_ceilings(monkeypatch)
+    data = _multi_turn(tiny_pair, tmp_path, "--repeats", "1")
+    outputs = data["outputs"]["target"]
+    turns = {str(q["question_id"]): q["turns"] for q in CONVERSATIONS if len(q["turns"]) > 1}
+    expected = []
+    for question, texts in turns.items():
+        expected.append((conversation_ids(tiny_pair.tokenizer, texts[:1], []), outputs[f"{question}/1"]))
+        expected.append((conversation_ids(tiny_pair.tokenizer, texts, [outputs[f"{question}/1"]]),
+                         outputs[f"{question}/2"]))
+    assert sorted((p, o) for p, o, g, length, m in asked if m == 1) == sorted(expected)
+    entry = data["copy_ceiling"]["2"]
+    assert entry["prompts"] == 4 and set(entry["by_turn"]) == {"1", "2"}
+    assert entry["by_turn"]["1"]["prompts"] == entry["by_turn"]["2"]["prompts"] == 2
+    for turn, pairs in (("1", expected[0::2]), ("2", expected[1::2])):
+        ceilings = [copy_ceiling(p, o, 2, 8, match=2) for p, o in pairs]
+        assert entry["by_turn"][turn]["after_2"] == pytest.approx(
+            sum(c.tokens for c in ceilings) / sum(c.calls for c in ceilings))
+    assert "(turn 1: " in data["summary_md"] and ", turn 2: " in data["summary_md"]
