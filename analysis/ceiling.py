@@ -49,8 +49,9 @@ class CopyCeiling:
         return self.tokens / self.calls if self.calls else 0.0
 
 
-def _kept(draft: Sequence[int], output: Sequence[int], at: int) -> int:
-    """How many of ``draft`` match ``output`` from position ``at`` on."""
+def accepted_prefix(draft: Sequence[int], output: Sequence[int], at: int) -> int:
+    """How many of ``draft`` match ``output`` from position ``at`` on: what a greedy target whose
+    output is ``output`` keeps of a draft proposed at ``at``."""
     n = 0
     while n < len(draft) and at + n < len(output) and draft[n] == output[at + n]:
         n += 1
@@ -87,15 +88,13 @@ def copy_ceiling(prompt: Sequence[int], output: Sequence[int], gamma: int, max_g
         kept = 0
         if k > 0 and len(sequence) >= match:
             for end in ends.get((*sequence[len(sequence) - match:], output[at]), ()):
-                kept = max(kept, 1 + _kept(sequence[end + 1:end + k], output, at + 1))
+                kept = max(kept, 1 + accepted_prefix(sequence[end + 1:end + k], output, at + 1))
         most.append((kept, k))
         sequence.append(output[at])
     # best[q]: (cost, calls, previous position, drafts kept, width) of the cheapest way to reach q
     best: list[tuple[float, int, int, int, int] | None] = [None] * (n + 1)
     best[0] = (0.0, 0, -1, 0, 0)
-    for at in range(n):
-        if best[at] is None:
-            continue
+    for at in range(n):                      # every position is reached: a round may keep nothing
         spent, calls = best[at][0], best[at][1]
         kept_most, k = most[at]
         for kept in range(kept_most + 1):

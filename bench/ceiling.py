@@ -10,7 +10,7 @@ turn is the turn as target AR saw it: the conversation so far with target AR's o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from analysis.ceiling import MAX_TOKENS, copy_ceiling
 from bench.records import RunRecord
@@ -56,23 +56,21 @@ def copy_ceilings(records: Sequence[RunRecord], sessions: Sequence[Session], len
              if len(ids) + len(output) <= MAX_TOKENS]
     out: dict[int, dict] = {}
     for gamma in gammas if steps else ():
-        ceilings = {(turn, match): [] for turn, _, _ in steps for match in (1, 2)}
-        for turn, ids, output in steps:
-            for match in (1, 2):
-                ceilings[turn, match].append(copy_ceiling(ids, output, gamma, length, match=match))
+        rows = [(turn, match, copy_ceiling(ids, output, gamma, length, match=match))
+                for turn, ids, output in steps for match in (1, 2)]
 
-        def entry(turns: Callable[[int], bool]) -> dict:
-            chosen = {key: c for key, c in ceilings.items() if turns(key[0])}
-            numbers: dict = {"prompts": sum(len(c) for (_, match), c in chosen.items() if match == 1)}
+        def numbers(turn: int | None = None) -> dict:
+            picked = [(match, c) for t, match, c in rows if turn in (None, t)]
+            entry: dict = {"prompts": sum(match == 1 for match, _ in picked)}
             for match in (1, 2):
-                picked = [c for (_, m), cs in chosen.items() if m == match for c in cs]
-                numbers[f"after_{match}"] = sum(c.tokens for c in picked) / sum(c.calls for c in picked)
-            return numbers
+                ceilings = [c for m, c in picked if m == match]
+                entry[f"after_{match}"] = sum(c.tokens for c in ceilings) / sum(c.calls for c in ceilings)
+            return entry
 
-        out[gamma] = entry(lambda turn: True)
+        out[gamma] = numbers()
         turns = sorted({turn for turn, _, _ in steps})
         if turns != [1]:
-            out[gamma]["by_turn"] = {str(t): entry(lambda turn, t=t: turn == t) for t in turns}
+            out[gamma]["by_turn"] = {str(turn): numbers(turn) for turn in turns}
     return out
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 import analysis.ceiling
+from analysis.ceiling import accepted_prefix as _accepted   # the name tests patch
 from generation.drafter import Drafter
 
 TOP_K = 8       # the target's top ids recorded per position: the widest a storage recycles
@@ -67,14 +68,6 @@ class Replayed:
     def forward_s(self, cost: Callable[[int], float]) -> float:
         """Seconds of target forwards after the prefills, at ``cost(width)`` each."""
         return sum(cost(width) * rounds for width, rounds in self.widths.items())
-
-
-def _accepted(draft: Sequence[int], output: Sequence[int], at: int) -> int:
-    """How many of ``draft`` match ``output`` from position ``at`` on."""
-    n = 0
-    while n < len(draft) and at + n < len(output) and draft[n] == output[at + n]:
-        n += 1
-    return n
 
 
 def _book(out: Replayed, draft: Sequence[int], output: Sequence[int], at: int, width: int | None) -> list[int]:

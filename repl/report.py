@@ -22,7 +22,7 @@ from generation.result import Round
 from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
 from repl.render import (COMPARISON_COLUMNS, ceiling_text, comparison_cells, environment_lines, network_text,
                          prompt_line, what_if_text)
-from repl.runs import PromptRun, StrategyRun
+from repl.runs import PromptRun, StrategyRun, Why
 from repl.trace import TraceError, write_whole
 
 COLOURS = {"speculative": "#2e7d32", "ngram": "#00838f", "lookahead": "#f9a825", "target": "#1565c0",
@@ -174,11 +174,10 @@ def comparison(prompt_run: PromptRun) -> str:
             'd/v/o = share of time drafting / verifying / other</p>')
 
 
-def sources_table(prompt_run: PromptRun, run: StrategyRun) -> str:
-    """For a match drafter (docs/model_free.md): its rounds by the text they copied from, with
-    acceptance and mean match length, and how many rounds drafted each length; the same
-    numbers as the panel and ``/stats``. Empty for any other drafter."""
-    why = prompt_run.why(run)
+def sources_table(why: Why | None) -> str:
+    """For a match drafter (docs/model_free.md), from its run's ``why``: its rounds by the text they
+    copied from, with acceptance and mean match length, and how many rounds drafted each length;
+    the same numbers as the panel and ``/stats``. Empty for any other drafter."""
     if why is None or why.sources is None:
         return ""
     rows = []
@@ -234,8 +233,8 @@ def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
     if run.drafting:
         out.append("<h4>draft and verify time per round</h4>" + phase_bars(run))
         out.append("<h4>acceptance by draft position</h4>" + acceptance_bars(prompt_run, run))
-        out.append(sources_table(prompt_run, run))
         why = prompt_run.why(run)
+        out.append(sources_table(why))
         ceiling = ceiling_text(why, r, prompt_run.settings.get("ngram_storage", "")) if why is not None else None
         if ceiling is not None:
             out.append(f'<p class="meta" data-ceiling>{_e(ceiling.plain)}</p>')

@@ -24,7 +24,7 @@ from engine.drafters import DRAFTERS, ngram_drafter
 from ngram_assisted import MatchDrafter, SAMStorage, SuffixAutomaton, SuffixStorage, SuffixTrie
 from ngram_assisted.sam import corpus_automaton, read_corpus
 from sampling import GreedyProcessor, MultinomialProcessor
-from tests.helpers.distribution import PROMPT as SAMPLING_PROMPT, STEPS, V, exact_distribution, sharp_target
+from tests.helpers.distribution import P_FLOOR, PROMPT as SAMPLING_PROMPT, STEPS, V, exact, target  # noqa: F401 (fixtures)
 from tests.helpers.models import tiny_llama
 
 
@@ -328,18 +328,6 @@ def test_the_json_and_stats_numbers_are_the_rounds_own_counts(greedy_target):
 
 SAMPLES = 600
 MUTATION_SAMPLES = 1200   # the fresh-resample mutation's bias is small here: twice the samples (p ~ 1e-5 at 600)
-P_FLOOR = 1e-4   # a correct sampler fails this once in 10,000 runs
-
-
-@pytest.fixture(scope="module")
-def target():
-    return sharp_target()
-
-
-@pytest.fixture(scope="module")
-def exact(target):
-    """P(first STEPS tokens) under the target, by enumeration."""
-    return exact_distribution(target, MultinomialProcessor(1.0))
 
 
 def sampled(target, storage: str, *, tree: int = 0, key: str = "ngram", samples: int = SAMPLES):

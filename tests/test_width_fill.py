@@ -33,7 +33,7 @@ from repl.render import fill_text
 from repl.runner import strategy_for
 from repl.settings import Settings
 from sampling import GreedyProcessor, MultinomialProcessor
-from tests.helpers.distribution import PROMPT as SAMPLING_PROMPT, STEPS, V, exact_distribution, sharp_target
+from tests.helpers.distribution import P_FLOOR, PROMPT as SAMPLING_PROMPT, STEPS, V, exact, target  # noqa: F401 (fixtures)
 from tests.helpers.models import tiny_bart, tiny_llama
 
 # Shaped as measured on a 2-core AMD EPYC (ms): 2 and 3 tokens dearer than 4 and 5.
@@ -169,18 +169,6 @@ def test_the_costs_are_asked_for_only_with_fill_on(greedy_target, forced_costs):
 
 SAMPLES = 600
 MUTATION_SAMPLES = 1200   # as in test_suffix_drafters: the mutation's bias is small on this target
-P_FLOOR = 1e-4   # a correct sampler fails this once in 10,000 runs
-
-
-@pytest.fixture(scope="module")
-def target():
-    return sharp_target()
-
-
-@pytest.fixture(scope="module")
-def exact(target):
-    """P(first STEPS tokens) under the target, by enumeration."""
-    return exact_distribution(target, MultinomialProcessor(1.0))
 
 
 def _sampled(target, samples: int = SAMPLES):

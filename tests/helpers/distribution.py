@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from sampling import MultinomialProcessor
 from tests.helpers.models import tiny_llama
 
 V = 8
@@ -16,6 +18,8 @@ SAMPLES = 2000
 PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]
 # 5 standard deviations: a false alarm is rarer than one in a million runs.
 BOUND = 5.0
+# A goodness-of-fit p-value floor: a correct sampler fails it once in 10,000 runs.
+P_FLOOR = 1e-4
 
 
 def sharp_target():
@@ -39,6 +43,18 @@ def exact_distribution(model, processor) -> dict[tuple[int, ...], float]:
             probs = {p + (t,): probs[p] * step[i, t].item()
                      for i, p in enumerate(prefixes) for t in range(V)}
     return probs
+
+
+@pytest.fixture(scope="module")
+def target():
+    """The sharp target, once per test module that imports this fixture (with :func:`exact`)."""
+    return sharp_target()
+
+
+@pytest.fixture(scope="module")
+def exact(target):
+    """P(first STEPS tokens) under ``target`` sampled at temperature 1, by enumeration."""
+    return exact_distribution(target, MultinomialProcessor(1.0))
 
 
 def chi_square_excess(counts: dict, exact: dict, n: int) -> float:
