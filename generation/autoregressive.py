@@ -43,7 +43,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
     result = GenerationResult()
     watch = Watch(observer)
     start = None
-    with timed_run(result, device, interruptible=interruptible):
+    with timed_run(result, device, interruptible=interruptible) as started:
         start = cached.begin(prompt, options.prefills)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         for _ in range(options.max_gen_len):
@@ -64,6 +64,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
                 result.stop_reason = "eos"
                 break
     result.seconds -= watch.paused_s
+    result.first_token_s, result.first_tokens = watch.first_token(started)
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
     result.target_calls = cached.forwards
     result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),

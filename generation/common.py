@@ -74,16 +74,18 @@ def device_clock(device: torch.device) -> float:
 
 
 @contextmanager
-def timed_run(result, device: torch.device, *, interruptible: bool) -> Iterator[None]:
+def timed_run(result, device: torch.device, *, interruptible: bool) -> Iterator[float]:
     """Time the generation in the ``with`` body into ``result.seconds`` (device-synced).
 
-    With ``interruptible`` a KeyboardInterrupt ends the body and sets
+    Yields the start clock (``time.perf_counter()`` after the device sync), from which a loop
+    measures its time to first token (``Watch.first_token``). With ``interruptible`` a
+    KeyboardInterrupt ends the body and sets
     ``result.stop_reason = "interrupted"``; the caller then reads whatever its
     loop had completed. Without it the interrupt propagates.
     """
     start = device_clock(device)
     try:
-        yield
+        yield start
     except KeyboardInterrupt:
         if not interruptible:
             raise

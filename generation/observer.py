@@ -45,6 +45,9 @@ class Watch:
     feed one (such as copying the drafts to the host). ``paused_s`` is the
     time to take out of the run's seconds. The observer is called after the
     round's host sync, when the device is idle, so host time is the whole cost.
+
+    Watched or not, it notes when the first round ended and what it appended:
+    :meth:`first_token` turns that into the run's time to first token.
     """
 
     def __init__(self, observer: Observer | None):
@@ -52,6 +55,7 @@ class Watch:
         self.active = observer is not None
         self.paused_s = 0.0
         self._start = time.perf_counter()
+        self._first: tuple[float, float, int] | None = None   # (clock, paused_s then, tokens)
 
     def drafted(self, draft: list[int]) -> None:
         if self.active:
@@ -62,12 +66,23 @@ class Watch:
                 self.paused_s += time.perf_counter() - t0
 
     def round(self, rnd: Round, new_tokens: list[int]) -> None:
+        if self._first is None:   # after the round's host sync: its tokens are on the host now
+            self._first = (time.perf_counter(), self.paused_s, len(new_tokens))
         if self.active:
             t0 = time.perf_counter()
             try:
                 self.observer.round(rnd, new_tokens, t0 - self._start - self.paused_s)
             finally:
                 self.paused_s += time.perf_counter() - t0
+
+
+    def first_token(self, start: float) -> tuple[float | None, int]:
+        """(seconds from ``start`` until the first round's tokens were on the host, observer time
+        left out; how many tokens that round appended), or (None, 0) when no round ended."""
+        if self._first is None:
+            return None, 0
+        clock, paused, tokens = self._first
+        return max(0.0, clock - start - paused), tokens
 
 
 def target_delay(seconds: float, device) -> None:

@@ -83,6 +83,11 @@ class GenerationResult:
     ``target_calls`` / ``drafter_calls`` count forward passes of each model.
     ``seconds`` is wall time of the whole generation (prefill included), measured
     behind a device synchronisation.
+    ``first_token_s``: seconds from the start until the first round's tokens were on
+    the host (time to first token: the prefill and, when drafting, the first round's
+    drafts and verify); ``first_tokens``: how many tokens that round appended. The
+    rest is the decode part (:attr:`decode_seconds`, :attr:`decode_tokens_per_second`).
+    None and 0 when no round ended (an empty budget, an interrupted prefill, old traces).
     ``stop_reason`` is ``"eos"``, ``"length"`` or ``"interrupted"``.
     ``trace`` is the per-round record (always kept: a few ints per round).
     ``phases`` splits ``seconds`` into ``draft`` (drafter forwards or n-gram
@@ -134,6 +139,8 @@ class GenerationResult:
     hybrid: dict = field(default_factory=dict)
     width_fill: dict = field(default_factory=dict)
     network: dict = field(default_factory=dict)   # a served target's requests and their times (remote.client)
+    first_token_s: float | None = None
+    first_tokens: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -143,6 +150,17 @@ class GenerationResult:
     @property
     def tokens_per_second(self) -> float:
         return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_seconds(self) -> float | None:
+        """Seconds after the first round (the whole run less the time to first token)."""
+        return None if self.first_token_s is None else max(0.0, self.seconds - self.first_token_s)
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        """Tokens after the first round over :attr:`decode_seconds`: tokens/s with the prefill left
+        out. None when unknown or when the first round made every token."""
+        return decode_rate(len(self.tokens), self.seconds, self.first_token_s, self.first_tokens)
 
     @property
     def tokens_per_target_call(self) -> float:
@@ -162,12 +180,22 @@ class GenerationResult:
             acceptance_rate=self.acceptance_rate,
             tokens_per_s=self.tokens_per_second,
             tokens_per_target_call=self.tokens_per_target_call,
+            decode_tokens_per_s=self.decode_tokens_per_second,
         )
         if self.tree and self.trace:
             out["tree_stats"] = tree_summary(self.trace, tokens=len(self.tokens), target_calls=self.target_calls)
         if with_trace:
             out["trace"] = [asdict(r) for r in self.trace]
         return out
+
+
+def decode_rate(tokens: int, seconds: float, first_token_s: float | None, first_tokens: int) -> float | None:
+    """Tokens after the first round per second after it, or None when the time to first token is
+    unknown, nothing came after the first round, or no time passed after it."""
+    if first_token_s is None:
+        return None
+    rest, after = tokens - first_tokens, seconds - first_token_s
+    return rest / after if rest > 0 and after > 0 else None
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:

@@ -26,7 +26,7 @@ def served_generate(prompt: list[int], model: ServedModel, options: LoopOptions,
     seed = options.generator.initial_seed() if options.generator is not None else 0
     mark = model.network_mark()
     tokens: list[int] = []
-    with timed_run(result, torch.device("cpu"), interruptible=interruptible):
+    with timed_run(result, torch.device("cpu"), interruptible=interruptible) as started:
         for token, seconds in model.decode(prompt, options.max_gen_len, options.processor, seed):
             tokens.append(token)
             result.rounds += 1
@@ -36,6 +36,7 @@ def served_generate(prompt: list[int], model: ServedModel, options: LoopOptions,
                 result.stop_reason = "eos"
                 break
     result.seconds -= watch.paused_s
+    result.first_token_s, result.first_tokens = watch.first_token(started)
     result.tokens = tokens
     result.target_calls = len(tokens)
     result.phases = split_phases(result.seconds, 0.0, sum(r.verify_s for r in result.trace))

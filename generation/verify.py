@@ -85,7 +85,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
                  PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect,
                  options.verify)
     start = None
-    with timed_run(result, device, interruptible=interruptible):
+    with timed_run(result, device, interruptible=interruptible) as started:
         drafter.attach_target(model)            # before the target begins: it may ask for hidden states
         start = model.begin(prompt, options.prefills)
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
@@ -108,6 +108,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
                 result.stop_reason = "eos"
                 break
     result.seconds -= loop.watch.paused_s
+    result.first_token_s, result.first_tokens = loop.watch.first_token(started)
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
     result.target_calls = model.forwards
     result.drafter_calls = drafter.calls
