@@ -14,7 +14,9 @@ from __future__ import annotations
 from eagle3 import is_eagle3
 from gemma4_assistant import is_assistant_spec
 from mtp import is_mtp
-from remote.client import Backoff, ServedModelInfo, ServerClient, ServerError, connect
+from remote.connect import connect
+from remote.dialect import ServedModelInfo, ServerClient
+from remote.transport import Backoff, ServerError
 from remote.rules import DEFAULT_PROBS, rules_text
 from remote.target import ServedTarget
 from selfdraft.spec import is_self_draft

@@ -1,1 +1,7 @@
-"""A target behind a serving engine: the HTTP clients, the lossless rules, the served target."""
+"""A target behind a serving engine.
+
+``transport``: JSON over HTTP with bounded retries and request times; ``dialect``: what every
+engine's client shares; one client per engine (``llamacpp``, ``vllm``, ``sglang``); ``connect``:
+the client for a URL (the engine detected or named); ``rules``: what is exact from top-N
+log-probabilities; ``target``: the served target and its session.
+"""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from remote.client import ServerError
+from remote.transport import ServerError
 from sampling.processors import (GreedyProcessor, LogitsProcessor, MultinomialProcessor, NucleusProcessor,
                                  TopKNucleusProcessor, TopKProcessor)
 

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import torch
 
 from kvcache.cache import RollbackStats, ServedModel
-from remote.client import SamplerFields, ServedModelInfo, ServerClient, ServerError
+from remote.dialect import SamplerFields, ServedModelInfo, ServerClient
+from remote.transport import ServerError
 from remote.rules import DEFAULT_PROBS, ServedPlan, nucleus_certified, plan_for, row_of
 from sampling.processors import GreedyProcessor, LogitsProcessor
 

@@ -182,7 +182,7 @@ def served_runners(args):
 
     from delay_proxy import DelayProxy
     from engine import load_served_pair, served_pair_of
-    from remote.client import connect
+    from remote.connect import connect
     from repl.runner import Runner
 
     if args.threads:

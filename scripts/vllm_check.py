@@ -164,7 +164,7 @@ def run_checks(url: str, args) -> dict:
     from bench.meta import environment
     from engine import NGramOptions, Strategy, run_strategy, served_pair_of
     from engine.served_pair import check_same_vocabulary
-    from remote.client import connect
+    from remote.connect import connect
     from sampling import GreedyProcessor
     from utils.builtin_prompts import BUILTIN
     from utils.models import load_model

@@ -18,7 +18,8 @@ from engine import NGramOptions, Strategy, run_strategy, served_pair_of
 from engine.served_pair import check_same_vocabulary
 from generation import first_divergence
 from remote import rules
-from remote.client import Backoff, ServerError, connect
+from remote.connect import connect
+from remote.transport import Backoff, ServerError
 from remote.rules import nucleus_certified, plan_for, row_of
 from sampling import GreedyProcessor
 from sampling.processors import MultinomialProcessor, NucleusProcessor, TopKNucleusProcessor, TopKProcessor
@@ -152,7 +153,7 @@ def test_nasd_matches_the_servers_greedy(pair, prompts, references):
 def test_an_end_token_ranked_first_ends_the_run(url, pair, monkeypatch, ignore_eos):
     """llama.cpp's ignore_eos is a -inf bias on end tokens, so its sampler would never pick the end
     token its n_probs ranks first; the requests leave it off. Mutation: turned on, the runs fail."""
-    from remote.client import LlamaCppClient
+    from remote.llamacpp import LlamaCppClient
 
     text = "<|im_start|>user\nSay yes.<|im_end|>\n<|im_start|>assistant\nYes"
     prompt = pair.tokenizer(text, add_special_tokens=False).input_ids
@@ -173,7 +174,7 @@ def test_an_end_token_ranked_first_ends_the_run(url, pair, monkeypatch, ignore_e
 
 def test_a_row_for_the_wrong_prefix_is_caught(pair, prompts, references, monkeypatch):
     """Mutation: each position scored one token short (an off-by-one in the prefixes sent)."""
-    from remote.client import ServerClient
+    from remote.dialect import ServerClient
 
     real = ServerClient.rows
     monkeypatch.setattr(ServerClient, "rows", lambda self, sequence, keep, n: real(self, sequence[:-1], keep, n))
@@ -430,7 +431,7 @@ def test_each_run_pays_its_own_prompt_on_the_server(pair, prompts, monkeypatch):
     there (the strategy that went first would pay every other's prefill). Each run's first request
     evaluates the whole prompt (llama.cpp's own count, ``timings.prompt_n``), the next ones a few
     tokens. Mutation: without the per-run reset the second run evaluates almost nothing."""
-    from remote.client import LlamaCppClient
+    from remote.llamacpp import LlamaCppClient
 
     client = pair.target.client
     evaluated: list[tuple[int, int]] = []
@@ -462,7 +463,7 @@ def test_a_greedy_token_inside_a_utf8_character_is_still_scored(pair, url, monke
     third built-in translation prompt's greedy output has one. The position is asked again with
     that token banned, and speculative decoding and NASD stay identical to the server's greedy.
     Mutation: with no ban allowed the run fails on that position."""
-    from remote.client import LlamaCppClient
+    from remote.llamacpp import LlamaCppClient
     from utils.vocab import encode_prompt
 
     text = [t for category, t in BUILTIN if category == "translation"][2]

@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from engine import Strategy, run_strategy
-from remote.client import SamplerFields, ServerError, SglangClient, connect
+from remote.connect import connect
+from remote.dialect import SamplerFields
+from remote.sglang import SglangClient
+from remote.transport import ServerError
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
 from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeSglang,

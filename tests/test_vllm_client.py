@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from engine import Strategy, run_strategy
-from remote.client import SamplerFields, ServerError, VllmClient, connect
+from remote.connect import connect
+from remote.dialect import SamplerFields
+from remote.transport import ServerError
+from remote.vllm import VllmClient
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
 from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeVllm,

@@ -300,7 +300,7 @@ FAKE_PROMPTS = [[1, 7, 9, 30, 41], [1, 100, 101, 102, 17, 100, 101], [1, 5, 5, 5
 
 
 def fast_backoff():
-    from remote.client import Backoff
+    from remote.transport import Backoff
     return Backoff(retries=1, first_s=0.01, timeout_s=5.0)
 
 
@@ -313,6 +313,6 @@ def fake_target():
 def served_pair_at(url: str, drafter, tokenizer):
     """A pair whose target is the server at ``url`` (its kind detected) and ``drafter`` here."""
     from engine import served_pair_of
-    from remote.client import connect
+    from remote.connect import connect
     client = connect(url, backoff=fast_backoff())
     return served_pair_of(client, client.info(), drafter, tokenizer, drafter_name="tiny")
