@@ -14,6 +14,7 @@ from bench.executor import FILL, BENCH_STORAGES
 from engine import MAX_HYBRID_MATCH, load_pair
 from generation.gamma_policies import make_policy
 from selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
+from utils.defaults import DEFAULTS
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
 
@@ -237,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--limit", type=_positive, help="at most this many prompts per category")
     w.add_argument("--turn", type=_positive, default=1,
                    help="which turn of multi-turn items to use (default 1; items without it are left out)")
-    w.add_argument("--no-chat", dest="chat", action="store_false",
+    w.add_argument("--no-chat", dest="chat", action="store_false", default=DEFAULTS.chat,
                    help="feed the raw prompt text, without the tokenizer's chat template")
     w.add_argument("--multi-turn", action="store_true",
                    help="run each multi-turn item as a conversation: a later turn's prompt holds the earlier "
@@ -251,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{','.join(DEFAULT_STRATEGIES)}; target is always run: it is the baseline)")
     d.add_argument("--peers", action="store_true",
                    help="also run transformers generate, assisted generation and prompt lookup")
-    d.add_argument("--length", type=_positive, default=128, help="new tokens per prompt (default 128)")
+    d.add_argument("--length", type=_positive, default=DEFAULTS.length,
+                   help=f"new tokens per prompt (default {DEFAULTS.length})")
     d.add_argument("--gamma", type=_int_list, default=[2, 4, 8],
                    help="constant draft tokens per round: 4, or a sweep such as 1,2,4,8 "
                         "(default 2,4,8)")
@@ -260,9 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="adaptive gamma policies run besides the constant gammas, each NAME@GAMMA "
                         "(the start or the maximum): default 'heuristic@4,confidence 0.4@20,"
                         "model@16'; 'none' for constant gammas only")
-    d.add_argument("--processor", type=_processor, default=parse_processor("greedy"),
-                   help="greedy (default), 'multinomial T', 'topk T K', 'nucleus T P', "
-                        "'topknucleus T K P'")
+    d.add_argument("--processor", type=_processor, default=parse_processor(DEFAULTS.processor),
+                   help="greedy, 'multinomial T', 'topk T K', 'nucleus T P', "
+                        f"'topknucleus T K P' (default {DEFAULTS.processor})")
     d.add_argument("--trees", type=_int_list, default=[],
                    help="token-tree budgets run beside the chains at every constant gamma, "
                         "e.g. 8,16,32 (default: none)")
@@ -270,17 +272,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hybrid speculative variants at every constant gamma, one per L, e.g. 2,4: the "
                         "--ngram-storage storage drafts in rounds whose match is at least L tokens "
                         "(suffix or sam; sam in place of an n-gram table; default: none)")
-    d.add_argument("--tree-branch", type=_positive, default=3, help="children per expanded tree node (default 3)")
-    d.add_argument("--tree-sample", action=argparse.BooleanOptionalAction, default=True,
+    d.add_argument("--tree-branch", type=_positive, default=DEFAULTS.tree_branch,
+                   help=f"children per expanded tree node (default {DEFAULTS.tree_branch})")
+    d.add_argument("--tree-sample", action=argparse.BooleanOptionalAction, default=DEFAULTS.tree_sample,
                    help="under sampling, the drafter model's trees draw children from q and are verified by "
                         "recursive rejection sampling (default on; --no-tree-sample: its top children)")
     d.add_argument("--self-drafters", type=_self_drafters, default=[], metavar="LIST",
                    help="self-drafters made from the target, run as speculative variants beside the pair's "
                         "drafter at every constant gamma (and every --trees budget), e.g. "
                         "self:bf16,self:int8,self:skip=auto (default: none)")
-    d.add_argument("--ngram-storage", type=_storages, default=["basic"], metavar="LIST",
+    d.add_argument("--ngram-storage", type=_storages, default=[DEFAULTS.ngram_storage], metavar="LIST",
                    help=f"NASD's storage, or several side by side, e.g. basic,suffix,sam (from "
-                        f"{','.join(NGRAM_STORAGES)}; default basic); suffix and sam take their defaults; "
+                        f"{','.join(NGRAM_STORAGES)}; default {DEFAULTS.ngram_storage}); suffix and sam take "
+                        "their defaults; "
                         f"suffix{FILL} and sam{FILL} fill their verify widths (/fill_width) "
                         "(docs/model_free.md)")
     d.add_argument("--arctic-suffix", action="store_true",
@@ -289,23 +293,25 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--lookahead", type=_lookaheads, default=[DEFAULT_LOOKAHEAD], metavar="W:N:G,...",
                    help="the lookahead strategy's window W, n-gram size N and guesses G, one variant each "
                         "(default {}:{}:{}; runs when --strategies names lookahead)".format(*DEFAULT_LOOKAHEAD))
-    d.add_argument("--ngram-n", type=_ngram_n, default=3, help="n-gram order for NASD, 2 to 16 (default 3)")
-    d.add_argument("--suffix-pattern", type=_suffix_pattern, default=16, metavar="P",
-                   help="the suffix storage's longest matched tail P, 1 to 64 (default 16, as /suffix_pattern): "
-                        "a draft has at most 2P - m tokens after a match of m")
-    d.add_argument("--top-k-filler", type=_positive, default=1,
-                   help="NASD: also store the target's top-k predictions (default 1)")
+    d.add_argument("--ngram-n", type=_ngram_n, default=DEFAULTS.ngram_n,
+                   help=f"n-gram order for NASD, 2 to 16 (default {DEFAULTS.ngram_n})")
+    d.add_argument("--suffix-pattern", type=_suffix_pattern, default=DEFAULTS.suffix_pattern, metavar="P",
+                   help=f"the suffix storage's longest matched tail P, 1 to 64 (default {DEFAULTS.suffix_pattern}, "
+                        "as /suffix_pattern): a draft has at most 2P - m tokens after a match of m")
+    d.add_argument("--top-k-filler", type=_positive, default=DEFAULTS.top_k_filler,
+                   help=f"NASD: also store the target's top-k predictions (default {DEFAULTS.top_k_filler})")
     d.add_argument("--lookup-ngram", type=_positive, default=None,
                    help="HF prompt lookup: max_matching_ngram_size (default: transformers', 2)")
     d.add_argument("--assisted-confidence", type=float, default=0.0,
                    help="HF assisted: assistant_confidence_threshold; 0 (default) drafts exactly "
                         "gamma tokens a round like ours, transformers' own default is 0.4")
-    d.add_argument("--verify", type=_verify_rules, default=["residual"], metavar="RULES",
+    d.add_argument("--verify", type=_verify_rules, default=[DEFAULTS.verify], metavar="RULES",
                    help="chain verify rules, each of our chain variants once per rule, side by side, e.g. "
-                        "residual,block,strict (default: residual, the token rule; see docs/verify.md)")
-    d.add_argument("--uag", choices=("slem", "tli"), default="slem",
-                   help="a drafter with another tokenizer: draft through text (slem, default) or over "
-                        "the shared vocabulary (tli); see docs/models.md")
+                        f"block,residual,strict (default: {DEFAULTS.verify}, as the REPL's; a variant with another "
+                        "rule is named ~RULE, speculative@4~residual; see docs/verify.md)")
+    d.add_argument("--uag", choices=("slem", "tli"), default=DEFAULTS.uag,
+                   help="a drafter with another tokenizer: draft through text (slem) or over "
+                        f"the shared vocabulary (tli); default {DEFAULTS.uag}; see docs/models.md")
     r = p.add_argument_group("measurement and output")
     r.add_argument("--repeats", type=_positive, default=3, help="timed runs per prompt (default 3)")
     r.add_argument("--until-decided", type=_positive, default=None, metavar="MAX",
@@ -313,7 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(its 95%% interval clear of the bound), at most MAX repeats in all")
     r.add_argument("--warmup", type=_non_negative, default=1,
                    help="untimed runs of every variant on the first prompt (default 1)")
-    r.add_argument("--seed", type=int, default=0, help="the same seed for every run (default 0)")
+    r.add_argument("--seed", type=int, default=DEFAULTS.seed,
+                   help=f"the same seed for every run (default {DEFAULTS.seed})")
     r.add_argument("--out", type=Path, default=Path("bench_out"), help="output folder (default bench_out/)")
     r.add_argument("--no-chart", dest="chart", action="store_false", help="skip the PNG chart")
     r.add_argument("--expect", type=_expectation, action="append", default=[], metavar="A/B=X",

@@ -11,6 +11,7 @@ import torch
 import transformers
 
 from bench.margin import expectation_level
+from utils.defaults import differences
 from utils.devices import HALF_DTYPES, half_precision_reason
 
 
@@ -99,7 +100,19 @@ def header_lines(env: dict, settings: dict) -> list[str]:
     ]
     if settings["processor"] == "greedy" and env.get("target_dtype") in HALF_DTYPES:
         lines.append(half_precision_note(env["target_dtype"]))
+    if (line := defaults_line(settings)) is not None:
+        lines.append(line)
     return lines
+
+
+def defaults_line(settings: dict) -> str | None:
+    """``differs from the REPL's defaults: seed 0, verify residual`` naming every shared setting
+    (``utils.defaults``) this run changed; None when it changed none. A list setting (``verify``,
+    ``ngram_storage``) reads as its items joined by commas."""
+    values = {name: ",".join(map(str, value)) if isinstance(value, list) else value
+              for name, value in settings.items()}
+    changed = differences(values)
+    return "differs from the REPL's defaults: " + ", ".join(changed) if changed else None
 
 
 def half_precision_note(dtype: str) -> str:

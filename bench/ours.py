@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from bench.variants import Variant
+from utils.defaults import DEFAULTS
 from engine import (
     CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Strategy, lookahead_strategy,
     run_strategy,
@@ -15,7 +16,7 @@ DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic
 
 
 def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
-                 tree_branch: int = 3, tree_sample: bool = True,
+                 tree_branch: int = DEFAULTS.tree_branch, tree_sample: bool = DEFAULTS.tree_sample,
                  cross: CrossTokenizerOptions = CrossTokenizerOptions(), arctic=None,
                  fresh: bool = True) -> Strategy:
     """The engine strategy of one of our variants, keyed by the variant's name (so each
@@ -53,7 +54,7 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
                     tree=getattr(variant, "tree", 0), tree_branch=tree_branch, tree_sample=tree_sample,
-                    verify=getattr(variant, "verify", "residual"), inspect=False)
+                    verify=getattr(variant, "verify", DEFAULTS.verify), inspect=False)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,

@@ -23,10 +23,13 @@ instead of the pair's drafter (``--self-drafters``): ``speculative[self:int8]@4`
 A speculative variant may draft from the model-free storage in rounds whose match is at
 least L tokens (``--hybrid``; ``ngram_assisted.hybrid``): ``speculative+hybrid4@4``; no peer.
 
-A chain variant of ours may verify with another rule than the token rule
-(``--verify``; ``generation.verify_rules``): ``speculative@4~block``,
-``ngram@4~strict``; the rule is the name's last part, and such a variant has no
-peer (transformers verifies with the token rule only).
+A chain variant of ours verifies with the REPL's default rule (``utils.defaults``:
+block verification) unless ``--verify`` names others (``generation.verify_rules``):
+a variant with another rule carries it as the name's last part,
+``speculative@4~residual`` (the token rule), ``ngram@4~strict``. The default
+rule's variant and the token rule's have transformers' decoder as their peer
+(transformers verifies with the token rule; under greedy every rule keeps the
+same tokens); a strict variant has none.
 
 NASD may run several n-gram storages side by side (``--ngram-storage
 basic,suffix``): each of its variants then names its storage, ``ngram[suffix]@4``,
@@ -47,6 +50,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from utils.defaults import DEFAULTS
+
 OURS = ("speculative", "ngram", "target", "drafter", "lookahead")
 # What --strategies runs when not given: lookahead decoding is asked for by name.
 DEFAULT_STRATEGIES = ("speculative", "ngram", "target", "drafter")
@@ -59,6 +64,10 @@ PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_p
 BASELINE = "target"
 CONSTANT = "constant"
 RESIDUAL = "residual"  # the token rule: the one transformers' decoders use
+DEFAULT_RULE = DEFAULTS.verify  # the rule a variant's plain name stands for (the REPL's default)
+# The rules whose variants keep their transformers peer: the token rule, and the default one
+# (under sampling "vs peer" then compares block verification with transformers' token rule).
+PEER_RULES = frozenset({RESIDUAL, DEFAULT_RULE})
 
 # Lookahead decoding's (W, N, G) when --lookahead is not given: engine.LookaheadOptions' defaults.
 DEFAULT_LOOKAHEAD = (5, 3, 5)
@@ -97,7 +106,7 @@ class Variant:
     policy: str = CONSTANT
     tree: int = 0
     drafter: str = ""       # a self-drafter spec (``self:int8``) drafting instead of the pair's drafter
-    verify: str = RESIDUAL  # the chain verify rule (generation.verify_rules)
+    verify: str = DEFAULT_RULE  # the chain verify rule (generation.verify_rules)
     hybrid: int = 0         # L: the storage drafts in rounds whose match is at least L (0: off)
     storage: str = ""       # NASD's n-gram storage when several run side by side ("": the run's one)
     shape: str = ""         # lookahead's "W,N,G"
@@ -119,7 +128,7 @@ class Variant:
         middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
         tree = f"+tree{self.tree}" if self.tree else ""
         hybrid = f"+hybrid{self.hybrid}" if self.hybrid else ""
-        rule = f"~{self.verify}" if self.verify != RESIDUAL else ""
+        rule = f"~{self.verify}" if self.verify != DEFAULT_RULE else ""
         return f"{self.strategy}{drafter}{tree}{hybrid}{middle}@{self.gamma}{rule}"
 
     @property
@@ -137,7 +146,7 @@ class Variant:
             base = f"{base} tree {self.tree}"
         if self.hybrid:
             base = f"{base} hybrid L{self.hybrid}"
-        if self.verify != RESIDUAL:
+        if self.verify != DEFAULT_RULE:
             base = f"{base} {self.verify}"
         if self.gamma is None:
             return base
@@ -173,7 +182,7 @@ class Variant:
         policies have no peer.
         """
         other = PEER_OF.get(self.strategy)
-        if other is None or self.tree or self.drafter or self.hybrid or self.verify != RESIDUAL:
+        if other is None or self.tree or self.drafter or self.hybrid or self.verify not in PEER_RULES:
             return None
         if self.constant or self.gamma is None:
             return Variant(other, self.gamma)
@@ -212,7 +221,7 @@ def parse_variant_name(name: str) -> Variant:
     else:
         drafter = source        # speculative[self:int8]
     return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter,
-                   rule or RESIDUAL, hybrid=int(hybrid) if hybrid else 0, storage=storage, shape=shape)
+                   rule or DEFAULT_RULE, hybrid=int(hybrid) if hybrid else 0, storage=storage, shape=shape)
 
 
 def lookahead_variant(window: int, ngram: int, guesses: int) -> Variant:
@@ -236,7 +245,7 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     variants may share one), so a pair is measured back to back. Each spec of
     ``self_drafters`` runs speculative decoding with that self-drafter at every
     constant gamma, chains and trees, right after the pair's own drafter.
-    ``verifies`` (default: the token rule alone) are the chain verify rules each
+    ``verifies`` (default: the default rule alone, ``DEFAULT_RULE``) are the chain verify rules each
     of our chain variants runs with, one variant per rule, side by side.
     Each L of ``hybrids`` runs speculative decoding as a hybrid at every constant gamma.
     With ``mtp`` (the pair's drafter is the target's MTP layers) the peer of
@@ -274,10 +283,10 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
         if strategy == "speculative" or (strategy == BASELINE and "speculative" not in chosen):
             mine += [Variant("speculative", g, tree=n, drafter=spec) for spec in (self_drafters or [])
                      for n in [0, *(trees or [])] for g in gammas]
-        rules = verifies or [RESIDUAL]    # chains only: trees (and lookahead's) have one rule
-        mine = [replace(v, verify=rule) if rule != RESIDUAL else v
+        rules = verifies or [DEFAULT_RULE]    # chains only: trees (and lookahead's) have one rule
+        mine = [replace(v, verify=rule)
                 for v in mine for rule in (rules if v.gamma is not None and not v.tree and not v.shape
-                                           else [RESIDUAL])]
+                                           else [DEFAULT_RULE])]
         if strategy == "ngram" and len(storages) > 1:
             mine = [replace(v, storage=kind) for v in mine for kind in storages]
         for variant in mine:
@@ -290,6 +299,6 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
             if peers and peer is not None and peer not in out:
                 out.append(peer)
             if arctic and variant.strategy == "ngram" and (variant.storage or storages[0]) == beside \
-                    and variant.constant and not variant.tree and variant.verify == RESIDUAL:
+                    and variant.constant and not variant.tree and variant.verify == DEFAULT_RULE:
                 out.append(Variant("arctic_suffix", variant.gamma))
     return out

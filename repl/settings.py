@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from sampling.spec import PROCESSOR_ARGS, ProcessorSpec, fmt_number
+from utils.defaults import DEFAULTS
 
 # The decoding strategies, in the order a prompt runs them.
 STRATEGIES: tuple[str, ...] = ("speculative", "ngram", "lookahead", "target", "drafter")
@@ -36,10 +37,11 @@ UAG_METHODS: tuple[str, ...] = ("slem", "tli")
 
 @dataclass
 class Settings:
-    """Everything a prompt run depends on, with the documented defaults."""
+    """Everything a prompt run depends on, with the documented defaults (those the benchmark
+    shares come from ``utils.defaults``)."""
 
-    gamma: int = 4
-    length: int = 128
+    gamma: int = DEFAULTS.gamma
+    length: int = DEFAULTS.length
     processor: ProcessorSpec = field(default_factory=ProcessorSpec)
     speculative: bool = True
     ngram: bool = True
@@ -47,13 +49,13 @@ class Settings:
     target: bool = True
     drafter: bool = False
     cache: bool = True
-    chat: bool = True
+    chat: bool = DEFAULTS.chat
     debug: bool = False
-    ngram_storage: str = "basic"
-    ngram_n: int = 3
-    top_k_filler: int = 3
+    ngram_storage: str = DEFAULTS.ngram_storage
+    ngram_n: int = DEFAULTS.ngram_n
+    top_k_filler: int = DEFAULTS.top_k_filler
     reset_in_between: bool = True
-    suffix_pattern: int = 16      # suffix storage: the longest tail matched (P)
+    suffix_pattern: int = DEFAULTS.suffix_pattern  # suffix storage: the longest tail matched (P)
     suffix_outputs: int = 64      # suffix storage: earlier outputs its global trie keeps (M)
     match_factor: float = 1.0     # suffix and sam: drafts up to this times the match length (α)
     corpus: str = ""              # sam: a text file matched beside the context ("" = none)
@@ -64,20 +66,20 @@ class Settings:
     lookahead_window: int = 5
     lookahead_ngram: int = 3
     lookahead_guesses: int = 5
-    seed: int = 42
+    seed: int = DEFAULTS.seed
     gamma_policy: str = "constant"
     gamma_threshold: float = 0.4  # used by the "confidence" policy only
     live: bool = True  # draw each strategy's rounds as they happen (off for JSON and pipes)
     rtt: float = 0.0  # ms: what-if network round trip per target call, in the speedup model
     rtt_inject: float = 0.0  # ms: really wait this long before every target forward
     tree: int = 0                 # draft nodes per round verified as a token tree (0: a chain)
-    tree_branch: int = 2          # children per expanded tree node
-    tree_sample: bool = True      # under sampling: children drawn from q, recursive rejection sampling
-    uag: str = "slem"  # a drafter with another tokenizer: "slem" or "tli"
+    tree_branch: int = DEFAULTS.tree_branch  # children per expanded tree node
+    tree_sample: bool = DEFAULTS.tree_sample  # under sampling: children drawn from q, recursive rejection sampling
+    uag: str = DEFAULTS.uag  # a drafter with another tokenizer: "slem" or "tli"
     # The chain verify rule, one of VERIFY_RULE_NAMES. Block: never fewer drafts kept in
     # expectation than the token rule (Sun et al. 2025, Theorem 2), the same under greedy,
     # and measured not slower (docs/results.md#verify-rules-2026-11-25).
-    verify: str = "block"
+    verify: str = DEFAULTS.verify
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""
