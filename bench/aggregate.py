@@ -8,7 +8,9 @@ Definitions (docs/benchmark.md repeats them):
 * speedup: per repeat, that variant's tokens/s over target autoregressive's on
   the same prompts; the median over repeats. "vs peer" is the same ratio against
   the transformers decoder it is compared with (same gamma). Ratios are paired
-  per repeat, so drift between repeats cancels.
+  per repeat, so drift between repeats cancels, and each takes only the runs
+  (prompt and repeat) both sides finished (:func:`common_runs`): a benchmark
+  stopped part-way compares like with like.
 * margins of the speedup and of "vs peer": how far the ratio could move on a
   rerun of the same prompts, from how each prompt's runs varied over the repeats
   (``bench.margin``): the 95% interval is ratio · exp(±margin); None with one repeat.
@@ -20,14 +22,19 @@ Definitions (docs/benchmark.md repeats them):
   engine pools its requests: mean acceptance length = 1 + accepted / drafting rounds.
 * tokens per target call: generated tokens over target forward passes, summed.
 * call cost: seconds per target forward pass (drafting and host work included),
-  summed over the runs, over target AR's on the same prompts. The speedup is
+  summed over the runs, over target AR's on the same runs. The speedup is
   about tokens per target call divided by call cost: a drafter pays by making
   more tokens a call, or loses by making each call dearer.
 * target calls: mean target forward passes per prompt (prefill included).
 * mean γ: the mean draft length the rounds asked for (a policy's choices).
-* identical (greedy only): share of prompts whose output equals target
-  autoregressive's (first repeat); first divergence: median position of the
-  first differing token among the prompts that differ.
+* identical (greedy only): share of the prompts both ran whose output equals
+  target autoregressive's (first repeat); first divergence: median position of
+  the first differing token among the prompts that differ.
+* time to first token: the median over runs of our engine's seconds until the
+  first round's tokens were on the host (prefill included), in ms; None for peers.
+* decode tokens/s: as tokens/s, with each run's first round left out (tokens
+  after it over the engine's seconds after it); decode speedup: paired per
+  repeat against target AR's decode tokens/s, like the speedup.
 * per position (sessions: ``--multi-turn``, ``--session-size``): the same
   numbers over all categories for the runs at one position of their session
   (a conversation's turn), the speedup against target AR's runs at that same
@@ -83,6 +90,9 @@ class SummaryRow:
     acceptance_histogram: list[int] | None = None
     acceptance_histogram_by_draft_length: dict[str, list[int]] | None = None
     position: int | None = None
+    ttft_ms: float | None = None
+    decode_tokens_per_s: float | None = None
+    decode_speedup: float | None = None
 
 
 def median(values: Iterable[float]) -> float | None:
@@ -98,16 +108,51 @@ def throughput(records: Iterable[RunRecord]) -> float:
 
 
 def per_repeat_throughput(records: Iterable[RunRecord]) -> dict[int, float]:
-    by_repeat: dict[int, list[RunRecord]] = defaultdict(list)
-    for r in records:
-        by_repeat[r.repeat].append(r)
-    return {repeat: throughput(rs) for repeat, rs in sorted(by_repeat.items())}
+    return _per_repeat(records, throughput)
 
 
 def paired_ratio(mine: dict[int, float], base: dict[int, float]) -> float | None:
     """Median over repeats of mine[r] / base[r], over the repeats both have."""
     ratios = [mine[r] / base[r] for r in mine if r in base and base[r] > 0]
     return median(ratios)
+
+
+def common_runs(mine: Sequence[RunRecord], other: Sequence[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
+    """The runs of ``mine`` and of ``other`` on the prompts and repeats (``RunRecord.key``) both
+    finished: a run whose partner is missing (a benchmark stopped part-way) is left out of both."""
+    keys = {r.key for r in mine} & {r.key for r in other}
+    return [r for r in mine if r.key in keys], [r for r in other if r.key in keys]
+
+
+def paired_speed(mine: Sequence[RunRecord], other: Sequence[RunRecord], rate=None) -> float | None:
+    """``mine``'s speed over ``other``'s, paired per repeat on their common runs: the median over
+    repeats of the per-repeat ratio of ``rate`` (default :func:`throughput`) of each side."""
+    a, b = common_runs(mine, other)
+    rate = rate or throughput
+    return paired_ratio(_per_repeat(a, rate), _per_repeat(b, rate))
+
+
+def _per_repeat(records: Iterable[RunRecord], rate) -> dict[int, float]:
+    """``rate`` of ``records`` per repeat, the repeats where it is known."""
+    by_repeat: dict[int, list[RunRecord]] = defaultdict(list)
+    for r in records:
+        by_repeat[r.repeat].append(r)
+    values = {repeat: rate(rs) for repeat, rs in sorted(by_repeat.items())}
+    return {repeat: v for repeat, v in values.items() if v is not None}
+
+
+def decode_throughput(records: Iterable[RunRecord]) -> float | None:
+    """Tokens after each run's first round over the engine's seconds after it, both summed over
+    the runs that know their time to first token (None without such a run or such time)."""
+    known = [r for r in records if r.decode_seconds is not None]
+    tokens = sum(r.n_tokens - (r.first_tokens or 0) for r in known)
+    seconds = sum(r.decode_seconds for r in known)
+    return tokens / seconds if tokens > 0 and seconds > 0 else None
+
+
+def ttft_ms(records: Iterable[RunRecord]) -> float | None:
+    """The median time to first token of ``records``, in ms (None for peers)."""
+    return median(1000 * r.first_token_s for r in records if r.first_token_s is not None)
 
 
 def seconds_per_call(records: Iterable[RunRecord]) -> float | None:
@@ -118,7 +163,8 @@ def seconds_per_call(records: Iterable[RunRecord]) -> float | None:
 
 
 def call_cost(records: Sequence[RunRecord], base: Sequence[RunRecord]) -> float | None:
-    """``records``' seconds per target call over ``base``'s (target AR's), on the same prompts."""
+    """``records``' seconds per target call over ``base``'s (target AR's), on the runs both finished."""
+    records, base = common_runs(records, base)
     mine, theirs = seconds_per_call(records), seconds_per_call(base)
     return mine / theirs if mine is not None and theirs else None
 
@@ -179,7 +225,8 @@ def _acceptance_fields(records: Sequence[RunRecord]) -> dict:
 
 def output_agreement(records: Sequence[RunRecord],
                      reference: dict[str, list[int]]) -> tuple[int, list[int]]:
-    """(prompts identical to the reference, first divergences of the others); first repeat."""
+    """(prompts identical to the reference, first divergences of the others); first repeat, the
+    prompts the reference has."""
     first = min((r.repeat for r in records), default=0)
     identical, divergences = 0, []
     for r in records:
@@ -205,9 +252,9 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
     row = SummaryRow(
         variant=variant, strategy=v.strategy, gamma=v.gamma, family=v.family, category=category,
         prompts=prompts, tokens_per_s=median(tps.values()) or 0.0,
-        speedup=paired_ratio(tps, per_repeat_throughput(base)) if base else None,
+        speedup=paired_speed(records, base) if base else None,
         peer=v.peer.name if v.peer is not None else None,
-        vs_peer=paired_ratio(tps, per_repeat_throughput(peer)) if peer else None,
+        vs_peer=paired_speed(records, peer) if peer else None,
         speedup_margin=ratio_margin(records, base) if base and variant != BASELINE else None,
         vs_peer_margin=ratio_margin(records, peer) if peer else None,
         tokens_per_target_call=_ratio(tokens, calls),
@@ -216,12 +263,16 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         mean_tokens=tokens / len(records) if records else None,
         gamma_policy=v.policy if v.gamma is not None else "",
         mean_gamma=_mean_of_rounds(records),
+        ttft_ms=ttft_ms(records),
+        decode_tokens_per_s=median(_per_repeat(records, decode_throughput).values()),
+        decode_speedup=paired_speed(records, base, decode_throughput) if base else None,
         **_acceptance_fields(records),
     )
     if reference is not None:
         same, divergences = output_agreement(records, reference)
         row.identical_count = same
-        row.identical = same / prompts if prompts else None
+        compared = same + len(divergences)
+        row.identical = same / compared if compared else None
         row.divergences = sorted(divergences)
         row.first_divergence = median(divergences)
     return row

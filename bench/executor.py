@@ -1,7 +1,9 @@
 """Run one variant on one prompt and return a RunRecord: our engine or a transformers peer.
 
 Both go through the same timer; forward passes of both models are counted by
-hooks that stay attached for every run, so their cost falls on all alike.
+hooks that stay attached for every run, so their cost falls on all alike. Two
+readings of the machine's load bracket every run: the record keeps how much CPU
+other processes took meanwhile (``utils.machine_load``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from engine import CrossTokenizerOptions, EngineState, NGramOptions
 from engine.run import loop_vocab_size
 from engine.state import MATCH_STORAGES
 from repl.settings import NGRAM_STORAGES
+from utils.defaults import DEFAULTS
+from utils.machine_load import is_busy, other_load, read_load
 
 
 # A storage name's ending that makes the suffix or sam storage fill its verify widths
@@ -42,21 +46,22 @@ def storage_options(options: NGramOptions, name: str) -> NGramOptions:
 
 @dataclass
 class RunSettings:
-    """How every run decodes: the same for all variants of a benchmark."""
+    """How every run decodes: the same for all variants of a benchmark (the defaults are the
+    REPL's, ``utils.defaults``)."""
 
     spec: ProcessorSpec
-    length: int = 128
-    seed: int = 0
-    ngram_storage: str = "basic"
-    ngram_n: int = 3
-    suffix_pattern: int = 16   # the suffix storage's P (NGramOptions.max_pattern)
-    filler_top_k: int = 1
+    length: int = DEFAULTS.length
+    seed: int = DEFAULTS.seed
+    ngram_storage: str = DEFAULTS.ngram_storage
+    ngram_n: int = DEFAULTS.ngram_n
+    suffix_pattern: int = DEFAULTS.suffix_pattern   # the suffix storage's P (NGramOptions.max_pattern)
+    filler_top_k: int = DEFAULTS.top_k_filler
     stop_if_unknown: bool = True
     assisted_confidence: float = 0.0
     max_matching_ngram_size: int | None = None
-    tree_branch: int = 3
-    tree_sample: bool = True
-    uag: str = "slem"  # how a drafter with another tokenizer drafts (slem or tli)
+    tree_branch: int = DEFAULTS.tree_branch
+    tree_sample: bool = DEFAULTS.tree_sample
+    uag: str = DEFAULTS.uag  # how a drafter with another tokenizer drafts (slem or tli)
 
 
 class Executor:
@@ -118,10 +123,12 @@ class Executor:
         self.drafter_counter.take()
         if self.peer_counter is not None:
             self.peer_counter.take()
+        before = read_load()
         if variant.family == "peer" and variant.strategy not in LOOP_PEERS:
             self._run_peer(variant, ids, record)
         else:
             self._run_ours(variant, ids, record, fresh)
+        mark_load(record, other_load(before, read_load()))
         return record
 
     def ngram_options(self, variant: Variant) -> NGramOptions:
@@ -162,6 +169,8 @@ class Executor:
         record.tokens = list(result.tokens)
         record.seconds = seconds
         record.engine_seconds = result.seconds
+        if result.first_token_s is not None:
+            record.first_token_s, record.first_tokens = result.first_token_s, result.first_tokens
         record.stop_reason = result.stop_reason
         record.target_calls = result.target_calls
         record.drafter_calls = result.drafter_calls
@@ -209,6 +218,13 @@ class Executor:
             return contextlib.nullcontext()
         schedule, confidence = assistant_schedule(variant.policy, self.settings.assisted_confidence)
         return assistant_settings(self.peer_drafter, variant.gamma, confidence, schedule)
+
+
+def mark_load(record: RunRecord, load: float | None) -> None:
+    """Put the other processes' load during the run (cores' worth, None where unknown) on
+    ``record``, and mark it ``busy`` above ``utils.machine_load.BUSY_CORES``."""
+    record.other_load = None if load is None else round(load, 3)
+    record.busy = is_busy(load)
 
 
 def _mean_gamma(trace) -> float | None:

@@ -5,8 +5,8 @@ fast as variant B: ``speculative@4/target=1.2``, ``ngram@4/hf_prompt_lookup@4=1.
 ``@CATEGORY`` after the ratio restricts it to one category or to ``grounded``
 (``ngram@4/target=1.8@grounded``). B may be ``best``: the fastest constant γ
 of A's strategy in this very run (``speculative:model@16/best=0.95``). The
-ratio is paired per repeat (the median of per-repeat tokens/s ratios), like
-every other ratio of the report. With two repeats or more the ratio carries its
+ratio is paired per repeat (the median of per-repeat tokens/s ratios) on the
+runs both variants finished, like every other ratio of the report. With two repeats or more the ratio carries its
 95% margin (``bench.margin``): the expectation is met when the whole interval
 clears X, missed when the whole interval falls short, and "within the margin"
 when X lies inside it (this run cannot tell). With one repeat the ratio alone
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from bench.aggregate import ALL, category_groups, median, paired_ratio, per_repeat_throughput
+from bench.aggregate import ALL, category_groups, median, paired_speed, per_repeat_throughput
 from bench.margin import LEVEL, interval, ratio_margin
 from bench.records import RunRecord
 from bench.variants import parse_variant_name
@@ -126,23 +126,26 @@ def _check(records, e: Expectation, present: list[str], groups: dict[str, set[st
     def runs(name: str) -> list[RunRecord]:
         return [r for r in records if r.variant == name and r.category in members]
 
-    def tps(name: str) -> dict[int, float]:
-        return per_repeat_throughput(runs(name))
-
-    reference = _best_constant(e.variant, present, tps) if e.reference == BEST else e.reference
+    reference = _best_constant(e.variant, present, runs) if e.reference == BEST else e.reference
     if reference is None or reference not in present:
         return verdict
     verdict.reference = reference
-    verdict.value = paired_ratio(tps(e.variant), tps(reference))
+    verdict.value = paired_speed(runs(e.variant), runs(reference))
     verdict.margin = ratio_margin(runs(e.variant), runs(reference), level)
     return verdict
 
 
-def _best_constant(name: str, present: list[str], tps) -> str | None:
-    """The constant-γ variant of ``name``'s strategy (and n-gram storage) with the highest median tokens/s."""
+def _best_constant(name: str, present: list[str], runs) -> str | None:
+    """The constant-γ variant of ``name``'s strategy (and n-gram storage) with the highest median
+    tokens/s, each measured on the runs every one of them finished (``runs(variant)``: its records)."""
     mine = parse_variant_name(name)
     constants = [v for v in present if (p := parse_variant_name(v)).strategy == mine.strategy
                  and p.storage == mine.storage and p.gamma is not None and p.constant and v != name]
     if not constants:
         return None
-    return max(constants, key=lambda c: median(tps(c).values()) or 0.0)
+    shared = set.intersection(*({r.key for r in runs(c)} for c in constants))
+
+    def speed(constant: str) -> float:
+        return median(per_repeat_throughput(r for r in runs(constant) if r.key in shared).values()) or 0.0
+
+    return max(constants, key=speed)

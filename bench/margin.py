@@ -78,15 +78,10 @@ def t_quantile(p: float, df: int) -> float:
     return z + sum(term / df ** (i + 1) for i, term in enumerate(terms))
 
 
-def _run_key(r: RunRecord) -> tuple:
-    """The prompt a run decoded (within its session) and its repeat."""
-    return (r.session, r.prompt_id, r.position, r.repeat)
-
-
 def paired_runs(mine: Iterable[RunRecord], base: Iterable[RunRecord]) -> list[tuple[RunRecord, RunRecord]]:
     """(mine, base) run pairs of the same prompt and repeat; a run without a partner is left out."""
-    partner = {_run_key(r): r for r in base}
-    return [(r, partner[_run_key(r)]) for r in mine if _run_key(r) in partner]
+    partner = {r.key: r for r in base}
+    return [(r, partner[r.key]) for r in mine if r.key in partner]
 
 
 def log_ratio_margin(pairs: Sequence[tuple[RunRecord, RunRecord]], level: float = LEVEL) -> float | None:
@@ -101,7 +96,7 @@ def log_ratio_margin(pairs: Sequence[tuple[RunRecord, RunRecord]], level: float 
     by_prompt: dict[tuple, list[float]] = defaultdict(list)
     for a, b in pairs:
         z = a.n_tokens / tokens_a - a.seconds / seconds_a - b.n_tokens / tokens_b + b.seconds / seconds_b
-        by_prompt[_run_key(a)[:3]].append(z)
+        by_prompt[a.key[:3]].append(z)
     repeated = [zs for zs in by_prompt.values() if len(zs) >= 2]
     if not repeated:
         return None

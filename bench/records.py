@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from generation.result import decode_rate
+
 
 @dataclass
 class RunRecord:
@@ -31,6 +33,13 @@ class RunRecord:
     ``session`` and ``position``: the session the run belongs to (a conversation,
     or K prompts of one category in a row) and its 1-based step there (for a
     conversation, the turn); "" and 0 for a prompt run alone.
+    ``first_token_s`` and ``first_tokens``: our engine's time to first token (seconds from its
+    start until the first round's tokens were on the host) and the tokens that round made
+    (``GenerationResult``); None for peers. The rest of the run is its decode part
+    (:attr:`decode_tokens_per_s`).
+    ``other_load``: cores' worth of CPU that other processes used while the run ran
+    (``utils.machine_load.other_load``; None where unknown); ``busy``: above
+    ``utils.machine_load.BUSY_CORES``, so its time is slower than this machine's own.
     """
 
     variant: str
@@ -59,6 +68,16 @@ class RunRecord:
     hybrid: dict | None = None
     session: str = ""
     position: int = 0
+    first_token_s: float | None = None
+    first_tokens: int | None = None
+    other_load: float | None = None
+    busy: bool = False
+
+    @property
+    def key(self) -> tuple:
+        """The prompt the run decoded (within its session) and its repeat: runs of two variants
+        with one key are a pair."""
+        return (self.session, self.prompt_id, self.position, self.repeat)
 
     @property
     def n_tokens(self) -> int:
@@ -68,9 +87,25 @@ class RunRecord:
     def tokens_per_s(self) -> float:
         return self.n_tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def decode_seconds(self) -> float | None:
+        """The engine's seconds after the first round (None without a time to first token)."""
+        if self.first_token_s is None or self.engine_seconds is None:
+            return None
+        return max(0.0, self.engine_seconds - self.first_token_s)
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first round over the engine's seconds after it (prefill left out;
+        ``generation.result.decode_rate``); None for peers, or when the first round made every token."""
+        if self.first_token_s is None or self.engine_seconds is None:
+            return None
+        return decode_rate(self.n_tokens, self.engine_seconds, self.first_token_s, self.first_tokens or 0)
+
     def row(self) -> dict:
         """A flat, JSON/CSV-ready dict without the token ids."""
         out = asdict(self)
         out.pop("tokens")
-        out.update(n_tokens=self.n_tokens, tokens_per_s=self.tokens_per_s)
+        out.update(n_tokens=self.n_tokens, tokens_per_s=self.tokens_per_s,
+                   decode_tokens_per_s=self.decode_tokens_per_s)
         return out

@@ -8,8 +8,9 @@ from bench.variants import parse_variant_name
 
 DASH = "—"
 
-OVERALL_COLUMNS = ("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer", "accept", "acc len",
-                   "tok/call", "call cost", "target calls", "identical", "1st div")
+OVERALL_COLUMNS = ("Strategy", "γ", "mean γ", "tok/s", "speedup", "vs peer", "TTFT ms", "decode tok/s",
+                   "decode speedup", "accept", "acc len", "tok/call", "call cost", "target calls", "identical",
+                   "1st div")
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -30,7 +31,7 @@ def ratio_cell(value: float | None, margin: float | None) -> str:
 def _identical(row: SummaryRow) -> str:
     if row.identical is None:
         return DASH
-    return f"{row.identical_count}/{row.prompts}"
+    return f"{row.identical_count}/{row.identical_count + len(row.divergences)}"
 
 
 def overall_cells(row: SummaryRow) -> list[str]:
@@ -40,6 +41,7 @@ def overall_cells(row: SummaryRow) -> list[str]:
         v.label.split(" γ=")[0], v.gamma_text, _num(row.mean_gamma, ".1f"),
         _num(row.tokens_per_s, ".1f"), ratio_cell(row.speedup, row.speedup_margin),
         ratio_cell(row.vs_peer, row.vs_peer_margin),
+        _num(row.ttft_ms, ".1f"), _num(row.decode_tokens_per_s, ".1f"), _num(row.decode_speedup, ".2f", "×"),
         _num(row.acceptance_rate, ".0%"), _num(row.mean_acceptance_length, ".2f"),
         _num(row.tokens_per_target_call, ".2f"), _num(row.call_cost, ".2f", "×"),
         _num(row.target_calls, ".1f"), _identical(row), _num(row.first_divergence, ".0f"),

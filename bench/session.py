@@ -10,15 +10,14 @@ from dataclasses import asdict
 import torch
 from rich.console import Console
 from rich.text import Text
-from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
-)
 
 from bench.aggregate import summarize
 from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
 from bench.expect import check_expectations, undecided, unknown_names
 from bench.margin import expectation_level
+from bench.marks import busy_line, busy_runs, coverage, coverage_dict, coverage_line
+from bench.progress import run_progress
 from bench.ceiling import ceiling_lines, copy_ceilings
 from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
@@ -37,6 +36,7 @@ from engine.self_pair.load import resolve_skip
 from selfdraft.skip import SkipRefused
 from selfdraft.spec import parse_self_draft
 from utils.errors import ModelLoadError
+from utils.machine_load import load_record, read_load
 
 
 def _consoles():
@@ -51,11 +51,6 @@ def _error(err, message: str) -> None:
     """``error: MESSAGE`` on one line (the terminal wraps it, not rich), the word in red (the
     console takes no markup)."""
     err.print(Text.assemble(("error:", "red"), " ", str(message)), highlight=False, soft_wrap=True)
-
-
-def _progress(console):
-    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=console)
 
 
 def _load(args, loader, err):
@@ -181,7 +176,9 @@ def run_session(args, loader, settings_dict) -> int:
         tree_sample=args.tree_sample,
         uag=args.uag,
     ), state=state)
-    records, interrupted = _run_all(executor, sessions, follow_up, variants, args, err)
+    start = read_load()
+    records, planned, stopped = _run_all(executor, sessions, follow_up, variants, args, err)
+    load = load_record(start, read_load())
     executor.close()
     if not records:
         err.print("no run finished", style="red")
@@ -189,22 +186,39 @@ def run_session(args, loader, settings_dict) -> int:
 
     settings = settings_dict(args, sum(len(s.steps) for s in sessions))
     settings.update(sessions=len(sessions) if (args.multi_turn or args.session_size) else None)
-    settings.update(variants=[v.name for v in variants], interrupted=interrupted,
+    settings.update(variants=[v.name for v in variants], interrupted=stopped is not None,
                     planned_repeats=args.repeats, repeats=len({r.repeat for r in records}))
     env = environment(models)
     greedy = args.processor.is_greedy
     rows = summarize(records, greedy=greedy)
     goals = check_expectations(records, args.expect, expectation_level(args.repeats, args.until_decided))
     ceilings = copy_ceilings(records, sessions, args.length, follow_up) if greedy else {}
-    header = header_lines(env, settings) + notes + fallback_lines(records) + ceiling_lines(ceilings)
+    marks = _marks(records, sessions, variants, planned, stopped, load, err)
+    header = header_lines(env, settings) + marks["lines"] + notes + fallback_lines(records) + ceiling_lines(ceilings)
     word = "turn" if args.multi_turn else "prompt"
     print_report(out, header, rows, goals, word)
     try:
-        _write_files(args, env, settings, rows, goals, records, skipped, header, err, word, ceilings)
+        _write_files(args, env, settings, rows, goals, records, skipped, header, err, word, ceilings, marks)
     except OSError as exc:   # the folder was writable at the start; a full disk, say
         _error(err, f"could not write the files to {args.out}: {exc.strerror or exc} (the tables above are the run's)")
         return 1
-    return 130 if interrupted else 0
+    return {None: 0, "interrupted": 130}.get(stopped, 1)
+
+
+def _marks(records, sessions, variants, planned: int, stopped: str | None, load: dict, err) -> dict:
+    """What the figures stand on: the header's lines (a stopped run's coverage, a busy machine's
+    warning, said once on the terminal too) and bench.json's ``interrupted`` and ``load``."""
+    lines, interrupted = [], None
+    if stopped is not None:
+        prompts = [step.prompt.id for s in sessions for step in s.steps]
+        covered = coverage(records, prompts, len(variants), planned)
+        interrupted = coverage_dict(covered)
+        lines.append(coverage_line(covered))
+    if (warning := busy_line(records)) is not None:
+        err.print(warning, style="yellow", highlight=False)
+        lines.append(warning)
+    load.update(busy_runs=busy_runs(records), runs=len(records))
+    return {"lines": lines, "interrupted": interrupted, "load": load}
 
 
 def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> tuple[list[str], list[str]]:
@@ -233,22 +247,26 @@ def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> 
 
 
 def _run_all(executor, sessions, follow_up, variants, args, err):
-    """Every run with a progress bar; Ctrl-C stops early and keeps what finished."""
+    """Every run, with a progress bar (a line per run where stderr is no terminal). Ctrl-C, or a run
+    that fails, stops early and keeps what finished. Returns (the records, the timed runs planned,
+    None or why it stopped: ``interrupted`` or ``failed``)."""
     records = []
     steps = sum(len(s.steps) for s in sessions)
     total = run_count(steps, len(variants), repeats=args.repeats, warmup=args.warmup,
                       first_session=len(sessions[0].steps) if sessions else 0)
     planned = [total]
-    with _progress(err) as progress:
-        task = progress.add_task("starting", total=total)
+    timed = [steps * len(variants) * args.repeats]
+    current = ["the warm-up"]
+    with run_progress(err, total) as progress:
 
         def run(*a, **k):
             record = executor.run(*a, **k)
-            progress.advance(task)
+            progress.finished(record)
             return record
 
         def on_step(text):
-            progress.update(task, description=text)
+            current[0] = text
+            progress.describe(text)
 
         def more(done: int) -> bool:
             """Another repeat while --until-decided allows one and an --expect is unsettled."""
@@ -258,7 +276,8 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
             if not undecided(check_expectations(records, args.expect, level)):
                 return False
             planned[0] += steps * len(variants)
-            progress.update(task, total=planned[0])
+            timed[0] += steps * len(variants)
+            progress.grow(planned[0])
             return True
 
         try:
@@ -268,8 +287,12 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
                 records.append(record)
         except KeyboardInterrupt:
             err.print(f"interrupted: reporting the {len(records)} runs that finished", style="yellow")
-            return records, True
-    return records, False
+            return records, timed[0], "interrupted"
+        except Exception as exc:   # one failed run (out of memory, say) does not lose the others
+            _error(err, f"{current[0]} failed ({type(exc).__name__}: {exc}); "
+                        f"reporting the {len(records)} runs that finished")
+            return records, timed[0], "failed"
+    return records, timed[0], None
 
 
 def fallback_lines(records) -> list[str]:
@@ -278,11 +301,12 @@ def fallback_lines(records) -> list[str]:
     return [f"{variant}: {line}" for variant, line in why.items()]
 
 
-def _write_files(args, env, settings, rows, goals, records, skipped, header, err, word, ceilings) -> None:
+def _write_files(args, env, settings, rows, goals, records, skipped, header, err, word, ceilings, marks) -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    extra = {"interrupted": marks["interrupted"], "load": marks["load"]}
     paths = [
-        write_json(out / "bench.json", report_dict(env, settings, rows, goals, records, skipped, ceilings)),
+        write_json(out / "bench.json", report_dict(env, settings, rows, goals, records, skipped, ceilings, extra)),
         write_csv(out / "summary.csv", [asdict(r) for r in rows]),
         write_csv(out / "runs.csv", [r.row() for r in records]),
     ]
@@ -292,6 +316,8 @@ def _write_files(args, env, settings, rows, goals, records, skipped, header, err
     if args.chart:
         with contextlib.suppress(ImportError):
             title = f"{env['target']} · {settings['processor']} · {args.length} tokens"
+            if marks["interrupted"] is not None:
+                title += f" · interrupted: {marks['interrupted']['runs']} of {marks['interrupted']['planned']} runs"
             paths.append(speedup_chart(rows, out / "speedup_vs_gamma.png", title=title))
     err.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
     sys.stderr.flush()

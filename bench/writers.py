@@ -22,8 +22,11 @@ def outputs_by_variant(records: list[RunRecord]) -> dict[str, dict[str, list[int
 
 
 def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], verdicts: list[Verdict],
-                records: list[RunRecord], skipped: list, ceilings: dict[int, dict] | None = None) -> dict:
-    """The run's JSON. ``ceilings``: the copy ceiling per γ (``bench.ceiling.copy_ceilings``)."""
+                records: list[RunRecord], skipped: list, ceilings: dict[int, dict] | None = None,
+                marks: dict | None = None) -> dict:
+    """The run's JSON. ``ceilings``: the copy ceiling per γ (``bench.ceiling.copy_ceilings``);
+    ``marks``: what the figures stand on (``interrupted``: a stopped run's coverage, else None;
+    ``load``: the machine's load over the benchmark; ``bench.marks``)."""
     return {
         "environment": environment,
         "settings": settings,
@@ -36,6 +39,7 @@ def report_dict(environment: dict, settings: dict, rows: list[SummaryRow], verdi
         "runs": [r.row() for r in records],
         "outputs": outputs_by_variant(records),
         "copy_ceiling": {str(gamma): entry for gamma, entry in (ceilings or {}).items()},
+        **(marks or {}),
     }
 
 
