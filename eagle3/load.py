@@ -1,12 +1,17 @@
 """Reading an EAGLE-3 head from a directory in the published layout, or saying in one line why not.
 
 A published head (EAGLE's own releases, SpecForge's, the ones vLLM and SGLang serve) is a
-directory with ``config.json`` (``architectures`` naming an EAGLE-3 class such as
-``LlamaForCausalLMEagle3``; a Llama layer's fields: ``hidden_size``, heads, key-value heads,
+directory with ``config.json`` (a Llama layer's fields: ``hidden_size``, heads, key-value heads,
 ``intermediate_size``, ``rms_norm_eps``, rope settings; ``vocab_size``, the target's;
 ``draft_vocab_size``; optionally ``target_hidden_size`` and the target layers to read) and its
 weights in ``model.safetensors`` or ``pytorch_model.bin`` under the names of
-:class:`eagle3.head.Eagle3Head`.
+:class:`eagle3.head.Eagle3Head` (``layers.0.`` read as ``midlayer.``, a ``model.`` prefix dropped).
+
+As vLLM and SGLang do, the loader is told the method (``eagle3:PATH``) and checks the weights'
+shapes, not the config's ``architectures``: EAGLE's own trainer names ``LlamaForCausalLM``
+there, SpecForge ``LlamaForCausalLMEagle3``, and either loads. ``t2d`` is not read (the
+engines do not read it either); the head's is derived from ``d2t``. Every refusal is one line
+naming the file, the key, what it holds and what was expected (:func:`misfit`).
 
 Which target hidden states feed ``fc`` (``aux_layers``), as indices into transformers'
 ``hidden_states`` (0: the embeddings, i: the input of layer i): by default 2, L // 2 and
@@ -20,6 +25,7 @@ i, the input of layer i + 1; SpecForge writes these).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,6 +36,7 @@ from kvcache.probe import ProbeResult, remember
 PREFIX = "eagle3:"
 EAGLE3_ATTR = "eagle3_of"          # on a loaded head: the target it drafts for
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+NOT_READ = ("t2d",)                # tensors a checkpoint may hold that the head derives instead
 # config.json fields that are the head's bookkeeping, not its Llama layer's
 _NOT_LAYER = ("architectures", "draft_vocab_size", "target_hidden_size", "eagle_config",
               "eagle_aux_hidden_state_layer_ids", "norm_before_residual", "auto_map", "transformers_version", "model_type")
@@ -37,6 +44,16 @@ _NOT_LAYER = ("architectures", "draft_vocab_size", "target_hidden_size", "eagle_
 
 class Eagle3Refused(ValueError):
     """The path holds no EAGLE-3 head this target can draft with; the message says why (one line)."""
+
+
+def misfit(file: Path, key: str, found, expected, why: str) -> Eagle3Refused:
+    """The one-line refusal of ``key`` in ``file``: what it holds, what was expected and why."""
+    return Eagle3Refused(f"{file}: {key} is {found}, expected {expected} ({why})")
+
+
+def shape_text(shape) -> str:
+    """A shape as ``[rows, columns]``."""
+    return "[" + ", ".join(str(int(n)) for n in shape) + "]"
 
 
 def is_eagle3(spec) -> bool:
@@ -77,39 +94,54 @@ def head_folder(location: str) -> Path:
 
 
 def read_config(folder: Path) -> dict:
-    """The head's config.json, refused when it does not describe an EAGLE-3 head."""
+    """The head's config.json (its ``architectures`` are not read: the method is known)."""
     file = folder / "config.json"
     if not file.is_file():
-        raise Eagle3Refused(f"{folder} holds no config.json: not an EAGLE-3 head")
-    config = json.loads(file.read_text())
-    names = [str(a) for a in config.get("architectures") or []]
-    if not any("eagle3" in a.lower() for a in names):
-        said = ", ".join(names) or "none"
-        raise Eagle3Refused(f"{folder} is not an EAGLE-3 head (its config names architectures {said}; "
-                            "an EAGLE-3 head's name one such as LlamaForCausalLMEagle3)")
+        raise Eagle3Refused(f"{file}: no such file (an EAGLE-3 head's directory holds config.json and "
+                            f"{' or '.join(WEIGHT_FILES)})")
+    try:
+        config = json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Eagle3Refused(f"{file}: not JSON ({str(exc).splitlines()[0]})") from exc
     if "transformer_layer_config" in config:
-        raise Eagle3Refused(f"{folder} is in the speculators layout ({', '.join(names)}), which is not read here; "
-                            "use the head in EAGLE's own layout (fc, midlayer, d2t)")
+        raise Eagle3Refused(f"{file}: transformer_layer_config marks the speculators layout, which is not read "
+                            "here; use the head in EAGLE's own layout (fc, midlayer, d2t)")
     return config
 
 
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+@dataclass(frozen=True)
+class Checkpoint:
+    """A head's weights file: its tensors under the head's names, and each one's name in the file."""
+
+    file: Path
+    tensors: dict[str, torch.Tensor]
+    stored: dict[str, str]           # the head's name -> the file's
+
+    def key(self, name: str) -> str:
+        """``name`` as the file spells it; a missing ``midlayer.`` tensor under the prefix the file's
+        other layer tensors carry (``layers.0.``, ``model.layers.0.``)."""
+        if name in self.stored or not name.startswith("midlayer."):
+            return self.stored.get(name, name)
+        for plain, stored in self.stored.items():
+            if plain.startswith("midlayer."):
+                return stored[:len(stored) - len(plain) + len("midlayer.")] + name[len("midlayer."):]
+        return name
+
+
+def read_weights(folder: Path) -> Checkpoint:
     """The head's tensors by their checkpoint names (``layers.0.`` read as ``midlayer.``)."""
     found = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
     if found is None:
-        raise Eagle3Refused(f"{folder} holds no {' or '.join(WEIGHT_FILES)}")
+        raise Eagle3Refused(f"{folder}: no {' or '.join(WEIGHT_FILES)} (an EAGLE-3 head's weights)")
     if found.suffix == ".safetensors":
         from safetensors.torch import load_file
 
         weights = load_file(str(found))
     else:
         weights = torch.load(str(found), map_location="cpu", weights_only=True)
-    weights = {_plain_name(name): tensor for name, tensor in weights.items()}
-    missing = [name for name in ("fc.weight", "lm_head.weight") if name not in weights]
-    if missing or not any(name.startswith("midlayer.") for name in weights):
-        what = ", ".join(missing + ([] if any(n.startswith("midlayer.") for n in weights) else ["midlayer.*"]))
-        raise Eagle3Refused(f"{found.name} in {folder} has no {what}: not the EAGLE-3 layout")
-    return weights
+    stored = {_plain_name(name): name for name in weights}
+    tensors = {_plain_name(name): tensor for name, tensor in weights.items() if _plain_name(name) not in NOT_READ}
+    return Checkpoint(found, tensors, stored)
 
 
 def _plain_name(name: str) -> str:
@@ -126,71 +158,137 @@ def text_config(target):
 
 
 def aux_layers(config: dict, target_layers: int) -> tuple[int, ...]:
-    """Which of the target's ``hidden_states`` feed ``fc``, ascending (see the module's doc)."""
+    """Which of the target's ``hidden_states`` feed ``fc``, ascending (see the module's doc);
+    refused as ``KEY is ..., expected ...`` (the caller names config.json)."""
     named = config.get("eagle_aux_hidden_state_layer_ids")
     nested = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     if named:
-        layers, said = [int(i) for i in named], "eagle_aux_hidden_state_layer_ids"
+        key, given, shift, means = "eagle_aux_hidden_state_layer_ids", named, 0, "hidden state i, the input of layer i"
     elif nested:
-        layers, said = [int(i) + 1 for i in nested], "eagle_config.eagle_aux_hidden_state_layer_ids (+1)"
+        key, given, shift, means = ("eagle_config.eagle_aux_hidden_state_layer_ids", nested, 1,
+                                    "the output of layer i, hidden state i + 1")
     else:
-        layers = [2, target_layers // 2, target_layers - 3]
-        said = f"the default 2, L/2, L-3 for L = {target_layers}"
-    if len(layers) != 3 or any(not 0 <= i < target_layers for i in layers):
-        raise Eagle3Refused(f"the head reads target hidden states {layers} ({said}); the target has "
-                            f"{target_layers} layers, so three of 0..{target_layers - 1} are needed")
-    return tuple(sorted(layers))
+        key, shift, means = ("eagle_aux_hidden_state_layer_ids (absent: 2, L/2, L-3)", 0,
+                             "hidden state i, the input of layer i")
+        given = [2, target_layers // 2, target_layers - 3]
+    given = [int(i) for i in given]
+    top = target_layers - 1 - shift
+    if len(given) != 3 or any(not 0 <= i <= top for i in given):
+        raise Eagle3Refused(f"{key} is {given}, expected three of 0..{top} "
+                            f"({means}; the target has {target_layers} layers)")
+    return tuple(sorted(i + shift for i in given))
 
 
-def _refuse_misfit(config: dict, weights: dict, target, where: Path) -> tuple[int, int]:
-    """(draft vocabulary, target hidden size) after checking that the head fits ``target``."""
-    text = text_config(target)
-    vocab, hidden = int(text.vocab_size), int(text.hidden_size)
-    head_vocab = int(config.get("vocab_size", vocab))
-    if head_vocab != vocab:
-        raise Eagle3Refused(f"the head at {where} is for a vocabulary of {head_vocab}; the target's has {vocab}")
-    fused = weights["fc.weight"].shape[1]
-    if fused != 3 * hidden:
-        raise Eagle3Refused(f"the head at {where} fuses three hidden states of {fused // 3} (fc reads {fused}); "
-                            f"the target's hidden size is {hidden}")
-    head_hidden = int(config.get("hidden_size", 0))
-    if "embed_tokens.weight" not in weights and head_hidden != hidden:
-        raise Eagle3Refused(f"the head at {where} has hidden size {head_hidden} and no embeddings of its own; "
-                            f"the target's embeddings are {hidden} wide")
-    draft_vocab = int(config.get("draft_vocab_size") or weights["lm_head.weight"].shape[0])
-    if weights["lm_head.weight"].shape[0] != draft_vocab:
-        raise Eagle3Refused(f"the head at {where} declares draft_vocab_size {draft_vocab} but its lm_head has "
-                            f"{weights['lm_head.weight'].shape[0]} rows")
-    if "d2t" not in weights and draft_vocab != vocab:
-        raise Eagle3Refused(f"the head at {where} drafts over {draft_vocab} ids but has no d2t map to the target's")
-    if "d2t" in weights:
-        ids = torch.arange(draft_vocab, device=weights["d2t"].device) + weights["d2t"].long()
-        if ids.min() < 0 or ids.max() >= vocab:
-            raise Eagle3Refused(f"the head at {where} maps draft ids outside the target's vocabulary of {vocab}")
-    return draft_vocab, hidden
+@dataclass(frozen=True)
+class Fit:
+    """What the head must be to draft for the target: from the target and the head's config."""
+
+    layer: object                    # the LlamaConfig of the head's one decoder layer
+    target_hidden: int
+    vocab: int                       # the target's vocabulary (the head's vocab_size)
+    draft_vocab: int
+    declared_layers: int             # config.json's num_hidden_layers (the head has one)
+
+    def why(self, key: str) -> str:
+        """What fixes the shape of ``key``, for a refusal."""
+        hidden, layer = self.layer.hidden_size, self.layer
+        if key == "fc.weight":
+            return (f"fc fuses three of the target's hidden states, {self.target_hidden} wide each, "
+                    f"into hidden_size {hidden}")
+        if key == "lm_head.weight":
+            return f"draft_vocab_size {self.draft_vocab} by hidden_size {hidden}"
+        if key == "embed_tokens.weight":
+            return f"the target's vocabulary {self.vocab} by hidden_size {hidden}"
+        if key == "d2t":
+            return (f"one offset to a target id per draft id: draft_vocab_size {self.draft_vocab} "
+                    f"of the target's {self.vocab}")
+        if ".self_attn." in key:
+            heads, kv = layer.num_attention_heads, layer.num_key_value_heads
+            head_dim = getattr(layer, "head_dim", None) or hidden // heads
+            return (f"attention over [embedding; hidden state], 2 x hidden_size {hidden}, "
+                    f"{heads} heads and {kv} key-value heads of {head_dim}")
+        if ".mlp." in key:
+            return f"hidden_size {hidden}, intermediate_size {layer.intermediate_size}"
+        return f"hidden_size {hidden}"
 
 
-def build_head(config: dict, weights: dict, target, where: Path) -> Eagle3Head:
-    """The head of ``config`` and ``weights``, in the target's dtype and on its device."""
+def fit_of(config: dict, checkpoint: Checkpoint, target, config_file: Path) -> Fit:
+    """The head's shapes for ``target``, after the config's own fields are checked against it."""
     from transformers import LlamaConfig
 
-    draft_vocab, target_hidden = _refuse_misfit(config, weights, target, where)
+    text = text_config(target)
+    vocab, hidden = int(text.vocab_size), int(text.hidden_size)
+    if int(config.get("vocab_size", vocab)) != vocab:
+        raise misfit(config_file, "vocab_size", config["vocab_size"], vocab, "the target's vocabulary")
+    if int(config.get("target_hidden_size", hidden)) != hidden:
+        raise misfit(config_file, "target_hidden_size", config["target_hidden_size"], hidden,
+                     "the target's hidden size")
     fields = {k: v for k, v in config.items() if k not in _NOT_LAYER}
-    fields["num_hidden_layers"] = 1
-    layer = LlamaConfig(**fields)
-    head = Eagle3Head(layer, draft_vocab_size=draft_vocab, target_hidden_size=target_hidden,
-                      own_embeddings="embed_tokens.weight" in weights,
+    layer = LlamaConfig(**{**fields, "num_hidden_layers": 1, "vocab_size": vocab})
+    lm_head = checkpoint.tensors.get("lm_head.weight")
+    draft_vocab = int(config.get("draft_vocab_size") or (lm_head.shape[0] if lm_head is not None else vocab))
+    return Fit(layer, hidden, vocab, draft_vocab, int(config.get("num_hidden_layers", 1)))
+
+
+def expected_shapes(fit: Fit, *, own_embeddings: bool) -> dict[str, torch.Size]:
+    """Every tensor the head loads, with its shape (the head built on the meta device: no memory)."""
+    with torch.device("meta"):
+        head = Eagle3Head(fit.layer, draft_vocab_size=fit.draft_vocab, target_hidden_size=fit.target_hidden,
+                          own_embeddings=own_embeddings)
+    return {name: t.shape for name, t in head.state_dict().items() if name not in NOT_READ}
+
+
+def refuse_misfit(fit: Fit, checkpoint: Checkpoint, config_file: Path) -> None:
+    """Refuse the first tensor that does not fit, ``fc`` first, in one line naming the file, the key
+    and both shapes; then a tensor no head holds, then a ``d2t`` pointing outside the target."""
+    tensors = checkpoint.tensors
+    own_embeddings = "embed_tokens.weight" in tensors
+    want = expected_shapes(fit, own_embeddings=own_embeddings)
+    _refuse_shape(checkpoint, "fc.weight", want["fc.weight"], fit)
+    if not own_embeddings and fit.layer.hidden_size != fit.target_hidden:
+        raise misfit(config_file, "hidden_size", fit.layer.hidden_size, fit.target_hidden,
+                     f"the head has no embed_tokens.weight, so it reads the target's embeddings, "
+                     f"{fit.target_hidden} wide")
+    if fit.declared_layers != 1:
+        raise misfit(config_file, "num_hidden_layers", fit.declared_layers, 1,
+                     "an EAGLE-3 head has one decoder layer, midlayer")
+    for name, shape in want.items():
+        if name == "d2t" and name not in tensors and fit.draft_vocab == fit.vocab:
+            continue                                                  # no map needed: draft id = target id
+        _refuse_shape(checkpoint, name, shape, fit)
+    for name, tensor in tensors.items():
+        if name not in want:
+            raise misfit(checkpoint.file, checkpoint.key(name), shape_text(tensor.shape), "no such tensor",
+                         "an EAGLE-3 head holds fc, midlayer, norm, lm_head, d2t, t2d and at most its own "
+                         "embed_tokens")
+    if "d2t" in tensors:
+        ids = torch.arange(fit.draft_vocab, device=tensors["d2t"].device) + tensors["d2t"].long()
+        lowest, highest = int(ids.min()), int(ids.max())
+        if lowest < 0 or highest >= fit.vocab:
+            raise misfit(checkpoint.file, checkpoint.key("d2t"), f"offsets to target ids {lowest}..{highest}",
+                         f"target ids in 0..{fit.vocab - 1}", "draft id + d2t[draft id] is a target id")
+
+
+def _refuse_shape(checkpoint: Checkpoint, name: str, shape: torch.Size, fit: Fit) -> None:
+    found = checkpoint.tensors.get(name)
+    if found is None or found.shape != shape:
+        held = "missing" if found is None else shape_text(found.shape)
+        raise misfit(checkpoint.file, checkpoint.key(name), held, shape_text(shape), fit.why(name))
+
+
+def build_head(config: dict, checkpoint: Checkpoint, target, config_file: Path) -> Eagle3Head:
+    """The head of ``config`` and ``checkpoint``, in the target's dtype and on its device."""
+    fit = fit_of(config, checkpoint, target, config_file)
+    refuse_misfit(fit, checkpoint, config_file)
+    head = Eagle3Head(fit.layer, draft_vocab_size=fit.draft_vocab, target_hidden_size=fit.target_hidden,
+                      own_embeddings="embed_tokens.weight" in checkpoint.tensors,
                       norm_before_residual=bool(config.get("norm_before_residual", False)))
-    weights = dict(weights)
-    weights.setdefault("d2t", torch.zeros(draft_vocab, dtype=torch.long))
-    weights.setdefault("t2d", torch.zeros(layer.vocab_size, dtype=torch.bool))
-    weights["d2t"], weights["t2d"] = weights["d2t"].long(), weights["t2d"].bool()
-    try:
-        head.load_state_dict(weights, strict=True)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        raise Eagle3Refused(f"the weights at {where} do not fit an EAGLE-3 head of its config: "
-                            f"{' '.join(line.strip() for line in first[:3])[:300]}") from exc
+    weights = dict(checkpoint.tensors)
+    d2t = weights.get("d2t", torch.zeros(fit.draft_vocab, dtype=torch.long)).long()
+    weights["d2t"] = d2t
+    weights["t2d"] = torch.zeros(fit.vocab, dtype=torch.bool)
+    weights["t2d"][torch.arange(fit.draft_vocab) + d2t.cpu()] = True     # which target ids the head drafts
+    head.load_state_dict(weights, strict=True)
     decoder_layer = next(target.get_decoder().parameters())
     return head.to(device=decoder_layer.device, dtype=decoder_layer.dtype).eval()
 
@@ -217,9 +315,12 @@ def load_eagle3(target, spec: str) -> Eagle3Head:
     location = eagle3_location(spec) if is_eagle3(spec) else str(spec)
     folder = head_folder(location)
     config = read_config(folder)
-    weights = read_weights(folder)
-    head = build_head(config, weights, target, folder)
-    layers = aux_layers(config, target_layers(target))
+    head = build_head(config, read_weights(folder), target, folder / "config.json")
+    count = target_layers(target)
+    try:
+        layers = aux_layers(config, count)
+    except Eagle3Refused as exc:
+        raise Eagle3Refused(f"{folder / 'config.json'}: {exc}") from exc
     return mark_eagle3(head, target, layers, name=location)
 
 

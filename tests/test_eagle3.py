@@ -314,6 +314,63 @@ def test_cache_off_drafter_ar_and_hybrid(tmp_path):
         speculative(pair, gamma=3, drafter_options=HybridOptions(min_match=2))
 
 
+# ------------------------------------------------------------------ heads as their trainers name them
+
+
+def _drafts_of_a_head_named(target_dir, tmp_path, architectures):
+    """(result, head) of greedy speculative decoding at γ 3 with the head of HEAD_SEED saved under
+    ``architectures`` (None: no such field) and loaded as ``--target DIR --drafter eagle3:HEAD``."""
+    target = tiny_target(TARGET_SEED)
+    config = head_config(target, D)
+    if architectures is None:
+        del config["architectures"]
+    else:
+        config["architectures"] = architectures
+    folder = save_head(tmp_path / f"head-{len(list(tmp_path.iterdir()))}", config,
+                       head_weights(target, D, seed=HEAD_SEED))
+    pair = load_pair(str(target_dir), f"eagle3:{folder}", device="cpu", dtype="float32")
+    return speculative(pair, gamma=3), pair.drafter
+
+
+def _drafts_as_the_named_head(target_dir, tmp_path, recorded, architectures):
+    """The head saved under ``architectures`` gives the tokens, drafts and draft logits (exactly)
+    of the same head saved as LlamaForCausalLMEagle3."""
+    named, named_head = _drafts_of_a_head_named(target_dir, tmp_path, ["LlamaForCausalLMEagle3"])
+    chains = len(recorded)
+    other, other_head = _drafts_of_a_head_named(target_dir, tmp_path, architectures)
+    assert named.drafted > named.accepted > 0 and chains > 3
+    assert other.tokens == named.tokens
+    assert [r.drafted for r in other.trace] == [r.drafted for r in named.trace]
+    assert len(recorded) == 2 * chains
+    for (ids, drafts, logits), (other_ids, other_drafts, other_logits) in zip(recorded[:chains], recorded[chains:]):
+        assert other_ids == ids and other_drafts == drafts and torch.equal(other_logits, logits)
+    theirs, ours = other_head.state_dict(), named_head.state_dict()
+    assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in ours)
+
+
+@pytest.mark.parametrize("architectures", [["LlamaForCausalLM"], None], ids=["LlamaForCausalLM", "no-field"])
+def test_a_head_is_read_by_its_shapes_whatever_its_config_names(target_dir, tmp_path, recorded, architectures):
+    """EAGLE's own trainer writes ``"architectures": ["LlamaForCausalLM"]``; vLLM and SGLang load
+    such a head because they are told the method and check the weights' shapes. Here too: the
+    same weights give the same tokens, drafts and draft logits under either name, or none."""
+    _drafts_as_the_named_head(target_dir, tmp_path, recorded, architectures)
+
+
+def test_mutation_the_architecture_check_put_back_refuses_the_trained_head(monkeypatch, target_dir, tmp_path,
+                                                                            recorded):
+    read = eagle3.load.read_config
+
+    def named_eagle3_only(folder):
+        config = read(folder)
+        if not any("eagle3" in str(name).lower() for name in config.get("architectures") or []):
+            raise eagle3.load.Eagle3Refused(f"{folder} is not an EAGLE-3 head")
+        return config
+
+    monkeypatch.setattr(eagle3.load, "read_config", named_eagle3_only)
+    with pytest.raises(ModelLoadError, match="is not an EAGLE-3 head"):
+        _drafts_as_the_named_head(target_dir, tmp_path, recorded, ["LlamaForCausalLM"])
+
+
 # ------------------------------------------------------------------ refusals, one line each
 
 
@@ -333,31 +390,134 @@ def target_dir(tmp_path_factory):
     return folder
 
 
-def test_a_path_without_an_eagle3_head_is_refused(target_dir, tmp_path):
-    assert "not a directory" in _refused(target_dir, tmp_path / "nowhere")
-    (tmp_path / "empty").mkdir()
-    assert "no config.json" in _refused(target_dir, tmp_path / "empty")
-    assert "not an EAGLE-3 head" in _refused(target_dir, target_dir)          # a plain Llama checkpoint
+def _narrow_head(config, weights):
+    """A head of hidden size 16 (no embeddings of its own) whose fc reads the 32-wide target."""
+    narrow = tiny_target(0, hidden=16)
+    config.clear()
+    config.update(head_config(narrow, D))
+    weights.clear()
+    weights.update(head_weights(narrow, D))
+    weights["fc.weight"] = torch.randn(16, 96)
+
+
+def _layers_0(weights):
+    """The layer under ``layers.0.`` (as vLLM names it), its hidden_norm left out."""
+    for name in [n for n in weights if n.startswith("midlayer.")]:
+        weights["layers.0." + name[len("midlayer."):]] = weights.pop(name)
+    del weights["layers.0.hidden_norm.weight"]
+
+
+FC_WHY = "(fc fuses three of the target's hidden states, 32 wide each, into hidden_size 32)"
+ATTENTION_WHY = "(attention over [embedding; hidden state], 2 x hidden_size 32, 4 heads and 2 key-value heads of 8)"
+
+# name: (what to change in (config, weights), the weights file, the refusal after "--drafter eagle3:HEAD: ");
+# {w} is the weights file, {c} config.json. The target: hidden size 32, vocabulary 16, eight layers.
+REFUSALS = {
+    "fc-reads-two-states": (lambda c, w: w.update({"fc.weight": w["fc.weight"][:, :64]}), "model.safetensors",
+                            "{w}: fc.weight is [32, 64], expected [32, 96] " + FC_WHY),
+    "fc-reads-two-states-bin": (lambda c, w: w.update({"fc.weight": w["fc.weight"][:, :64]}), "pytorch_model.bin",
+                                "{w}: fc.weight is [32, 64], expected [32, 96] " + FC_WHY),
+    "no-fc": (lambda c, w: w.pop("fc.weight"), "model.safetensors",
+              "{w}: fc.weight is missing, expected [32, 96] " + FC_WHY),
+    "another-vocabulary": (lambda c, w: c.update(vocab_size=32), "model.safetensors",
+                           "{c}: vocab_size is 32, expected 16 (the target's vocabulary)"),
+    "another-target-hidden-size": (lambda c, w: c.update(target_hidden_size=64), "model.safetensors",
+                                   "{c}: target_hidden_size is 64, expected 32 (the target's hidden size)"),
+    "narrow-without-embeddings": (_narrow_head, "model.safetensors",
+                                  "{c}: hidden_size is 16, expected 32 (the head has no embed_tokens.weight, so it "
+                                  "reads the target's embeddings, 32 wide)"),
+    "two-layers": (lambda c, w: c.update(num_hidden_layers=2), "model.safetensors",
+                   "{c}: num_hidden_layers is 2, expected 1 (an EAGLE-3 head has one decoder layer, midlayer)"),
+    "lm-head-rows": (lambda c, w: w.update({"lm_head.weight": w["lm_head.weight"][:10]}), "model.safetensors",
+                     "{w}: lm_head.weight is [10, 32], expected [12, 32] (draft_vocab_size 12 by hidden_size 32)"),
+    "no-d2t": (lambda c, w: w.pop("d2t"), "model.safetensors",
+               "{w}: d2t is missing, expected [12] (one offset to a target id per draft id: draft_vocab_size 12 "
+               "of the target's 16)"),
+    "d2t-outside": (lambda c, w: w.update(d2t=torch.full((D,), 5)), "model.safetensors",
+                    "{w}: d2t is offsets to target ids 5..16, expected target ids in 0..15 (draft id + d2t[draft id] "
+                    "is a target id)"),
+    "q-proj-of-a-plain-layer": (lambda c, w: w.update({"midlayer.self_attn.q_proj.weight": torch.randn(32, 32)}),
+                                "model.safetensors",
+                                "{w}: midlayer.self_attn.q_proj.weight is [32, 32], expected [32, 64] "
+                                + ATTENTION_WHY),
+    "layers-0-without-hidden-norm": (lambda c, w: _layers_0(w), "model.safetensors",
+                                     "{w}: layers.0.hidden_norm.weight is missing, expected [32] (hidden_size 32)"),
+    "a-second-layer": (lambda c, w: w.update({"layers.1.input_layernorm.weight": torch.ones(32)}), "model.safetensors",
+                       "{w}: layers.1.input_layernorm.weight is [32], expected no such tensor (an EAGLE-3 head holds "
+                       "fc, midlayer, norm, lm_head, d2t, t2d and at most its own embed_tokens)"),
+    "embeddings-of-another-vocabulary": (lambda c, w: w.update({"embed_tokens.weight": torch.randn(20, 32)}),
+                                         "model.safetensors",
+                                         "{w}: embed_tokens.weight is [20, 32], expected [16, 32] (the target's "
+                                         "vocabulary 16 by hidden_size 32)"),
+    "layers-past-the-target": (lambda c, w: c.update(eagle_aux_hidden_state_layer_ids=[2, 4, 9]), "model.safetensors",
+                               "{c}: eagle_aux_hidden_state_layer_ids is [2, 4, 9], expected three of 0..7 (hidden "
+                               "state i, the input of layer i; the target has 8 layers)"),
+    "sglang-layers-past-the-target": (
+        lambda c, w: c.update(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 3, 7]}), "model.safetensors",
+        "{c}: eagle_config.eagle_aux_hidden_state_layer_ids is [0, 3, 7], expected three of 0..6 (the output of "
+        "layer i, hidden state i + 1; the target has 8 layers)"),
+    "speculators-layout": (lambda c, w: c.update(transformer_layer_config={}), "model.safetensors",
+                           "{c}: transformer_layer_config marks the speculators layout, which is not read here; use "
+                           "the head in EAGLE's own layout (fc, midlayer, d2t)"),
+}
+
+
+def _refusal_is_exact(target_dir, tmp_path, name):
+    """The head of case ``name`` is refused with exactly the case's line."""
+    change, file, line = REFUSALS[name]
     target = tiny_target(TARGET_SEED)
-    weights = head_weights(target, D)
-    del weights["fc.weight"]
-    save_head(tmp_path / "nofc", head_config(target, D), weights)
-    assert "no fc.weight" in _refused(target_dir, tmp_path / "nofc")
+    config, weights = head_config(target, D), head_weights(target, D)
+    change(config, weights)
+    folder = save_head(tmp_path / name, config, weights, file=file)
+    want = line.format(w=folder / file, c=folder / "config.json")
+    assert _refused(target_dir, folder) == f"--drafter eagle3:{folder}: {want}"
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_each_refusal_names_the_file_the_key_and_both_shapes(target_dir, tmp_path, name):
+    _refusal_is_exact(target_dir, tmp_path, name)
+
+
+def test_mutation_shapes_checked_for_fc_alone_let_a_wrong_layer_through_to_a_traceback(monkeypatch, target_dir,
+                                                                                        tmp_path):
+    """Without the per-tensor check a plain layer's q_proj reaches ``load_state_dict``, whose
+    error is no one-line refusal: the exact-line check fails."""
+    check = eagle3.load._refuse_shape
+    monkeypatch.setattr(eagle3.load, "_refuse_shape",
+                        lambda checkpoint, name, shape, fit: check(checkpoint, name, shape, fit)
+                        if name == "fc.weight" else None)
+    _refusal_is_exact(target_dir, tmp_path, "fc-reads-two-states")                # fc is still checked
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        _refusal_is_exact(target_dir, tmp_path, "q-proj-of-a-plain-layer")
+
+
+def test_a_path_without_an_eagle3_head_is_refused(target_dir, tmp_path):
+    nowhere, empty, bare = tmp_path / "nowhere", tmp_path / "empty", tmp_path / "bare"
+    assert _refused(target_dir, nowhere) == f"--drafter eagle3:{nowhere}: {nowhere} is not a directory (nor an " \
+                                            "org/name hub id)"
+    empty.mkdir()
+    assert _refused(target_dir, empty) == f"--drafter eagle3:{empty}: {empty}/config.json: no such file (an " \
+                                          "EAGLE-3 head's directory holds config.json and model.safetensors or " \
+                                          "pytorch_model.bin)"
+    bare.mkdir()
+    (bare / "config.json").write_text("{}")
+    assert _refused(target_dir, bare) == f"--drafter eagle3:{bare}: {bare}: no model.safetensors or " \
+                                         "pytorch_model.bin (an EAGLE-3 head's weights)"
+    assert _refused(target_dir, target_dir) == (                               # a plain Llama checkpoint
+        f"--drafter eagle3:{target_dir}: {target_dir}/model.safetensors: fc.weight is missing, expected [32, 96] "
+        + FC_WHY)
     with pytest.raises(ModelLoadError, match="needs the head's directory"):
         load_pair(str(target_dir), "eagle3:", device="cpu")
 
 
-def test_a_head_that_does_not_fit_the_target_is_refused(target_dir, tmp_path):
-    other = tiny_target(0, hidden=16)                                         # another hidden size
-    save_head(tmp_path / "narrow", head_config(other, D), head_weights(other, D))
-    assert "hidden size is 32" in _refused(target_dir, tmp_path / "narrow")
-    wide = tiny_target(0, vocab_size=32)                                      # another vocabulary
-    save_head(tmp_path / "vocab", head_config(wide, D), head_weights(wide, D))
-    assert "vocabulary of 32" in _refused(target_dir, tmp_path / "vocab")
-    target = tiny_target(TARGET_SEED)
-    config = head_config(target, D, eagle_aux_hidden_state_layer_ids=[2, 4, 9])
-    save_head(tmp_path / "layers", config, head_weights(target, D))
-    assert "three of 0..7" in _refused(target_dir, tmp_path / "layers")
+def test_the_default_layers_of_a_shallow_target_are_refused(tmp_path):
+    target = tiny_target(TARGET_SEED, layers=2)
+    folder = save_head(tmp_path / "head", head_config(target, D), head_weights(target, D))
+    with pytest.raises(eagle3.load.Eagle3Refused) as info:
+        load_eagle3(target, f"eagle3:{folder}")
+    assert str(info.value) == (f"{folder}/config.json: eagle_aux_hidden_state_layer_ids (absent: 2, L/2, L-3) is "
+                               "[2, 1, -1], expected three of 0..1 (hidden state i, the input of layer i; the target "
+                               "has 2 layers)")
 
 
 # ------------------------------------------------------------------ families of the architecture matrix

@@ -31,7 +31,8 @@ def tiny_target(seed: int = 0, *, layers: int = 8, vocab_size: int = 16, hidden:
 
 
 def head_config(target, draft_vocab: int, **extra) -> dict:
-    """config.json of a head for ``target``, as EAGLE's releases write it."""
+    """config.json of a head for ``target``, as SpecForge writes it (EAGLE's own trainer names
+    ``LlamaForCausalLM`` in ``architectures``; the loader reads neither name)."""
     text = target.config
     return {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
             "hidden_size": text.hidden_size, "intermediate_size": 2 * text.hidden_size,
