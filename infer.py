@@ -105,6 +105,19 @@ def replay(path: str, html: str | None = None) -> int:
     return 0
 
 
+def pipe_notice(as_json: bool) -> str | None:
+    """One line when a person types at a terminal but stdout is a pipe or a file (rich then draws
+    at a fixed width without colours), None otherwise; --json means the pipe is wanted."""
+    if as_json or not sys.stdin.isatty() or sys.stdout.isatty():
+        return None
+    from repl.render import make_console
+
+    console = make_console()
+    colours = "no colours" if console.color_system is None else "colours forced on"
+    return (f"stdout is not a terminal: {console.width} columns, {colours}; "
+            "set COLUMNS for another width, or use --json")
+
+
 def _load(args, console):
     """The model pair, or exit with the loader's one-line message."""
     if args.cache_dir:
@@ -180,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(e))
     for notice in notices:
         messages.print(notice, style="yellow")
+    piped = pipe_notice(args.json)
+    if piped is not None:
+        make_console(stderr=True).print(piped, style="yellow", soft_wrap=True)
 
     pair = _load(args, messages)
     from repl.runner import Runner

@@ -136,15 +136,27 @@ def _target_ar(pair, ids, use_cache: bool, length: int) -> list[int]:
     return run_strategy(strategy, pair, ids).tokens
 
 
-def _difference(name: str, prompt_no: int, got: list[int], want: list[int]) -> str | None:
-    """'prompt 2: token 17 is 345, target AR gave 12', or None when equal."""
+def token_words(pair, tokens) -> str:
+    """Token ids as their decoded text and the ids: ``' the water' (12, 45)`` (the ids alone
+    where the tokenizer cannot decode them)."""
+    ids = tuple(int(t) for t in tokens)
+    try:
+        text = pair.tokenizer.decode(list(ids), skip_special_tokens=False)
+    except Exception:  # noqa: BLE001  (a line of the self-test must not fail on decoding)
+        return repr(ids)
+    return f"{text!r} {ids}"
+
+
+def _difference(pair, prompt_no: int, got: list[int], want: list[int]) -> str | None:
+    """'prompt 2: token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None when equal."""
     index = first_divergence(got, want)
     if index is None:
         return None
     where = f"prompt {prompt_no}"
     if index >= len(got) or index >= len(want):
         return f"{where}: {len(got)} tokens, target AR gave {len(want)}"
-    return f"{where}: token {index} is {got[index]}, target AR gave {want[index]}"
+    return (f"{where}: token {index} is {token_words(pair, [got[index]])}, "
+            f"target AR gave {token_words(pair, [want[index]])}")
 
 
 def _guard(name: str, body: Callable[[], Check]) -> Check:
@@ -196,7 +208,7 @@ def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None =
                 results.append(result)
                 drafted += result.drafted
                 accepted += result.accepted
-                if (diff := _difference(name, i, result.tokens, want)) is not None:
+                if (diff := _difference(pair, i, result.tokens, want)) is not None:
                     return Check(name, False, diff)
             return Check(name, True, f"same tokens as target AR on {len(prompts)} prompts, up to "
                                      f"{budget(use_cache)} each ({accepted} of {drafted} drafts accepted"
@@ -285,7 +297,7 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
                 drafted += result.drafted
                 accepted += result.accepted
             fit = goodness_of_fit(counts, exact)
-            detail = f"{fit.describe()} ({drafts}{accepted} of {drafted} drafts accepted)"
+            detail = f"{fit.describe(lambda tokens: token_words(pair, tokens))} ({drafts}{accepted} of {drafted} drafts accepted)"
             if drafted == 0:
                 return Check(name, False, "no drafts were proposed, so the accept rule was not exercised")
             return Check(name, fit.p_value >= ALPHA, detail)

@@ -8,7 +8,7 @@ architecture tests and the self-test, so both judge sampling the same way.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -34,14 +34,15 @@ class FitResult:
     impossible: tuple = ()
     worst: tuple = ()
 
-    def describe(self) -> str:
-        """One line: the test's result and the most deviant outcome."""
+    def describe(self, name: Callable[[Hashable], str] = repr) -> str:
+        """One line: the test's result and the most deviant outcome, written by ``name``
+        (``repr`` of the outcome by default; the self-test gives the decoded text)."""
         if self.impossible:
-            return f"sampled {self.impossible[0]!r}, which has probability 0 under the target"
+            return f"sampled {name(self.impossible[0])}, which has probability 0 under the target"
         text = f"chi-square {self.statistic:.1f} on {self.dof} dof, p = {self.p_value:.2g}"
         if self.worst:
             outcome, observed, expected = self.worst
-            text += f"; {outcome!r} drawn {observed} times, {expected:.1f} expected"
+            text += f"; {name(outcome)} drawn {observed} times, {expected:.1f} expected"
         return text
 
 

@@ -7,6 +7,8 @@ Nothing here imports torch: ``infer.py --replay`` renders a trace file with it.
 
 from __future__ import annotations
 
+import io
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -17,9 +19,10 @@ from analysis.sources import NO_MATCH
 from analysis.speedup import measured_mix
 from generation.result import GenerationResult
 from repl.commands import COMMANDS
-from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, round_pieces
+from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, gamma_cap, round_pieces
 from repl.settings import MATCH_STORAGES, Settings, settings_from_dict
 from utils.devices import HALF_DTYPES, half_precision_reason
+from utils.machine_load import busy_warning
 
 STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "lookahead": "yellow", "target": "blue",
                     "drafter": "magenta"}
@@ -51,7 +54,7 @@ def _metrics(run: StrategyRun) -> Text:
     if run.key in DRAFTING:
         parts += [
             # the result's own tallies: equal to analysis.acceptance's draft acceptance rate
-            f"acceptance {r.acceptance_rate:.1%} ({r.accepted}/{r.drafted} drafts)",
+            acceptance_words(r),
             f"{r.tokens_per_target_call:.2f} tokens/target call",
         ]
     calls = "drafter forward passes" if run.key == "drafter" else "target forward passes"
@@ -60,6 +63,14 @@ def _metrics(run: StrategyRun) -> Text:
         parts.append(f"{r.drafter_calls} drafter forward passes")
     parts.append(f"stop: {r.stop_reason}")
     return Text(" · ".join(parts), style="dim")
+
+
+def acceptance_words(result: GenerationResult) -> str:
+    """``acceptance 70.0% (7/10 drafts)``, or ``acceptance n/a (nothing drafted)``: a rate over no
+    drafts is no rate."""
+    if not result.drafted:
+        return "acceptance n/a (nothing drafted)"
+    return f"acceptance {result.acceptance_rate:.1%} ({result.accepted}/{result.drafted} drafts)"
 
 
 def acceptance_text(result: GenerationResult) -> Text | None:
@@ -222,10 +233,14 @@ def sources_lines(why: Why) -> list[Text]:
             Text(f"draft lengths (length:rounds) {histogram} · mean {lengths['mean']:.2f}{spread}", style="dim")]
 
 
-def _at_gamma(why: Why) -> str:
-    """``at gamma 4``, or for a drafter that chose its lengths ``at draft lengths up to 8 (mean 3.25)``."""
-    if why.measured and why.sources is not None:
-        return f"at draft lengths up to {why.gamma} (mean {why.sources['draft_lengths']['mean']:.2f})"
+def _at_gamma(why: Why, policy: str = "") -> str:
+    """``at gamma 4``, or where the rounds chose their lengths ``at draft lengths up to 16``: the
+    most a round could ask for (the model policy's maximum, ``repl.runs.gamma_cap``), with their
+    mean when a match drafter chose them (``(mean 3.25)``)."""
+    mean = (f" (mean {why.sources['draft_lengths']['mean']:.2f})"
+            if why.measured and why.sources is not None else "")
+    if mean or policy == "model":
+        return f"at draft lengths up to {gamma_cap(why.gamma, policy)}{mean}"
     return f"at gamma {why.gamma}"
 
 
@@ -236,7 +251,7 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
         return None
     policy = run.result.gamma_policy
     accepted = why.acceptance.mean_acceptance_length - 1.0
-    parts = [f"mean accepted {accepted:.2f} per drafting round {_at_gamma(why)}"
+    parts = [f"mean accepted {accepted:.2f} per drafting round {_at_gamma(why, policy)}"
              + (f" ({policy})" if policy and policy != "constant" else "")
              + (f" · verify {run.result.verify_rule}" if run.result.verify_rule else "")]
     target_pending = prompt_run.settings.get("target") and not any(r.key == "target" for r in prompt_run.runs)
@@ -372,40 +387,76 @@ def legend() -> Text:
 # ----------------------------------------------------------- comparison table
 
 # The comparison's columns (header, justification): comparison_cells fills them.
-COMPARISON_COLUMNS = (("strategy", "left"), ("tokens", "right"), ("tokens/s", "right"), ("speedup", "right"),
+COMPARISON_COLUMNS = (("strategy", "left"), ("tokens", "right"), ("tokens/s", "right"), ("TTFT ms", "right"),
+                      ("decode tok/s", "right"), ("speedup", "right"),
                       ("tok/call", "right"), ("call cost", "right"), ("predicted", "right"), ("best γ", "right"),
                       ("d/v/o %", "right"), ("identical", "left"))
 
 
-# The two columns that split a speedup (tok/call over call cost): a terminal narrower than
-# WIDE_COMPARISON columns gets them as one caption sentence instead, and the rest of the table whole.
+# Columns a terminal too narrow for the whole table gets as caption sentences instead (the rest of
+# the table whole): first the two that split a speedup (tok/call over call cost), then the decode
+# figures (time to first token, decode-only tokens/s).
 SPLIT_COLUMNS = ("tok/call", "call cost")
-WIDE_COMPARISON = 100
+DECODE_COLUMNS = ("TTFT ms", "decode tok/s")
+# The layouts tried, widest first: (columns dropped, decode headers stacked on two lines).
+COMPARISON_LAYOUTS = (((), False), ((), True), (SPLIT_COLUMNS, False), (SPLIT_COLUMNS, True),
+                      (SPLIT_COLUMNS + DECODE_COLUMNS, False))
 
 
 def comparison_table(prompt_run: PromptRun, width: int | None = None) -> Table:
     """Speedup over target AR for each strategy, split into tokens per target call and the cost
-    of a call, what the speedup model predicts, the phase split and, under greedy, identity.
-    ``width``: the terminal's columns (None: as wide as it takes)."""
+    of a call, time to first token and decode-only tokens/s beside the end-to-end tokens/s, what
+    the speedup model predicts, the phase split and, under greedy, identity.
+    ``width``: the terminal's columns (None: as wide as it takes); where the whole table is wider,
+    the decode headers go on two lines, then the split columns, then the decode columns become
+    caption sentences (``COMPARISON_LAYOUTS``)."""
+    rows = [comparison_cells(prompt_run, run) for run in prompt_run.runs]
+    for dropped, stacked in COMPARISON_LAYOUTS:
+        table = _comparison(prompt_run, rows, dropped, stacked)
+        if width is None or _natural_width(table) <= width:
+            break
+    return table
+
+
+def _natural_width(table: Table) -> int:
+    """The columns ``table`` takes when nothing wraps."""
+    from rich.measure import Measurement
+
+    console = Console(width=10_000, file=io.StringIO())
+    return Measurement.get(console, console.options, table).maximum
+
+
+def _comparison(prompt_run: PromptRun, rows: list[list[str]], dropped: tuple[str, ...],
+                stacked: bool = False) -> Table:
+    """The comparison without the ``dropped`` columns, whose numbers go to the caption;
+    ``stacked``: the decode columns' headers on two lines (``TTFT`` over ``ms``)."""
     table = Table(title=Text("Comparison"), title_justify="left", show_edge=False, pad_edge=False,
                   collapse_padding=True)
-    wide = width is None or width >= WIDE_COMPARISON
-    shown = [i for i, (header, _) in enumerate(COMPARISON_COLUMNS) if wide or header not in SPLIT_COLUMNS]
+    shown = [i for i, (header, _) in enumerate(COMPARISON_COLUMNS) if header not in dropped]
     for i in shown:
         header, justify = COMPARISON_COLUMNS[i]
+        if stacked and header in DECODE_COLUMNS:
+            header = header.replace(" ", "\n", 1)
         # headers may wrap on a narrow terminal; the cells themselves stay whole
         table.add_column(Text(header), justify=justify, overflow="fold",
                          min_width=11 if header == "strategy" else None)
-    for run in prompt_run.runs:
-        cells = comparison_cells(prompt_run, run)
+    for run, cells in zip(prompt_run.runs, rows):
         table.add_row(*(Text(cells[i]) for i in shown), style=STRATEGY_COLOURS[run.key])
     split = ("tok/call (tokens per target call) over call cost (seconds per target call, drafting "
              "included, over target AR's)")
-    if not wide:
+    if SPLIT_COLUMNS[0] in dropped:
         parts = [f"{run.label} {run.result.tokens_per_target_call:.2f} / {prompt_run.call_cost(run):.2f}x"
                  for run in prompt_run.runs if prompt_run.call_cost(run) is not None and run.key != "target"]
         split += f": {', '.join(parts)}" if parts else ""
-    notes = [f"speedup = tokens/s over target AR's tokens/s = {split}",
+    decode = ("TTFT = time to first token (the prefill and the first round); decode tok/s = the tokens "
+              "after it over the seconds after it")
+    if DECODE_COLUMNS[0] in dropped:
+        at = [i for i, (header, _) in enumerate(COMPARISON_COLUMNS) if header in DECODE_COLUMNS]
+        parts = [f"{run.label} {cells[at[0]]} ms / {cells[at[1]]}" for run, cells in zip(prompt_run.runs, rows)
+                 if run.result is not None and cells[at[0]] != "-"]
+        decode = ("time to first token (the prefill and the first round) / decode tok/s (the tokens after "
+                  "it over the seconds after it)" + (f": {', '.join(parts)}" if parts else ": not recorded"))
+    notes = [f"speedup = tokens/s over target AR's tokens/s = {split}", decode,
              "predicted, best γ: the speedup model (docs/why.md, /stats)",
              "d/v/o = share of the time spent drafting / verifying / other"]
     if prompt_run.baseline() is None:
@@ -422,11 +473,27 @@ def comparison_table(prompt_run: PromptRun, width: int | None = None) -> Table:
     return table
 
 
+def busy_line(prompt_run: PromptRun) -> str | None:
+    """One warning line when other processes took more than ``BUSY_CORES`` while the prompt ran
+    (``utils.machine_load.busy_warning``), over the whole prompt or, failing that, during the
+    busiest strategy's run; None on a quiet machine or where nothing was measured (old traces)."""
+    load = prompt_run.machine_load
+    if not load:
+        return None
+    cores = int(load.get("cores") or 0)
+    line = busy_warning(load.get("other_load"), cores, "this prompt's runs")
+    measured = [run for run in prompt_run.runs if run.other_load is not None]
+    if line is None and measured:
+        busiest = max(measured, key=lambda run: run.other_load)
+        line = busy_warning(busiest.other_load, cores, f"{busiest.label}'s run")
+    return line
+
+
 def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
     """One run's row of the comparison, as plain strings in ``COMPARISON_COLUMNS`` order
     (the terminal table and the HTML report both show it)."""
     if run.result is None:
-        return [run.label, "-", "-", "n/a", "-", "-", "-", "-", "-", "n/a"]
+        return [run.label, "-", "-", "-", "-", "n/a", "-", "-", "-", "-", "-", "n/a"]
     r = run.result
     why = prompt_run.why(run)
     if why is None:
@@ -438,6 +505,8 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
         run.label + (" (interrupted)" if r.interrupted else ""),
         str(len(r.tokens)),
         f"{r.tokens_per_second:.1f}",
+        first_token_ms(r),
+        decode_rate_cell(r),
         _x(prompt_run.speedup(run)),
         f"{r.tokens_per_target_call:.2f}" if r.target_calls else "-",
         _x(prompt_run.call_cost(run)),
@@ -446,6 +515,17 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
         phase_split(r),
         _identity_cell(prompt_run, run),
     ]
+
+
+def first_token_ms(result: GenerationResult) -> str:
+    """Time to first token in ms (``GenerationResult.first_token_s``), or ``-`` when unknown."""
+    return "-" if result.first_token_s is None else f"{result.first_token_s * 1000:.0f}"
+
+
+def decode_rate_cell(result: GenerationResult) -> str:
+    """Decode-only tokens/s (``GenerationResult.decode_tokens_per_second``), or ``-`` when unknown."""
+    rate = result.decode_tokens_per_second
+    return "-" if rate is None else f"{rate:.1f}"
 
 
 def _identity_cell(prompt_run: PromptRun, run: StrategyRun) -> str:
@@ -533,12 +613,15 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
         table.add_row(Text(name), *(Text(cell(run, why)) for run, why in whys))
 
     row("rounds", lambda run, why: str(len(run.result.trace)))
-    row("accepted / drafted", lambda run, why: f"{why.acceptance.accepted}/{why.acceptance.drafted} "
-        f"({why.acceptance.draft_acceptance_rate:.0%})")
+    row("accepted / drafted", lambda run, why: "n/a (nothing drafted)" if not why.acceptance.drafted
+        else f"{why.acceptance.accepted}/{why.acceptance.drafted} ({why.acceptance.draft_acceptance_rate:.0%})")
     row("mean acceptance length", lambda run, why: f"{why.acceptance.mean_acceptance_length:.2f}")
     row("rounds that drafted", lambda run, why: f"{why.draft_share:.0%}")
     for phase in ("draft", "verify", "other"):
         row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
+    row("tokens/s (end to end)", lambda run, why: f"{run.result.tokens_per_second:.1f}")
+    row("time to first token (ms)", lambda run, why: first_token_ms(run.result))
+    row("decode tokens/s (after the first round)", lambda run, why: decode_rate_cell(run.result))
     row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))
     row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)} "
         + ("at measured draft lengths" if why.measured else f"at γ {why.gamma}"))
@@ -672,6 +755,15 @@ def by_draft_length_text(why: Why) -> Text | None:
     return Text(f"drafting rounds by draft length (accepting 0, 1, ... drafts): {text}", style="dim")
 
 
+def decode_line(prompt_run: PromptRun) -> Text | None:
+    """``Target AR: 9.7 tokens/s end to end · first token 123 ms · decode 8.4 tokens/s``, for the
+    runs without a column in the summary (no drafts); None when there is none."""
+    parts = [f"{run.label}: {run.result.tokens_per_second:.1f} tokens/s end to end · first token "
+             f"{first_token_ms(run.result)} ms · decode {decode_rate_cell(run.result)} tokens/s"
+             for run in prompt_run.runs if not run.drafting and run.result is not None]
+    return Text("; ".join(parts), style="dim") if parts else None
+
+
 def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
     """What /stats shows: the summary, then per drafting strategy its acceptance
     by position and acceptance histogram as bar charts, the cost model
@@ -728,6 +820,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
     if len(parts) == 1:
         return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative, NASD or lookahead",
                           style="yellow"))
+    plain = decode_line(prompt_run)
+    if plain is not None:
+        parts.insert(1, plain)
     parts.append(Text(""))
     parts.append(Text("conditional = drafts accepted at a position over the rounds that reached it; per drafting "
                       "round = the same over every drafting round (vLLM's per-position rate); mean acceptance "
@@ -782,16 +877,69 @@ def settings_table(settings: Settings, pair=None) -> Table:
     return table
 
 
-def help_table(topic: str | None = None) -> Table:
-    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
-    table.add_column(Text("usage"), style="bold")
-    table.add_column(Text("help"))
+# The usage column of /help; a longer grammar gets a line of its own above its help.
+USAGE_WIDTH = 30
+
+
+def help_table(topic: str | None = None) -> Group:
+    """Every command (or ``topic``'s) with its grammar and help line. A grammar never wraps inside
+    itself: one longer than ``USAGE_WIDTH`` gets a line of its own above its help, and one wider than
+    the terminal breaks only between its ``|`` alternatives (:func:`usage_lines`)."""
     commands = [COMMANDS[topic]] if topic else list(COMMANDS.values())
+    parts: list = []
+    rows: list[tuple[Text, Text]] = []
+
+    def flush() -> None:
+        if rows:
+            parts.append(_help_grid(rows[:]))
+            rows.clear()
+
     for command in commands:
-        table.add_row(Text(command.usage), Text(command.help))
+        usage = Text(command.usage, style="bold")
+        if len(command.usage) > USAGE_WIDTH:
+            flush()
+            parts.append(UsageLine(command.usage))
+            usage = Text("")
+        rows.append((usage, Text(command.help)))
         if topic and command.flag:
-            table.add_row(Text(""), Text(f"also a command-line flag: {command.flag_usage}", style="dim"))
+            flush()
+            parts += [Text("also a command-line flag:", style="dim"), UsageLine(command.flag_usage)]
+    flush()
+    return Group(*parts)
+
+
+def _help_grid(rows: list[tuple[Text, Text]]) -> Table:
+    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+    table.add_column(Text("usage"), width=USAGE_WIDTH, no_wrap=True)
+    table.add_column(Text("help"), ratio=1)
+    for usage, help_text in rows:
+        table.add_row(usage, help_text)
     return table
+
+
+def usage_lines(usage: str, width: int) -> list[str]:
+    """``usage`` on one line when it fits in ``width``, else broken between its `` | ``
+    alternatives (never inside one), later lines indented two spaces."""
+    if len(usage) <= width:
+        return [usage]
+    lines: list[str] = []
+    for piece in usage.split(" | "):
+        if lines and len(lines[-1]) + 3 + len(piece) <= width:
+            lines[-1] += " | " + piece
+        else:
+            lines.append(("  | " if lines else "") + piece)
+    return lines
+
+
+class UsageLine:
+    """A command's grammar in bold, whole on one line where the terminal allows (rich renderable)."""
+
+    def __init__(self, usage: str):
+        self.usage = usage
+
+    def __rich_console__(self, console, options):
+        for line in usage_lines(self.usage, options.max_width):
+            yield Text(line, style="bold", no_wrap=True, overflow="fold")
 
 
 HELP_FOOTER = (

@@ -55,6 +55,9 @@ def show_trace(trace: Trace, console: Console) -> None:
                                                 prompt_run=prompt_run))
         if prompt_run.runs:
             console.print(render.comparison_table(prompt_run, console.width))
+            busy = render.busy_line(prompt_run)
+            if busy is not None:
+                console.print(Text(busy, style="yellow"))
             console.print(render.stats_view(prompt_run))
             show_inspector(prompt_run, console)
         if prompt_run.interrupted:

@@ -20,8 +20,8 @@ from pathlib import Path
 from analysis.sources import NO_MATCH, match_note
 from generation.result import Round
 from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
-from repl.render import (COMPARISON_COLUMNS, ceiling_text, comparison_cells, environment_lines, network_text,
-                         prompt_line, what_if_text)
+from repl.render import (COMPARISON_COLUMNS, busy_line, ceiling_text, comparison_cells, environment_lines,
+                         network_text, prompt_line, what_if_text)
 from repl.runs import PromptRun, StrategyRun, Why
 from repl.trace import TraceError, write_whole
 
@@ -249,6 +249,9 @@ def _prompt_section(index: int, total: int, prompt_run: PromptRun) -> str:
     parts += [_strategy_section(prompt_run, run) for run in prompt_run.runs]
     if prompt_run.runs:
         parts.append("<h3>Comparison</h3>" + comparison(prompt_run))
+        busy = busy_line(prompt_run)
+        if busy is not None:
+            parts.append(f'<p class="meta" data-busy>{_e(busy)}</p>')
     parts.append("</section>")
     return "".join(parts)
 

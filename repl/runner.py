@@ -16,12 +16,12 @@ from typing import Callable, ContextManager
 
 import torch
 
-from analysis.speedup import SEARCH_GAMMA
 from engine import (CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Observer,
                     Strategy, decodes_alone, lookahead_strategy, run_strategy)
 from generation import ContextLengthError, GenerationResult
-from repl.runs import PromptRun, StrategyRun
+from repl.runs import PromptRun, StrategyRun, gamma_cap
 from repl.settings import Settings
+from utils.machine_load import load_record, other_load, read_load
 from utils.vocab import encode_prompt, has_chat_template
 
 WARMUP_TEXT = "Hello, how are you?"
@@ -132,11 +132,18 @@ class Runner:
         interrupted) and skips the rest. ``watch(key)`` (the live view) is a
         context manager around one strategy that gives its observer; it ends
         before ``on_run`` shows the finished strategy.
+
+        The machine's state is part of every figure: readings (``utils.machine_load``)
+        around each strategy give its ``other_load``, and around the whole prompt the
+        prompt's ``machine_load`` record.
         """
+        start = read_load()
         try:
             for key in settings.enabled_strategies():
+                before = read_load()
                 with watch(key) if watch is not None else nullcontext() as observer:
                     run = self.run_strategy(key, prompt_run.prompt_ids, settings, observer)
+                run.other_load = other_load(before, read_load())
                 prompt_run.runs.append(run)
                 on_run(prompt_run, run)
                 if run.result is not None and run.result.interrupted:
@@ -144,6 +151,7 @@ class Runner:
                     break
         except KeyboardInterrupt:
             prompt_run.interrupted = True
+        prompt_run.machine_load = load_record(start, read_load())
         return prompt_run
 
 
@@ -179,7 +187,7 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
         drafter={"speculative": "model", "ngram": "ngram"}.get(key),
         drafter_options=options.get(key),
         model="drafter" if key == "drafter" else "target",
-        gamma=max(settings.gamma, SEARCH_GAMMA) if policy == "model" else settings.gamma,
+        gamma=gamma_cap(settings.gamma, policy),
         gamma_policy=policy,
         gamma_threshold=settings.gamma_threshold if policy == "confidence" else None,
         tree=settings.tree,

@@ -90,6 +90,8 @@ class StrategyRun:
 
     ``pieces``: per round, the decoded text of its tokens (see
     :func:`round_pieces`); filled when a trace is written or read back.
+    ``other_load``: the cores' worth of CPU other processes used while it ran
+    (``utils.machine_load.other_load``; None when unknown or not measured).
     """
 
     key: str
@@ -97,6 +99,7 @@ class StrategyRun:
     text: str = ""
     error: str | None = None
     pieces: list[dict] | None = None
+    other_load: float | None = None
 
     @property
     def label(self) -> str:
@@ -202,6 +205,12 @@ def per_position_requests(result) -> bool:
     return any(requests > 1 for requests, *_ in calls)
 
 
+def gamma_cap(gamma: int, policy: str) -> int:
+    """The longest draft a round may ask for: /gamma, or under the model policy, which chooses
+    among 0..max(/gamma, SEARCH_GAMMA) drafts, that maximum."""
+    return max(gamma, SEARCH_GAMMA) if policy == "model" else gamma
+
+
 def _round_gamma(trace: list[Round]) -> int:
     return max((max(r.gamma, len(r.drafted)) for r in trace), default=0)
 
@@ -217,6 +226,9 @@ class PromptRun:
     trace is written or read back; a live session decodes with its tokenizer).
     ``target_dtype``: the target's dtype ("bfloat16", ...; "" when unknown, as
     for a served target).
+    ``machine_load``: the machine's state over the whole prompt
+    (``utils.machine_load.load_record``: cores, load averages at its start and end, the
+    other processes' load and whether that was busy); None when not measured (old traces).
     """
 
     prompt: str
@@ -227,6 +239,7 @@ class PromptRun:
     settings: dict = field(default_factory=dict)
     token_text: dict[int, str] = field(default_factory=dict)
     target_dtype: str = ""
+    machine_load: dict | None = None
     _ceilings: dict = field(default_factory=dict, repr=False, compare=False)   # copy_ceiling's, per run and γ
 
     def baseline(self) -> StrategyRun | None:
@@ -371,6 +384,9 @@ class PromptRun:
             token_ids=r.tokens,
             seconds=r.seconds,
             tokens_per_s=r.tokens_per_second,
+            first_token_s=r.first_token_s,
+            decode_tokens_per_s=r.decode_tokens_per_second,
+            other_load=run.other_load,
             acceptance_rate=why.acceptance.draft_acceptance_rate if why else None,
             tokens_per_target_call=r.tokens_per_target_call,
             target_calls=r.target_calls,
@@ -425,5 +441,6 @@ class PromptRun:
             "prompt": self.prompt,
             "prompt_tokens": len(self.prompt_ids),
             "interrupted": self.interrupted,
+            "machine_load": self.machine_load,
             "strategies": {run.key: self.strategy_dict(run) for run in self.runs},
         }

@@ -227,6 +227,9 @@ class Session:
     def show_summary(self, prompt_run: PromptRun) -> None:
         if prompt_run.runs:
             self.console.print(render.comparison_table(prompt_run, self.console.width))
+            busy = render.busy_line(prompt_run)
+            if busy is not None:
+                self.say(busy, "yellow")
         if prompt_run.interrupted:
             self.say("generation interrupted: the remaining strategies were skipped; the models are intact",
                      "yellow")

@@ -153,12 +153,38 @@ def write_whole(path: str, text: str, what: str, suffix: str) -> None:
     except OSError as e:
         raise TraceError(f"cannot write {what} to {path!r}: {e.strerror or e}") from None
     try:
+        # mkstemp makes the file 0600; give it the mode a plain open would (the existing
+        # file's, else 0666 less the umask), so a colleague can read a trace attached to a report.
+        os.fchmod(handle, _file_mode(target))
         with os.fdopen(handle, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, target)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise TraceError(f"cannot write {what} to {path!r}: {e.strerror or e}") from None
+
+
+def _file_mode(target: Path) -> int:
+    """The permission bits a new file at ``target`` gets: those of the file it replaces, else
+    0666 less the process's umask."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask (read from /proc where it can be, else set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def check_writable(path: str) -> None:
@@ -206,7 +232,8 @@ def _result(data: dict) -> GenerationResult:
 def _strategy(key: str, entry: dict) -> StrategyRun:
     if key not in STRATEGIES:
         raise ValueError(f"unknown strategy {key!r}")
-    run = StrategyRun(key, text=str(entry.get("text", "")), error=entry.get("error"))
+    run = StrategyRun(key, text=str(entry.get("text", "")), error=entry.get("error"),
+                      other_load=_load_value(entry.get("other_load")))
     data = entry.get("result")
     if data is not None:
         run.result = _result(data)
@@ -214,6 +241,24 @@ def _strategy(key: str, entry: dict) -> StrategyRun:
         if pieces and all(isinstance(p, dict) for p in pieces):
             run.pieces = pieces
     return run
+
+
+def _load_value(value) -> float | None:
+    """A recorded other processes' load: a number, or None (old traces have none)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"other_load must be a number, got {value!r}")
+    return float(value)
+
+
+def _machine_load(value) -> dict | None:
+    """A prompt's recorded machine load (``utils.machine_load.load_record``), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("machine_load must be an object")
+    return {**value, "other_load": _load_value(value.get("other_load"))}
 
 
 def _prompt(record: dict) -> PromptRun:
@@ -225,9 +270,12 @@ def _prompt(record: dict) -> PromptRun:
         interrupted=bool(record.get("interrupted", False)),
         settings=settings.to_dict(),
         target_dtype=str(record.get("target_dtype") or ""),
+        machine_load=_machine_load(record.get("machine_load")),
     )
     prompt_run.runs = [_strategy(key, entry) for key, entry in record["strategies"].items()]
     prompt_run.token_text = {int(k): str(v) for k, v in (record.get("token_text") or {}).items()}
+    step = record.get("plain_step_at_load_s")     # the runner's load-time plain step (None: not timed)
+    prompt_run.load_step_s = float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
     return prompt_run
 
 

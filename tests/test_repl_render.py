@@ -134,10 +134,11 @@ def test_comparison_table_cells():
     rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
             for line in out.getvalue().splitlines() if "│" in line}
     # no rounds and no phase times recorded: the model has nothing to price
-    assert rows["Speculative"][1:] == ["4", "4.0", "2.00x", "1.00", "0.50x", "n/a", "n/a", "-", "yes"]
-    assert rows["NASD"][1:] == ["4", "1.0", "0.50x", "1.00", "2.00x", "n/a", "n/a", "-", "no (token 2)"]
-    assert rows["Target AR"][1:] == ["4", "2.0", "1.00x", "1.00", "1.00x", "-", "-", "-", "baseline"]
-    assert rows["Drafter AR"][1:] == ["-", "-", "n/a", "-", "-", "-", "-", "-", "n/a"]
+    # no time to first token recorded (TTFT, decode tok/s): "-"
+    assert rows["Speculative"][1:] == ["4", "4.0", "-", "-", "2.00x", "1.00", "0.50x", "n/a", "n/a", "-", "yes"]
+    assert rows["NASD"][1:] == ["4", "1.0", "-", "-", "0.50x", "1.00", "2.00x", "n/a", "n/a", "-", "no (token 2)"]
+    assert rows["Target AR"][1:] == ["4", "2.0", "-", "-", "1.00x", "1.00", "1.00x", "-", "-", "-", "baseline"]
+    assert rows["Drafter AR"][1:] == ["-", "-", "-", "-", "n/a", "-", "-", "-", "-", "-", "n/a"]
 
 
 def test_the_speedup_is_tokens_per_call_over_call_cost():
@@ -159,8 +160,8 @@ def test_the_speedup_is_tokens_per_call_over_call_cost():
     c.print(render.comparison_table(pr))
     rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
             for line in out.getvalue().splitlines() if "│" in line}
-    assert rows["Speculative"][3:6] == ["2.00x", "3.00", "1.50x"]
-    assert rows["Drafter AR"][4:6] == ["-", "n/a"]
+    assert rows["Speculative"][5:8] == ["2.00x", "3.00", "1.50x"]
+    assert rows["Drafter AR"][6:8] == ["-", "n/a"]
     assert pr.to_dict()["strategies"]["speculative"]["call_cost"] == pytest.approx(1.5)
     # An 80-column terminal keeps the rest of the table whole and gets the split as a sentence.
     narrow = io.StringIO()
@@ -316,8 +317,8 @@ def test_comparison_shows_predicted_best_gamma_and_phase_split():
     c.print(render.comparison_table(why_prompt_run()))
     rows = {line.split("│")[0].strip(): [cell.strip() for cell in line.split("│")]
             for line in out.getvalue().splitlines() if "│" in line}
-    assert rows["Speculative"][1:] == ["7", "8.8", "0.90x", "2.33", "2.59x", "0.97x", "16", "8/89/4%", "yes"]
-    assert rows["Target AR"][1:] == ["7", "9.7", "1.00x", "1.00", "1.00x", "-", "-", "0/90/10%", "baseline"]
+    assert rows["Speculative"][1:] == ["7", "8.8", "-", "-", "0.90x", "2.33", "2.59x", "0.97x", "16", "8/89/4%", "yes"]
+    assert rows["Target AR"][1:] == ["7", "9.7", "-", "-", "1.00x", "1.00", "1.00x", "-", "-", "0/90/10%", "baseline"]
 
 
 def test_json_carries_the_why_numbers():
@@ -664,3 +665,67 @@ def test_the_repl_takes_ctrl_c_back_when_it_starts_with_sigint_ignored():
         assert signal.getsignal(signal.SIGINT) is own
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+# ------------------------------------------------ small wording
+
+def test_a_run_that_drafted_nothing_shows_no_acceptance_rate():
+    """0 of 0 drafts is no rate: the panel and /stats say n/a. Mutation: the old "0.0% (0/0 drafts)"."""
+    r = result([1] * 4, seconds=1.0, drafted=0, accepted=0, trace=[Round((), 0, 1, False, gamma=4)] * 4)
+    c, out = console()
+    c.print(render.strategy_panel(StrategyRun("ngram", r, text="x"), [], WordTokenizer(), debug=False))
+    assert "acceptance n/a (nothing drafted)" in out.getvalue() and "0/0" not in out.getvalue()
+    pr = PromptRun("p", [1], greedy=True, settings=Settings().to_dict())
+    pr.runs = [StrategyRun("ngram", r, text="x")]
+    c, out = console()
+    c.print(render.stats_view(pr))
+    assert any("accepted / drafted" in line and "n/a (nothing drafted)" in line for line in out.getvalue().splitlines())
+    c, out = console()
+    c.print(render.strategy_panel(StrategyRun("ngram", result([1] * 4, drafted=4, accepted=1), text="x"), [],
+                                  WordTokenizer(), debug=False))
+    assert "acceptance 25.0% (1/4 drafts)" in out.getvalue()
+
+
+def test_under_the_model_policy_the_panel_states_its_real_maximum_draft_length():
+    """/gamma 4 with /gamma_policy model asks for up to 16 drafts (strategy_for): the panel says 16,
+    for a match drafter (with its mean) and for the drafter model. Mutation: /gamma's 4."""
+    pr = match_prompt_run()
+    pr.runs[0].result.gamma_policy = "model"
+    c, out = console()
+    c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    cap = strategy_for("ngram", Settings(gamma=4, gamma_policy="model")).gamma
+    assert cap == 16 and f"at draft lengths up to {cap} (mean 1.75) (model)" in out.getvalue()
+    assert "up to 4" not in out.getvalue()
+    pr = why_prompt_run()
+    pr.runs[0].result.gamma_policy = "model"
+    c, out = console()
+    c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    assert "per drafting round at draft lengths up to 16 (model)" in out.getvalue()
+    pr.runs[0].result.gamma_policy = "constant"                       # any other policy: /gamma itself
+    c, out = console()
+    c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    assert "per drafting round at gamma 2" in out.getvalue()
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_help_keeps_each_grammar_on_one_line(width):
+    """Every command's grammar is one line of /help where the terminal is wide enough; a longer one
+    (/processor at 80 columns) breaks only between its alternatives. Mutation: the old two-column
+    table folds /processor's grammar inside "topknucleus T K P"."""
+    from repl.commands import COMMANDS
+
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(render.help_table())
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert all(len(line) <= width for line in lines)
+    for command in COMMANDS.values():
+        if len(command.usage) <= width:
+            assert any(line.startswith(command.usage) for line in lines), command.usage
+        else:
+            for alternative in command.usage.split(" | "):
+                assert any(alternative in line for line in lines), alternative
+    if width >= 100:
+        assert any(line == COMMANDS["processor"].usage for line in lines)
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(render.help_table("processor"))
+    assert COMMANDS["processor"].flag_usage.split(" | ")[-1] in out.getvalue()

@@ -162,3 +162,38 @@ def test_stdin_script_with_commands_and_a_bad_line(pair, tmp_path):
     assert second["prompt"] == "the water"
     assert second["error"].startswith("prompt refused: 4 prompt tokens + 70000 new tokens")
     assert "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------ a piped stdout
+
+def _with_terminal_stdin(args, tmp_path, columns: str | None = None):
+    """infer.py with a terminal (a pty) on stdin and a pipe on stdout, COLUMNS set to ``columns``
+    (None: unset); the target cannot load, so it stops right after its start-up lines."""
+    import os
+    import pty
+
+    env = {k: v for k, v in child_env(tmp_path).items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    controller, terminal = pty.openpty()
+    try:
+        return subprocess.run([PYTHON, str(INFER), "--target", str(tmp_path / "missing"), *args], cwd=REPO,
+                              env=env, stdin=terminal, capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+def test_a_piped_stdout_says_once_why_it_has_80_columns_and_no_colours(tmp_path):
+    """Mutation: without the notice stderr has no such line."""
+    done = _with_terminal_stdin([], tmp_path)
+    assert done.returncode == 1 and "could not load the models" in done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.startswith("stdout is not a terminal")]
+    assert lines == ["stdout is not a terminal: 80 columns, no colours; set COLUMNS for another width, or use --json"]
+    assert "stdout is not a terminal" not in done.stdout
+    done = _with_terminal_stdin([], tmp_path, columns="132")                 # the width it will use
+    assert "stdout is not a terminal: 132 columns, no colours" in done.stderr
+    done = _with_terminal_stdin(["--json", "--prompt", "x"], tmp_path)       # the pipe is what --json wants
+    assert done.returncode == 1 and "stdout is not a terminal" not in done.stderr
+    done = _run(["--target", str(tmp_path / "missing")], tmp_path)           # no terminal at all: a script
+    assert done.returncode == 1 and "stdout is not a terminal" not in done.stderr

@@ -3,6 +3,7 @@ on a broken accept rule, in process and through ``infer.py --selftest``."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 
@@ -71,6 +72,20 @@ def test_accepting_every_draft_fails_with_the_first_wrong_token(pair, monkeypatc
     nasd = next(c for c in checks if c.name == "NASD greedy (cache on)")
     assert "target AR gave" in nasd.detail and "token " in nasd.detail
     assert nasd.line().startswith("FAIL  NASD greedy (cache on): prompt ")
+    # Tokens are shown as their text, their ids beside it (mutation: the ids alone).
+    got, want = re.search(r"token \d+ is (.+), target AR gave (.+)$", nasd.detail).groups()
+    assert_decoded(pair, got) and assert_decoded(pair, want)
+    sampled = next(c for c in checks if c.name.startswith("NASD sampling") and not c.passed)
+    assert_decoded(pair, re.search(r"sampled (.+), which has probability 0", sampled.detail).group(1))
+
+
+def assert_decoded(pair, shown: str) -> bool:
+    """``shown`` is ``'text' (ids...)``: the ids' decoded text, then the ids."""
+    match = re.fullmatch(r"('.*'|\".*\") \(([\d, ]+)\)", shown)
+    assert match, shown
+    ids = [int(t) for t in match.group(2).split(",") if t.strip()]
+    assert ast.literal_eval(match.group(1)) == pair.tokenizer.decode(ids, skip_special_tokens=False), shown
+    return True
 
 
 def test_resampling_from_p_is_caught_by_the_sampling_check(pair, monkeypatch):

@@ -233,3 +233,30 @@ def test_save_then_replay_on_a_tiny_pair(pair, tmp_path):
     assert "prompt 2 of 2" in replay.stdout and "Comparison" in replay.stdout
     assert spec.text.split()[0] in replay.stdout
     assert "Traceback" not in replay.stderr
+
+
+# ------------------------------------------------------------------ file modes
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_traces_and_reports_get_the_users_umask_not_0600(tmp_path, umask, mode):
+    """A colleague must be able to read an attached trace: the file gets 0666 less the umask (as a
+    plain open gives), not the temporary file's 0600; a file written over keeps its mode.
+    Mutation: without the chmod both files are 0600 under umask 022."""
+    import os
+    import stat
+
+    from repl.report import write_report
+
+    old = os.umask(umask)
+    try:
+        trace, report = tmp_path / "t.json", tmp_path / "r.html"
+        write_trace(str(trace), trace_document([prompt_record(why_prompt_run(), WordTokenizer())], ENV))
+        write_report(str(report), [why_prompt_run()], ENV)
+        assert stat.S_IMODE(trace.stat().st_mode) == mode
+        assert stat.S_IMODE(report.stat().st_mode) == mode
+        trace.chmod(0o640)
+        write_trace(str(trace), trace_document([prompt_record(why_prompt_run(), WordTokenizer())], ENV))
+        assert stat.S_IMODE(trace.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "t.json"]   # no temporary file left
