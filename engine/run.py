@@ -21,8 +21,8 @@ from generation.result import GenerationResult
 from generation.verify import verify_loop
 from eagle3 import eagle3_target
 from gemma4_assistant import assistant_target
-from kvcache.cache import ServedModel
 from mtp import mtp_target
+from remote.served_model import ServedModel
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
 

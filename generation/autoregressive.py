@@ -11,8 +11,8 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from generation.served import served_generate
-from kvcache.cache import ServedModel
 from kvcache.probe import cached_model
+from remote.served_model import ServedModel
 
 
 @torch.inference_mode()

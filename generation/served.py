@@ -14,7 +14,7 @@ from generation.observer import Observer, Watch
 from generation.options import LoopOptions
 from generation.phases import split_phases
 from generation.result import GenerationResult, Round
-from kvcache.cache import ServedModel
+from remote.served_model import ServedModel
 
 
 def served_generate(prompt: list[int], model: ServedModel, options: LoopOptions, *,

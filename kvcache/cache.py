@@ -71,34 +71,17 @@ class UnsupportedCacheError(ValueError):
     """The model's cache cannot be rolled back exactly; the message says why (one line)."""
 
 
-class ServedModel:
-    """A target whose cache lives in a serving engine (``remote.target``), not in this process.
+class SessionModel:
+    """A model whose cache lives outside this process (a target behind a server:
+    ``remote.served_model.ServedModel``): nothing here can probe, feed or roll it back.
 
     It makes its own session for each generation (:meth:`session`, shaped like
     :class:`CachedModel`: ``begin``, ``forward``, ``checkpoint``, ``rollback``, ``length``,
-    ``forwards``, ``stats``, ``network_stats``) and decodes with the engine's own sampler
-    (:meth:`decode`). ``kvcache.probe.cached_model`` hands out the session; nothing is probed.
+    ``forwards``, ``stats``, ``network_stats``, and ``tree_reason``: why it verifies no token
+    tree). ``kvcache.probe.cached_model`` hands out that session; nothing is probed.
     """
 
-    tree_reason = "the target is behind a server, whose API scores one chain position per request"
-
-    def bound(self, processor):
-        """This target with a run's sampling settings (they decide what a verify can take as exact)."""
-        return self
-
     def session(self):
-        raise NotImplementedError
-
-    def decode(self, prompt: list[int], max_new: int, processor, seed: int):
-        """Yield ``(token, seconds)`` as the engine's own sampler makes them."""
-        raise NotImplementedError
-
-    def network_mark(self):
-        """Where the request counters stand now."""
-        raise NotImplementedError
-
-    def network_since(self, mark) -> dict:
-        """The requests made since ``mark``: count, seconds on the wire, reported compute, round trip."""
         raise NotImplementedError
 
 
@@ -810,8 +793,8 @@ def tree_support(cached: CachedModel) -> str | None:
     past (older transformers, 4.57 among them) take trees: they are
     snapshotted before the verify and restored after it, like a chain's.
     """
-    if not isinstance(cached, CachedModel):
-        return ServedModel.tree_reason
+    if not isinstance(cached, CachedModel):     # a session its model made (SessionModel) says why not
+        return cached.tree_reason
     model = cached.model
     if cached.cache_off:
         return "the cache is off"

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 import torch
 import transformers
 
-from kvcache.cache import CachedModel, ServedModel, UnsupportedCacheError
+from kvcache.cache import CachedModel, SessionModel, UnsupportedCacheError
 
 PREFIX = 6          # an uneven cached prefix: not a multiple of any chunk or window of 2, 4, 8...
 DRAFTS = 4          # tokens a multi-token verify feeds at once
@@ -229,7 +229,7 @@ def probe_model(model) -> ProbeResult:
     """Measure which path is exact for ``model`` (a few forwards over 14 tokens); a served
     target's cache is the engine's, so it is not probed (path "served")."""
     begun = time.perf_counter()
-    if isinstance(model, ServedModel):
+    if isinstance(model, SessionModel):
         return ProbeResult(type(model).__name__, "", "served", "its cache is the server's")
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prompt, seq, junk = _probe_ids(model)
@@ -283,7 +283,7 @@ def probe_of(model) -> ProbeResult:
 def cached_model(model, *, use_cache: bool = True) -> CachedModel:
     """``model`` as a :class:`CachedModel` fed on the path its probe measured (probed on first use);
     a served target's own session (its cache is the engine's: never probed, always on)."""
-    if isinstance(model, ServedModel):
+    if isinstance(model, SessionModel):
         return model.session()
     if not use_cache:
         return CachedModel(model, use_cache=False)
@@ -296,7 +296,7 @@ def not_causal(model) -> str | None:
     causal (a position's logits change with the tokens after it, as the probe measured), so a
     verify pass scores a position differently from the step that decodes it alone. Target AR
     still runs (each step is the model's own definition); a drafter need not be causal."""
-    if isinstance(model, ServedModel) or not runs_alone(model):
+    if isinstance(model, SessionModel) or not runs_alone(model):
         return None
     found = probe_of(model)
     if found.causal:

@@ -2,7 +2,7 @@
 
 :class:`ServedTarget` stands where a transformers model stands in a ``ModelPair``: it has a
 ``config`` (the server's vocabulary and context), a device (the drafter's: where the loop's ids
-live) and, as a ``kvcache.cache.ServedModel``, a session per generation
+live) and, as a ``remote.served_model.ServedModel``, a session per generation
 (:class:`ServedSession`: ``forward(ids, keep)`` returns ``keep`` rows of logits built from the
 server's top-N log-probabilities, ``remote.rules``). ``bound(processor)`` fixes the sampling
 settings a run uses (what is exact, and how many log-probabilities to ask for).
@@ -14,10 +14,11 @@ from types import SimpleNamespace
 
 import torch
 
-from kvcache.cache import RollbackStats, ServedModel
+from kvcache.cache import RollbackStats
 from remote.dialect import SamplerFields, ServedModelInfo, ServerClient
-from remote.transport import ServerError
 from remote.rules import DEFAULT_PROBS, ServedPlan, nucleus_certified, plan_for, row_of
+from remote.served_model import ServedModel
+from remote.transport import ServerError
 from sampling.processors import GreedyProcessor, LogitsProcessor
 
 
@@ -84,6 +85,7 @@ class ServedSession:
     cache_off = False
     path = "served"
     reason = ""
+    tree_reason = "the target is behind a server, whose API scores one chain position per request"
 
     def __init__(self, target: ServedTarget, plan: ServedPlan):
         self.target = target

@@ -25,9 +25,9 @@ from checks.stats import goodness_of_fit
 from engine import EngineState, NGramOptions, Strategy, pair_of, run_strategy
 from engine.widths import MAX_FILL_WIDTH, fill_refusal, verify_costs
 from generation.result import Round
-from kvcache.cache import ServedModel
 from generation.widths import fill_width
 from ngram_assisted import MatchDrafter, SuffixStorage
+from remote.served_model import ServedModel
 from repl.commands import execute
 from repl.render import fill_text
 from repl.runner import strategy_for
