@@ -46,15 +46,23 @@ def round_counts(rnd: Any) -> tuple[int, int]:
     return len(drafted), int(_get(rnd, "accepted", 0) or 0)
 
 
+def window_rows(rnd: Any) -> int:
+    """Rows the round's verify fed besides its drafts and the last committed token: lookahead's
+    Jacobi window, which rides in every round's forward, drafting or not (its note's ``rows``;
+    0 for every other drafter, and for lookahead traces written before the note had it)."""
+    note = _get(rnd, "note", None)
+    return int(note.get("rows", 0) or 0) if isinstance(note, dict) else 0
+
+
 def verify_width(rnd: Any) -> int:
     """Tokens the target's verify forward took in this round: a chain round feeds
     its drafts plus the last committed token (``len(drafted) + 1``); a tree round
     feeds every node of its tree plus that token (``tree_size + 1``), although its
-    ``drafted`` records only the accepted path and the first-choice line below it."""
+    ``drafted`` records only the accepted path and the first-choice line below it;
+    a lookahead round its window's rows as well (:func:`window_rows`)."""
     tree = _get(rnd, "tree_tokens", ()) or ()
-    if tree:
-        return len(tree) + 1
-    return len(_get(rnd, "drafted", ()) or ()) + 1
+    drafts = len(tree) if tree else len(_get(rnd, "drafted", ()) or ())
+    return drafts + 1 + window_rows(rnd)
 
 
 def position_counts(rounds: Iterable[Any], *, missing_is_rejection: bool = False) -> list[tuple[int, int]]:

@@ -35,6 +35,14 @@ rounds that drafted k tokens and t_k the tokens such a round yielded,
 
 (k = 0 is a plain step: one token for verify(1)). A constant gamma is the mix
 {gamma: m, 0: 1 - m} with t_gamma = E(gamma), which is the formula above.
+
+Lookahead decoding feeds its Jacobi window (r rows) with every round's verify, drafting or not:
+a round of k candidate nodes costs verify(k + 1 + r), and one that found no candidate
+verify(1 + r), not a plain step (``RoundMix.rows``).
+
+Every number is priced from measured seconds where the run measured them; what the model had
+to fill in (a plain step no run timed, a verify width between or beyond the measured ones) is
+named by :func:`estimated_inputs`, so a prediction can say it rests on an estimate.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from analysis.acceptance import _get, drafted_count, round_counts, verify_width
+from analysis.acceptance import _get, drafted_count, round_counts, verify_width, window_rows
 
 
 # The largest γ the speedup model searches for the best one (a run's own γ widens it).
@@ -136,10 +144,18 @@ class RoundMix:
     is a plain target step); ``tokens[k]``: the tokens a round of k drafts yields
     on average (its accepted drafts and the target's own token; 1.0 at k = 0).
     A tree round counts its nodes as k (its verify forward is k + 1 wide).
+    ``rows``: rows every round's verify feeds besides its drafts (lookahead's
+    window): a round of k drafts is then k + 1 + rows wide, and k = 0 is no
+    plain step but a verify of 1 + rows.
     """
 
     shares: dict[int, float]
     tokens: dict[int, float]
+    rows: int = 0
+
+    def width(self, k: int) -> int:
+        """Tokens the verify of a round of ``k`` drafts feeds."""
+        return k + 1 + self.rows
 
     @classmethod
     def constant(cls, rates: Sequence[float], gamma: int, draft_share: float = 1.0) -> "RoundMix":
@@ -178,7 +194,8 @@ def measured_mix(rounds: Sequence[Any], cap: int | None = None) -> RoundMix:
     ``cap``: every chain cut to at most ``cap`` drafts (the what-if of a smaller γ).
 
     Every round counts, the first (the prefill's) too, as the acceptance rates of
-    the constant-gamma model count it.
+    the constant-gamma model count it. ``rows``: the most window rows a round fed
+    (lookahead's; the same every round of a run).
     """
     counts: dict[int, int] = {}
     tokens: dict[int, int] = {}
@@ -190,19 +207,21 @@ def measured_mix(rounds: Sequence[Any], cap: int | None = None) -> RoundMix:
     if not n:
         raise ValueError("no rounds to measure draft lengths from")
     return RoundMix({k: c / n for k, c in sorted(counts.items())},
-                    {k: tokens[k] / c for k, c in sorted(counts.items())})
+                    {k: tokens[k] / c for k, c in sorted(counts.items())},
+                    max(window_rows(rnd) for rnd in rounds))
 
 
 def mix_round(mix: RoundMix, costs: CostModel) -> tuple[float, float]:
     """(expected tokens, expected seconds) of one round drawn from ``mix``.
 
-    A round of k drafts costs k drafter steps and one target call k + 1 wide; a
-    plain step (k = 0) one target call 1 wide; every round the host's ``other``.
+    A round of k drafts costs k drafter steps and one target call k + 1 wide (k + 1 +
+    ``mix.rows`` with a window); a plain step (k = 0) one target call 1 wide; every
+    round the host's ``other``.
     """
     tokens, round_s = 0.0, 0.0
     for k, share in mix.shares.items():
         tokens += share * mix.tokens[k]
-        round_s += share * (k * costs.draft_step_s + costs.target_call(k + 1) if k else costs.target_call(1))
+        round_s += share * (k * costs.draft_step_s + costs.target_call(mix.width(k)))
     round_s += costs.other_per_round_s
     if round_s <= 0:
         raise ValueError("a round's predicted cost is not positive")
@@ -268,7 +287,12 @@ def throughput_by_gamma(accept: Sequence[float], propose: Sequence[float], verif
 
 def first_round(result: Any) -> tuple[float, int]:
     """(seconds, tokens) of a run's first round: it carries the prompt's prefill
-    (both models' prefill in speculative decoding)."""
+    (both models' prefill in speculative decoding). The run's time to first token
+    (``first_token_s``, ``first_tokens``) where it was measured: it holds the host
+    work around the prefill too; else the first round's draft and verify seconds."""
+    measured = _get(result, "first_token_s", None)
+    if measured is not None:
+        return float(measured), int(_get(result, "first_tokens", 0) or 0)
     rounds = list(_get(result, "trace", None) or [])
     if not rounds:
         return 0.0, 0
@@ -365,10 +389,19 @@ def _timed_rounds(rounds: list) -> list:
 def ar_step_from_result(result: Any) -> float | None:
     """Seconds per token of plain target decoding, prefill left out.
 
-    From the AR run's rounds when they carry verify times (the first, with the
-    prefill, is skipped); else its seconds over its tokens. None when the run
-    produced nothing.
+    The AR run's decode part where it was measured (its seconds after the first
+    round over the tokens after it: ``GenerationResult.decode_seconds``), so the
+    model compares decode with decode; else from its rounds when they carry
+    verify times (the first, with the prefill, skipped); else its seconds over
+    its tokens. None when the run produced nothing.
     """
+    tokens = len(_get(result, "tokens", None) or [])
+    seconds = float(_get(result, "seconds", 0.0) or 0.0)
+    first_s = _get(result, "first_token_s", None)
+    if first_s is not None:
+        rest = tokens - int(_get(result, "first_tokens", 0) or 0)
+        if rest > 0 and seconds > first_s:
+            return (seconds - float(first_s)) / rest
     rounds = list(_get(result, "trace", None) or [])
     steady = _timed_rounds(rounds)
     verify = [float(_get(r, "verify_s", 0.0) or 0.0) for r in steady]
@@ -376,8 +409,6 @@ def ar_step_from_result(result: Any) -> float | None:
         phases = _get(result, "phases", None) or {}
         other = float(phases.get("other", 0.0) or 0.0) / len(rounds)
         return sum(verify) / len(verify) + other
-    tokens = len(_get(result, "tokens", None) or [])
-    seconds = float(_get(result, "seconds", 0.0) or 0.0)
     return seconds / tokens if tokens and seconds > 0 else None
 
 
@@ -386,13 +417,14 @@ def costs_from_result(result: Any, ar_step_s: float | None = None, rtt_s: float 
 
     ``draft_step_s``: draft seconds over drafted tokens. ``verify_s``: the mean
     verify seconds of the rounds at each width (the tokens the verify fed:
-    drafted + 1 for a chain round, tree_size + 1 for a tree round, see
-    :func:`analysis.acceptance.verify_width`). ``other``: the
+    drafted + 1 for a chain round, tree_size + 1 for a tree round, lookahead's
+    window rows added, see :func:`analysis.acceptance.verify_width`). ``other``: the
     result's ``other`` phase over its rounds. The first round carries the
     prompt's prefill and is left out of the draft and verify costs when there
-    are others. ``ar_step_s`` (target AR's seconds per token, see
-    :func:`ar_step_from_result`) replaces the width-1 cost, since that is what
-    plain decoding pays per token. ``rtt_s``: the what-if round trip per
+    are others. ``ar_step_s``, the plain step (target AR's seconds per token,
+    see :func:`ar_step_from_result`, or the target's step measured at load),
+    replaces the width-1 cost, since that is what plain decoding pays per
+    token. ``rtt_s``: the what-if round trip per
     target call (``CostModel.rtt_s``). None when no round measured a verify time.
     """
     rounds = list(_get(result, "trace", None) or [])
@@ -418,3 +450,19 @@ def costs_from_result(result: Any, ar_step_s: float | None = None, rtt_s: float 
         other_per_round_s=other,
         rtt_s=rtt_s,
     )
+
+
+def needed_widths(mix: RoundMix) -> set[int]:
+    """The verify widths a prediction for ``mix`` reads: each round's, and 1, the plain step
+    every prediction is a ratio to."""
+    return {1} | {mix.width(k) for k, share in mix.shares.items() if share > 0}
+
+
+def estimated_inputs(mix: RoundMix, costs: CostModel) -> list[str]:
+    """What the prediction for ``mix`` at ``costs`` did not measure and the model filled in,
+    one short name each ([] when every input was measured): ``plain step`` when no plain step
+    was timed (it is then read off the wider verifies: flat with one measured width), and
+    ``verify at width w`` for each other width the rounds need and no round measured
+    (interpolated or extrapolated, :meth:`CostModel.verify`)."""
+    missing = sorted(w for w in needed_widths(mix) if w not in costs.verify_s)
+    return [("plain step" if w == 1 else f"verify at width {w}") for w in missing]

@@ -154,6 +154,7 @@ class LookaheadDrafter(Drafter):
         self.root = -1
         self.notes: list[dict | None] = []
         self._pending: dict | None = None
+        self._rows = 0      # window rows fed with this round's verify (0: a chain round fed none)
 
     def tree_support(self) -> str | None:
         return None
@@ -178,7 +179,9 @@ class LookaheadDrafter(Drafter):
 
     def extra_rows(self, ids: torch.Tensor, tree: Tree) -> ExtraRows:
         self.root = self.last
-        return self.window.rows()
+        rows = self.window.rows()
+        self._rows = len(rows.tokens)
+        return rows
 
     def extra_outputs(self, tokens: list[int]) -> None:
         """The argmax at every window row; the top level's W close this round's n-grams."""
@@ -187,8 +190,10 @@ class LookaheadDrafter(Drafter):
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         self.last = new_tokens[-1]
         note = self._pending or {"candidates": 0}
-        self.notes.append({**note, "pool": len(self.pool)})
-        self._pending = None
+        # ``rows``: the window rows this round's verify fed besides its candidates (the speedup
+        # model prices a round at its whole width: analysis.acceptance.verify_width).
+        self.notes.append({**note, "pool": len(self.pool), "rows": self._rows})
+        self._pending, self._rows = None, 0
 
     def round_notes(self) -> list[dict | None]:
         return list(self.notes)

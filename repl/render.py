@@ -19,7 +19,7 @@ from analysis.sources import NO_MATCH
 from analysis.speedup import measured_mix
 from generation.result import GenerationResult
 from repl.commands import COMMANDS
-from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, gamma_cap, round_pieces
+from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, gamma_cap, plain_step_words, round_pieces
 from repl.settings import MATCH_STORAGES, Settings, settings_from_dict
 from utils.devices import HALF_DTYPES, half_precision_reason
 from utils.machine_load import busy_warning
@@ -260,17 +260,40 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
     elif why.predicted is None:
         parts.append("speedup model: no round timings to price")
     else:
-        measured = prompt_run.speedup(run)
-        parts.append(f"predicted {_x(why.predicted)}" + (f" vs measured {_x(measured)}" if measured else "")
-                     + (" (priced at the measured draft lengths)" if why.measured else ""))
-        parts.append(f"first round (prefill) {why.first_round_s:.2f} s; long outputs {_x(why.predicted_steady)}")
-        parts.append(f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
-        if why.tree is not None:
-            parts.append(tree_best_text(why.tree))
-        parts.append(f"plain step cost from {why.cost_source}")
+        parts += prediction_parts(prompt_run, run, why)
     if why.what_if is not None:
         parts.append(what_if_text(why.what_if))
     return Text(" · ".join(parts), style="dim")
+
+
+def _est(why: Why) -> str:
+    """`` (est.)`` after a prediction some of whose inputs were estimated, else nothing."""
+    return " (est.)" if why.estimated else ""
+
+
+def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[str]:
+    """The speedup model's pieces of a panel's why line: the prediction for this run against the
+    measured speedup, the decode part's (first round left out) against the measured decode
+    speedup, the best γ, where the plain step came from, and what was estimated."""
+    priced = " (priced at the measured draft lengths)" if why.measured else ""
+    decode = prompt_run.decode_speedup(run)
+    if prompt_run.baseline() is None:   # no target AR run: the decode prediction is all there is
+        parts = [f"predicted {_x(why.predicted_steady)}{_est(why)} (decode part; first round "
+                 f"{why.first_round_s:.2f} s left out){priced}"]
+    else:
+        measured = prompt_run.speedup(run)
+        parts = [f"predicted {_x(why.predicted)}{_est(why)}" + (f" vs measured {_x(measured)}" if measured else "")
+                 + priced,
+                 f"decode part (first round {why.first_round_s:.2f} s left out): predicted "
+                 f"{_x(why.predicted_steady)}{_est(why)}" + (f" vs measured {_x(decode)}" if decode else "")]
+    parts.append("best gamma -" if why.no_gamma else f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
+    if why.tree is not None:
+        parts.append(tree_best_text(why.tree))
+    parts.append(plain_step_words(why))
+    others = [name for name in why.estimated if name != "plain step"]   # the plain step's words say it
+    if others:
+        parts.append("est.: " + ", ".join(others) + " not measured")
+    return parts
 
 
 def tree_best_text(tree: dict) -> str:
@@ -288,8 +311,9 @@ def what_if_text(what_if) -> str:
     steady = f"long outputs {_x(w.predicted_steady)}" + (")" if predicted else "")
     where = ("per target call (/rtt)" if w.measured_ms is None else
              f"per request (/rtt; measured {w.measured_ms:.1f} ms)")
-    return (f"at a {w.rtt_ms:g} ms round trip {where}: {predicted}{steady}, "
-            f"best gamma {w.best_gamma} ({_x(w.best_speedup)})")
+    best = "" if w.best_gamma is None else f", best gamma {w.best_gamma} ({_x(w.best_speedup)})"
+    return f"at a {w.rtt_ms:g} ms round trip {where}: {predicted}{steady}{best}"
+
 
 
 def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug: bool,
@@ -499,8 +523,8 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
     if why is None:
         predicted, best = "-", "-"
     else:
-        predicted = _x(why.predicted)
-        best = "n/a" if why.best_gamma is None else str(why.best_gamma)
+        predicted = _x(why.predicted) + ("" if why.predicted is None else _est(why))
+        best = "-" if why.no_gamma else "n/a" if why.best_gamma is None else str(why.best_gamma)
     return [
         run.label + (" (interrupted)" if r.interrupted else ""),
         str(len(r.tokens)),
@@ -595,7 +619,8 @@ def _cost_text(why: Why) -> str:
     costs = why.costs
     widths = ", ".join(f"{w}: {_ms(c)}" for w, c in sorted(costs.verify_s.items()))
     return (f"cost model: drafter step {_ms(costs.draft_step_s)} · verify by width {{{widths}}} · "
-            f"other {_ms(costs.other_per_round_s)}/round · plain step cost from {why.cost_source}")
+            f"other {_ms(costs.other_per_round_s)}/round · {plain_step_words(why)}"
+            + (f" · estimated: {', '.join(why.estimated)}" if why.estimated else ""))
 
 
 def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
@@ -623,13 +648,17 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
     row("time to first token (ms)", lambda run, why: first_token_ms(run.result))
     row("decode tokens/s (after the first round)", lambda run, why: decode_rate_cell(run.result))
     row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))
-    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)} "
+    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)}{_est(why)} "
         + ("at measured draft lengths" if why.measured else f"at γ {why.gamma}"))
     row("first round (prefill) seconds", lambda run, why: "-" if why.first_round_s is None
         else f"{why.first_round_s:.3f}")
-    row("predicted, long outputs", lambda run, why: _x(why.predicted_steady))
-    row("best γ (predicted)", lambda run, why: "n/a" if why.best_gamma is None
+    row("predicted, decode part", lambda run, why: f"{_x(why.predicted_steady)}{_est(why)}")
+    row("measured, decode part", lambda run, why: _x(prompt_run.decode_speedup(run)))
+    row("best γ (predicted)", lambda run, why: "-" if why.no_gamma else "n/a" if why.best_gamma is None
         else f"{why.best_gamma} ({_x(why.best_speedup)})")
+    row("plain step", lambda run, why: plain_step_words(why).removeprefix("plain step: "))
+    if any(why.estimated for _, why in whys):
+        row("estimated inputs", lambda run, why: ", ".join(why.estimated) or "-")
     if any(why.sources is not None for _, why in whys):
         row("draft length: mean, p50/p90, max", lambda run, why: "-" if why.sources is None
             else _lengths_cell(why.sources["draft_lengths"]))
@@ -648,7 +677,7 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
         row(f"at a {rtt:g} ms round trip: long outputs",
             lambda run, why: "-" if why.what_if is None else _x(why.what_if.predicted_steady))
         row(f"at a {rtt:g} ms round trip: best γ",
-            lambda run, why: "-" if why.what_if is None
+            lambda run, why: "-" if why.what_if is None or why.what_if.best_gamma is None
             else f"{why.what_if.best_gamma} ({_x(why.what_if.best_speedup)})")
     return table
 

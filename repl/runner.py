@@ -48,6 +48,7 @@ class Runner:
         self.pair = pair
         self.notify = notify
         self.state = EngineState()  # the n-gram storage and the gamma policies, kept across prompts
+        self.load_step_s: float | None = None   # the target's one-token step, timed by warm_up
         self._told_no_template = False
 
     # ------------------------------------------------------------ prompt -> ids
@@ -76,13 +77,31 @@ class Runner:
 
     def warm_up(self) -> None:
         """One short run per model and one speculative run, so the first timed
-        strategy does not pay for lazy initialisation."""
+        strategy does not pay for lazy initialisation; then the target's one-token
+        step is timed (:meth:`time_plain_step`)."""
         settings = Settings(length=4, gamma=2, chat=False)
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         for key in ("target", "drafter", "speculative"):
             if key == "drafter" and not decodes_alone(self.pair.drafter):
                 continue                     # MTP layers, an EAGLE-3 head, a Gemma 4 assistant: they draft from the target
             self._generate(key, ids, settings, interruptible=False)
+        self.load_step_s = self.time_plain_step()
+
+    def time_plain_step(self) -> float | None:
+        """Seconds of one target forward over one new token (``engine.widths.verify_costs``: the
+        median of a few, on a cache of 64 tokens): the plain step a prompt's predictions take when
+        target AR does not run on it (docs/why.md). None for a target that cannot be timed
+        locally (a served one: each request is priced as measured)."""
+        from engine.widths import fill_refusal, verify_costs
+
+        if fill_refusal(self.pair.target) is not None:
+            return None
+        try:
+            return verify_costs(self.pair, self.state, 0, self.pair.vocab_size)[1]
+        except Exception as e:  # a failed timing must not end the session: the runs price it themselves
+            self.notify(f"could not time the target's step at load ({type(e).__name__}: {e}); "
+                        "with target AR off, predictions read it off each run's own rounds")
+            return None
 
     def _generate(self, key: str, ids: list[int], settings: Settings, *,
                   interruptible: bool = True, observer: Observer | None = None) -> GenerationResult:
@@ -120,7 +139,8 @@ class Runner:
         self.check_fits(ids, settings)
         dtype = getattr(getattr(self.pair, "target", None), "dtype", None)
         return PromptRun(text, ids, greedy=settings.processor.is_greedy, settings=settings.to_dict(),
-                         target_dtype="" if dtype is None else str(dtype).removeprefix("torch."))
+                         target_dtype="" if dtype is None else str(dtype).removeprefix("torch."),
+                         load_step_s=self.load_step_s)
 
     def run(self, prompt_run: PromptRun, settings: Settings,
             on_run: Callable[[PromptRun, StrategyRun], None] = lambda prompt_run, run: None,

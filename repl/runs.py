@@ -21,6 +21,7 @@ from analysis import (
     draft_share,
     drafter_chose_lengths,
     engine_numbers,
+    estimated_inputs,
     first_round,
     measured_mix,
     mix_run_speedup,
@@ -125,8 +126,8 @@ class WhatIf:
     rtt_ms: float
     predicted: float | None
     predicted_steady: float
-    best_gamma: int
-    best_speedup: float
+    best_gamma: int | None          # None: the strategy has no γ to choose (lookahead)
+    best_speedup: float | None
     measured_ms: float | None = None   # a served run: the round trip per request it measured
 
 
@@ -140,10 +141,14 @@ class Why:
     speedup model uses (a draft asked for and not made counts as rejected).
     ``predicted`` is the model's speedup for this run (its first round, the
     prompt's prefill, as measured; the rest priced by the model), comparable
-    with the measured speedup; ``predicted_steady`` the long-output limit (no
-    prefill); ``first_round_s`` what the prefill round took. ``best_gamma`` /
-    ``best_speedup`` the steady-state optimum. ``cost_source`` says where the cost of a plain
-    target step came from: "target AR" (its seconds per token) or "own rounds".
+    with the measured speedup; ``predicted_steady`` the decode part's prediction
+    (no prefill: the long-output limit), comparable with :meth:`PromptRun.decode_speedup`;
+    ``first_round_s`` what the prefill round took. ``best_gamma`` /
+    ``best_speedup`` the steady-state optimum (None for lookahead, which has no γ
+    to choose: ``no_gamma``). ``cost_source`` says where the plain step every
+    prediction is a ratio to came from (:data:`PLAIN_STEP_SOURCES`), ``plain_step_s``
+    what it cost. ``estimated``: the inputs the prediction did not measure and the
+    model filled in (``analysis.speedup.estimated_inputs``); empty when all were measured.
 
     ``measured``: the run's drafter chose each round's draft length (a match
     drafter, docs/model_free.md); the model then prices the measured draft
@@ -170,6 +175,9 @@ class Why:
     measured: bool = False
     sources: dict | None = None
     ceiling: dict | None = None
+    plain_step_s: float | None = None
+    estimated: list[str] = field(default_factory=list)
+    no_gamma: bool = False
 
     def mix(self, trace: list) -> RoundMix:
         """The rounds the speedup model prices: the measured draft lengths, or γ."""
@@ -179,7 +187,10 @@ class Why:
 
     def best(self, trace: list, costs: CostModel) -> tuple[int, float]:
         """(γ, speedup) the model predicts best at ``costs``: over constant γ, or, when
-        the drafter chose its lengths (chains), over a cap on them."""
+        the drafter chose its lengths (chains), over a cap on them; (None, None) for a
+        strategy with no γ to choose (lookahead)."""
+        if self.no_gamma:
+            return None, None
         search = max(SEARCH_GAMMA, self.gamma)
         if self.measured and not any(r.tree_tokens for r in trace):
             return best_cap(trace, costs, search)
@@ -190,6 +201,30 @@ class Why:
         """(accepted, reached) at each draft position some round reached."""
         a = self.acceptance
         return [(p, n) for p, n in zip(a.accepted_by_position, a.reached_by_position) if n]
+
+
+# Where the plain step came from (``Why.cost_source``, the JSON's ``prediction_cost_source``), and
+# how the panel says it.
+PLAIN_STEP_SOURCES = {
+    "target AR": "from target AR this prompt",
+    "load": "measured at load",
+    "own rounds": "from this run's plain rounds",
+    "estimated": "estimated, not measured (read off this run's wider verifies)",
+}
+
+
+def plain_step_words(why: Why) -> str:
+    """``plain step: measured at load, 37 ms``."""
+    words = PLAIN_STEP_SOURCES.get(why.cost_source or "", why.cost_source or "unknown")
+    cost = "" if why.plain_step_s is None else f", {why.plain_step_s * 1e3:.0f} ms"
+    return f"plain step: {words}{cost}"
+
+
+def lookahead_window_unrecorded(trace: list) -> bool:
+    """A lookahead trace whose rounds do not say how many window rows they fed (written before
+    the rounds' notes had ``rows``): its rounds are then priced without the window."""
+    notes = [r.note for r in trace if isinstance(r.note, dict) and "pool" in r.note]
+    return bool(notes) and not any("rows" in n for n in notes)
 
 
 def measured_round_trip_s(result) -> float | None:
@@ -241,6 +276,9 @@ class PromptRun:
     target_dtype: str = ""
     machine_load: dict | None = None
     _ceilings: dict = field(default_factory=dict, repr=False, compare=False)   # copy_ceiling's, per run and γ
+    # The target's one-token step (seconds) the runner timed at load (``Runner.warm_up``): the plain
+    # step the predictions take when target AR did not run this prompt; None when not measured.
+    load_step_s: float | None = None
 
     def baseline(self) -> StrategyRun | None:
         """The target autoregressive run, when it ran to completion."""
@@ -253,6 +291,16 @@ class PromptRun:
         if base is None or not run.usable or base.result.tokens_per_second <= 0:
             return None
         return run.result.tokens_per_second / base.result.tokens_per_second
+
+    def decode_speedup(self, run: StrategyRun) -> float | None:
+        """Decode tokens/s of ``run`` over target AR's (``GenerationResult.decode_tokens_per_second``:
+        the time to first token left out of both), the measured counterpart of the decode
+        prediction (``Why.predicted_steady``). None where either is unknown."""
+        base = self.baseline()
+        if base is None or not run.usable:
+            return None
+        ours, theirs = run.result.decode_tokens_per_second, base.result.decode_tokens_per_second
+        return ours / theirs if ours and theirs else None
 
     def call_cost(self, run: StrategyRun) -> float | None:
         """Seconds per target call of ``run`` (its drafting and host work included) over target
@@ -281,6 +329,17 @@ class PromptRun:
         base = self.baseline()
         return None if base is None else ar_step_from_result(base.result)
 
+    def plain_step(self) -> tuple[float | None, str | None]:
+        """(seconds, source) of the plain target step the predictions are ratios to: target AR's
+        decode seconds per token when it ran this prompt (``"target AR"``), else the step timed at
+        load (``"load"``), else (None, None): each run then reads it off its own rounds."""
+        ar_step = self.ar_step_s()
+        if ar_step is not None:
+            return ar_step, "target AR"
+        if self.load_step_s:
+            return self.load_step_s, "load"
+        return None, None
+
     def rtt_ms(self) -> float:
         """The what-if round trip the prompt ran with (``/rtt``; 0 in old traces)."""
         return float(self.settings.get("rtt") or 0.0)
@@ -302,15 +361,18 @@ class PromptRun:
             yield_rates=yield_by_position(trace),
             draft_share=draft_share(trace),
             gamma=gamma,
-            measured=drafter_chose_lengths(trace),
+            # Lookahead's rounds are priced as they ran (their candidates and the window they
+            # fed), and it has no γ to search: W, N and G fix its rounds.
+            measured=drafter_chose_lengths(trace) or run.key == "lookahead",
             sources=source_numbers(trace),
+            no_gamma=run.key == "lookahead",
         )
         if run.key == "ngram":
             why.ceiling = self.copy_ceiling(run, max(gamma, _round_gamma(trace)))
-        ar_step = self.ar_step_s()
+        plain_s, source = self.plain_step()
         if run.result.tree:
-            why.tree = tree_model(run.result, ar_step_s=ar_step)
-        costs = costs_from_result(run.result, ar_step_s=ar_step)
+            why.tree = tree_model(run.result, ar_step_s=plain_s)
+        costs = costs_from_result(run.result, ar_step_s=plain_s)
         if costs is None or gamma < 1:
             return why
         try:
@@ -324,7 +386,11 @@ class PromptRun:
         except ValueError:  # costs that cannot price a round (all zero)
             return why
         why.costs = costs
-        why.cost_source = "target AR" if ar_step is not None else "own rounds"
+        why.plain_step_s = costs.verify(1)
+        why.cost_source = source or ("own rounds" if 1 in costs.verify_s else "estimated")
+        why.estimated = estimated_inputs(mix, costs)
+        if run.key == "lookahead" and lookahead_window_unrecorded(trace):
+            why.estimated.append("window rows (not recorded)")
         rtt_ms = self.rtt_ms() if rtt_ms is None else rtt_ms
         if rtt_ms > 0:
             why.what_if = self._what_if(run, why, rtt_ms)
@@ -356,7 +422,8 @@ class PromptRun:
         has none, so all of it is added; a served run measured its own, so the model swaps the
         measured round trip per request for ``rtt_ms`` (each run, target AR included, its own)."""
         measured = measured_round_trip_s(run.result)
-        costs = costs_from_result(run.result, ar_step_s=self.ar_step_s(), rtt_s=rtt_ms / 1000.0 - (measured or 0.0))
+        costs = costs_from_result(run.result, ar_step_s=self.plain_step()[0],
+                                  rtt_s=rtt_ms / 1000.0 - (measured or 0.0))
         if costs is not None and per_position_requests(run.result):
             costs = replace(costs, trip_per_position=True)
         trace, base = run.result.trace, self.baseline()
@@ -406,10 +473,13 @@ class PromptRun:
             draft_share=why.draft_share if why else None,
             predicted_speedup=why.predicted if why else None,
             predicted_speedup_steady=why.predicted_steady if why else None,
+            decode_speedup=self.decode_speedup(run),
             first_round_s=why.first_round_s if why else None,
             best_gamma=why.best_gamma if why else None,
             best_gamma_speedup=why.best_speedup if why else None,
             prediction_cost_source=why.cost_source if why else None,
+            prediction_plain_step_s=why.plain_step_s if why else None,
+            prediction_estimated=list(why.estimated) if why else None,
             prediction_draft_lengths=("measured" if why.measured else "gamma") if why else None,
         )
         if why is not None:
@@ -440,6 +510,7 @@ class PromptRun:
         return {
             "prompt": self.prompt,
             "prompt_tokens": len(self.prompt_ids),
+            "plain_step_at_load_s": self.load_step_s,
             "interrupted": self.interrupted,
             "machine_load": self.machine_load,
             "strategies": {run.key: self.strategy_dict(run) for run in self.runs},
