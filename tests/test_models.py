@@ -851,9 +851,9 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    # A first measurement on a busy machine would not be kept (engine.self_pair.default.busy_load); this
-    # test is about the second start reading back what the first one kept.
-    monkeypatch.setattr(engine.self_pair.default, "busy_load", lambda: None)
+    # A first measurement on a busy machine would not be kept (engine.self_pair.default: the other
+    # processes' load during it); this test is about the second start reading back what the first kept.
+    monkeypatch.setattr(engine.self_pair.default, "other_load", lambda before, after: 0.0)
     engine.load_pair(device="cpu")  # first start: converts the GGUF if the cache is cold
 
     def measured_again(*args, **kwargs):

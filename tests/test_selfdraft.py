@@ -348,44 +348,74 @@ def _fake_measurement(monkeypatch, default) -> list:
     return calls
 
 
+def _readings(*others: float, cores: int = 2):
+    """A fake load reader (``default_drafter(reader=...)``): each pair of calls brackets a 10 s
+    calibration during which other processes used ``others[i]`` cores' worth of CPU."""
+    from utils.machine_load import LoadReading
+
+    readings = []
+    for i, load in enumerate(others):
+        t0 = 100.0 * i
+        readings += [LoadReading(t0, 1000.0 * i, 5.0 * i, (0.5, 0.5, 0.5), cores),
+                     LoadReading(t0 + 10.0, 1000.0 * i + 10.0 * load + 8.0, 5.0 * i + 8.0, (load, 0.5, 0.5), cores)]
+    return iter(readings).__next__
+
+
 def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
     from engine.self_pair import default
 
     target = build("llama")
     calls = _fake_measurement(monkeypatch, default)
-    monkeypatch.setattr(default, "busy_load", lambda: None)
-    model, label, lines = default.default_drafter(target, None, "tiny", tmp_path)
+    reader = _readings(0.1, 0.2)
+    model, label, lines = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
     assert label == "self:skip=1" and calls == [1] and lines[0] == "picked"
-    again, label2, lines2 = default.default_drafter(target, None, "tiny", tmp_path)
-    assert calls == [1] and label2 == "self:skip=1" and "kept in" in lines2[-1]
+    assert "machine quiet (other load 0.1 of 2 cores)" in lines[-1] and "kept in" in lines[-1]
+    again, label2, lines2 = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    assert calls == [1] and label2 == "self:skip=1"
+    assert lines2[-1].startswith("(cached choice measured today, machine quiet (other load 0.1 of 2 cores); kept in")
     stored = json.loads(next((tmp_path / "selfdraft").glob("*.json")).read_text())
     assert stored["key"]["model"] == "tiny" and stored["key"]["threads"] == torch.get_num_threads()
+    assert stored["other_load"] == pytest.approx(0.1) and stored["busy"] is False
     monkeypatch.setattr(default, "machine_key", lambda *a: {"cpu": "another"})
-    default.default_drafter(target, None, "tiny", tmp_path)
+    default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
     assert calls == [1, 1]                                     # another machine measures again
 
 
-def test_a_measurement_on_a_busy_machine_is_used_once_and_not_kept(tmp_path, monkeypatch):
+def test_a_calibration_on_a_busy_machine_warns_and_is_not_reused(tmp_path, monkeypatch):
+    """Other processes took 1.8 of 2 cores during the calibration: one warning line, and the next
+    start measures again (mutation: keeping the busy pick, or reading a busy record back, fails)."""
+    from engine.self_pair import default
+    from utils.machine_load import BUSY_CORES
+
+    target = build("llama")
+    calls = _fake_measurement(monkeypatch, default)
+    reader = _readings(1.8, BUSY_CORES - 0.2, 0.3)
+    _, label, lines = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    warnings = [line for line in lines if line.startswith("busy machine:")]
+    assert label == "self:skip=1" and len(warnings) == 1
+    assert "1.8 of 2 cores during the self-drafter calibration" in warnings[0]
+    assert "used for this start only" in lines[-1]
+    assert not list(tmp_path.rglob("*.json"))                 # nothing kept
+    _, _, lines = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    assert calls == [1, 1]                                     # measured again: nothing was kept
+    assert not any(line.startswith("busy machine:") for line in lines) and "machine quiet" in lines[-1]
+    default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    assert calls == [1, 1]                                     # the quiet one (0.8 cores) is kept and read back
+
+
+def test_a_busy_record_in_the_cache_is_measured_again(tmp_path, monkeypatch):
     from engine.self_pair import default
 
     target = build("llama")
     calls = _fake_measurement(monkeypatch, default)
-    monkeypatch.setattr(default, "busy_load", lambda: 7.5)
-    _, label, lines = default.default_drafter(target, None, "tiny", tmp_path)
-    assert label == "self:skip=1" and "busy, load average 7.5" in lines[-1] and "not kept" in lines[-1]
-    assert not list(tmp_path.rglob("*.json"))                 # nothing kept
-    default.default_drafter(target, None, "tiny", tmp_path)
-    assert calls == [1, 1]                                     # measured again: nothing was kept
-
-
-def test_busy_load_reads_the_load_against_the_core_count(monkeypatch):
-    from engine.self_pair import default
-
-    cores = default.os.cpu_count() or 1
-    monkeypatch.setattr(default.os, "getloadavg", lambda: (cores + 0.5, 0.0, 0.0))
-    assert default.busy_load() == cores + 0.5
-    monkeypatch.setattr(default.os, "getloadavg", lambda: (cores - 0.5, 0.0, 0.0))
-    assert default.busy_load() is None
+    key = default.machine_key("tiny", torch.device("cpu"))
+    path = default.cache_file(tmp_path, key)
+    busy = {"key": key, "pick": "self:skip=1", "lines": ["picked"], "date": "then", "other_load": 1.5,
+            "cores": 2, "busy": True}
+    default.write_cached(path, busy)
+    assert default.read_cached(path, key) is None
+    default.default_drafter(target, None, "tiny", tmp_path, reader=_readings(0.0))
+    assert calls == [1] and json.loads(path.read_text())["busy"] is False
 
 
 class _Machine:

@@ -7,7 +7,13 @@ speedup (``engine.self_pair.choose``). The measurements and the pick are written
 ``<cache>/selfdraft/<key>.json``, where the key names this machine (CPU model
 and flags, torch threads), the torch and transformers versions, and the model;
 a later start reads the file and builds only the pick (``SPECDEC_REMEASURE=1``
-measures again, e.g. after a run on a busy machine).
+measures again).
+
+Timings taken while other processes share the cores can pick the wrong drafter (one machine
+chose ``self:fp16`` under load and ``self:int8=weight-only`` quiet). So the CPU other processes
+used during the calibration is measured (``utils.machine_load``): above ``BUSY_CORES`` the banner
+gets one warning line and the pick is used for this start only, never kept, so the next start
+measures again; a kept pick says when it was measured and how loaded the machine was.
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ from engine.self_pair.search import search_skip
 from selfdraft.skip import SkipRefused, num_layers
 from selfdraft.spec import SelfDraftSpec, parse_self_draft
 from utils.devices import model_device
+from utils.machine_load import LoadReading, busy_warning, is_busy, other_load, read_load
 
 CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
 # Measured as well where bfloat16 is native: int8 weights with bfloat16 activations.
 NATIVE_BF16_CANDIDATES = ("self:int8=weight-only",)
-FORMAT = 3  # 2: weight-only int8 measured where bfloat16 is native; rates by the rule of succession;
-#            3: copies draft through their lean step (selfdraft.lean); width 4 timed
+FORMAT = 4  # 2: weight-only int8 measured where bfloat16 is native; rates by the rule of succession;
+#            3: copies draft through their lean step (selfdraft.lean); width 4 timed;
+#            4: the other processes' load during the calibration kept (older picks may be a busy one's)
 REMEASURE_ENV = "SPECDEC_REMEASURE"  # set to measure again even when this machine has a result
 
 
@@ -73,7 +81,9 @@ def read_cached(path: Path, key: dict) -> dict | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("key") == key and data.get("pick") else None
+    if not isinstance(data, dict) or data.get("key") != key or not data.get("pick") or data.get("busy"):
+        return None                       # a busy calibration's pick is never reused
+    return data
 
 
 def write_cached(path: Path, data: dict) -> None:
@@ -152,39 +162,53 @@ def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, can
     record = {"target": timing.to_dict(), "candidates": measures, "pick": choice.pick,
               "lines": choice_lines(choice) + notes, "gamma": gamma,
               "measured_s": round(time.perf_counter() - started, 2),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     return record, models
 
 
-def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, gamma: int = 4, say=lambda t: None):
-    """(drafter model, its label, banner lines): the measured pick, from the cache when this machine has one."""
+def load_fields(before: LoadReading, after: LoadReading) -> dict:
+    """What the record keeps of the machine's state during the calibration: the cores, the load
+    average at its end, the CPU other processes used meanwhile (cores' worth; None where
+    unknown) and whether that was busy (``utils.machine_load.is_busy``)."""
+    load = other_load(before, after)
+    return {"cores": after.cores, "load_average": None if after.loadavg is None else round(after.loadavg[0], 2),
+            "other_load": None if load is None else round(load, 3), "busy": is_busy(load)}
+
+
+def machine_words(record: dict) -> str:
+    """``machine quiet (other load 0.1 cores)``, ``machine busy (other load 1.8 of 2 cores)``."""
+    load = record.get("other_load")
+    if load is None:
+        return "other processes' load unknown"
+    state = "busy" if record.get("busy") else "quiet"
+    return f"machine {state} (other load {load:.1f} of {record.get('cores') or '?'} cores)"
+
+
+def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, gamma: int = 4, say=lambda t: None,
+                    reader=None):
+    """(drafter model, its label, banner lines): the measured pick, from the cache when this machine has
+    one. ``reader``: what takes a load reading (``utils.machine_load.read_load``; tests give fake ones)."""
+    reader = reader or read_load
     key = machine_key(model_label, model_device(target))
     path = cache_file(cache_root, key)
     record = None if os.environ.get(REMEASURE_ENV) else read_cached(path, key)
     if record is not None:
         model = build_self_drafter(target, parse_self_draft(record["pick"]))
         return model, record["pick"], record["lines"] + [
-            f"(measured {record['date']} at load average {record.get('load_average')}; kept in {path}: "
+            f"(cached choice measured {record['date']}, {machine_words(record)}; kept in {path}: "
             f"set {REMEASURE_ENV}=1 to measure again)"]
     say("Measuring the self-drafters on this machine, once (the result is kept)")
-    busy = busy_load()
+    before = reader()
     record, models = measure_all(target, tokenizer, gamma=gamma, say=say)
-    record["key"] = key
+    record.update(load_fields(before, reader()), key=key)
     model = models.get(record["pick"]) or build_self_drafter(target, parse_self_draft(record["pick"]))
-    if busy is not None:
+    warning = busy_warning(record["other_load"], record["cores"], "the self-drafter calibration")
+    if warning is not None:
         # Timings taken while other work shares the cores can pick the wrong
         # drafter; such a measurement is used once and never kept.
         return model, record["pick"], record["lines"] + [
-            f"(measured in {record['measured_s']:.0f} s while the machine was busy, load average {busy:.1f} "
-            f"on {os.cpu_count()} cores: the pick may be wrong and is not kept; it is measured again next start)"]
+            warning, f"(measured in {record['measured_s']:.0f} s; the pick is used for this start only and "
+                     "measured again at the next one)"]
     write_cached(path, record)
-    return model, record["pick"], record["lines"] + [f"(measured in {record['measured_s']:.0f} s; kept in {path})"]
-
-
-def busy_load() -> float | None:
-    """The 1-minute load average when it exceeds the core count (other work is running), else None."""
-    if not hasattr(os, "getloadavg"):
-        return None
-    load = os.getloadavg()[0]
-    return load if load > (os.cpu_count() or 1) else None
+    return model, record["pick"], record["lines"] + [
+        f"(measured in {record['measured_s']:.0f} s, {machine_words(record)}; kept in {path})"]
