@@ -139,11 +139,12 @@ def test_interactive_session(pair, tmp_path):
             pty.wait(label)
             pty.wait(r"12 tokens · [0-9.]+ s · [0-9.]+ tokens/s", regex=True)
         pty.wait("Comparison")
+        rate = rf"[0-9.]+{S}[0-9]+{S}[0-9.]+"                         # tokens/s, TTFT ms, decode tok/s
         split = rf"[0-9.]+{S}[0-9.]+x"                                # tok/call, call cost
         model = rf"(?:[0-9.]+x|n/a){S}(?:[0-9]+|n/a){S}[0-9/]+%"  # predicted, best gamma, phase split
-        pty.wait(rf"Speculative{S}12{S}[0-9.]+{S}[0-9.]+x{S}{split}{S}{model}{S}yes", regex=True)
-        pty.wait(rf"NASD{S}12{S}[0-9.]+{S}[0-9.]+x{S}{split}{S}{model}{S}yes", regex=True)
-        pty.wait(rf"Target AR{S}12{S}[0-9.]+{S}1\.00x{S}1\.00{S}1\.00x{S}-{S}-{S}[0-9/]+%{S}baseline", regex=True)
+        pty.wait(rf"Speculative{S}12{S}{rate}{S}[0-9.]+x{S}{split}{S}{model}{S}yes", regex=True)
+        pty.wait(rf"NASD{S}12{S}{rate}{S}[0-9.]+x{S}{split}{S}{model}{S}yes", regex=True)
+        pty.wait(rf"Target AR{S}12{S}{rate}{S}1\.00x{S}1\.00{S}1\.00x{S}-{S}-{S}[0-9/]+%{S}baseline", regex=True)
 
         # The why views: /stats, a trace saved with /save, and a gamma policy.
         pty.command("/stats", "Why (last prompt)")
