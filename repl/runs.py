@@ -370,7 +370,7 @@ class PromptRun:
         if run.key == "ngram":
             why.ceiling = self.copy_ceiling(run, max(gamma, _round_gamma(trace)))
         plain_s, source = self.plain_step()
-        if run.result.tree:
+        if run.result.tree and not why.no_gamma:   # lookahead's tree is its G candidates, not a budget to choose
             why.tree = tree_model(run.result, ar_step_s=plain_s)
         costs = costs_from_result(run.result, ar_step_s=plain_s)
         if costs is None or gamma < 1:

@@ -175,6 +175,7 @@ def test_lookahead_has_no_best_gamma():
     c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
     text = " ".join(line.strip("│ ") for line in out.getvalue().splitlines())
     assert "best gamma -" in text and "best gamma 16" not in text and "None" not in text
+    assert why.tree is None and "best tree" not in text       # nor a tree budget: G sets its tree
 
 
 def render_column(header: str) -> int:
