@@ -11,8 +11,9 @@ the old pricing did not:
 - target AR's plain step is its decode part, not its seconds over its tokens (prefill included).
 
 Mutation checks (each run by hand, each made a test fail): ``PromptRun.plain_step`` without its
-load branch; ``RoundMix.width`` without ``rows``; ``ar_step_from_result`` without the decode branch;
-``estimated_inputs`` returning [] always.
+load branch; ``RoundMix.width`` without ``rows``; ``verify_width`` without the window rows;
+``ar_step_from_result`` without the decode branch; ``estimated_inputs`` returning [] always;
+lookahead searched for a γ (``no_gamma`` False); lookahead priced at a constant γ.
 """
 
 from __future__ import annotations
