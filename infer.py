@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with messages.status("Warming up both models…"):
             runner.warm_up()
-    except ValueError as e:   # a served target that fails its first requests (remote.client.ServerError)
+    except ValueError as e:   # a served target that fails its first requests (remote.transport.ServerError)
         messages.print(f"could not warm up: {e}", style="bold red")
         return 1
     if scripted:

@@ -138,7 +138,7 @@ class GenerationResult:
     cross_tokenizer: dict = field(default_factory=dict)
     hybrid: dict = field(default_factory=dict)
     width_fill: dict = field(default_factory=dict)
-    network: dict = field(default_factory=dict)   # a served target's requests and their times (remote.client)
+    network: dict = field(default_factory=dict)   # a served target's requests and their times (remote.transport.RequestTimes)
     first_token_s: float | None = None
     first_tokens: int = 0
 

@@ -591,7 +591,7 @@ def _rollback_text(rollback: dict) -> str:
 
 def network_text(result: GenerationResult) -> str | None:
     """``server: 29 requests (1.21 per token), 1290 ms: compute 1077 ms, round trip 213 ms (7.3 ms a request)``
-    for a served target (remote.client.RequestTimes); None for a local one."""
+    for a served target (remote.transport.RequestTimes); None for a local one."""
     net = getattr(result, "network", None) or {}
     requests = int(net.get("requests", 0) or 0)
     if not requests:
