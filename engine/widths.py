@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from engine.timing import time_target
+from utils.devices import model_device
+
 # The widest verify measured for filling: a γ above it is filled up to this width only.
 MAX_FILL_WIDTH = 33
 MEASURE_REPEATS = 3
@@ -27,11 +30,8 @@ def fill_refusal(target) -> str | None:
 
 def verify_costs(pair, state, gamma: int, vocab_size: int) -> dict[int, float]:
     """Seconds of ``pair.target``'s forward over 1..min(gamma + 1, MAX_FILL_WIDTH) new tokens
-    (``engine.self_pair.calibrate.time_target`` over a fixed context: a forward's cost by width
+    (``engine.timing.time_target`` over a fixed context: a forward's cost by width
     does not depend on the tokens), measured once per pair and widest width (kept in ``state``)."""
-    from engine.self_pair.calibrate import time_target
-    from utils.devices import model_device
-
     reason = fill_refusal(pair.target)
     if reason is not None:
         raise ValueError(reason)

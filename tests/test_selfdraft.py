@@ -423,6 +423,7 @@ class _Machine:
     costs ``ratios[label]`` target steps and its acceptance is ``rates[label]``."""
 
     def __init__(self, monkeypatch, ratios: dict, rates: dict):
+        from engine import timing
         from engine.self_pair import calibrate, default
 
         self.run = []
@@ -430,7 +431,7 @@ class _Machine:
         monkeypatch.setattr(default, "calibration_ids", lambda tokenizer: torch.tensor([[1, 2, 3]]))
         monkeypatch.setattr(default, "greedy_continuation", lambda target, ids: ids)
         monkeypatch.setattr(default, "time_target",
-                            lambda target, ids: calibrate.TargetTiming(dict(VERIFY), 0.1, 3))
+                            lambda target, ids: timing.TargetTiming(dict(VERIFY), 0.1, 3))
         monkeypatch.setattr(default, "_candidate", lambda label, *a: (label, label, ""))
         monkeypatch.setattr(default, "paired_step_s", lambda model, target, ids: (ratios[model] * step, step))
 
@@ -587,6 +588,7 @@ def test_forward_timings_wait_for_the_device_to_finish(monkeypatch):
     drafter's step, whose ratio picks the default drafter) time the launch only. A fake
     device here queues 30 ms of work per forward and does it at ``synchronize``."""
     from engine.self_pair import calibrate
+    from engine.timing import time_target
     import generation.common as common
 
     target = build("llama")
@@ -610,7 +612,7 @@ def test_forward_timings_wait_for_the_device_to_finish(monkeypatch):
     monkeypatch.setattr(drafter, "forward", launching(drafter))
     monkeypatch.setattr(common, "synchronize", synchronize)
     ids = torch.tensor([PROMPTS[0]])
-    timing = calibrate.time_target(target, ids, widths=(1, 2), repeats=2)
+    timing = time_target(target, ids, widths=(1, 2), repeats=2)
     assert timing.prefill_s >= 0.03 and min(timing.verify_s.values()) >= 0.03
     assert min(calibrate.paired_step_s(drafter, target, ids, repeats=2)) >= 0.03
     assert calibrate.step_s(drafter, ids, repeats=2) >= 0.03

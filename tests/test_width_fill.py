@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import engine.drafters
-import engine.self_pair.calibrate
+import engine.widths
 import generation.accept
 from analysis.sources import fill_summary
 from bench.executor import BENCH_STORAGES, storage_options
@@ -205,13 +205,13 @@ def test_a_filled_round_resampled_from_p_is_caught(monkeypatch, target, exact):
 
 
 def test_the_costs_are_measured_once_per_pair_up_to_gamma_plus_one(monkeypatch, greedy_target):
-    real, calls = engine.self_pair.calibrate.time_target, []
+    real, calls = engine.widths.time_target, []
 
     def counted(*args, **kwargs):
         calls.append(list(kwargs["widths"]))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine.self_pair.calibrate, "time_target", counted)
+    monkeypatch.setattr(engine.widths, "time_target", counted)
     pair, state = pair_of(greedy_target), EngineState()
     costs = verify_costs(pair, state, 4, V_GREEDY)
     assert sorted(costs) == [1, 2, 3, 4, 5] and all(s > 0 for s in costs.values())

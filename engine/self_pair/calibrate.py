@@ -4,7 +4,7 @@ What the default-drafter choice (``engine.self_pair.choose``) rests on:
 
 - the target's one-token step, its verify cost at a few widths (tokens fed at
   once) and its prefill, each the median of a few forward passes on a cache
-  holding a short calibration text (``time_target``);
+  holding a short calibration text (``engine.timing.time_target``);
 - for each self-drafter, a short greedy speculative run on the calibration
   prompt through the real engine (shared cache included): its acceptance by
   draft position, its seconds per draft step and the host seconds per round,
@@ -25,11 +25,9 @@ from analysis.speedup import costs_from_result
 from engine.pair import pair_of
 from engine.run import run_strategy
 from engine.strategy import Strategy
-from generation.common import device_clock
+from engine.timing import REPEATS, timed
 from sampling import GreedyProcessor
 from kvcache.cache import CachedModel
-from kvcache.probe import cached_model
-from utils.devices import model_device
 from utils.vocab import encode_prompt
 
 CALIBRATION_TEXT = ("Explain in a few sentences how the gears of a bicycle work, and why a cyclist "
@@ -39,70 +37,11 @@ CALIBRATION_TOKENS = 48     # greedy tokens of the target's own continuation (th
 # position's acceptance rests on some 30 verdicts (48 tokens gave a dozen, and
 # the pick between two int8 routes turned on one of them).
 DRAFT_RUN_TOKENS = 128
-# Width 4 is timed, not interpolated: on a CPU the BLAS changes kernels there (float32
-# SmolLM2-135M, 2 threads: 1.15 target steps for 3 tokens, 1.52 for 4, 1.56 for 5).
-VERIFY_WIDTHS = (1, 2, 3, 4, 5, 9)
-REPEATS = 5
 
 
 def calibration_ids(tokenizer) -> torch.Tensor:
     """The calibration prompt through the chat template, (1, L)."""
     return torch.tensor([encode_prompt(tokenizer, CALIBRATION_TEXT)], dtype=torch.long)
-
-
-@dataclass
-class TargetTiming:
-    """Seconds of the target's forwards: ``verify_s`` by width (1 = a plain decode step), and the prefill."""
-
-    verify_s: dict[int, float]
-    prefill_s: float
-    prompt_tokens: int
-
-    def to_dict(self) -> dict:
-        return {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "prefill_s": self.prefill_s,
-                "prompt_tokens": self.prompt_tokens}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "TargetTiming":
-        return cls({int(k): float(v) for k, v in data["verify_s"].items()}, float(data["prefill_s"]),
-                   int(data["prompt_tokens"]))
-
-
-def _timed(fn, model) -> float:
-    """Seconds of ``fn()``, read after ``model``'s device finished its queued work on both sides
-    (a CUDA forward returns before it has run: unsynced, the clock times the launch)."""
-    device = model_device(model)
-    start = device_clock(device)
-    fn()
-    return device_clock(device) - start
-
-
-@torch.inference_mode()
-def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = REPEATS) -> TargetTiming:
-    """Seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width.
-
-    The widths are timed in turn, ``repeats`` times over: each width's cost is
-    its median ratio to the one-token step of the same turn, times the median
-    step. A load that comes and goes between turns then moves the step, not
-    the ratios the speedup model rests on.
-    """
-    cached = cached_model(target)
-    cached.begin(ids[0].tolist())
-    prefill = _timed(lambda: cached.forward(ids, keep=1), target)
-    base = ids.shape[1]
-    extra = ids[:, -1:].repeat(1, max(widths))
-    turns = []
-    for _ in range(repeats + 1):                              # the first turn warms up
-        turn = {}
-        for width in sorted(set(widths) | {1}):
-            cached.checkpoint()
-            turn[width] = _timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width),
-                                 target)
-            cached.rollback(base)
-        turns.append(turn)
-    step = statistics.median(t[1] for t in turns[1:])
-    verify = {w: step * statistics.median(t[w] / t[1] for t in turns[1:]) for w in turns[0]}
-    return TargetTiming(verify, prefill, base)
 
 
 @dataclass
@@ -138,7 +77,7 @@ def step_s(model, ids: torch.Tensor, repeats: int = REPEATS) -> float:
     seq, times = ids, []
     for _ in range(repeats + 1):
         seq = torch.cat([seq, ids[:, -1:]], dim=1)
-        times.append(_timed(lambda: cached.forward(seq, keep=1), model))
+        times.append(timed(lambda: cached.forward(seq, keep=1), model))
     return statistics.median(times[1:])
 
 
@@ -162,7 +101,7 @@ def paired_step_s(drafter, target, ids: torch.Tensor, repeats: int = REPEATS) ->
     for _ in range(repeats + 1):                              # the first pair warms up
         for i, cached in enumerate(models):
             seqs[i] = torch.cat([seqs[i], ids[:, -1:]], dim=1)
-            times[i].append(_timed(lambda: cached.forward(seqs[i], keep=1), cached.model))
+            times[i].append(timed(lambda: cached.forward(seqs[i], keep=1), cached.model))
     return statistics.median(times[0][1:]), statistics.median(times[1][1:])
 
 

@@ -1,0 +1,77 @@
+"""Timing a target's forward passes on this machine: its one-token step, its verify by width, its prefill.
+
+``time_target`` is what the width-filling costs (``engine.widths``), the self-drafter choice
+(``engine.self_pair``) and the replay scripts read a target's forward costs from. Every timer
+waits for the model's device on both sides (``generation.common.device_clock``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from generation.common import device_clock
+from kvcache.probe import cached_model
+from utils.devices import model_device
+
+# Width 4 is timed, not interpolated: on a CPU the BLAS changes kernels there (float32
+# SmolLM2-135M, 2 threads: 1.15 target steps for 3 tokens, 1.52 for 4, 1.56 for 5).
+VERIFY_WIDTHS = (1, 2, 3, 4, 5, 9)
+REPEATS = 5
+
+
+@dataclass
+class TargetTiming:
+    """Seconds of the target's forwards: ``verify_s`` by width (1 = a plain decode step), and the prefill."""
+
+    verify_s: dict[int, float]
+    prefill_s: float
+    prompt_tokens: int
+
+    def to_dict(self) -> dict:
+        return {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "prefill_s": self.prefill_s,
+                "prompt_tokens": self.prompt_tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TargetTiming":
+        return cls({int(k): float(v) for k, v in data["verify_s"].items()}, float(data["prefill_s"]),
+                   int(data["prompt_tokens"]))
+
+
+def timed(fn, model) -> float:
+    """Seconds of ``fn()``, read after ``model``'s device finished its queued work on both sides
+    (a CUDA forward returns before it has run: unsynced, the clock times the launch)."""
+    device = model_device(model)
+    start = device_clock(device)
+    fn()
+    return device_clock(device) - start
+
+
+@torch.inference_mode()
+def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = REPEATS) -> TargetTiming:
+    """Seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width.
+
+    The widths are timed in turn, ``repeats`` times over: each width's cost is
+    its median ratio to the one-token step of the same turn, times the median
+    step. A load that comes and goes between turns then moves the step, not
+    the ratios the speedup model rests on.
+    """
+    cached = cached_model(target)
+    cached.begin(ids[0].tolist())
+    prefill = timed(lambda: cached.forward(ids, keep=1), target)
+    base = ids.shape[1]
+    extra = ids[:, -1:].repeat(1, max(widths))
+    turns = []
+    for _ in range(repeats + 1):                              # the first turn warms up
+        turn = {}
+        for width in sorted(set(widths) | {1}):
+            cached.checkpoint()
+            turn[width] = timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width),
+                                target)
+            cached.rollback(base)
+        turns.append(turn)
+    step = statistics.median(t[1] for t in turns[1:])
+    verify = {w: step * statistics.median(t[w] / t[1] for t in turns[1:]) for w in turns[0]}
+    return TargetTiming(verify, prefill, base)
