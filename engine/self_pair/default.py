@@ -29,8 +29,8 @@ import torch
 import transformers
 
 from selfdraft.build import build_self_drafter
-from engine.self_pair.calibrate import (calibration_ids, greedy_continuation, measure_drafter, paired_step_s,
-                                 time_target)
+from engine.self_pair.calibrate import calibration_ids, greedy_continuation, measure_drafter, paired_step_s
+from engine.timing import time_target
 from engine.self_pair.choose import choice_lines, choose
 from selfdraft.copies import native_bfloat16
 from engine.self_pair.search import search_skip

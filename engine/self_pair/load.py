@@ -10,7 +10,8 @@ default and the self-drafter this machine runs fastest, measured once and kept
 from __future__ import annotations
 
 from selfdraft.build import build_self_drafter
-from engine.self_pair.calibrate import calibration_ids, greedy_continuation, time_target
+from engine.self_pair.calibrate import calibration_ids, greedy_continuation
+from engine.timing import time_target
 from engine.self_pair.default import default_drafter
 from selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR
 from engine.self_pair.search import search_skip
