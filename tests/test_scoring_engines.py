@@ -19,11 +19,12 @@ from sampling import GreedyProcessor
 from sampling.processors import MultinomialProcessor, TopKProcessor
 from tests.helpers.models import tiny_llama
 from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeSglang, FakeVllm,
-                                   fake_target, fast_backoff, served_pair_at)
-from tests.helpers.tokenizers import word_tokenizer
+                                   fast_backoff, served_pair_at, target, tokenizer)  # noqa: F401 (fixtures)
 
 FAST = fast_backoff()
 VOCAB, LENGTH, PROMPTS = FAKE_VOCAB, FAKE_LENGTH, FAKE_PROMPTS
+
+
 @dataclass
 class Engine:
     """A fake engine on 127.0.0.1: its URL, its handler (``log_softmax``, ``bodies``), how its own
@@ -37,25 +38,10 @@ class Engine:
 
     def greedy(self, prompt: list[int], n: int) -> list[int]:
         """The server's own greedy decode in one request (the identity reference)."""
-        if self.name == "vllm":
-            _, answer = self.handler.complete({"prompt": prompt, "max_tokens": n, "temperature": 0})
-            return answer["choices"][0]["token_ids"]
-        _, answer = self.handler.generate({"input_ids": prompt, "sampling_params": {"max_new_tokens": n,
-                                                                                    "temperature": 0}})
-        return answer["output_ids"]
+        return self.handler.greedy(prompt, n)
 
     def pair(self, drafter, tokenizer):
         return served_pair_at(self.url, drafter, tokenizer)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return fake_target()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return word_tokenizer()
 
 
 @pytest.fixture(scope="module", params=["vllm", "sglang"])

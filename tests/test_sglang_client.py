@@ -16,41 +16,14 @@ from remote.sglang import SglangClient
 from remote.transport import ServerError
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
-from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeSglang,
-                                   fake_target, fast_backoff, served_pair_at)
-from tests.helpers.tokenizers import word_tokenizer
+from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeSglang, fake_engine_fixture,
+                                   fast_backoff, served_pair_at, target, tokenizer)  # noqa: F401 (fixtures)
 
 FAST = fast_backoff()
 VOCAB, LENGTH, PROMPTS = FAKE_VOCAB, FAKE_LENGTH, FAKE_PROMPTS
 
 
-@pytest.fixture(scope="module")
-def target():
-    return fake_target()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return word_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def fake(target, tokenizer):
-    handler = FakeSglang(target, tokenizer)
-    with FakeServer(handler) as server:
-        server.sglang = handler
-        yield server
-
-
-def pair_with(fake, drafter, tokenizer):
-    return served_pair_at(fake.url, drafter, tokenizer)
-
-
-def server_greedy(fake, prompt: list[int], n: int) -> list[int]:
-    """The fake server's own greedy decode, in one request (the identity reference)."""
-    status, answer = fake.sglang.generate({"input_ids": prompt,
-                                           "sampling_params": {"max_new_tokens": n, "temperature": 0}})
-    return answer["output_ids"]
+fake = fake_engine_fixture(FakeSglang)
 
 
 def test_the_kind_is_detected_and_the_vocabulary_read(fake, tokenizer):
@@ -70,9 +43,9 @@ def test_an_sglang_without_v1_models_is_detected_by_its_model_info(target, token
 
 def test_every_sampling_field_is_sent_and_a_verify_request_is_greedy(fake, target, tokenizer):
     """SGLang fills what a request leaves out from --preferred-sampling-params: all are sent."""
-    pair = pair_with(fake, target, tokenizer)
+    pair = served_pair_at(fake.url, target, tokenizer)
     pair.target.bound(GreedyProcessor()).session().forward(torch.tensor([PROMPTS[0]]), keep=3)
-    body = fake.sglang.bodies[-1]
+    body = fake.handler.bodies[-1]
     assert body["input_ids"] == PROMPTS[0]
     assert (body["return_logprob"], body["logprob_start_len"], body["top_logprobs_num"]) == (True, 2, 20)
     assert body["sampling_params"]["temperature"] == 0.0 and body["sampling_params"]["max_new_tokens"] == 1
@@ -84,7 +57,7 @@ def test_every_sampling_field_is_sent_and_a_verify_request_is_greedy(fake, targe
 def test_reading_one_position_late_gives_other_rows(fake, target, tokenizer):
     """The shared tests (tests/test_scoring_engines.py) check the rows; here, that they would
     catch input_top_logprobs read one position late."""
-    pair = pair_with(fake, tiny_llama(9, vocab_size=VOCAB), tokenizer)
+    pair = served_pair_at(fake.url, tiny_llama(9, vocab_size=VOCAB), tokenizer)
     sequence = PROMPTS[1]
     rows = pair.target.bound(GreedyProcessor()).session().forward(torch.tensor([sequence]), keep=4)
 
@@ -100,10 +73,10 @@ def test_reading_one_position_late_gives_other_rows(fake, target, tokenizer):
 
 
 def test_target_autoregressive_sends_a_seed_per_position(fake, target, tokenizer):
-    pair = pair_with(fake, target, tokenizer)
+    pair = served_pair_at(fake.url, target, tokenizer)
     got = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, PROMPTS[0])
-    assert got.tokens == server_greedy(fake, PROMPTS[0], LENGTH)
-    seeds = [b["sampling_params"]["sampling_seed"] for b in fake.sglang.bodies[-LENGTH:]]
+    assert got.tokens == fake.handler.greedy(PROMPTS[0], LENGTH)
+    seeds = [b["sampling_params"]["sampling_seed"] for b in fake.handler.bodies[-LENGTH:]]
     assert len(set(seeds)) == LENGTH                       # a seed per position
 
 
@@ -181,7 +154,7 @@ def test_a_verify_request_skips_no_cache_before_the_scored_positions(fake, targe
     radix cache up to it, so a round recomputes only what it scores."""
     client = connect(fake.url, backoff=FAST)
     client.rows(PROMPTS[2], 2, 5)
-    assert fake.sglang.bodies[-1]["logprob_start_len"] == len(PROMPTS[2]) - 2
+    assert fake.handler.bodies[-1]["logprob_start_len"] == len(PROMPTS[2]) - 2
 
 
 def test_the_vocabulary_is_read_from_a_flat_error_too(target, tokenizer):

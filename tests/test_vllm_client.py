@@ -16,40 +16,14 @@ from remote.transport import ServerError
 from remote.vllm import VllmClient
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
-from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeVllm,
-                                   fake_target, fast_backoff, served_pair_at)
-from tests.helpers.tokenizers import word_tokenizer
+from tests.helpers.served import (FAKE_LENGTH, FAKE_PROMPTS, FAKE_VOCAB, FakeServer, FakeVllm, fake_engine_fixture,
+                                   fast_backoff, served_pair_at, target, tokenizer)  # noqa: F401 (fixtures)
 
 FAST = fast_backoff()
 VOCAB, LENGTH, PROMPTS = FAKE_VOCAB, FAKE_LENGTH, FAKE_PROMPTS
 
 
-@pytest.fixture(scope="module")
-def target():
-    return fake_target()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return word_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def fake(target, tokenizer):
-    handler = FakeVllm(target, tokenizer)
-    with FakeServer(handler) as server:
-        server.vllm = handler
-        yield server
-
-
-def pair_with(fake, drafter, tokenizer):
-    return served_pair_at(fake.url, drafter, tokenizer)
-
-
-def server_greedy(fake, prompt: list[int], n: int) -> list[int]:
-    """The fake server's own greedy decode, in one request (the identity reference)."""
-    status, answer = fake.vllm.complete({"prompt": prompt, "max_tokens": n, "temperature": 0})
-    return answer["choices"][0]["token_ids"]
+fake = fake_engine_fixture(FakeVllm)
 
 
 def test_the_kind_is_detected_and_the_vocabulary_read(fake):
@@ -62,7 +36,7 @@ def test_the_kind_is_detected_and_the_vocabulary_read(fake):
 def test_reading_one_position_off_gives_other_rows(fake, target, tokenizer):
     """The shared tests (tests/test_scoring_engines.py) check the rows; here, that a client reading
     prompt_logprobs one position early would give other rows."""
-    pair = pair_with(fake, tiny_llama(9, vocab_size=VOCAB), tokenizer)
+    pair = served_pair_at(fake.url, tiny_llama(9, vocab_size=VOCAB), tokenizer)
     sequence = PROMPTS[1]
     rows = pair.target.bound(GreedyProcessor()).session().forward(torch.tensor([sequence]), keep=4)
 
@@ -115,7 +89,7 @@ def test_the_rtt_what_if_prices_one_trip_per_round_on_vllm(fake, target, tokeniz
     from repl import runs
     from repl.runs import PromptRun, StrategyRun, measured_round_trip_s, per_position_requests
 
-    pair = pair_with(fake, target, tokenizer)
+    pair = served_pair_at(fake.url, target, tokenizer)
     spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,
                                  drafter="model"), pair, PROMPTS[0])
     base = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, PROMPTS[0])
@@ -135,7 +109,7 @@ def test_on_a_served_run_rtt_is_the_whole_round_trip(fake, target, tokenizer):
     target's reading) moves it at the measured value."""
     from repl.runs import PromptRun, StrategyRun, measured_round_trip_s
 
-    pair = pair_with(fake, tiny_llama(11, vocab_size=VOCAB, logit_scale=8.0), tokenizer)
+    pair = served_pair_at(fake.url, tiny_llama(11, vocab_size=VOCAB, logit_scale=8.0), tokenizer)
     spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,
                                  drafter="model"), pair, PROMPTS[1])
     base = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, PROMPTS[1])
@@ -159,7 +133,7 @@ def test_the_json_and_html_report_show_the_network_and_the_what_if(fake, target,
     from repl.report import report_html
     from repl.runs import PromptRun, StrategyRun
 
-    pair = pair_with(fake, target, tokenizer)
+    pair = served_pair_at(fake.url, target, tokenizer)
     spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,
                                  drafter="model"), pair, PROMPTS[0])
     base = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, PROMPTS[0])

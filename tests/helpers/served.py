@@ -15,6 +15,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 HOST = "127.0.0.1"
 
 
@@ -120,6 +122,11 @@ class FakeVllm:
             return self.complete(body)
         return 404, {"error": {"message": "not found"}}
 
+    def greedy(self, prompt: list[int], n: int) -> list[int]:
+        """This server's own greedy decode of ``n`` tokens in one request (the identity reference)."""
+        _, answer = self.complete({"prompt": prompt, "max_tokens": n, "temperature": 0})
+        return answer["choices"][0]["token_ids"]
+
     def log_softmax(self, ids: list[int]):
         import torch
         with torch.no_grad():
@@ -223,6 +230,11 @@ class FakeSglang:
             return self.generate(body)
         return 404, {"detail": "Not Found"}
 
+    def greedy(self, prompt: list[int], n: int) -> list[int]:
+        """This server's own greedy decode of ``n`` tokens in one request (the identity reference)."""
+        _, answer = self.generate({"input_ids": prompt, "sampling_params": {"max_new_tokens": n, "temperature": 0}})
+        return answer["output_ids"]
+
     def log_softmax(self, ids: list[int]):
         import torch
         with torch.no_grad():
@@ -292,7 +304,8 @@ class FakeSglang:
 
 # ------------------------------------------------------------------ the fakes' common setup
 # What the vLLM, SGLang and shared scoring-engine tests build alike: a tiny target over the word
-# tokenizer, short retries, three prompts, and a pair whose target is the fake at ``url``.
+# tokenizer (the module fixtures ``target`` and ``tokenizer``, which a test module imports), a fake
+# engine served on them, short retries, three prompts, and a pair whose target is the fake at ``url``.
 
 FAKE_VOCAB = 255          # the word tokenizer's
 FAKE_LENGTH = 16
@@ -304,10 +317,31 @@ def fast_backoff():
     return Backoff(retries=1, first_s=0.01, timeout_s=5.0)
 
 
-def fake_target():
-    """The model behind every fake engine: a sharpened tiny Llama over the word vocabulary."""
+@pytest.fixture(scope="module")
+def target():
+    """The model behind every fake engine, once per test module that imports this fixture: a
+    sharpened tiny Llama over the word vocabulary."""
     from tests.helpers.models import tiny_llama
     return tiny_llama(3, vocab_size=FAKE_VOCAB, hidden=32, logit_scale=8.0, max_positions=128)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The word tokenizer that the fake engines and their drafters share."""
+    from tests.helpers.tokenizers import word_tokenizer
+    return word_tokenizer()
+
+
+def fake_engine_fixture(handler_class):
+    """A module fixture serving ``handler_class(target, tokenizer)`` on a :class:`FakeServer` (the
+    handler at ``.handler``); a test module names it: ``fake = fake_engine_fixture(FakeVllm)``."""
+
+    @pytest.fixture(scope="module")
+    def fake(target, tokenizer):
+        with FakeServer(handler_class(target, tokenizer)) as server:
+            yield server
+
+    return fake
 
 
 def served_pair_at(url: str, drafter, tokenizer):
