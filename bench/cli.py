@@ -9,12 +9,16 @@ from pathlib import Path
 from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_LOOKAHEAD, DEFAULT_POLICIES, DEFAULT_STRATEGIES, OURS
-from repl.settings import NGRAM_STORAGES
 from bench.executor import FILL, BENCH_STORAGES
-from engine import MAX_HYBRID_MATCH, load_pair
+from bench.settings import BenchSettings
+from engine import load_pair
 from generation.gamma_policies import make_policy
 from selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
 from utils.defaults import DEFAULTS
+from utils.options import (
+    GAMMA_RANGE, HYBRID_RANGE, LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, NGRAM_N_RANGE,
+    NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS,
+)
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
 
@@ -37,11 +41,20 @@ def _int_list(text: str) -> list[int]:
     return sorted(dict.fromkeys(values))
 
 
-def _hybrid_list(text: str) -> list[int]:
-    """Match lengths L for the hybrid variants, each 1 to engine.MAX_HYBRID_MATCH."""
+def _gamma_list(text: str) -> list[int]:
+    """Constant gammas, each 1 to the engine's MAX_GAMMA (the REPL's /gamma range)."""
     values = _int_list(text)
-    if max(values) > MAX_HYBRID_MATCH:
-        raise argparse.ArgumentTypeError(f"a hybrid's L is at most {MAX_HYBRID_MATCH}, got {text!r}")
+    if max(values) > GAMMA_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"a gamma is at most {GAMMA_RANGE[1]}, got {text!r}")
+    return values
+
+
+def _hybrid_list(text: str) -> list[int]:
+    """Match lengths L for the hybrid variants, each 1 to the engine's MAX_HYBRID_MATCH (the REPL's
+    /hybrid range, whose 0 is off)."""
+    values = _int_list(text)
+    if max(values) > HYBRID_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"a hybrid's L is at most {HYBRID_RANGE[1]}, got {text!r}")
     return values
 
 
@@ -61,8 +74,6 @@ def _strategies(text: str) -> list[str]:
 def parse_lookaheads(text: str) -> list[tuple[int, int, int]]:
     """``"5:3:5,7:4:7"`` -> [(W, N, G), ...], each once, in the REPL's ranges for W, N and G.
     ValueError with a one-line message for a bad item."""
-    from repl.commands import LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE
-
     ranges = (("W", LOOKAHEAD_WINDOW_RANGE), ("N", LOOKAHEAD_NGRAM_RANGE), ("G", LOOKAHEAD_GUESSES_RANGE))
     out: list[tuple[int, int, int]] = []
     for item in _name_list(text):
@@ -192,12 +203,10 @@ def _positive(text: str) -> int:
 
 
 def _suffix_pattern(text: str) -> int:
-    from repl.commands import SUFFIX_PATTERN_RANGE
     return _in_range(text, SUFFIX_PATTERN_RANGE)
 
 
 def _ngram_n(text: str) -> int:
-    from repl.commands import NGRAM_N_RANGE
     return _in_range(text, NGRAM_N_RANGE)
 
 
@@ -254,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run transformers generate, assisted generation and prompt lookup")
     d.add_argument("--length", type=_positive, default=DEFAULTS.length,
                    help=f"new tokens per prompt (default {DEFAULTS.length})")
-    d.add_argument("--gamma", type=_int_list, default=[2, 4, 8],
+    d.add_argument("--gamma", type=_gamma_list, default=[2, 4, 8],
                    help="constant draft tokens per round: 4, or a sweep such as 1,2,4,8 "
                         "(default 2,4,8)")
     d.add_argument("--policies", type=_policies, default=list(DEFAULT_POLICIES),
@@ -294,9 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the lookahead strategy's window W, n-gram size N and guesses G, one variant each "
                         "(default {}:{}:{}; runs when --strategies names lookahead)".format(*DEFAULT_LOOKAHEAD))
     d.add_argument("--ngram-n", type=_ngram_n, default=DEFAULTS.ngram_n,
-                   help=f"n-gram order for NASD, 2 to 16 (default {DEFAULTS.ngram_n})")
+                   help=f"n-gram order for NASD, {NGRAM_N_RANGE[0]} to {NGRAM_N_RANGE[1]} (default {DEFAULTS.ngram_n})")
     d.add_argument("--suffix-pattern", type=_suffix_pattern, default=DEFAULTS.suffix_pattern, metavar="P",
-                   help=f"the suffix storage's longest matched tail P, 1 to 64 (default {DEFAULTS.suffix_pattern}, "
+                   help=f"the suffix storage's longest matched tail P, {SUFFIX_PATTERN_RANGE[0]} to {SUFFIX_PATTERN_RANGE[1]} "
+                        f"(default {DEFAULTS.suffix_pattern}, "
                         "as /suffix_pattern): a draft has at most 2P - m tokens after a match of m")
     d.add_argument("--top-k-filler", type=_positive, default=DEFAULTS.top_k_filler,
                    help=f"NASD: also store the target's top-k predictions (default {DEFAULTS.top_k_filler})")
@@ -309,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chain verify rules, each of our chain variants once per rule, side by side, e.g. "
                         f"block,residual,strict (default: {DEFAULTS.verify}, as the REPL's; a variant with another "
                         "rule is named ~RULE, speculative@4~residual; see docs/verify.md)")
-    d.add_argument("--uag", choices=("slem", "tli"), default=DEFAULTS.uag,
+    d.add_argument("--uag", choices=UAG_METHODS, default=DEFAULTS.uag,
                    help="a drafter with another tokenizer: draft through text (slem) or over "
                         f"the shared vocabulary (tli); default {DEFAULTS.uag}; see docs/models.md")
     r = p.add_argument_group("measurement and output")
@@ -330,7 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_dict(args, prompt_count: int) -> dict:
+def parse_settings(argv: list[str] | None = None) -> BenchSettings:
+    """``bench.py``'s command line -> its settings (argparse exits with status 2 on a bad flag)."""
+    return BenchSettings.from_namespace(build_parser().parse_args(argv))
+
+
+def settings_dict(args: BenchSettings, prompt_count: int) -> dict:
     """The run's settings as they go into the JSON and the header."""
     return {
         "prompts": args.prompts, "categories": args.categories, "limit": args.limit,
@@ -353,7 +368,7 @@ def settings_dict(args, prompt_count: int) -> dict:
     }
 
 
-def default_loader(args):
+def default_loader(args: BenchSettings):
     """Load the model pair through the project's loader."""
     kwargs = dict(device=args.device, dtype=args.dtype)
     if args.drafter_dtype:
@@ -362,12 +377,11 @@ def default_loader(args):
 
 
 def main(argv: list[str] | None = None, *, loader=default_loader) -> int:
-    """Run the benchmark; ``loader(args)`` returns the model pair (tests pass their own)."""
+    """Run the benchmark; ``loader(settings)`` returns the model pair (tests pass their own)."""
     # Imported here: the session imports torch, which ``bench.py --help`` does without.
     from bench.session import run_session
 
-    args = build_parser().parse_args(argv)
-    return run_session(args, loader, settings_dict)
+    return run_session(parse_settings(argv), loader, settings_dict)
 
 
 if __name__ == "__main__":

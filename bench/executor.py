@@ -26,10 +26,9 @@ from bench.timing import timed
 from bench.variants import DRAFTING, LOOP_PEERS, Variant
 from engine import CrossTokenizerOptions, EngineState, NGramOptions
 from engine.run import loop_vocab_size
-from engine.state import MATCH_STORAGES
-from repl.settings import NGRAM_STORAGES
 from utils.defaults import DEFAULTS
 from utils.machine_load import is_busy, other_load, read_load
+from utils.options import MATCH_STORAGES, NGRAM_STORAGES
 
 
 # A storage name's ending that makes the suffix or sam storage fill its verify widths

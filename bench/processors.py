@@ -1,5 +1,5 @@
-"""``--processor`` for the benchmark: the REPL's own spec and parser (one meaning
-of ``nucleus 0.7 0.9`` everywhere), turned into our processor and into the
+"""``--processor`` for the benchmark: the processor spec and grammar of ``sampling.spec``, the
+REPL's too (one meaning of ``nucleus 0.7 0.9`` everywhere), turned into our processor and into the
 equivalent settings of transformers' ``generate`` for the peers.
 
 Forms: ``greedy``, ``multinomial T``, ``topk T K``, ``nucleus T P``, ``topknucleus T K P``.
@@ -7,18 +7,18 @@ Forms: ``greedy``, ``multinomial T``, ``topk T K``, ``nucleus T P``, ``topknucle
 
 from __future__ import annotations
 
-from repl.commands import parse_processor as _parse_words
-from sampling.spec import ProcessorSpec
+from sampling.spec import ProcessorSpec, parse_processor_words
 
 __all__ = ["ProcessorSpec", "hf_sampling_kwargs", "make_processor", "parse_processor"]
 
 
 def parse_processor(text: str) -> ProcessorSpec:
-    """``"nucleus 0.7 0.9"`` -> ProcessorSpec; ValueError (CommandError) with a one-line message.
+    """``"nucleus 0.7 0.9"`` -> ProcessorSpec; ValueError (``utils.options.OptionError``) with a
+    one-line message.
 
     Temperature 0 with a sampling processor becomes greedy, as in the REPL.
     """
-    return _parse_words(text.replace(",", " ").split()).changes["processor"]
+    return parse_processor_words(text.replace(",", " ").split())[0]
 
 
 def make_processor(spec: ProcessorSpec):

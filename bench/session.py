@@ -22,6 +22,7 @@ from bench.ceiling import ceiling_lines, copy_ceilings
 from bench.meta import environment, header_lines
 from bench.prompts import PromptFileError, conversation_ids, load_conversations, load_prompts
 from bench.report import markdown_report, print_report
+from bench.settings import BenchSettings
 from bench.runner import (
     conversation_sessions, encode_prompts, iter_session_runs, run_count, single_sessions, split_fitting_sessions,
     task_sessions,
@@ -122,7 +123,10 @@ def build_sessions(args, prompts, models):
     return single_sessions(encoded), None
 
 
-def run_session(args, loader, settings_dict) -> int:
+def run_session(args: BenchSettings, loader, settings_dict) -> int:
+    """The benchmark of ``args`` (``bench.settings.BenchSettings``; what is decided after loading
+    makes a new value, ``args.but(...)``): 0, 1 (no run finished, files unwritable, a run failed),
+    2 (refused before any run) or 130 (interrupted)."""
     out, err = _consoles()
     problem = _flag_conflict(args) or _out_problem(args.out) or _arctic_ready(args)
     if problem:
@@ -155,11 +159,11 @@ def run_session(args, loader, settings_dict) -> int:
     except (SkipRefused, ValueError) as exc:
         _error(err, exc)
         return 2
-    args.self_drafters = self_drafters
+    args = args.but(self_drafters=self_drafters)
     if "drafter" in args.strategies and not decodes_alone(models.drafter):
         err.print("leaving out drafter AR: this drafter drafts from the target's state and cannot decode alone",
                   style="yellow", highlight=False)
-        args.strategies = [s for s in args.strategies if s != "drafter"]
+        args = args.but(strategies=[s for s in args.strategies if s != "drafter"])
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
                              hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None,

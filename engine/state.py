@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from engine.strategy import NGramOptions, Strategy
 from generation.gamma_policies import make_policy
 from ngram_assisted import NGramStorage, OneLevelNGramStorage, RecyclingStorage, SAMStorage, SuffixStorage
+from utils.options import MATCH_STORAGES, NGRAM_STORAGES
 
-STORAGE_CLASSES = {"basic": NGramStorage, "onelevel": OneLevelNGramStorage, "recycling": RecyclingStorage,
-                   "suffix": SuffixStorage, "sam": SAMStorage}
-# The storages that match the sequence's tail and draft through ngram_assisted.MatchDrafter.
-MATCH_STORAGES = ("suffix", "sam")
+# The class of each storage name the front ends offer (utils.options.NGRAM_STORAGES, in its order);
+# the MATCH_STORAGES among them match the sequence's tail and draft through ngram_assisted.MatchDrafter.
+STORAGE_CLASSES = dict(zip(NGRAM_STORAGES, (NGramStorage, OneLevelNGramStorage, RecyclingStorage,
+                                            SuffixStorage, SAMStorage), strict=True))
 
 
 @dataclass

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import torch
 
 from utils.devices import synchronize
+from utils.options import MAX_GAMMA
 from utils.vocab import context_length
 
 
@@ -45,8 +46,12 @@ def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *model
 
 
 def check_gamma(gamma: int) -> int:
+    """``gamma``, an integer from 1 to ``MAX_GAMMA`` (``utils.options``: the front ends' ranges end
+    there too); else a one-line ValueError."""
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+    if gamma > MAX_GAMMA:
+        raise ValueError(f"gamma must be at most {MAX_GAMMA}, got {gamma}")
     return gamma
 
 

@@ -11,37 +11,22 @@ nothing: the update is applied only once every word has been checked.
 from __future__ import annotations
 
 import argparse
-import difflib
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from generation.verify_names import VERIFY_RULE_NAMES
-from repl.settings import (GAMMA_POLICIES, MATCH_STORAGES, NGRAM_STORAGES, PROCESSOR_ARGS, STRATEGIES,
-                           UAG_METHODS, ProcessorSpec, Settings, fmt_number)
+from repl.settings import PROCESSOR_ARGS, STRATEGIES, Settings, fmt_number
+from sampling.spec import parse_processor_words
+from utils.options import (  # noqa: F401  (the ranges are read from here by scripts/commands_doc.py and tests)
+    FILLER_RANGE, GAMMA_POLICIES, GAMMA_RANGE, HYBRID_RANGE, LENGTH_RANGE, LOOKAHEAD_GUESSES_RANGE,
+    LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, MATCH_FACTOR_RANGE, MATCH_STORAGES, NGRAM_N_RANGE,
+    NGRAM_STORAGES, OFF_WORDS, ON_WORDS, RTT_RANGE, SEED_RANGE, SUFFIX_OUTPUTS_RANGE, SUFFIX_PATTERN_RANGE,
+    TREE_BRANCH_RANGE, TREE_RANGE, UAG_METHODS, OptionError, closest, finite_number, whole_number,
+)
 
-GAMMA_RANGE = (1, 128)
-LENGTH_RANGE = (1, 1_000_000)
-NGRAM_N_RANGE = (2, 16)
-FILLER_RANGE = (1, 1000)
-SEED_RANGE = (0, 2**63 - 1)
-RTT_RANGE = (0.0, 10_000.0)  # milliseconds
-TREE_RANGE = (0, 256)
-TREE_BRANCH_RANGE = (1, 16)
-SUFFIX_PATTERN_RANGE = (1, 64)
-SUFFIX_OUTPUTS_RANGE = (0, 100_000)
-MATCH_FACTOR_RANGE = (0.1, 16.0)
-HYBRID_RANGE = (0, 64)  # L; engine.strategy.MAX_HYBRID_MATCH is the same bound
-LOOKAHEAD_WINDOW_RANGE = (1, 64)
-LOOKAHEAD_NGRAM_RANGE = (3, 16)
-LOOKAHEAD_GUESSES_RANGE = (1, 64)
-
-ON_WORDS = ("on", "true", "yes", "1")
-OFF_WORDS = ("off", "false", "no", "0")
-
-
-class CommandError(ValueError):
-    """A command's words were rejected; the message says why (one line)."""
+# A command's words were rejected; the message says why (one line). The word checks below
+# the front ends (utils.options, sampling.spec) raise it.
+CommandError = OptionError
 
 
 @dataclass(frozen=True)
@@ -108,26 +93,6 @@ def _one_word(words: list[str], what: str) -> str:
     return words[0]
 
 
-def _int(word: str, what: str, lo: int, hi: int) -> int:
-    try:
-        value = int(word)
-    except ValueError:
-        raise CommandError(f"{what} must be a whole number, got {word!r}") from None
-    if not lo <= value <= hi:
-        raise CommandError(f"{what} must be between {lo} and {hi}, got {value}")
-    return value
-
-
-def _float(word: str, what: str) -> float:
-    try:
-        value = float(word)
-    except ValueError:
-        raise CommandError(f"{what} must be a number, got {word!r}") from None
-    if not math.isfinite(value):
-        raise CommandError(f"{what} must be a finite number, got {word!r}")
-    return value
-
-
 def _on_off(words: list[str], current: bool) -> bool:
     """No word flips the toggle; on/off (true/false, yes/no, 1/0) sets it."""
     if not words:
@@ -144,7 +109,7 @@ def _on_off(words: list[str], current: bool) -> bool:
 
 def _int_setting(name: str, what: str, bounds: tuple[int, int]):
     def parse(words: list[str], settings: Settings) -> Update:
-        return Update({name: _int(_one_word(words, what), what, *bounds)})
+        return Update({name: whole_number(_one_word(words, what), what, *bounds)})
 
     parse.bounds = bounds  # the accepted range, for the command reference (scripts/commands_doc.py)
     return parse
@@ -158,34 +123,9 @@ def _toggle_setting(name: str):
 
 
 def parse_processor(words: list[str], settings: Settings | None = None) -> Update:
-    """``NAME [ARGS]`` -> a ProcessorSpec; temperature 0 with sampling -> greedy."""
-    if not words:
-        raise CommandError("missing processor name")
-    name, rest = words[0].lower(), words[1:]
-    if name not in PROCESSOR_ARGS:
-        hint = _closest(name, PROCESSOR_ARGS)
-        raise CommandError(
-            f"unknown processor {words[0]!r}{hint}; choose one of {', '.join(PROCESSOR_ARGS)}"
-        )
-    expected = PROCESSOR_ARGS[name]
-    if name == "greedy" and not rest:
-        return Update({"processor": ProcessorSpec("greedy")})
-    if len(rest) != len(expected):
-        raise CommandError(f"{name} takes {' '.join(a.upper() for a in expected)}, got {len(rest)} values")
-    values = dict(zip(expected, rest))
-    temperature = _float(values["temperature"], "temperature")
-    if temperature < 0:
-        raise CommandError(f"temperature must be >= 0, got {temperature}")
-    top_k = _int(values["top_k"], "top_k", 1, 10**9) if "top_k" in values else None
-    top_p = _float(values["top_p"], "top_p") if "top_p" in values else None
-    if top_p is not None and not 0 < top_p <= 1:
-        raise CommandError(f"top_p must be in (0, 1], got {top_p}")
-    if name == "greedy":
-        return Update({"processor": ProcessorSpec("greedy", temperature or 1.0)})
-    if temperature == 0:
-        notice = f"temperature 0 means always taking the most likely token: using greedy instead of {name}"
-        return Update({"processor": ProcessorSpec("greedy")}, notices=(notice,))
-    return Update({"processor": ProcessorSpec(name, temperature, top_k, top_p)})
+    """``NAME [ARGS]`` -> a ProcessorSpec (``sampling.spec.parse_processor_words``, the one grammar)."""
+    spec, notices = parse_processor_words(words)
+    return Update({"processor": spec}, notices=notices)
 
 
 def parse_ngram_storage(words: list[str], settings: Settings | None = None) -> Update:
@@ -194,7 +134,7 @@ def parse_ngram_storage(words: list[str], settings: Settings | None = None) -> U
         raise CommandError("missing storage kind")
     kind = words[0].lower()
     if kind not in NGRAM_STORAGES:
-        hint = _closest(kind, NGRAM_STORAGES)
+        hint = closest(kind, NGRAM_STORAGES)
         raise CommandError(f"unknown storage {words[0]!r}{hint}; choose {' or '.join(NGRAM_STORAGES)}")
     if kind in MATCH_STORAGES:
         if len(words) != 1:
@@ -203,13 +143,13 @@ def parse_ngram_storage(words: list[str], settings: Settings | None = None) -> U
         return Update({"ngram_storage": kind})
     if len(words) != 2:
         raise CommandError(f"expected a storage kind and N, got {len(words)} words")
-    n = _int(words[1], "N", *NGRAM_N_RANGE)
+    n = whole_number(words[1], "N", *NGRAM_N_RANGE)
     return Update({"ngram_storage": kind, "ngram_n": n})
 
 
 def parse_match_factor(words: list[str], settings: Settings | None = None) -> Update:
     """``A`` from 0.1 to 16."""
-    value = _float(_one_word(words, "A"), "A")
+    value = finite_number(_one_word(words, "A"), "A")
     lo, hi = MATCH_FACTOR_RANGE
     if not lo <= value <= hi:
         raise CommandError(f"A must be between {lo:g} and {hi:g}, got {value:g}")
@@ -234,13 +174,13 @@ def parse_gamma_policy(words: list[str], settings: Settings | None = None) -> Up
         raise CommandError("missing policy name")
     name, rest = words[0].lower(), words[1:]
     if name not in GAMMA_POLICIES:
-        hint = _closest(name, GAMMA_POLICIES)
+        hint = closest(name, GAMMA_POLICIES)
         raise CommandError(f"unknown policy {words[0]!r}{hint}; choose one of {', '.join(GAMMA_POLICIES)}")
     if name != "confidence":
         if rest:
             raise CommandError(f"{name} takes no value, got {len(rest)}")
         return Update({"gamma_policy": name})
-    threshold = _float(_one_word(rest, "threshold T"), "T")
+    threshold = finite_number(_one_word(rest, "threshold T"), "T")
     if not 0 < threshold < 1:
         raise CommandError(f"T must be in (0, 1), got {threshold}")
     return Update({"gamma_policy": name, "gamma_threshold": threshold})
@@ -250,7 +190,7 @@ def _ms_setting(name: str, other: str, clash: str):
     """A round trip in milliseconds; ``clash`` is the notice shown when the
     other round-trip setting is also non-zero."""
     def parse(words: list[str], settings: Settings) -> Update:
-        value = _float(_one_word(words, "MS"), "MS")
+        value = finite_number(_one_word(words, "MS"), "MS")
         lo, hi = RTT_RANGE
         if not lo <= value <= hi:
             raise CommandError(f"MS must be between {lo:g} and {hi:g}, got {value:g}")
@@ -273,7 +213,7 @@ def parse_uag(words: list[str], settings: Settings | None = None) -> Update:
     """``slem|tli``."""
     name = _one_word(words, "method").lower()
     if name not in UAG_METHODS:
-        hint = _closest(name, UAG_METHODS)
+        hint = closest(name, UAG_METHODS)
         raise CommandError(f"unknown method {words[0]!r}{hint}; choose {' or '.join(UAG_METHODS)}")
     return Update({"uag": name})
 
@@ -282,7 +222,7 @@ def parse_verify(words: list[str], settings: Settings | None = None) -> Update:
     """``residual|block|strict``."""
     name = _one_word(words, "rule").lower()
     if name not in VERIFY_RULE_NAMES:
-        hint = _closest(name, VERIFY_RULE_NAMES)
+        hint = closest(name, VERIFY_RULE_NAMES)
         raise CommandError(f"unknown verify rule {words[0]!r}{hint}; choose {', '.join(VERIFY_RULE_NAMES)}")
     return Update({"verify": name})
 
@@ -307,11 +247,11 @@ def parse_inspect(words: list[str], settings: Settings | None = None) -> Update:
         elif strategy is None and word.lower() in STRATEGY_WORDS:
             strategy = STRATEGY_WORDS[word.lower()]
         else:
-            hint = _closest(word.lower(), STRATEGY_WORDS)
+            hint = closest(word.lower(), STRATEGY_WORDS)
             raise CommandError(f"unknown strategy {word!r}{hint}; choose speculative or ngram (nasd), "
                                f"then a round number")
     if round_word is not None:
-        _int(round_word, "ROUND", 1, 10**9)
+        whole_number(round_word, "ROUND", 1, 10**9)
     return Update(action="inspect", topic=strategy, argument=round_word)
 
 
@@ -335,7 +275,7 @@ def _parse_help(words: list[str], settings: Settings) -> Update:
         return Update(action="help")
     name = _one_word(words, "command name").lstrip("/").lower()
     if name not in COMMANDS:
-        raise CommandError(f"no command /{name}{_closest(name, COMMANDS, prefix='/')}")
+        raise CommandError(f"no command /{name}{closest(name, COMMANDS, prefix='/')}")
     return Update(action="help", topic=name)
 
 
@@ -481,12 +421,6 @@ COMMANDS: dict[str, Command] = {
 
 # ------------------------------------------------------------------ dispatch
 
-def _closest(word: str, choices, prefix: str = "") -> str:
-    """`` (did you mean X?)`` for the nearest choice, or the empty string."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {prefix}{match[0]}?)" if match else ""
-
-
 def apply_update(settings: Settings, update: Update) -> None:
     for name, value in update.changes.items():
         setattr(settings, name, value)
@@ -510,7 +444,7 @@ def execute(line: str, settings: Settings) -> Reply:
     name = words[0][1:].lower()
     command = COMMANDS.get(name)
     if command is None:
-        hint = _closest(name, COMMANDS, prefix="/") or ""
+        hint = closest(name, COMMANDS, prefix="/") or ""
         return Reply(False, f"unknown command /{name}{hint}; type /help for the list")
     try:
         update = command.parse(words[1:], settings)

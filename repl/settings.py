@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 
 from sampling.spec import PROCESSOR_ARGS, ProcessorSpec, fmt_number
 from utils.defaults import DEFAULTS
+from utils.options import GAMMA_POLICIES, MATCH_STORAGES, NGRAM_STORAGES, UAG_METHODS  # noqa: F401
 
 # The decoding strategies, in the order a prompt runs them.
 STRATEGIES: tuple[str, ...] = ("speculative", "ngram", "lookahead", "target", "drafter")
@@ -22,17 +23,8 @@ STRATEGY_LABELS: dict[str, str] = {
     "drafter": "Drafter AR",
 }
 
-NGRAM_STORAGES: tuple[str, ...] = ("basic", "onelevel", "recycling", "suffix", "sam")
-# The storages that match the sequence's tail instead of counting n-grams: they take no N.
-MATCH_STORAGES: tuple[str, ...] = ("suffix", "sam")
-
-# Draft-length policies (generation.gamma_policies builds them); "confidence"
-# alone takes a threshold T in (0, 1).
-GAMMA_POLICIES: tuple[str, ...] = ("constant", "heuristic", "confidence", "model")
-
-# How a drafter with another tokenizer drafts (cross_tokenizer): through text
-# (string-level exact match) or over the shared vocabulary (token-level intersection).
-UAG_METHODS: tuple[str, ...] = ("slem", "tli")
+# The storage names, γ policies and cross-tokenizer methods are facts both front ends share
+# (utils.options), read here for the command table and the renderers.
 
 
 @dataclass

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from utils.options import OptionError, closest, finite_number, whole_number
+
 # The processors a user can pick, in the order /help lists them, with the
 # arguments each takes after the name (the first is always the temperature).
 PROCESSOR_ARGS: dict[str, tuple[str, ...]] = {
@@ -70,6 +72,41 @@ class ProcessorSpec:
 
         kwargs = dict(zip(PROCESSOR_ARGS[self.name], self.args()))
         return getattr(processors, _CLASSES[self.name])(**kwargs)
+
+
+def parse_processor_words(words: list[str]) -> tuple[ProcessorSpec, tuple[str, ...]]:
+    """The processor grammar, ``NAME [ARGS]`` (``nucleus 0.7 0.9``) -> the spec and its notices.
+
+    One meaning everywhere: the REPL's ``/processor`` and ``--processor``, and the benchmark's
+    ``--processor``. Temperature 0 with a sampling processor becomes greedy (with a notice
+    saying so). Raises ``utils.options.OptionError`` with a one-line message.
+    """
+    if not words:
+        raise OptionError("missing processor name")
+    name, rest = words[0].lower(), words[1:]
+    if name not in PROCESSOR_ARGS:
+        raise OptionError(
+            f"unknown processor {words[0]!r}{closest(name, PROCESSOR_ARGS)}; choose one of {', '.join(PROCESSOR_ARGS)}"
+        )
+    expected = PROCESSOR_ARGS[name]
+    if name == "greedy" and not rest:
+        return ProcessorSpec("greedy"), ()
+    if len(rest) != len(expected):
+        raise OptionError(f"{name} takes {' '.join(a.upper() for a in expected)}, got {len(rest)} values")
+    values = dict(zip(expected, rest))
+    temperature = finite_number(values["temperature"], "temperature")
+    if temperature < 0:
+        raise OptionError(f"temperature must be >= 0, got {temperature}")
+    top_k = whole_number(values["top_k"], "top_k", 1, 10**9) if "top_k" in values else None
+    top_p = finite_number(values["top_p"], "top_p") if "top_p" in values else None
+    if top_p is not None and not 0 < top_p <= 1:
+        raise OptionError(f"top_p must be in (0, 1], got {top_p}")
+    if name == "greedy":
+        return ProcessorSpec("greedy", temperature or 1.0), ()
+    if temperature == 0:
+        notice = f"temperature 0 means always taking the most likely token: using greedy instead of {name}"
+        return ProcessorSpec("greedy"), (notice,)
+    return ProcessorSpec(name, temperature, top_k, top_p), ()
 
 
 def fmt_number(value) -> str:
