@@ -92,7 +92,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
         result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
-    costs = getattr(drafter, "verify_costs", None)
+    costs = drafter.fill_costs()
     if costs:
         result.width_fill = fill_summary(result.trace, costs)
     return result

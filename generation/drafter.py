@@ -23,6 +23,7 @@ What a round does with a drafter, in order::
     rollback_stats()        once, at the end: how the drafter's own cache was rolled back
     cross_tokenizer_stats() once, at the end: a drafter with another tokenizer reports its crossings
     round_notes()           once, after the loop (engine.run_strategy): why each round drafted what it did
+    fill_costs()            once, after the loop: the verify seconds by width it filled rounds to, if any
 """
 
 from __future__ import annotations
@@ -143,4 +144,10 @@ class Drafter(ABC):
         """One small JSON-ready dict (or None) per round, in order, saying why the round drafted what
         it did (the model-free drafters: ``{"source": ..., "match": ...}``); the engine puts each in
         its round's ``Round.note``. Default: None, nothing to say."""
+        return None
+
+    def fill_costs(self) -> dict[int, float] | None:
+        """The target's verify seconds by width this drafter filled its chain rounds up to
+        (``generation.widths``; the engine summarises the filling from them), or None when it
+        drew its rounds as they came. Default: None."""
         return None

@@ -44,6 +44,9 @@ class MatchDrafter(Drafter):
     def tree_support(self) -> str | None:
         return None
 
+    def fill_costs(self) -> dict[int, float] | None:
+        return self.verify_costs
+
     def begin(self, prompt: list[int]) -> None:
         self.storage.initialize(prompt)
         self.notes, self._pending = [], None

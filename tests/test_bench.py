@@ -27,6 +27,7 @@ from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, NGramOptions
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama
+from tests.helpers.pairs import model_pair
 
 # ---------------------------------------------------------------- prompt sets
 
@@ -518,8 +519,8 @@ def _tiny_llama(seed, vocab_size):
 def tiny_pair(tmp_path_factory):
     tokenizer = _tiny_tokenizer(tmp_path_factory.mktemp("tok"))
     vocab = len(tokenizer)
-    return types.SimpleNamespace(
-        target=_tiny_llama(0, vocab), drafter=_tiny_llama(1, vocab), tokenizer=tokenizer,
+    return model_pair(
+        _tiny_llama(0, vocab), _tiny_llama(1, vocab), tokenizer=tokenizer,
         target_name="tiny-target", drafter_name="tiny-drafter", end_tokens=[tokenizer.eos_token_id],
         device=torch.device("cpu"), vocab_size=vocab, context_length=512, self_draft_demo=False,
     )
@@ -711,8 +712,8 @@ def test_an_encoder_decoder_pair_runs_with_its_peers(tmp_path):
 
     tokenizer = word_tokenizer(template=None)
     target = tiny_t5(3, d_model=64)
-    pair = types.SimpleNamespace(
-        target=target, drafter=tiny_t5(4), tokenizer=tokenizer, target_name="t5", drafter_name="t5-small",
+    pair = model_pair(
+        target, tiny_t5(4), tokenizer=tokenizer, target_name="t5", drafter_name="t5-small",
         end_tokens=[tokenizer.eos_token_id], device=torch.device("cpu"), vocab_size=len(tokenizer),
         context_length=512, self_draft_demo=False, is_encoder_decoder=True)
     prompts = tmp_path / "q.jsonl"

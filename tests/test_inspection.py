@@ -7,7 +7,6 @@ drafts get rejected), the models re-run *uncached* on each round's prefix.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
 from tests.helpers.decode import nasd, speculative
 from tests.helpers.inspection import check_rounds
 from tests.helpers.models import tiny_llama
+from tests.helpers.pairs import model_pair
 
 V = 64
 PROMPT = [1, 5, 9, 5, 9, 5, 9, 3, 7]
@@ -163,7 +163,7 @@ def test_recording_changes_no_output_and_the_strategy_switches_it_off(models, dr
     """``Strategy.inspect`` reaches the verify loop through the engine; recording
     changes neither the tokens nor the rounds."""
     target, drafter = models
-    pair = SimpleNamespace(target=target, drafter=drafter, end_tokens=None, vocab_size=V)
+    pair = model_pair(target, drafter, vocab_size=V)
     runs = {}
     options = NGramOptions(n=2, confident_start=False) if drafter_kind == "ngram" else None
     for inspect in (True, False):

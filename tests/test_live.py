@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from types import SimpleNamespace
 
 from engine import NGramOptions, Strategy, run_strategy
 from generation import observer as observer_module
@@ -23,6 +22,7 @@ from repl.runner import strategy_for
 from repl.settings import Settings
 from sampling.spec import ProcessorSpec
 from tests.helpers.models import tiny_llama
+from tests.helpers.pairs import model_pair
 
 PROMPT = [3, 17, 5, 9, 22, 5, 9]
 
@@ -52,7 +52,7 @@ def strategies(models):
     """Each strategy run through the engine: ``observer`` goes to ``run_strategy``,
     ``target_delay_s`` into the ``Strategy``."""
     target, drafter = models
-    pair = SimpleNamespace(target=target, drafter=drafter, end_tokens=None, vocab_size=None)
+    pair = model_pair(target, drafter)
     kinds = {"speculative": ("model", None), "ngram": ("ngram", NGramOptions(n=2)),
              "target": (None, None), "drafter": (None, None)}
 

@@ -539,13 +539,12 @@ def test_skip_search_finds_a_layer_that_does_nothing():
 @pytest.mark.parametrize("drafter, options", [("self", "self:skip=1"), ("self", "self:int8"), ("model", None)])
 def test_the_engine_runs_self_drafters_on_the_shared_cache(drafter, options, references):
     """Registered as kind "self" (a spec in drafter_options), and a self-draft model as kind "model"."""
-    from types import SimpleNamespace
-
     from engine import Strategy, run_strategy
+    from tests.helpers.pairs import model_pair
 
     target = build("llama")
     model = build_self_drafter(target, parse_self_draft("self:skip=1"))
-    pair = SimpleNamespace(target=target, drafter=model, end_tokens=None, vocab_size=None)
+    pair = model_pair(target, model)
     strategy = Strategy("speculative", drafter=drafter, drafter_options=options, gamma=3, max_gen_len=LENGTH,
                         processor=GREEDY)
     result = run_strategy(strategy, pair, list(PROMPTS[0]))

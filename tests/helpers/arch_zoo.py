@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 import transformers
@@ -43,6 +42,7 @@ from checks.stats import goodness_of_fit
 from engine import NGramOptions, Strategy, run_strategy
 from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 from kvcache.probe import cached_model
+from tests.helpers.pairs import model_pair
 
 VOCAB = 96
 HIDDEN = 32
@@ -675,7 +675,7 @@ def _each_prompt(name: str, run: Callable[[list[int]], object], label: str,
 
 def _pair(target, drafter=None, vocab_size: int | None = None):
     """What ``engine.run_strategy`` needs of a pair: no end tokens (``generate`` runs to the length)."""
-    return SimpleNamespace(target=target, drafter=drafter, end_tokens=None, vocab_size=vocab_size)
+    return model_pair(target, drafter, vocab_size=vocab_size)
 
 
 def _run(strategy: Strategy, pair, generator=None) -> Callable[[list[int]], object]:

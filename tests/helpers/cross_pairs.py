@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from types import SimpleNamespace
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -197,14 +196,12 @@ def permute_model(model, order: list[int]):
 
 
 def make_pair(target, drafter, target_tok, drafter_tok, end_tokens=()):
-    """What the cross-tokenizer factory reads of a ``utils.models.ModelPair``."""
+    """A ``utils.models.ModelPair`` whose drafter has a tokenizer of its own."""
+    from tests.helpers.pairs import model_pair
     from utils.vocab import logits_width
 
-    return SimpleNamespace(
-        target=target, drafter=drafter, tokenizer=target_tok, drafter_tokenizer=drafter_tok,
-        vocab_size=min(len(target_tok), logits_width(target)), end_tokens=list(end_tokens),
-        is_encoder_decoder=False,
-    )
+    return model_pair(target, drafter, tokenizer=target_tok, drafter_tokenizer=drafter_tok,
+                      vocab_size=min(len(target_tok), logits_width(target)), end_tokens=list(end_tokens))
 
 
 def tiny_models(target_tok, drafter_tok, *, target_seed=1, drafter_seed=2, scale=12.0, hidden=32):

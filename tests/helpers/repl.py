@@ -136,8 +136,10 @@ def result(tokens, seconds=1.0, **kw) -> GenerationResult:
 
 
 def fake_pair(context=1000):
-    return types.SimpleNamespace(tokenizer=WordTokenizer(), context_length=context, vocab_size=100,
-                                 device="cuda:0", end_tokens=[1], target_name="t", drafter_name="d")
+    from tests.helpers.pairs import model_pair
+
+    return model_pair(tokenizer=WordTokenizer(), context_length=context, vocab_size=100,
+                      device="cuda:0", end_tokens=[1], target_name="t", drafter_name="d")
 
 
 def why_prompt_run() -> PromptRun:
