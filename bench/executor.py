@@ -96,7 +96,7 @@ class Executor:
         self.cross_options = CrossTokenizerOptions(settings.uag)
         # transformers' universal assisted generation prunes its assistant in place: on a pair
         # with two tokenizers its peer drafts with a copy (made before any hook is attached).
-        self.cross = not getattr(models, "shares_tokenizer", True)
+        self.cross = not models.shares_tokenizer
         self.peer_drafter = copy.deepcopy(models.drafter) if self.cross else models.drafter
         self.target_counter = ForwardCounter(models.target)
         self.drafter_counter = ForwardCounter(models.drafter)
@@ -199,7 +199,7 @@ class Executor:
             output, seconds = timed(call, self.device)
         # A decoder-only model returns the prompt and what follows it; an encoder-decoder one
         # returns its decoder sequence, which starts with the decoder start token.
-        skip = 1 if getattr(models.target.config, "is_encoder_decoder", False) else len(ids)
+        skip = 1 if models.is_encoder_decoder else len(ids)
         generated = output[0, skip:].tolist()
         record.tokens = generated[:s.length]
         record.overshoot = len(generated) - len(record.tokens)

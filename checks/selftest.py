@@ -288,7 +288,7 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
         def body() -> Check:
             if not exact:
                 exact.update(exact_first_tokens(pair.target, ids, processor, SAMPLING_STEPS, pair.vocab_size,
-                                                encoder_decoder=getattr(pair, "is_encoder_decoder", False)))
+                                                encoder_decoder=pair.is_encoder_decoder))
             counts: dict = {}
             drafted = accepted = 0
             for result in draws(run):

@@ -7,17 +7,14 @@ target-only decoding) in the same ``utils.models.ModelPair`` so ``run_strategy``
 from __future__ import annotations
 
 from utils.devices import model_device
+from utils.hf_load import is_encoder_decoder, text_config
 from utils.models import ModelPair
 
 
 def shared_vocab_size(*models) -> int:
     """The vocabulary every model's logits cover: the shortest ``config.vocab_size`` (embeddings may be padded;
     a model whose config nests a text config, a Gemma 4 assistant, has it there)."""
-    return min(_text_config(m.config).vocab_size for m in models if m is not None)
-
-
-def _text_config(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
+    return min(text_config(m.config).vocab_size for m in models if m is not None)
 
 
 def pair_of(target, drafter=None, *, end_tokens=(), vocab_size: int | None = None, tokenizer=None) -> ModelPair:
@@ -40,5 +37,5 @@ def pair_of(target, drafter=None, *, end_tokens=(), vocab_size: int | None = Non
         vocab_size=vocab_size or shared_vocab_size(target, drafter),
         context_length=context_length(target, tokenizer),
         self_draft_demo=False,
-        is_encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
+        is_encoder_decoder=is_encoder_decoder(config),
     )

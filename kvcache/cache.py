@@ -59,6 +59,7 @@ from packaging.version import Version
 from transformers import DynamicCache, EncoderDecoderCache
 
 from utils.devices import model_device
+from utils.hf_load import text_config
 
 # (major, minor, micro) of the installed transformers, e.g. (5, 23, 0)
 TRANSFORMERS_RELEASE = Version(transformers.__version__).release
@@ -269,7 +270,7 @@ def new_cache(model):
     """An empty dynamic cache for ``model`` (an encoder-decoder cache for seq2seq models)."""
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
-        decoder = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        decoder = text_config(config, decoder=True)
         return EncoderDecoderCache(DynamicCache(config=decoder), DynamicCache(config=decoder))
     return DynamicCache(config=config)
 

@@ -44,6 +44,7 @@ import torch
 import transformers
 
 from kvcache.cache import CachedModel, SessionModel, UnsupportedCacheError
+from utils.hf_load import text_config
 
 PREFIX = 6          # an uneven cached prefix: not a multiple of any chunk or window of 2, 4, 8...
 DRAFTS = 4          # tokens a multi-token verify feeds at once
@@ -133,8 +134,7 @@ def tolerance(model) -> float:
 
 def _probe_ids(model) -> tuple[list[int], list[int], list[int]]:
     """(encoder prompt, the true sequence S, a sequence J that shares S's first PREFIX+3 ids)."""
-    vocab = int(model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config")
-                else model.config.vocab_size)
+    vocab = int(text_config(model.config).vocab_size)
     low = 3 if vocab > 16 else 0                                    # keep clear of the usual special ids
     span = min(vocab, 30000) - low
 
@@ -337,4 +337,4 @@ def probe_pair(pair) -> PairProbe:
     target = probe_of(pair.target)
     drafter = probe_of(pair.drafter)
     return PairProbe(target, drafter, time.perf_counter() - begun,
-                     drafter_on_target_cache=bool(getattr(pair, "drafts_on_target_cache", False)))
+                     drafter_on_target_cache=pair.drafts_on_target_cache)

@@ -899,7 +899,7 @@ def settings_table(settings: Settings, pair=None) -> Table:
                             ("device", str(pair.device)), ("context length", str(pair.context_length or "unknown")),
                             ("vocabulary", str(pair.vocab_size))):
             table.add_row(Text(name), Text(str(value), style="bold"), Text(""))
-        probe = getattr(pair, "probe", None)
+        probe = pair.probe
         if probe is not None:
             for name, result in (("target cache path", probe.target), ("drafter cache path", probe.drafter)):
                 table.add_row(Text(name), Text(result.path, style="bold"), Text(result.line(), style="dim"))

@@ -130,14 +130,13 @@ class Runner:
     def output_tokenizer(self, key: str):
         """The tokenizer of strategy ``key``'s output ids: the drafter's own for drafter AR
         when its tokenizer differs from the target's (the engine runs it on its own ids)."""
-        own = getattr(self.pair, "drafter_tokenizer", None)
-        return own if key == "drafter" and own is not None else self.pair.tokenizer
+        return self.pair.drafter_tok if key == "drafter" else self.pair.tokenizer
 
     def prepare(self, text: str, settings: Settings) -> PromptRun:
         """Encode ``text`` and check it fits; raises PromptRefused otherwise."""
         ids = self.encode(text, settings)
         self.check_fits(ids, settings)
-        dtype = getattr(getattr(self.pair, "target", None), "dtype", None)
+        dtype = None if self.pair.target is None else self.pair.target.dtype
         return PromptRun(text, ids, greedy=settings.processor.is_greedy, settings=settings.to_dict(),
                          target_dtype="" if dtype is None else str(dtype).removeprefix("torch."),
                          load_step_s=self.load_step_s)

@@ -101,7 +101,7 @@ def run_script(session: Session, entries: list[Entry], *, as_json: bool, stdout)
         prompt_run = session.prompt(entry.text)
         if as_json:
             obj = {"index": index, "source": entry.where, "settings": session.settings.to_dict()}
-            probe = getattr(session.runner.pair, "probe", None)
+            probe = session.runner.pair.probe
             if probe is not None:
                 obj["cache_probe"] = probe.to_dict()
             if prompt_run is None:

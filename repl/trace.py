@@ -64,7 +64,7 @@ def environment(pair) -> dict:
         "context_length": pair.context_length,
         "vocab_size": pair.vocab_size,
         "self_draft_demo": pair.self_draft_demo,
-        "cache_probe": pair.probe.to_dict() if getattr(pair, "probe", None) is not None else None,
+        "cache_probe": pair.probe.to_dict() if pair.probe is not None else None,
         "versions": {
             "python": sys.version.split()[0],
             "torch": torch.__version__,

@@ -36,6 +36,14 @@ def is_encoder_decoder(config) -> bool:
     return bool(getattr(config, "is_encoder_decoder", False))
 
 
+def text_config(config, *, decoder: bool = False):
+    """The part of ``config`` that describes the text model (a multimodal config nests it; a
+    Gemma 4 assistant's too), or ``config`` itself; ``decoder=True``: the decoder's, for a seq2seq one."""
+    if not hasattr(config, "get_text_config"):
+        return config
+    return config.get_text_config(decoder=True) if decoder else config.get_text_config()
+
+
 def model_class(config):
     """The auto class that builds a generating model for ``config``: seq2seq or causal LM."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM

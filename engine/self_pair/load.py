@@ -19,6 +19,7 @@ from selfdraft.skip import SkipRefused, num_layers
 from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from utils.default_model import DEFAULT_LABEL, cache_root
 from utils.devices import dtype_name, model_device
+from utils.hf_load import is_encoder_decoder
 from utils.models import ModelLoadError, ModelPair, describe, load_model
 from kvcache.probe import probe_pair
 from utils.progress import Progress, no_progress
@@ -100,7 +101,7 @@ def load_self_draft_pair(
         end_tokens=end_token_ids(tokenizer, model), device=model_device(model),
         vocab_size=check_compatible(tokenizer, tokenizer, model, model),  # the drafter has the target's head
         context_length=context_length(model, tokenizer),
-        self_draft_demo=False, is_encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
+        self_draft_demo=False, is_encoder_decoder=is_encoder_decoder(model.config),
         notes=tuple(notes + lean_note(spec, draft)), drafts_on_target_cache=True,
     )
     say("Probing each model's cached forward against the uncached one")
