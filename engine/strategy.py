@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sampling.spec import ProcessorSpec
+# The most drafts a round may ask for, and the longest match a hybrid may ask for: defined with the
+# options' ranges (the REPL's /gamma and /hybrid and the benchmark's flags end there too).
+from utils.options import MAX_GAMMA, MAX_HYBRID_MATCH
 
-# The most drafts a round may ask for (the REPL's /gamma range ends here too).
-MAX_GAMMA = 128
 DEFAULT_GAMMA = 4
 # The models autoregressive decoding may run (``Strategy.model``).
 MODELS = ("target", "drafter")
@@ -61,10 +62,6 @@ class CrossTokenizerOptions:
     """
 
     method: str = "slem"
-
-
-# The longest match a hybrid may ask for (the REPL's /hybrid range ends here too).
-MAX_HYBRID_MATCH = 64
 
 
 @dataclass(frozen=True)

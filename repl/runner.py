@@ -150,7 +150,8 @@ class Runner:
         A Ctrl-C ends the current strategy (its partial output is kept, marked
         interrupted) and skips the rest. ``watch(key)`` (the live view) is a
         context manager around one strategy that gives its observer; it ends
-        before ``on_run`` shows the finished strategy.
+        before ``on_run`` shows the finished strategy. When the last one ends, each run's
+        report is computed once (``PromptRun.finish``).
 
         The machine's state is part of every figure: readings (``utils.machine_load``)
         around each strategy give its ``other_load``, and around the whole prompt the
@@ -171,6 +172,7 @@ class Runner:
         except KeyboardInterrupt:
             prompt_run.interrupted = True
         prompt_run.machine_load = load_record(start, read_load())
+        prompt_run.finish()
         return prompt_run
 
 

@@ -347,7 +347,7 @@ def test_the_what_if_predicts_what_an_injected_round_trip_measures(monkeypatch):
     plain.settings["rtt"] = 20
     assert plain.strategy_dict(spec)["what_if_rtt"]["predicted_speedup"] == pytest.approx(measured)
     # Mutation check: a baseline left without its round trips misses the measurement.
-    monkeypatch.setattr("repl.runs.tokens_per_s_at_rtt", lambda result, rtt_s: result.tokens_per_second)
+    monkeypatch.setattr("analysis.report.tokens_per_s_at_rtt", lambda result, rtt_s: result.tokens_per_second)
     assert plain.why(spec, rtt_ms=20).what_if.predicted != pytest.approx(measured, rel=0.05)
 
 

@@ -162,7 +162,6 @@ def test_no_ceiling_under_sampling(target):
 
 def test_a_long_prompt_says_why_it_has_no_ceiling(target, monkeypatch):
     monkeypatch.setattr(analysis.ceiling, "MAX_TOKENS", 20)
-    monkeypatch.setattr("repl.runs.CEILING_MAX_TOKENS", 20)
     pr = prompt_run(target, "suffix", GreedyProcessor())
     total = len(PROMPT) + len(pr.runs[0].result.tokens)
     assert pr.to_dict()["strategies"]["ngram"]["copy_ceiling"] == {

@@ -9,6 +9,7 @@ import pytest
 import torch
 from rich.console import Console
 
+import analysis.report
 from generation import Round
 from repl import render
 from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun, strategy_for
@@ -558,7 +559,7 @@ def test_a_match_drafters_json_says_where_its_drafts_came_from_and_prices_its_le
         mix = measured_mix(rounds, cap)
         return RoundMix({round(mix.mean_length): 1.0}, {round(mix.mean_length): 2.5})
 
-    monkeypatch.setattr(runs, "measured_mix", mean_length)
+    monkeypatch.setattr(analysis.report, "measured_mix", mean_length)
     mutated = match_prompt_run().to_dict()["strategies"]["ngram"]["predicted_speedup_steady"]
     assert mutated == pytest.approx(2.5 * 0.1 / (0.32 / 3 + 0.01)) and mutated != pytest.approx(MATCH_STEADY, rel=0.05)
 

@@ -400,7 +400,7 @@ def test_the_rtt_what_if_prices_a_round_trip_per_position(pair, prompts, monkeyp
     """/rtt on a served run: each verify round of width w pays w more round trips, not one.
     Mutation: priced as one trip per call, the prediction is higher. The /rtt asked for is 20 ms
     above the measured round trip (below it, more trips would take more time away)."""
-    from repl import runs
+    from analysis import report
     from repl.runs import PromptRun, StrategyRun, measured_round_trip_s
 
     spec = decode(pair, prompts[0], "speculative", drafter="model", gamma=3)
@@ -409,7 +409,7 @@ def test_the_rtt_what_if_prices_a_round_trip_per_position(pair, prompts, monkeyp
                            runs=[StrategyRun("speculative", spec), StrategyRun("target", target)])
     rtt_ms = 1000 * measured_round_trip_s(spec) + 20.0
     served = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
-    monkeypatch.setattr(runs, "replace", lambda costs, **changes: costs)   # the per-position pricing skipped
+    monkeypatch.setattr(report, "replace", lambda costs, **changes: costs)   # the per-position pricing skipped
     one_trip = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
     assert served.predicted_steady < one_trip.predicted_steady
 

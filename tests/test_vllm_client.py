@@ -86,7 +86,7 @@ def test_the_rtt_what_if_prices_one_trip_per_round_on_vllm(fake, target, tokeniz
     position (as on llama.cpp), the prediction is lower. The /rtt asked for is 20 ms above the
     round trip the run measured (below it, the what-if takes time away, and more trips would
     take away more: a loaded machine's slow loopback once made the fixed 20 ms such a case)."""
-    from repl import runs
+    from analysis import report
     from repl.runs import PromptRun, StrategyRun, measured_round_trip_s, per_position_requests
 
     pair = served_pair_at(fake.url, target, tokenizer)
@@ -98,7 +98,7 @@ def test_the_rtt_what_if_prices_one_trip_per_round_on_vllm(fake, target, tokeniz
                                                                StrategyRun("target", base)])
     rtt_ms = 1000 * measured_round_trip_s(spec) + 20.0
     per_round = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
-    monkeypatch.setattr(runs, "per_position_requests", lambda result: True)
+    monkeypatch.setattr(report, "per_position_requests", lambda result: True)
     per_position = prompt_run.why(prompt_run.runs[0], rtt_ms=rtt_ms).what_if
     assert per_position.predicted_steady < per_round.predicted_steady
 
