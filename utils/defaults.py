@@ -2,7 +2,8 @@
 
 ``repl.settings.Settings`` takes its field defaults from :data:`DEFAULTS`, and so do the
 benchmark's flags (``bench.cli.build_parser``) and its ``bench.executor.RunSettings``: a run
-of either front end without flags decodes alike. The values are the REPL's documented ones.
+of either front end without flags decodes alike. The values are the REPL's documented ones; the
+options' ranges and names are ``utils.options``.
 Torch-free: ``infer.py --help`` and ``bench.py --help`` read it.
 """
 
