@@ -13,7 +13,7 @@ from bench.executor import FILL, BENCH_STORAGES
 from bench.settings import BenchSettings
 from engine import load_pair
 from generation.gamma_policies import make_policy
-from selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
+from model_drafters.selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
 from utils.defaults import DEFAULTS
 from utils.options import (
     GAMMA_RANGE, HYBRID_RANGE, LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, NGRAM_N_RANGE,

@@ -30,14 +30,19 @@ from bench.runner import (
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, decodes_alone
-from engine.drafters import self_draft_model
-from eagle3 import eagle3_target
-from mtp import mtp_target
+from engine.kinds import kind_of_module
+from model_drafters.selfdraft.kind import self_draft_model
 from engine.self_pair.load import resolve_skip
-from selfdraft.skip import SkipRefused
-from selfdraft.spec import parse_self_draft
+from model_drafters.selfdraft.skip import SkipRefused
+from model_drafters.selfdraft.spec import parse_self_draft
 from utils.errors import ModelLoadError
 from utils.machine_load import load_record, read_load
+
+
+def model_peer(drafter) -> str | None:
+    """transformers' peer of speculative decoding with ``drafter``, as its kind says (``DrafterKind.hf_peer``)."""
+    kind = kind_of_module(drafter)
+    return kind.hf_peer if kind is not None else "hf_assisted"
 
 
 def _consoles():
@@ -166,9 +171,8 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
         args = args.but(strategies=[s for s in args.strategies if s != "drafter"])
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
-                             hybrids=args.hybrid, mtp=mtp_target(models.drafter) is not None,
-                             storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead,
-                             eagle3=eagle3_target(models.drafter) is not None)
+                             hybrids=args.hybrid, model_peer=model_peer(models.drafter),
+                             storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead)
     for line in unknown_names(args.expect, [v.name for v in variants], [s.category for s in sessions]):
         err.print(line, style="yellow", highlight=False)
     executor = Executor(models, RunSettings(

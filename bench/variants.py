@@ -234,8 +234,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   policies: list[tuple[str, int]] | None = None,
                   trees: list[int] | None = None, self_drafters: list[str] | None = None,
                   verifies: list[str] | None = None, hybrids: list[int] | None = None,
-                  mtp: bool = False, storages: list[str] | None = None,
-                  arctic: bool = False, eagle3: bool = False,
+                  model_peer: str | None = "hf_assisted", storages: list[str] | None = None,
+                  arctic: bool = False,
                   lookaheads: list[tuple[int, int, int]] | None = None) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
@@ -248,11 +248,11 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     ``verifies`` (default: the default rule alone, ``DEFAULT_RULE``) are the chain verify rules each
     of our chain variants runs with, one variant per rule, side by side.
     Each L of ``hybrids`` runs speculative decoding as a hybrid at every constant gamma.
-    With ``mtp`` (the pair's drafter is the target's MTP layers) the peer of
-    speculative decoding is transformers' ``generate(use_mtp=True)`` (``hf_mtp``),
-    which drafts one token per MTP layer whatever the gamma. With ``eagle3`` (the pair's
-    drafter is an EAGLE-3 head) speculative decoding has no peer: transformers' assisted
-    generation cannot draft with a head that reads the target's hidden states.
+    ``model_peer`` (the pair's drafter kind's ``hf_peer``) is the peer of speculative decoding:
+    transformers' assisted generation (``hf_assisted``); ``hf_mtp``, ``generate(use_mtp=True)``,
+    for the target's MTP layers, which drafts one token per MTP layer whatever the gamma (so at
+    constant gammas only); None for a kind transformers cannot draft with (an EAGLE-3 head, which
+    reads the target's hidden states).
     With more than one of ``storages`` every NASD variant runs once per storage,
     side by side (``ngram[basic]@4``, ``ngram[suffix]@4``), all with prompt
     lookup as their peer. ``arctic``: ArcticInference's suffix cache at every
@@ -292,10 +292,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
         for variant in mine:
             out.append(variant)
             peer = variant.peer
-            if mtp and peer is not None and peer.strategy == "hf_assisted":
-                peer = HF_MTP if variant.constant else None
-            if eagle3 and peer is not None and peer.strategy == "hf_assisted":
-                peer = None
+            if peer is not None and peer.strategy == "hf_assisted" and model_peer != "hf_assisted":
+                peer = HF_MTP if model_peer == HF_MTP.strategy and variant.constant else None
             if peers and peer is not None and peer not in out:
                 out.append(peer)
             if arctic and variant.strategy == "ngram" and (variant.storage or storages[0]) == beside \

@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from cross_tokenizer import cross_tokenizer_drafter, drafter_ends, has_own_tokenizer, vocab_map_of
+from engine.kinds import KINDS, kind_of_pair
 from engine.state import MATCH_STORAGES
-from engine.strategy import CrossTokenizerOptions, HybridOptions, LookaheadOptions, NGramOptions
+from engine.strategy import HybridOptions, LookaheadOptions, NGramOptions
 from engine.widths import verify_costs
 from generation.common import check_request
 from utils.devices import model_device
@@ -27,13 +27,6 @@ from generation.model_drafter import ModelDrafter
 from ngram_assisted import HybridDrafter, MatchDrafter, NGramDrafter
 from ngram_assisted.lookahead import LookaheadDrafter, NGramPool
 from ngram_assisted.sam import corpus_automaton, read_corpus
-from eagle3 import Eagle3Drafter, eagle3_target
-from gemma4_assistant import AssistantDrafter, assistant_target
-from mtp import MtpDrafter, mtp_target
-from selfdraft.build import build_self_drafter
-from selfdraft.drafter import SelfDrafter
-from selfdraft.mark import self_draft_target
-from selfdraft.spec import parse_self_draft
 
 
 @dataclass(frozen=True)
@@ -64,42 +57,24 @@ def register_drafter(kind: str, factory: DrafterFactory) -> DrafterFactory:
 def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """Speculative decoding's drafter: the pair's drafter model (its context must fit too).
 
-    This is the one place the engine chooses how a drafter model drafts: one
-    whose tokenizer differs from the target's (``pair.drafter_tokenizer`` set)
-    drafts through the ``cross_tokenizer`` drafter; a drafter model made from
-    the target (``--drafter self:...``) drafts on the target's own cache
-    (``selfdraft.drafter.SelfDrafter``); the target's own MTP layers (``--drafter mtp``)
-    from the target's hidden states (``mtp.MtpDrafter``), as does an EAGLE-3 head (``--drafter eagle3:PATH``,
-    ``eagle3.Eagle3Drafter``); a Gemma 4 assistant (``--drafter gemma4-assistant:PATH``) from the
-    target's cache and hidden states (``gemma4_assistant.AssistantDrafter``); any other through its own cache
-    (``generation.model_drafter.ModelDrafter``). With :class:`HybridOptions` whose L
-    is above 0, that drafter drafts beside a model-free storage (:func:`hybrid_drafter`).
+    This is the one place the engine chooses how a drafter model drafts: the first kind of
+    ``engine.kinds.KINDS`` that owns the pair makes its drafter (the target's MTP layers, a Gemma 4
+    assistant or an EAGLE-3 head from the target's state; a drafter with its own tokenizer through the
+    ``cross_tokenizer`` drafter; a self-drafter on the target's own cache); any other drafter model
+    drafts through its own cache (``generation.model_drafter.ModelDrafter``). With
+    :class:`HybridOptions` whose L is above 0, that drafter drafts beside a model-free storage
+    (:func:`hybrid_drafter`); a kind that cannot says so in one line.
     """
     options = strategy.drafter_options
+    kind = kind_of_pair(pair)
     if isinstance(options, HybridOptions):
-        if options.min_match > 0 and mtp_target(pair.drafter) is pair.target and pair.drafter is not None:
-            raise ValueError("the hybrid drafter (/hybrid) does not take the MTP drafter yet: set /hybrid 0")
-        if options.min_match > 0 and assistant_target(pair.drafter) is pair.target and pair.drafter is not None:
-            raise ValueError("the hybrid drafter (/hybrid) does not take the Gemma 4 assistant yet: set /hybrid 0")
-        if options.min_match > 0 and eagle3_target(pair.drafter) is pair.target and pair.drafter is not None:
-            raise ValueError("the hybrid drafter (/hybrid) does not take an EAGLE-3 head yet: set /hybrid 0")
+        if options.min_match > 0 and kind is not None and kind.hybrid is not None:
+            raise ValueError(kind.hybrid)
         model = model_drafter(pair, replace(strategy, drafter_options=options.model), state, context)
         return hybrid_drafter(pair, options, model, state, context) if options.min_match > 0 else model
-    if mtp_target(pair.drafter) is pair.target and pair.drafter is not None:
-        return MtpDrafter(pair.drafter, context.processor, vocab_size=context.vocab_size,
-                          generator=context.generator)
-    if assistant_target(pair.drafter) is pair.target and pair.drafter is not None:
-        return AssistantDrafter(pair.drafter, context.processor, vocab_size=context.vocab_size,
-                                generator=context.generator)
-    if eagle3_target(pair.drafter) is pair.target and pair.drafter is not None:
-        return Eagle3Drafter(pair.drafter, context.processor, vocab_size=context.vocab_size,
-                             generator=context.generator)
-    if has_own_tokenizer(pair):
-        return DRAFTERS["cross_tokenizer"](pair, strategy, state, context)
+    if kind is not None:
+        return kind.draft(pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
-    if self_draft_target(pair.drafter) is pair.target:
-        return SelfDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
-                           vocab_size=context.vocab_size, generator=context.generator)
     return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
                         vocab_size=context.vocab_size, generator=context.generator, prefills=context.prefills)
 
@@ -112,26 +87,6 @@ def hybrid_drafter(pair, options: HybridOptions, model: Drafter, state, context:
         retrieval = NGramOptions(storage="sam", reset=retrieval.reset)
     return HybridDrafter(model, match_drafter(pair, retrieval, state, context.vocab_size, hybrid=True),
                          options.min_match)
-
-
-def self_drafter(pair, strategy, state, context: DraftContext) -> SelfDrafter:
-    """A self-drafter built from the pair's target: ``drafter_options`` is its spec
-    (``"self:int8"``, ``"self:skip=3,5"``, ...), built once per pair and kept in ``state``;
-    None for the pair's own drafter, which must then be made from the target."""
-    spec = strategy.drafter_options
-    if spec is None:
-        model = pair.drafter
-        if self_draft_target(model) is not pair.target:
-            raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
-    else:
-        model = self_draft_model(pair, spec, state)
-    return SelfDrafter(model, context.processor, use_cache=strategy.use_cache, vocab_size=context.vocab_size,
-                       generator=context.generator)
-
-
-def self_draft_model(pair, spec: str, state):
-    """The self-draft model ``spec`` made from ``pair.target``, built once per pair and spec (kept in ``state``)."""
-    return state.for_pair(pair, spec, lambda: build_self_drafter(pair.target, parse_self_draft(spec)))
 
 
 def ngram_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
@@ -171,20 +126,6 @@ def corpus_of(pair, path: str, state):
     return state.for_pair(pair, f"corpus:{path}", lambda: corpus_automaton(read_corpus(path, pair.tokenizer)))
 
 
-def cross_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
-    """A drafter model with a tokenizer of its own (SLEM or TLI, Timor et al. 2025), by
-    ``strategy.drafter_options`` (:class:`CrossTokenizerOptions`; SLEM when None)."""
-    options = strategy.drafter_options
-    if options is None:
-        options = CrossTokenizerOptions()
-    if not isinstance(options, CrossTokenizerOptions):
-        raise ValueError(f"the model drafter takes CrossTokenizerOptions, got {type(options).__name__}")
-    return cross_tokenizer_drafter(pair, context.processor, method=options.method,
-                                   use_cache=strategy.use_cache, generator=context.generator,
-                                   vmap=state.for_pair(pair, "vocab_map", lambda: vocab_map_of(pair)),
-                                   ends=state.for_pair(pair, "drafter_ends", lambda: drafter_ends(pair)))
-
-
 def lookahead_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """Lookahead decoding's drafter (``ngram_assisted.lookahead``) with ``strategy.drafter_options``
     (:class:`LookaheadOptions`). Its candidates are verified as a token tree, so the strategy
@@ -204,7 +145,8 @@ def lookahead_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
 
 
 register_drafter("model", model_drafter)
-register_drafter("cross_tokenizer", cross_drafter)
 register_drafter("ngram", ngram_drafter)
-register_drafter("self", self_drafter)
 register_drafter("lookahead", lookahead_drafter)
+for _kind in KINDS:                  # the drafters a kind names for itself (``cross_tokenizer``, ``self``)
+    for _name, _factory in _kind.factories:
+        register_drafter(_name, _factory)

@@ -1,22 +1,18 @@
-"""The one model loader the front ends call: a self-drafter, or a pair of two models.
+"""The one model loader the front ends call: a drafter kind beside its target, or a pair of two models.
 
-A ``self:`` drafter (``self:bf16``, ``self:int8``, ``self:skip=auto``, ...) and the call with
-neither a target nor a drafter (the offline default with the self-drafter measured fastest on
-this machine) go to ``engine.self_pair.load``; ``mtp`` (the target's own MTP layers) to
-``engine.mtp_pair``; ``eagle3:PATH`` (an EAGLE-3 head) to ``engine.eagle3_pair``; ``gemma4-assistant:PATH`` to ``engine.assistant_pair``; everything else (two models, or the ``--drafter self`` bfloat16 demo) to
-``utils.models.load_pair``. Each attaches the cache probe (``kvcache.probe``).
+A ``--drafter`` value that names a drafter kind (``engine.kinds.KINDS``: ``self:...``, ``mtp``,
+``eagle3:PATH``, ``gemma4-assistant:PATH``) loads through that kind's loader: its own (the
+self-drafters' ``engine.self_pair.load``, which also takes the call with neither a target nor a
+drafter: the offline default with the self-drafter measured fastest on this machine), or the one
+loader for a drafter attached beside its target (``engine.kinds.load_attached_pair``). Everything
+else (two models, or the ``--drafter self`` bfloat16 demo) goes to ``utils.models.load_pair``.
+Each attaches the cache probe (``kvcache.probe``).
 """
 
 from __future__ import annotations
 
-from engine.assistant_pair import load_assistant_pair
-from engine.eagle3_pair import load_eagle3_pair
-from engine.mtp_pair import load_mtp_pair
-from eagle3 import is_eagle3
-from engine.self_pair.load import load_self_draft_pair
-from gemma4_assistant import is_assistant_spec
-from mtp import is_mtp
-from selfdraft.spec import is_self_draft
+from engine.kinds import KINDS, kind_of_spec, pair_loader
+from model_drafters.kind import DrafterKind
 from utils import models
 from utils.models import ModelPair
 from kvcache.probe import probe_pair
@@ -24,8 +20,14 @@ from utils.progress import Progress, no_progress
 
 
 def wants_self_draft(target: str | None, drafter: str | None) -> bool:
-    """Whether the drafter is made from the target: a ``self:`` spec, or the default (neither given)."""
-    return is_self_draft(drafter) or (target is None and drafter is None)
+    """Whether a drafter kind loads the pair with its target: a kind's spec (``self:...``, ``mtp``, ...),
+    or the default (neither given: a self-drafter)."""
+    return kind_of_spec(drafter) is not None or (target is None and drafter is None)
+
+
+def kind_to_load(drafter: str | None) -> DrafterKind:
+    """The kind ``drafter`` names; with none named, the kind that loads the default."""
+    return kind_of_spec(drafter) or next(kind for kind in KINDS if kind.default)
 
 
 def load_pair(
@@ -43,24 +45,14 @@ def load_pair(
 ) -> ModelPair:
     """Load the pair the user asked for; the arguments are ``utils.models.load_pair``'s.
 
-    A self-drafter is built from the loaded target, so ``drafter_dtype``, ``drafter_quantize``
-    and ``device_map`` do not apply to it (the spec names its precision); nor do they to the
-    target's MTP layers (``drafter="mtp"``), an EAGLE-3 head (``drafter="eagle3:PATH"``) or a Gemma 4
-    assistant (``"gemma4-assistant:PATH"``),
-    which take the target's dtype and device.
+    A drafter kind is loaded with the target, so ``drafter_dtype``, ``drafter_quantize`` and
+    ``device_map`` do not apply to it: a self-drafter's spec names its precision; the target's MTP
+    layers (``drafter="mtp"``), an EAGLE-3 head (``drafter="eagle3:PATH"``) and a Gemma 4 assistant
+    (``"gemma4-assistant:PATH"``) take the target's dtype and device.
     """
-    if is_assistant_spec(drafter):
-        return load_assistant_pair(target, drafter, device=device, dtype=dtype, quantize=quantize,
-                                   progress=progress, cache_dir=cache_dir)
-    if is_mtp(drafter):
-        return load_mtp_pair(target, device=device, dtype=dtype, quantize=quantize, progress=progress,
-                             cache_dir=cache_dir)
-    if is_eagle3(drafter):
-        return load_eagle3_pair(target, drafter, device=device, dtype=dtype, quantize=quantize, progress=progress,
-                                cache_dir=cache_dir)
     if wants_self_draft(target, drafter):
-        return load_self_draft_pair(target, drafter, device=device, dtype=dtype, quantize=quantize,
-                                    progress=progress, cache_dir=cache_dir)
+        return pair_loader(kind_to_load(drafter))(target, drafter, device=device, dtype=dtype, quantize=quantize,
+                                                  progress=progress, cache_dir=cache_dir)
     pair = models.load_pair(target, drafter, device=device, dtype=dtype, drafter_dtype=drafter_dtype,
                             quantize=quantize, drafter_quantize=drafter_quantize, device_map=device_map,
                             progress=progress, cache_dir=cache_dir)

@@ -8,8 +8,9 @@ import torch
 
 from analysis.hybrid import hybrid_summary
 from analysis.sources import fill_summary
-from cross_tokenizer import drafter_ends, drafter_inputs, has_own_tokenizer
+from model_drafters.cross_tokenizer import drafter_ends, drafter_inputs, has_own_tokenizer
 from engine.drafters import DRAFTERS, DraftContext
+from engine.kinds import kind_of_module
 from engine.pair import shared_vocab_size
 from engine.state import EngineState
 from engine.strategy import HybridOptions, Strategy
@@ -19,9 +20,6 @@ from generation.observer import Observer
 from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
-from eagle3 import eagle3_target
-from gemma4_assistant import assistant_target
-from mtp import mtp_target
 from remote.served_model import ServedModel
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
@@ -99,20 +97,15 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
 
 
 def decodes_alone(drafter) -> bool:
-    """Whether a pair's drafter model can decode on its own (drafter AR): not the target's MTP
-    layers, an EAGLE-3 head nor a Gemma 4 assistant, which read the target's state."""
+    """Whether a pair's drafter model can decode on its own (drafter AR): not one of a kind that
+    reads the target's state (the target's MTP layers, an EAGLE-3 head, a Gemma 4 assistant)."""
     return decodes_alone_reason(drafter) is None
 
 
 def decodes_alone_reason(drafter) -> str | None:
-    """Why ``drafter`` cannot decode on its own (one line), or None when it can."""
-    if mtp_target(drafter) is not None:
-        return "the MTP layers draft from the target's hidden states: they cannot decode on their own"
-    if eagle3_target(drafter) is not None:
-        return "an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own"
-    if assistant_target(drafter) is not None:
-        return "the Gemma 4 assistant drafts from the target's keys and values: it cannot decode on its own"
-    return None
+    """Why ``drafter`` cannot decode on its own (one line, its kind's), or None when it can."""
+    kind = kind_of_module(drafter)
+    return kind.alone if kind is not None else None
 
 
 def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:

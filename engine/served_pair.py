@@ -3,23 +3,20 @@
 ``load_served_pair(url, kind, drafter)``: connect (the kind detected when not given), read what
 the server says of its model, load the drafter model (the offline default when none is named)
 and its tokenizer, and check that the server's model reads the same vocabulary: the same length,
-and the same ids for a probe text tokenized on both sides. A drafter made from the target's
-weights (``self:...``, ``mtp``) cannot be: those weights are on the server; nor can a drafter that
-reads the target's hidden states or keys (``eagle3:``, ``gemma4-assistant:``): the server returns
-log-probabilities only. Every failure is one line (``ModelLoadError``).
+and the same ids for a probe text tokenized on both sides. A drafter kind that cannot draft beside
+a served target says why (``DrafterKind.served``: one made from the target's weights, which are on
+the server, or one that reads the target's hidden states or keys, when the server returns
+log-probabilities only). Every failure is one line (``ModelLoadError``).
 """
 
 from __future__ import annotations
 
-from eagle3 import is_eagle3
-from gemma4_assistant import is_assistant_spec
-from mtp import is_mtp
+from engine.kinds import kind_of_spec
 from remote.connect import connect
 from remote.dialect import ServedModelInfo, ServerClient
 from remote.transport import Backoff, ServerError
 from remote.rules import DEFAULT_PROBS, rules_text
 from remote.target import ServedTarget
-from selfdraft.spec import is_self_draft
 from utils.devices import model_device
 from utils.models import ModelLoadError, ModelPair, describe, load_model
 from utils.progress import Progress, no_progress
@@ -35,12 +32,9 @@ def load_served_pair(url: str, kind: str | None = None, drafter: str | None = No
                      backoff: Backoff = Backoff()) -> ModelPair:
     """The pair (served target, local drafter); ``drafter=None`` drafts with the offline default."""
     say = progress or no_progress
-    if drafter is not None and (is_self_draft(drafter) or is_mtp(drafter)):
-        raise ModelLoadError(f"--drafter {drafter} is made from the target's weights, which are on the server: "
-                             "name a drafter model sharing its tokenizer (or none: the offline default)")
-    if drafter is not None and (is_eagle3(drafter) or is_assistant_spec(drafter)):
-        raise ModelLoadError(f"--drafter {drafter} drafts from the target's hidden states, which a served target "
-                             "does not return: name a drafter model sharing its tokenizer (or none)")
+    kind = kind_of_spec(drafter)
+    if kind is not None and kind.served is not None:
+        raise ModelLoadError(f"--drafter {drafter} {kind.served}")
     if isinstance(n_probs, bool) or not isinstance(n_probs, int) or n_probs < 1:
         raise ModelLoadError(f"--server-probs must be an integer >= 1, got {n_probs!r}")
     try:

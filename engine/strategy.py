@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from model_drafters.cross_tokenizer.options import CrossTokenizerOptions  # re-exported: engine's name for it
 from sampling.spec import ProcessorSpec
-# The most drafts a round may ask for, and the longest match a hybrid may ask for: defined with the
-# options' ranges (the REPL's /gamma and /hybrid and the benchmark's flags end there too).
-from utils.options import MAX_GAMMA, MAX_HYBRID_MATCH
 
+# The most drafts a round may ask for (the REPL's /gamma range ends here too).
+MAX_GAMMA = 128
 DEFAULT_GAMMA = 4
 # The models autoregressive decoding may run (``Strategy.model``).
 MODELS = ("target", "drafter")
@@ -50,18 +50,8 @@ class NGramOptions:
     fill_width: bool = False
 
 
-@dataclass(frozen=True)
-class CrossTokenizerOptions:
-    """How a drafter model with a tokenizer of its own drafts (the ``cross_tokenizer`` drafter).
-
-    ``method`` is ``slem`` (drafts decoded to text and re-tokenised for the
-    target, any processor) or ``tli`` (drafts sampled over the vocabulary both
-    tokenizers share). The ``model`` drafter takes these options too: it hands
-    a pair whose tokenizers differ to the ``cross_tokenizer`` drafter, and
-    ignores them when the pair shares one tokenizer.
-    """
-
-    method: str = "slem"
+# The longest match a hybrid may ask for (the REPL's /hybrid range ends here too).
+MAX_HYBRID_MATCH = 64
 
 
 @dataclass(frozen=True)

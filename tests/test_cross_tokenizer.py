@@ -8,13 +8,13 @@ on text with accents, CJK and emoji, and tiny random Llamas.
 import pytest
 import torch
 
-import engine.drafters
+import model_drafters.cross_tokenizer.kind
 import engine.run
 import generation.accept
-from cross_tokenizer import cross_tokenizer_drafter, vocab_map_of
-from cross_tokenizer.prompt import drafter_prompt
-from cross_tokenizer.text import TextView, complete, continuation, cut_word_tail
-from cross_tokenizer.vocab_map import VocabMap, special_ids, token_surfaces
+from model_drafters.cross_tokenizer import cross_tokenizer_drafter, vocab_map_of
+from model_drafters.cross_tokenizer.prompt import drafter_prompt
+from model_drafters.cross_tokenizer.text import TextView, complete, continuation, cut_word_tail
+from model_drafters.cross_tokenizer.vocab_map import VocabMap, special_ids, token_surfaces
 from engine import CrossTokenizerOptions, NGramOptions, Strategy, run_strategy
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
 from tests.helpers.cross_pairs import (
@@ -214,7 +214,7 @@ def test_the_text_sync_is_what_keeps_the_drafter_useful(monkeypatch, twin_pair):
     Counted over three prompts, as a rate per drafted token: on one prompt the counts are a handful,
     and which argmaxes flip varies with the CPU's kernels (one CI machine accepted 3 of the mutant's
     drafts on "Hello world" against 8 synced)."""
-    from cross_tokenizer.drafter import CrossTokenizerDrafter
+    from model_drafters.cross_tokenizer.drafter import CrossTokenizerDrafter
 
     def rate():
         accepted = drafted = 0
@@ -303,7 +303,7 @@ def test_the_engine_drafts_across_tokenizers_for_the_model_drafter(monkeypatch, 
     out = run_strategy(speculative, pair, ids)
     assert out.tokens == ar.tokens and out.drafted > 0
     assert out.cross_tokenizer["method"] == method and out.cross_tokenizer["shared_tokens"] > 0
-    monkeypatch.setattr(engine.drafters, "has_own_tokenizer", lambda pair: False)
+    monkeypatch.setattr(model_drafters.cross_tokenizer.kind, "has_own_tokenizer", lambda pair: False)
     blind = run_strategy(speculative, pair, ids)
     assert blind.tokens == ar.tokens and blind.cross_tokenizer == {}
 
@@ -538,13 +538,13 @@ def test_the_benchmark_runs_ours_and_transformers_universal_assisted_generation(
     from bench.cli import main
 
     methods = []
-    build = engine.drafters.cross_tokenizer_drafter
+    build = model_drafters.cross_tokenizer.kind.cross_tokenizer_drafter
 
     def spy(pair, processor, *, method, **kw):
         methods.append(method)
         return build(pair, processor, method=method, **kw)
 
-    monkeypatch.setattr(engine.drafters, "cross_tokenizer_drafter", spy)
+    monkeypatch.setattr(model_drafters.cross_tokenizer.kind, "cross_tokenizer_drafter", spy)
 
     pair = _greedy_pair(bpe, meta)
     pair.__dict__.update(target_name="bpe", drafter_name="meta", device=torch.device("cpu"),

@@ -1,14 +1,17 @@
 """The drafter contract (generation/drafter.py) and the engine's one way in.
 
 The example drafter of docs/engine.md is executed as written, a minimal drafter with only
-``propose`` runs through every path of the loop on its defaults, and the loop asks drafters
-nothing outside the contract (no ``getattr``/``hasattr`` on a drafter in generation/).
+``propose`` runs through every path of the loop on its defaults, and no product module asks a
+pair or a drafter anything outside the contract (no ``getattr``/``hasattr`` on either, engine/
+included). Every decoding loop is named, and only the engine calls one; each guard has a
+mutation check beside it.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,9 @@ import torch
 from engine import DRAFTERS, Drafter, Strategy, pair_of, register_drafter, run_strategy
 from sampling import GreedyProcessor
 from tests.helpers.decode import autoregressive
+from tests.helpers.imports import module_name
 from tests.helpers.models import tiny_llama
+from tests.test_layers import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,40 +83,166 @@ def test_propose_is_the_one_method_without_a_default():
         Drafter()  # abstract: propose must be written
 
 
-def _attribute_probes(path: Path) -> list[str]:
-    """getattr/hasattr calls in a module, as 'file:line'."""
+# ------------------------------------------------------------------ guards over the product's source
+# Every package of the layer table (tests/test_layers.py, which also checks that each package on disk
+# has a layer) and the top-level scripts are read; nothing is imported.
+
+CONTRACT = Path("generation") / "drafter.py"   # the contract's own defaults may look at a drafter
+DECODING_LOOPS = {"generation.verify.verify_loop", "generation.autoregressive.autoregressive_generate",
+                  "generation.served.served_generate"}
+# Functions that call a model's forward in a loop without decoding: the forward-time measurements.
+TIMERS = {"engine.timing.time_target", "engine.self_pair.calibrate.step_s", "engine.self_pair.calibrate.paired_step_s"}
+# The loops' callers: run_strategy, and autoregressive decoding handing a served target to its server.
+LOOP_CALLERS = {"engine.run.run_strategy", "generation.autoregressive.autoregressive_generate"}
+HOLDS_PAIR_OR_DRAFTER = re.compile(r"(\w+_)?(pair|drafter|models)")
+
+
+def product_files(root: Path = ROOT, packages=PACKAGES) -> list[Path]:
+    """Every module of ``packages`` under ``root``, and the top-level scripts (infer.py, bench.py)."""
+    return [p for package in packages for p in sorted((root / package).rglob("*.py"))] + sorted(root.glob("*.py"))
+
+
+def _functions(path: Path, root: Path):
+    """(dotted name, node) of every function in a module; a method is named Class.method."""
+    prefix = module_name(path, root)
+
+    def walk(node, name):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not isinstance(child, ast.ClassDef):
+                    yield f"{name}.{child.name}", child
+                yield from walk(child, f"{name}.{child.name}")
+            else:
+                yield from walk(child, name)
+
+    return walk(ast.parse(path.read_text(encoding="utf-8")), prefix)
+
+
+def _own_nodes(function):
+    """The nodes of ``function``'s body, those of functions and classes defined inside it left out."""
+    stack = list(ast.iter_child_nodes(function))
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            yield node
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _called(node: ast.Call) -> str:
+    """The name a call calls: ``f`` for ``f(...)`` and ``a.b.f(...)``."""
+    return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+
+
+def _loops_of(function):
+    return [n for n in _own_nodes(function) if isinstance(n, (ast.For, ast.While))]
+
+
+def attribute_probes(path: Path, root: Path = ROOT) -> list[str]:
+    """getattr/hasattr calls on something named a pair or a drafter, as 'file:line call'."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
-            args = [ast.unparse(a) for a in node.args]
-            if args and "drafter" in args[0]:
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and _called(node) in ("getattr", "hasattr") and node.args:
+            held = node.args[0]
+            name = held.id if isinstance(held, ast.Name) else getattr(held, "attr", "")
+            if HOLDS_PAIR_OR_DRAFTER.fullmatch(name):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}")
     return found
 
 
-def test_the_loop_asks_drafters_nothing_outside_the_contract():
-    probes = [p for path in sorted((ROOT / "generation").rglob("*.py")) for p in _attribute_probes(path)]
+def decoding_loops(root: Path = ROOT, packages=PACKAGES) -> set[str]:
+    """Functions that make a fresh ``GenerationResult`` (not one read back from a mapping) and loop:
+    what every decode is (prompt ids in, a result out)."""
+    found = set()
+    for path in product_files(root, packages):
+        for name, function in _functions(path, root):
+            makes = any(isinstance(n, ast.Call) and _called(n) == "GenerationResult"
+                        and all(k.arg is not None for k in n.keywords) for n in _own_nodes(function))
+            if makes and _loops_of(function):
+                found.add(name)
+    return found
+
+
+def forward_loops(root: Path = ROOT, packages=PACKAGES) -> set[str]:
+    """Functions that call a model's ``forward`` inside a loop of their own."""
+    return {name for path in product_files(root, packages) for name, function in _functions(path, root)
+            if any(isinstance(n, ast.Call) and _called(n) == "forward"
+                   for loop in _loops_of(function) for n in ast.walk(loop))}
+
+
+def loop_callers(root: Path = ROOT, packages=PACKAGES) -> set[str]:
+    """Functions that call one of the decoding loops."""
+    loops = {name.rsplit(".", 1)[1] for name in DECODING_LOOPS}
+    return {name for path in product_files(root, packages) for name, function in _functions(path, root)
+            if any(isinstance(n, ast.Call) and _called(n) in loops for n in _own_nodes(function))}
+
+
+def _copy(root: Path, *packages: str) -> Path:
+    """The real ``packages`` copied under ``root``, to break on purpose."""
+    for package in packages:
+        shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _append(path: Path, source: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + "\n\n" + source, encoding="utf-8")
+
+
+def test_nothing_asks_a_pair_or_a_drafter_outside_the_contract():
+    """No getattr/hasattr on a pair or a drafter in any product module (engine/ included): a fact of
+    the pair is a ModelPair field, an ability of a drafter a method of the contract."""
+    probes = [p for path in product_files() if path.relative_to(ROOT) != CONTRACT for p in attribute_probes(path)]
     assert probes == []
 
 
-def test_the_probe_finder_sees_a_getattr_on_a_drafter(tmp_path):
-    # Mutation check for the test above: a loop that probes a drafter is found.
-    module = ROOT / "generation" / "_probe_mutant_test.py"
-    module.write_text("def f(drafter):\n    return getattr(drafter, 'fill_target', None)\n", encoding="utf-8")
-    try:
-        assert _attribute_probes(module)
-    finally:
-        module.unlink()
+def test_a_getattr_on_a_drafter_or_a_pair_in_the_engine_would_be_caught(tmp_path):
+    # Mutation check: the engine probing a drafter (as run_strategy once did) and a pair.
+    _copy(tmp_path, "engine")
+    _append(tmp_path / "engine" / "run.py", "def _costs(drafter, self):\n"
+            "    return getattr(drafter, 'verify_costs', None), hasattr(self.pair, 'probe')\n")
+    found = [p for path in product_files(tmp_path) for p in attribute_probes(path, tmp_path)]
+    assert [line.split(" ", 1)[1] for line in found] == ["getattr(drafter, 'verify_costs', None)",
+                                                         "hasattr(self.pair, 'probe')"]
+
+
+def test_every_decoding_loop_is_named():
+    assert decoding_loops() == DECODING_LOOPS
+
+
+def test_a_new_decoding_loop_would_be_caught(tmp_path):
+    # Mutation check: a third loop of its own in generation/ (a result made fresh, tokens in a loop).
+    _copy(tmp_path, "generation")
+    (tmp_path / "generation" / "fast.py").write_text(
+        "from generation.result import GenerationResult\n\n\ndef fast_generate(prompt, model, n):\n"
+        "    result = GenerationResult()\n    for _ in range(n):\n        model.forward(prompt)\n"
+        "    return result\n", encoding="utf-8")
+    assert decoding_loops(tmp_path) - DECODING_LOOPS == {"generation.fast.fast_generate"}
+
+
+def test_a_forward_in_a_loop_is_a_decoding_loop_or_a_timer():
+    assert forward_loops() <= DECODING_LOOPS | TIMERS
+    assert "generation.autoregressive.autoregressive_generate" in forward_loops()
+
+
+def test_a_forward_loop_outside_the_named_ones_would_be_caught(tmp_path):
+    # Mutation check: a function in the engine that steps a model in a loop (a decode of its own).
+    _copy(tmp_path, "engine")
+    _append(tmp_path / "engine" / "run.py", "def _greedy(cached, ids, n):\n    for _ in range(n):\n"
+            "        ids = cached.forward(ids, keep=1).argmax(-1)\n    return ids\n")
+    assert forward_loops(tmp_path) - (DECODING_LOOPS | TIMERS) == {"engine.run._greedy"}
 
 
 def test_run_strategy_is_the_only_caller_of_the_loops():
-    """No product package but engine/ calls verify_loop or autoregressive_generate."""
-    callers = []
-    for package in ("generation", "ngram_assisted", "cross_tokenizer", "selfdraft", "sampling", "utils",
-                    "analysis", "repl", "bench", "checks"):
-        for path in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                        and node.func.id in ("verify_loop", "autoregressive_generate")):
-                    callers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert callers == []
+    """No product package but the engine's run_strategy calls a decoding loop (autoregressive
+    decoding hands a served target to served_generate)."""
+    assert loop_callers() == LOOP_CALLERS
+
+
+def test_a_new_package_calling_the_verify_loop_would_be_caught(tmp_path):
+    # Mutation check: a package given a layer whose module calls the verify loop itself (one not in the
+    # table is refused by tests/test_layers.py: every package on disk sits in the table).
+    _copy(tmp_path, "generation", "engine")
+    (tmp_path / "shortcut").mkdir()
+    (tmp_path / "shortcut" / "__init__.py").write_text(
+        "from generation.verify import verify_loop\n\n\ndef decode(prompt, drafter, target, options):\n"
+        "    return verify_loop(prompt, drafter, target, options)\n", encoding="utf-8")
+    assert loop_callers(tmp_path, (*PACKAGES, "shortcut")) - LOOP_CALLERS == {"shortcut.decode"}

@@ -15,11 +15,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import eagle3.drafter
-import eagle3.load
-import engine.drafters
+import model_drafters.eagle3.drafter
+import model_drafters.eagle3.load
+from model_drafters import eagle3
+import model_drafters.eagle3.kind
 import kvcache.cache
-from eagle3 import Eagle3Drafter, load_eagle3
+from model_drafters.eagle3 import Eagle3Drafter, load_eagle3
 from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 from engine import HybridOptions, Strategy, load_pair, pair_of, run_strategy
 from sampling import GreedyProcessor
@@ -126,7 +127,7 @@ def test_the_head_cache_holds_the_target_slots_after_every_round(monkeypatch, tm
             seen.append((self.cache.get_seq_length(), self.slots, self.committed))
             super().update(new_tokens, top_k)
 
-    monkeypatch.setattr(engine.drafters, "Eagle3Drafter", Checked)
+    monkeypatch.setattr(model_drafters.eagle3.kind, "Eagle3Drafter", Checked)
     pair, _, _ = in_memory(tmp_path)
     speculative(pair, gamma=4)
     assert len(seen) > 3 and all(cached == slots == before - 1 for cached, slots, before in seen)
@@ -209,7 +210,7 @@ class TreeRecorded(Eagle3Drafter):
 @pytest.fixture
 def tree_recorded(monkeypatch):
     TreeRecorded.nodes = []
-    monkeypatch.setattr(engine.drafters, "Eagle3Drafter", TreeRecorded)
+    monkeypatch.setattr(model_drafters.eagle3.kind, "Eagle3Drafter", TreeRecorded)
     return TreeRecorded.nodes
 
 
@@ -568,7 +569,7 @@ def test_the_self_test_probes_and_samples_an_eagle3_pair(tmp_path):
 def test_the_benchmark_gives_speculative_no_transformers_peer_on_an_eagle3_pair():
     from bench.variants import plan_variants
 
-    planned = plan_variants(["speculative"], [2], peers=True, eagle3=True)
+    planned = plan_variants(["speculative"], [2], peers=True, model_peer=None)
     assert not any(v.strategy == "hf_assisted" for v in planned)
     assert any(v.strategy == "hf_assisted" for v in plan_variants(["speculative"], [2], peers=True))
 

@@ -16,6 +16,7 @@ from ngram_assisted import NGramStorage, OneLevelNGramStorage
 from sampling import GreedyProcessor
 from tests.helpers.devices import TEST_DEVICE
 from tests.helpers.models import tiny_llama
+import model_drafters.selfdraft.kind
 
 GREEDY = GreedyProcessor()
 PROMPT = [1, 5, 7, 9, 5, 7, 9, 5, 7]
@@ -231,8 +232,8 @@ def test_a_self_draft_model_is_built_once_per_pair_and_spec(monkeypatch, pair):
     import engine.drafters
 
     calls = []
-    real = engine.drafters.build_self_drafter
-    monkeypatch.setattr(engine.drafters, "build_self_drafter", lambda *a: calls.append(a) or real(*a))
+    real = model_drafters.selfdraft.kind.build_self_drafter
+    monkeypatch.setattr(model_drafters.selfdraft.kind, "build_self_drafter", lambda *a: calls.append(a) or real(*a))
     state = EngineState()
     strategy = Strategy("self", drafter="self", drafter_options="self:skip=1", gamma=2, processor=GREEDY,
                         max_gen_len=6)

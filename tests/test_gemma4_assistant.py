@@ -17,11 +17,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-import engine.drafters
+import model_drafters.gemma4_assistant.kind
 from checks.selftest import probe_check
 from engine import Strategy, load_pair, pair_of, run_strategy
-from gemma4_assistant import AssistantDrafter, AssistantRefused, mark_assistant
-from gemma4_assistant.model import has_assistant_model
+from model_drafters.gemma4_assistant import AssistantDrafter, AssistantRefused, mark_assistant
+from model_drafters.gemma4_assistant.model import has_assistant_model
 from repl.runner import Runner
 from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
@@ -215,7 +215,7 @@ def test_mutation_keys_of_the_verify_before_its_rollback_fail_the_logits_check(m
     """The target's keys and values as the verify pass left them, cut to the committed length
     plus one as transformers' own loop cuts them: after a rejection they hold the rejected
     draft's key at the position being drafted from."""
-    import gemma4_assistant.drafter as drafter_module
+    import model_drafters.gemma4_assistant.drafter as drafter_module
     import kvcache.cache
 
     stale = {}
@@ -303,5 +303,5 @@ def test_mutation_q_of_another_draft_fails_the_sampling_check(monkeypatch):
             drafts, q = super().propose(ids, k, stop_below)
             return drafts, (torch.roll(q, 1, dims=0) if q is not None else q)
 
-    monkeypatch.setattr(engine.drafters, "AssistantDrafter", Shifted)
+    monkeypatch.setattr(model_drafters.gemma4_assistant.kind, "AssistantDrafter", Shifted)
     assert sampled_excess(monkeypatch, 200) > BOUND

@@ -24,9 +24,9 @@ from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
 from ngram_assisted import HybridDrafter
 from sampling import GreedyProcessor, MultinomialProcessor
-from selfdraft.build import build_self_drafter
-from selfdraft.drafter import SelfDrafter
-from selfdraft.spec import parse_self_draft
+from model_drafters.selfdraft.build import build_self_drafter
+from model_drafters.selfdraft.drafter import SelfDrafter
+from model_drafters.selfdraft.spec import parse_self_draft
 from tests.helpers.distribution import BOUND, PROMPT as SAMPLING_PROMPT, STEPS, chi_square_excess, exact_distribution
 from tests.helpers.inspection import check_rounds
 from tests.helpers.models import tiny_llama

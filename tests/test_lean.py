@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from sampling import GreedyProcessor, MultinomialProcessor
-from selfdraft import lean
-from selfdraft.build import build_self_drafter
-from selfdraft.copies import precision_copy
-from selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR, LeanStep, lean_step
-from selfdraft.shared_cache import committed_positions
-from selfdraft.spec import parse_self_draft
+from model_drafters.selfdraft import lean
+from model_drafters.selfdraft.build import build_self_drafter
+from model_drafters.selfdraft.copies import precision_copy
+from model_drafters.selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR, LeanStep, lean_step
+from model_drafters.selfdraft.shared_cache import committed_positions
+from model_drafters.selfdraft.spec import parse_self_draft
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
 from tests.helpers.decode import autoregressive, speculative

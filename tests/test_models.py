@@ -412,7 +412,7 @@ def test_a_real_target_without_drafter_is_refused_and_self_is_a_demo(tiny):
 @pytest.mark.parametrize("spec, dtype", [("self:int8", torch.float32), ("self:bf16", torch.bfloat16),
                                          ("self:skip=0", torch.float32)])
 def test_self_drafters_load_from_the_target(tiny, spec, dtype):
-    from selfdraft.mark import self_draft_target
+    from model_drafters.selfdraft.mark import self_draft_target
 
     pair = engine.load_pair(str(tiny[0]), spec, device="cpu")
     assert spec in pair.drafter_name and not pair.self_draft_demo

@@ -15,11 +15,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import engine.drafters
+import model_drafters.mtp.kind
 import kvcache.cache
 from engine import Strategy, load_pair, pair_of, run_strategy
-from mtp import MtpDrafter, MtpRefused
-from mtp.model import has_mtp_model, mtp_layers
+from model_drafters.mtp import MtpDrafter, MtpRefused
+from model_drafters.mtp.model import has_mtp_model, mtp_layers
 from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
 from tests.helpers.decode import autoregressive
@@ -166,7 +166,7 @@ def test_each_depth_cache_holds_the_kept_slots_after_every_round(monkeypatch):
                 cached = depth.cache.layers[depth.layer].get_seq_length()
                 seen.append((cached, depth.length, self.committed))
 
-    monkeypatch.setattr(engine.drafters, "MtpDrafter", Checked)
+    monkeypatch.setattr(model_drafters.mtp.kind, "MtpDrafter", Checked)
     _, _, pair = small()
     speculative(pair, PROMPT, gamma=4)
     assert seen and all(cached == slots <= committed - 1 for cached, slots, committed in seen)
@@ -174,7 +174,8 @@ def test_each_depth_cache_holds_the_kept_slots_after_every_round(monkeypatch):
 
 @needs_mtp
 def test_mutation_a_depth_cache_not_rolled_back_fails_the_logits_check(monkeypatch, recorded):
-    import mtp.drafter
+    import model_drafters.mtp.drafter
+    from model_drafters import mtp
 
     monkeypatch.setattr(mtp.drafter._Depth, "keep", lambda self, slots: 0)
     target, layers, pair = small()
@@ -217,7 +218,7 @@ class TreeRecorded(MtpDrafter):
 @pytest.fixture
 def tree_nodes(monkeypatch):
     TreeRecorded.nodes = []
-    monkeypatch.setattr(engine.drafters, "MtpDrafter", TreeRecorded)
+    monkeypatch.setattr(model_drafters.mtp.kind, "MtpDrafter", TreeRecorded)
     return TreeRecorded.nodes
 
 
@@ -252,7 +253,8 @@ def test_greedy_trees_equal_target_ar_and_every_node_logit_is_exact(family, tree
 
 @needs_mtp
 def test_mutation_a_depth_cache_not_cropped_after_a_node_fails_the_node_check(monkeypatch, tree_nodes):
-    import mtp.drafter
+    import model_drafters.mtp.drafter
+    from model_drafters import mtp
 
     monkeypatch.setattr(mtp.drafter, "drop_last", lambda layer, n: None)
     target, layers, pair = small()
@@ -336,5 +338,5 @@ def test_transformers_use_mtp_is_greedy_identical_to_plain_generate(checkpoint):
     assert mtp == plain
     ours = speculative(pair, PROMPT, gamma=2, max_gen_len=12).tokens      # no end token: it runs on past 63
     assert ours[:len(plain)] == plain
-    planned = plan_variants(["speculative"], [2], peers=True, mtp=True)
+    planned = plan_variants(["speculative"], [2], peers=True, model_peer="hf_mtp")
     assert HF_MTP in planned and not any(v.strategy == "hf_assisted" for v in planned)

@@ -99,7 +99,7 @@ def test_a_model_transformers_cannot_run_is_refused_with_one_line():
     """xLSTM copied to bfloat16 (its kernels then mix dtypes on a sequence as long as its
     chunk, uncached too): no path can run it, so the probe refuses it with one line and a
     generation says that line instead of a traceback."""
-    from selfdraft.copies import precision_copy
+    from model_drafters.selfdraft.copies import precision_copy
 
     model = precision_copy(built("xlstm"), torch.bfloat16)
     result = probe_model(model)

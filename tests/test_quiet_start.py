@@ -26,8 +26,8 @@ warnings.filterwarnings("error", append=True)
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from selfdraft.build import build_self_drafter
-from selfdraft.spec import parse_self_draft
+from model_drafters.selfdraft.build import build_self_drafter
+from model_drafters.selfdraft.spec import parse_self_draft
 
 torch.manual_seed(0)
 config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

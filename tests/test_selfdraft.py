@@ -16,12 +16,12 @@ import torch
 
 from generation.result import Round
 from sampling import GreedyProcessor
-from selfdraft import shared_cache
-from selfdraft.build import build_self_drafter
+from model_drafters.selfdraft import shared_cache
+from model_drafters.selfdraft.build import build_self_drafter
 from engine.self_pair.choose import choice_lines, choose
-from selfdraft.drafter import SelfDrafter
-from selfdraft.skip import SkipRefused, skip_view
-from selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
+from model_drafters.selfdraft.drafter import SelfDrafter
+from model_drafters.selfdraft.skip import SkipRefused, skip_view
+from model_drafters.selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.decode import autoregressive, speculative
 from tests.helpers.selfdraft import identity_hooks
@@ -243,7 +243,7 @@ def test_shared_bf16_copy_logits_match_its_own_cache_within_bfloat16_tolerance()
 def test_weight_only_int8_layer_multiplies_by_per_row_int8_weights():
     """Checked against the quantisation written out here: one symmetric scale per output row,
     weights rounded to the nearest of -127..127, activations and output in bfloat16."""
-    from selfdraft.copies import WeightOnlyInt8Linear
+    from model_drafters.selfdraft.copies import WeightOnlyInt8Linear
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48)
@@ -270,7 +270,7 @@ def test_weight_only_int8_layer_multiplies_by_per_row_int8_weights():
 def test_weight_only_int8_keeps_layers_the_kernel_cannot_take_in_bfloat16():
     """torch's weight-only kernel needs an inner width that is a multiple of 16 (another width
     gave wrong sums or ended the process): such layers are never handed to it."""
-    from selfdraft.copies import WeightOnlyInt8Linear, _weight_only
+    from model_drafters.selfdraft.copies import WeightOnlyInt8Linear, _weight_only
 
     model = torch.nn.Sequential(torch.nn.Linear(24, 32), torch.nn.Linear(32, 48), torch.nn.Linear(48, 8))
     copy = _weight_only(model, keep_float={"2"})
@@ -284,7 +284,7 @@ def test_weight_only_int8_keeps_layers_the_kernel_cannot_take_in_bfloat16():
 def test_weight_only_int8_is_refused_off_a_cpu_with_one_line():
     import copy
 
-    from selfdraft.copies import int8_copy
+    from model_drafters.selfdraft.copies import int8_copy
 
     elsewhere = copy.deepcopy(build("llama")).to("meta")     # build's models are shared: move a copy
     with pytest.raises(ValueError, match=r"^int8 route 'weight-only' runs on a CPU only; this model is on meta$"):

@@ -105,7 +105,7 @@ def test_every_self_drafter_is_lossless_or_refused_with_one_line(name):
 
 
 def test_skipping_a_hybrid_s_only_attention_layer_is_refused_with_one_line():
-    from selfdraft.skip import SkipRefused, skip_view
+    from model_drafters.selfdraft.skip import SkipRefused, skip_view
 
     target = build("lfm2")                                  # layers: conv, attention, conv
     with pytest.raises(SkipRefused, match=r"^self:skip: Lfm2Config needs an attention layer .*keep one of layers 1\)$"):

@@ -14,12 +14,13 @@ import pytest
 import torch
 
 import generation.tree_round
-import selfdraft.drafter
+import model_drafters.selfdraft.drafter
+from model_drafters import selfdraft
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
-from selfdraft import shared_cache
-from selfdraft.build import build_self_drafter
-from selfdraft.drafter import SelfDrafter
-from selfdraft.spec import parse_self_draft
+from model_drafters.selfdraft import shared_cache
+from model_drafters.selfdraft.build import build_self_drafter
+from model_drafters.selfdraft.drafter import SelfDrafter
+from model_drafters.selfdraft.spec import parse_self_draft
 from tests.helpers import arch_zoo
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.decode import speculative

@@ -230,8 +230,8 @@ def self_pair(pair):
     """The tiny pair with a self-drafter (the target in int8) in place of its drafter."""
     from dataclasses import replace
 
-    from selfdraft.build import build_self_drafter
-    from selfdraft.spec import parse_self_draft
+    from model_drafters.selfdraft.build import build_self_drafter
+    from model_drafters.selfdraft.spec import parse_self_draft
 
     drafter = build_self_drafter(pair.target, parse_self_draft("self:int8"))
     return replace(pair, drafter=drafter, drafter_name="tiny target self:int8", drafts_on_target_cache=True)
@@ -239,7 +239,8 @@ def self_pair(pair):
 
 def _keep_the_tree_root(monkeypatch):
     """Mutation: a self-drafter drops its tree's nodes but leaves the root in the target's cache."""
-    import selfdraft.drafter
+    import model_drafters.selfdraft.drafter
+    from model_drafters import selfdraft
 
     real = selfdraft.drafter.draft_tree
     monkeypatch.setattr(selfdraft.drafter, "draft_tree", lambda *a, **kw: real(*a, **(kw | {"drop_root": False})))

@@ -45,10 +45,9 @@ __all__ = [
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 SELF_DRAFT = "self"
-SELF_DRAFT_PREFIX = "self:"  # selfdraft.spec.PREFIX: such drafters load through engine.self_pair.load
-MTP_DRAFTER = "mtp"  # mtp.MTP_SPEC: the target's own MTP layers, loaded through engine.mtp_pair
-ASSISTANT_PREFIX = "gemma4-assistant:"  # gemma4_assistant.PREFIX: loaded through engine.assistant_pair
-EAGLE3_PREFIX = "eagle3:"  # eagle3.EAGLE3_PREFIX: an EAGLE-3 head, loaded through engine.eagle3_pair
+# A drafter spec that names a drafter kind (``self:int8``, ``eagle3:PATH``; two letters or more before the
+# colon, so a drive letter is a path): such drafters load with their target, through engine.load_pair.
+_KIND_SPEC = re.compile(r"^[A-Za-z][\w-]+:")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -361,12 +360,8 @@ def load_pair(
     Drafters made from the target (``self:...``) and the measured default drafter live a layer
     up, in ``engine.self_pair.load``; ``engine.load_pair`` is the loader the front ends call for both.
     """
-    if drafter is not None and (str(drafter).strip().lower().startswith(SELF_DRAFT_PREFIX)
-                                or str(drafter).strip().lower() == MTP_DRAFTER
-                                or str(drafter).strip().lower().startswith(ASSISTANT_PREFIX)):
+    if drafter is not None and _KIND_SPEC.match(str(drafter).strip()):
         raise ModelLoadError(f"--drafter {drafter} is loaded with its target: load it with engine.load_pair")
-    if drafter is not None and str(drafter).strip().lower().startswith(EAGLE3_PREFIX):
-        raise ModelLoadError(f"--drafter {drafter} drafts from the target's hidden states: load it with engine.load_pair")
     quantize = parse_quantize(quantize)
     drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
         target, drafter, dtype, drafter_dtype, quantize, drafter_quantize

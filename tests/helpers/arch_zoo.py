@@ -716,8 +716,8 @@ def check_gemma4_assistant(name: str, gamma: int = 3) -> Outcome:
     """Greedy speculative decoding with a random Gemma 4 assistant (``--drafter gemma4-assistant:``,
     ``tests.helpers.gemma4_assistant``: independent weights, its sizes read from the target), drafting
     from the target's cached keys and values, equals ``generate``."""
-    from gemma4_assistant import mark_assistant
-    from gemma4_assistant.model import has_assistant_model
+    from model_drafters.gemma4_assistant import mark_assistant
+    from model_drafters.gemma4_assistant.model import has_assistant_model
     from tests.helpers.gemma4_assistant import tiny_assistant
 
     if not has_assistant_model():

@@ -165,7 +165,7 @@ def with_bias(model, bias: torch.Tensor):
 
 def whole_character_bias(tokenizer, size: int) -> torch.Tensor:
     """-1e3 on ids that decode to no whole character on their own (lone bytes) and on specials."""
-    from cross_tokenizer.vocab_map import special_ids, token_surfaces
+    from model_drafters.cross_tokenizer.vocab_map import special_ids, token_surfaces
 
     bias = torch.zeros(size)
     specials = special_ids(tokenizer)

@@ -170,8 +170,8 @@ def zoo_head(name: str, folder: Path, *, draft_vocab: int = 64, seed: int = 5):
     saved to ``folder`` in the published layout and loaded back; the head reads the embeddings,
     the middle layer and the last layer's input (named in its config: the zoo's targets have
     two to four layers)."""
-    from eagle3 import load_eagle3
-    from eagle3.load import target_layers
+    from model_drafters.eagle3 import load_eagle3
+    from model_drafters.eagle3.load import target_layers
     from tests.helpers.arch_zoo import build
 
     target = build(name)

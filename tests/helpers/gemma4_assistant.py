@@ -53,7 +53,7 @@ def assistant_config(target, *, hidden: int = 24, backbone: int | None = None, h
     window and vocabulary) unless ``head_dim`` or ``backbone`` say otherwise (a mismatch)."""
     from transformers import Gemma4AssistantConfig
 
-    from gemma4_assistant.model import kv_shape, producer_layers
+    from model_drafters.gemma4_assistant.model import kv_shape, producer_layers
 
     producers = producer_layers(target.config)
     heads, sliding = kv_shape(target.config, producers["sliding_attention"])

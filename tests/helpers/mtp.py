@@ -60,7 +60,7 @@ def mtp_layers_for(target, count: int, *, seed: int = 1):
     engine (``mtp.mark_mtp``): what ``--drafter mtp`` builds, without a checkpoint."""
     from transformers.modeling_layers import MtpModel
 
-    from mtp import mark_mtp
+    from model_drafters.mtp import mark_mtp
 
     torch.manual_seed(seed)
     model = MtpModel(target, count).eval()

@@ -6,7 +6,7 @@ from __future__ import annotations
 def identity_hooks(target, skipped, last_only: bool):
     """Forward hooks that make the ``skipped`` decoder layers pass their input through
     (at every position, or only at the last one): the slow obvious reference."""
-    from selfdraft.skip import decoder_layers
+    from model_drafters.selfdraft.skip import decoder_layers
 
     _, layers = decoder_layers(target)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from generation.hidden_rows import HeadDrafter
-from gemma4_assistant.model import producer_layers, text_config
+from model_drafters.gemma4_assistant.model import producer_layers, text_config
 from sampling import LogitsProcessor
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from selfdraft.copies import int8_copy, precision_copy
-from selfdraft.lean import attach_lean
-from selfdraft.mark import mark_self_draft
-from selfdraft.skip import skip_view
-from selfdraft.spec import PRECISIONS, SelfDraftSpec
+from model_drafters.selfdraft.copies import int8_copy, precision_copy
+from model_drafters.selfdraft.lean import attach_lean
+from model_drafters.selfdraft.mark import mark_self_draft
+from model_drafters.selfdraft.skip import skip_view
+from model_drafters.selfdraft.spec import PRECISIONS, SelfDraftSpec
 
 
 def build_self_drafter(target, spec: SelfDraftSpec) -> torch.nn.Module:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from selfdraft.copies import WeightOnlyInt8Linear
-from selfdraft.shared_cache import committed_positions
+from model_drafters.selfdraft.copies import WeightOnlyInt8Linear
+from model_drafters.selfdraft.shared_cache import committed_positions
 from kvcache.cache import _forward_kwargs, new_cache
 
 LEAN_ATTR = "lean_step"            # on a self-draft model: its LeanStep, or None

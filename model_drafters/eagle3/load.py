@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from eagle3.head import Eagle3Head
+from model_drafters.eagle3.head import Eagle3Head
 from kvcache.probe import ProbeResult, remember
 
 PREFIX = "eagle3:"

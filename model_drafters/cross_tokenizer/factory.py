@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from cross_tokenizer.drafter import METHODS, CrossTokenizerDrafter
-from cross_tokenizer.prompt import drafter_prompt
-from cross_tokenizer.vocab_map import VocabMap, build_vocab_map
+from model_drafters.cross_tokenizer.drafter import METHODS, CrossTokenizerDrafter
+from model_drafters.cross_tokenizer.prompt import drafter_prompt
+from model_drafters.cross_tokenizer.vocab_map import VocabMap, build_vocab_map
 from sampling import LogitsProcessor
 from utils.vocab import end_token_ids, logits_width
 

@@ -34,7 +34,7 @@ import warnings
 
 import torch
 
-from selfdraft.spec import INT8_ROUTES
+from model_drafters.selfdraft.spec import INT8_ROUTES
 from kvcache.cache import UnsupportedCacheError
 from utils.devices import model_device
 from utils.quantize import apply_quanto, output_head_names

@@ -5,7 +5,7 @@ others) the way transformers does (``MtpModel.from_pretrained``), or says in one
 not; ``mtp.drafter`` drafts with them from the target's hidden states.
 """
 
-from mtp.drafter import MtpDrafter
-from mtp.model import MTP_SPEC, MtpRefused, is_mtp, load_mtp, mtp_target, mark_mtp
+from model_drafters.mtp.drafter import MtpDrafter
+from model_drafters.mtp.model import MTP_SPEC, MtpRefused, is_mtp, load_mtp, mtp_target, mark_mtp
 
 __all__ = ["MTP_SPEC", "MtpDrafter", "MtpRefused", "is_mtp", "load_mtp", "mark_mtp", "mtp_target"]

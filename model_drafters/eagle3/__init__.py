@@ -6,9 +6,9 @@ reads one from a directory in the published layout, or says in one line why not;
 ``eagle3.drafter`` drafts with it from the hidden states of the target's verify passes.
 """
 
-from eagle3.drafter import Eagle3Drafter
-from eagle3.head import Eagle3Head
-from eagle3.load import (PREFIX as EAGLE3_PREFIX, Eagle3Refused, aux_layers, eagle3_target, is_eagle3,
+from model_drafters.eagle3.drafter import Eagle3Drafter
+from model_drafters.eagle3.head import Eagle3Head
+from model_drafters.eagle3.load import (PREFIX as EAGLE3_PREFIX, Eagle3Refused, aux_layers, eagle3_target, is_eagle3,
                          load_eagle3, mark_eagle3)
 
 __all__ = ["EAGLE3_PREFIX", "Eagle3Drafter", "Eagle3Head", "Eagle3Refused", "aux_layers", "eagle3_target",

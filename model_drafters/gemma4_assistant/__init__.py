@@ -5,8 +5,8 @@ class, or says in one line why not; ``gemma4_assistant.drafter`` drafts with it 
 target's shared keys and values and its last hidden state.
 """
 
-from gemma4_assistant.drafter import AssistantDrafter
-from gemma4_assistant.model import (PREFIX, AssistantRefused, assistant_path, assistant_target, is_assistant_spec,
+from model_drafters.gemma4_assistant.drafter import AssistantDrafter
+from model_drafters.gemma4_assistant.model import (PREFIX, AssistantRefused, assistant_path, assistant_target, is_assistant_spec,
                                     load_assistant, mark_assistant)
 
 __all__ = ["PREFIX", "AssistantDrafter", "AssistantRefused", "assistant_path", "assistant_target",

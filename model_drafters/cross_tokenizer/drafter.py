@@ -38,9 +38,9 @@ import time
 
 import torch
 
-from cross_tokenizer.prompt import drafter_prompt
-from cross_tokenizer.text import REPLACEMENT, TextView, complete, continuation, cut_word_tail, longest_prefix
-from cross_tokenizer.vocab_map import VocabMap, special_ids
+from model_drafters.cross_tokenizer.prompt import drafter_prompt
+from model_drafters.cross_tokenizer.text import REPLACEMENT, TextView, complete, continuation, cut_word_tail, longest_prefix
+from model_drafters.cross_tokenizer.vocab_map import VocabMap, special_ids
 from utils.devices import model_device
 from generation.drafter import Drafter
 from sampling import LogitsProcessor

@@ -1,0 +1,89 @@
+"""The registry of drafter kinds, and the one loader for a drafter attached beside its target.
+
+``KINDS`` lists every kind of drafter model (``model_drafters.kind.DrafterKind``); the model
+factory (``engine.drafters``), the loaders (``engine.loading``, ``engine.served_pair``) and the
+benchmark loop over it. A new kind is a package under ``model_drafters`` and one line here.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from kvcache.probe import probe_pair
+from model_drafters.cross_tokenizer.kind import KIND as CROSS_TOKENIZER
+from model_drafters.eagle3.kind import KIND as EAGLE3
+from model_drafters.gemma4_assistant.kind import KIND as GEMMA4_ASSISTANT
+from model_drafters.kind import DrafterKind
+from model_drafters.mtp.kind import KIND as MTP
+from model_drafters.selfdraft.kind import KIND as SELF
+from utils.devices import model_device
+from utils.models import ModelLoadError, ModelPair, describe, load_model
+from utils.progress import Progress, no_progress
+from utils.quantize import parse_quantize
+from utils.vocab import check_compatible, context_length, end_token_ids
+
+# In the order the model factory asks them: the first that owns the pair drafts.
+KINDS: list[DrafterKind] = [MTP, GEMMA4_ASSISTANT, EAGLE3, CROSS_TOKENIZER, SELF]
+
+
+def register_kind(kind: DrafterKind) -> DrafterKind:
+    """Add ``kind`` to the registry (before the kinds the pair decides); returns it."""
+    KINDS.insert(0, kind)
+    return kind
+
+
+def kind_of_spec(spec: str | None) -> DrafterKind | None:
+    """The kind a ``--drafter`` value names, or None (a drafter model, or none)."""
+    return next((kind for kind in KINDS if spec is not None and kind.is_spec(spec)), None)
+
+
+def kind_of_module(module) -> DrafterKind | None:
+    """The kind of a loaded drafter module, or None for an ordinary drafter model."""
+    return next((kind for kind in KINDS if kind.marks(module)), None)
+
+
+def kind_of_pair(pair) -> DrafterKind | None:
+    """The kind that drafts for ``pair`` (its drafter made for its target, or its tokenizer its own), or None."""
+    return next((kind for kind in KINDS if kind.owns(pair)), None)
+
+
+def pair_loader(kind: DrafterKind):
+    """The function that loads a pair with a ``kind`` drafter: its own (``kind.load``), or the attached loader."""
+    if kind.load is None and kind.attach is None:
+        def refuse(target, spec, **options):
+            raise ModelLoadError(f"--drafter {spec}: the {kind.name} kind has no loader (build its pair with pair_of)")
+        return refuse
+    if kind.load is None:
+        return lambda target, spec, **options: load_attached_pair(kind, target, spec, **options)
+    module, name = kind.load.split(":")
+    return getattr(import_module(module), name)
+
+
+def load_attached_pair(kind: DrafterKind, target: str | None, spec: str, *, device: str = "auto",
+                       dtype: str = "auto", quantize: str | None = None, progress: Progress | None = None,
+                       cache_dir=None) -> ModelPair:
+    """The target ``target`` and the ``kind`` drafter ``spec`` attached beside it (it takes the target's
+    dtype and device, and its vocabulary); ``ModelLoadError`` (one line) when it cannot draft for it."""
+    say = progress or no_progress
+    try:
+        if kind.check is not None:
+            kind.check(spec)                  # refuse what needs no target before loading one
+    except kind.refused as exc:
+        raise ModelLoadError(f"--drafter {spec}: {exc}") from exc
+    quantize = parse_quantize(quantize)
+    model, tokenizer = load_model(target, device=device, dtype=dtype, quantize=quantize,
+                                  progress=progress, cache_dir=cache_dir)
+    label = describe(target, model, quantize)
+    try:
+        attached = kind.attach(model, spec, target_name=target, label=label, cache_dir=cache_dir, say=say)
+    except kind.refused as exc:
+        raise ModelLoadError(f"--drafter {spec}: {exc}") from exc
+    pair = ModelPair(
+        target=model, drafter=attached.module, tokenizer=tokenizer, target_name=label,
+        drafter_name=attached.name, end_tokens=end_token_ids(tokenizer, model), device=model_device(model),
+        vocab_size=check_compatible(tokenizer, tokenizer, model, model),   # it drafts the target's ids
+        context_length=context_length(model, tokenizer), self_draft_demo=False, notes=(attached.note,),
+    )
+    say("Probing the target's cached forward against the uncached one")
+    pair.probe = probe_pair(pair)
+    return pair

@@ -1,0 +1,29 @@
+"""Drafters whose tokenizer differs from the target's: SLEM and TLI (universal assisted generation).
+
+Names are imported lazily, so importing the package stays cheap.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "METHODS": "model_drafters.cross_tokenizer.drafter",
+    "CrossTokenizerDrafter": "model_drafters.cross_tokenizer.drafter",
+    "VocabMap": "model_drafters.cross_tokenizer.vocab_map",
+    "build_vocab_map": "model_drafters.cross_tokenizer.vocab_map",
+    "cross_tokenizer_drafter": "model_drafters.cross_tokenizer.factory",
+    "drafter_ends": "model_drafters.cross_tokenizer.factory",
+    "drafter_inputs": "model_drafters.cross_tokenizer.factory",
+    "has_own_tokenizer": "model_drafters.cross_tokenizer.factory",
+    "vocab_map_of": "model_drafters.cross_tokenizer.factory",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'model_drafters.cross_tokenizer' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

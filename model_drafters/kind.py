@@ -1,0 +1,80 @@
+"""A drafter kind: everything the engine needs to know of one kind of drafter model, in one value.
+
+Each package under ``model_drafters`` exports one :class:`DrafterKind` (``KIND``); ``engine.kinds``
+lists them, and the engine's model factory, its loaders and the benchmark loop over that list
+instead of naming kinds. A new kind is a package and one line there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Attached:
+    """A drafter module loaded beside a loaded target: the module, its banner name and one banner note."""
+
+    module: object
+    name: str
+    note: str
+
+
+def never(_module) -> None:
+    """``made_for`` of a kind whose modules carry no mark (the pair tells, see ``DrafterKind.owns_pair``)."""
+    return None
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    """One kind of drafter model.
+
+    ``name``: a label (``"mtp"``); ``prefix``: the ``--drafter`` spec it answers to (``"self:"``,
+    ``"mtp"``, ``"eagle3:"``; None for a kind the pair decides, as a drafter with its own tokenizer);
+    ``is_spec(spec)``: whether a ``--drafter`` value names this kind; ``made_for(module)``: the
+    target a loaded module of this kind was made for, None for any other module; ``draft(pair,
+    strategy, state, context)``: its ``Drafter`` for one run (``engine.drafters`` passes the run's
+    ``DraftContext``).
+
+    Loading, one of two ways: ``attach(model, spec, *, target_name, label, cache_dir, say)``
+    loads the module beside a target already loaded (``Attached``; one-line refusals raise
+    ``refused``, and ``check(spec)`` may refuse before the target loads), for
+    ``engine.kinds.load_attached_pair``; or ``load``, ``"module:function"`` of a loader of its own
+    called as ``function(target, spec, **loader keywords)`` for the whole pair (imported when used: the
+    self-draft loader decodes to measure, so it sits in the engine). ``default``: this kind's ``load``
+    also takes the call that names neither model.
+
+    Refusals, each one line or None: ``alone`` (why its module cannot decode on its own),
+    ``hybrid`` (why it cannot draft inside the hybrid), ``served`` (why it cannot draft beside a
+    served target; ``--drafter SPEC`` is put before it). ``hf_peer``: the benchmark's peer of
+    speculative decoding with it (``"hf_assisted"``; ``"hf_mtp"``, at constant gammas only; None: none).
+    ``factories``: ``(name, factory)`` pairs the engine registers as strategy drafters of their own
+    (``Strategy(drafter=name)``), beside the ``model`` drafter that reaches ``draft``.
+    """
+
+    name: str
+    prefix: str | None
+    is_spec: Callable[[object], bool]
+    made_for: Callable[[object], object]
+    draft: Callable
+    attach: Callable | None = None
+    check: Callable[[str], None] | None = None
+    refused: type[Exception] = ValueError
+    load: str | None = None
+    default: bool = False
+    owns_pair: Callable[[object], bool] | None = None
+    alone: str | None = None
+    hybrid: str | None = None
+    served: str | None = None
+    hf_peer: str | None = "hf_assisted"
+    factories: tuple[tuple[str, Callable], ...] = ()
+
+    def marks(self, module) -> bool:
+        """Whether ``module`` is a module of this kind (made for any target)."""
+        return module is not None and self.made_for(module) is not None
+
+    def owns(self, pair) -> bool:
+        """Whether ``pair``'s drafter is of this kind, made for ``pair``'s target."""
+        if self.owns_pair is not None:
+            return self.owns_pair(pair)
+        return pair.drafter is not None and self.made_for(pair.drafter) is pair.target

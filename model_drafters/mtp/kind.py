@@ -1,0 +1,33 @@
+"""The MTP kind (``--drafter mtp``): the target's own MTP layers, attached beside it."""
+
+from __future__ import annotations
+
+from model_drafters.kind import Attached, DrafterKind
+from model_drafters.mtp.drafter import MtpDrafter
+from model_drafters.mtp.model import MTP_SPEC, MtpRefused, is_mtp, load_mtp, mtp_target
+from utils.devices import dtype_name
+
+
+def attach(model, spec: str, *, target_name, label: str, cache_dir=None, say) -> Attached:
+    """The MTP layers of the loaded ``model``."""
+    say(f"Loading the MTP layers of {label}")
+    layers = load_mtp(model)
+    count = len(layers.layers)
+    return Attached(layers, f"{target_name or 'the default model'} mtp ({count} MTP layer{'s' * (count != 1)}, "
+                            f"{dtype_name(next(layers.parameters()).dtype)})",
+                    f"the drafter is the target's own {count} MTP layer(s); chains past {count} draft reuse the last")
+
+
+def draft(pair, strategy, state, context) -> MtpDrafter:
+    return MtpDrafter(pair.drafter, context.processor, vocab_size=context.vocab_size, generator=context.generator)
+
+
+KIND = DrafterKind(
+    name="mtp", prefix=MTP_SPEC, is_spec=is_mtp, made_for=mtp_target, draft=draft,
+    attach=attach, refused=MtpRefused,
+    alone="the MTP layers draft from the target's hidden states: they cannot decode on their own",
+    hybrid="the hybrid drafter (/hybrid) does not take the MTP drafter yet: set /hybrid 0",
+    served="is made from the target's weights, which are on the server: "
+           "name a drafter model sharing its tokenizer (or none: the offline default)",
+    hf_peer="hf_mtp",
+)

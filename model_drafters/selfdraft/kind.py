@@ -1,0 +1,51 @@
+"""The self-draft kind (``--drafter self:...``): a drafter made from the target itself.
+
+Its loader measures which self-drafter pays by decoding, so it sits in the engine
+(``engine.self_pair.load``), named here and imported when a pair loads.
+"""
+
+from __future__ import annotations
+
+from generation.common import check_request
+from model_drafters.kind import DrafterKind
+from model_drafters.selfdraft.build import build_self_drafter
+from model_drafters.selfdraft.drafter import SelfDrafter
+from model_drafters.selfdraft.mark import self_draft_target
+from model_drafters.selfdraft.spec import PREFIX, is_self_draft, parse_self_draft
+
+
+def draft(pair, strategy, state, context) -> SelfDrafter:
+    """The pair's own self-drafter, drafting on the target's cache (the ``model`` drafter's choice)."""
+    check_request(context.prompt, context.max_gen_len, pair.drafter)
+    return SelfDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
+                       vocab_size=context.vocab_size, generator=context.generator)
+
+
+def self_drafter(pair, strategy, state, context) -> SelfDrafter:
+    """A self-drafter built from the pair's target: ``drafter_options`` is its spec
+    (``"self:int8"``, ``"self:skip=3,5"``, ...), built once per pair and kept in ``state``;
+    None for the pair's own drafter, which must then be made from the target. The engine
+    registers it as the ``self`` drafter."""
+    spec = strategy.drafter_options
+    if spec is None:
+        model = pair.drafter
+        if self_draft_target(model) is not pair.target:
+            raise ValueError("this pair's drafter is not made from its target: pass a self: spec")
+    else:
+        model = self_draft_model(pair, spec, state)
+    return SelfDrafter(model, context.processor, use_cache=strategy.use_cache, vocab_size=context.vocab_size,
+                       generator=context.generator)
+
+
+def self_draft_model(pair, spec: str, state):
+    """The self-draft model ``spec`` made from ``pair.target``, built once per pair and spec (kept in ``state``)."""
+    return state.for_pair(pair, spec, lambda: build_self_drafter(pair.target, parse_self_draft(spec)))
+
+
+KIND = DrafterKind(
+    name="self", prefix=PREFIX, is_spec=is_self_draft, made_for=self_draft_target, draft=draft,
+    load="engine.self_pair.load:load_self_draft_pair", default=True,
+    served="is made from the target's weights, which are on the server: "
+           "name a drafter model sharing its tokenizer (or none: the offline default)",
+    factories=(("self", self_drafter),),
+)
