@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from model_drafters.cross_tokenizer.options import CrossTokenizerOptions  # re-exported: engine's name for it
 from sampling.spec import ProcessorSpec
+# The most drafts a round may ask for, and the longest match a hybrid may ask for: defined with the
+# options' ranges (the REPL's /gamma and /hybrid and the benchmark's flags end there too).
+from utils.options import MAX_GAMMA, MAX_HYBRID_MATCH
 
-# The most drafts a round may ask for (the REPL's /gamma range ends here too).
-MAX_GAMMA = 128
 DEFAULT_GAMMA = 4
 # The models autoregressive decoding may run (``Strategy.model``).
 MODELS = ("target", "drafter")
@@ -48,10 +49,6 @@ class NGramOptions:
     max_outputs: int = 64
     corpus: str | None = None
     fill_width: bool = False
-
-
-# The longest match a hybrid may ask for (the REPL's /hybrid range ends here too).
-MAX_HYBRID_MATCH = 64
 
 
 @dataclass(frozen=True)
