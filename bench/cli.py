@@ -305,8 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--ngram-n", type=_ngram_n, default=DEFAULTS.ngram_n,
                    help=f"n-gram order for NASD, {NGRAM_N_RANGE[0]} to {NGRAM_N_RANGE[1]} (default {DEFAULTS.ngram_n})")
     d.add_argument("--suffix-pattern", type=_suffix_pattern, default=DEFAULTS.suffix_pattern, metavar="P",
-                   help=f"the suffix storage's longest matched tail P, {SUFFIX_PATTERN_RANGE[0]} to {SUFFIX_PATTERN_RANGE[1]} "
-                        f"(default {DEFAULTS.suffix_pattern}, "
+                   help="the suffix storage's longest matched tail P, "
+                        f"{SUFFIX_PATTERN_RANGE[0]} to {SUFFIX_PATTERN_RANGE[1]} (default {DEFAULTS.suffix_pattern}, "
                         "as /suffix_pattern): a draft has at most 2P - m tokens after a match of m")
     d.add_argument("--top-k-filler", type=_positive, default=DEFAULTS.top_k_filler,
                    help=f"NASD: also store the target's top-k predictions (default {DEFAULTS.top_k_filler})")

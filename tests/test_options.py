@@ -132,3 +132,24 @@ def test_the_benchmark_flags_take_the_ranges_of_the_repl(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--uag", "nope"])
     assert "choose from 'slem', 'tli'" in capsys.readouterr().err
+
+
+def test_each_limit_is_defined_once():
+    """MAX_GAMMA and MAX_HYBRID_MATCH are assigned in utils/options.py only (a second definition could
+    drift from the ranges); the option names likewise."""
+    names = {"MAX_GAMMA", "MAX_HYBRID_MATCH", "NGRAM_STORAGES", "MATCH_STORAGES", "GAMMA_POLICIES", "UAG_METHODS"}
+    where = {}
+    for path in ROOT.rglob("*.py"):
+        if any(part in (".venv", "tests") or part.startswith(".") for part in path.relative_to(ROOT).parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AnnAssign):
+                targets = [node.target]
+            else:
+                continue
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in names:
+                    where.setdefault(target.id, []).append(str(path.relative_to(ROOT)))
+    assert where == {name: ["utils/options.py"] for name in names}
