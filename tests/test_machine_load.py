@@ -78,7 +78,7 @@ def test_this_process_spinning_is_not_other_load():
         pass
     after = read_load()
     own = (after.own_busy_s - before.own_busy_s) / (after.clock - before.clock)
-    assert own > 0.5                                      # this process was busy...
+    assert own > 0.1                                      # this process was busy (on a loaded machine, less than a core)...
     system = (after.system_busy_s - before.system_busy_s) / (after.clock - before.clock)
     # ...and its own share is taken out of the system's busy time.
     assert other_load(before, after) == pytest.approx(max(0.0, system - own), abs=1e-9)
