@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 
 from generation.hidden_rows import TargetHiddenStates
+from generation.model_drafter import draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children, tree_visibility
 from kvcache.cache import drop_last
@@ -92,24 +93,22 @@ class Eagle3Drafter(TargetHiddenStates):
         if n < 2 or k < 1:                    # no hidden state yet for a one-token prompt
             return ids.new_empty(0), None
         self.fill_target(ids)
-        seq = ids[0].to(self.device)
-        out = self._catch_up(seq, n)[:, -1:]                                       # (1, 1, H)
-        drafts, probs = [], []
-        for d in range(k):
-            logits = to_target_logits(self.head, self.head.draft_logits(out[0]), self.vocab_size)   # (1, V)
-            q = self.processor(logits)                                              # (1, V)
-            if stop_below is not None and drafts and q.max().item() < stop_below:
-                break
-            token = self.processor.sample(q, self.generator)                        # (1,)
-            drafts.append(token.view(1))
-            probs.append(q)
-            self._logits.append(logits)
-            if d + 1 < k:                     # slot n-1+d reads the head's own output and this draft
-                position = torch.tensor([[n - 1 + d]], device=self.device)
-                out = self.head.step(out, token.view(1, 1), position, self.cache, fused=False)
+        out = self._catch_up(ids[0].to(self.device), n)[:, -1:]                   # (1, 1, H)
+
+        def step(seq: torch.Tensor) -> torch.Tensor:             # (1, n + d) -> the head's logits, (1, V)
+            nonlocal out
+            if seq.shape[1] > n:              # slot n+d-2 reads the head's own output and the last draft
+                position = torch.tensor([[seq.shape[1] - 2]], device=self.device)
+                out = self.head.step(out, seq[:, -1:], position, self.cache, fused=False)
                 self._forwards += 1
+            self._logits.append(to_target_logits(self.head, self.head.draft_logits(out[0]), self.vocab_size))
+            return self._logits[-1]
+
+        drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
+                                     None, stop_below)
+        self._logits = self._logits[:len(drafts)]
         self._drop_drafts()
-        return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
+        return drafts.to(ids.device), probs.to(ids.device)
 
     def tree_support(self) -> str | None:
         return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from generation.hidden_rows import HeadDrafter
+from generation.model_drafter import draft_tokens
 from model_drafters.gemma4_assistant.model import producer_layers, text_config
 from sampling import LogitsProcessor
 
@@ -115,26 +116,22 @@ class AssistantDrafter(HeadDrafter):
         else:
             kv = uncached_kv_states(self.target.kv_states, self.window, n - 1)
         state = self.last_hidden(n - 2)                                     # (1, 1, H_target)
-        position = torch.tensor([[n - 1]], device=self.device)
-        token = ids[:, -1:].to(self.device)                                 # (1, 1)
-        drafts, probs = [], []
-        for _ in range(k):
-            embeds = torch.cat([self.embed(token), state], dim=-1)         # (1, 1, 2 H_target)
+        position = torch.tensor([[n - 1]], device=self.device)             # every draft sits at one position
+
+        def step(seq: torch.Tensor) -> torch.Tensor:             # (1, n + d) -> the assistant's logits, (1, V)
+            nonlocal state
+            embeds = torch.cat([self.embed(seq[:, -1:]), state], dim=-1)   # (1, 1, 2 H_target)
             out = self.assistant(inputs_embeds=embeds, position_ids=position, shared_kv_states=kv,
                                  use_cache=False)
             self._forwards += 1
-            logits = out.logits[0, -1:]                                     # (1, V)
-            if self.vocab_size is not None:
-                logits = logits[:, :self.vocab_size]
-            q = self.processor(logits)                                      # (1, V)
-            if stop_below is not None and drafts and q.max().item() < stop_below:
-                break
-            draft = self.processor.sample(q, self.generator)                # (1,)
-            drafts.append(draft.view(1))
-            probs.append(q)
-            self._logits.append(logits)
-            token, state = draft.view(1, 1), out.last_hidden_state          # (1, 1), (1, 1, H_target)
-        return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
+            state = out.last_hidden_state                                   # (1, 1, H_target)
+            self._logits.append(out.logits[0, -1:][:, :self.vocab_size])
+            return self._logits[-1]
+
+        drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
+                                     None, stop_below)
+        self._logits = self._logits[:len(drafts)]
+        return drafts.to(ids.device), probs.to(ids.device)
 
     # ------------------------------------------------------------------ internals
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from generation.hidden_rows import TargetHiddenStates
+from generation.model_drafter import draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children
 from kvcache.cache import drop_last, record_past
@@ -132,23 +133,18 @@ class MtpDrafter(TargetHiddenStates):
         if n < 2 or k < 1:                    # no hidden state yet for a one-token prompt
             return ids.new_empty(0), None
         self.fill_target(ids)
-        seq = ids[0].to(self.device)          # (n + drafts so far,)
-        drafts, probs = [], []
-        for d in range(k):
-            out = self._advance(d, seq, n)                                  # (1, m, H)
-            logits = self.mtp._project_to_logits(out[:, -1:])[0]            # (1, V)
-            if self.vocab_size is not None:
-                logits = logits[:, :self.vocab_size]
-            q = self.processor(logits)                                      # (1, V)
-            if stop_below is not None and drafts and q.max().item() < stop_below:
-                break
-            token = self.processor.sample(q, self.generator)                # (1,)
-            seq = torch.cat([seq, token.view(1)])
-            drafts.append(token.view(1))
-            probs.append(q)
-            self._logits.append(logits)
-        self._round = (n, d + 1, seq[n:])
-        return torch.cat(drafts).to(ids.device), torch.cat(probs).to(ids.device)
+
+        def step(seq: torch.Tensor) -> torch.Tensor:             # (1, n + d) -> depth d's logits, (1, V)
+            out = self._advance(seq.shape[1] - n, seq[0], n)                # (1, m, H)
+            self._logits.append(self.mtp._project_to_logits(out[:, -1:])[0][:, :self.vocab_size])
+            return self._logits[-1]
+
+        drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
+                                     None, stop_below)
+        depths = len(self._logits)            # a chain stopped early ran one depth past its drafts
+        self._logits = self._logits[:len(drafts)]
+        self._round = (n, depths, drafts)
+        return drafts.to(ids.device), probs.to(ids.device)
 
     def update(self, new_tokens: list[int], top_k) -> None:
         """Crop each depth to the slots whose tokens were kept, then take the target's hidden
