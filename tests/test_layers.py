@@ -1,19 +1,24 @@
-"""The packages form layers that only look down: no import cycle among them.
+"""The packages form layers that only look down: no import cycle among them, nor among their modules.
 
 Every ``import`` in every module of a package (inside functions too) is an edge
 from that package to the package it names; the graph must be acyclic and each
-edge must point to a layer at or below its own. Each package must also import
+edge must point to a layer at or below its own. The same imports between modules
+(``tests.helpers.imports.module_graph``) must form no cycle either, within a package
+as well as across. Every package on disk sits in the table, and each must import
 on its own in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.imports import find_cycle, module_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 # Bottom first; a package may import its own layer and those below it.
@@ -50,29 +55,6 @@ def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
             edges |= imported_packages(path.read_text(encoding="utf-8"))
         graph[package] = edges - {package}
     return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``graph`` as [a, b, ..., a], or None when it is acyclic (depth-first search)."""
-    state: dict[str, str] = {}   # node -> "open" while on the stack, "done" after
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = "open"
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)) is not None:
-                return cycle
-        stack.pop()
-        state[node] = "done"
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)) is not None:
-            return cycle
-    return None
 
 
 def upward_edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
@@ -164,3 +146,81 @@ def test_a_cached_model_is_told_its_path_and_building_one_probes_nothing(monkeyp
         CachedModel(model)
     assert CachedModel(model, path="cached").path == "cached"
     assert CachedModel(model, use_cache=False).path == "uncached"
+
+
+# ------------------------------------------------------------------ modules, not only packages
+
+
+def packages_on_disk(root: Path = ROOT) -> set[str]:
+    """Every top-level package of the project (a folder with ``__init__.py``), the tests aside."""
+    return {path.parent.name for path in root.glob("*/__init__.py")} - {"tests"}
+
+
+def test_every_package_sits_in_a_layer():
+    """A new package must be given a layer: the guards here and the drafter contract's read the table."""
+    assert packages_on_disk() == set(PACKAGES)
+
+
+def test_a_package_left_out_of_the_table_would_be_caught(tmp_path):
+    # Mutation check: a folder that is a package but has no layer.
+    for package in (*PACKAGES, "newcomer"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("", encoding="utf-8")
+    assert packages_on_disk(tmp_path) - set(PACKAGES) == {"newcomer"}
+
+
+def test_no_import_cycle_between_modules():
+    """engine's modules once went round drafters -> widths -> calibrate -> run -> drafters, closed by
+    an import inside a function: the package graph cannot see such a circle, the module graph does."""
+    assert find_cycle(module_graph(ROOT, PACKAGES)) is None
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    """Write ``files`` (relative path -> source) under ``root``."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def test_a_module_cycle_inside_a_package_closed_in_a_function_would_be_caught(tmp_path):
+    # Mutation check: two modules of one package, one of them importing the other inside a function.
+    _tree(tmp_path, {"a/__init__.py": "", "a/x.py": "def f():\n    from a.y import g\n    return g\n",
+                     "a/y.py": "from a.x import f\n\ndef g():\n    return f\n"})
+    assert find_cycle(module_graph(tmp_path, ["a"])) == ["a.x", "a.y", "a.x"]
+
+
+def test_a_module_cycle_across_packages_and_through_relative_imports_would_be_caught(tmp_path):
+    # Mutation check: ``from package import module`` and relative imports are edges to the module.
+    _tree(tmp_path, {"a/__init__.py": "", "b/__init__.py": "", "a/p.py": "from b.q import z\n",
+                     "b/q.py": "def z():\n    from a import p\n    return p\n"})
+    assert find_cycle(module_graph(tmp_path, ["a", "b"])) == ["a.p", "b.q", "a.p"]
+    _tree(tmp_path, {"c/__init__.py": "", "c/r.py": "from .s import t\n",
+                     "c/s.py": "def t():\n    from . import r\n    return r\n"})
+    assert find_cycle(module_graph(tmp_path, ["c"])) == ["c.r", "c.s", "c.r"]
+
+
+def test_type_checking_imports_and_parent_packages_make_no_edge(tmp_path):
+    """What Python never runs (an import under ``if TYPE_CHECKING:``) and the parent package run on
+    the way to a submodule are no edges; with them every package would sit in a circle."""
+    _tree(tmp_path, {"a/__init__.py": "from a.x import f\n",
+                     "a/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a.y import g\n"
+                               "def f():\n    pass\n",
+                     "a/y.py": "from a.x import f\n"})
+    graph = module_graph(tmp_path, ["a"])
+    assert graph == {"a": {"a.x"}, "a.x": set(), "a.y": {"a.x"}}
+    assert find_cycle(graph) is None
+
+
+def test_the_old_engine_circle_would_be_caught(tmp_path):
+    # Mutation check on a copy of the real tree: the width costs read time_target from the calibration
+    # module again, inside a function as they once did.
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    widths = tmp_path / "engine" / "widths.py"
+    widths.write_text(widths.read_text(encoding="utf-8") + "\n\ndef _timer():\n"
+                      "    from engine.self_pair.calibrate import time_target\n    return time_target\n",
+                      encoding="utf-8")
+    cycle = find_cycle(module_graph(tmp_path, PACKAGES))
+    assert cycle is not None and {"engine.widths", "engine.self_pair.calibrate", "engine.run"} <= set(cycle)

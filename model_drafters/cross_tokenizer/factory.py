@@ -21,12 +21,12 @@ from utils.vocab import end_token_ids, logits_width
 def has_own_tokenizer(pair) -> bool:
     """Whether the pair's drafter reads and writes ids of a tokenizer of its own
     (``utils.models.ModelPair.drafter_tokenizer`` is set only then)."""
-    return getattr(pair, "drafter_tokenizer", None) is not None
+    return not pair.shares_tokenizer
 
 
 def _drafter_tokenizer(pair):
     """The tokenizer of the drafter's ids: its own, or the target's when they share one."""
-    return pair.drafter_tokenizer if has_own_tokenizer(pair) else pair.tokenizer
+    return pair.drafter_tok
 
 
 def vocab_map_of(pair) -> VocabMap:
@@ -65,7 +65,7 @@ def cross_tokenizer_drafter(pair, processor: LogitsProcessor, *, method: str = "
     them (built here otherwise)."""
     if method not in METHODS:
         raise ValueError(f"unknown cross-tokenizer method {method!r} (choose {' or '.join(METHODS)})")
-    if getattr(pair, "is_encoder_decoder", False):
+    if pair.is_encoder_decoder:
         raise ValueError("a drafter with another tokenizer needs decoder-only models")
     vmap = vocab_map_of(pair) if vmap is None else vmap
     ends = drafter_ends(pair) if ends is None else ends

@@ -32,6 +32,7 @@ import torch
 
 from model_drafters.eagle3.head import Eagle3Head
 from kvcache.probe import ProbeResult, remember
+from utils.hf_load import text_config as config_text
 
 PREFIX = "eagle3:"
 EAGLE3_ATTR = "eagle3_of"          # on a loaded head: the target it drafts for
@@ -153,8 +154,7 @@ def _plain_name(name: str) -> str:
 
 
 def text_config(target):
-    config = target.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
+    return config_text(target.config)
 
 
 def aux_layers(config: dict, target_layers: int) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ import os
 import transformers
 
 from kvcache.probe import ProbeResult, remember
+from utils.hf_load import text_config
 
 PREFIX = "gemma4-assistant:"
 ASSISTANT_ATTR = "assistant_of"   # on a loaded assistant: the target it drafts for
@@ -60,10 +61,6 @@ def assistant_class():
         raise AssistantRefused(f"a Gemma 4 assistant needs a transformers with Gemma4AssistantForCausalLM "
                                f"(5.24 on); this is transformers {transformers.__version__}")
     return transformers.Gemma4AssistantForCausalLM
-
-
-def text_config(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def producer_layers(config) -> dict[str, int]:

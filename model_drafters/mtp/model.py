@@ -16,6 +16,7 @@ from __future__ import annotations
 import transformers
 
 from kvcache.probe import ProbeResult, remember
+from utils.hf_load import text_config
 
 MTP_SPEC = "mtp"
 MTP_ATTR = "mtp_of"   # on an MtpModel: the target it drafts for
@@ -50,7 +51,7 @@ def mtp_layers(target) -> int:
     if not has_mtp_model():
         raise MtpRefused(f"--drafter mtp needs transformers >= 5.24 (MtpModel with forward_layer); this is "
                          f"transformers {transformers.__version__}")
-    config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    config = text_config(target.config)
     count = getattr(config, "num_mtp_layers", None)
     kind = getattr(config, "model_type", None) or type(target).__name__
     if not count:

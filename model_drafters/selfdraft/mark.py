@@ -10,7 +10,7 @@ def mark_self_draft(drafter, target, label: str) -> None:
     object.__setattr__(drafter, SELF_DRAFT_ATTR, (target, label))
 
 
-def self_draft_target(drafter):
-    """The target ``drafter`` was made from, or None for an ordinary drafter model."""
-    mark = getattr(drafter, SELF_DRAFT_ATTR, None)
+def self_draft_target(model):
+    """The target ``model`` (a drafter model) was made from, or None for an ordinary drafter model."""
+    mark = getattr(model, SELF_DRAFT_ATTR, None)
     return mark[0] if mark else None

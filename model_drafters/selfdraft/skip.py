@@ -23,6 +23,7 @@ import copy
 import torch
 
 from kvcache.cache import UnsupportedCacheError
+from utils.hf_load import text_config as config_text
 
 SKIP_ATTR = "self_draft_skipped"  # on the view: the target's layer numbers it skips
 
@@ -32,8 +33,7 @@ class SkipRefused(UnsupportedCacheError):
 
 
 def text_config(model):
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
+    return config_text(model.config)
 
 
 def num_layers(model) -> int:
