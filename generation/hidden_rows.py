@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from generation.drafter import Drafter
+from generation.model_drafter import draft_tokens
 from kvcache.cache import RollbackStats
 from sampling import LogitsProcessor
 
@@ -50,6 +51,37 @@ class HeadDrafter(Drafter):
 
     def draft_logits(self) -> torch.Tensor | None:
         return torch.cat(self._logits) if self._logits else None
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to k drafts, each drawn from q = processor(the module's logits) by the shared draw loop
+        (``generation.model_drafter.draft_tokens``): (k',), (k', V). A subclass gives the one step
+        (:meth:`chain_step`) and settles its own state once the chain is drawn (:meth:`chain_drawn`)."""
+        n = ids.shape[1]
+        self._logits = []
+        if n < 2 or k < 1:                    # no target state yet for a one-token prompt
+            return ids.new_empty(0), None
+        self.fill_target(ids)
+        step = self.chain_step(ids, n)
+
+        def recorded(seq: torch.Tensor) -> torch.Tensor:          # (1, n + d) -> draft d's logits, (1, V)
+            self._logits.append(step(seq)[:, :self.vocab_size])
+            return self._logits[-1]
+
+        drafts, probs = draft_tokens(recorded, ids.to(self.device), k, self.processor, self.generator,
+                                     None, stop_below)
+        steps = len(self._logits)             # a chain stopped early ran one step past its drafts
+        self._logits = self._logits[:len(drafts)]
+        self.chain_drawn(n, steps, drafts)
+        return drafts.to(ids.device), probs.to(ids.device)
+
+    def chain_step(self, ids: torch.Tensor, n: int):
+        """The one step of a chain over the ``n`` committed ``ids``: a function from the sequence so
+        far, (1, n + d), to the module's logits for draft d, (1, V) or wider."""
+        raise NotImplementedError
+
+    def chain_drawn(self, n: int, steps: int, drafts: torch.Tensor) -> None:
+        """After a chain: ``steps`` steps ran (one past the drafts when it stopped early). Default: nothing."""
 
 
 class TargetHiddenStates(HeadDrafter):

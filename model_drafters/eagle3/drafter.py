@@ -41,7 +41,6 @@ from __future__ import annotations
 import torch
 
 from generation.hidden_rows import TargetHiddenStates
-from generation.model_drafter import draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children, tree_visibility
 from kvcache.cache import drop_last
@@ -85,14 +84,7 @@ class Eagle3Drafter(TargetHiddenStates):
         self.cache = DynamicCache()
         self.slots = 0
 
-    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Up to k drafts (target ids), each drawn from q = processor(head logits at target ids): (k',), (k', V)."""
-        n = ids.shape[1]
-        self._logits = []
-        if n < 2 or k < 1:                    # no hidden state yet for a one-token prompt
-            return ids.new_empty(0), None
-        self.fill_target(ids)
+    def chain_step(self, ids: torch.Tensor, n: int):
         out = self._catch_up(ids[0].to(self.device), n)[:, -1:]                   # (1, 1, H)
 
         def step(seq: torch.Tensor) -> torch.Tensor:             # (1, n + d) -> the head's logits, (1, V)
@@ -101,14 +93,12 @@ class Eagle3Drafter(TargetHiddenStates):
                 position = torch.tensor([[seq.shape[1] - 2]], device=self.device)
                 out = self.head.step(out, seq[:, -1:], position, self.cache, fused=False)
                 self._forwards += 1
-            self._logits.append(to_target_logits(self.head, self.head.draft_logits(out[0]), self.vocab_size))
-            return self._logits[-1]
+            return to_target_logits(self.head, self.head.draft_logits(out[0]), self.vocab_size)
 
-        drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
-                                     None, stop_below)
-        self._logits = self._logits[:len(drafts)]
+        return step
+
+    def chain_drawn(self, n: int, steps: int, drafts: torch.Tensor) -> None:
         self._drop_drafts()
-        return drafts.to(ids.device), probs.to(ids.device)
 
     def tree_support(self) -> str | None:
         return None

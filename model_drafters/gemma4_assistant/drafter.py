@@ -33,7 +33,6 @@ from __future__ import annotations
 import torch
 
 from generation.hidden_rows import HeadDrafter
-from generation.model_drafter import draft_tokens
 from model_drafters.gemma4_assistant.model import producer_layers, text_config
 from sampling import LogitsProcessor
 
@@ -103,14 +102,7 @@ class AssistantDrafter(HeadDrafter):
         if missing:
             self.target.forward(ids[:, :wanted], keep=1)
 
-    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Up to k drafts, each drawn from q = processor(assistant logits): (k',), (k', V)."""
-        n = ids.shape[1]
-        self._logits = []
-        if n < 2 or k < 1:                    # no target state yet for a one-token prompt
-            return ids.new_empty(0), None
-        self.fill_target(ids)
+    def chain_step(self, ids: torch.Tensor, n: int):
         if self.target.use_cache:
             kv = shared_kv_states(self.target.cache, self.producers, n - 1)
         else:
@@ -125,13 +117,9 @@ class AssistantDrafter(HeadDrafter):
                                  use_cache=False)
             self._forwards += 1
             state = out.last_hidden_state                                   # (1, 1, H_target)
-            self._logits.append(out.logits[0, -1:][:, :self.vocab_size])
-            return self._logits[-1]
+            return out.logits[0, -1:]
 
-        drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
-                                     None, stop_below)
-        self._logits = self._logits[:len(drafts)]
-        return drafts.to(ids.device), probs.to(ids.device)
+        return step
 
     # ------------------------------------------------------------------ internals
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import torch
 
 from generation.hidden_rows import TargetHiddenStates
-from generation.model_drafter import draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import best_tree, child_scores, top_children
 from kvcache.cache import drop_last, record_past
@@ -128,23 +127,18 @@ class MtpDrafter(TargetHiddenStates):
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Up to k drafts, one per depth, each drawn from q = processor(MTP logits): (k',), (k', V)."""
-        n = ids.shape[1]
-        self._logits, self._round = [], None
-        if n < 2 or k < 1:                    # no hidden state yet for a one-token prompt
-            return ids.new_empty(0), None
-        self.fill_target(ids)
+        self._round = None
+        return super().propose(ids, k, stop_below)
 
+    def chain_step(self, ids: torch.Tensor, n: int):
         def step(seq: torch.Tensor) -> torch.Tensor:             # (1, n + d) -> depth d's logits, (1, V)
             out = self._advance(seq.shape[1] - n, seq[0], n)                # (1, m, H)
-            self._logits.append(self.mtp._project_to_logits(out[:, -1:])[0][:, :self.vocab_size])
-            return self._logits[-1]
+            return self.mtp._project_to_logits(out[:, -1:])[0]
 
-        drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
-                                     None, stop_below)
-        depths = len(self._logits)            # a chain stopped early ran one depth past its drafts
-        self._logits = self._logits[:len(drafts)]
-        self._round = (n, depths, drafts)
-        return drafts.to(ids.device), probs.to(ids.device)
+        return step
+
+    def chain_drawn(self, n: int, steps: int, drafts: torch.Tensor) -> None:
+        self._round = (n, steps, drafts)      # update crops each depth to the drafts kept
 
     def update(self, new_tokens: list[int], top_k) -> None:
         """Crop each depth to the slots whose tokens were kept, then take the target's hidden
