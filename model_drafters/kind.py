@@ -20,6 +20,18 @@ class Attached:
     note: str
 
 
+# What a served target cannot draft beside, in the words every kind refusing it uses.
+SERVED_WEIGHTS = ("is made from the target's weights, which are on the server: "
+                  "name a drafter model sharing its tokenizer (or none: the offline default)")
+SERVED_STATES = ("drafts from the target's hidden states, which a served target does not return: "
+                 "name a drafter model sharing its tokenizer (or none)")
+
+
+def not_in_hybrid(drafter: str) -> str:
+    """The line refusing ``drafter`` (``"an EAGLE-3 head"``) inside the hybrid drafter."""
+    return f"the hybrid drafter (/hybrid) does not take {drafter} yet: set /hybrid 0"
+
+
 def never(_module) -> None:
     """``made_for`` of a kind whose modules carry no mark (the pair tells, see ``DrafterKind.owns_pair``)."""
     return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from model_drafters.eagle3.drafter import Eagle3Drafter
 from model_drafters.eagle3.load import PREFIX, Eagle3Refused, eagle3_target, is_eagle3, load_eagle3
-from model_drafters.kind import Attached, DrafterKind
+from model_drafters.kind import SERVED_STATES, Attached, DrafterKind, not_in_hybrid
 from utils.devices import dtype_name
 
 
@@ -27,8 +27,6 @@ KIND = DrafterKind(
     name="eagle3", prefix=PREFIX, is_spec=is_eagle3, made_for=eagle3_target, draft=draft,
     attach=attach, refused=Eagle3Refused,
     alone="an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own",
-    hybrid="the hybrid drafter (/hybrid) does not take an EAGLE-3 head yet: set /hybrid 0",
-    served="drafts from the target's hidden states, which a served target does not return: "
-           "name a drafter model sharing its tokenizer (or none)",
+    hybrid=not_in_hybrid("an EAGLE-3 head"), served=SERVED_STATES,
     hf_peer=None,    # transformers' assisted generation cannot draft with a head reading the target's states
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from model_drafters.gemma4_assistant.drafter import AssistantDrafter
 from model_drafters.gemma4_assistant.model import (PREFIX, AssistantRefused, assistant_class, assistant_path,
                                                    assistant_target, is_assistant_spec, load_assistant)
-from model_drafters.kind import Attached, DrafterKind
+from model_drafters.kind import SERVED_STATES, Attached, DrafterKind, not_in_hybrid
 from utils.devices import dtype_name
 
 
@@ -35,7 +35,5 @@ KIND = DrafterKind(
     name="gemma4_assistant", prefix=PREFIX, is_spec=is_assistant_spec, made_for=assistant_target, draft=draft,
     attach=attach, check=check, refused=AssistantRefused,
     alone="the Gemma 4 assistant drafts from the target's keys and values: it cannot decode on its own",
-    hybrid="the hybrid drafter (/hybrid) does not take the Gemma 4 assistant yet: set /hybrid 0",
-    served="drafts from the target's hidden states, which a served target does not return: "
-           "name a drafter model sharing its tokenizer (or none)",
+    hybrid=not_in_hybrid("the Gemma 4 assistant"), served=SERVED_STATES,
 )

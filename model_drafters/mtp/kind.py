@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from model_drafters.kind import Attached, DrafterKind
+from model_drafters.kind import SERVED_WEIGHTS, Attached, DrafterKind, not_in_hybrid
 from model_drafters.mtp.drafter import MtpDrafter
 from model_drafters.mtp.model import MTP_SPEC, MtpRefused, is_mtp, load_mtp, mtp_target
 from utils.devices import dtype_name
@@ -26,8 +26,6 @@ KIND = DrafterKind(
     name="mtp", prefix=MTP_SPEC, is_spec=is_mtp, made_for=mtp_target, draft=draft,
     attach=attach, refused=MtpRefused,
     alone="the MTP layers draft from the target's hidden states: they cannot decode on their own",
-    hybrid="the hybrid drafter (/hybrid) does not take the MTP drafter yet: set /hybrid 0",
-    served="is made from the target's weights, which are on the server: "
-           "name a drafter model sharing its tokenizer (or none: the offline default)",
+    hybrid=not_in_hybrid("the MTP drafter"), served=SERVED_WEIGHTS,
     hf_peer="hf_mtp",
 )

@@ -7,7 +7,7 @@ Its loader measures which self-drafter pays by decoding, so it sits in the engin
 from __future__ import annotations
 
 from generation.common import check_request
-from model_drafters.kind import DrafterKind
+from model_drafters.kind import SERVED_WEIGHTS, DrafterKind
 from model_drafters.selfdraft.build import build_self_drafter
 from model_drafters.selfdraft.drafter import SelfDrafter
 from model_drafters.selfdraft.mark import self_draft_target
@@ -45,7 +45,6 @@ def self_draft_model(pair, spec: str, state):
 KIND = DrafterKind(
     name="self", prefix=PREFIX, is_spec=is_self_draft, made_for=self_draft_target, draft=draft,
     load="engine.self_pair.load:load_self_draft_pair", default=True,
-    served="is made from the target's weights, which are on the server: "
-           "name a drafter model sharing its tokenizer (or none: the offline default)",
+    served=SERVED_WEIGHTS,
     factories=(("self", self_drafter),),
 )
