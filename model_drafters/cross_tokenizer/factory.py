@@ -19,33 +19,28 @@ from utils.vocab import end_token_ids, logits_width
 
 
 def has_own_tokenizer(pair) -> bool:
-    """Whether the pair's drafter reads and writes ids of a tokenizer of its own
-    (``utils.models.ModelPair.drafter_tokenizer`` is set only then)."""
+    """Whether the pair's drafter reads and writes ids of a tokenizer of its own: the kind's test
+    of a pair (``utils.models.ModelPair.shares_tokenizer`` is the one fact it reads)."""
     return not pair.shares_tokenizer
-
-
-def _drafter_tokenizer(pair):
-    """The tokenizer of the drafter's ids: its own, or the target's when they share one."""
-    return pair.drafter_tok
 
 
 def vocab_map_of(pair) -> VocabMap:
     """The pair's shared-vocabulary map (built anew: the engine keeps one per pair)."""
-    drafter_tok = _drafter_tokenizer(pair)
+    drafter_tok = pair.drafter_tok
     drafter_size = min(len(drafter_tok), logits_width(pair.drafter))
     return build_vocab_map(pair.tokenizer, drafter_tok, target_size=pair.vocab_size, drafter_size=drafter_size)
 
 
 def drafter_ends(pair) -> list[int]:
     """The ids that end a generation in the drafter's own vocabulary."""
-    return end_token_ids(_drafter_tokenizer(pair), pair.drafter)
+    return end_token_ids(pair.drafter_tok, pair.drafter)
 
 
 def drafter_inputs(pair, prompt_ids: list[int], ends: list[int] | None = None) -> tuple[list[int], list[int]]:
     """The drafter's own prompt ids for the target's ``prompt_ids``, and its own end tokens
     (``ends``, when the caller kept them; drafter AR on a pair whose drafter has another tokenizer)."""
     ends = drafter_ends(pair) if ends is None else ends
-    return drafter_prompt(pair.tokenizer, _drafter_tokenizer(pair), prompt_ids), ends
+    return drafter_prompt(pair.tokenizer, pair.drafter_tok, prompt_ids), ends
 
 
 def _target_end(pair) -> int | None:
@@ -72,7 +67,7 @@ def cross_tokenizer_drafter(pair, processor: LogitsProcessor, *, method: str = "
     if method == "tli" and vmap.shared == 0:
         raise ValueError("the two vocabularies share no token, so tli cannot draft: use /uag slem")
     return CrossTokenizerDrafter(
-        pair.drafter, pair.tokenizer, _drafter_tokenizer(pair), processor, vmap,
+        pair.drafter, pair.tokenizer, pair.drafter_tok, processor, vmap,
         method=method, use_cache=use_cache, generator=generator,
         target_end=_target_end(pair), drafter_ends=ends,
     )
