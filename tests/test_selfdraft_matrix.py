@@ -16,6 +16,7 @@ import pytest
 
 from engine import Strategy, run_strategy
 from kvcache.cache import TRANSFORMERS_RELEASE
+from utils.hf_load import text_config
 from tests.helpers.arch_zoo import (
     FAMILIES,
     LENGTH,
@@ -53,7 +54,7 @@ def _layer_to_skip(model) -> int:
     """Layer 1, or the first other layer whose skipping leaves an attention layer
     (a hybrid's cache reads its length from one: skipping its only one is refused,
     see ``test_skipping_a_hybrid_s_only_attention_layer_is_refused_with_one_line``)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = text_config(model.config)
     n = config.num_hidden_layers
     types = next((t for key in ("layer_types", "layers_block_type")
                   if isinstance(t := getattr(config, key, None), (list, tuple)) and len(t) == n), None)

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from tests.helpers.models import tiny_llama
+from utils.hf_load import text_config
 
 WIDE_INIT = 0.2
 HEADS, KV_HEADS = 4, 2
@@ -175,7 +176,7 @@ def zoo_head(name: str, folder: Path, *, draft_vocab: int = 64, seed: int = 5):
     from tests.helpers.arch_zoo import build
 
     target = build(name)
-    text = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    text = text_config(target.config)
     layers = target_layers(target)
     shape = type("Shape", (), {"config": text})
     config = head_config(shape, draft_vocab, eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers - 1])
