@@ -8,9 +8,8 @@ import torch
 
 from analysis.hybrid import hybrid_summary
 from analysis.sources import fill_summary
-from model_drafters.cross_tokenizer import drafter_ends, drafter_inputs, has_own_tokenizer
 from engine.drafters import DRAFTERS, DraftContext
-from engine.kinds import kind_of_module
+from engine.kinds import kind_of_module, kind_of_pair
 from engine.pair import shared_vocab_size
 from engine.state import EngineState
 from engine.strategy import HybridOptions, Strategy
@@ -61,9 +60,9 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     if isinstance(processor, ProcessorSpec):
         processor = processor.build()
     eos = pair.end_tokens
-    if on_drafter and has_own_tokenizer(pair):  # the drafter reads and writes its own ids
-        prompt_ids, eos = drafter_inputs(pair, prompt_ids, state.for_pair(pair, "drafter_ends",
-                                                                          lambda: drafter_ends(pair)))
+    kind = kind_of_pair(pair) if on_drafter else None
+    if kind is not None and kind.alone_inputs is not None:   # the drafter reads and writes its own ids
+        prompt_ids, eos = kind.alone_inputs(pair, prompt_ids, state)
     prompt = check_request(prompt_ids, strategy.max_gen_len, model)
     if isinstance(model, ServedModel):   # its sampling settings decide what is exact (a refusal is one line)
         model = model.bound(processor)

@@ -60,6 +60,8 @@ class DrafterKind:
     ``hybrid`` (why it cannot draft inside the hybrid), ``served`` (why it cannot draft beside a
     served target; ``--drafter SPEC`` is put before it). ``hf_peer``: the benchmark's peer of
     speculative decoding with it (``"hf_assisted"``; ``"hf_mtp"``, at constant gammas only; None: none).
+    ``alone_inputs(pair, prompt_ids, state)``: the prompt ids and end tokens its module decodes
+    alone from, when they are not the target's (a drafter with its own tokenizer); None: the target's.
     ``factories``: ``(name, factory)`` pairs the engine registers as strategy drafters of their own
     (``Strategy(drafter=name)``), beside the ``model`` drafter that reaches ``draft``.
     """
@@ -79,6 +81,7 @@ class DrafterKind:
     hybrid: str | None = None
     served: str | None = None
     hf_peer: str | None = "hf_assisted"
+    alone_inputs: Callable | None = None
     factories: tuple[tuple[str, Callable], ...] = ()
 
     def marks(self, module) -> bool:

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import model_drafters.cross_tokenizer.kind
-import engine.run
 import generation.accept
 from model_drafters.cross_tokenizer import cross_tokenizer_drafter, vocab_map_of
 from model_drafters.cross_tokenizer.prompt import drafter_prompt
@@ -335,7 +334,7 @@ def test_drafter_ar_runs_on_the_drafters_own_ids(monkeypatch, bpe, meta):
                          max_gen_len=16, eos=end_token_ids(meta, pair.drafter))
     drafter_ar = Strategy("drafter", model="drafter", processor=GreedyProcessor(), max_gen_len=16)
     assert run_strategy(drafter_ar, pair, ids).tokens == own.tokens
-    monkeypatch.setattr(engine.run, "has_own_tokenizer", lambda pair: False)
+    monkeypatch.setattr(model_drafters.cross_tokenizer.kind, "has_own_tokenizer", lambda pair: False)
     assert run_strategy(drafter_ar, pair, ids).tokens != own.tokens
 
 

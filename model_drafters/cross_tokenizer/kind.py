@@ -5,8 +5,8 @@ No ``--drafter`` prefix names it: the pair does (``ModelPair.drafter_tokenizer``
 
 from __future__ import annotations
 
-from model_drafters.cross_tokenizer.factory import (cross_tokenizer_drafter, drafter_ends, has_own_tokenizer,
-                                                    vocab_map_of)
+from model_drafters.cross_tokenizer.factory import (cross_tokenizer_drafter, drafter_ends, drafter_inputs,
+                                                    has_own_tokenizer, vocab_map_of)
 from model_drafters.cross_tokenizer.options import CrossTokenizerOptions
 from model_drafters.kind import DrafterKind, never
 
@@ -26,7 +26,12 @@ def cross_drafter(pair, strategy, state, context):
                                    ends=state.for_pair(pair, "drafter_ends", lambda: drafter_ends(pair)))
 
 
+def alone_inputs(pair, prompt_ids: list[int], state) -> tuple[list[int], list[int]]:
+    """Drafter AR reads and writes the drafter's own ids: the prompt in them, and its own end tokens."""
+    return drafter_inputs(pair, prompt_ids, state.for_pair(pair, "drafter_ends", lambda: drafter_ends(pair)))
+
+
 KIND = DrafterKind(
     name="cross_tokenizer", prefix=None, is_spec=lambda spec: False, made_for=never, draft=cross_drafter,
-    owns_pair=lambda pair: has_own_tokenizer(pair), factories=(("cross_tokenizer", cross_drafter),),
+    owns_pair=lambda pair: has_own_tokenizer(pair), alone_inputs=alone_inputs, factories=(("cross_tokenizer", cross_drafter),),
 )
