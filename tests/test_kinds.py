@@ -6,9 +6,6 @@ specs and modules, and the engine asks them, not their names.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
 import engine.kinds
@@ -16,47 +13,35 @@ from engine import decodes_alone_reason
 from engine.kinds import KINDS, kind_of_module, kind_of_spec
 from sampling import GreedyProcessor
 from tests.helpers.decode import autoregressive
+from tests.helpers.doc_blocks import python_block, run_example
 from tests.helpers.models import tiny_llama
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _doc_example() -> str:
-    text = (ROOT / "docs" / "engine.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    example = [b for b in blocks if "register_kind(" in b]
-    assert len(example) == 1, "docs/engine.md must hold the example kind once"
-    return example[0]
 
 
 @pytest.fixture
 def registry():
-    """Leave KINDS as it was after each test."""
+    """Put KINDS back as it was after each test (the example registers a kind)."""
     saved = list(KINDS)
-    yield
-    KINDS[:] = saved
+    try:
+        yield KINDS
+    finally:
+        KINDS[:] = saved
 
 
 def test_doc_example_kind_drafts_through_the_engine_and_is_lossless(registry):
-    target = tiny_llama(0, logit_scale=8.0)
-    prompt_ids = [5, 6, 7, 7, 7, 8, 9, 9, 9]
-    scope = {"target": target, "prompt_ids": prompt_ids}
-    exec(compile(_doc_example(), "docs/engine.md", "exec"), scope)
-    result = scope["result"]
-    want = autoregressive(prompt_ids, target, processor=GreedyProcessor(), max_gen_len=24).tokens
-    assert result.tokens == want
-    assert result.drafted > 0, "the example kind never drafted: the test would not judge anything"
-    kind = scope["ECHO"]
-    assert kind_of_module(scope["pair"].drafter) is kind and kind_of_spec("echo") is kind
+    target, prompt_ids = tiny_llama(0, logit_scale=8.0), [5, 6, 7, 7, 7, 8, 9, 9, 9]
+    scope = run_example("engine.md", "register_kind(", target=target, prompt_ids=prompt_ids)
+    greedy = autoregressive(prompt_ids, target, processor=GreedyProcessor(), max_gen_len=24)
+    assert scope["result"].tokens == greedy.tokens
+    assert scope["result"].drafted > 0, "the example kind never drafted: the test would not judge anything"
+    assert kind_of_module(scope["pair"].drafter) is scope["ECHO"] is kind_of_spec("echo")
 
 
 def test_without_its_registration_line_the_toy_kind_is_not_the_engines(registry):
     # Mutation check: the example with its registration line removed drafts with no kind, so the
-    # engine takes the module for an ordinary drafter model (it has no forward) and the run fails.
-    source = _doc_example().replace("register_kind(ECHO)", "pass")
-    target = tiny_llama(0, logit_scale=8.0)
-    with pytest.raises(Exception):
-        exec(compile(source, "docs/engine.md", "exec"), {"target": target, "prompt_ids": [5, 6, 7]})
+    # engine takes the module for an ordinary drafter model (it has no config) and the run fails.
+    edited = python_block("engine.md", "register_kind(").replace("register_kind(ECHO)", "pass")
+    with pytest.raises(AttributeError, match="config"):
+        run_example("engine.md", "register_kind(", edited, target=tiny_llama(0, logit_scale=8.0), prompt_ids=[5, 6, 7])
 
 
 def test_each_kind_answers_for_its_own_spec_and_no_other():
