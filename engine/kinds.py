@@ -17,9 +17,7 @@ from model_drafters.kind import DrafterKind
 from model_drafters.mtp.kind import KIND as MTP
 from model_drafters.selfdraft.kind import KIND as SELF
 from utils.devices import model_device
-from utils.models import ModelLoadError, ModelPair, describe, load_model
-from utils.progress import Progress, no_progress
-from utils.quantize import parse_quantize
+from utils.models import LoadOptions, ModelLoadError, ModelPair, load_target
 from utils.vocab import check_compatible, context_length, end_token_ids
 
 # In the order the model factory asks them: the first that owns the pair drafts.
@@ -48,34 +46,30 @@ def kind_of_pair(pair) -> DrafterKind | None:
 
 
 def pair_loader(kind: DrafterKind):
-    """The function that loads a pair with a ``kind`` drafter: its own (``kind.load``), or the attached loader."""
+    """The function ``(target, spec, options: LoadOptions) -> ModelPair`` that loads a pair with a ``kind``
+    drafter: its own (``kind.load``), or the attached loader."""
     if kind.load is None and kind.attach is None:
-        def refuse(target, spec, **options):
+        def refuse(target, spec, options):
             raise ModelLoadError(f"--drafter {spec}: the {kind.name} kind has no loader (build its pair with pair_of)")
         return refuse
     if kind.load is None:
-        return lambda target, spec, **options: load_attached_pair(kind, target, spec, **options)
+        return lambda target, spec, options: load_attached_pair(kind, target, spec, options)
     module, name = kind.load.split(":")
     return getattr(import_module(module), name)
 
 
-def load_attached_pair(kind: DrafterKind, target: str | None, spec: str, *, device: str = "auto",
-                       dtype: str = "auto", quantize: str | None = None, progress: Progress | None = None,
-                       cache_dir=None) -> ModelPair:
+def load_attached_pair(kind: DrafterKind, target: str | None, spec: str, options: LoadOptions) -> ModelPair:
     """The target ``target`` and the ``kind`` drafter ``spec`` attached beside it (it takes the target's
     dtype and device, and its vocabulary); ``ModelLoadError`` (one line) when it cannot draft for it."""
-    say = progress or no_progress
+    say = options.say
     try:
         if kind.check is not None:
             kind.check(spec)                  # refuse what needs no target before loading one
     except kind.refused as exc:
         raise ModelLoadError(f"--drafter {spec}: {exc}") from exc
-    quantize = parse_quantize(quantize)
-    model, tokenizer = load_model(target, device=device, dtype=dtype, quantize=quantize,
-                                  progress=progress, cache_dir=cache_dir)
-    label = describe(target, model, quantize)
+    model, tokenizer, label = load_target(target, options)
     try:
-        attached = kind.attach(model, spec, target_name=target, label=label, cache_dir=cache_dir, say=say)
+        attached = kind.attach(model, spec, target_name=target, label=label, cache_dir=options.cache_dir, say=say)
     except kind.refused as exc:
         raise ModelLoadError(f"--drafter {spec}: {exc}") from exc
     pair = ModelPair(

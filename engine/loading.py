@@ -14,9 +14,8 @@ from __future__ import annotations
 from engine.kinds import KINDS, kind_of_spec, pair_loader
 from model_drafters.kind import DrafterKind
 from utils import models
-from utils.models import ModelPair
+from utils.models import LoadOptions, ModelPair
 from kvcache.probe import probe_pair
-from utils.progress import Progress, no_progress
 
 
 def wants_self_draft(target: str | None, drafter: str | None) -> bool:
@@ -30,32 +29,20 @@ def kind_to_load(drafter: str | None) -> DrafterKind:
     return kind_of_spec(drafter) or next(kind for kind in KINDS if kind.default)
 
 
-def load_pair(
-    target: str | None = None,
-    drafter: str | None = None,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    drafter_dtype: str | None = None,
-    quantize: str | None = None,
-    drafter_quantize: str | None = None,
-    device_map=None,
-    progress: Progress | None = None,
-    cache_dir=None,
-) -> ModelPair:
-    """Load the pair the user asked for; the arguments are ``utils.models.load_pair``'s.
+def load_pair(target: str | None = None, drafter: str | None = None, options: LoadOptions | None = None,
+              **keywords) -> ModelPair:
+    """Load the pair the user asked for: ``options``, or ``utils.models.LoadOptions``' fields as
+    keywords (``device="cpu"``, ``dtype``, ``quantize``, ...), as ``utils.models.load_pair`` takes them.
 
     A drafter kind is loaded with the target, so ``drafter_dtype``, ``drafter_quantize`` and
     ``device_map`` do not apply to it: a self-drafter's spec names its precision; the target's MTP
     layers (``drafter="mtp"``), an EAGLE-3 head (``drafter="eagle3:PATH"``) and a Gemma 4 assistant
     (``"gemma4-assistant:PATH"``) take the target's dtype and device.
     """
+    options = LoadOptions.of(options, **keywords)
     if wants_self_draft(target, drafter):
-        return pair_loader(kind_to_load(drafter))(target, drafter, device=device, dtype=dtype, quantize=quantize,
-                                                  progress=progress, cache_dir=cache_dir)
-    pair = models.load_pair(target, drafter, device=device, dtype=dtype, drafter_dtype=drafter_dtype,
-                            quantize=quantize, drafter_quantize=drafter_quantize, device_map=device_map,
-                            progress=progress, cache_dir=cache_dir)
-    (progress or no_progress)("Probing each model's cached forward against the uncached one")
+        return pair_loader(kind_to_load(drafter))(target, drafter, options)
+    pair = models.load_two_models(target, drafter, options)
+    options.say("Probing each model's cached forward against the uncached one")
     pair.probe = probe_pair(pair)
     return pair

@@ -18,8 +18,7 @@ from remote.transport import Backoff, ServerError
 from remote.rules import DEFAULT_PROBS, rules_text
 from remote.target import ServedTarget
 from utils.devices import model_device
-from utils.models import ModelLoadError, ModelPair, describe, load_model
-from utils.progress import Progress, no_progress
+from utils.models import LoadOptions, ModelLoadError, ModelPair, describe, load_model
 from utils.vocab import end_token_ids, logits_width
 
 # Spaces, digits, punctuation, an accent and a newline: where tokenizers tend to differ.
@@ -27,11 +26,13 @@ PROBE_TEXT = "Hello, world! 12,345 cafés\n  indented\tand <b>tagged</b>."
 
 
 def load_served_pair(url: str, kind: str | None = None, drafter: str | None = None, *,
-                     n_probs: int = DEFAULT_PROBS, device: str = "auto", dtype: str = "auto",
-                     drafter_quantize: str | None = None, progress: Progress | None = None, cache_dir=None,
-                     backoff: Backoff = Backoff()) -> ModelPair:
-    """The pair (served target, local drafter); ``drafter=None`` drafts with the offline default."""
-    say = progress or no_progress
+                     n_probs: int = DEFAULT_PROBS, backoff: Backoff = Backoff(), options: LoadOptions | None = None,
+                     **keywords) -> ModelPair:
+    """The pair (served target, local drafter); ``drafter=None`` drafts with the offline default. How the
+    drafter loads is ``options``, or ``utils.models.LoadOptions``' fields as keywords (``device``,
+    ``dtype``, ``drafter_quantize``, ``progress``, ``cache_dir``)."""
+    options = LoadOptions.of(options, **keywords)
+    say = options.say
     kind = kind_of_spec(drafter)
     if kind is not None and kind.served is not None:
         raise ModelLoadError(f"--drafter {drafter} {kind.served}")
@@ -43,9 +44,9 @@ def load_served_pair(url: str, kind: str | None = None, drafter: str | None = No
         info = client.info()
     except ServerError as e:
         raise ModelLoadError(str(e)) from None
-    model, tokenizer = load_model(drafter, device=device, dtype=dtype, quantize=drafter_quantize,
-                                  progress=say, cache_dir=cache_dir)
-    name = describe(drafter, model, drafter_quantize)
+    model, tokenizer = load_model(drafter, device=options.device, dtype=options.dtype,
+                                  quantize=options.drafter_quantize, progress=say, cache_dir=options.cache_dir)
+    name = describe(drafter, model, options.drafter_quantize)
     check_same_vocabulary(client, info.vocab_size, tokenizer, model, name, named=drafter is not None)
     return served_pair_of(client, info, model, tokenizer, drafter_name=name, n_probs=n_probs)
 

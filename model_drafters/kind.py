@@ -52,8 +52,8 @@ class DrafterKind:
     loads the module beside a target already loaded (``Attached``; one-line refusals raise
     ``refused``, and ``check(spec)`` may refuse before the target loads), for
     ``engine.kinds.load_attached_pair``; or ``load``, ``"module:function"`` of a loader of its own
-    called as ``function(target, spec, **loader keywords)`` for the whole pair (imported when used: the
-    self-draft loader decodes to measure, so it sits in the engine). ``default``: this kind's ``load``
+    called as ``function(target, spec, options)`` (``options`` a ``utils.models.LoadOptions``) for the
+    whole pair (imported when used: the self-draft loader decodes to measure, so it sits in the engine). ``default``: this kind's ``load``
     also takes the call that names neither model.
 
     Refusals, each one line or None: ``alone`` (why its module cannot decode on its own),

@@ -5,7 +5,9 @@
 once and cached). Decoder-only models load as causal LMs, encoder-decoder ones (T5, BART) as
 seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of the same kind,
 compares their tokenizers (a drafter with another tokenizer drafts through text, see
-``cross_tokenizer``), and returns a ``ModelPair`` with everything the decoding loops need.
+``cross_tokenizer``), and returns a ``ModelPair`` with everything the decoding loops need. How the
+models load (device, dtypes, quantisation, cache folder, progress) is one ``LoadOptions`` value,
+built where a loader is called and passed down whole.
 Drafters made from the target (``self:...``, and the measured default drafter) are built a
 layer up, in ``engine.self_pair.load``; ``engine.load_pair`` chooses between the two loaders.
 
@@ -288,7 +290,49 @@ def describe(spec: str | None, model, quantize: str | None, note: str = "") -> s
     return f"{source} ({', '.join(parts)})"
 
 
-def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quantize):
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a pair's models load, as one value: built once where a loader is called
+    (``engine.load_pair``, ``engine.load_served_pair``, ``utils.models.load_pair`` take these fields as
+    keywords) and passed down whole to every loader below.
+
+    ``dtype`` and ``quantize`` are the target's; ``drafter_dtype`` defaults to bfloat16 for a
+    self-draft demo, else to ``dtype``; ``drafter_quantize=None`` follows ``quantize`` (``"none"`` keeps
+    the drafter unquantised). ``device_map`` spreads a model over devices (accelerate). A drafter kind
+    loaded with its target takes the target's dtype, device and quantisation.
+    """
+
+    device: str = "auto"
+    dtype: str = "auto"
+    drafter_dtype: str | None = None
+    quantize: str | None = None
+    drafter_quantize: str | None = None
+    device_map: Any = None
+    progress: Progress | None = None
+    cache_dir: Any = None
+
+    @classmethod
+    def of(cls, options: LoadOptions | None = None, **keywords) -> LoadOptions:
+        """``options``, or one made of ``keywords`` (``TypeError`` names an unknown one); not both."""
+        if options is not None and keywords:
+            raise TypeError(f"pass LoadOptions or its fields as keywords, not both ({', '.join(keywords)})")
+        return options if options is not None else cls(**keywords)
+
+    @property
+    def say(self) -> Progress:
+        """The progress callback, or one that says nothing."""
+        return self.progress or no_progress
+
+
+def load_target(target: str | None, options: LoadOptions):
+    """(model, tokenizer, label) for ``target`` loaded as ``options`` say for a target."""
+    quantize = parse_quantize(options.quantize)
+    model, tokenizer = load_model(target, device=options.device, dtype=options.dtype, quantize=quantize,
+                                  progress=options.progress, cache_dir=options.cache_dir)
+    return model, tokenizer, describe(target, model, quantize)
+
+
+def _drafter_plan(target, drafter, options: LoadOptions):
     """Decide the drafter spec, dtype and quantisation, and whether this is a self-draft demo."""
     self_draft = drafter == SELF_DRAFT or (target is None and drafter is None)
     if target is not None and drafter is None:
@@ -298,8 +342,8 @@ def _drafter_plan(target, drafter, dtype, drafter_dtype, quantize, drafter_quant
             "(self:bf16, self:int8, self:skip=auto)."
         )
     spec = target if self_draft else drafter
-    chosen_dtype = drafter_dtype or ("bfloat16" if self_draft else dtype)
-    chosen_quantize = quantize if drafter_quantize is None else drafter_quantize
+    chosen_dtype = options.drafter_dtype or ("bfloat16" if self_draft else options.dtype)
+    chosen_quantize = options.quantize if options.drafter_quantize is None else options.drafter_quantize
     return spec, chosen_dtype, parse_quantize(chosen_quantize), self_draft
 
 
@@ -333,26 +377,15 @@ def _check_same_kind(target: str | None, drafter: str | None, *, cache_dir=None,
     return is_encoder_decoder(target_config)
 
 
-def load_pair(
-    target: str | None = None,
-    drafter: str | None = None,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    drafter_dtype: str | None = None,
-    quantize: str | None = None,
-    drafter_quantize: str | None = None,
-    device_map=None,
-    progress: Progress | None = None,
-    cache_dir=None,
-) -> ModelPair:
+def load_pair(target: str | None = None, drafter: str | None = None, options: LoadOptions | None = None,
+              **keywords) -> ModelPair:
     """Load a target and a drafter model and check that they can decode together.
 
     ``target=None`` is the offline default. ``drafter="self"`` (or neither given) reuses the
     target's weights in bfloat16: a self-draft demo. ``drafter=None`` with a real target is
-    refused (pass ``--drafter``). ``drafter_dtype`` defaults to bfloat16 for a self-draft, else
-    to ``dtype``; ``drafter_quantize=None`` follows ``quantize`` (pass ``"none"`` to keep the
-    drafter unquantised). Both models must be decoder-only, or both encoder-decoder (T5, BART:
+    refused (pass ``--drafter``). How they load is ``options``, or ``LoadOptions``' fields as
+    keywords (``device``, ``dtype``, ``drafter_dtype``, ``quantize``, ``drafter_quantize``,
+    ``device_map``, ``progress``, ``cache_dir``). Both models must be decoder-only, or both encoder-decoder (T5, BART:
     ``ModelPair.is_encoder_decoder``); a mixed pair is refused. ``engine.load_pair`` then probes
     both models (``kvcache.probe``): ``ModelPair.probe`` says how each is fed over its cache
     (cached, stepwise or uncached) and why.
@@ -360,16 +393,20 @@ def load_pair(
     Drafters made from the target (``self:...``) and the measured default drafter live a layer
     up, in ``engine.self_pair.load``; ``engine.load_pair`` is the loader the front ends call for both.
     """
+    return load_two_models(target, drafter, LoadOptions.of(options, **keywords))
+
+
+def load_two_models(target: str | None, drafter: str | None, options: LoadOptions) -> ModelPair:
+    """``load_pair`` with its options as one value (what ``engine.load_pair`` calls)."""
     if drafter is not None and _KIND_SPEC.match(str(drafter).strip()):
         raise ModelLoadError(f"--drafter {drafter} is loaded with its target: load it with engine.load_pair")
-    quantize = parse_quantize(quantize)
-    drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(
-        target, drafter, dtype, drafter_dtype, quantize, drafter_quantize
-    )
+    quantize = parse_quantize(options.quantize)
+    drafter_spec, d_dtype, d_quantize, self_draft = _drafter_plan(target, drafter, options)
     quiet_hf_progress()
-    seq2seq = _check_same_kind(target, drafter_spec, cache_dir=cache_dir, progress=progress)
-    common = {"device": device, "device_map": device_map, "progress": progress, "cache_dir": cache_dir}
-    target_model, tokenizer = load_model(target, dtype=dtype, quantize=quantize, **common)
+    seq2seq = _check_same_kind(target, drafter_spec, cache_dir=options.cache_dir, progress=options.progress)
+    common = {"device": options.device, "device_map": options.device_map, "progress": options.progress,
+              "cache_dir": options.cache_dir}
+    target_model, tokenizer = load_model(target, dtype=options.dtype, quantize=quantize, **common)
     shared = tokenizer if drafter_spec == target else None  # a self-draft reads the same tokenizer
     drafter_model, drafter_tok = load_model(drafter_spec, dtype=d_dtype, quantize=d_quantize, tokenizer=shared, **common)
     vocab_size, difference = pair_vocabulary(tokenizer, drafter_tok, target_model, drafter_model)

@@ -20,10 +20,9 @@ from model_drafters.selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, par
 from utils.default_model import DEFAULT_LABEL, cache_root
 from utils.devices import dtype_name, model_device
 from utils.hf_load import is_encoder_decoder
-from utils.models import ModelLoadError, ModelPair, describe, load_model
+from utils.models import LoadOptions, ModelLoadError, ModelPair, load_target
 from kvcache.probe import probe_pair
-from utils.progress import Progress, no_progress
-from utils.quantize import parse_quantize
+from utils.progress import no_progress
 from utils.vocab import check_compatible, context_length, end_token_ids
 
 
@@ -66,32 +65,20 @@ def _build(model, tokenizer, spec: SelfDraftSpec | None, label: str, cache_dir, 
     return build_self_drafter(model, resolved), resolved, notes
 
 
-def load_self_draft_pair(
-    target: str | None = None,
-    drafter: str | None = None,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    quantize: str | None = None,
-    progress: Progress | None = None,
-    cache_dir=None,
-) -> ModelPair:
+def load_self_draft_pair(target: str | None, drafter: str | None, options: LoadOptions) -> ModelPair:
     """A pair whose drafter is made from the target (``drafter`` a ``self:`` spec), or, with
     ``drafter=None``, the self-drafter this machine runs fastest (measured once, then read back).
 
     Every failure a user can cause surfaces as ``ModelLoadError`` with one line.
     """
-    quantize = parse_quantize(quantize)
     try:
         spec = parse_self_draft(drafter) if drafter is not None else None
     except SelfDraftSpecError as exc:
         raise ModelLoadError(str(exc)) from exc
-    model, tokenizer = load_model(target, device=device, dtype=dtype, quantize=quantize,
-                                  progress=progress, cache_dir=cache_dir)
-    say = progress or no_progress
-    label = describe(target, model, quantize)
+    model, tokenizer, label = load_target(target, options)
+    say = options.say
     try:
-        draft, spec, notes = _build(model, tokenizer, spec, label, cache_dir, say)
+        draft, spec, notes = _build(model, tokenizer, spec, label, options.cache_dir, say)
     except (SkipRefused, ValueError) as exc:  # Int8Refused and an int8 route this device lacks are ValueErrors
         raise ModelLoadError(str(exc)) from exc
     pair = ModelPair(
