@@ -12,8 +12,8 @@ from bench.variants import DEFAULT_LOOKAHEAD, DEFAULT_POLICIES, DEFAULT_STRATEGI
 from bench.executor import FILL, BENCH_STORAGES
 from bench.settings import BenchSettings
 from engine import load_pair
+from engine.kinds import variant_labels
 from generation.gamma_policies import make_policy
-from model_drafters.selfdraft.spec import SelfDraftSpecError, is_self_draft, parse_self_draft
 from utils.defaults import DEFAULTS
 from utils.options import (
     GAMMA_RANGE, HYBRID_RANGE, LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, NGRAM_N_RANGE,
@@ -137,17 +137,10 @@ def parse_self_drafters(text: str) -> list[str]:
     """``"self:bf16,self:skip=3,5,self:int8"`` -> their labels, in order, once each.
 
     A comma separates specs, except inside a ``self:skip=`` layer list (an item
-    that does not start with ``self:`` continues the one before). ValueError
-    with a one-line message for a bad spec.
+    that is no drafter spec continues the one before; ``engine.kinds.variant_labels``).
+    ValueError with a one-line message for a bad spec.
     """
-    items: list[str] = []
-    for part in _name_list(text):
-        if is_self_draft(part) or not items:
-            items.append(part)
-        else:
-            items[-1] += "," + part
-    labels = [parse_self_draft(item).label for item in items]
-    return list(dict.fromkeys(labels))
+    return variant_labels(_name_list(text))
 
 
 def _choices(text: str, known, what: str) -> list[str]:
@@ -177,7 +170,7 @@ def _verify_rules(text: str) -> list[str]:
 def _self_drafters(text: str) -> list[str]:
     try:
         return parse_self_drafters(text)
-    except SelfDraftSpecError as exc:  # its message names --drafter, the flag it was written for
+    except ValueError as exc:  # its message names --drafter, the flag it was written for
         raise argparse.ArgumentTypeError(str(exc).replace("--drafter ", "")) from None
 
 

@@ -10,6 +10,7 @@ from engine import (
     CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Strategy, lookahead_strategy,
     run_strategy,
 )
+from engine.kinds import variant_drafter
 
 # Our drafting strategies (and the peers that draft through our verify loop) and the engine drafter each uses.
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic_suffix"}
@@ -29,8 +30,9 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     its tokenizer differ from the target's (the engine decides when it does).
     The per-token inspector is off: the benchmark never shows its numbers, so
     it times the decode without recording them. A variant with a self-drafter
-    spec (``speculative[self:int8]@4``) drafts with that self-drafter (engine
-    kind ``"self"``), built once per pair by :func:`bench.session.prepare_self_drafters`.
+    spec (``speculative[self:int8]@4``) drafts with that self-drafter (the strategy drafter its
+    kind names, ``engine.kinds.variant_drafter``), built once per pair by
+    :func:`bench.session.prepare_self_drafters`.
     A hybrid variant (``speculative+hybrid4@4``) drafts from ``ngram``'s storage in rounds whose
     match is at least L tokens (``engine.strategy.HybridOptions``).
     A lookahead variant (``lookahead[5,3,5]@2``) is ``engine.lookahead_strategy`` with its
@@ -47,8 +49,8 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     options = {"ngram": ngram, "model": cross, "arctic_suffix": arctic}.get(drafter)
     if getattr(variant, "hybrid", 0) and drafter == "model":  # the storage drafts where its match is long
         options = HybridOptions(variant.hybrid, ngram, cross)
-    if getattr(variant, "drafter", ""):  # a self-drafter made from the target (selfdraft.drafter)
-        drafter, options = "self", variant.drafter
+    if getattr(variant, "drafter", ""):  # a drafter built beside the pair (--self-drafters), by its kind
+        drafter, options = variant_drafter(variant.drafter), variant.drafter
     return Strategy(key=variant.name, drafter=drafter, drafter_options=options,
                     model="drafter" if variant.strategy == "drafter" else "target",
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused

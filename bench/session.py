@@ -30,11 +30,7 @@ from bench.runner import (
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, decodes_alone
-from engine.kinds import kind_of_module
-from model_drafters.selfdraft.kind import self_draft_model
-from engine.self_pair.load import resolve_skip
-from model_drafters.selfdraft.skip import SkipRefused
-from model_drafters.selfdraft.spec import parse_self_draft
+from engine.kinds import build_variant, kind_of_module, resolve_variant
 from utils.errors import ModelLoadError
 from utils.machine_load import load_record, read_load
 
@@ -161,7 +157,7 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
     state = EngineState()  # the executor's: the self-drafters built here are the ones it runs
     try:
         self_drafters, notes = prepare_self_drafters(models, args.self_drafters, err, state)
-    except (SkipRefused, ValueError) as exc:
+    except ValueError as exc:  # a spec that does not apply to the target (one line)
         _error(err, exc)
         return 2
     args = args.but(self_drafters=self_drafters)
@@ -235,22 +231,22 @@ def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> 
     ``self:skip=auto`` is resolved first by the layer search on this machine.
     Returns the resolved labels (the variants' names use them) and the
     search's lines for the report's header (a search that keeps every layer
-    leaves its spec out, with a line). Raises ``SkipRefused`` or
-    ``ValueError`` (one line) where a spec does not apply to the target.
+    leaves its spec out, with a line). Each spec is its kind's to resolve and build
+    (``engine.kinds.resolve_variant``, ``build_variant``). Raises ``ValueError`` (one line)
+    where a spec does not apply to the target.
     """
     labels, notes = [], []
     for text in specs:
-        spec, lines = resolve_skip(models.target, models.tokenizer, parse_self_draft(text),
-                                   say=lambda message: err.print(message, highlight=False))
-        if spec.kind == "skip" and not spec.layers:  # the search kept every layer: nothing to run
-            notes.append(f"{text}: the layer search found no layer worth skipping on this target; not run")
+        label, lines = resolve_variant(models, text, say=lambda message: err.print(message, highlight=False))
+        if label is None:  # nothing to run (the layer search kept every layer)
+            notes.append(f"{text}: {lines[0]}")
             err.print(notes[-1], style="yellow", highlight=False)
             continue
-        with err.status(f"building {spec.label}..."):
-            self_draft_model(models, spec.label, state)
+        with err.status(f"building {label}..."):
+            build_variant(models, label, state)
         notes += [f"{text}: {line}" for line in lines]
-        if spec.label not in labels:
-            labels.append(spec.label)
+        if label not in labels:
+            labels.append(label)
     return labels, notes
 
 

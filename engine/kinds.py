@@ -18,6 +18,7 @@ from model_drafters.mtp.kind import KIND as MTP
 from model_drafters.selfdraft.kind import KIND as SELF
 from utils.devices import model_device
 from utils.models import LoadOptions, ModelLoadError, ModelPair, load_target
+from utils.progress import no_progress
 from utils.vocab import check_compatible, context_length, end_token_ids
 
 # In the order the model factory asks them: the first that owns the pair drafts.
@@ -56,6 +57,43 @@ def pair_loader(kind: DrafterKind):
         return lambda target, spec, options: load_attached_pair(kind, target, spec, options)
     module, name = kind.load.split(":")
     return getattr(import_module(module), name)
+
+
+def _variant_kind(spec: str) -> DrafterKind:
+    """The kind that builds ``spec`` beside a loaded pair: the one whose spec it is, else the first that
+    builds any (its refusal then names what it takes)."""
+    kinds = [kind for kind in KINDS if kind.variant_label is not None]
+    return next((kind for kind in kinds if kind.is_spec(spec)), kinds[0])
+
+
+def variant_labels(parts: list[str]) -> list[str]:
+    """The labels of the drafters ``parts`` (a comma-split list) names to build beside a loaded pair, in
+    order, once each. An item that is no such spec continues the one before (``self:skip=3,5``).
+    ``ValueError`` (one line) for a bad spec."""
+    items: list[str] = []
+    for part in parts:
+        if not items or _variant_kind(part).is_spec(part):
+            items.append(part)
+        else:
+            items[-1] += "," + part
+    return list(dict.fromkeys(_variant_kind(item).variant_label(item) for item in items))
+
+
+def resolve_variant(pair, spec: str, say=no_progress) -> tuple[str | None, list[str]]:
+    """``spec`` resolved against ``pair`` by its kind: the label to build (None: nothing to run) and its
+    lines (None's: why). ``ValueError`` (one line) where it does not apply to the target."""
+    module, name = _variant_kind(spec).variant_resolve.split(":")
+    return getattr(import_module(module), name)(pair, spec, say)
+
+
+def build_variant(pair, label: str, state) -> None:
+    """Build the drafter ``label`` (a resolved spec) from ``pair`` once, kept in ``state``."""
+    _variant_kind(label).variant_build(pair, label, state)
+
+
+def variant_drafter(label: str) -> str:
+    """The strategy drafter (``Strategy(drafter=...)``) that drafts with the built drafter ``label``."""
+    return _variant_kind(label).factories[0][0]
 
 
 def load_attached_pair(kind: DrafterKind, target: str | None, spec: str, options: LoadOptions) -> ModelPair:

@@ -64,6 +64,13 @@ class DrafterKind:
     alone from, when they are not the target's (a drafter with its own tokenizer); None: the target's.
     ``factories``: ``(name, factory)`` pairs the engine registers as strategy drafters of their own
     (``Strategy(drafter=name)``), beside the ``model`` drafter that reaches ``draft``.
+
+    Drafters built beside a loaded pair (the benchmark's ``--self-drafters``), for a kind whose
+    first factory drafts with such a spec (``drafter_options``): ``variant_label(spec)`` its label
+    (one-line ``ValueError`` for a bad spec); ``variant_resolve``, ``"module:function"`` of
+    ``function(pair, spec, say)`` -> (the label to build, or None where there is nothing to run,
+    and its lines), imported when used; ``variant_build(pair, label, state)`` builds it once (kept in
+    ``state``), before any clock starts.
     """
 
     name: str
@@ -83,6 +90,9 @@ class DrafterKind:
     hf_peer: str | None = "hf_assisted"
     alone_inputs: Callable | None = None
     factories: tuple[tuple[str, Callable], ...] = ()
+    variant_label: Callable[[str], str] | None = None
+    variant_resolve: str | None = None
+    variant_build: Callable | None = None
 
     def marks(self, module) -> bool:
         """Whether ``module`` is a module of this kind (made for any target)."""

@@ -56,6 +56,15 @@ def resolve_skip(model, tokenizer, spec: SelfDraftSpec, say=no_progress) -> tupl
     return SelfDraftSpec("skip", found.layers), [found.line(num_layers(model))]
 
 
+def resolve_variant(pair, text: str, say=no_progress) -> tuple[str | None, list[str]]:
+    """The self-drafter ``text`` (a ``self:`` spec) resolved against ``pair``'s target: its label and
+    the layer search's lines; None and why where the search keeps every layer (nothing to run)."""
+    spec, lines = resolve_skip(pair.target, pair.tokenizer, parse_self_draft(text), say)
+    if spec.kind == "skip" and not spec.layers:
+        return None, ["the layer search found no layer worth skipping on this target; not run"]
+    return spec.label, lines
+
+
 def _build(model, tokenizer, spec: SelfDraftSpec | None, label: str, cache_dir, say):
     """(drafter model, its resolved spec, banner lines) for ``spec`` (None: the measured default)."""
     if spec is None:

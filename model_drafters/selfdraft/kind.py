@@ -1,7 +1,8 @@
 """The self-draft kind (``--drafter self:...``): a drafter made from the target itself.
 
 Its loader measures which self-drafter pays by decoding, so it sits in the engine
-(``engine.self_pair.load``), named here and imported when a pair loads.
+(``engine.self_pair.load``), named here and imported when a pair loads; so does the layer search
+that resolves ``self:skip=auto`` for a drafter built beside a loaded pair.
 """
 
 from __future__ import annotations
@@ -47,4 +48,6 @@ KIND = DrafterKind(
     load="engine.self_pair.load:load_self_draft_pair", default=True,
     served=SERVED_WEIGHTS,
     factories=(("self", self_drafter),),
+    variant_label=lambda spec: parse_self_draft(spec).label,
+    variant_resolve="engine.self_pair.load:resolve_variant", variant_build=self_draft_model,
 )
