@@ -27,7 +27,7 @@ from bench.variants import DRAFTING, LOOP_PEERS, Variant
 from engine import CrossTokenizerOptions, EngineState, NGramOptions
 from engine.run import loop_vocab_size
 from utils.defaults import DEFAULTS
-from utils.machine_load import is_busy, other_load, read_load
+from utils.machine_load import load_mark, other_load, read_load
 from utils.options import MATCH_STORAGES, NGRAM_STORAGES
 
 
@@ -222,8 +222,8 @@ class Executor:
 def mark_load(record: RunRecord, load: float | None) -> None:
     """Put the other processes' load during the run (cores' worth, None where unknown) on
     ``record``, and mark it ``busy`` above ``utils.machine_load.BUSY_CORES``."""
-    record.other_load = None if load is None else round(load, 3)
-    record.busy = is_busy(load)
+    mark = load_mark(load)
+    record.other_load, record.busy = mark["other_load"], mark["busy"]
 
 
 def _mean_gamma(trace) -> float | None:

@@ -96,16 +96,20 @@ def is_busy(load: float | None) -> bool:
     return load is not None and load > BUSY_CORES
 
 
+def load_mark(load: float | None) -> dict:
+    """The other processes' load as a record keeps it (cores' worth to 3 places, None where unknown)
+    and whether that was busy."""
+    return {"other_load": None if load is None else round(load, 3), "busy": is_busy(load)}
+
+
 def load_record(before: LoadReading, after: LoadReading) -> dict:
     """The JSON record of a measured span: cores, the load average at its start and end, the
     other processes' load during it (None where unknown) and whether that was busy."""
-    load = other_load(before, after)
     return {
         "cores": after.cores,
         "loadavg_start": _rounded(before.loadavg),
         "loadavg_end": _rounded(after.loadavg),
-        "other_load": None if load is None else round(load, 3),
-        "busy": is_busy(load),
+        **load_mark(other_load(before, after)),
     }
 
 

@@ -37,7 +37,7 @@ from engine.self_pair.search import search_skip
 from model_drafters.selfdraft.skip import SkipRefused, num_layers
 from model_drafters.selfdraft.spec import SelfDraftSpec, parse_self_draft
 from utils.devices import model_device
-from utils.machine_load import LoadReading, busy_warning, is_busy, other_load, read_load
+from utils.machine_load import LoadReading, busy_warning, load_mark, other_load, read_load
 
 CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
 # Measured as well where bfloat16 is native: int8 weights with bfloat16 activations.
@@ -170,9 +170,8 @@ def load_fields(before: LoadReading, after: LoadReading) -> dict:
     """What the record keeps of the machine's state during the calibration: the cores, the load
     average at its end, the CPU other processes used meanwhile (cores' worth; None where
     unknown) and whether that was busy (``utils.machine_load.is_busy``)."""
-    load = other_load(before, after)
     return {"cores": after.cores, "load_average": None if after.loadavg is None else round(after.loadavg[0], 2),
-            "other_load": None if load is None else round(load, 3), "busy": is_busy(load)}
+            **load_mark(other_load(before, after))}
 
 
 def machine_words(record: dict) -> str:
