@@ -21,7 +21,7 @@ continuations of two occurrences, nor drafts copied from other texts (the suffix
 storage's earlier outputs, the automaton's corpus).
 
 Torch-free: the REPL's ``/stats`` and ``--json`` show it for a greedy NASD run, and
-``bench.replay.copy_ceiling`` replays it over the benchmark's prompts.
+``advisor.recorded.copy_ceiling`` replays it over the benchmark's prompts.
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
+from advisor.recorded import FILL, storage_options
 from analysis.acceptance import acceptance_counts
 from bench.counting import ForwardCounter
 from bench.ours import our_call, our_strategy
@@ -31,16 +32,8 @@ from utils.machine_load import load_mark, other_load, read_load
 from utils.options import MATCH_STORAGES, NGRAM_STORAGES
 
 
-# A storage name's ending that makes the suffix or sam storage fill its verify widths
-# (NGramOptions.fill_width, the REPL's /fill_width): ``suffix+fill``, a variant ``ngram[suffix+fill]@16``.
-FILL = "+fill"
+# FILL: a storage name's ending that makes the suffix or sam storage fill its verify widths (``suffix+fill``).
 BENCH_STORAGES = (*NGRAM_STORAGES, *(f"{kind}{FILL}" for kind in MATCH_STORAGES))
-
-
-def storage_options(options: NGramOptions, name: str) -> NGramOptions:
-    """``options`` for the bench's storage ``name`` (a kind, or a match kind + FILL)."""
-    kind, fill, _ = name.partition(FILL)
-    return replace(options, storage=kind, fill_width=bool(fill))
 
 
 @dataclass

@@ -8,12 +8,12 @@ Runs target AR (greedy) once on each built-in prompt of the categories, keeps it
 and the target's top-8 at every output position (one forward over the whole sequence),
 measures what a verify forward costs by width on this machine (the engine's cached
 model, a cache of the first prompt), then replays every storage and prompt lookup at
-every γ over the outputs (``bench.replay``): no target forward per round, so each
+every γ over the outputs (``advisor.recorded``): no target forward per round, so each
 takes seconds. Prints, per drafter and γ, the target calls, tokens per call,
 acceptance and the speedup over target AR predicted from forward costs alone (no host
 work: the benchmark measures that); with ``--oracle`` also the same drafter with every
 draft cut to what the target accepted, the most any draft-length rule could gain, and
-the copy ceiling after a match of 1 and of 2 tokens (``bench.replay.copy_ceiling``): the
+the copy ceiling after a match of 1 and of 2 tokens (``advisor.recorded.copy_ceiling``): the
 most any drafter that copies a continuation from the text could make of these outputs.
 The CPU, its flags, the versions and the load average are printed with the figures.
 ``suffix+fill`` and ``sam+fill`` replay those storages filling their verify widths
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.prompts import builtin_prompts
     from analysis.speedup import CostModel
-    from bench.replay import copy_ceiling, drafter_factory, oracle, record, replay
+    from advisor.recorded import copy_ceiling, drafter_factory, oracle, record, replay
     from engine.timing import time_target
     from engine import load_pair
     from scripts.selfdraft_bench import cpu_line

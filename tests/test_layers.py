@@ -26,7 +26,7 @@ LAYERS = (
     ("analysis", "sampling", "utils", "kvcache"),
     ("generation", "ngram_assisted", "model_drafters", "remote"),
     ("engine",),
-    ("checks", "bench", "repl"),
+    ("checks", "bench", "repl", "advisor"),
 )
 PACKAGES = tuple(p for layer in LAYERS for p in layer)
 LAYER_OF = {p: i for i, layer in enumerate(LAYERS) for p in layer}

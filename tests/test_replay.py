@@ -1,4 +1,4 @@
-"""The replay of model-free drafters over a recorded greedy output (``bench.replay``) against the
+"""The replay of model-free drafters over a recorded greedy output (``advisor.recorded``) against the
 engine's own runs: the same target calls, drafts and acceptance, token for token; and the copy
 ceiling against the drafters it bounds (its search: tests/test_copy_ceiling.py)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import bench.replay
+import advisor.recorded
 import engine.drafters
-from bench.replay import PromptLookup, Replayed, copy_ceiling, drafter_factory, oracle, record, replay
+from advisor.recorded import PromptLookup, Replayed, copy_ceiling, drafter_factory, oracle, record, replay
 from engine.timing import time_target
 from engine import NGramOptions, Strategy, pair_of, run_strategy
 from sampling import GreedyProcessor
@@ -81,8 +81,8 @@ def test_a_filling_storage_replays_as_the_engine_runs_it(pair, recorded, monkeyp
 def test_a_replay_that_misjudges_a_draft_is_caught(pair, recorded, monkeypatch):
     engine = engine_counts(pair, "suffix", 5)
     # Mutation check: the last accepted draft counted as rejected (an off-by-one at the first mismatch).
-    judged = bench.replay._accepted
-    monkeypatch.setattr(bench.replay, "_accepted", lambda draft, output, at: max(0, judged(draft, output, at) - 1))
+    judged = advisor.recorded._accepted
+    monkeypatch.setattr(advisor.recorded, "_accepted", lambda draft, output, at: max(0, judged(draft, output, at) - 1))
     assert counts(replay(drafter_factory(pair, "suffix", V), recorded, 5, LENGTH)) != counts(engine)
 
 
@@ -91,7 +91,7 @@ def test_the_record_is_target_ar_and_its_top_k(pair, recorded):
         with torch.inference_mode():
             ids = torch.tensor([prompt + list(rec.output)])
             logits = pair.target(input_ids=ids).logits[0]
-        assert len(rec.top) == len(rec.output) and all(len(row) == bench.replay.TOP_K for row in rec.top)
+        assert len(rec.top) == len(rec.output) and all(len(row) == advisor.recorded.TOP_K for row in rec.top)
         for i, token in enumerate(rec.output):
             assert rec.top[i][0] == token == int(logits[len(prompt) - 1 + i].argmax())
 

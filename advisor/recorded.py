@@ -1,0 +1,198 @@
+"""Replay model-free drafters over a recorded greedy output, without the target.
+
+Under greedy decoding every lossless strategy produces target AR's tokens, whatever
+drafts it. So a model-free drafter's rounds on a prompt can be replayed from target
+AR's output alone: each round it proposes up to k tokens from the sequence so far,
+the target would keep the longest prefix that matches the output and add the next
+output token, and the drafter learns the tokens appended (and, for the storages
+that recycle the target's predictions, its recorded top-k at their positions). A
+round's cost is the target forward at its width (drafts + 1), read from a table of
+forward costs measured on the machine (``engine.timing.time_target``, as the
+self-drafter calibration measures them). What comes out is the run's target calls,
+acceptance and a predicted speedup over target AR from forward costs alone (no host
+work), in seconds for any number of drafters and γ, where running each costs
+minutes. :func:`replay` drives the engine's own drafters (``engine.Drafter``), so
+what is replayed is what runs (``tests/test_replay.py`` holds the replay to the engine's
+counts). ``bench.replay`` re-exports these names for the benchmark.
+
+:class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
+same way, and :func:`oracle` cuts every draft to what the target
+would accept: an upper bound for any rule that picks draft lengths. :func:`copy_ceiling`
+bounds the drafters that copy a continuation from the text (``analysis.ceiling``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+import analysis.ceiling
+from analysis.ceiling import accepted_prefix as _accepted   # the name tests patch
+from generation.drafter import Drafter
+
+TOP_K = 8       # the target's top ids recorded per position: the widest a storage recycles
+# A storage name's ending that makes the suffix or sam storage fill its verify widths
+# (NGramOptions.fill_width, the REPL's /fill_width): ``suffix+fill``, a variant ``ngram[suffix+fill]@16``.
+FILL = "+fill"
+
+
+def storage_options(options, name: str):
+    """``options`` (an ``NGramOptions``) for the storage ``name``: a kind, or a match kind + FILL."""
+    kind, fill, _ = name.partition(FILL)
+    return replace(options, storage=kind, fill_width=bool(fill))
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One prompt's greedy output and, per output position i, the target's top-k ids of the
+    distribution that produced ``output[i]`` (best first)."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    top: tuple[tuple[int, ...], ...]
+
+
+@dataclass
+class Replayed:
+    """What a drafter's replay over some prompts came to: target calls (rounds, prefill
+    included), drafted and accepted tokens as the engine counts them, tokens made, and
+    rounds by verify width (drafts + 1) with the prefill rounds left out."""
+
+    calls: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    widths: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.tokens / self.calls if self.calls else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def forward_s(self, cost: Callable[[int], float]) -> float:
+        """Seconds of target forwards after the prefills, at ``cost(width)`` each."""
+        return sum(cost(width) * rounds for width, rounds in self.widths.items())
+
+
+def _book(out: Replayed, draft: Sequence[int], output: Sequence[int], at: int, width: int | None) -> list[int]:
+    """Count one round of ``draft`` judged against ``output`` from ``at`` in ``out`` (a verify of
+    ``width`` tokens; None for the prefill round, which is not priced); the tokens it appends."""
+    accepted = _accepted(draft, output, at)
+    ended = at + accepted >= len(output)     # the output (its end token) ends among the drafts
+    new = list(output[at:at + accepted + (0 if ended else 1)])
+    out.calls += 1
+    out.drafted += len(new) if ended else len(draft)
+    out.accepted += accepted
+    out.tokens += len(new)
+    if width is not None:
+        out.widths[width] = out.widths.get(width, 0) + 1
+    return new
+
+
+def replay(make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,
+           *, cut: Callable[[list[int], Sequence[int], int], list[int]] | None = None) -> Replayed:
+    """Replay a fresh ``make_drafter()`` per prompt over ``recorded``, as the verify loop would run
+    it with a constant γ and a length budget of ``max_gen_len``. ``cut(draft, output, at)``, when
+    given, shortens each draft before it is judged (:func:`oracle`)."""
+    out = Replayed()
+    for record in recorded:
+        drafter = make_drafter()
+        drafter.begin(list(record.prompt))
+        ids = torch.tensor([list(record.prompt)], dtype=torch.long)
+        output, at, first = record.output, 0, True
+        while at < len(output):
+            k = min(gamma, max_gen_len - at - 1)
+            draft = drafter.propose(ids, k)[0].tolist() if k > 0 else []
+            if cut is not None:
+                draft = cut(draft, output, at)
+            new = _book(out, draft, output, at, None if first else len(draft) + 1)
+            first = False
+            width = drafter.wants_top_k
+            rows = [list(record.top[at + i][:width]) for i in range(len(new))] if width > 1 else None
+            drafter.update(new, rows)
+            ids = torch.cat([ids, torch.tensor([new], dtype=torch.long)], dim=1)
+            at += len(new)
+    return out
+
+
+def oracle(draft: list[int], output: Sequence[int], at: int) -> list[int]:
+    """A draft cut to the prefix the target would accept: what a perfect length rule keeps."""
+    return draft[:_accepted(draft, output, at)]
+
+
+def copy_ceiling(recorded: Sequence[Recorded], gamma: int, max_gen_len: int, cost: Callable[[int], float],
+                 *, match: int = 1) -> Replayed:
+    """The copy ceiling (``analysis.ceiling``) of every recorded output, summed as a replay's
+    counts: the least forward time, priced by ``cost`` per verify width, that any drafter copying
+    a continuation of an earlier occurrence of the last ``match`` tokens could spend. A bound
+    with hindsight, not a method; the n-gram tables are not bounded by it."""
+    out = Replayed()
+    for record in recorded:
+        ceiling = analysis.ceiling.copy_ceiling(record.prompt, record.output, gamma, max_gen_len, cost, match=match)
+        out.calls += ceiling.calls
+        out.drafted += ceiling.kept
+        out.accepted += ceiling.kept
+        out.tokens += ceiling.tokens
+        for width, rounds in ceiling.widths.items():
+            out.widths[width] = out.widths.get(width, 0) + rounds
+    return out
+
+
+class PromptLookup(Drafter):
+    """transformers' prompt lookup (``PromptLookupCandidateGenerator``, up to γ tokens after the
+    first earlier occurrence of the last ``ngram`` tokens, then fewer) behind the drafter contract."""
+
+    kind = "ngram"
+
+    def __init__(self, ngram: int = 2):
+        self.ngram = ngram
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None):
+        from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+        generator = PromptLookupCandidateGenerator(num_output_tokens=k, max_matching_ngram_size=self.ngram,
+                                                   max_length=ids.shape[1] + k + 1)
+        candidates, _ = generator.get_candidates(ids)
+        return candidates[0, ids.shape[1]:], None
+
+
+def record(pair, prompts: list[list[int]], length: int, *, top_k: int = TOP_K) -> list[Recorded]:
+    """Target AR's greedy output on each prompt (``engine.run_strategy``, ``length`` new tokens at
+    most), with the target's top-k at each output position from one forward over the sequence."""
+    from engine import Strategy, run_strategy
+    from sampling import GreedyProcessor
+    from utils.devices import model_device
+
+    out = []
+    for prompt in prompts:
+        result = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=length), pair, prompt)
+        with torch.inference_mode():
+            ids = torch.tensor([prompt + result.tokens], device=model_device(pair.target))
+            logits = pair.target(input_ids=ids).logits[0, len(prompt) - 1:-1]
+        top = tuple(tuple(row) for row in logits.topk(top_k, dim=-1).indices.tolist())
+        out.append(Recorded(tuple(prompt), tuple(result.tokens), top))
+    return out
+
+
+def drafter_factory(pair, storage: str, vocab_size: int, gamma: int = 4) -> Callable[[], Drafter]:
+    """A fresh engine drafter for ``storage`` (as ``Strategy(drafter="ngram")`` builds it, emptied
+    for each prompt), or transformers' prompt lookup for ``storage`` = ``prompt_lookup``. A
+    ``suffix+fill`` or ``sam+fill`` storage fills its verify widths (``/fill_width``), from widths
+    measured once up to ``gamma`` + 1 (``engine.widths.verify_costs``)."""
+    from engine.drafters import DRAFTERS, DraftContext
+    from engine.state import EngineState
+    from engine.strategy import NGramOptions, Strategy
+    from sampling import GreedyProcessor
+
+    if storage == "prompt_lookup":
+        return PromptLookup
+    strategy = Strategy("ngram", drafter="ngram", drafter_options=storage_options(NGramOptions(), storage),
+                        gamma=gamma)
+    context = DraftContext(GreedyProcessor(), None, vocab_size, [], 0)
+    state = EngineState()       # one for every prompt: the widths are measured once (the storage is reset)
+    return lambda: DRAFTERS["ngram"](pair, strategy, state, context)
