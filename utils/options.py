@@ -45,6 +45,12 @@ GAMMA_POLICIES: tuple[str, ...] = ("constant", "heuristic", "confidence", "model
 # (string-level exact match) or over the shared vocabulary (token-level intersection).
 UAG_METHODS: tuple[str, ...] = ("slem", "tli")
 
+# How the target's (and a drafter model's) forwards run (engine.Strategy.compile): "off", today's
+# eager dynamic-cache path; "static", a preallocated cache rolled back by resetting lengths, eager
+# forwards; "graphs", the static path with its fixed-width forwards compiled (CUDA graphs on CUDA).
+# The default is the device's (kvcache.static.default_compile: "graphs" on CUDA, "off" elsewhere).
+COMPILE_PATHS: tuple[str, ...] = ("off", "static", "graphs")
+
 ON_WORDS = ("on", "true", "yes", "1")
 OFF_WORDS = ("off", "false", "no", "0")
 
