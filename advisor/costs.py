@@ -1,0 +1,248 @@
+"""This machine's forward costs for one pair: what the advisor prices replayed rounds with.
+
+A :class:`CostTable` holds the target's forward seconds by width (``engine.timing.time_target``:
+warm, device-synced, each width's median ratio to the one-token step of the same turn), each
+drafter model's step seconds by width (the same timer on the drafter module), and the verify
+loop's host seconds per round (read off a short model-free run). It is measured once per pair
+(:func:`measure_costs`) and kept by the front end; :meth:`CostTable.save` and
+:meth:`CostTable.load` write and read it as JSON, so a table measured on another machine
+(``--costs FILE``) prices the same replay, always labelled with where it was measured
+(:meth:`CostTable.label`). A width the table lacks is read between or beyond the measured ones
+(``analysis.speedup.CostModel.verify``) and named an estimate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.speedup import CostModel
+
+FORMAT = 1
+CONTEXT = 64            # tokens in the cache while the widths are timed (as engine.widths does)
+REPEATS = 3
+HOST_RUN_TOKENS = 24    # the short n-gram run the host seconds per round are read from
+# CPU flags worth naming beside the model name: what changes a forward's kernels.
+FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8")
+
+
+class CostsError(ValueError):
+    """A costs file that cannot be read or written (one line)."""
+
+
+def drafter_key(method) -> str:
+    """The name a method's drafter costs are kept under: its engine drafter, and its spec when the
+    options are one (``self self:int8``); the pair's own drafter model is ``model``."""
+    options = getattr(method, "options", None)
+    return method.drafter + (f" {options}" if isinstance(options, str) and options else "")
+
+
+def _lookup(table: dict[int, float], width: int) -> tuple[float, bool]:
+    """(seconds at ``width``, whether it was read off other widths) through the speedup model's
+    own interpolation (``CostModel.verify``)."""
+    if width in table:
+        return table[width], False
+    return CostModel(0.0, dict(table)).verify(width), True
+
+
+@dataclass
+class CostTable:
+    """One pair's costs on one machine (module docstring). ``where``: device, CPU model and flags,
+    threads, date. ``notes``: how a part was measured when not as the others were (host work not
+    measured, a drafter timed from a run). ``source``: the file it was read from ("" when measured
+    in this process)."""
+
+    target_s: dict[int, float]
+    draft_s: dict[str, dict[int, float]]
+    host_s: float
+    where: str
+    notes: list[str] = field(default_factory=list)
+    source: str = ""
+
+    def label(self) -> str:
+        """``measured on <where>``, and the file when it was read from one."""
+        return f"measured on {self.where}" + (f" (read from {self.source})" if self.source else "")
+
+    def target(self, width: int) -> tuple[float, bool]:
+        """(the target's forward seconds at ``width``, estimated: the table lacks the width)."""
+        if not self.target_s:
+            raise ValueError("the cost table holds no target width")
+        return _lookup(self.target_s, width)
+
+    def draft(self, key: str, width: int) -> tuple[float, bool]:
+        """(drafter ``key``'s step seconds at ``width``, estimated); ValueError when the table has no
+        step of that drafter at all."""
+        table = self.draft_s.get(key)
+        if not table:
+            raise ValueError(f"the cost table holds no step of the drafter {key!r}")
+        return _lookup(table, width)
+
+    def lacks(self, target_widths, drafters: dict[str, set[int]]) -> bool:
+        """Whether measuring again would add anything: a target width or a drafter step missing."""
+        return (any(w not in self.target_s for w in target_widths)
+                or any(w not in self.draft_s.get(k, {}) for k, ws in drafters.items() for w in ws))
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "where": self.where, "label": self.label(),
+                "target_s": {str(w): s for w, s in sorted(self.target_s.items())},
+                "draft_s": {k: {str(w): s for w, s in sorted(v.items())} for k, v in sorted(self.draft_s.items())},
+                "host_s": self.host_s, "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "") -> "CostTable":
+        """The table a :meth:`to_dict` wrote; CostsError (one line) for anything else."""
+        try:
+            if data.get("format") != FORMAT:
+                raise CostsError(f"not a cost table of format {FORMAT} (format {data.get('format')!r})")
+            target = {int(w): float(s) for w, s in data["target_s"].items()}
+            draft = {str(k): {int(w): float(s) for w, s in v.items()} for k, v in data["draft_s"].items()}
+            table = cls(target, draft, float(data["host_s"]), str(data["where"]),
+                        [str(n) for n in data.get("notes", [])], source)
+        except CostsError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise CostsError(f"not a cost table: {type(e).__name__} {e}") from None
+        if not target or 1 not in target or any(s <= 0 for s in target.values()):
+            raise CostsError("a cost table needs the target's one-token step and positive seconds")
+        return table
+
+    def save(self, path) -> None:
+        try:
+            Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise CostsError(f"cannot write the costs to {path}: {e.strerror or e}") from None
+
+    @classmethod
+    def load(cls, path) -> "CostTable":
+        """The table in the JSON file ``path``, labelled as read from it; CostsError (one line)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise CostsError(f"cannot read the costs file {path}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise CostsError(f"the costs file {path} is not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise CostsError(f"the costs file {path} holds no cost table")
+        return cls.from_dict(data, source=str(path))
+
+
+# ------------------------------------------------------------------ measuring
+
+def where_measured(device) -> str:
+    """The device in words: a GPU's name, or the CPU's model and the flags that pick its kernels;
+    the threads and the date."""
+    import torch
+
+    from engine.self_pair.default import cpu_description
+
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    if getattr(device, "type", str(device)) == "cuda" and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(device)}, {day}"
+    name, flags = cpu_description()
+    present = [f for f in FLAGS if f in flags.split()]
+    return f"{name} ({' '.join(present) or 'no avx2'}), {torch.get_num_threads()} threads, {day}"
+
+
+def _context_ids(pair, module):
+    import torch
+
+    from utils.devices import model_device
+
+    vocab = max(2, int(pair.vocab_size or 2))
+    return (torch.arange(CONTEXT, device=model_device(module)) % (vocab - 1) + 1).view(1, -1)
+
+
+def time_widths(pair, module, widths) -> dict[int, float]:
+    """``module``'s forward seconds over each width in ``widths`` (1 always) on a cache of
+    ``CONTEXT`` tokens (``engine.timing.time_target``)."""
+    from engine.timing import time_target
+
+    return time_target(module, _context_ids(pair, module), widths=sorted(set(widths) | {1}),
+                       repeats=REPEATS).verify_s
+
+
+def drafter_module(pair, key: str, state):
+    """The module drafter ``key`` steps with: the pair's drafter for ``model``, a self-drafter spec
+    built from the target (kept in ``state``), or None when it has no module of its own to time."""
+    drafter, _, spec = key.partition(" ")
+    if drafter == "model" and not spec:
+        return pair.drafter
+    if drafter == "self":
+        if not spec:
+            return pair.drafter
+        from model_drafters.selfdraft.kind import self_draft_model
+
+        return self_draft_model(pair, spec, state)
+    return None
+
+
+def run_step_seconds(pair, method, state) -> tuple[float, str]:
+    """(a drafter's seconds per step, how they were had) from a short greedy run of ``method``
+    (draft seconds over drafter forwards): for drafters that step on the target's state (MTP
+    layers, an EAGLE-3 head), which have no module to time alone. Every width is priced so."""
+    from sampling import GreedyProcessor
+    from engine import run_strategy
+
+    if method is None:
+        raise ValueError("a drafter with no module of its own needs its method to be timed by a run")
+    strategy = method.strategy(processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0)
+    result = run_strategy(strategy, pair, _context_ids(pair, pair.target)[0].tolist()[:16], state=state)
+    if not result.drafter_calls:
+        raise ValueError(f"{method.key} made no drafter step in a short run: its step cannot be timed")
+    step = float(result.phases.get("draft", 0.0)) / result.drafter_calls
+    return step, f"timed from a short run ({step * 1e3:.2f} ms a step, every width priced so)"
+
+
+def host_seconds(pair, state) -> tuple[float, str]:
+    """(the verify loop's host seconds per round, a note or ""): from a short greedy n-gram run
+    (its drafts are look-ups, its draft and verify phases are timed apart from the rest)."""
+    from engine import NGramOptions, Strategy, run_strategy
+    from sampling import GreedyProcessor
+
+    try:
+        strategy = Strategy("advisor-host", drafter="ngram", drafter_options=NGramOptions(),
+                            processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0)
+        result = run_strategy(strategy, pair, _context_ids(pair, pair.target)[0].tolist()[:16], state=state)
+    except Exception as e:    # the advice goes on without it, saying so
+        return 0.0, f"host work per round not measured ({type(e).__name__}: {e}): taken as 0"
+    if not result.trace:
+        return 0.0, "host work per round not measured (the run made no round): taken as 0"
+    return float(result.phases.get("other", 0.0)) / len(result.trace), ""
+
+
+def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=None,
+                  base: CostTable | None = None, methods: dict | None = None) -> CostTable:
+    """A table for ``pair`` on this machine: the target at ``target_widths`` (and 1), each drafter
+    of ``drafters`` (``drafter_key`` -> the step widths its rounds ran) at its widths. ``base``: a
+    table measured here before, whose widths are kept and only the missing ones timed.
+    ``methods``: a method per drafter key, run briefly for a drafter with no module of its own to
+    time (:func:`run_step_seconds`)."""
+    from engine import EngineState
+
+    state = state if state is not None else EngineState()
+    target = dict(base.target_s) if base else {}
+    draft = {k: dict(v) for k, v in base.draft_s.items()} if base else {}
+    notes = list(base.notes) if base else []
+    missing = set(target_widths) - set(target)
+    if missing or not target:
+        target.update(time_widths(pair, pair.target, missing | {1}))
+    for key, widths in drafters.items():
+        lacking = set(widths) - set(draft.get(key, {}))
+        if not lacking:
+            continue
+        module = drafter_module(pair, key, state)
+        if module is None:
+            step, note = run_step_seconds(pair, (methods or {}).get(key), state)
+            notes.append(f"{key}: {note}")
+            draft[key] = {**draft.get(key, {}), **{w: step for w in lacking}}
+            continue
+        draft[key] = {**draft.get(key, {}), **time_widths(pair, module, lacking)}
+    if base is not None:
+        host, host_note = base.host_s, ""
+    else:
+        host, host_note = host_seconds(pair, state)
+    if host_note:
+        notes.append(host_note)
+    return CostTable(target, draft, host, where_measured(pair.device), notes)

@@ -1,0 +1,231 @@
+"""Rank replayed drafting methods by their predicted speedup, each with its why in numbers.
+
+Each :class:`advisor.replay.ReplayEntry` holds a method's replayed rounds: target calls, tokens,
+rounds by verify width (the prefill rounds left out) and the drafter's forwards by width. They
+are priced by the speedup model (``analysis.speedup``: a :class:`RoundMix` of the rounds' widths,
+a :class:`CostModel` from the :class:`advisor.costs.CostTable`), so a prediction here and the
+REPL's ``/stats`` rest on the same formula. The table's forward costs are read as ratios to its
+own one-token step and anchored on target AR's measured decode step (``ar_step_s``): the table
+may come from a bare forward on a fixed cache, or from another machine, and the ratios carry
+over where the seconds do not (docs/advisor.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import analysis.ceiling
+from analysis.speedup import CostModel, RoundMix, mix_speedup
+
+from advisor.costs import CostTable, drafter_key
+
+COPIERS = ("suffix", "sam")     # storages that copy a continuation of an earlier occurrence (analysis.ceiling)
+
+
+@dataclass
+class Why:
+    """The numbers behind a prediction.
+
+    ``rates``: acceptance by draft position (the replay's); ``c``: one drafter step over one target
+    step (None: model-free); ``verify``: a verify forward's cost by width in target steps, for the
+    widths the rounds ran; ``mean_width``: tokens a verify fed on average; ``tokens_per_call``:
+    tokens per target call; ``draft_steps``: drafter forwards per round; ``host_ms``: host work
+    per round; ``ceiling_tokens_per_call`` / ``ceiling_speedup``: the copy ceiling (copiers only,
+    ``analysis.ceiling``), priced the same way; ``estimated``: the costs read off other widths."""
+
+    rates: list[float]
+    c: float | None
+    verify: dict[int, float]
+    mean_width: float
+    tokens_per_call: float
+    draft_steps: float
+    host_ms: float
+    ceiling_tokens_per_call: float | None = None
+    ceiling_speedup: float | None = None
+    estimated: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"rates": [round(r, 4) for r in self.rates], "c": None if self.c is None else round(self.c, 4),
+                "verify": {str(w): round(v, 4) for w, v in sorted(self.verify.items())},
+                "mean_width": round(self.mean_width, 3), "tokens_per_call": round(self.tokens_per_call, 4),
+                "draft_steps": round(self.draft_steps, 3), "host_ms": round(self.host_ms, 3),
+                "ceiling_tokens_per_call": _round(self.ceiling_tokens_per_call),
+                "ceiling_speedup": _round(self.ceiling_speedup), "estimated": list(self.estimated)}
+
+    def line(self) -> str:
+        """One line: acceptance by position, c, the verify widths in steps, tokens per call, ceiling."""
+        parts = []
+        if self.rates:
+            shown = " ".join(f"{r:.2f}" for r in self.rates[:6]) + (" …" if len(self.rates) > 6 else "")
+            parts.append(f"accept {shown}")
+        if self.c is not None:
+            parts.append(f"c {self.c:.2f}")
+        wide = {w: v for w, v in self.verify.items() if w > 1}
+        if wide:
+            top = sorted(wide, key=lambda w: abs(w - self.mean_width))[:3]     # the widths near the mean
+            parts.append("verify " + ", ".join(f"w{w} {wide[w]:.2f}" for w in sorted(top)) + " steps")
+        parts.append(f"{self.tokens_per_call:.2f} tok/call")
+        if self.ceiling_tokens_per_call is not None:
+            parts.append(f"copy ceiling {self.ceiling_tokens_per_call:.2f} tok/call"
+                         + (f" {self.ceiling_speedup:.2f}x" if self.ceiling_speedup else ""))
+        if self.estimated:
+            parts.append("(est.) " + ", ".join(self.estimated[:3]) + (" …" if len(self.estimated) > 3 else ""))
+        return " · ".join(parts)
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass
+class Advice:
+    """One ranked method: the prediction, the measured speedup once a real run confirmed it
+    (None until then), and why. ``exact``: the replay equals a real run's counts (greedy);
+    otherwise ``note`` says why it is an estimate. ``entry``: the replay it came from."""
+
+    method: str
+    gamma: int
+    gamma_policy: str
+    tree: int
+    predicted_speedup: float
+    tokens_per_call: float
+    why: Why
+    exact: bool = True
+    note: str = ""
+    drafter: str = ""
+    measured_speedup: float | None = None
+    measured_decode_speedup: float | None = None
+    identical: bool | None = None
+    confirm_error: str = ""
+    entry: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def estimate(self) -> bool:
+        """The prediction rests on an estimate: the replay was not exact, or a cost was read off
+        other widths."""
+        return not self.exact or bool(self.why.estimated)
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "drafter": self.drafter, "gamma": self.gamma,
+                "gamma_policy": self.gamma_policy, "tree": self.tree,
+                "predicted_speedup": round(self.predicted_speedup, 4),
+                "tokens_per_call": round(self.tokens_per_call, 4),
+                "measured_speedup": _round(self.measured_speedup),
+                "measured_decode_speedup": _round(self.measured_decode_speedup),
+                "identical": self.identical, "confirm_error": self.confirm_error,
+                "exact": self.exact, "estimate": self.estimate, "note": self.note, "why": self.why.to_dict()}
+
+
+# ------------------------------------------------------------------ pricing
+
+def _is_copier(method) -> bool:
+    return getattr(getattr(method, "options", None), "storage", None) in COPIERS
+
+
+def _verify_costs(costs: CostTable, widths, step: float, estimated: list[str]) -> dict[int, float]:
+    """Seconds of a verify at each width, the table's ratio to its own step times ``step``."""
+    own = costs.target(1)[0]
+    out = {}
+    for width in sorted(set(widths) | {1}):
+        seconds, guessed = costs.target(width)
+        out[width] = step if width == 1 else seconds / own * step
+        if guessed:
+            estimated.append(f"verify at width {width}")
+    return out
+
+
+def _draft_seconds(entry, costs: CostTable, scale: float, widest: int, estimated: list[str]) -> tuple[float, int]:
+    """(seconds, forwards) of the drafter's steps in the priced rounds. A step wider than the
+    widest verify + 1 feeds a prompt (the prefill round's) and is left out, as the target's is."""
+    key = drafter_key(entry.method)
+    seconds, steps = 0.0, 0
+    for width, count in sorted(entry.draft_steps.items()):
+        if width > widest + 1:
+            continue
+        cost, guessed = costs.draft(key, width)
+        seconds += count * cost * scale
+        steps += count
+        if guessed:
+            estimated.append(f"{key} step at width {width}")
+    return seconds, steps
+
+
+def _model(widths: dict[int, int], tokens_per_call: float, verify_s: dict[int, float], draft_round_s: float,
+           host_s: float) -> tuple[RoundMix, CostModel]:
+    """The speedup model's mix and costs for rounds ``widths`` ({verify width: rounds}) that each
+    yield ``tokens_per_call`` and spend ``draft_round_s`` drafting on average."""
+    rounds = sum(widths.values())
+    shares = {w - 1: n / rounds for w, n in sorted(widths.items())}
+    mix = RoundMix(shares, {k: tokens_per_call for k in shares})
+    mean_k = mix.mean_length
+    per_draft = draft_round_s / mean_k if mean_k > 0 else 0.0
+    other = host_s + (draft_round_s if mean_k <= 0 else 0.0)
+    return mix, CostModel(per_draft, verify_s, other_per_round_s=other)
+
+
+def _ceiling(entry, recorded, max_gen_len: int, verify_s, costs, step, host_s, estimated):
+    """(tokens per call, speedup) of the copy ceiling at the method's γ over ``recorded``."""
+    calls = tokens = 0
+    widths: dict[int, int] = {}
+    for record in recorded:
+        cost = lambda w: _verify_costs(costs, [w], step, [])[w]   # noqa: E731
+        ceiling = analysis.ceiling.copy_ceiling(record.prompt, record.output, entry.method.gamma, max_gen_len, cost)
+        calls += ceiling.calls
+        tokens += ceiling.tokens
+        for width, n in ceiling.widths.items():
+            widths[width] = widths.get(width, 0) + n
+    if not calls or not widths:
+        return (tokens / calls if calls else None), None
+    verify = _verify_costs(costs, widths, step, estimated)
+    mix, model = _model(widths, tokens / calls, verify, 0.0, host_s)
+    return tokens / calls, mix_speedup(mix, model)
+
+
+def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),
+          max_gen_len: int = 0) -> Advice:
+    """One entry's prediction and why (module docstring). ``recorded`` and ``max_gen_len``: the
+    outputs the entry was replayed over, for the copy ceiling of a copier (else no ceiling)."""
+    method, replayed = entry.method, entry.replayed
+    step = ar_step_s if ar_step_s and ar_step_s > 0 else costs.target(1)[0]
+    scale = step / costs.target(1)[0]
+    estimated: list[str] = []
+    tokens_per_call = replayed.tokens / replayed.calls if replayed.calls else 0.0
+    rounds = sum(replayed.widths.values())
+    c = None
+    if entry.draft_steps:
+        c = costs.draft(drafter_key(method), 1)[0] / costs.target(1)[0]
+    advice = Advice(method.key, method.gamma, method.gamma_policy, method.tree, 0.0, tokens_per_call,
+                    Why(list(entry.rates), c, {}, 0.0, tokens_per_call, 0.0, costs.host_s * 1e3),
+                    exact=entry.exact, note=entry.note, drafter=drafter_key(method), entry=entry)
+    if not rounds:
+        advice.note = (advice.note + "; " if advice.note else "") + "no round after the prefill to price"
+        advice.exact = False
+        return advice
+    verify_s = _verify_costs(costs, replayed.widths, step, estimated)
+    draft_s, steps = _draft_seconds(entry, costs, scale, max(replayed.widths), estimated) if entry.draft_steps \
+        else (0.0, 0)
+    mix, model = _model(replayed.widths, tokens_per_call, verify_s, draft_s / rounds, costs.host_s)
+    advice.predicted_speedup = mix_speedup(mix, model)
+    why = advice.why
+    why.verify = {w: s / step for w, s in verify_s.items()}
+    why.mean_width = sum(w * n for w, n in replayed.widths.items()) / rounds
+    why.draft_steps = steps / rounds
+    if recorded and max_gen_len and _is_copier(method):
+        why.ceiling_tokens_per_call, why.ceiling_speedup = _ceiling(entry, recorded, max_gen_len, verify_s, costs,
+                                                                    step, costs.host_s, estimated)
+    why.estimated = list(dict.fromkeys(estimated))
+    return advice
+
+
+def _order(advice: Advice):
+    """Best first: the higher prediction; at a tie (to 1e-9) an exact replay before an estimate,
+    then the smaller tree, the smaller γ, the name."""
+    return (-round(advice.predicted_speedup, 9), not advice.exact, advice.tree, advice.gamma, advice.method)
+
+
+def rank(entries, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),
+         max_gen_len: int = 0) -> list:
+    """Every entry priced (:func:`price`), best first (:func:`_order`)."""
+    return sorted((price(e, costs, ar_step_s, recorded=recorded, max_gen_len=max_gen_len) for e in entries),
+                  key=_order)

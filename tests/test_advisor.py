@@ -1,0 +1,193 @@
+"""The advisor's front half: the cost table, the ranking and its why, ``advise`` end to end, and the
+REPL's ``/advise``.
+
+The ranking runs on hand-built cost tables and replayed entries, whose predictions are worked out
+here by hand from the speedup model's formula (tokens per round x one step / a round's seconds);
+``advise`` runs on a tiny pair of random Llamas whose drafter is independent of the target.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+import analysis.ceiling
+import advisor.rank
+from advisor.costs import CostsError, CostTable, drafter_key
+from advisor.rank import rank
+from advisor.recorded import Recorded, Replayed
+from engine import NGramOptions
+
+
+@dataclass(frozen=True)
+class M:
+    """A grid point with the fields the ranking reads (``advisor.replay.Method``'s)."""
+
+    key: str
+    drafter: str
+    options: object = None
+    gamma: int = 4
+    gamma_policy: str = "constant"
+    tree: int = 0
+
+
+@dataclass
+class E:
+    """A replayed entry (``advisor.replay.ReplayEntry``'s fields)."""
+
+    method: M
+    replayed: Replayed
+    draft_steps: dict
+    rates: list
+    exact: bool = True
+    note: str = ""
+
+
+def table(**changes) -> CostTable:
+    fields = dict(target_s={1: 0.010, 2: 0.011, 5: 0.014}, draft_s={"model": {1: 0.002, 2: 0.0025}},
+                  host_s=0.0, where="a test machine, 2026-11-28")
+    return CostTable(**{**fields, **changes})
+
+
+def ngram_entry(**changes) -> E:
+    # 10 priced rounds of 4 drafts (width 5) and 2 prefill rounds; 30 tokens in 12 calls: 2.5 per call
+    fields = dict(method=M("ngram[basic]@4", "ngram", NGramOptions()),
+                  replayed=Replayed(calls=12, drafted=48, accepted=18, tokens=30, widths={5: 10}),
+                  draft_steps={}, rates=[0.6, 0.4, 0.3, 0.2])
+    return E(**{**fields, **changes})
+
+
+def model_entry(**changes) -> E:
+    # 10 priced rounds of 4 drafts: the first step of each feeds 2 tokens, then 3 of 1; 48 tokens in 12 calls;
+    # the prefill rounds' drafter forwards fed the prompt (width 40): left out
+    fields = dict(method=M("speculative@4", "model"),
+                  replayed=Replayed(calls=12, drafted=48, accepted=36, tokens=48, widths={5: 10}),
+                  draft_steps={2: 10, 1: 30, 40: 2}, rates=[0.9, 0.8, 0.7, 0.6])
+    return E(**{**fields, **changes})
+
+
+# by hand: ngram: 2.5 tokens a round for one verify of width 5: 2.5 x 10 ms / 14 ms
+NGRAM = 2.5 * 0.010 / 0.014
+# model: 4 tokens a round for a verify of width 5 and 3 steps of 2 ms and one of 2.5 ms
+MODEL = 4.0 * 0.010 / (0.014 + 3 * 0.002 + 0.0025)
+
+
+def check_ranked(ranked) -> None:
+    """The order and the numbers of the two entries under :func:`table` with no host work."""
+    assert [a.method for a in ranked] == ["ngram[basic]@4", "speculative@4"]
+    assert ranked[0].predicted_speedup == pytest.approx(NGRAM, rel=1e-9)
+    assert ranked[1].predicted_speedup == pytest.approx(MODEL, rel=1e-9)
+
+
+# ------------------------------------------------------------------ ranking
+
+def test_the_ranking_orders_by_the_predicted_speedup_worked_by_hand():
+    ranked = rank([model_entry(), ngram_entry()], table())
+    check_ranked(ranked)
+    ngram, model = ranked
+    assert ngram.why.c is None and model.why.c == pytest.approx(0.2)
+    assert model.why.verify == {1: 1.0, 5: pytest.approx(1.4)}
+    assert model.why.draft_steps == pytest.approx(4.0)       # the prefill's wide forward is not a round's step
+    assert model.tokens_per_call == pytest.approx(4.0) and ngram.tokens_per_call == pytest.approx(2.5)
+    assert model.why.rates == [0.9, 0.8, 0.7, 0.6]
+    assert not model.estimate and model.why.estimated == []
+    assert "c 0.20" in model.why.line() and "4.00 tok/call" in model.why.line()
+
+
+def test_mutation_a_ranking_that_forgets_the_drafters_steps_fails_the_check(monkeypatch):
+    monkeypatch.setattr(advisor.rank, "_draft_seconds", lambda *args: (0.0, 0))
+    with pytest.raises(AssertionError):
+        check_ranked(rank([model_entry(), ngram_entry()], table()))
+
+
+def test_host_work_is_paid_every_round_in_seconds_and_the_table_is_anchored_on_the_ar_step():
+    ranked = rank([ngram_entry()], table(host_s=0.001), ar_step_s=0.020)
+    # the table's widths as ratios to its step (1.4 at width 5), times AR's 20 ms; host 1 ms as measured
+    assert ranked[0].predicted_speedup == pytest.approx(2.5 * 0.020 / (1.4 * 0.020 + 0.001), rel=1e-9)
+    assert ranked[0].why.host_ms == pytest.approx(1.0)
+
+
+def test_a_missing_width_is_interpolated_and_named_an_estimate():
+    entry = ngram_entry(replayed=Replayed(calls=6, drafted=15, accepted=6, tokens=12, widths={4: 5}))
+    advice = rank([entry], table())[0]
+    verify4 = 0.011 + (0.014 - 0.011) * (4 - 2) / (5 - 2)        # between widths 2 and 5
+    assert advice.predicted_speedup == pytest.approx(2.0 * 0.010 / verify4, rel=1e-9)
+    assert advice.why.estimated == ["verify at width 4"] and advice.estimate and advice.exact
+    assert "(est.) verify at width 4" in advice.why.line()
+    drafted = model_entry(draft_steps={3: 10, 1: 30})
+    assert "model step at width 3" in rank([drafted], table())[0].why.estimated
+
+
+def test_ties_go_to_the_exact_replay_then_the_smaller_gamma():
+    loose = ngram_entry(method=M("ngram[sam]@4", "ngram", NGramOptions("sam")), exact=False, note="a guess")
+    same = ngram_entry(method=M("ngram[basic]@6", "ngram", NGramOptions(), gamma=6))
+    ranked = rank([loose, same, ngram_entry()], table())
+    assert [a.method for a in ranked] == ["ngram[basic]@4", "ngram[basic]@6", "ngram[sam]@4"]
+    assert len({round(a.predicted_speedup, 12) for a in ranked}) == 1
+    assert ranked[-1].estimate and ranked[-1].note == "a guess" and not ranked[0].estimate
+
+
+def test_the_copy_ceiling_is_given_for_copiers_only():
+    recorded = [Recorded((5, 6, 7, 8, 9, 5, 6), (7, 8, 9, 5, 6, 7, 8, 9), ((),) * 8)]
+    copier = ngram_entry(method=M("ngram[suffix]@4", "ngram", NGramOptions("suffix")))
+    ranked = rank([copier, ngram_entry()], table(), recorded=recorded, max_gen_len=8)
+    by_name = {a.method: a for a in ranked}
+    ceiling = analysis.ceiling.copy_ceiling(recorded[0].prompt, recorded[0].output, 4, 8,
+                                            lambda w: table().target(w)[0])
+    assert by_name["ngram[suffix]@4"].why.ceiling_tokens_per_call == pytest.approx(ceiling.tokens_per_call)
+    assert by_name["ngram[suffix]@4"].why.ceiling_speedup > 1.0
+    assert by_name["ngram[basic]@4"].why.ceiling_tokens_per_call is None
+
+
+def test_an_entry_with_no_priced_round_sinks_as_an_estimate():
+    empty = ngram_entry(replayed=Replayed(calls=1, drafted=0, accepted=0, tokens=1, widths={}))
+    ranked = rank([empty, ngram_entry()], table())
+    assert ranked[-1].predicted_speedup == 0.0 and ranked[-1].estimate and "no round" in ranked[-1].note
+
+
+def test_advice_to_dict_has_the_contract_fields():
+    advice = rank([model_entry()], table())[0]
+    data = advice.to_dict()
+    for name in ("method", "gamma", "gamma_policy", "tree", "predicted_speedup", "tokens_per_call",
+                 "measured_speedup", "why"):
+        assert name in data
+    assert data["measured_speedup"] is None and data["why"]["c"] == pytest.approx(0.2)
+    json.dumps(data)
+
+
+def test_drafter_keys_name_the_spec():
+    assert drafter_key(M("speculative@4", "model")) == "model"
+    assert drafter_key(M("speculative[self:int8]@4", "self", "self:int8")) == "self self:int8"
+
+
+# ------------------------------------------------------------------ the cost table
+
+def test_costs_round_trip_through_a_file_and_a_read_table_is_labelled(tmp_path):
+    path = tmp_path / "costs.json"
+    measured = table(notes=["host work per round not measured"])
+    assert measured.label() == "measured on a test machine, 2026-11-28"
+    measured.save(path)
+    read = CostTable.load(path)
+    assert (read.target_s, read.draft_s, read.host_s, read.where, read.notes) == \
+           (measured.target_s, measured.draft_s, measured.host_s, measured.where, measured.notes)
+    assert read.label() == f"measured on a test machine, 2026-11-28 (read from {path})"
+    assert rank([model_entry()], read)[0].predicted_speedup == pytest.approx(MODEL, rel=1e-9)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("not json", "is not JSON"),
+    ("[1, 2]", "holds no cost table"),
+    ('{"format": 1, "target_s": {"2": 0.1}, "draft_s": {}, "host_s": 0, "where": "x"}', "one-token step"),
+    ('{"format": 9}', "format"),
+    ('{"format": 1, "target_s": {"one": 0.1}, "draft_s": {}, "host_s": 0, "where": "x"}', "not a cost table"),
+])
+def test_a_bad_costs_file_is_one_line(tmp_path, text, words):
+    path = tmp_path / "costs.json"
+    path.write_text(text)
+    with pytest.raises(CostsError) as caught:
+        CostTable.load(path)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(CostsError, match="cannot read"):
+        CostTable.load(tmp_path / "missing.json")
