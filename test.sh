@@ -27,6 +27,7 @@ FLOOR_TESTS=(
     tests/test_cache_rounds.py
     tests/test_edge_cases.py
     tests/test_inspection.py
+    tests/test_divergence.py
     tests/test_processors.py
     tests/test_ngram_storage.py
     tests/test_lookahead.py

@@ -73,6 +73,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         target_delay_s=0.0 if on_drafter else strategy.target_delay_s,
         tree=strategy.tree, tree_branch=strategy.tree_branch, tree_sample=strategy.tree_sample,
         verify=strategy.verify, prefills=tuple(prefills),
+        decisions=strategy.decisions and processor.is_greedy and not on_drafter,
     )
     if not strategy.drafts:
         return autoregressive_generate(prompt, model, options, phase="draft" if on_drafter else "verify",

@@ -151,7 +151,11 @@ class Strategy:
     chain verify rule (``generation.verify_rules``): ``residual`` (the token
     rule of Leviathan et al. / Chen et al.), ``block`` (block verification,
     Sun et al. 2025) or ``strict`` (a draft is kept iff it equals the
-    target's own draw); all three lossless.
+    target's own draw); all three lossless. ``decisions``: under greedy, a run
+    of the target (target AR, every drafting strategy) keeps the top-k of the
+    target row that decided each token (``generation.decisions``), which
+    ``analysis.divergence`` reads to explain a difference from target AR;
+    drafter AR and sampled runs never keep them.
     """
 
     key: str
@@ -171,6 +175,7 @@ class Strategy:
     tree_sample: bool = False
     inspect: bool = True
     verify: str = "residual"
+    decisions: bool = True
 
     def __post_init__(self):
         if self.model not in MODELS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from generation.common import timed_run
+from generation.decisions import DecisionLog
 from utils.devices import model_device
 from generation.observer import Observer, Watch, target_delay
 from generation.options import LoopOptions
@@ -42,6 +43,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
     clock = PhaseClock(device)
     result = GenerationResult()
     watch = Watch(observer)
+    decisions = DecisionLog() if options.decisions else None
     start = None
     with timed_run(result, device, interruptible=interruptible) as started:
         start = cached.begin(prompt, options.prefills)
@@ -51,6 +53,8 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
             target_delay(options.target_delay_s, device)
             logits = cached.forward(ids, keep=1)                             # (1, V)
             token = logits_processor.sample(logits_processor(logits), generator)  # (1,)
+            if decisions is not None:
+                decisions.add(logits, 1)                                 # the step row that decided it
             t1 = clock.mark()
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
             value = token.item()                                         # one host sync per token
@@ -66,6 +70,8 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
     result.seconds -= watch.paused_s
     result.first_token_s, result.first_tokens = watch.first_token(started)
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
+    if decisions is not None:
+        result.decisions = decisions.read()[:len(result.tokens)]           # one read-back for the run
     result.target_calls = cached.forwards
     result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
                                  sum(r.verify_s for r in result.trace))

@@ -33,7 +33,10 @@ class LoopOptions:
     chain verify rule, a name of ``generation.verify_rules.VERIFY_RULES``
     (``residual``, ``block``, ``strict``; trees keep their own rules). ``prefills``:
     ``kvcache.cache.Prefill`` s a model begins from when one is of it and the
-    prompt (many generations from one prompt share its prefill).
+    prompt (many generations from one prompt share its prefill). ``decisions``:
+    keep the top-k of the target logits row that decided each emitted token
+    (``generation.decisions``; read back once when the run ends) in
+    ``GenerationResult.decisions``.
     """
 
     processor: LogitsProcessor
@@ -50,3 +53,4 @@ class LoopOptions:
     tree_sample: bool = False
     verify: str = "residual"
     prefills: tuple = ()
+    decisions: bool = False

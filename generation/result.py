@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from analysis.divergence import Row
 from analysis.trees import tree_summary
 from generation.inspection import Inspection
 
@@ -83,6 +84,9 @@ class GenerationResult:
     ``target_calls`` / ``drafter_calls`` count forward passes of each model.
     ``seconds`` is wall time of the whole generation (prefill included), measured
     behind a device synchronisation.
+    ``decisions``: per emitted token, the top-k of the target logits row that decided it
+    (``analysis.divergence.Row``; ``generation.decisions``), kept for greedy runs of the
+    target; None when not recorded. ``analysis.divergence.explain`` reads them.
     ``first_token_s``: seconds from the start until the first round's tokens were on
     the host (time to first token: the prefill and, when drafting, the first round's
     drafts and verify); ``first_tokens``: how many tokens that round appended. The
@@ -141,6 +145,7 @@ class GenerationResult:
     network: dict = field(default_factory=dict)   # a served target's requests and their times (remote.transport.RequestTimes)
     first_token_s: float | None = None
     first_tokens: int = 0
+    decisions: list[Row] | None = None
 
     @property
     def acceptance_rate(self) -> float:
@@ -175,6 +180,7 @@ class GenerationResult:
         """A JSON-ready summary (metrics included, trace only when asked)."""
         out = asdict(self)
         out.pop("trace")
+        rows = out.pop("decisions")
         out.update(
             n_tokens=len(self.tokens),
             acceptance_rate=self.acceptance_rate,
@@ -186,6 +192,7 @@ class GenerationResult:
             out["tree_stats"] = tree_summary(self.trace, tokens=len(self.tokens), target_calls=self.target_calls)
         if with_trace:
             out["trace"] = [asdict(r) for r in self.trace]
+            out["decisions"] = None if rows is None else [row.to_list() for row in self.decisions]
         return out
 
 

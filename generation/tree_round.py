@@ -79,9 +79,11 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
     new, stop = cut_at_end([tree.tokens[i] for i in path] + [token], loop.eos)
     ids = torch.cat([ids, torch.tensor([new], dtype=torch.long, device=device)], dim=1)
     keep_path(target, tree, path, len(extra))
+    at = [0] + [i + 1 for i in path]                                   # rows that produced new[j]
+    if loop.decisions is not None:
+        loop.decisions.add(logits, at[:len(new)])
     rows = None
     if top_k is not None:
-        at = [0] + [i + 1 for i in path]                               # rows that produced new[j]
         rows = [flat[start + r * width:start + (r + 1) * width] for r in at][:len(new)]
     if len(extra):
         drafter.extra_outputs(flat[3:start])

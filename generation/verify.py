@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from generation.common import cut_at_end, timed_run
+from generation.decisions import DecisionLog
 from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.inspection import Inspection, decode, record_round
@@ -46,6 +47,7 @@ class _Loop:
     target_delay_s: float = 0.0
     inspect: bool = False
     verify: str = "residual"    # the chain verify rule's name (generation.verify_rules)
+    decisions: DecisionLog | None = None    # the rows that decided each emitted token, when kept
 
     @property
     def rule(self) -> Rule:
@@ -83,7 +85,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
                  PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect,
-                 options.verify)
+                 options.verify, DecisionLog() if options.decisions else None)
     start = None
     with timed_run(result, device, interruptible=interruptible) as started:
         drafter.attach_target(model)            # before the target begins: it may ask for hidden states
@@ -110,6 +112,8 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     result.seconds -= loop.watch.paused_s
     result.first_token_s, result.first_tokens = loop.watch.first_token(started)
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
+    if loop.decisions is not None:
+        result.decisions = loop.decisions.read()                          # the run's one read-back
     result.target_calls = model.forwards
     result.drafter_calls = drafter.calls
     result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
@@ -176,6 +180,8 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
     new, stop = cut_at_end(drafts[:n] + [token], loop.eos)
     ids = torch.cat([ids, torch.tensor([new], dtype=torch.long, device=ids.device)], dim=1)
     target.rollback(ids.shape[1] - 1)
+    if loop.decisions is not None:
+        loop.decisions.add(logits, len(new))                             # row i decided new[i]
     top_k_rows = None
     if top_k is not None:
         width, rows = drafter.wants_top_k, flat[2 + k:]

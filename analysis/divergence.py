@@ -1,0 +1,203 @@
+"""Why a strategy's greedy output differs from target AR's: a near-tie, or unexplained.
+
+Under greedy decoding every lossless strategy emits target AR's tokens, computed
+exactly. In bfloat16 a verify pass over k tokens rounds differently from a
+one-token step, so where the target's top two logits are nearly equal the two
+computations may rank them differently, and the outputs part there without a bug.
+
+Each run of the target records, per emitted position, the top-k of the target
+logits row that decided it (:class:`Row`: target AR's step row; a verify pass's
+row at that position; for a tree, the kept node's row). At the first differing
+position p, with a = target AR's token and b = the strategy's:
+
+- each computation must rank its own token first (AR's row a, the strategy's
+  row b): a strategy that emitted a token its own verify pass did not rank first
+  has a bug under greedy;
+- its margin (AR: logit(a) - logit(b); strategy: logit(b) - logit(a)) must be no
+  larger than the ``difference`` of the two computations on those tokens,
+  max |logit_AR(t) - logit_S(t)| over t in {a, b}.
+
+Both hold: ``near-tie``. Either fails, or a token is outside a recorded top-k
+(its logit is only known to be below the k-th, so the flip cannot be shown to
+be a rounding one): ``unexplained``. Under sampling the two runs draw, so no
+verdict applies. Plain numbers in, no torch (``infer.py --replay`` reads it too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+NEAR_TIE = "near-tie"
+UNEXPLAINED = "unexplained"
+
+
+@dataclass(frozen=True)
+class Row:
+    """The top-k of one target logits row: ``values`` descending, ``indices`` their token ids."""
+
+    values: tuple[float, ...]
+    indices: tuple[int, ...]
+
+    def logit(self, token: int) -> float | None:
+        """``token``'s logit, or None when it is outside the recorded top-k (below :attr:`floor`)."""
+        for value, index in zip(self.values, self.indices):
+            if index == token:
+                return value
+        return None
+
+    @property
+    def floor(self) -> float:
+        """The k-th value: every token outside the record has a logit at most this."""
+        return self.values[-1]
+
+    def ranks_first(self, token: int) -> bool:
+        """Whether ``token``'s logit is the row's largest (an exact tie counts: argmax picks one)."""
+        value = self.logit(token)
+        return value is not None and value >= self.values[0]
+
+    def to_list(self) -> list:
+        """``[values, indices]`` (a trace file's form; :func:`row_of` reads it back)."""
+        return [list(self.values), list(self.indices)]
+
+
+def row_of(data) -> Row:
+    """A :class:`Row` from its :meth:`Row.to_list` form (or a dict with ``values`` and ``indices``)."""
+    values, indices = (data["values"], data["indices"]) if isinstance(data, dict) else data
+    return Row(tuple(float(v) for v in values), tuple(int(i) for i in indices))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where and why a strategy's output first differs from target AR's.
+
+    ``position``: the first differing index; ``ar_token`` (a) and ``token`` (b):
+    the two outputs' tokens there (None past an output's end). ``ar_logits`` and
+    ``logits``: (logit of a, logit of b) in target AR's row and in the strategy's
+    row, None for a token outside that row's recorded top-k (its logit is at most
+    ``ar_floor`` / ``floor``, the k-th value). ``ar_margin``: logit_AR(a) -
+    logit_AR(b); ``margin``: logit_S(b) - logit_S(a); ``difference``: max over
+    t in {a, b} of |logit_AR(t) - logit_S(t)| (None where a logit is unknown).
+    ``verdict``: ``near-tie``, ``unexplained`` or None (no verdict: sampling,
+    rows not recorded, one output ended first); ``note``: one line saying why.
+    """
+
+    position: int
+    ar_token: int | None
+    token: int | None
+    verdict: str | None
+    note: str
+    ar_logits: tuple[float | None, float | None] = (None, None)
+    logits: tuple[float | None, float | None] = (None, None)
+    ar_floor: float | None = None
+    floor: float | None = None
+    ar_margin: float | None = None
+    margin: float | None = None
+    difference: float | None = None
+
+    @property
+    def tie(self) -> bool:
+        return self.verdict == NEAR_TIE
+
+    @property
+    def short(self) -> str:
+        """The identical column's word: ``tie@37`` for a near-tie, ``no@37`` otherwise."""
+        return f"{'tie' if self.tie else 'no'}@{self.position}"
+
+    def to_dict(self) -> dict:
+        """JSON-ready: position, tokens, logits (null: outside the top-k, at most the floor),
+        margins, difference, verdict and note."""
+        return {
+            "position": self.position,
+            "tokens": {"target_ar": self.ar_token, "strategy": self.token},
+            "logits": {"target_ar": list(self.ar_logits), "strategy": list(self.logits)},
+            "floors": {"target_ar": self.ar_floor, "strategy": self.floor},
+            "margins": {"target_ar": self.ar_margin, "strategy": self.margin},
+            "difference": self.difference,
+            "verdict": self.verdict,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Divergence":
+        """The inverse of :meth:`to_dict` (a JSON record read back)."""
+        tokens, logits = data.get("tokens") or {}, data.get("logits") or {}
+        floors, margins = data.get("floors") or {}, data.get("margins") or {}
+        return cls(int(data["position"]), tokens.get("target_ar"), tokens.get("strategy"), data.get("verdict"),
+                   str(data.get("note", "")), tuple(logits.get("target_ar") or (None, None)),
+                   tuple(logits.get("strategy") or (None, None)), floors.get("target_ar"), floors.get("strategy"),
+                   margins.get("target_ar"), margins.get("strategy"), data.get("difference"))
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first position where two token lists differ (the shorter one's length when
+    one is a strict prefix of the other), or None when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def explain(ar_tokens: Sequence[int], ar_rows: Sequence[Row] | None, tokens: Sequence[int],
+            rows: Sequence[Row] | None, *, greedy: bool = True) -> Divergence | None:
+    """The first divergence of ``tokens`` (a strategy's output, its decision ``rows``) from
+    ``ar_tokens`` (target AR's, with ``ar_rows``), with its verdict; None when the outputs are equal.
+    ``greedy`` False: the runs sampled, so the position is given without a verdict."""
+    p = first_difference(ar_tokens, tokens)
+    if p is None:
+        return None
+    a = ar_tokens[p] if p < len(ar_tokens) else None
+    b = tokens[p] if p < len(tokens) else None
+    if not greedy:
+        return Divergence(p, a, b, None, "sampling: the runs draw their tokens, no verdict applies")
+    if a is None or b is None:
+        return Divergence(p, a, b, None, f"{'target AR' if a is None else 'the strategy'}'s output ends first")
+    if ar_rows is None or rows is None or p >= len(ar_rows) or p >= len(rows):
+        return Divergence(p, a, b, None, "the deciding logits were not recorded")
+    return judge(p, a, b, ar_rows[p], rows[p])
+
+
+def judge(position: int, a: int, b: int, ar_row: Row, row: Row) -> Divergence:
+    """The verdict at ``position`` where target AR emitted ``a`` from ``ar_row`` and the strategy
+    ``b`` from ``row`` (see the module's docstring)."""
+    ar_logits, logits = (ar_row.logit(a), ar_row.logit(b)), (row.logit(a), row.logit(b))
+    known = None not in ar_logits + logits
+    ar_margin = ar_logits[0] - ar_logits[1] if known else None
+    margin = logits[1] - logits[0] if known else None
+    difference = max(abs(ar_logits[0] - logits[0]), abs(ar_logits[1] - logits[1])) if known else None
+    facts = dict(ar_logits=ar_logits, logits=logits, ar_floor=ar_row.floor, floor=row.floor,
+                 ar_margin=ar_margin, margin=margin, difference=difference)
+    if not row.ranks_first(b):
+        note = f"the strategy emitted {b}, which its own verify row did not rank first (a bug under greedy)"
+        return Divergence(position, a, b, UNEXPLAINED, note, **facts)
+    if not ar_row.ranks_first(a):
+        note = f"target AR emitted {a}, which its own step row did not rank first"
+        return Divergence(position, a, b, UNEXPLAINED, note, **facts)
+    if not known:
+        return Divergence(position, a, b, UNEXPLAINED, _outside(a, b, ar_logits, logits, ar_row, row), **facts)
+    if max(ar_margin, margin) > difference:
+        note = (f"margins {ar_margin:.4g} (target AR) and {margin:.4g} (strategy) exceed the computations' "
+                f"difference {difference:.4g}")
+        return Divergence(position, a, b, UNEXPLAINED, note, **facts)
+    note = (f"near-tie: margins {ar_margin:.4g} (target AR) and {margin:.4g} (strategy) within the "
+            f"computations' difference {difference:.4g}")
+    return Divergence(position, a, b, NEAR_TIE, note, **facts)
+
+
+def _outside(a: int, b: int, ar_logits, logits, ar_row: Row, row: Row) -> str:
+    """The line for a token outside a recorded top-k: which, and the bound on its logit."""
+    parts = []
+    for name, values, r in (("target AR", ar_logits, ar_row), ("the strategy", logits, row)):
+        for token, value in zip((a, b), values):
+            if value is None:
+                parts.append(f"{token} is outside {name}'s top {len(r.values)} (logit below {r.floor:.4g})")
+    return "; ".join(parts) + ": too far apart for a rounding flip to be shown"
+
+
+def identity_counts(divergences: Sequence[Divergence | None]) -> dict[str, int]:
+    """Of runs compared with target AR: how many are ``identical``, how many differ by a
+    ``near-tie``, how many ``unexplained``, and how many differ without a verdict (``unjudged``:
+    no rows recorded, as for a peer decoder)."""
+    verdicts = [None if d is None else d.verdict or "" for d in divergences]
+    return {"identical": verdicts.count(None), "ties": verdicts.count(NEAR_TIE),
+            "unexplained": verdicts.count(UNEXPLAINED), "unjudged": verdicts.count("")}

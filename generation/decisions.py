@@ -1,0 +1,52 @@
+"""The target logits rows that decided each emitted token, kept small and on the device.
+
+A greedy run of the target (target AR, every drafting strategy) can keep, per
+emitted position, the top-k of the row that decided it: target AR's step row; a
+chain round's verify row at that position; a tree round's row of the kept node.
+``analysis.divergence`` reads them to explain a difference from target AR (a
+near-tie, or unexplained). Each round appends its top-k as device tensors (no
+host sync); the run reads them all back once, when it ends (one sync). Memory is
+``width`` values and ids per row, never a vocabulary-wide row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from analysis.divergence import Row
+
+DECISION_WIDTH = 8      # the top-k kept per row: enough to show the runner-up and the rest of the race
+
+
+class DecisionLog:
+    """The rows of one run: :meth:`add` per round, :meth:`read` once at the end."""
+
+    def __init__(self, width: int = DECISION_WIDTH):
+        self.width = width
+        self._parts: list[torch.Tensor] = []        # per round: (m, 2 * width) float64, values then ids
+        self._kept: list[list[int] | int] = []      # per round: the rows kept (a list) or the first n
+
+    def add(self, logits: torch.Tensor, kept: list[int] | int) -> None:
+        """Keep rows of ``logits`` (m, V): the offsets ``kept`` (a tree's kept nodes), or the first
+        ``kept`` rows (a chain's emitted positions, a step's one row). Device work only."""
+        if isinstance(kept, int):
+            logits = logits[:kept]
+        if logits.shape[0] == 0 or (not isinstance(kept, int) and not kept):
+            return
+        top = logits.topk(min(self.width, logits.shape[-1]), dim=-1)                 # (m, w) twice
+        self._parts.append(torch.cat([top.values.double(), top.indices.double()], dim=-1))
+        self._kept.append(kept)
+
+    def read(self) -> list[Row]:
+        """Every kept row in emitted order (one host sync for the whole run)."""
+        if not self._parts:
+            return []
+        width = self._parts[0].shape[-1] // 2
+        flat = torch.cat([p.flatten() for p in self._parts]).tolist()
+        rows, at = [], 0
+        for part, kept in zip(self._parts, self._kept):
+            block = [flat[at + r * 2 * width:at + (r + 1) * 2 * width] for r in range(part.shape[0])]
+            at += part.numel()
+            for r in (range(len(block)) if isinstance(kept, int) else kept):
+                rows.append(Row(tuple(block[r][:width]), tuple(int(i) for i in block[r][width:])))
+        return rows
