@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import analysis.ceiling
 from analysis.acceptance import AcceptanceCounts, acceptance_counts, draft_share, engine_numbers, yield_by_position
+from analysis.divergence import Divergence
 from analysis.lookahead import lookahead_summary
 from analysis.sources import drafter_chose_lengths, source_numbers
 from analysis.speedup import (
@@ -325,7 +326,9 @@ class RunReport:
 
     ``why``: a drafting run's :class:`Why` at the prompt's ``/rtt`` (None for the others);
     ``identical`` / ``first_divergence``: under greedy, whether its output equals target AR's
-    and where it first differs (None where the check does not apply).
+    and where it first differs (None where the check does not apply); ``divergence``: that
+    difference explained (``analysis.divergence.Divergence``: a near-tie or unexplained), None
+    when identical or not compared.
     """
 
     why: Why | None
@@ -334,16 +337,18 @@ class RunReport:
     call_cost: float | None
     identical: bool | None
     first_divergence: int | None
+    divergence: Divergence | None = None
 
 
 def run_report(key: str, result, facts: PromptFacts, divergence: tuple[bool | None, int | None],
-               ceilings: dict | None = None) -> RunReport:
+               ceilings: dict | None = None, explained: Divergence | None = None) -> RunReport:
     """The report of strategy ``key``'s ``result`` on the prompt of ``facts``; ``divergence``:
-    (identical, first differing index) against target AR (``repl.runs.PromptRun.divergence``)."""
+    (identical, first differing index) against target AR (``repl.runs.PromptRun.divergence``);
+    ``explained``: the difference with its verdict (``repl.runs.PromptRun.explained``)."""
     base = facts.baseline
     return RunReport(why=why_of(key, result, facts, ceilings=ceilings), speedup=speedup(result, base),
                      decode_speedup=decode_speedup(result, base), call_cost=call_cost(result, base),
-                     identical=divergence[0], first_divergence=divergence[1])
+                     identical=divergence[0], first_divergence=divergence[1], divergence=explained)
 
 
 def strategy_record(label: str, error: str | None, result, text: str, other_load: float | None,
@@ -376,6 +381,7 @@ def strategy_record(label: str, error: str | None, result, text: str, other_load
         call_cost=report.call_cost,
         identical_to_target=report.identical,
         first_divergence=report.first_divergence,
+        divergence=None if report.divergence is None else report.divergence.to_dict(),
         phases=dict(r.phases),
         rollback=r.rollback,
         gamma_policy=r.gamma_policy,

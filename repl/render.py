@@ -488,7 +488,9 @@ def _comparison(prompt_run: PromptRun, rows: list[list[str]], dropped: tuple[str
     elif not prompt_run.greedy:
         notes.append("identity is checked under greedy only: sampled outputs differ by design")
     else:
-        notes.append("identical: token ids compared with target AR (no: the first differing token)")
+        notes.append("identical: token ids compared with target AR (tie@N: they part at token N on a near-tie, "
+                     "two tokens the two computations' rounding ranks differently; no@N: unexplained there; "
+                     "/stats says why)")
         if prompt_run.target_dtype in HALF_DTYPES and any(
                 prompt_run.divergence(run)[0] is False for run in prompt_run.runs):
             notes.append(half_precision_reason(prompt_run.target_dtype))
@@ -553,13 +555,36 @@ def decode_rate_cell(result: GenerationResult) -> str:
 
 
 def _identity_cell(prompt_run: PromptRun, run: StrategyRun) -> str:
-    """``yes``, ``no (token 7)``, ``baseline`` (the target AR row) or ``n/a``."""
+    """``yes``, ``tie@7`` (a near-tie at token 7), ``no@7`` (unexplained there), ``baseline``
+    (the target AR row) or ``n/a``."""
     if run.key == "target" and run.usable:
         return "baseline"
     identical, index = prompt_run.divergence(run)
     if identical is None:
         return "n/a"
-    return "yes" if identical else f"no (token {index})"
+    if identical:
+        return "yes"
+    explained = prompt_run.report(run).divergence
+    return explained.short if explained is not None else f"no@{index}"
+
+
+def divergence_text(prompt_run: PromptRun, run: StrategyRun) -> str | None:
+    """/stats' line on where ``run`` parts from target AR and why (``analysis.divergence``), or
+    None when it does not (or was not compared)."""
+    d = prompt_run.report(run).divergence
+    if d is None:
+        return None
+    line = f"differs from target AR at token {d.position} (AR {d.ar_token}, this run {d.token}): "
+    if d.verdict is None:
+        return line + f"no verdict: {d.note}"
+    logits = " · ".join(f"{name} {_logit_pair(values, floor)}" for name, values, floor in
+                        (("target AR's step", d.ar_logits, d.ar_floor), ("this run's verify", d.logits, d.floor)))
+    return line + f"{d.verdict}; logits of (AR's, this run's) token: {logits}; {d.note}"
+
+
+def _logit_pair(values, floor) -> str:
+    """``(11.125, 11.06)``, a logit outside the recorded top-k shown as ``<floor``."""
+    return "(" + ", ".join(f"<{floor:.4g}" if v is None else f"{v:.4g}" for v in values) + ")"
 
 
 # ------------------------------------------------------------------- /stats
@@ -843,6 +868,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         if fill is not None:
             parts.append(fill)
         parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
+        parted = divergence_text(prompt_run, run)
+        if parted is not None:
+            parts.append(Text(parted, style="yellow" if prompt_run.report(run).divergence.tie else "bold red"))
         crossing = cross_tokenizer_text(run.result)
         if crossing is not None:
             parts.append(Text(crossing, style="dim"))

@@ -20,8 +20,8 @@ from pathlib import Path
 from analysis.sources import NO_MATCH, match_note
 from generation.result import Round
 from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
-from repl.render import (COMPARISON_COLUMNS, busy_line, ceiling_text, comparison_cells, environment_lines,
-                         network_text, prompt_line, what_if_text)
+from repl.render import (COMPARISON_COLUMNS, busy_line, ceiling_text, comparison_cells, divergence_text,
+                         environment_lines, network_text, prompt_line, what_if_text)
 from repl.runs import PromptRun, StrategyRun, Why
 from repl.trace import TraceError, write_whole
 
@@ -214,6 +214,10 @@ def _strategy_section(prompt_run: PromptRun, run: StrategyRun) -> str:
     network = network_text(r)
     if network is not None:
         out.append(f'<p class="meta network">{_e(network)}</p>')
+    parted = divergence_text(prompt_run, run)
+    if parted is not None:
+        verdict = prompt_run.report(run).divergence.verdict or "none"
+        out.append(f'<p class="note divergence" data-verdict="{_e(verdict)}">{_e(parted)}</p>')
     why = prompt_run.why(run) if run.drafting else None
     if why is not None and why.what_if is not None:
         out.append(f'<p class="meta what-if">{_e(what_if_text(why.what_if))}</p>')

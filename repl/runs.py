@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analysis.divergence import Divergence, explain
 from analysis.report import (  # noqa: F401  (the report's names, read from here by the views and scripts)
     DRAFTING, PLAIN_STEP_SOURCES, PromptFacts, RunReport, WhatIf, Why, call_cost, copy_ceiling_of, decode_speedup,
     gamma_cap, lookahead_window_unrecorded, measured_round_trip_s, per_position_requests, plain_step_words,
@@ -167,6 +168,15 @@ class PromptRun:
         index = first_divergence(run.result.tokens, base.result.tokens)
         return index is None, index
 
+    def explained(self, run: StrategyRun) -> Divergence | None:
+        """Where and why ``run``'s greedy output first differs from target AR's, from the rows both
+        recorded (``analysis.divergence``: a near-tie or unexplained); None when it is identical
+        or the check does not apply (sampling, no baseline, an incomplete run)."""
+        if self.divergence(run)[0] is not False:
+            return None
+        base = self.baseline().result
+        return explain(base.tokens, base.decisions, run.result.tokens, run.result.decisions)
+
     def ar_step_s(self) -> float | None:
         """Target AR's seconds per token (prefill left out), when it ran to completion."""
         base = self.baseline()
@@ -196,14 +206,16 @@ class PromptRun:
         (the runner calls this, and so does a trace read back)."""
         facts = self.facts()
         for run in self.runs:
-            run.report = run_report(run.key, run.result, facts, self.divergence(run), self._ceilings)
+            run.report = run_report(run.key, run.result, facts, self.divergence(run), self._ceilings,
+                                    self.explained(run))
 
     def report(self, run: StrategyRun) -> RunReport:
         """``run``'s report: the one kept when the prompt finished, else computed now (a live
         panel drawn before the prompt's last strategy ran)."""
         if run.report is not None:
             return run.report
-        return run_report(run.key, run.result, self.facts(), self.divergence(run), self._ceilings)
+        return run_report(run.key, run.result, self.facts(), self.divergence(run), self._ceilings,
+                          self.explained(run))
 
     def why(self, run: StrategyRun, rtt_ms: float | None = None) -> Why | None:
         """Acceptance statistics and the speedup model for a drafting run (``analysis.report.Why``):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
+from analysis.divergence import row_of
 from generation.inspection import Inspection
 from generation.result import GenerationResult, Round
 from repl.runs import PromptRun, StrategyRun, round_pieces
@@ -224,6 +225,8 @@ def _result(data: dict) -> GenerationResult:
         if kept.get("inspection") is not None:
             kept["inspection"] = Inspection.from_dict(kept["inspection"])
         trace.append(Round(**kept))
+    if values.get("decisions") is not None:               # the rows that decided each token
+        values["decisions"] = [row_of(r) for r in values["decisions"]]
     result = GenerationResult(**values, trace=trace)
     result.tokens = [int(t) for t in result.tokens]
     return result

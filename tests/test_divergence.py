@@ -258,3 +258,64 @@ def test_mutation_rows_one_position_off_fail(monkeypatch):
     monkeypatch.setattr(DecisionLog, "add", one_late)
     with pytest.raises(AssertionError):
         check_float32_rows_match_target_ar(_pair(1, torch.float32, 30.0))
+
+
+# ------------------------------------------------------------ what the front ends show
+
+def _prompt_run():
+    """Target AR and two strategies on hand-built rows: one parts on a near-tie at token 1, one
+    emits at token 2 a token its own verify row ranked second (unexplained)."""
+    from repl.runs import PromptRun, StrategyRun
+    from tests.helpers.repl import result
+
+    base = [row([(1, 3.0), (2, 1.0)]), row([(7, 10.0), (8, 9.95)]), row([(4, 6.0), (9, 5.0)])]
+    tie = [base[0], row([(8, 10.02), (7, 9.98)]), row([(4, 6.0)])]
+    bug = [base[0], base[1], row([(4, 6.0), (9, 5.0)])]
+    runs = [StrategyRun("target", result([1, 7, 4], decisions=base)),
+            StrategyRun("speculative", result([1, 8, 4], decisions=tie)),
+            StrategyRun("ngram", result([1, 7, 9], decisions=bug))]
+    pr = PromptRun("p", [0], greedy=True, runs=runs)
+    pr.finish()
+    return pr
+
+
+def test_the_identical_column_says_tie_or_no_at_the_position():
+    from repl import render
+    from tests.helpers.repl import console
+
+    pr = _prompt_run()
+    cells = {run.key: render.comparison_cells(pr, run)[-1] for run in pr.runs}
+    assert cells == {"target": "baseline", "speculative": "tie@1", "ngram": "no@2"}
+    c, out = console()
+    c.print(render.stats_view(pr))
+    text = " ".join(out.getvalue().split())
+    assert "differs from target AR at token 1 (AR 7, this run 8): near-tie" in text
+    assert "differs from target AR at token 2 (AR 4, this run 9): unexplained" in text
+    assert "this run's verify (6, 5)" in text and "did not rank first" in text
+
+
+def test_the_json_carries_each_strategys_divergence():
+    obj = _prompt_run().to_dict()["strategies"]
+    assert obj["target"]["divergence"] is None
+    assert obj["speculative"]["divergence"]["verdict"] == NEAR_TIE
+    assert obj["speculative"]["divergence"]["position"] == 1
+    assert obj["ngram"]["divergence"]["verdict"] == UNEXPLAINED
+    assert obj["ngram"]["divergence"]["tokens"] == {"target_ar": 4, "strategy": 9}
+
+
+def test_a_trace_read_back_keeps_the_rows_and_the_verdicts(tmp_path):
+    from repl.trace import prompt_record, read_trace, trace_document, write_trace
+
+    path = str(tmp_path / "t.json")
+    write_trace(path, trace_document([prompt_record(_prompt_run())], {}))
+    back = read_trace(path).prompts[0]
+    assert back.runs[1].result.decisions == _prompt_run().runs[1].result.decisions
+    assert [back.report(run).divergence for run in back.runs] == [run.report.divergence for run in _prompt_run().runs]
+
+
+def test_the_html_report_shows_the_cell_and_the_verdict():
+    from repl.report import report_html
+
+    page = report_html([_prompt_run()], {})
+    assert "<td>tie@1</td>" in page and "<td>no@2</td>" in page
+    assert 'data-verdict="near-tie"' in page and 'data-verdict="unexplained"' in page

@@ -137,7 +137,7 @@ def test_comparison_table_cells():
     # no rounds and no phase times recorded: the model has nothing to price
     # no time to first token recorded (TTFT, decode tok/s): "-"
     assert rows["Speculative"][1:] == ["4", "4.0", "-", "-", "2.00x", "1.00", "0.50x", "n/a", "n/a", "-", "yes"]
-    assert rows["NASD"][1:] == ["4", "1.0", "-", "-", "0.50x", "1.00", "2.00x", "n/a", "n/a", "-", "no (token 2)"]
+    assert rows["NASD"][1:] == ["4", "1.0", "-", "-", "0.50x", "1.00", "2.00x", "n/a", "n/a", "-", "no@2"]
     assert rows["Target AR"][1:] == ["4", "2.0", "-", "-", "1.00x", "1.00", "1.00x", "-", "-", "-", "baseline"]
     assert rows["Drafter AR"][1:] == ["-", "-", "-", "-", "n/a", "-", "-", "-", "-", "-", "n/a"]
 
