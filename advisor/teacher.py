@@ -1,0 +1,129 @@
+"""Teacher forcing: a drafter model's greedy guesses along target AR's output, from one forward.
+
+Under greedy a drafter model drafts its argmax. In a round that starts at output position t,
+its i-th draft is the argmax given the sequence before t and its own drafts 0..i-1; while those
+drafts equal the output, that sequence is the output itself. So the round accepts as many
+drafts as there are consecutive positions from t where the drafter's argmax, given the target's
+own tokens before it, is the target's token, up to the γ asked; once one differs the round ends,
+and what the drafter would have drafted after it is never judged. One forward of the drafter
+over prompt + output gives that argmax at every position: the acceptance of every round start
+and every γ at once.
+
+That forward is the drafter's uncached pass over the whole sequence, where a run feeds the same
+tokens through its cache a few at a time. The two agree where the drafter's cached forward is
+exact (the engine's probe says so, ``kvcache.probe``; float32 models on a CPU are), which
+:func:`teachable` checks; a drafter that drafts from the target's state (MTP layers, EAGLE-3
+heads, Gemma 4 assistants) or on the target's cache (self-drafters sharing it), or with a
+tokenizer of its own, is not taught here: ``advisor.replay`` runs its own ``propose`` instead.
+
+:class:`TeacherDrafter` serves the guesses behind the drafter contract, so the replay drives it
+through the engine's own γ policy objects exactly as it drives an engine drafter, and counts the
+drafter forwards a :class:`generation.model_drafter.ModelDrafter` would run, by width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from generation.drafter import Drafter
+from utils.devices import model_device
+
+NO_TOKEN = -1   # a draft after the first wrong one: never judged, so any id that matches nothing
+
+
+def guesses(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None) -> tuple[int, ...]:
+    """The drafter's argmax for each output position given the prompt and the output before it:
+    ``guess[i]`` predicts ``output[i]`` (one forward over prompt + output but its last token)."""
+    ids = torch.tensor([list(prompt) + list(output[:-1])], dtype=torch.long, device=model_device(model))
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:]          # (len(output), V)
+    if vocab_size is not None:
+        logits = logits[:, :vocab_size]
+    return tuple(logits.argmax(dim=-1).tolist())
+
+
+def run_lengths(guess: Sequence[int], output: Sequence[int]) -> list[int]:
+    """Per output position t, how many consecutive positions from t the guesses equal the output:
+    the drafts a round starting at t accepts with γ at least that."""
+    runs = [0] * (len(output) + 1)
+    for t in range(len(output) - 1, -1, -1):
+        runs[t] = runs[t + 1] + 1 if guess[t] == output[t] else 0
+    return runs[:len(output)]
+
+
+def teachable(pair) -> str | None:
+    """None when the pair's drafter model can be teacher-forced exactly, else why not (one line):
+    a plain drafter model (no kind of ``engine.kinds`` owns the pair) whose cached forward the
+    probe found exact."""
+    from engine.kinds import kind_of_pair
+    from kvcache.probe import cached_model
+
+    if pair.drafter is None:
+        return "the pair has no drafter model"
+    kind = kind_of_pair(pair)
+    if kind is not None:
+        return f"a {kind.name} drafter drafts from the target's state or cache, not from the prefix alone"
+    if cached_model(pair.drafter).path != "cached":
+        return "the drafter's cached forward is not the plain cached one (its probe), so one pass may differ"
+    return None
+
+
+class TeacherDrafter(Drafter):
+    """A drafter model's greedy chains read from its teacher-forced guesses along one recorded
+    output (``prompt``, ``output``, ``guess``). It drafts what the model would have drafted up to
+    and including its first wrong draft, then :data:`NO_TOKEN` for the rest of the round (those
+    are drafted, never judged). ``steps`` counts the forwards a ``ModelDrafter`` with a cropped
+    cache runs meanwhile, by width: the first of a round feeds the tokens its cache lacks (the
+    prompt in the first round; the last draft and the target's token after a fully accepted one),
+    each later one a draft."""
+
+    kind = "model"
+
+    def __init__(self, prompt: Sequence[int], output: Sequence[int], guess: Sequence[int]):
+        self.start = len(prompt)
+        self.output = tuple(output)
+        self.guess = tuple(guess)
+        self.steps: dict[int, int] = {}
+        self._cached = 0        # positions the simulated drafter cache holds
+        self._calls = 0
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def begin(self, prompt: list[int]) -> None:
+        self._cached, self._calls, self.steps = 0, 0, {}
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None):
+        if stop_below is not None:
+            raise ValueError("teacher forcing knows the drafter's argmax only, not when it would stop early")
+        length = ids.shape[1]
+        at = length - self.start
+        drafts = []
+        for i in range(k):
+            pos = at + i
+            guess = self.guess[pos] if pos < len(self.guess) else NO_TOKEN
+            drafts.append(guess)
+            if pos >= len(self.output) or guess != self.output[pos]:
+                drafts += [NO_TOKEN] * (k - i - 1)
+                break
+        self._count_steps(length, k)
+        return torch.tensor(drafts, dtype=torch.long), None
+
+    def _count_steps(self, length: int, k: int) -> None:
+        """What ``ModelDrafter.propose`` runs for ``k`` drafts after a sequence of ``length``: a
+        rollback to ``length - 1`` (never longer than the cache), then k forwards, the first of
+        every token the cache lacks, then one draft each; the cache then holds all but the last draft."""
+        if k <= 0:
+            return
+        first = length - min(length - 1, self._cached)
+        self.steps[first] = self.steps.get(first, 0) + 1
+        if k > 1:
+            self.steps[1] = self.steps.get(1, 0) + k - 1
+        self._cached = length + k - 1
+        self._calls += k
+
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        pass

@@ -1,0 +1,200 @@
+"""The advisor's replay (``advisor.replay``, ``advisor.teacher``) against the engine's own runs.
+
+Under greedy every drafter's rounds are replayed from target AR's output: a drafter model's
+chains by teacher forcing (one forward), trees and self-drafters by the drafter's own proposals.
+Each replay must count what ``engine.run_strategy`` counts on the same prompts: target calls,
+drafted and accepted tokens, tokens made, and the drafter's forwards (by width where the model is
+the drafter's own). The drafter is the target with its output layer perturbed, so it agrees often
+enough for rounds of several accepted drafts and rejects often enough for every rollback to run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import advisor.replay
+from advisor.recorded import Replayed, record
+from advisor.replay import (
+    Method, ReplayEntry, default_grid, method, replay_grid, replay_mode, unreplayable,
+)
+from advisor.teacher import run_lengths
+from engine import HybridOptions, NGramOptions, pair_of, run_strategy
+from tests.helpers.models import tiny_llama
+
+V = 24
+LENGTH = 24
+PROMPTS = [[1, 5, 9, 5, 9, 5, 9, 3, 7, 5, 9], [3, 11, 3, 11, 12, 13, 3, 11]]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(1, vocab_size=V, logit_scale=6.0)
+    drafter = copy.deepcopy(target)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        drafter.lm_head.weight.add_(0.1 * torch.randn_like(drafter.lm_head.weight))
+    return pair_of(target, drafter)
+
+
+@pytest.fixture(scope="module")
+def recorded(pair):
+    return record(pair, PROMPTS, LENGTH)
+
+
+def engine_run(pair, m: Method, widths_of=None) -> tuple[tuple[int, int, int, int], int, dict[int, int]]:
+    """What the engine's runs of ``m`` on the prompts counted: (calls, drafted, accepted, tokens),
+    drafter forwards, and the widths of ``widths_of``'s forwards (a hook)."""
+    counts, calls, widths = [0, 0, 0, 0], 0, {}
+
+    def hook(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        widths[ids.shape[1]] = widths.get(ids.shape[1], 0) + 1
+
+    handle = widths_of.register_forward_pre_hook(hook, with_kwargs=True) if widths_of is not None else None
+    try:
+        for prompt in PROMPTS:
+            result = run_strategy(m.strategy(max_gen_len=LENGTH), pair, prompt)
+            for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens))):
+                counts[i] += n
+            calls += result.drafter_calls
+    finally:
+        if handle is not None:
+            handle.remove()
+    return tuple(counts), calls, widths
+
+
+def counts(r: Replayed) -> tuple[int, int, int, int]:
+    return r.calls, r.drafted, r.accepted, r.tokens
+
+
+def replay_one(pair, recorded, m: Method) -> ReplayEntry:
+    [entry] = replay_grid(pair, recorded, [m], max_gen_len=LENGTH)
+    return entry
+
+
+@pytest.mark.parametrize("policy", ["constant", "heuristic"])
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_teacher_forced_chains_count_what_the_engine_runs(pair, recorded, gamma, policy):
+    m = method("model", None, gamma, policy)
+    assert replay_mode(pair, m) == "teacher"
+    entry = replay_one(pair, recorded, m)
+    want, calls, widths = engine_run(pair, m, pair.drafter)
+    assert counts(entry.replayed) == want
+    assert entry.draft_steps == widths and sum(widths.values()) == calls      # the drafter's forwards, by width
+    assert entry.exact and entry.mode == "teacher"
+    assert 0 < entry.replayed.accepted < entry.replayed.drafted              # drafts kept and rejected
+    if gamma > 1:
+        assert entry.rates[1] > 0                                           # rounds that kept two drafts
+    assert sum(entry.replayed.widths.values()) == entry.replayed.calls - len(PROMPTS)
+
+
+def test_a_teacher_reading_one_position_off_is_caught(pair, recorded, monkeypatch):
+    # Mutation check: the guesses shifted by one position (the match read one position late).
+    m = method("model", None, 3)
+    want, _, _ = engine_run(pair, m)
+    real = advisor.replay.guesses
+    monkeypatch.setattr(advisor.replay, "guesses", lambda *args: real(*args)[1:] + (0,))
+    assert counts(replay_one(pair, recorded, m).replayed) != want
+
+
+def test_run_lengths_count_consecutive_matches():
+    assert run_lengths([1, 2, 9, 4, 5], [1, 2, 3, 4, 5]) == [2, 1, 0, 2, 1]
+
+
+SELF = "self:skip=1"
+
+
+@pytest.mark.parametrize("m", [
+    method("model", None, 3, tree=8),
+    method("model", None, 5, "heuristic", tree=8),
+    method("self", SELF, 1),
+    method("self", SELF, 3),
+    method("self", SELF, 5, "heuristic"),
+    method("self", SELF, 3, tree=8),
+    method("model", HybridOptions(min_match=2), 3),
+    method("ngram", NGramOptions(storage="suffix"), 4, "heuristic", tree=8),
+], ids=lambda m: m.key)
+def test_the_drafters_own_proposals_count_what_the_engine_runs(pair, recorded, m):
+    assert replay_mode(pair, m) == "drafter"
+    entry = replay_one(pair, recorded, m)
+    want, calls, _ = engine_run(pair, m)
+    assert counts(entry.replayed) == want
+    assert sum(entry.draft_steps.values()) == calls
+    assert 0 < entry.replayed.accepted < entry.replayed.drafted
+    assert entry.exact and all(entry.draft_steps.get(w, 0) >= n for w, n in entry.prefill_steps.items())
+
+
+def test_a_tree_path_read_one_position_off_is_caught(pair, recorded, monkeypatch):
+    # Mutation check: the tree's kept path judged against the output one position late.
+    m = method("model", None, 3, tree=8)
+    want, _, _ = engine_run(pair, m)
+    real = advisor.replay._path
+    monkeypatch.setattr(advisor.replay, "_path", lambda tree, output, at: real(tree, output, at + 1))
+    assert counts(replay_one(pair, recorded, m).replayed) != want
+
+
+def test_the_grid_names_methods_as_the_benchmark_does(pair):
+    from bench.variants import parse_variant_name
+
+    grid = default_grid(pair, gammas=(2, 4), trees=(0, 16), self_specs=())
+    keys = [m.key for m in grid]
+    assert len(keys) == len(set(keys)) == (5 + 2) * 2 * 2 * 2           # 5 storages, the model, the hybrid
+    for key in ("speculative@4", "speculative:heuristic@2", "speculative+tree16@4", "ngram[suffix]@2",
+                "speculative+hybrid4@4", "ngram[sam]+tree16:heuristic@4"):
+        assert key in keys and parse_variant_name(key).name == key
+    assert method("self", "self:int8", 4).key == "speculative[self:int8]@4"
+    assert {replay_mode(pair, m) for m in grid} == {"teacher", "drafter"}
+
+
+def kinds_of(pair) -> tuple[set[str], list[str]]:
+    """(drafters of the default grid, what unreplayable names) for ``pair``."""
+    grid = default_grid(pair, gammas=(2,), policies=("constant",), trees=(0,), self_specs=())
+    return {m.drafter for m in grid if m.drafter != "ngram"}, [name for name, _ in unreplayable(pair)]
+
+
+def test_the_plain_and_self_pairs_replay_their_drafter(pair):
+    from model_drafters.selfdraft.build import build_self_drafter
+    from model_drafters.selfdraft.spec import parse_self_draft
+
+    assert kinds_of(pair) == ({"model"}, ["lookahead", "speculative:model"])
+    self_pair = pair_of(pair.target, build_self_drafter(pair.target, parse_self_draft(SELF)))
+    assert kinds_of(self_pair) == ({"model"}, ["lookahead", "speculative:model"])
+    assert replay_mode(self_pair, method("model", None, 3)) == "drafter"     # on the target's cache: not taught
+
+
+def _mtp_pair():
+    from tests.helpers.mtp import mtp_layers_for, tiny_target
+
+    target = tiny_target("deepseek_v3", layers=2, mtp_layers=1, vocab_size=8, seed=0)
+    return pair_of(target, mtp_layers_for(target, 1, seed=1))
+
+
+def _gemma4_pair():
+    from model_drafters.gemma4_assistant import mark_assistant
+    from tests.helpers.gemma4_assistant import tiny_assistant, tiny_target
+
+    target = tiny_target(seed=0)
+    return pair_of(target, mark_assistant(tiny_assistant(target, seed=1), target))
+
+
+def _eagle3_pair(folder):
+    from tests.helpers.eagle3 import zoo_head
+
+    target, head = zoo_head("llama", folder)
+    return pair_of(target, head)
+
+
+@pytest.mark.parametrize("kind", ["mtp", "gemma4_assistant", "eagle3"])
+def test_drafters_of_the_targets_state_are_listed_not_replayed(kind, tmp_path):
+    try:
+        built = {"mtp": _mtp_pair, "gemma4_assistant": _gemma4_pair, "eagle3": lambda: _eagle3_pair(tmp_path)}[kind]()
+    except (ImportError, ValueError, RuntimeError) as exc:          # a release without the family
+        pytest.skip(f"{kind}: {str(exc).splitlines()[0]}")
+    drafters, names = kinds_of(built)
+    assert drafters == set() and names == [f"speculative ({kind})", "lookahead", "speculative:model"]
+    assert replay_mode(built, method("model", None, 3)) is None
+    reason = dict(unreplayable(built))[f"speculative ({kind})"]
+    assert "hidden states" in reason and "\n" not in reason
