@@ -29,7 +29,10 @@ Definitions (docs/benchmark.md repeats them):
 * mean γ: the mean draft length the rounds asked for (a policy's choices).
 * identical (greedy only): share of the prompts both ran whose output equals
   target autoregressive's (first repeat); first divergence: median position of
-  the first differing token among the prompts that differ.
+  the first differing token among the prompts that differ; ties: how many of
+  those differ on a near-tie (the two computations' rounding ranks two nearly
+  equal tokens differently, ``analysis.divergence``), apart from the
+  unexplained ones (and the unjudged: a peer keeps no rows).
 * time to first token: the median over runs of our engine's seconds until the
   first round's tokens were on the host (prefill included), in ms; None for peers.
 * decode tokens/s: as tokens/s, with each run's first round left out (tokens
@@ -49,6 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from analysis.acceptance import AcceptanceCounts
+from analysis.divergence import Divergence, explain, identity_counts
 from utils.builtin_prompts import GROUNDED_CATEGORIES
 from generation.result import first_divergence
 from bench.margin import ratio_margin
@@ -82,6 +86,9 @@ class SummaryRow:
     identical_count: int | None = None
     first_divergence: float | None = None
     divergences: list[int] = field(default_factory=list)
+    ties: int | None = None
+    unexplained: int | None = None
+    unjudged: int | None = None
     gamma_policy: str = ""
     mean_gamma: float | None = None
     mean_acceptance_length: float | None = None
@@ -240,6 +247,19 @@ def output_agreement(records: Sequence[RunRecord],
     return identical, divergences
 
 
+def output_verdicts(records: Sequence[RunRecord], reference: dict[str, list[int]],
+                    base: Sequence[RunRecord]) -> list[Divergence]:
+    """The differences :func:`output_agreement` counts, each judged from the rows both runs kept
+    (``analysis.divergence``: near-tie, unexplained, or no verdict where a run kept none, as a
+    peer's); ``base``: target AR's runs, whose first repeat made the reference."""
+    first_base = min((r.repeat for r in base), default=0)
+    rows = {r.prompt_id: r.decisions for r in base if r.repeat == first_base}
+    first = min((r.repeat for r in records), default=0)
+    judged = (explain(reference[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions)
+              for r in records if r.repeat == first and r.prompt_id in reference)
+    return [d for d in judged if d is not None]
+
+
 def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[RunRecord],
                     peer: Sequence[RunRecord], category: str, *,
                     reference: dict[str, list[int]] | None) -> SummaryRow:
@@ -275,6 +295,8 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         row.identical = same / compared if compared else None
         row.divergences = sorted(divergences)
         row.first_divergence = median(divergences)
+        counts = identity_counts(output_verdicts(records, reference, base))
+        row.ties, row.unexplained, row.unjudged = counts["ties"], counts["unexplained"], counts["unjudged"]
     return row
 
 

@@ -24,6 +24,10 @@ class RunRecord:
     ``other`` seconds (None for peers). ``rounds`` and ``mean_gamma``: draft
     rounds and the mean draft length they asked for (ours, drafting only).
     ``tree_fallback``: why a tree variant verified chains instead ("" otherwise).
+    ``decisions``: our greedy run of the target's rows that decided each token
+    (``GenerationResult.decisions``), from which a difference from target AR is judged a
+    near-tie or unexplained (``analysis.divergence``); None for peers and under sampling;
+    kept in memory only (not in ``row``).
     ``acceptance``: the run's acceptance counters (``AcceptanceCounts.to_dict`` of
     ``analysis.acceptance``: drafting rounds, accepted and reached per position,
     the histograms), pooled over runs for the summary; None where the decoder
@@ -51,6 +55,7 @@ class RunRecord:
     repeat: int
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)
+    decisions: list | None = field(default=None, repr=False)
     seconds: float = 0.0
     drafted: int | None = None
     accepted: int | None = None
@@ -106,6 +111,7 @@ class RunRecord:
         """A flat, JSON/CSV-ready dict without the token ids."""
         out = asdict(self)
         out.pop("tokens")
+        out.pop("decisions")
         out.update(n_tokens=self.n_tokens, tokens_per_s=self.tokens_per_s,
                    decode_tokens_per_s=self.decode_tokens_per_s)
         return out

@@ -29,9 +29,11 @@ def ratio_cell(value: float | None, margin: float | None) -> str:
 
 
 def _identical(row: SummaryRow) -> str:
+    """``4/6``, and ``4/6, ties 2`` when some of the differences are near-ties (``bench.aggregate``)."""
     if row.identical is None:
         return DASH
-    return f"{row.identical_count}/{row.identical_count + len(row.divergences)}"
+    cell = f"{row.identical_count}/{row.identical_count + len(row.divergences)}"
+    return cell + (f", ties {row.ties}" if row.ties else "")
 
 
 def overall_cells(row: SummaryRow) -> list[str]:

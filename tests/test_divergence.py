@@ -319,3 +319,30 @@ def test_the_html_report_shows_the_cell_and_the_verdict():
     page = report_html([_prompt_run()], {})
     assert "<td>tie@1</td>" in page and "<td>no@2</td>" in page
     assert 'data-verdict="near-tie"' in page and 'data-verdict="unexplained"' in page
+
+
+# ------------------------------------------------------------ the benchmark's identity counts
+
+def test_the_benchmark_counts_ties_apart_from_unexplained():
+    from bench.aggregate import ALL, summarize
+    from bench.records import RunRecord
+    from bench.report import overall_cells
+    from bench.writers import report_dict
+
+    base = [row([(1, 3.0)]), row([(7, 10.0), (8, 9.95)]), row([(4, 6.0), (9, 5.0)])]
+    tie = [base[0], row([(8, 10.02), (7, 9.98)])]
+    bug = [base[0], base[1], row([(4, 6.0), (9, 5.0)])]
+
+    def rec(variant, prompt, tokens, decisions, strategy="speculative"):
+        return RunRecord(variant=variant, strategy=strategy, gamma=4, family="ours", prompt_id=prompt,
+                         category="chat", repeat=0, prompt_tokens=1, tokens=tokens, seconds=1.0,
+                         decisions=decisions)
+    records = [rec("target", p, [1, 7, 4], base, "target") for p in ("a", "b", "c", "d")]
+    records += [rec("speculative@4", "a", [1, 7, 4], base), rec("speculative@4", "b", [1, 8, 4], tie),
+                rec("speculative@4", "c", [1, 7, 9], bug), rec("speculative@4", "d", [1, 8, 4], None)]
+    spec = next(r for r in summarize(records, greedy=True) if r.variant == "speculative@4" and r.category == ALL)
+    assert (spec.identical_count, spec.ties, spec.unexplained, spec.unjudged) == (1, 1, 1, 1)
+    assert "1/4, ties 1" in overall_cells(spec)
+    document = report_dict({}, {}, [spec], [], records, [])             # bench.json
+    assert (document["summary"][0]["ties"], document["summary"][0]["unexplained"]) == (1, 1)
+    assert "decisions" not in document["runs"][0]
