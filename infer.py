@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check that speculative decoding and NASD keep the target's output on the "
                              "loaded pair (greedy, cache on and off, and sampling; token trees with --tree N); "
                              "one line per check, exit status 1 when any fails")
+    script.add_argument("--advise", action="store_true",
+                        help="advise which way of drafting this pair should use here for the scripted prompts "
+                             "(every drafter replayed from target AR's greedy output, ranked by predicted "
+                             "speedup, the best 3 confirmed by real runs); with --json one JSON object "
+                             "(docs/advisor.md)")
+    script.add_argument("--costs", metavar="FILE",
+                        help="the advisor's forward costs read from FILE (measured elsewhere: a --json "
+                             "advice's 'costs' object or bench.py --advise's costs.json) instead of measured here")
     traces = parser.add_argument_group("traces")
     traces.add_argument("--trace-out", metavar="FILE",
                         help="write every prompt's trace (settings, models, rounds, metrics) to FILE as JSON")
@@ -165,8 +173,19 @@ def main(argv: list[str] | None = None) -> int:
         notices = apply_flags(args, settings)
     except CommandError as e:
         parser.error(str(e))
-    scripted = not args.selftest and bool(args.prompt or args.prompts_file or args.json
+    scripted = not args.selftest and bool(args.prompt or args.prompts_file or args.json or args.advise
                                           or not sys.stdin.isatty())
+    if args.advise and (args.selftest or not (args.prompt or args.prompts_file or not sys.stdin.isatty())):
+        parser.error("--advise advises on scripted prompts: give --prompt TEXT or --prompts-file FILE "
+                     "(or pipe them on stdin), without --selftest")
+    costs = None
+    if args.costs:
+        from advisor.costs import CostsError, CostTable
+
+        try:
+            costs = CostTable.load(args.costs)
+        except CostsError as e:
+            parser.error(str(e))
     if args.json or not sys.stdout.isatty():
         # Live drawing needs a terminal, and stdout carries JSON or a pipe's text.
         if args.cmd_live:
@@ -226,9 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         from repl.scripted import run_script
 
         output = make_console(stderr=args.json)
-        session = Session(runner, settings, output if not args.json else messages, trace_out=args.trace_out)
+        session = Session(runner, settings, output if not args.json else messages, trace_out=args.trace_out,
+                          advisor_costs=costs)
+        if args.advise:
+            from repl.advice import advise_script
+
+            return advise_script(session, entries, as_json=args.json, stdout=sys.stdout)
         return run_script(session, entries, as_json=args.json, stdout=sys.stdout)
-    return interactive(Session(runner, settings, messages, trace_out=args.trace_out))
+    return interactive(Session(runner, settings, messages, trace_out=args.trace_out, advisor_costs=costs))
 
 
 if __name__ == "__main__":

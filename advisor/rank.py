@@ -119,7 +119,8 @@ class Advice:
 
 # ------------------------------------------------------------------ pricing
 
-def _is_copier(method) -> bool:
+def is_copier(method) -> bool:
+    """Whether the method drafts by copying a continuation from the text (its copy ceiling applies)."""
     return getattr(getattr(method, "options", None), "storage", None) in COPIERS
 
 
@@ -135,14 +136,21 @@ def _verify_costs(costs: CostTable, widths, step: float, estimated: list[str]) -
     return out
 
 
+def steady_steps(entry, widest: int) -> dict[int, int]:
+    """The drafter's forwards by width outside each prompt's first round, which holds the prefill
+    and is not priced, as the target's is not: the entry's ``prefill_steps`` taken out where the
+    replay counted them, else every step wider than the widest verify + 1 (it fed a prompt)."""
+    prefill = getattr(entry, "prefill_steps", None)
+    if prefill is None:
+        return {w: n for w, n in entry.draft_steps.items() if w <= widest + 1}
+    return {w: n - prefill.get(w, 0) for w, n in entry.draft_steps.items() if n > prefill.get(w, 0)}
+
+
 def _draft_seconds(entry, costs: CostTable, scale: float, widest: int, estimated: list[str]) -> tuple[float, int]:
-    """(seconds, forwards) of the drafter's steps in the priced rounds. A step wider than the
-    widest verify + 1 feeds a prompt (the prefill round's) and is left out, as the target's is."""
+    """(seconds, forwards) of the drafter's steps in the priced rounds (:func:`steady_steps`)."""
     key = drafter_key(entry.method)
     seconds, steps = 0.0, 0
-    for width, count in sorted(entry.draft_steps.items()):
-        if width > widest + 1:
-            continue
+    for width, count in sorted(steady_steps(entry, widest).items()):
         cost, guessed = costs.draft(key, width)
         seconds += count * cost * scale
         steps += count
@@ -211,7 +219,7 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     why.verify = {w: s / step for w, s in verify_s.items()}
     why.mean_width = sum(w * n for w, n in replayed.widths.items()) / rounds
     why.draft_steps = steps / rounds
-    if recorded and max_gen_len and _is_copier(method):
+    if recorded and max_gen_len and is_copier(method):
         why.ceiling_tokens_per_call, why.ceiling_speedup = _ceiling(entry, recorded, max_gen_len, verify_s, costs,
                                                                     step, costs.host_s, estimated)
     why.estimated = list(dict.fromkeys(estimated))

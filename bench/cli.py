@@ -330,6 +330,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check that variant A runs at least X times as fast as B, e.g. "
                         "speculative@4/target=1.2; B may be 'best' (A's fastest constant gamma); "
                         "'@grounded' or '@CATEGORY' after X restricts the prompts (repeatable)")
+    a = p.add_argument_group("the advisor (docs/advisor.md)")
+    a.add_argument("--advise", action="store_true",
+                   help="instead of the runs: advise, per category of the prompts, which way of drafting this pair "
+                        "should use here (every drafter replayed from target AR's greedy output and ranked by "
+                        "predicted speedup, the best --confirm run for real); writes advice.json, advice.md and "
+                        "costs.json to --out")
+    a.add_argument("--costs", metavar="FILE", default=None,
+                   help="with --advise: the forward costs read from FILE (a costs.json measured elsewhere) "
+                        "instead of measured here")
+    a.add_argument("--confirm", type=_non_negative, default=3, metavar="N",
+                   help="with --advise: how many of the best methods to confirm by real runs (default 3)")
     return p
 
 

@@ -11,6 +11,7 @@ import torch
 from rich.console import Console
 from rich.text import Text
 
+from bench.advise import advice_conflict, run_advice
 from bench.aggregate import summarize
 from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
@@ -145,9 +146,14 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if args.advise and (problem := advice_conflict(args)):
+        _error(err, problem)
+        return 2
     models = _load(args, loader, err)
     if models is None:
         return 2
+    if args.advise:         # the advisor in place of the runs
+        return run_advice(args, prompts, models, out, err)
 
     sessions, follow_up = build_sessions(args, prompts, models)
     sessions, skipped = split_fitting_sessions(sessions, length=args.length, context_length=models.context_length,

@@ -65,6 +65,10 @@ class BenchSettings:
     out: Path
     chart: bool
     expect: list
+    # the advisor (bench.advise)
+    advise: bool = False
+    costs: str | None = None
+    confirm: int = 3
 
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> BenchSettings:

@@ -255,6 +255,14 @@ def parse_inspect(words: list[str], settings: Settings | None = None) -> Update:
     return Update(action="inspect", topic=strategy, argument=round_word)
 
 
+def parse_advise(words: list[str], settings: Settings | None = None) -> Update:
+    """``[PROMPT]``: the prompt's text (the last prompt when none); the session checks it fits."""
+    text = " ".join(words).strip()
+    if text.startswith("/"):
+        raise CommandError(f"a prompt, not a command, follows /advise (got {words[0]!r})")
+    return Update(action="advise", argument=text or None)
+
+
 def _parse_save(words: list[str], settings: Settings) -> Update:
     if not words:
         raise CommandError("missing file name")
@@ -404,6 +412,10 @@ COMMANDS: dict[str, Command] = {
                 "phase times and the speedup model", _no_args("stats")),
         Command("selftest", "", "check that speculative decoding and NASD keep the target's output "
                 "on this pair (greedy, cache on and off, and sampling)", _no_args("selftest")),
+        Command("advise", "[PROMPT]", "which way of drafting this pair should use here, and why: every "
+                "drafter replayed from target AR's greedy output on the last prompt (or PROMPT), ranked by "
+                "predicted speedup from this machine's forward costs (measured once, or --costs FILE), the "
+                "best 3 run for real to confirm (docs/advisor.md)", parse_advise),
         Command("inspect", "[STRATEGY] [ROUND]", "what both models thought at each drafted position of "
                 "a round of the last prompt: q(x), p(x), min(1, p/q), entropies, top-5 tokens, the "
                 "residual at a rejection (default: the first round with a rejection)", parse_inspect,

@@ -35,8 +35,10 @@ def unescape(text: str) -> str:
 class Session:
     """Commands and prompts against one settings object and one runner."""
 
-    def __init__(self, runner: Runner, settings: Settings, console: Console, *, trace_out: str | None = None):
+    def __init__(self, runner: Runner, settings: Settings, console: Console, *, trace_out: str | None = None,
+                 advisor_costs=None):
         self.runner = runner
+        self.advisor_costs = advisor_costs  # the advisor's cost table (advisor.costs): --costs FILE or the first /advise
         self.settings = settings
         self.console = console
         self.failures = 0  # bad commands, refused prompts, failed strategies
@@ -87,6 +89,10 @@ class Session:
                 self.save(reply.argument)
         elif reply.action == "selftest":
             self.selftest()
+        elif reply.action == "advise":
+            from repl.advice import advise_command
+
+            advise_command(self, None if reply.argument is None else unescape(reply.argument))
         elif reply.action == "clear":
             self.console.clear()
         return True
@@ -94,10 +100,15 @@ class Session:
     # ------------------------------------------------------ stats and traces
 
     def show_stats(self) -> None:
-        if self.last_run is None:
+        if self.last_run is None and self.advisor_costs is None:
             self.error("no prompt has run yet: /stats shows the last prompt's numbers")
             return
-        self.console.print(render.stats_view(self.last_run, rtt_ms=self.settings.rtt))
+        if self.last_run is not None:
+            self.console.print(render.stats_view(self.last_run, rtt_ms=self.settings.rtt))
+        if self.advisor_costs is not None:       # the advisor's cost table, kept for the next /advise
+            from repl.advice import costs_table
+
+            self.console.print(costs_table(self.advisor_costs))
 
     def inspect(self, strategy: str | None, round_word: str | None) -> None:
         """/inspect [STRATEGY] [ROUND]: one round of the last prompt, position by position."""

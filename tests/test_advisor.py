@@ -43,6 +43,7 @@ class E:
     rates: list
     exact: bool = True
     note: str = ""
+    prefill_steps: dict | None = None    # None: the ranking finds the prefill's steps by their width
 
 
 def table(**changes) -> CostTable:
@@ -94,6 +95,13 @@ def test_the_ranking_orders_by_the_predicted_speedup_worked_by_hand():
     assert model.why.rates == [0.9, 0.8, 0.7, 0.6]
     assert not model.estimate and model.why.estimated == []
     assert "c 0.20" in model.why.line() and "4.00 tok/call" in model.why.line()
+
+
+def test_the_prefill_rounds_drafter_steps_are_left_out_as_the_replay_counted_them():
+    counted = model_entry(draft_steps={2: 12, 1: 30, 40: 2}, prefill_steps={2: 2, 40: 2})
+    assert rank([counted], table())[0].predicted_speedup == pytest.approx(MODEL, rel=1e-9)
+    kept = model_entry(draft_steps={2: 12, 1: 30}, prefill_steps={})       # nothing was the prefill's
+    assert rank([kept], table())[0].why.draft_steps == pytest.approx(4.2)
 
 
 def test_mutation_a_ranking_that_forgets_the_drafters_steps_fails_the_check(monkeypatch):
@@ -191,3 +199,220 @@ def test_a_bad_costs_file_is_one_line(tmp_path, text, words):
     assert words in str(caught.value) and "\n" not in str(caught.value)
     with pytest.raises(CostsError, match="cannot read"):
         CostTable.load(tmp_path / "missing.json")
+
+
+# ------------------------------------------------------------------ advise end to end
+
+def tiny_pair():
+    from tests.helpers.models import tiny_llama
+    from tests.helpers.pairs import model_pair
+
+    target = tiny_llama(1, vocab_size=48, logit_scale=8.0)        # decisive argmax
+    drafter = tiny_llama(2, vocab_size=48, logit_scale=8.0)       # independent: rejections and rollbacks run
+    return model_pair(target, drafter)
+
+
+def tiny_grid():
+    from advisor.replay import method
+
+    return [method("ngram", NGramOptions(storage="suffix"), 4), method("model", None, 2),
+            method("model", None, 3, tree=6)]
+
+
+def check_report(report, prompts: int) -> None:
+    """The contract's JSON, the best confirmed (its output target AR's), the others not, the costs."""
+    data = report.to_dict()
+    assert set(data) >= {"advice", "seconds", "costs", "unreplayable", "prompts"}
+    assert data["prompts"] == prompts and data["seconds"] > 0
+    advice = data["advice"]
+    assert sorted(a["method"] for a in advice) == sorted(m.key for m in tiny_grid())
+    assert [a["predicted_speedup"] for a in advice] == sorted((a["predicted_speedup"] for a in advice), reverse=True)
+    best, rest = advice[0], advice[1:]
+    assert best["measured_speedup"] is not None and best["measured_speedup"] > 0
+    assert best["identical"] is True                # greedy: the confirmed run made target AR's tokens
+    assert all(a["measured_speedup"] is None for a in rest)
+    for a in advice:
+        assert set(a) >= {"method", "gamma", "gamma_policy", "tree", "predicted_speedup", "tokens_per_call",
+                          "measured_speedup", "why"}
+    assert data["costs"]["where"] and data["costs"]["label"].startswith("measured on ")
+    for a in report.advice:                        # every width a round ran was measured, none estimated
+        assert set(a.entry.replayed.widths) <= set(report.costs.target_s) and not a.why.estimated
+    assert "1" in data["costs"]["target_s"] and "model" in data["costs"]["draft_s"]
+    json.dumps(data)
+
+
+PROMPTS = [[3, 5, 7, 9, 3, 5], [11, 4, 4, 20]]
+
+
+def test_advise_end_to_end_on_a_tiny_pair_confirms_the_best_and_times_itself():
+    from advisor.advise import advise
+
+    lines = []
+    report = advise(tiny_pair(), PROMPTS, length=12, confirm=1, grid=tiny_grid(), say=lines.append)
+    check_report(report, len(PROMPTS))
+    assert any("confirming" in line for line in lines)
+
+
+def test_mutation_a_baseline_that_is_not_target_ars_output_fails_the_check(monkeypatch):
+    import advisor.advise
+
+    real = advisor.advise.run_baseline
+
+    def shifted(*args, **kwargs):
+        baseline = real(*args, **kwargs)
+        baseline.outputs = [output[1:] + output[:1] for output in baseline.outputs]
+        return baseline
+
+    monkeypatch.setattr(advisor.advise, "run_baseline", shifted)
+    report = advisor.advise.advise(tiny_pair(), PROMPTS[:1], length=12, confirm=1, grid=tiny_grid())
+    with pytest.raises(AssertionError):
+        check_report(report, 1)
+    assert report.notes and "differed" in report.notes[0]
+
+
+def test_advise_keeps_a_read_table_and_its_label(tmp_path):
+    from advisor.advise import advise
+
+    path = tmp_path / "costs.json"
+    table(target_s={1: 0.01, 3: 0.012, 5: 0.014, 7: 0.016}, draft_s={"model": {1: 0.002, 2: 0.0022, 3: 0.0024}}
+          ).save(path)
+    read = CostTable.load(path)
+    report = advise(tiny_pair(), [[3, 5, 7, 9, 3, 5]], length=8, confirm=0, grid=tiny_grid(), costs=read)
+    assert report.costs is read and f"read from {path}" in report.to_dict()["costs"]["label"]
+    assert all(a.measured_speedup is None for a in report.advice)
+
+
+# ------------------------------------------------------------------ the REPL's /advise
+
+def test_the_advise_command_parses_and_refuses_bad_input():
+    from repl.commands import execute
+    from repl.settings import Settings
+
+    settings = Settings()
+    reply = execute("/advise", settings)
+    assert reply.ok and reply.action == "advise" and reply.argument is None
+    reply = execute("/advise   tell me   a story ", settings)
+    assert reply.ok and reply.argument == "tell me a story"
+    reply = execute("/advise /gamma 4", settings)
+    assert not reply.ok and "\n" not in reply.message and "usage: /advise [PROMPT]" in reply.message
+
+
+def repl_session(pair=None):
+    from repl.runner import Runner
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.repl import console, fake_pair
+
+    c, out = console()
+    return Session(Runner(pair or fake_pair()), Settings(length=10, chat=False), c), out
+
+
+def test_advise_with_no_prompt_yet_is_one_line():
+    session, out = repl_session()
+    session.command("/advise")
+    assert session.failures == 1 and "no prompt has run yet" in session.last_error
+    session.command("/stats")               # no prompt and no costs yet: still one line
+    assert session.failures == 2 and "\n" not in session.last_error
+
+
+def test_advise_in_the_repl_shows_the_ranking_and_keeps_the_costs_for_stats(monkeypatch):
+    import advisor.replay
+    from repl.runs import PromptRun
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    session, out = repl_session(tiny_pair())
+    session.last_run = PromptRun("p", PROMPTS[0], greedy=True, settings=session.settings.to_dict())
+    session.command("/advise")
+    text = out.getvalue()
+    assert session.failures == 0, session.last_error
+    assert "advice: best first" in text and "measured on " in text and "advised in " in text
+    assert all(m.key in text for m in tiny_grid())
+    costs = session.advisor_costs
+    assert costs is not None
+    session.command("/advise")              # the second advice prices with the kept table
+    assert session.advisor_costs is costs
+    session.command("/stats")
+    assert "forward costs, measured on" in out.getvalue()
+
+
+# ------------------------------------------------------------------ scripted --advise and bench.py --advise
+
+def word_pair():
+    """The tiny pair over the REPL tests' word tokenizer (prompts as text)."""
+    from tests.helpers.pairs import model_pair
+    from tests.helpers.repl import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    target = build_model(1, len(tokenizer), context=256)
+    drafter = build_model(1, len(tokenizer), context=256, noise=0.5)      # agrees with the target now and then
+    return model_pair(target, drafter, tokenizer=tokenizer, end_tokens=[2], context_length=256)
+
+
+def test_scripted_advise_prints_the_contracts_json_object(monkeypatch):
+    import io
+
+    import advisor.replay
+    from repl.advice import advise_script
+    from repl.runner import Runner
+    from repl.scripted import Entry
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.repl import console
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    c, _ = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    stdout = io.StringIO()
+    entries = [Entry("command", "/length 6", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2"),
+               Entry("prompt", "the dog sat on the cat", "stdin:3")]
+    assert advise_script(session, entries, as_json=True, stdout=stdout) == 0, session.last_error
+    data = json.loads(stdout.getvalue())
+    assert data["prompts"] == 2 and data["length"] == 6 and data["seconds"] > 0
+    assert data["advice"][0]["measured_speedup"] is not None and len(data["advice"]) == 3
+
+
+def test_infer_refuses_a_bad_costs_file_and_advise_with_selftest_before_loading(tmp_path, capsys):
+    import infer
+
+    (tmp_path / "costs.json").write_text("{}")
+    for argv, words in ((["--advise", "--selftest"], "--advise advises on scripted prompts"),
+                        (["--prompt", "x", "--costs", str(tmp_path / "costs.json")], "format")):
+        with pytest.raises(SystemExit) as caught:
+            infer.main(argv)
+        assert caught.value.code == 2
+        assert words in capsys.readouterr().err
+
+
+def test_bench_advise_writes_the_advice_per_category_and_a_costs_file_it_reads_back(tmp_path, monkeypatch, capsys):
+    import advisor.replay
+    from bench.cli import main
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text("\n".join(json.dumps(x) for x in [
+        {"question_id": 1, "category": "summarization", "turns": ["the cat sat on the mat . the cat sat"]},
+        {"question_id": 2, "category": "chat", "turns": ["how are you"]},
+        {"question_id": 3, "category": "chat", "turns": ["what is the time"]}]), encoding="utf-8")
+    pair, out = word_pair(), tmp_path / "out"
+    argv = ["--advise", "--prompts", str(prompts), "--length", "6", "--confirm", "1", "--out", str(out), "--no-chat"]
+    assert main(argv, loader=lambda args: pair) == 0
+    data = json.loads((out / "advice.json").read_text())
+    assert list(data["advice"]) == ["summarization", "chat"] and data["advice"]["chat"]["prompts"] == 2
+    assert all(r["advice"][0]["measured_speedup"] is not None for r in data["advice"].values())
+    assert "## chat" in (out / "advice.md").read_text() and "## chat" in capsys.readouterr().out
+    read = CostTable.load(out / "costs.json")
+    again = tmp_path / "again"
+    assert main(argv[:-3] + ["--out", str(again), "--costs", str(out / "costs.json"), "--no-chat"],
+                loader=lambda args: pair) == 0
+    label = json.loads((again / "advice.json").read_text())["advice"]["chat"]["costs"]["label"]
+    assert label == f"measured on {read.where} (read from {out / 'costs.json'})"
+
+
+def test_bench_advise_refuses_bad_input_in_one_line_before_loading(tmp_path, capsys):
+    from bench.cli import main
+
+    (tmp_path / "costs.json").write_text("[]")
+    for extra in (["--costs", str(tmp_path / "costs.json")], ["--multi-turn"]):
+        assert main(["--advise", *extra, "--out", str(tmp_path / "o")], loader=lambda args: pytest.fail("loaded")) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "\n" not in err

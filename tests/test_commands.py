@@ -205,7 +205,7 @@ def test_documented_commands_are_all_in_the_table():
         "gamma", "length", "processor", "speculative", "ngram", "target", "drafter", "cache", "chat",
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
         "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
-        "inspect", "tree_sample", "verify", "suffix_pattern", "suffix_outputs", "match_factor", "corpus",
+        "inspect", "advise", "tree_sample", "verify", "suffix_pattern", "suffix_outputs", "match_factor", "corpus",
         "hybrid", "fill_width",
         "lookahead", "lookahead_window", "lookahead_ngram", "lookahead_guesses",
     } | ({"selftest"} if "selftest" in COMMANDS else set())

@@ -1,0 +1,187 @@
+"""``advise``: which way of drafting this pair should use on this machine for these prompts, and why.
+
+Greedy only: under greedy decoding the output does not depend on the drafter, so target AR's
+output replays every chain drafter's rounds exactly (``advisor.replay``). The steps: target AR
+on each prompt (recorded with its top-k; then timed again, warm, as the baseline: its tokens/s is
+the denominator of every measured speedup, its decode step anchors the predictions); the cost
+table (measured once, or given); the replay of the grid; the ranking (``advisor.rank``); and the
+top few confirmed by running them for real through ``engine.run_strategy`` with the same seed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from advisor.costs import CostTable, drafter_key, measure_costs
+from advisor.rank import Advice, is_copier, rank, steady_steps
+
+SEED = 42
+SAMPLING_NOTE = ("the processor samples: the advice replays greedy paths and confirms under greedy, so its "
+                 "acceptance is an estimate for sampling")
+
+
+@dataclass
+class AdviceReport:
+    """What ``advise`` found: the advice best first, its wall seconds in all, the costs it priced
+    with, what it could not replay, and the baseline."""
+
+    advice: list[Advice]
+    seconds: float
+    costs: CostTable
+    unreplayable: list[tuple[str, str]]
+    prompts: int
+    length: int
+    ar_tokens_per_s: float
+    ar_step_s: float | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"advice": [a.to_dict() for a in self.advice], "seconds": round(self.seconds, 3),
+                "costs": self.costs.to_dict(),
+                "unreplayable": [{"method": m, "reason": r} for m, r in self.unreplayable],
+                "prompts": self.prompts, "length": self.length,
+                "baseline": {"tokens_per_s": round(self.ar_tokens_per_s, 4),
+                             "decode_step_s": None if self.ar_step_s is None else round(self.ar_step_s, 6)},
+                "notes": list(self.notes)}
+
+
+@dataclass
+class Baseline:
+    """Target AR over the prompts: tokens, seconds, the decode part, and the outputs."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+    outputs: list[list[int]] = field(default_factory=list)
+
+    def add(self, result) -> None:
+        self.tokens += len(result.tokens)
+        self.seconds += result.seconds
+        self.outputs.append(list(result.tokens))
+        decode = result.decode_seconds
+        if decode is not None and decode > 0:
+            self.decode_tokens += len(result.tokens) - result.first_tokens
+            self.decode_seconds += decode
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 and self.decode_tokens else None
+
+    @property
+    def step_s(self) -> float | None:
+        rate = self.decode_tokens_per_s
+        return 1.0 / rate if rate else None
+
+
+def _greedy(strategy_fields: dict):
+    from sampling import GreedyProcessor
+
+    return {"processor": GreedyProcessor(), **strategy_fields}
+
+
+def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int = SEED) -> Baseline:
+    """Target AR, greedy, on every prompt, through ``engine.run_strategy``."""
+    from engine import Strategy, run_strategy
+
+    out = Baseline()
+    for prompt in prompts:
+        out.add(run_strategy(Strategy("target", **_greedy(dict(max_gen_len=length, seed=seed))), pair, prompt,
+                             state=state))
+    return out
+
+
+def confirm_one(advice: Advice, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED) -> None:
+    """Run ``advice``'s method for real on every prompt and fill its measured speedups (end to
+    end over target AR's tokens/s, and the decode part) and whether its output was target AR's."""
+    from engine import run_strategy
+
+    tokens = decode_tokens = 0
+    seconds = decode_seconds = 0.0
+    identical = True
+    try:
+        for prompt, expected in zip(prompts, baseline.outputs):
+            strategy = advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
+            result = run_strategy(strategy, pair, prompt, state=state)
+            identical = identical and list(result.tokens) == expected
+            tokens += len(result.tokens)
+            seconds += result.seconds
+            if result.decode_seconds:
+                decode_tokens += len(result.tokens) - result.first_tokens
+                decode_seconds += result.decode_seconds
+    except Exception as e:          # a method that fails for real is shown failed, not the whole advice
+        advice.confirm_error = f"{type(e).__name__}: {e}"
+        return
+    if seconds > 0 and baseline.tokens_per_s > 0:
+        advice.measured_speedup = tokens / seconds / baseline.tokens_per_s
+    if decode_seconds > 0 and baseline.decode_tokens_per_s:
+        advice.measured_decode_speedup = decode_tokens / decode_seconds / baseline.decode_tokens_per_s
+    advice.identical = identical
+
+
+def _needs(entries) -> tuple[set[int], dict[str, set[int]], dict]:
+    """The target widths and each drafter's step widths the entries' rounds ran, and a method per
+    drafter (to time one with no module of its own)."""
+    target: set[int] = {1}
+    drafters: dict[str, set[int]] = {}
+    methods = {}
+    for entry in entries:
+        target |= set(entry.replayed.widths)
+        if is_copier(entry.method):      # its copy ceiling may round at any width up to γ + 1
+            target |= set(range(1, entry.method.gamma + 2))
+        if entry.draft_steps:
+            key = drafter_key(entry.method)
+            drafters.setdefault(key, {1}).update(steady_steps(entry, max(entry.replayed.widths, default=1)))
+            methods.setdefault(key, entry.method)
+    return target, drafters, methods
+
+
+def needed_costs(pair, entries, costs: CostTable | None, state) -> CostTable:
+    """``costs`` when given from a file (never remeasured: it says where it was measured) or when it
+    has every width the entries need; else a table measured here (keeping ``costs``' widths)."""
+    target, drafters, methods = _needs(entries)
+    if costs is not None and (costs.source or not costs.lacks(target, drafters)):
+        return costs
+    return measure_costs(pair, target, drafters, state=state, base=costs, methods=methods)
+
+
+def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
+           grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None) -> AdviceReport:
+    """The advice for ``pair`` on ``prompts`` (token ids), ``length`` new tokens each (module
+    docstring). ``costs``: a table to price with (from a file, or measured before: only the widths
+    it lacks are measured); ``confirm``: how many of the best to run for real; ``grid``: the methods
+    (default ``advisor.replay.default_grid(pair)``); ``state``: the ``EngineState`` the runs share;
+    ``say``: progress lines."""
+    from advisor.recorded import record
+    from advisor.replay import default_grid, replay_grid, unreplayable
+    from engine import EngineState
+
+    if not prompts:
+        raise ValueError("advise needs at least one prompt")
+    if length < 1:
+        raise ValueError(f"the length must be at least 1, got {length}")
+    started = time.perf_counter()
+    state = state if state is not None else EngineState()
+    say(f"recording target AR on {len(prompts)} prompt(s)")
+    recorded = record(pair, prompts, length)       # also the warm-up of the timed baseline below
+    baseline = run_baseline(pair, prompts, length, state, seed)
+    methods = list(grid) if grid is not None else default_grid(pair)
+    say(f"replaying {len(methods)} methods")
+    entries = replay_grid(pair, recorded, methods, max_gen_len=length)
+    say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
+    table = needed_costs(pair, entries, costs, state)
+    ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length)
+    for advice in ranked[:max(0, confirm)]:
+        say(f"confirming {advice.method}")
+        confirm_one(advice, pair, prompts, length, state, baseline, seed)
+    notes = []
+    if any(a.identical is False for a in ranked):
+        notes.append("a confirmed run's output differed from target AR's: see its row")
+    return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)), len(prompts),
+                        length, baseline.tokens_per_s, baseline.step_s, notes)

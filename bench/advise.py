@@ -1,0 +1,105 @@
+"""``bench.py --advise``: the advisor over the benchmark's prompt set, one advice per category.
+
+The prompts are the benchmark's own (``--prompts``, ``--categories``, ``--limit``, ``--turn``,
+chat or not); each category gets its advice (``advisor.advise.advise``: every drafter replayed from
+target AR's greedy output, ranked, the best ``--confirm`` run for real), all priced by one cost
+table, measured once on the first category (or read with ``--costs FILE``). Written to ``--out``:
+``advice.json`` (per category the advisor's JSON object), ``advice.md`` (the summary printed) and
+``costs.json`` (the table, for ``--costs`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from advisor.advise import SAMPLING_NOTE, advise
+from advisor.costs import CostsError, CostTable
+from bench.runner import encode_prompts
+
+SHOWN = 5       # rows per category in the summary
+
+
+def advice_conflict(args) -> str | None:
+    """One line when the flags do not go with ``--advise``, else None (checked before loading)."""
+    if args.multi_turn or args.session_size:
+        return "--advise advises on single prompts: leave out --multi-turn and --session-size"
+    if args.costs:
+        try:
+            CostTable.load(args.costs)
+        except CostsError as exc:
+            return str(exc)
+    return None
+
+
+def _by_category(encoded, length: int, context: int | None, err) -> dict[str, list[list[int]]]:
+    """Prompt ids per category in the set's order; a prompt that does not fit is left out with a line."""
+    out: dict[str, list[list[int]]] = {}
+    for e in encoded:
+        if context is not None and len(e.ids) + length > context:
+            err.print(f"skipping {e.prompt.id}: {len(e.ids)} prompt tokens + {length} new do not fit "
+                      f"the context of {context}", style="yellow", highlight=False)
+            continue
+        out.setdefault(e.prompt.category, []).append(list(e.ids))
+    return out
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
+def summary_lines(reports: dict, costs: CostTable) -> list[str]:
+    """The summary as Markdown: per category its best rows, predicted beside measured, and why."""
+    lines = ["# Advice", "", f"Costs {costs.label()}." + "".join(f" {n}." for n in costs.notes), ""]
+    for category, report in reports.items():
+        lines += [f"## {category} ({report.prompts} prompts, {report.length} new tokens, "
+                  f"target AR {report.ar_tokens_per_s:.1f} tok/s; advised in {report.seconds:.1f} s)", "",
+                  "| # | method | predicted | measured | decode | tok/call | why |", "|---|---|---|---|---|---|---|"]
+        for i, a in enumerate(report.advice[:SHOWN], 1):
+            predicted = f"{a.predicted_speedup:.2f}x" + (" (est.)" if a.estimate else "")
+            measured = "failed" if a.confirm_error else _ms(a.measured_speedup)
+            lines.append(f"| {i} | {a.method} | {predicted} | {measured} | {_ms(a.measured_decode_speedup)} | "
+                         f"{a.tokens_per_call:.2f} | {a.why.line()} |")
+        for method, reason in report.unreplayable:
+            lines.append(f"\nNot replayed: {method}: {reason}.")
+        lines.append("")
+    return lines
+
+
+def run_advice(args, prompts, models, out, err) -> int:
+    """The advice per category (module docstring): 0, 1 (nothing advised, files unwritable) or 130."""
+    costs = CostTable.load(args.costs) if args.costs else None
+    if not args.processor.is_greedy:
+        err.print(SAMPLING_NOTE, style="yellow", highlight=False)
+    groups = _by_category(encode_prompts(prompts, models.tokenizer, chat=args.chat), args.length,
+                          models.context_length, err)
+    started, reports = time.perf_counter(), {}
+    try:
+        for category, ids in groups.items():
+            err.print(f"advising on {category} ({len(ids)} prompts)", highlight=False)
+            report = advise(models, ids, length=args.length, costs=costs, confirm=args.confirm, seed=args.seed,
+                            say=lambda line: err.print(f"  {line}", highlight=False))
+            costs = report.costs
+            reports[category] = report
+    except KeyboardInterrupt:
+        err.print("interrupted: the categories advised so far are written", style="yellow")
+    if not reports:
+        err.print("nothing was advised", style="red")
+        return 1
+    lines = summary_lines(reports, costs)
+    for line in lines:
+        out.print(line, highlight=False, soft_wrap=True)
+    data = {"advice": {c: r.to_dict() for c, r in reports.items()}, "costs": costs.to_dict(),
+            "seconds": round(time.perf_counter() - started, 3),
+            "settings": {"prompts": args.prompts, "categories": args.categories, "limit": args.limit,
+                         "turn": args.turn, "chat": args.chat, "length": args.length, "confirm": args.confirm,
+                         "seed": args.seed, "costs_file": args.costs}}
+    try:
+        (args.out / "advice.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        (args.out / "advice.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        costs.save(args.out / "costs.json")
+    except (OSError, CostsError) as exc:
+        err.print(f"could not write the advice to {args.out}: {exc}", style="red")
+        return 1
+    err.print(f"wrote {args.out / 'advice.json'}, advice.md and costs.json", highlight=False)
+    return 130 if len(reports) < len(groups) else 0

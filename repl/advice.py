@@ -1,0 +1,156 @@
+"""The REPL's ``/advise`` and scripted ``--advise``: the advisor's ranking as a table or as JSON.
+
+``/advise`` advises on the last prompt (or on ``/advise TEXT``) for the loaded pair;
+``infer.py --advise`` on every scripted prompt together, ``--json`` printing the advisor's JSON
+object (``advisor.advise.AdviceReport.to_dict``). The cost table is measured on the first
+advice and kept by the session (``/stats`` shows it), or read from ``--costs FILE``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+CONFIRM = 3     # the best methods run for real to confirm their predictions
+
+
+def _speedup(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
+def advice_table(report) -> Table:
+    """The methods best first: predicted beside measured, tokens per call, and why."""
+    table = Table(title="advice: best first (predicted from the replay, measured for the confirmed)",
+                  title_justify="left", show_lines=False)
+    for name, justify in (("#", "right"), ("method", "left"), ("predicted", "right"), ("measured", "right"),
+                          ("decode", "right"), ("tok/call", "right"), ("why", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for i, advice in enumerate(report.advice, 1):
+        predicted = f"{advice.predicted_speedup:.2f}x" + (" (est.)" if advice.estimate else "")
+        measured = _speedup(advice.measured_speedup)
+        if advice.confirm_error:
+            measured = "failed"
+        elif advice.identical is False:
+            measured += " differs!"
+        why = advice.why.line() + (f" · {advice.note}" if advice.note else "")
+        if advice.confirm_error:
+            why += f" · run failed: {advice.confirm_error}"
+        table.add_row(str(i), advice.method, predicted, measured, _speedup(advice.measured_decode_speedup),
+                      f"{advice.tokens_per_call:.2f}", why)
+    return table
+
+
+def costs_table(costs) -> Table:
+    """The cost table in milliseconds: the target by width, each drafter's step by width."""
+    table = Table(title=f"forward costs, {costs.label()}", title_justify="left")
+    table.add_column("forward", justify="left")
+    table.add_column("ms by width", justify="left", overflow="fold")
+    table.add_row("target", "  ".join(f"{w}: {s * 1e3:.2f}" for w, s in sorted(costs.target_s.items())))
+    for key, widths in sorted(costs.draft_s.items()):
+        table.add_row(f"drafter {key}", "  ".join(f"{w}: {s * 1e3:.2f}" for w, s in sorted(widths.items())))
+    table.add_row("host per round", f"{costs.host_s * 1e3:.2f}")
+    return table
+
+
+def advice_view(report) -> Group:
+    """The table, the costs' origin, what could not be replayed, and the advisor's own seconds."""
+    lines = [advice_table(report),
+             Text(f"costs {report.costs.label()}" + "".join(f"; {n}" for n in report.costs.notes), style="dim")]
+    step = f", decode step {report.ar_step_s * 1e3:.1f} ms" if report.ar_step_s else ""
+    lines.append(Text(f"baseline: target AR {report.ar_tokens_per_s:.1f} tok/s{step}; speedups are over it "
+                      "(measured: end to end; decode: the time to first token left out)", style="dim"))
+    for method, reason in report.unreplayable:
+        lines.append(Text(f"not replayed: {method}: {reason}", style="yellow"))
+    for note in report.notes:
+        lines.append(Text(note, style="yellow"))
+    lines.append(Text(f"advised in {report.seconds:.1f} s on {report.prompts} prompt(s) of {report.length} "
+                      "new tokens, greedy", style="dim"))
+    return Group(*lines)
+
+
+def refusal(pair) -> str | None:
+    """Why the advisor cannot run on ``pair`` (one line), or None."""
+    from engine.widths import fill_refusal
+
+    if pair.target is None:
+        return "/advise needs a loaded target"
+    reason = fill_refusal(pair.target)
+    return None if reason is None else "/advise " + reason.replace("filling verify widths ", "")
+
+
+def advise_prompts(session, prompt_ids: list[list[int]]):
+    """The advisor's report for ``prompt_ids`` under the session's settings, its cost table kept;
+    None (with one error line) when it cannot run."""
+    from advisor.advise import SAMPLING_NOTE, advise
+
+    reason = refusal(session.runner.pair)
+    if reason is not None:
+        session.error(reason)
+        return None
+    settings = session.settings
+    if not settings.processor.is_greedy:
+        session.say(SAMPLING_NOTE, "yellow")
+    try:
+        report = advise(session.runner.pair, prompt_ids, length=settings.length, costs=session.advisor_costs,
+                        confirm=CONFIRM, state=session.runner.state, seed=settings.seed,
+                        say=lambda line: session.say(line, "dim"))
+    except KeyboardInterrupt:
+        session.say("advice interrupted; the models are intact", "yellow")
+        return None
+    except Exception as e:      # the session outlives a failed advice
+        session.error(f"/advise failed: {type(e).__name__}: {e}")
+        return None
+    session.advisor_costs = report.costs
+    return report
+
+
+def advise_command(session, text: str | None) -> None:
+    """``/advise [TEXT]``: advice for the last prompt, or for ``TEXT`` (its escapes already read)."""
+    from repl.runner import PromptRefused
+
+    if text is None:
+        if session.last_run is None:
+            session.error("no prompt has run yet: /advise advises on the last prompt, or give one: /advise TEXT")
+            return
+        ids = session.last_run.prompt_ids
+    else:
+        try:
+            ids = session.runner.prepare(text, session.settings).prompt_ids
+        except PromptRefused as e:
+            session.error(str(e))
+            return
+    report = advise_prompts(session, [ids])
+    if report is not None:
+        session.console.print(advice_view(report))
+
+
+def advise_script(session, entries, *, as_json: bool, stdout) -> int:
+    """``infer.py --advise``: the commands applied in order, then one advice over every prompt;
+    with ``as_json`` its JSON object on stdout. 0, or 1 when it could not run."""
+    from repl.runner import PromptRefused
+
+    prompts = []
+    for entry in entries:
+        if entry.kind == "command":
+            if not session.command(entry.text):
+                break
+            continue
+        try:
+            prompts.append(session.runner.prepare(entry.text, session.settings).prompt_ids)
+        except PromptRefused as e:
+            session.error(f"[{entry.where}] {e}")
+    if not prompts:
+        session.error("--advise needs a prompt (--prompt TEXT, --prompts-file FILE or stdin)")
+        return 1
+    report = advise_prompts(session, prompts)
+    if report is None:
+        return 1
+    if as_json:
+        stdout.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
+        stdout.flush()
+    else:
+        session.console.print(advice_view(report))
+    return 1 if session.failures else 0
