@@ -44,8 +44,7 @@ FLOOR_TESTS=(
     tests/test_verify_rules.py
     tests/test_drafter_contract.py
     tests/test_hybrid.py
-    tests/test_advisor_replay.py
-    tests/test_advisor.py
+    tests/test_bench_static_peers.py
 )
 
 # Test processes: one per core, at most 4 (each test process runs torch on one thread, tests/conftest.py;

@@ -57,7 +57,7 @@ from utils.builtin_prompts import GROUNDED_CATEGORIES
 from generation.result import first_divergence
 from bench.margin import ratio_margin
 from bench.records import RunRecord
-from bench.variants import BASELINE, parse_variant_name
+from bench.variants import BASELINE, matching_peer, parse_variant_name
 
 ALL = "all"
 GROUNDED = "grounded"
@@ -262,9 +262,12 @@ def output_verdicts(records: Sequence[RunRecord], reference: dict[str, list[int]
 
 def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[RunRecord],
                     peer: Sequence[RunRecord], category: str, *,
-                    reference: dict[str, list[int]] | None) -> SummaryRow:
-    """One table row: a variant on one group of prompts."""
+                    reference: dict[str, list[int]] | None, peer_name: str | None = None) -> SummaryRow:
+    """One table row: a variant on one group of prompts; ``peer_name``: the peer ``peer`` holds
+    the runs of (default: the variant's eager peer)."""
     v = parse_variant_name(variant)
+    if peer_name is None:
+        peer_name = v.peer.name if v.peer is not None else None
     tps = per_repeat_throughput(records)
     prompts = len({r.prompt_id for r in records})
     tokens = sum(r.n_tokens for r in records)
@@ -273,7 +276,7 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         variant=variant, strategy=v.strategy, gamma=v.gamma, family=v.family, category=category,
         prompts=prompts, tokens_per_s=median(tps.values()) or 0.0,
         speedup=paired_speed(records, base) if base else None,
-        peer=v.peer.name if v.peer is not None else None,
+        peer=peer_name,
         vs_peer=paired_speed(records, peer) if peer else None,
         speedup_margin=ratio_margin(records, base) if base and variant != BASELINE else None,
         vs_peer_margin=ratio_margin(records, peer) if peer else None,
@@ -307,23 +310,26 @@ def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> 
     return {r.prompt_id: r.tokens for r in mine if r.repeat == first}
 
 
-def summarize(records: Sequence[RunRecord], *, greedy: bool) -> list[SummaryRow]:
+def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off") -> list[SummaryRow]:
     """Every variant on every category group, in first-seen variant order; with sessions, then
-    every variant at each position over all categories (rows with ``position`` set)."""
+    every variant at each position over all categories (rows with ``position`` set). ``compile``:
+    the run's path, which says which peer ours are paired with (``bench.variants.matching_peer``)."""
     reference = reference_outputs(records) if greedy else None
     rows = []
     for category, members in category_groups(r.category for r in records).items():
-        rows += _group_rows([r for r in records if r.category in members], category, reference)
+        rows += _group_rows([r for r in records if r.category in members], category, reference, compile)
     for position in sorted({r.position for r in records if r.position}):
-        for row in _group_rows([r for r in records if r.position == position], ALL, reference):
+        for row in _group_rows([r for r in records if r.position == position], ALL, reference, compile):
             row.position = position
             rows.append(row)
     return rows
 
 
 def _group_rows(records: Sequence[RunRecord], category: str,
-                reference: dict[str, list[int]] | None) -> list[SummaryRow]:
-    """One row per variant of ``records`` (one group of runs), in first-seen order."""
+                reference: dict[str, list[int]] | None, compile: str = "off") -> list[SummaryRow]:
+    """One row per variant of ``records`` (one group of runs), in first-seen order; each of ours
+    paired with the peer matching ``compile``, or its eager peer where that one did not run (a
+    release that refuses it a static cache)."""
     by_variant: dict[str, list[RunRecord]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r.category):   # the group's categories in name order
         by_variant[r.variant].append(r)
@@ -331,6 +337,10 @@ def _group_rows(records: Sequence[RunRecord], category: str,
     rows = []
     for variant in dict.fromkeys(r.variant for r in records):
         v = parse_variant_name(variant)
-        peer = by_variant.get(v.peer.name, []) if v.peer is not None else []
-        rows.append(summarize_group(variant, by_variant[variant], base, peer, category, reference=reference))
+        match = matching_peer(v, compile)
+        if match is not None and match.name not in by_variant:
+            match = v.peer
+        peer = by_variant.get(match.name, []) if match is not None else []
+        rows.append(summarize_group(variant, by_variant[variant], base, peer, category, reference=reference,
+                                    peer_name=match.name if match is not None else None))
     return rows

@@ -17,7 +17,7 @@ from generation.gamma_policies import make_policy
 from utils.defaults import DEFAULTS
 from utils.options import (
     GAMMA_RANGE, HYBRID_RANGE, LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, NGRAM_N_RANGE,
-    NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS,
+    NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, compile_path,
 )
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
@@ -174,6 +174,13 @@ def _self_drafters(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(exc).replace("--drafter ", "")) from None
 
 
+def _compile_path(text: str) -> str:
+    try:
+        return compile_path(text.strip())
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _expectation(text: str):
     try:
         return parse_expectation(text)
@@ -315,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--uag", choices=UAG_METHODS, default=DEFAULTS.uag,
                    help="a drafter with another tokenizer: draft through text (slem) or over "
                         f"the shared vocabulary (tli); default {DEFAULTS.uag}; see docs/models.md")
+    d.add_argument("--compile", type=_compile_path, default=None, metavar="|".join(COMPILE_PATHS),
+                   help="how our strategies' forwards run, as the REPL's /compile: off (eager, a growing cache), "
+                        "static (a preallocated cache, eager forwards) or graphs (the static cache with each "
+                        "fixed-width forward captured: CUDA graphs on CUDA); default graphs on CUDA, off on a CPU")
     r = p.add_argument_group("measurement and output")
     r.add_argument("--repeats", type=_positive, default=3, help="timed runs per prompt (default 3)")
     r.add_argument("--until-decided", type=_positive, default=None, metavar="MAX",
@@ -366,6 +377,7 @@ def settings_dict(args: BenchSettings, prompt_count: int) -> dict:
         "session_size": args.session_size,
         "top_k_filler": args.top_k_filler, "lookup_ngram": args.lookup_ngram,
         "assisted_confidence": args.assisted_confidence, "uag": args.uag, "verify": args.verify,
+        "compile": args.compile,
         "repeats": args.repeats, "until_decided": args.until_decided,
         "warmup": args.warmup, "seed": args.seed, "device_arg": args.device,
         "dtype_arg": args.dtype, "expect": [e.text for e in args.expect],

@@ -19,12 +19,12 @@ from analysis.acceptance import acceptance_counts
 from bench.counting import ForwardCounter
 from bench.ours import our_call, our_strategy
 from bench.peers import (
-    assistant_schedule, assistant_settings, generation_config, peer_call, quiet_transformers,
+    assistant_schedule, assistant_settings, generation_config, peer_call, quiet_transformers, static_cache_len,
 )
 from bench.processors import ProcessorSpec, make_processor
 from bench.records import RunRecord
 from bench.timing import timed
-from bench.variants import DRAFTING, LOOP_PEERS, Variant
+from bench.variants import DRAFTING, LOOP_PEERS, STATIC, Variant
 from engine import CrossTokenizerOptions, EngineState, NGramOptions
 from engine.run import loop_vocab_size
 from utils.defaults import DEFAULTS
@@ -54,6 +54,7 @@ class RunSettings:
     tree_branch: int = DEFAULTS.tree_branch
     tree_sample: bool = DEFAULTS.tree_sample
     uag: str = DEFAULTS.uag  # how a drafter with another tokenizer drafts (slem or tli)
+    compile: str = "off"     # how our forwards run (engine.Strategy.compile; --compile)
 
 
 class Executor:
@@ -153,7 +154,7 @@ class Executor:
             self._own_storage(variant, ngram, fresh)
         strategy = our_strategy(variant, processor=self.processor, max_gen_len=s.length, ngram=ngram,
                                 tree_branch=s.tree_branch, tree_sample=s.tree_sample,
-                                cross=self.cross_options, arctic=arctic, fresh=fresh)
+                                cross=self.cross_options, arctic=arctic, fresh=fresh, compile=s.compile)
         call = our_call(strategy, self.models, ids, state=self.state, generator=generator)
         result, seconds = timed(call, self.device)
         if variant.strategy == "ngram":  # the storage the engine drafted from (kept for a session's next step)
@@ -168,6 +169,7 @@ class Executor:
         record.target_calls = result.target_calls
         record.drafter_calls = result.drafter_calls
         record.phases = dict(result.phases) or None
+        record.compile = getattr(result, "compile", None)
         if variant.strategy in DRAFTING:
             record.drafted, record.accepted = result.drafted, result.accepted
             record.rounds = result.rounds
@@ -183,7 +185,9 @@ class Executor:
             s.spec, max_new_tokens=s.length, end_tokens=list(models.end_tokens),
             pad_token_id=self.pad_token_id,
             prompt_lookup=variant.gamma if variant.strategy == "hf_prompt_lookup" else None,
-            max_matching_ngram_size=s.max_matching_ngram_size,
+            max_matching_ngram_size=s.max_matching_ngram_size, static=variant.cache == STATIC,
+            cache_len=static_cache_len(variant.strategy, len(ids), s.length, variant.gamma)
+            if variant.cache == STATIC else None,
         )
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         tokenizers = (models.tokenizer, models.drafter_tokenizer) if self.cross else None

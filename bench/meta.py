@@ -96,7 +96,8 @@ def header_lines(env: dict, settings: dict) -> list[str]:
         f"{settings['warmup']} · seed {settings['seed']} · chat template "
         f"{'on' if settings['chat'] else 'off'} · n-gram {settings['ngram_storage']} "
         f"n={settings['ngram_n']}" + (f" P={settings['suffix_pattern']}" if "suffix" in settings['ngram_storage']
-                                       and settings.get("suffix_pattern", 16) != 16 else "") + _session_text(settings),
+                                       and settings.get("suffix_pattern", 16) != 16 else "") + _session_text(settings)
+        + (f" · compile {settings['compile']}" if settings.get("compile") else ""),
     ]
     if settings["processor"] == "greedy" and env.get("target_dtype") in HALF_DTYPES:
         lines.append(half_precision_note(env["target_dtype"]))

@@ -16,10 +16,25 @@ from engine.kinds import variant_drafter
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic_suffix"}
 
 
+def compile_fields(path: str) -> dict:
+    """``Strategy`` keywords for compile path ``path`` (where the engine takes one)."""
+    return {"compile": path} if "compile" in Strategy.__dataclass_fields__ else {}
+
+
+def device_compile(device) -> str:
+    """The compile path of ``device`` when --compile is not given (``kvcache.static.default_compile``:
+    graphs on CUDA, off elsewhere); off where the engine has no compiled paths."""
+    try:
+        from kvcache.static import default_compile
+    except ImportError:
+        return "off"
+    return default_compile(device)
+
+
 def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
                  tree_branch: int = DEFAULTS.tree_branch, tree_sample: bool = DEFAULTS.tree_sample,
                  cross: CrossTokenizerOptions = CrossTokenizerOptions(), arctic=None,
-                 fresh: bool = True) -> Strategy:
+                 fresh: bool = True, compile: str = "off") -> Strategy:
     """The engine strategy of one of our variants, keyed by the variant's name (so each
     variant keeps its own gamma policy for the whole benchmark).
 
@@ -37,14 +52,16 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     match is at least L tokens (``engine.strategy.HybridOptions``).
     A lookahead variant (``lookahead[5,3,5]@2``) is ``engine.lookahead_strategy`` with its
     (W, N, G); its n-gram pool starts empty when ``fresh`` (the paper's way) and keeps what a
-    session's earlier steps found otherwise.
+    session's earlier steps found otherwise. ``compile``: the run's compile path (``--compile``,
+    ``engine.Strategy.compile``), the same for every variant.
     """
     if variant.strategy not in ("speculative", "ngram", "target", "drafter", "arctic_suffix", "lookahead"):
         raise ValueError(f"unknown strategy {variant.strategy!r}")
     if variant.strategy == "lookahead":
         window, ngram_size, guesses = variant.lookahead_shape
         return lookahead_strategy(LookaheadOptions(window, ngram_size, guesses, reset=fresh), key=variant.name,
-                                  processor=processor, max_gen_len=max_gen_len, inspect=False)
+                                  processor=processor, max_gen_len=max_gen_len, inspect=False,
+                                  **compile_fields(compile))
     drafter = DRAFTER_OF.get(variant.strategy)
     options = {"ngram": ngram, "model": cross, "arctic_suffix": arctic}.get(drafter)
     if getattr(variant, "hybrid", 0) and drafter == "model":  # the storage drafts where its match is long
@@ -56,7 +73,8 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
                     tree=getattr(variant, "tree", 0), tree_branch=tree_branch, tree_sample=tree_sample,
-                    verify=getattr(variant, "verify", DEFAULTS.verify), inspect=False)
+                    verify=getattr(variant, "verify", DEFAULTS.verify), inspect=False,
+                    **compile_fields(compile))
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,

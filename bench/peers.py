@@ -7,7 +7,10 @@ with ``heuristic`` it runs transformers' heuristic schedule from gamma, and
 with ``confidence T`` it drafts at most gamma tokens and stops below top
 probability T (transformers 5.x's default is T = 0.4 with at most 20 tokens:
 "dynamic" assisted generation). ``hf_prompt_lookup``: prompt lookup decoding
-with ``prompt_lookup_num_tokens`` = gamma. ``hf_mtp``: ``generate(use_mtp=True)``, transformers'
+with ``prompt_lookup_num_tokens`` = gamma. Each of the three also runs on transformers' static cache
+(``cache_implementation="static"``, ``hf_generate+static`` ...), which transformers compiles on CUDA
+(``torch.compile`` of the forward, ``GenerationMixin.get_compiled_call``), where the release takes it
+(:func:`static_peer_refusal`). ``hf_mtp``: ``generate(use_mtp=True)``, transformers'
 own drafting with the target's MTP layers (it loads them from the target's checkpoint itself),
 one draft per MTP layer each round.
 
@@ -34,6 +37,7 @@ import logging
 import warnings
 
 import torch
+import transformers
 from transformers import GenerationConfig
 
 from bench.processors import ProcessorSpec, hf_sampling_kwargs
@@ -50,9 +54,17 @@ NEUTRAL = dict(
 
 def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: list[int],
                       pad_token_id: int | None, prompt_lookup: int | None = None,
-                      max_matching_ngram_size: int | None = None) -> GenerationConfig:
-    """The settings every peer call uses: same length, same end tokens, same rule."""
+                      max_matching_ngram_size: int | None = None, static: bool = False,
+                      cache_len: int | None = None) -> GenerationConfig:
+    """The settings every peer call uses: same length, same end tokens, same rule. ``static``:
+    on transformers' static cache (``cache_implementation="static"``; on CUDA transformers then
+    compiles the forward itself, ``GenerationMixin._valid_auto_compile_criteria``). ``cache_len``:
+    the static cache's size when the call's own length would not hold it (prompt lookup verifies
+    candidates past ``max_new_tokens``: :func:`static_cache_len`)."""
+    sized = {"max_cache_len": cache_len} if cache_len is not None else {}
     return GenerationConfig(
+        cache_implementation="static" if static else None,
+        **sized,
         max_new_tokens=max_new_tokens,
         eos_token_id=list(end_tokens),
         pad_token_id=pad_token_id if pad_token_id is not None else end_tokens[0],
@@ -98,6 +110,41 @@ def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "
         yield
     finally:
         drafter.generation_config = saved
+
+
+def static_cache_len(strategy: str, prompt_tokens: int, max_new_tokens: int, gamma: int | None) -> int | None:
+    """The static cache a drafting peer needs: the prompt, the budget and one round's drafts past it
+    (transformers' prompt lookup verifies candidates beyond ``max_new_tokens``; a cache sized to the
+    budget alone overflows); None for ``hf_generate`` (the call's own length holds it)."""
+    if strategy not in ("hf_assisted", "hf_prompt_lookup"):
+        return None
+    return prompt_tokens + max_new_tokens + (gamma or 0) + 1
+
+
+def static_peer_refusal(strategy: str, target) -> str | None:
+    """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (one line), or
+    None when it can. Assisted generation and prompt lookup roll their cache back: transformers 4.x
+    swaps a static cache for a dynamic one there (with a warning), so their static peer would run
+    the eager path under another name; a release whose caches record their past for a rollback
+    (``Cache.activate_past_recording``, 5.x) takes it. A model transformers builds no static cache
+    for (its own cache class, a recurrent state) is refused too, and so are assisted generation and
+    prompt lookup on an encoder-decoder model (transformers crops its cache only when dynamic)."""
+    from transformers.cache_utils import Cache, StaticCache
+
+    if strategy in ("hf_assisted", "hf_prompt_lookup") and not hasattr(Cache, "activate_past_recording"):
+        return (f"transformers {transformers.__version__} runs assisted generation and prompt lookup on a "
+                "dynamic cache only (it swaps a static one out)")
+    if strategy in ("hf_assisted", "hf_prompt_lookup") and getattr(target.config, "is_encoder_decoder", False):
+        return (f"transformers {transformers.__version__} rolls an encoder-decoder's cache back only when it is "
+                "dynamic (its crop refuses a static one)")
+    config = target.config.get_text_config(decoder=True)
+    try:
+        StaticCache(config=config, max_cache_len=8)
+    except Exception as exc:  # noqa: BLE001  (any failure means generate would fail the same way)
+        text = str(exc).strip().splitlines()
+        return (f"transformers {transformers.__version__} builds no static cache for {type(target).__name__} "
+                f"({type(exc).__name__}: {text[0] if text else ''})")
+    return None
 
 
 @contextlib.contextmanager

@@ -44,6 +44,8 @@ class RunRecord:
     ``other_load``: cores' worth of CPU that other processes used while the run ran
     (``utils.machine_load.other_load``; None where unknown); ``busy``: above
     ``utils.machine_load.BUSY_CORES``, so its time is slower than this machine's own.
+    ``compile``: the compile path our run took (``GenerationResult.compile``: requested, path,
+    reason, captures...); None for peers.
     """
 
     variant: str
@@ -77,6 +79,7 @@ class RunRecord:
     first_tokens: int | None = None
     other_load: float | None = None
     busy: bool = False
+    compile: dict | None = None
 
     @property
     def key(self) -> tuple:

@@ -28,6 +28,8 @@ from bench.runner import (
     conversation_sessions, encode_prompts, iter_session_runs, run_count, single_sessions, split_fitting_sessions,
     task_sessions,
 )
+from bench.ours import device_compile
+from bench.peers import static_peer_refusal
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, decodes_alone
@@ -171,10 +173,17 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
         err.print("leaving out drafter AR: this drafter drafts from the target's state and cannot decode alone",
                   style="yellow", highlight=False)
         args = args.but(strategies=[s for s in args.strategies if s != "drafter"])
+    if args.compile is None:            # the target device's path: graphs on CUDA, off on a CPU
+        args = args.but(compile=device_compile(models.device))
+    static, refused = static_peers(args, models)
+    for line in refused:
+        err.print(line, style="yellow", highlight=False)
+    notes += refused
     variants = plan_variants(args.strategies, args.gamma, peers=args.peers, policies=args.policies,
                              trees=args.trees, self_drafters=self_drafters, verifies=args.verify,
                              hybrids=args.hybrid, model_peer=model_peer(models.drafter),
-                             storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead)
+                             storages=args.ngram_storage, arctic=args.arctic_suffix, lookaheads=args.lookahead,
+                             static_peers=static)
     for line in unknown_names(args.expect, [v.name for v in variants], [s.category for s in sessions]):
         err.print(line, style="yellow", highlight=False)
     executor = Executor(models, RunSettings(
@@ -184,7 +193,7 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
         assisted_confidence=args.assisted_confidence, max_matching_ngram_size=args.lookup_ngram,
         tree_branch=args.tree_branch,
         tree_sample=args.tree_sample,
-        uag=args.uag,
+        uag=args.uag, compile=args.compile,
     ), state=state)
     start = read_load()
     records, planned, stopped = _run_all(executor, sessions, follow_up, variants, args, err)
@@ -200,11 +209,12 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
                     planned_repeats=args.repeats, repeats=len({r.repeat for r in records}))
     env = environment(models)
     greedy = args.processor.is_greedy
-    rows = summarize(records, greedy=greedy)
+    rows = summarize(records, greedy=greedy, compile=args.compile)
     goals = check_expectations(records, args.expect, expectation_level(args.repeats, args.until_decided))
     ceilings = copy_ceilings(records, sessions, args.length, follow_up) if greedy else {}
     marks = _marks(records, sessions, variants, planned, stopped, load, err)
-    header = header_lines(env, settings) + marks["lines"] + notes + fallback_lines(records) + ceiling_lines(ceilings)
+    header = (header_lines(env, settings) + marks["lines"] + notes + fallback_lines(records) + compile_lines(records)
+              + ceiling_lines(ceilings))
     word = "turn" if args.multi_turn else "prompt"
     print_report(out, header, rows, goals, word)
     try:
@@ -303,6 +313,34 @@ def _run_all(executor, sessions, follow_up, variants, args, err):
                         f"reporting the {len(records)} runs that finished")
             return records, timed[0], "failed"
     return records, timed[0], None
+
+
+def static_peers(args, models) -> tuple[set[str], list[str]]:
+    """With --peers: the transformers decoders that also run on a static cache beside their eager
+    rows, and one line for each one left out and why (``bench.peers.static_peer_refusal``)."""
+    if not args.peers:
+        return set(), []
+    wanted = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_prompt_lookup"}
+    static, lines = set(), []
+    for strategy, peer in wanted.items():
+        if strategy not in args.strategies and strategy != "target":
+            continue
+        reason = static_peer_refusal(peer, models.target)
+        if reason is None:
+            static.add(peer)
+        else:
+            lines.append(f"{peer}+static left out: {reason}")
+    return static, lines
+
+
+def compile_lines(records) -> list[str]:
+    """One line per variant whose compile path fell back, saying why (the first run's reason)."""
+    why: dict[str, str] = {}
+    for r in records:
+        compiled = r.compile or {}
+        if compiled.get("reason") and r.variant not in why:
+            why[r.variant] = f"compile {compiled['requested']} ran {compiled['path']}: {compiled['reason']}"
+    return [f"{variant}: {line}" for variant, line in why.items()]
 
 
 def fallback_lines(records) -> list[str]:

@@ -57,6 +57,9 @@ class BenchSettings:
     assisted_confidence: float
     verify: list[str]
     uag: str
+    # how our forwards run (utils.options.COMPILE_PATHS); None until the session resolves the
+    # target device's default (kvcache.static.default_compile) after loading
+    compile: str | None
     # measurement and output
     repeats: int
     until_decided: int | None

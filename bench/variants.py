@@ -39,6 +39,12 @@ storage the name stays ``ngram@4``.
 ``arctic_suffix@4``: Snowflake ArcticInference's suffix-decoding cache drafting
 through our verify loop (``bench.arctic``), a peer of NASD's suffix storage.
 
+With ``--peers`` each transformers decoder that can also runs on a static cache
+(``cache_implementation="static"``, which transformers compiles on CUDA): ``hf_generate+static``,
+``hf_assisted+static@4``, ``hf_prompt_lookup+static@4``, a row of its own right after its eager
+twin. Our variants are paired with the peer that matches the run's ``--compile``
+(:func:`matching_peer`): the eager one under ``off``, the static one under ``static`` and ``graphs``.
+
 ``lookahead[5,3,5]@2``: lookahead decoding (``engine.lookahead_strategy``) with window W,
 n-gram size N and G guesses (``--lookahead W:N:G``); its γ is N - 1, each candidate's
 drafts, and it verifies trees of at most G (N - 1) nodes; no peer. Opt-in
@@ -61,6 +67,9 @@ DRAFTING = frozenset({"speculative", "ngram", "lookahead", "hf_assisted", "hf_pr
 LOOP_PEERS = frozenset({"arctic_suffix"})
 # Each of our strategies and the transformers decoder it is compared with.
 PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_prompt_lookup"}
+# The peers that also run on transformers' static cache, and the cache word their names carry.
+STATIC_PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup")
+STATIC = "static"
 BASELINE = "target"
 CONSTANT = "constant"
 RESIDUAL = "residual"  # the token rule: the one transformers' decoders use
@@ -110,6 +119,7 @@ class Variant:
     hybrid: int = 0         # L: the storage drafts in rounds whose match is at least L (0: off)
     storage: str = ""       # NASD's n-gram storage when several run side by side ("": the run's one)
     shape: str = ""         # lookahead's "W,N,G"
+    cache: str = ""         # a peer on transformers' static cache: "static" ("": its default, dynamic)
 
     @property
     def lookahead_shape(self) -> tuple[int, int, int]:
@@ -123,6 +133,8 @@ class Variant:
         ``speculative[self:int8]+tree16@4``, ``speculative+hybrid4@4``, ``ngram[suffix]@4``..."""
         source = self.drafter or self.storage or self.shape
         drafter = f"[{source}]" if source else ""
+        if self.cache:
+            drafter += f"+{self.cache}"
         if self.gamma is None:
             return self.strategy + drafter
         middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
@@ -140,6 +152,8 @@ class Variant:
         base = LABELS.get(self.strategy, self.strategy)
         if self.drafter or self.storage:
             base = f"{base} {self.drafter or self.storage}"
+        if self.cache:
+            base = f"{base} {self.cache}"
         if self.shape:
             return "{} W={} N={} G={}".format(base, *self.lookahead_shape)
         if self.tree:
@@ -193,6 +207,16 @@ class Variant:
         return Variant(other, self.gamma, self.policy)
 
 
+def matching_peer(variant: Variant, compile: str = "off") -> Variant | None:
+    """The peer ``variant`` is compared with under the run's compile path: its eager peer
+    (:attr:`Variant.peer`) under ``off``, that peer on a static cache under ``static`` and
+    ``graphs`` (where transformers has one for it)."""
+    peer = variant.peer
+    if peer is None or compile == "off" or peer.strategy not in STATIC_PEERS:
+        return peer
+    return replace(peer, cache=STATIC)
+
+
 # transformers 5.x assisted generation as it comes: at most 20 drafts, stop below 0.4.
 HF_DYNAMIC = Variant("hf_assisted", 20, "confidence 0.4")
 # transformers' own MTP decoding (generate(use_mtp=True)): one draft per MTP layer each round.
@@ -211,6 +235,8 @@ def parse_variant_name(name: str) -> Variant:
     head, _, gamma = name.partition("@")
     strategy, _, key = head.partition(":")
     policy = " ".join(key.split("=")) if key else CONSTANT
+    strategy, static, _ = strategy.partition("+" + STATIC)
+    cache = STATIC if static else ""
     strategy, _, hybrid = strategy.partition("+hybrid")
     strategy, _, tree = strategy.partition("+tree")
     storage, drafter, shape = ("", "", "")
@@ -221,7 +247,8 @@ def parse_variant_name(name: str) -> Variant:
     else:
         drafter = source        # speculative[self:int8]
     return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter,
-                   rule or DEFAULT_RULE, hybrid=int(hybrid) if hybrid else 0, storage=storage, shape=shape)
+                   rule or DEFAULT_RULE, hybrid=int(hybrid) if hybrid else 0, storage=storage, shape=shape,
+                   cache=cache)
 
 
 def lookahead_variant(window: int, ngram: int, guesses: int) -> Variant:
@@ -236,7 +263,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   verifies: list[str] | None = None, hybrids: list[int] | None = None,
                   model_peer: str | None = "hf_assisted", storages: list[str] | None = None,
                   arctic: bool = False,
-                  lookaheads: list[tuple[int, int, int]] | None = None) -> list[Variant]:
+                  lookaheads: list[tuple[int, int, int]] | None = None,
+                  static_peers: frozenset[str] | set[str] = frozenset()) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
     The baseline (target autoregressive) is always run: speedups need it. Each
@@ -259,6 +287,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
     constant gamma, right after NASD's suffix storage at that gamma (after the
     first storage's when suffix is not among them). ``lookahead`` runs once per
     ``(W, N, G)`` of ``lookaheads`` (default one, 5:3:5), whatever ``gammas``.
+    With ``peers``, each peer whose strategy is in ``static_peers`` also runs on transformers'
+    static cache, right after its eager twin (``hf_generate+static``).
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
@@ -296,6 +326,8 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                 peer = HF_MTP if model_peer == HF_MTP.strategy and variant.constant else None
             if peers and peer is not None and peer not in out:
                 out.append(peer)
+                if peer.strategy in static_peers:
+                    out.append(replace(peer, cache=STATIC))
             if arctic and variant.strategy == "ngram" and (variant.storage or storages[0]) == beside \
                     and variant.constant and not variant.tree and variant.verify == DEFAULT_RULE:
                 out.append(Variant("arctic_suffix", variant.gamma))

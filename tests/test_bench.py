@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+import transformers
 
 from bench.aggregate import ALL, GROUNDED, category_groups, paired_ratio, summarize
 from bench.chart import series_rows, speedup_chart
@@ -26,6 +27,10 @@ from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variant
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, NGramOptions
 from sampling import GreedyProcessor
+
+# Assisted generation and prompt lookup take transformers' static cache from 5.x on (4.x swaps it for a
+# dynamic one): their static peers run there only (bench.peers.static_peer_refusal).
+DRAFTING_STATIC_PEERS = int(transformers.__version__.split(".")[0]) >= 5
 from tests.helpers.models import tiny_llama
 from tests.helpers.pairs import model_pair
 
@@ -590,7 +595,13 @@ def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):
     expected = {"target", "hf_generate", "drafter", "speculative@2", "speculative@3",
                 "hf_assisted@2", "hf_assisted@3", "ngram@2", "ngram@3", "hf_prompt_lookup@2",
                 "hf_prompt_lookup@3"}
+    # transformers' static-cache peers, each a row of its own beside its eager twin; assisted generation
+    # and prompt lookup take a static cache from transformers 5 on (4.x swaps it for a dynamic one)
+    static = {"hf_generate+static"} | ({f"{p}+static@{g}" for p in ("hf_assisted", "hf_prompt_lookup") for g in (2, 3)}
+                                       if DRAFTING_STATIC_PEERS else set())
+    expected |= static
     assert set(data["variants"]) == expected
+    assert data["settings"]["compile"] == "off"          # a CPU's default path
     assert data["environment"]["torch"] == torch.__version__
     assert data["settings"]["processor"] == "greedy"
     assert len(data["runs"]) == len(expected) * 3 * 2
@@ -600,7 +611,7 @@ def test_end_to_end_tiny_run_with_peers(tiny_pair, tmp_path, capsys):
         assert 0 < len(tokens) <= 10
         # Greedy: ours and transformers' agree token for token.
         assert outputs["hf_generate"][prompt_id] == tokens
-        for name in ("speculative@2", "speculative@3", "ngram@2", "ngram@3"):
+        for name in ("speculative@2", "speculative@3", "ngram@2", "ngram@3", *static):
             assert outputs[name][prompt_id] == tokens, name
     summary = {(r["variant"], r["category"]): r for r in data["summary"]}
     for name in ("speculative@2", "ngram@3", "hf_generate"):
@@ -984,7 +995,8 @@ def test_every_repeat_and_the_warm_up_start_from_a_fresh_storage(tiny_pair, tmp_
     data = _bench_run(tiny_pair, tmp_path, REPEATED, ["--strategies", "ngram", "--ngram-storage", "basic,suffix,sam",
                                                       "--peers", "--gamma", "2", "--repeats", "2", "--warmup", "1"])
     ours = ["ngram[basic]@2", "ngram[suffix]@2", "ngram[sam]@2"]
-    assert data["variants"] == ["target", "hf_generate", ours[0], "hf_prompt_lookup@2", *ours[1:]]
+    lookup = ["hf_prompt_lookup@2"] + (["hf_prompt_lookup+static@2"] if DRAFTING_STATIC_PEERS else [])
+    assert data["variants"] == ["target", "hf_generate", "hf_generate+static", ours[0], *lookup, *ours[1:]]
     assert data["settings"]["ngram_storage"] == "basic,suffix,sam"
     for name in ours + ["hf_prompt_lookup@2"]:
         assert data["outputs"][name] == data["outputs"]["target"], name
