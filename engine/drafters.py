@@ -76,7 +76,9 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
         return kind.draft(pair, strategy, state, context)
     check_request(context.prompt, context.max_gen_len, pair.drafter)
     return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
-                        vocab_size=context.vocab_size, generator=context.generator, prefills=context.prefills)
+                        vocab_size=context.vocab_size, generator=context.generator, prefills=context.prefills,
+                        compile=strategy.compile,
+                        capacity=len(context.prompt) + context.max_gen_len + strategy.tree + 1)
 
 
 def hybrid_drafter(pair, options: HybridOptions, model: Drafter, state, context: DraftContext) -> HybridDrafter:

@@ -12,7 +12,7 @@ from engine.drafters import DRAFTERS, DraftContext
 from engine.kinds import kind_of_module, kind_of_pair
 from engine.pair import shared_vocab_size
 from engine.state import EngineState
-from engine.strategy import HybridOptions, Strategy
+from engine.strategy import HybridOptions, LookaheadOptions, Strategy
 from generation.autoregressive import autoregressive_generate
 from generation.common import check_gamma, check_request, end_tokens
 from generation.observer import Observer
@@ -72,7 +72,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         # The injected round trip is paid by every target forward, and only by those.
         target_delay_s=0.0 if on_drafter else strategy.target_delay_s,
         tree=strategy.tree, tree_branch=strategy.tree_branch, tree_sample=strategy.tree_sample,
-        verify=strategy.verify, prefills=tuple(prefills),
+        verify=strategy.verify, prefills=tuple(prefills), compile=strategy.compile, widest=widest(strategy),
         decisions=strategy.decisions and processor.is_greedy and not on_drafter,
     )
     if not strategy.drafts:
@@ -94,6 +94,15 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     if costs:
         result.width_fill = fill_summary(result.trace, costs)
     return result
+
+
+def widest(strategy: Strategy) -> int:
+    """The most positions one verify of ``strategy`` may feed past its length budget (a static
+    cache's capacity covers them): a tree's nodes and, for lookahead, its window rows."""
+    options = strategy.drafter_options
+    if isinstance(options, LookaheadOptions):
+        return strategy.tree + (options.window - 1) + (options.ngram - 2) * options.window
+    return strategy.tree
 
 
 def decodes_alone(drafter) -> bool:

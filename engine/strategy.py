@@ -8,7 +8,7 @@ from model_drafters.cross_tokenizer.options import CrossTokenizerOptions  # re-e
 from sampling.spec import ProcessorSpec
 # The most drafts a round may ask for, and the longest match a hybrid may ask for: defined with the
 # options' ranges (the REPL's /gamma and /hybrid and the benchmark's flags end there too).
-from utils.options import MAX_GAMMA, MAX_HYBRID_MATCH
+from utils.options import COMPILE_PATHS, MAX_GAMMA, MAX_HYBRID_MATCH
 
 DEFAULT_GAMMA = 4
 # The models autoregressive decoding may run (``Strategy.model``).
@@ -145,6 +145,10 @@ class Strategy:
     ``tree_sample``: under sampling, a drafter model draws each node's
     children from q and recursive rejection sampling verifies them
     (``generation.accept.accept_tree_rrs``); otherwise its top children.
+    ``compile`` (``utils.options.COMPILE_PATHS``): ``off`` (the dynamic cache, eager),
+    ``static`` (a preallocated cache rolled back by length, eager) or ``graphs`` (the
+    static path with captured fixed-width forwards); a model the static path refuses
+    runs ``off`` and the result's ``compile`` says why (``kvcache.static``, docs/static.md).
     ``inspect`` records the per-token inspector's numbers in each round of
     a drafting strategy (``generation.inspection``; read back in the round's
     one host sync); False leaves ``Round.inspection`` None. ``verify`` is the
@@ -174,12 +178,15 @@ class Strategy:
     tree_branch: int = 2
     tree_sample: bool = False
     inspect: bool = True
+    compile: str = "off"
     verify: str = "residual"
     decisions: bool = True
 
     def __post_init__(self):
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.compile not in COMPILE_PATHS:
+            raise ValueError(f"compile must be one of {', '.join(COMPILE_PATHS)}, got {self.compile!r}")
 
     @property
     def drafts(self) -> bool:

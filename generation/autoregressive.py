@@ -12,7 +12,7 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from generation.served import served_generate
-from kvcache.probe import cached_model
+from kvcache.static import cached_model, compile_report, model_stats
 from remote.served_model import ServedModel
 
 
@@ -39,7 +39,8 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
         return served_generate(prompt, model, options, observer=observer, interruptible=interruptible)
     logits_processor, generator, eos = options.processor, options.generator, options.eos
     device = model_device(model)
-    cached = cached_model(model, use_cache=options.use_cache)
+    cached = cached_model(model, use_cache=options.use_cache, compile=options.compile,
+                          capacity=len(prompt) + options.max_gen_len + 1)
     clock = PhaseClock(device)
     result = GenerationResult()
     watch = Watch(observer)
@@ -67,13 +68,16 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
             if value in eos:
                 result.stop_reason = "eos"
                 break
-    result.seconds -= watch.paused_s
+    stats = model_stats(cached, options.compile)
+    result.compile = compile_report(options.compile, stats)
+    result.seconds -= watch.paused_s + stats["capture_s"]          # capturing is not decoding
     result.first_token_s, result.first_tokens = watch.first_token(started)
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
     if decisions is not None:
         result.decisions = decisions.read()[:len(result.tokens)]           # one read-back for the run
     result.target_calls = cached.forwards
-    result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
-                                 sum(r.verify_s for r in result.trace))
+    spent = stats["capture_s"] if phase == "draft" else 0.0, stats["capture_s"] if phase == "verify" else 0.0
+    result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace) - spent[0],
+                                 sum(r.verify_s for r in result.trace) - spent[1])
     result.rollback = {"target": cached.stats.to_dict()}
     return result

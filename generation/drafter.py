@@ -135,6 +135,11 @@ class Drafter(ABC):
         or None for a drafter without a cache."""
         return None
 
+    def compile_stats(self) -> dict | None:
+        """How the drafter's own model ran (``kvcache.static.model_stats``: its path, why it fell
+        back, its captures), or None for a drafter that runs no model of its own."""
+        return None
+
     def cross_tokenizer_stats(self) -> dict | None:
         """For a drafter with a tokenizer of its own: how its drafts crossed to the target's ids
         (``cross_tokenizer.drafter``); None otherwise."""

@@ -10,7 +10,7 @@ from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
 from sampling import LogitsProcessor
 from kvcache.cache import tree_support
-from kvcache.probe import cached_model
+from kvcache.static import cached_model, model_stats
 
 
 def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, generator, vocab_size,
@@ -59,14 +59,17 @@ class ModelDrafter(Drafter):
     samples_trees = True
 
     def __init__(self, model, processor: LogitsProcessor, *, use_cache: bool = True,
-                 vocab_size: int | None = None, generator: torch.Generator | None = None, prefills: tuple = ()):
+                 vocab_size: int | None = None, generator: torch.Generator | None = None, prefills: tuple = (),
+                 compile: str = "off", capacity: int | None = None):
         self.model = model
         self.prefills = prefills  # kvcache.cache.Prefill: a prefilled model begins from a copy
         self.processor = processor
         self.vocab_size = vocab_size
         self.generator = generator
         self.device = model_device(model)
-        self.cached = cached_model(model, use_cache=use_cache)
+        # ``compile``: its path (kvcache.static); ``capacity``: the positions a static cache must hold
+        self.compile = compile
+        self.cached = cached_model(model, use_cache=use_cache, compile=compile, capacity=capacity, slot="drafter")
         self._logits: list[torch.Tensor] = []  # the last proposal's logits rows, (1, V) each
         self.committed = 0     # the committed sequence's length: begin's start plus every round's tokens
         self._drafted = False  # whether this round's drafts were this drafter's (a propose since update)
@@ -159,3 +162,6 @@ class ModelDrafter(Drafter):
 
     def rollback_stats(self) -> dict:
         return self.cached.stats.to_dict()
+
+    def compile_stats(self) -> dict:
+        return model_stats(self.cached, self.compile)

@@ -27,6 +27,9 @@ class LoopOptions:
     length (``generation.gamma_policies``). ``inspect``: record the inspector's
     numbers in each round. ``target_delay_s``: wait that long before every
     target forward (an injected network round trip, booked as verify).
+    ``compile``: the forwards' path, ``off``, ``static`` or ``graphs``
+    (``kvcache.static``); ``widest``: the most positions one verify may add past
+    the length budget (a tree's nodes and extra rows), for the static capacity.
     ``tree`` > 0: verify token trees of at most that many nodes
     (``tree_branch`` children per expanded node; ``tree_sample``: children
     drawn from q, verified by recursive rejection sampling). ``verify``: the
@@ -53,4 +56,6 @@ class LoopOptions:
     tree_sample: bool = False
     verify: str = "residual"
     prefills: tuple = ()
+    compile: str = "off"
+    widest: int = 0
     decisions: bool = False

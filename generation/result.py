@@ -93,6 +93,11 @@ class GenerationResult:
     rest is the decode part (:attr:`decode_seconds`, :attr:`decode_tokens_per_second`).
     None and 0 when no round ended (an empty budget, an interrupted prefill, old traces).
     ``stop_reason`` is ``"eos"``, ``"length"`` or ``"interrupted"``.
+    ``compile`` (None for a served target): ``requested`` (the strategy's compile path),
+    ``path`` (what the target ran: off, static or graphs), ``reason`` (why it fell back,
+    "" when it did not), ``drafter_path`` (the drafter model's, None when none ran),
+    ``widths`` (the widths run captured), ``captures``, ``capture_s`` (seconds capturing,
+    left out of ``seconds``) and ``recompiles`` (0 is right); ``kvcache.static``.
     ``trace`` is the per-round record (always kept: a few ints per round).
     ``phases`` splits ``seconds`` into ``draft`` (drafter forwards or n-gram
     look-ups), ``verify`` (target forwards) and ``other`` (host work between
@@ -145,6 +150,7 @@ class GenerationResult:
     network: dict = field(default_factory=dict)   # a served target's requests and their times (remote.transport.RequestTimes)
     first_token_s: float | None = None
     first_tokens: int = 0
+    compile: dict | None = None   # how the forwards ran (kvcache.static.compile_report); None: served
     decisions: list[Row] | None = None
 
     @property

@@ -28,7 +28,8 @@ from generation.tree_round import tree_round
 from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
 from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
-from kvcache.probe import cached_model, not_causal
+from kvcache.probe import not_causal
+from kvcache.static import cached_model, compile_report, model_stats
 
 
 @dataclass
@@ -81,7 +82,8 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     if reason is not None:
         raise UnsupportedCacheError(reason)
     device = model_device(target)
-    model = cached_model(target, use_cache=options.use_cache)
+    model = cached_model(target, use_cache=options.use_cache, compile=options.compile,
+                         capacity=len(prompt) + options.max_gen_len + options.widest + 1)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
                  PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect,
@@ -109,17 +111,23 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
             if stop:
                 result.stop_reason = "eos"
                 break
-    result.seconds -= loop.watch.paused_s
+    network = model.network_stats()
+    target_stats, drafter_stats = model_stats(model, options.compile), drafter.compile_stats()
+    if drafter_stats is None and drafter.kind == "model" and drafter.calls:   # a drafter kind on its own path
+        drafter_stats = model_stats(None, options.compile)
+    if network is None:
+        result.compile = compile_report(options.compile, target_stats, drafter_stats)
+    captured = target_stats["capture_s"], drafter_stats["capture_s"] if drafter_stats else 0.0
+    result.seconds -= loop.watch.paused_s + sum(captured)          # capturing is not decoding
     result.first_token_s, result.first_tokens = loop.watch.first_token(started)
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
     if loop.decisions is not None:
         result.decisions = loop.decisions.read()                          # the run's one read-back
     result.target_calls = model.forwards
     result.drafter_calls = drafter.calls
-    result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
-                                 sum(r.verify_s for r in result.trace))
+    result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace) - captured[1],
+                                 sum(r.verify_s for r in result.trace) - captured[0])
     result.rollback = {"target": model.stats.to_dict()}
-    network = model.network_stats()
     if network is not None:
         result.network = network
     drafter_stats = drafter.rollback_stats()

@@ -775,7 +775,8 @@ def _keep_indexer(layer, block: int, kept: list[int]) -> None:
         _gather_block(positions, -1, block, kept)
 
 
-_TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer", "DynamicIndexedLayer")
+# StaticLayer: only a kvcache.static.StaticCachedModel holds one (a CachedModel refuses it at begin).
+_TREE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer", "DynamicIndexedLayer", "StaticLayer")
 
 
 def tree_support(cached: CachedModel) -> str | None:

@@ -193,10 +193,14 @@ def _replay(model, path: str, prompt: list[int], seqs: list[list[int]], checker:
 
     Returns the rollback kind the cache used ("crop" or "restore").
     """
+    return _replay_on(CachedModel(model, path=path), seqs, checker, prompt if encoder_decoder else None)
+
+
+def _replay_on(cached: CachedModel, seqs: list[list[int]], checker: _Checker, prompt: list[int] | None = None) -> str:
+    """The episode of :func:`_replay` on a model already built (``prompt``: an encoder-decoder's)."""
     s, j = seqs
-    cached = CachedModel(model, path=path)
-    start = cached.begin(prompt if encoder_decoder else s[:PREFIX])
-    if encoder_decoder:
+    start = cached.begin(prompt if prompt is not None else s[:PREFIX])
+    if prompt is not None:
         s, j = [start[0], *s[1:]], [start[0], *j[1:]]
     device = cached.device
 

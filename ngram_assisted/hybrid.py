@@ -113,6 +113,9 @@ class HybridDrafter(Drafter):
     def rollback_stats(self) -> dict | None:
         return self.model.rollback_stats()
 
+    def compile_stats(self) -> dict | None:
+        return self.model.compile_stats()
+
     def cross_tokenizer_stats(self) -> dict | None:
         return self.model.cross_tokenizer_stats()
 

@@ -1,0 +1,450 @@
+"""The static-cache path: a preallocated cache rolled back by resetting its length, and the
+captured (compiled) forwards that run over it (``docs/static.md``).
+
+Three paths (``utils.options.COMPILE_PATHS``), chosen per strategy:
+
+- ``off``: the dynamic cache of :mod:`kvcache.cache`, unchanged;
+- ``static``: transformers' ``StaticCache`` of a fixed ``capacity``, every forward eager;
+  a rollback resets the length (the keys past it stay, hidden from later queries by
+  causality, and the next forward overwrites them); a tree's kept path is gathered at its
+  absolute positions ``[length - block, length)``;
+- ``graphs``: the static path whose forwards over a non-empty cache (a decode step, a
+  verify, a drafter's step, a tree) run through a compiled callable, one per
+  (model, width, capacity), captured once and kept across runs; the prefill stays eager.
+
+How the length is reset depends on the release: from transformers 5.24 a ``StaticLayer``
+keeps the length it writes at (``cumulative_length``) and ``crop(-n)`` lowers it; on 4.57 a
+layer writes where the forward's ``cache_position`` says, so every forward passes its
+positions and a rollback only lowers :attr:`CachedModel.length`. A release with neither is
+refused (:func:`static_refusal`).
+
+The capacity (:func:`static_capacity`) is the prompt, the length budget and the widest
+verify, rounded up to a multiple of :data:`CAPACITY_STEP` (256), so one capture serves every
+prompt whose need rounds to the same capacity.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+from transformers import StaticCache
+
+from kvcache.cache import (TRANSFORMERS_RELEASE, CachedModel, SessionModel, UnsupportedCacheError, _layers,
+                           _own_cache_class, drop_last, hidden_states_request, kept_layers)
+from kvcache import probe
+from utils.devices import synchronize
+from utils.options import COMPILE_PATHS
+
+CAPACITY_STEP = 256          # capacities are rounded up to a multiple of this
+# The compile backend and mode of the ``graphs`` path: a module-level setting (tests set a cheap
+# backend: "eager", or a callable that counts). The mode applies to "inductor" on CUDA only
+# ("reduce-overhead": CUDA graphs); elsewhere inductor compiles in its default mode.
+BACKEND: object = "inductor"
+MODE = "reduce-overhead"
+RECOMPILE_LIMIT = 1024       # every capture shares one code object; dynamo's default limit is 8
+
+
+def _length_in_cache() -> bool:
+    """Whether the installed ``StaticLayer`` keeps its own length (5.24: ``cumulative_length``)."""
+    from transformers.cache_utils import StaticLayer
+    try:
+        return hasattr(StaticLayer(max_cache_len=1), "cumulative_length")
+    except TypeError:
+        return False
+
+
+# 5.24 on: a layer writes at its own length, lowered by ``crop(-n)``; before, where the forward's
+# ``cache_position`` says (4.57), which every forward passes.
+LENGTH_IN_CACHE = _length_in_cache()
+
+
+def default_compile(device) -> str:
+    """The path a strategy runs when none is asked for: ``graphs`` on CUDA, ``off`` elsewhere."""
+    return "graphs" if torch.device(device).type == "cuda" else "off"
+
+
+def static_capacity(positions: int) -> int:
+    """The capacity of a cache that must hold ``positions`` (prompt + budget + widest verify)."""
+    return max(CAPACITY_STEP, -(-int(positions) // CAPACITY_STEP) * CAPACITY_STEP)
+
+
+# ------------------------------------------------------------------ refusals
+
+_REFUSALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def static_refusal(model) -> str | None:
+    """None when ``model`` can take the static path, else why not (one line). Decided once per
+    model, from what it reports and what a short static episode measures (:func:`_static_probe`)."""
+    if isinstance(model, SessionModel):
+        return "its cache is the server's"
+    if model not in _REFUSALS:
+        _REFUSALS[model] = _refusal(model) or ""
+    return _REFUSALS[model] or None
+
+
+def _refusal(model) -> str | None:
+    name = type(model).__name__
+    if getattr(model.config, "is_encoder_decoder", False):
+        return f"{name} is an encoder-decoder model: the static path holds one decoder-only cache"
+    own = _own_cache_class(model)
+    if own:
+        return f"{name} keeps its state in its own {own}: a static cache cannot hold it"
+    params = inspect.signature(model.forward).parameters
+    if not LENGTH_IN_CACHE and "cache_position" not in params:
+        return (f"transformers {transformers.__version__}'s static cache cannot be rolled back by length "
+                f"({name} takes no cache_position)")
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=8)
+    except Exception as e:  # noqa: BLE001  (transformers cannot build a static cache for it)
+        return f"transformers {transformers.__version__} builds no static cache for {name} ({_first_line(e)})"
+    odd = sorted({type(layer).__name__ for layer in _layers(cache) if type(layer).__name__ != "StaticLayer"})
+    if any("LinearAttention" in n for n in odd):
+        return f"{', '.join(odd)} cache layers: a recurrent or conv state cannot be rolled back by length"
+    if any("Sliding" in n for n in odd):
+        return f"sliding-window layers ({', '.join(odd)}): a window that has moved on cannot be rolled back by length"
+    if odd:
+        return f"{', '.join(odd)} cache layers: the static path rolls back plain attention layers only"
+    if not _layers(cache):
+        return f"its static cache has no layers"
+    found = probe.probe_of(model)
+    if found.path != "cached":
+        return f"its cached forward is not exact (the probe chose {found.path})"
+    return _static_probe(model)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@torch.inference_mode()
+def _static_probe(model) -> str | None:
+    """The probe's speculative-shaped episode (prefill, step, verify, rollback, verify, rollback,
+    step) on the static path, held to the uncached logits; None when every logit matches."""
+    prompt, seq, junk = probe._probe_ids(model)
+    try:
+        reference = probe._uncached(model, prompt, [seq, junk], None)
+        checker = probe._Checker(reference, probe.tolerance(model))
+        cached = StaticCachedModel(model, capacity=probe.LENGTH + 8, slot="probe")
+        probe._replay_on(cached, [seq, junk], checker)
+    except probe.ProbeMismatch as e:
+        return f"its static-cache forward is not exact ({e})"
+    except Exception as e:  # noqa: BLE001  (a transformers error inside a static forward)
+        return f"its static-cache forward fails ({_first_line(e)})"
+    finally:
+        _CACHES.get(model, {}).pop((probe.LENGTH + 8, "probe"), None)
+    return None
+
+
+# ------------------------------------------------------------ caches, captures
+
+# model -> {(capacity, slot): StaticCache}: one preallocated cache per model, capacity and slot
+# ("target", "drafter"), reused by every run (captured forwards hold its tensors' addresses).
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> {(slot, capacity, width, masked, layers): _Capture}
+_CAPTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _cache_for(model, capacity: int, slot: str):
+    caches = _CACHES.setdefault(model, {})
+    if (capacity, slot) not in caches:
+        caches[capacity, slot] = StaticCache(config=model.config, max_cache_len=capacity)
+    return caches[capacity, slot]
+
+
+def _step(model, cache, cache_kw: str, tokens, positions, cache_position, mask, request, layers):
+    """One forward over the static cache: every row's logits (1, w, V) and the kept hidden rows."""
+    kwargs = {"input_ids": tokens, "position_ids": positions, cache_kw: cache, "use_cache": True}
+    if cache_position is not None:
+        kwargs["cache_position"] = cache_position
+    if mask is not None:
+        kwargs["attention_mask"] = mask
+    if layers:
+        kwargs["output_hidden_states"] = request
+    out = model(**kwargs)
+    hidden = torch.cat([out.hidden_states[i][0] for i in layers], dim=-1) if layers else None
+    return out.logits, hidden
+
+
+@dataclass
+class _Capture:
+    """One compiled forward of a fixed width and its static input buffers (copied in before each call)."""
+
+    fn: object
+    tokens: torch.Tensor            # (1, w)
+    positions: torch.Tensor         # (1, w)
+    mask: torch.Tensor | None       # (1, 1, w, capacity) for a tree, else None
+    slots: torch.Tensor | None      # (w,) the cache slots written, where the forward takes them (4.57)
+    calls: int = 0
+
+
+def unique_graphs() -> int:
+    """Graphs dynamo has compiled in this process (a capture or a recompile adds one or more)."""
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+
+def _compiled(device: torch.device):
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
+    mode = MODE if BACKEND == "inductor" and device.type == "cuda" else None
+    return torch.compile(_step, backend=BACKEND, mode=mode, dynamic=False)
+
+
+@dataclass
+class CompileRecord:
+    """What one generation's static model compiled and ran captured (its ``graphs`` forwards)."""
+
+    widths: set = field(default_factory=set)    # widths run captured (captured now or by an earlier run)
+    captures: int = 0
+    capture_s: float = 0.0                      # excluded from the run's seconds
+    recompiles: int = 0                         # graphs compiled after a width's capture: 0 is right
+
+
+# ------------------------------------------------------------- the model
+
+class StaticCachedModel(CachedModel):
+    """A :class:`CachedModel` over a preallocated ``StaticCache`` of ``capacity`` positions.
+
+    ``rollback`` and ``keep_block`` reset the length; ``forward_masked`` (a tree) takes the
+    4D mask over the cache and the block and pads it to the capacity's keys. With ``graphs``
+    every forward over a non-empty cache runs captured (:meth:`_captured`). ``slot`` names
+    whose cache this is ("target", "drafter"): a model decoding beside itself keeps two.
+    """
+
+    def __init__(self, model, *, capacity: int, graphs: bool = False, slot: str = "target"):
+        super().__init__(model, path="cached")
+        self.capacity = int(capacity)
+        self.graphs = graphs
+        self.slot = slot
+        self.compile_path = "graphs" if graphs else "static"
+        self.record = CompileRecord()
+
+    def begin(self, prompt: list[int], prefills: tuple = ()) -> list[int]:
+        """Start a generation from ``prompt`` (shared prefills are dynamic caches: not used)."""
+        if len(prompt) > self.capacity:
+            raise UnsupportedCacheError(f"the prompt's {len(prompt)} tokens do not fit a static cache of "
+                                        f"{self.capacity} positions")
+        self.stats = self._fresh_stats()
+        self.forwards = 0
+        self.hidden = None
+        self.kv_states = None
+        self.record = CompileRecord()
+        self.cache = _cache_for(self.model, self.capacity, self.slot)
+        self._length = self._cache_length()
+        self._set_length(0)
+        return list(prompt)
+
+    def _cache_length(self) -> int:
+        """The length the cache itself writes at (5.24), else the length kept here."""
+        if not LENGTH_IN_CACHE:
+            return self._length
+        return int(self.cache.get_seq_length())
+
+    def _set_length(self, length: int) -> None:
+        """Reset the length to ``length``: later forwards write from there."""
+        if LENGTH_IN_CACHE:
+            drop_last(self.cache, self._cache_length() - length)
+        self._length = length
+
+    def _room(self, end: int) -> None:
+        if end > self.capacity:
+            raise UnsupportedCacheError(f"a forward needs {end} positions of a static cache of {self.capacity}")
+
+    # --------------------------------------------------------------- forward
+
+    def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        seen = self._length
+        tokens = ids[:, seen:]
+        width = tokens.shape[1]
+        self._room(seen + width)
+        positions = torch.arange(seen, seen + width, device=ids.device).view(1, width)
+        logits, hidden = self._run(tokens, positions, None)
+        self.forwards += 1
+        if hidden is not None:
+            self._hidden_rows.append((seen, hidden))
+        self._length = seen + width
+        return logits[0, -keep:]
+
+    def forward_masked(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask,
+                       keep: int) -> torch.Tensor:
+        """Feed ``tokens`` (1, m) with ``attention_mask`` (1, 1, m, length + m), padded here to
+        the capacity's keys (the positions past the block are hidden)."""
+        if isinstance(attention_mask, dict):
+            raise UnsupportedCacheError("a static cache takes one attention mask (no sliding layers)")
+        seen, m = self._length, tokens.shape[1]
+        self._room(seen + m)
+        mask = attention_mask.new_full((1, 1, m, self.capacity), torch.finfo(attention_mask.dtype).min)
+        mask[..., :attention_mask.shape[-1]] = attention_mask
+        logits, hidden = self._run(tokens, position_ids, mask)
+        self.forwards += 1
+        if hidden is not None:
+            self.hidden = (seen, hidden)
+        self._length = seen + m
+        return logits[0, -keep:]
+
+    def _run(self, tokens, positions, mask):
+        """Logits (1, w, V) and the kept hidden rows of one forward: captured over a non-empty
+        cache on the ``graphs`` path, else eager."""
+        layers = kept_layers(self.keep_hidden)
+        if self.graphs and self._length > 0:
+            return self._captured(tokens, positions, mask, layers)
+        cache_position = None if LENGTH_IN_CACHE else self._slots(tokens.shape[1], tokens.device)
+        return _step(self.model, self.cache, self.cache_kw, tokens, positions, cache_position, mask,
+                     hidden_states_request(layers) if layers else None, layers)
+
+    def _capture(self, width: int, masked: bool, layers: tuple) -> tuple[_Capture, bool]:
+        """The capture of this width (made now if none is kept), and whether it is new."""
+        captures = _CAPTURES.setdefault(self.model, {})
+        key = self._capture_key(width, masked, layers)
+        if key in captures:
+            return captures[key], False
+        device = self.device
+        mask = None
+        if masked:
+            dtype = self.model.get_input_embeddings().weight.dtype
+            mask = torch.zeros((1, 1, width, self.capacity), dtype=dtype, device=device)
+        slots = None if LENGTH_IN_CACHE else torch.zeros(width, dtype=torch.long, device=device)
+        found = _Capture(_compiled(device), torch.zeros((1, width), dtype=torch.long, device=device),
+                         torch.zeros((1, width), dtype=torch.long, device=device), mask, slots)
+        if device.type == "cuda":      # fixed addresses: CUDA graphs read them without a copy
+            for buffer in (found.tokens, found.positions, found.mask, found.slots):
+                if buffer is not None:
+                    torch._dynamo.mark_static_address(buffer)
+        captures[key] = found
+        return found, True
+
+    def _slots(self, width: int, device) -> torch.Tensor:
+        """The cache slots a forward of ``width`` writes (4.57's ``cache_position``): the next ``width``
+        after the length, whatever the tokens' positions (a tree's siblings share one)."""
+        return torch.arange(self._length, self._length + width, device=device)
+
+    def _capture_key(self, width: int, masked: bool, layers: tuple) -> tuple:
+        """What a capture is kept under: one per (slot, capacity, width, tree or chain, hidden rows)."""
+        return (self.slot, self.capacity, width, masked, layers)
+
+    def _fill(self, entry: _Capture, tokens, positions, mask) -> None:
+        """Copy a forward's inputs into the capture's static buffers (a replay reads only those)."""
+        entry.tokens.copy_(tokens)
+        entry.positions.copy_(positions)
+        if entry.slots is not None:
+            entry.slots.copy_(self._slots(tokens.shape[1], tokens.device))
+        if mask is not None:
+            entry.mask.copy_(mask)
+
+    def _captured(self, tokens, positions, mask, layers):
+        """Copy the inputs into the width's static buffers and replay its compiled forward. A width's
+        first use captures it: the forward runs (compiled, warmed up, recorded), the length is reset,
+        and it runs again; the capture's seconds go to ``record.capture_s``, out of the run's."""
+        width = tokens.shape[1]
+        entry, new = self._capture(width, mask is not None, layers)
+        self._fill(entry, tokens, positions, mask)
+        request = hidden_states_request(layers) if layers else None
+        cache_position = entry.slots
+        args = (self.model, self.cache, self.cache_kw, entry.tokens, entry.positions, cache_position,
+                entry.mask, request, layers)
+        cuda = self.device.type == "cuda"
+        if new:
+            seen = self._length
+            synchronize(self.device)
+            begun = time.perf_counter()
+            for _ in range(2 if cuda else 1):   # CUDA graph trees warm up, then record
+                if cuda:
+                    torch.compiler.cudagraph_mark_step_begin()
+                entry.fn(*args)
+                self._set_length(seen)
+            synchronize(self.device)
+            self.record.capture_s += time.perf_counter() - begun
+            self.record.captures += 1
+        if cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+        graphs = unique_graphs()
+        logits, hidden = entry.fn(*args)
+        if entry.calls > 0 and unique_graphs() > graphs:
+            self.record.recompiles += 1
+        entry.calls += 1
+        self.record.widths.add(width)
+        # A replay's outputs live in the graph's own memory, overwritten by its next replay.
+        return logits.clone(), (hidden.clone() if hidden is not None else None)
+
+    # -------------------------------------------------------------- rollback
+
+    def checkpoint(self) -> None:
+        """Nothing to snapshot: a rollback resets the length."""
+        self._checkpoint_length = self._length
+
+    def rollback(self, length: int) -> None:
+        """Keep the first ``length`` positions (a shorter length; the keys past it are overwritten later)."""
+        if length < self._length:
+            self._set_length(length)
+
+    def keep_block(self, block: int, kept: list[int]) -> None:
+        """Of the last ``block`` positions keep those at offsets ``kept`` (ascending): gathered at their
+        absolute positions ``[length - block, length)`` of the preallocated tensors, then the length reset."""
+        self._keep_hidden_block(block, kept)
+        start = self._length - block
+        if kept:
+            for layer in _layers(self.cache):
+                for tensor in (layer.keys, layer.values):
+                    index = torch.tensor(kept, dtype=torch.long, device=tensor.device) + start
+                    tensor.narrow(-2, start, len(kept)).copy_(tensor.index_select(-2, index))
+        self._set_length(start + len(kept))
+
+    def compile_stats(self) -> dict:
+        """This generation's path and captures (the result's ``compile`` fields of one model)."""
+        record = self.record
+        return {"path": self.compile_path, "widths": sorted(record.widths), "captures": record.captures,
+                "capture_s": record.capture_s, "recompiles": record.recompiles}
+
+
+# ------------------------------------------------------------- entry point
+
+def cached_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
+                 slot: str = "target") -> CachedModel:
+    """``model`` as the decoding loops feed it: on ``compile`` "static" or "graphs" a
+    :class:`StaticCachedModel` of ``capacity`` positions where :func:`static_refusal` allows,
+    else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path."""
+    if compile not in COMPILE_PATHS:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE_PATHS)}, got {compile!r}")
+    if compile == "off" or not use_cache or capacity is None or static_refusal(model) is not None:
+        return probe.cached_model(model, use_cache=use_cache)
+    return StaticCachedModel(model, capacity=static_capacity(capacity), graphs=compile == "graphs", slot=slot)
+
+
+def model_stats(cached, requested: str) -> dict:
+    """One model's path under ``requested``: ``path``, ``reason`` (why it fell back, one line),
+    ``widths``, ``captures``, ``capture_s``, ``recompiles``."""
+    if isinstance(cached, StaticCachedModel):
+        return {**cached.compile_stats(), "reason": ""}
+    reason = ""
+    if requested != "off":
+        if cached is None:
+            reason = "this drafter kind keeps a dynamic cache of its own"
+        elif not isinstance(cached, CachedModel):
+            reason = "its cache is the server's"
+        elif cached.cache_off:
+            reason = "the cache is off"
+        else:
+            reason = static_refusal(cached.model) or "no capacity was given"
+    return {"path": "off", "reason": reason, "widths": [], "captures": 0, "capture_s": 0.0, "recompiles": 0}
+
+
+def compile_report(requested: str, target: dict, drafter: dict | None = None) -> dict:
+    """The result's ``compile``: what was asked, the target's path and why it differs, the drafter
+    model's path (None when none ran), and the captures of both models together."""
+    both = [target] + ([drafter] if drafter is not None else [])
+    reason = target["reason"] if target["path"] != requested else ""
+    return {"requested": requested, "path": target["path"], "reason": reason,
+            "drafter_path": drafter["path"] if drafter is not None else None,
+            "widths": sorted(set().union(*(s["widths"] for s in both))),
+            "captures": sum(s["captures"] for s in both),
+            "capture_s": sum(s["capture_s"] for s in both),
+            "recompiles": sum(s["recompiles"] for s in both)}

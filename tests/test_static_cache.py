@@ -1,0 +1,231 @@
+"""The static-cache path (``kvcache.static``): token-identical to the dynamic path and to
+transformers' ``generate``, with logits compared and the cache length pinned after every round;
+captured forwards (``graphs``, on a cheap backend) equal to ``static`` with no recompiles, and a
+second run capturing nothing. Each guarantee has its mutation check beside it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import generation.verify as verify_module
+from engine import NGramOptions, Strategy, run_strategy
+from kvcache import static
+from kvcache.cache import CachedModel
+from kvcache.static import StaticCachedModel, static_refusal
+from sampling import GreedyProcessor
+from sampling.spec import ProcessorSpec
+from tests.helpers import arch_zoo
+from tests.helpers.pairs import model_pair
+
+PROMPT = list(arch_zoo.PROMPTS[0])
+LENGTH = arch_zoo.LENGTH
+
+
+@pytest.fixture(autouse=True)
+def cheap_backend(monkeypatch):
+    """Compile with dynamo's eager backend: the capture machinery runs, no code is generated."""
+    monkeypatch.setattr(static, "BACKEND", "eager")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """Llama, and a drafter initialised independently of it (most drafts rejected: every rollback runs)."""
+    return model_pair(arch_zoo.build("llama"), arch_zoo.build("llama", "independent"))
+
+
+@pytest.fixture(scope="module")
+def blended():
+    """Llama and its blended drafter: trees whose kept paths hold accepted nodes."""
+    return model_pair(arch_zoo.build("llama"), arch_zoo.build("llama", "drafter"))
+
+
+def run(pair, compile: str, **fields):
+    fields.setdefault("processor", GreedyProcessor())
+    return run_strategy(Strategy("s", compile=compile, max_gen_len=LENGTH, **fields), pair, PROMPT)
+
+
+class Recorder:
+    """Every logits row a cached model returns (target and drafter), and the target's length after
+    each round checked against the sequence (``ids`` less its last token) and the cache itself."""
+
+    def __init__(self, monkeypatch):
+        self.logits: list[torch.Tensor] = []
+        self.rounds = 0
+        forward = CachedModel.forward
+        recorder = self
+
+        def recorded(self, ids, keep):
+            out = forward(self, ids, keep)
+            recorder.logits.append(out.clone())
+            return out
+
+        monkeypatch.setattr(CachedModel, "forward", recorded)
+        for name in ("_round", "tree_round"):
+            monkeypatch.setattr(verify_module, name, self.pinned(getattr(verify_module, name)))
+
+    def pinned(self, round_fn):
+        def checked(loop, ids, *args, **kwargs):
+            ids, new, stop = round_fn(loop, ids, *args, **kwargs)
+            target = loop.target
+            assert target.length == ids.shape[1] - 1, (target.length, ids.shape[1])
+            if isinstance(target, StaticCachedModel) and static.LENGTH_IN_CACHE:
+                assert int(target.cache.get_seq_length()) == target.length
+            self.rounds += 1
+            return ids, new, stop
+        return checked
+
+
+def same_run(pair, monkeypatch, compile: str = "static", **fields):
+    """Run ``fields`` on the dynamic path and on ``compile``: equal tokens, and equal logits row for
+    row (both models' forwards), the length pinned after every round. Returns the compiled result."""
+    with monkeypatch.context() as m:
+        off = Recorder(m)
+        want = run(pair, "off", **fields)
+    with monkeypatch.context() as m:
+        got_rec = Recorder(m)
+        got = run(pair, compile, **fields)
+    assert got.compile["path"] == compile and got.compile["reason"] == ""
+    assert got.tokens == want.tokens, (got.tokens, want.tokens)
+    assert len(got_rec.logits) == len(off.logits) and got_rec.rounds == off.rounds
+    for a, b in zip(got_rec.logits, off.logits):
+        assert a.shape == b.shape
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), float((a - b).abs().max())
+    return got
+
+
+# ------------------------------------------------------------- the families
+
+def test_every_family_static_ar_equals_generate_or_is_refused_in_one_line():
+    accepted, refused = [], {}
+    for name in arch_zoo.FAMILIES:
+        try:
+            model = arch_zoo.build(name)
+        except arch_zoo.FamilyUnavailable:
+            continue
+        reason = static_refusal(model)
+        if reason is not None:
+            assert reason.strip() and "\n" not in reason, (name, reason)
+            refused[name] = reason
+            continue
+        accepted.append(name)
+        want = list(arch_zoo.reference(name, tuple(PROMPT)))
+        both = model_pair(model, arch_zoo.build(name, "independent"))
+        for fields in ({}, {"drafter": "model", "gamma": 3}, {"drafter": "model", "gamma": 3, "tree": 6}):
+            result = run_strategy(Strategy("t", processor=GreedyProcessor(), max_gen_len=LENGTH, compile="static",
+                                           **fields), both, PROMPT)
+            assert result.compile["path"] == "static", (name, fields, result.compile)
+            assert result.tokens == want, (name, fields)
+            assert result.tree_fallback == "", (name, result.tree_fallback)
+    assert "llama" in accepted and "gpt2" in accepted
+    assert "sliding" in refused["mistral"]
+    assert "encoder-decoder" in refused["t5"]
+    assert "mamba" in refused
+
+
+def test_a_refused_model_runs_the_dynamic_path_and_says_why():
+    model = arch_zoo.build("mistral")
+    result = run_strategy(Strategy("t", processor=GreedyProcessor(), max_gen_len=8, compile="static"),
+                          model_pair(model), PROMPT)
+    assert result.compile["path"] == "off" and "sliding" in result.compile["reason"]
+    assert result.tokens == list(arch_zoo.reference("mistral", tuple(PROMPT)))[:8]
+
+
+# ------------------------------------------------------- static == dynamic
+
+@pytest.mark.parametrize("gamma", arch_zoo.GAMMAS)
+def test_speculative_static_equals_dynamic_and_generate(pair, monkeypatch, gamma):
+    result = same_run(pair, monkeypatch, drafter="model", gamma=gamma)
+    assert result.drafted > result.accepted          # rejections ran, so rollbacks did
+    assert result.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
+    assert result.compile["drafter_path"] == "static"
+
+
+@pytest.mark.parametrize("which", ["independent", "blended"])
+def test_tree_static_equals_dynamic(pair, blended, monkeypatch, which):
+    result = same_run(pair if which == "independent" else blended, monkeypatch, drafter="model", gamma=3, tree=6)
+    assert result.tree_fallback == "" and any(r.tree_size for r in result.trace)
+    if which == "blended":
+        assert any(len(r.path) > 1 for r in result.trace)       # gathers moved kept nodes
+    assert result.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
+
+
+def test_nasd_static_equals_dynamic(pair, monkeypatch):
+    result = same_run(pair, monkeypatch, drafter="ngram", gamma=3, drafter_options=NGramOptions())
+    assert result.drafted > 0 and result.compile["drafter_path"] is None
+
+
+def test_drafter_ar_static_equals_dynamic(pair, monkeypatch):
+    same_run(pair, monkeypatch, model="drafter")
+
+
+def test_sampling_static_draws_the_same_stream(pair, monkeypatch):
+    spec = ProcessorSpec("multinomial", temperature=1.0)
+    for fields in ({}, {"drafter": "model", "gamma": 3}):
+        same_run(pair, monkeypatch, processor=spec, seed=7, **fields)
+
+
+def test_mutation_stale_length_after_rollback_fails(pair, monkeypatch):
+    monkeypatch.setattr(StaticCachedModel, "rollback", lambda self, length: None)
+    with pytest.raises(AssertionError):
+        same_run(pair, monkeypatch, drafter="model", gamma=3)
+
+
+def test_mutation_a_gather_at_the_tensors_end_fails(blended, monkeypatch):
+    """keep_block must gather at [length - block, length), not at the preallocated tensors' end."""
+    def at_the_end(self, block, kept):
+        for layer in static._layers(self.cache):
+            for tensor in (layer.keys, layer.values):
+                start = tensor.shape[-2] - block
+                index = torch.tensor(kept, dtype=torch.long) + start
+                tensor.narrow(-2, start, len(kept)).copy_(tensor.index_select(-2, index))
+        self._set_length(self._length - block + len(kept))
+
+    monkeypatch.setattr(StaticCachedModel, "keep_block", at_the_end)
+    with pytest.raises(AssertionError):
+        same_run(blended, monkeypatch, drafter="model", gamma=3, tree=6)
+
+
+# ----------------------------------------------------------------- graphs
+
+def test_graphs_equal_static_with_no_recompiles_and_a_second_run_captures_nothing(pair, monkeypatch):
+    first = same_run(pair, monkeypatch, "graphs", drafter="model", gamma=3)
+    report = first.compile
+    assert report["drafter_path"] == "graphs" and report["recompiles"] == 0
+    assert report["captures"] >= len(report["widths"]) > 1 and report["capture_s"] > 0
+    assert first.seconds > 0
+    again = run(pair, "graphs", drafter="model", gamma=3)
+    assert again.tokens == first.tokens
+    assert again.compile["captures"] == 0 and again.compile["capture_s"] == 0.0
+    assert again.compile["recompiles"] == 0 and again.compile["widths"] == report["widths"]
+
+
+def test_graphs_a_new_width_is_captured_and_counted(pair, monkeypatch):
+    before = run(pair, "graphs", drafter="model", gamma=3).compile
+    wider = same_run(pair, monkeypatch, "graphs", drafter="model", gamma=5).compile
+    new = set(wider["widths"]) - set(before["widths"])
+    assert new and wider["captures"] >= len(new) and wider["recompiles"] == 0
+
+
+def test_mutation_inputs_not_copied_before_replay_fails(pair, monkeypatch):
+    monkeypatch.setattr(StaticCachedModel, "_fill", lambda self, entry, tokens, positions, mask: None)
+    with pytest.raises(AssertionError):
+        same_run(pair, monkeypatch, "graphs")
+
+
+def test_mutation_a_capture_reused_across_widths_fails(pair, monkeypatch):
+    keys = StaticCachedModel._capture_key
+    monkeypatch.setattr(StaticCachedModel, "_capture_key",
+                        lambda self, width, masked, layers: keys(self, 1, masked, layers))
+    with pytest.raises((AssertionError, RuntimeError)):
+        same_run(pair, monkeypatch, "graphs", drafter="model", gamma=5)
+
+
+def test_default_compile():
+    assert static.default_compile("cpu") == "off"
+    assert static.default_compile(torch.device("cuda", 0)) == "graphs"
+
+
+def test_unknown_compile_path_is_one_line():
+    with pytest.raises(ValueError, match="compile must be one of off, static, graphs"):
+        Strategy("s", compile="fast")
