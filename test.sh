@@ -44,6 +44,8 @@ FLOOR_TESTS=(
     tests/test_verify_rules.py
     tests/test_drafter_contract.py
     tests/test_hybrid.py
+    tests/test_advisor_replay.py
+    tests/test_advisor.py
     tests/test_bench_static_peers.py
 )
 
