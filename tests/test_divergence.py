@@ -175,8 +175,9 @@ def torch_free_spec(name: str):
     return ProcessorSpec(name)
 
 
-def bf16_divergences(seeds=range(4, 12)) -> list[tuple[int, str, Divergence]]:
-    """Every divergence from target AR on bfloat16 pairs with sharp logits (step 1/16 near 10)."""
+def bf16_divergences(seeds=(9, 6, 4, 5, 7, 8, 10, 11)) -> list[tuple[int, str, Divergence]]:
+    """Every divergence from target AR on bfloat16 pairs with sharp logits (step 1/16 near 10),
+    until three are found (seeds 9 and 6 part on transformers 5; on 4.57 seed 9 alone)."""
     found = []
     for seed in seeds:
         ar, runs = _runs(_pair(seed, torch.bfloat16, 30.0), keys=("speculative", "tree"))
@@ -346,3 +347,42 @@ def test_the_benchmark_counts_ties_apart_from_unexplained():
     document = report_dict({}, {}, [spec], [], records, [])             # bench.json
     assert (document["summary"][0]["ties"], document["summary"][0]["unexplained"]) == (1, 1)
     assert "decisions" not in document["runs"][0]
+
+
+# ------------------------------------------------------------ the cost: one read-back per run
+
+@pytest.mark.parametrize("key", ["target", "speculative", "tree"])
+def test_recording_adds_one_read_back_per_run_and_none_per_round(monkeypatch, key):
+    check_one_read_back(monkeypatch, key)
+
+
+def test_mutation_a_read_back_per_round_fails(monkeypatch):
+    real = DecisionLog.add
+
+    def eager(self, logits, kept):
+        real(self, logits, kept)
+        self._parts[-1].tolist()                               # the rows read back every round
+    monkeypatch.setattr(DecisionLog, "add", eager)
+    with pytest.raises(AssertionError):
+        check_one_read_back(monkeypatch, "speculative")
+
+
+def check_one_read_back(monkeypatch, key):
+    """Host reads (tolist, item, cpu) of a run with the rows kept, less those of the same run
+    without: exactly one, however many rounds ran."""
+    counts = {"n": 0}
+    for name in ("tolist", "item", "cpu"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, **kwargs):
+            counts["n"] += 1
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    pair = _pair(1, torch.float32, 30.0)
+    reads = {}
+    for on in (False, True):
+        counts["n"] = 0
+        result = run_strategy(Strategy(key, max_gen_len=LENGTH, decisions=on, **STRATEGIES.get(key, {})), pair, PROMPT)
+        reads[on] = counts["n"]
+        assert (result.decisions is not None) == on
+    assert result.rounds > 3 and reads[True] - reads[False] == 1
