@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from advisor.costs import CostTable, drafter_key, measure_costs
 from advisor.rank import Advice, is_copier, rank, steady_steps
 
 SEED = 42
+WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
 SAMPLING_NOTE = ("the processor samples: the advice replays greedy paths and confirms under greedy, so its "
                  "acceptance is an estimate for sampling")
 
@@ -98,16 +99,18 @@ def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int =
 
 
 def confirm_one(advice: Advice, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED) -> None:
-    """Run ``advice``'s method for real on every prompt and fill its measured speedups (end to
-    end over target AR's tokens/s, and the decode part) and whether its output was target AR's."""
+    """Run ``advice``'s method for real on every prompt, after a short untimed run (its first
+    forwards warm), and fill its measured speedups (end to end over target AR's tokens/s, and the
+    decode part) and whether its output was target AR's."""
     from engine import run_strategy
 
     tokens = decode_tokens = 0
     seconds = decode_seconds = 0.0
     identical = True
+    strategy = advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
     try:
+        run_strategy(replace(strategy, max_gen_len=min(length, WARM_TOKENS)), pair, prompts[0], state=state)
         for prompt, expected in zip(prompts, baseline.outputs):
-            strategy = advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
             result = run_strategy(strategy, pair, prompt, state=state)
             identical = identical and list(result.tokens) == expected
             tokens += len(result.tokens)

@@ -179,20 +179,38 @@ def drafter_module(pair, key: str, state):
 
 
 def run_step_seconds(pair, method, state) -> tuple[float, str]:
-    """(a drafter's seconds per step, how they were had) from a short greedy run of ``method``
-    (draft seconds over drafter forwards): for drafters that step on the target's state (MTP
-    layers, an EAGLE-3 head), which have no module to time alone. Every width is priced so."""
+    """(a drafter's seconds per step, how they were had) from a short greedy run of ``method`` as a
+    chain of constant γ 4: its draft seconds over its drafts, the first round (the prompt's) left
+    out, after an untimed run. For drafters whose step is not their module's forward alone: a
+    self-drafter steps through its lean path on the target's cache, MTP layers and an EAGLE-3
+    head step on the target's state. Every width is priced so."""
+    from dataclasses import replace
+
+    from engine import HybridOptions, run_strategy
     from sampling import GreedyProcessor
-    from engine import run_strategy
 
     if method is None:
-        raise ValueError("a drafter with no module of its own needs its method to be timed by a run")
-    strategy = method.strategy(processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0)
-    result = run_strategy(strategy, pair, _context_ids(pair, pair.target)[0].tolist()[:16], state=state)
-    if not result.drafter_calls:
-        raise ValueError(f"{method.key} made no drafter step in a short run: its step cannot be timed")
-    step = float(result.phases.get("draft", 0.0)) / result.drafter_calls
-    return step, f"timed from a short run ({step * 1e3:.2f} ms a step, every width priced so)"
+        raise ValueError("a drafter timed by a run needs its method")
+    strategy = replace(method.strategy(processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0),
+                       tree=0, gamma=4, gamma_policy="constant")
+    if isinstance(strategy.drafter_options, HybridOptions):       # the drafter model alone
+        strategy = replace(strategy, drafter_options=strategy.drafter_options.model)
+    prompt = _context_ids(pair, pair.target)[0].tolist()[:16]
+    run_strategy(replace(strategy, max_gen_len=8), pair, prompt, state=state)      # warm
+    rounds = run_strategy(strategy, pair, prompt, state=state).trace[1:]
+    drafted = sum(len(r.drafted) for r in rounds)
+    if not drafted:
+        raise ValueError(f"{method.key} drafted nothing in a short run: its step cannot be timed")
+    step = sum(r.draft_s for r in rounds) / drafted
+    return step, f"its step timed in a short run ({step * 1e3:.2f} ms a draft, every width priced so)"
+
+
+def steps_alone(module) -> bool:
+    """Whether ``module``'s own forward is its drafter's step (an ordinary drafter model), not a
+    self-drafter's (its lean path on the target's cache)."""
+    from model_drafters.selfdraft.mark import self_draft_target
+
+    return self_draft_target(module) is None
 
 
 def host_seconds(pair, state) -> tuple[float, str]:
@@ -233,7 +251,7 @@ def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=N
         if not lacking:
             continue
         module = drafter_module(pair, key, state)
-        if module is None:
+        if module is None or not steps_alone(module):
             step, note = run_step_seconds(pair, (methods or {}).get(key), state)
             notes.append(f"{key}: {note}")
             draft[key] = {**draft.get(key, {}), **{w: step for w in lacking}}

@@ -416,3 +416,21 @@ def test_bench_advise_refuses_bad_input_in_one_line_before_loading(tmp_path, cap
         assert main(["--advise", *extra, "--out", str(tmp_path / "o")], loader=lambda args: pytest.fail("loaded")) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and "\n" not in err
+
+
+def test_a_self_drafter_is_timed_by_a_short_run_of_its_own_steps():
+    from advisor.costs import measure_costs
+    from advisor.replay import method
+    from model_drafters.selfdraft.build import build_self_drafter
+    from model_drafters.selfdraft.spec import parse_self_draft
+    from tests.helpers.models import tiny_llama
+    from tests.helpers.pairs import model_pair
+
+    target = tiny_llama(1, vocab_size=48, logit_scale=8.0)
+    pair = model_pair(target, build_self_drafter(target, parse_self_draft("self:bf16")))
+    speculative = method("model", None, 2)
+    costs = measure_costs(pair, {1, 3}, {"model": {1, 2}}, methods={"model": speculative})
+    assert set(costs.draft_s["model"]) == {1, 2} and len(set(costs.draft_s["model"].values())) == 1
+    assert costs.draft_s["model"][1] > 0 and any("timed in a short run" in n for n in costs.notes)
+    with pytest.raises(ValueError, match="needs its method"):
+        measure_costs(pair, {1}, {"model": {1}})
