@@ -217,12 +217,16 @@ def main(argv: list[str] | None = None) -> int:
         make_console(stderr=True).print(piped, style="yellow", soft_wrap=True)
 
     pair = _load(args, messages)
+    from kvcache.static import default_compile
     from repl.runner import Runner
     from repl.session import Session, interactive
 
+    if args.cmd_compile is None:        # the target device's path (graphs on CUDA, off on a CPU)
+        settings.compile = default_compile(pair.device)
     for line in pair.banner_lines():
         messages.print(line, style="bold")
-    messages.print(f"device: {pair.device} · context: {pair.context_length or 'unknown'} tokens", style="bold")
+    messages.print(f"device: {pair.device} · context: {pair.context_length or 'unknown'} tokens · "
+                   f"compile: {settings.compile}", style="bold")
     if args.selftest:
         from checks.selftest import selftest_exit_code
 
@@ -237,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             messages.print(f"drafter AR is off: {reason}", style="yellow")
     try:
         with messages.status("Warming up both models…"):
-            runner.warm_up()
+            runner.warm_up(settings.compile)
     except ValueError as e:   # a served target that fails its first requests (remote.transport.ServerError)
         messages.print(f"could not warm up: {e}", style="bold red")
         return 1

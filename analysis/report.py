@@ -408,6 +408,7 @@ def strategy_record(label: str, error: str | None, result, text: str, other_load
     stats = tree_summary(r.trace, tokens=len(r.tokens), target_calls=r.target_calls) if r.tree else None
     if stats is not None:
         entry["tree_stats"] = {**stats, **(why.tree if why is not None and why.tree else {})}
+    entry["compile"] = r.compile   # the path the forwards took (kvcache.static.compile_report; None: served)
     if r.hybrid:
         entry["hybrid"] = r.hybrid
     if r.network:

@@ -169,7 +169,7 @@ class Executor:
         record.target_calls = result.target_calls
         record.drafter_calls = result.drafter_calls
         record.phases = dict(result.phases) or None
-        record.compile = getattr(result, "compile", None)
+        record.compile = result.compile
         if variant.strategy in DRAFTING:
             record.drafted, record.accepted = result.drafted, result.accepted
             record.rounds = result.rounds

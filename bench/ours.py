@@ -16,21 +16,6 @@ from engine.kinds import variant_drafter
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic_suffix"}
 
 
-def compile_fields(path: str) -> dict:
-    """``Strategy`` keywords for compile path ``path`` (where the engine takes one)."""
-    return {"compile": path} if "compile" in Strategy.__dataclass_fields__ else {}
-
-
-def device_compile(device) -> str:
-    """The compile path of ``device`` when --compile is not given (``kvcache.static.default_compile``:
-    graphs on CUDA, off elsewhere); off where the engine has no compiled paths."""
-    try:
-        from kvcache.static import default_compile
-    except ImportError:
-        return "off"
-    return default_compile(device)
-
-
 def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramOptions,
                  tree_branch: int = DEFAULTS.tree_branch, tree_sample: bool = DEFAULTS.tree_sample,
                  cross: CrossTokenizerOptions = CrossTokenizerOptions(), arctic=None,
@@ -60,8 +45,7 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
     if variant.strategy == "lookahead":
         window, ngram_size, guesses = variant.lookahead_shape
         return lookahead_strategy(LookaheadOptions(window, ngram_size, guesses, reset=fresh), key=variant.name,
-                                  processor=processor, max_gen_len=max_gen_len, inspect=False,
-                                  **compile_fields(compile))
+                                  processor=processor, max_gen_len=max_gen_len, inspect=False, compile=compile)
     drafter = DRAFTER_OF.get(variant.strategy)
     options = {"ngram": ngram, "model": cross, "arctic_suffix": arctic}.get(drafter)
     if getattr(variant, "hybrid", 0) and drafter == "model":  # the storage drafts where its match is long
@@ -73,8 +57,7 @@ def our_strategy(variant: Variant, *, processor, max_gen_len: int, ngram: NGramO
                     gamma=variant.gamma or 1, gamma_policy=variant.policy,  # AR: gamma unused
                     processor=processor, max_gen_len=max_gen_len,
                     tree=getattr(variant, "tree", 0), tree_branch=tree_branch, tree_sample=tree_sample,
-                    verify=getattr(variant, "verify", DEFAULTS.verify), inspect=False,
-                    **compile_fields(compile))
+                    verify=getattr(variant, "verify", DEFAULTS.verify), inspect=False, compile=compile)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,

@@ -28,11 +28,11 @@ from bench.runner import (
     conversation_sessions, encode_prompts, iter_session_runs, run_count, single_sessions, split_fitting_sessions,
     task_sessions,
 )
-from bench.ours import device_compile
 from bench.peers import static_peer_refusal
 from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, decodes_alone
+from kvcache.static import default_compile
 from engine.kinds import build_variant, kind_of_module, resolve_variant
 from utils.errors import ModelLoadError
 from utils.machine_load import load_record, read_load
@@ -174,7 +174,7 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
                   style="yellow", highlight=False)
         args = args.but(strategies=[s for s in args.strategies if s != "drafter"])
     if args.compile is None:            # the target device's path: graphs on CUDA, off on a CPU
-        args = args.but(compile=device_compile(models.device))
+        args = args.but(compile=default_compile(models.device))
     static, refused = static_peers(args, models)
     for line in refused:
         err.print(line, style="yellow", highlight=False)

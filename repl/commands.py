@@ -21,7 +21,8 @@ from utils.options import (  # noqa: F401  (the ranges are read from here by scr
     FILLER_RANGE, GAMMA_POLICIES, GAMMA_RANGE, HYBRID_RANGE, LENGTH_RANGE, LOOKAHEAD_GUESSES_RANGE,
     LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, MATCH_FACTOR_RANGE, MATCH_STORAGES, NGRAM_N_RANGE,
     NGRAM_STORAGES, OFF_WORDS, ON_WORDS, RTT_RANGE, SEED_RANGE, SUFFIX_OUTPUTS_RANGE, SUFFIX_PATTERN_RANGE,
-    TREE_BRANCH_RANGE, TREE_RANGE, UAG_METHODS, OptionError, closest, finite_number, whole_number,
+    TREE_BRANCH_RANGE, TREE_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, closest, compile_path, finite_number,
+    whole_number,
 )
 
 # A command's words were rejected; the message says why (one line). The word checks below
@@ -227,6 +228,11 @@ def parse_verify(words: list[str], settings: Settings | None = None) -> Update:
     return Update({"verify": name})
 
 
+def parse_compile(words: list[str], settings: Settings | None = None) -> Update:
+    """``off|static|graphs`` (``utils.options.compile_path``): the setting only, read at the next prompt."""
+    return Update({"compile": compile_path(_one_word(words, "compile path"))})
+
+
 STRATEGY_WORDS = {**{k: k for k in STRATEGIES}, "nasd": "ngram", "spec": "speculative"}
 
 
@@ -407,6 +413,12 @@ COMMANDS: dict[str, Command] = {
                 "expectation) or strict (a draft kept iff it equals the target's own draw); all three "
                 "lossless; token trees keep their own rules",
                 parse_verify, show=lambda s: s.verify, values=VERIFY_RULE_NAMES, flag="verify"),
+        Command("compile", "off|static|graphs",
+                "how the target's and the drafter model's forwards run: off (eager, a growing cache), static "
+                "(a preallocated cache rolled back by resetting lengths, eager forwards) or graphs (the static "
+                "cache with each fixed-width forward captured once: CUDA graphs on CUDA); default graphs on "
+                "CUDA, off on a CPU; a model that cannot take it runs off and its panel says why",
+                parse_compile, show=lambda s: s.compile, values=COMPILE_PATHS, flag="compile"),
         Command("config", "", "show every setting and the models", _no_args("config")),
         Command("stats", "", "the last prompt's acceptance by position, accepted lengths, "
                 "phase times and the speedup model", _no_args("stats")),

@@ -350,6 +350,9 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     if fill is not None:
         body.append(fill)
     body.append(Text(path_text(run.result.rollback), style="dim"))
+    compiled = compile_text(run.result)
+    if compiled is not None:
+        body.append(Text(compiled, style="dim"))
     network = network_text(run.result)
     if network is not None:
         body.append(Text(network, style="dim"))
@@ -640,6 +643,33 @@ def path_text(rollback: dict) -> str:
     return "cache path: " + (" · ".join(parts) or "not recorded")
 
 
+def compile_text(result: GenerationResult, *, detail: bool = False) -> str | None:
+    """``compile: graphs (drafter graphs)``, or ``compile: off (asked static; fell back)``: the path
+    the run's forwards took (``GenerationResult.compile``); None for a served target. ``detail``
+    (/stats) adds the captured widths, captures, the seconds they took (outside the run's time) and
+    recompilations. A fallback's reason is told once by the runner, not on every panel."""
+    compiled = getattr(result, "compile", None)     # None in a trace written before the field
+    if not compiled:
+        return None
+    path, requested = compiled.get("path", "?"), compiled.get("requested", "?")
+    text = f"compile: {path}"
+    notes = []
+    if path != requested:
+        notes.append(f"asked {requested}; fell back")
+    if compiled.get("drafter_path"):
+        notes.append(f"drafter {compiled['drafter_path']}")
+    if notes:
+        text += f" ({'; '.join(notes)})"
+    if detail and compiled.get("captures"):
+        widths = ", ".join(str(w) for w in compiled.get("widths") or [])
+        text += (f" · widths {widths or '-'} · {compiled['captures']} captures in "
+                 f"{float(compiled.get('capture_s') or 0.0):.2f} s (not in the run's time) · "
+                 f"{compiled.get('recompiles', 0)} recompiles")
+    if detail and compiled.get("reason"):
+        text += f" · why: {compiled['reason']}"
+    return text
+
+
 def _cost_text(why: Why) -> str:
     costs = why.costs
     widths = ", ".join(f"{w}: {_ms(c)}" for w, c in sorted(costs.verify_s.items()))
@@ -693,6 +723,7 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
         row("best tree nodes (predicted)", lambda run, why: "-" if why.tree is None
             else f"{why.tree['best_nodes']} ({_x(why.tree['best_nodes_speedup'])})")
     row("gamma policy", lambda run, why: run.result.gamma_policy or "-")
+    row("compile path", lambda run, why: (compile_text(run.result) or "-").removeprefix("compile: "))
     row("verify rule", lambda run, why: run.result.verify_rule or (f"tree ({run.result.tree_rule})"
                                                                    if run.result.tree_rule else "-"))
     if any(why.what_if is not None for _, why in whys):
@@ -814,6 +845,7 @@ def decode_line(prompt_run: PromptRun) -> Text | None:
     runs without a column in the summary (no drafts); None when there is none."""
     parts = [f"{run.label}: {run.result.tokens_per_second:.1f} tokens/s end to end · first token "
              f"{first_token_ms(run.result)} ms · decode {decode_rate_cell(run.result)} tokens/s"
+             + (f" · {compile_text(run.result)}" if compile_text(run.result) else "")
              for run in prompt_run.runs if not run.drafting and run.result is not None]
     return Text("; ".join(parts), style="dim") if parts else None
 
@@ -871,6 +903,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         parted = divergence_text(prompt_run, run)
         if parted is not None:
             parts.append(Text(parted, style="yellow" if prompt_run.report(run).divergence.tie else "bold red"))
+        compiled = compile_text(run.result, detail=True)
+        if compiled is not None:
+            parts.append(Text(compiled, style="dim"))
         crossing = cross_tokenizer_text(run.result)
         if crossing is not None:
             parts.append(Text(crossing, style="dim"))
@@ -1017,6 +1052,8 @@ def toolbar_text(settings: Settings) -> str:
     toggles = " ".join(f"{mark(getattr(settings, k))}{k}" for k in ("cache", "chat", "debug", "live"))
     if settings.verify != Settings().verify:
         toggles += f" | verify {settings.verify}"
+    if settings.compile != Settings().compile:
+        toggles += f" | compile {settings.compile}"
     if settings.rtt:
         toggles += f" | rtt {settings.rtt:g} ms"
     if settings.rtt_inject:

@@ -50,6 +50,7 @@ class Runner:
         self.state = EngineState()  # the n-gram storage and the gamma policies, kept across prompts
         self.load_step_s: float | None = None   # the target's one-token step, timed by warm_up
         self._told_no_template = False
+        self._told_fallbacks: set[str] = set()   # the compile fallbacks already told (each once)
 
     # ------------------------------------------------------------ prompt -> ids
 
@@ -75,11 +76,12 @@ class Runner:
 
     # ------------------------------------------------------------------ running
 
-    def warm_up(self) -> None:
+    def warm_up(self, compile: str = "off") -> None:
         """One short run per model and one speculative run, so the first timed
         strategy does not pay for lazy initialisation; then the target's one-token
-        step is timed (:meth:`time_plain_step`)."""
-        settings = Settings(length=4, gamma=2, chat=False)
+        step is timed (:meth:`time_plain_step`). ``compile``: the path the session
+        starts on (``Settings.compile``), so its one-time set-up is paid here."""
+        settings = Settings(length=4, gamma=2, chat=False, compile=compile)
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         for key in ("target", "drafter", "speculative"):
             if key == "drafter" and not decodes_alone(self.pair.drafter):
@@ -125,7 +127,17 @@ class Runner:
                 run.error = f"failed: {type(e).__name__}: {e}"
         else:
             run.text = self.output_tokenizer(key).decode(run.result.tokens, skip_special_tokens=True)
+            self.tell_fallback(run.result)
         return run
+
+    def tell_fallback(self, result: GenerationResult) -> None:
+        """Notify once per session each reason a run's compile path fell back (the panels say
+        which path ran; the reason is told the first time only)."""
+        compiled = result.compile
+        reason = (compiled or {}).get("reason") or ""
+        if reason and reason not in self._told_fallbacks:
+            self._told_fallbacks.add(reason)
+            self.notify(f"compile {compiled['requested']} fell back to {compiled['path']}: {reason}")
 
     def output_tokenizer(self, key: str):
         """The tokenizer of strategy ``key``'s output ids: the drafter's own for drafter AR
@@ -188,7 +200,7 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
     Lookahead takes its own γ (N - 1) and tree (G (N - 1) nodes) from its W, N and G.
     """
     common = dict(processor=settings.processor, use_cache=settings.cache, max_gen_len=settings.length,
-                  seed=settings.seed, target_delay_s=settings.rtt_inject / 1000.0)
+                  seed=settings.seed, target_delay_s=settings.rtt_inject / 1000.0, compile=settings.compile)
     if key == "lookahead":
         options = LookaheadOptions(settings.lookahead_window, settings.lookahead_ngram,
                                    settings.lookahead_guesses, reset=settings.reset_in_between)

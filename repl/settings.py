@@ -72,6 +72,10 @@ class Settings:
     # expectation than the token rule (Sun et al. 2025, Theorem 2), the same under greedy,
     # and measured not slower (docs/results.md#verify-rules-2026-11-25).
     verify: str = DEFAULTS.verify
+    # How the forwards run (utils.options.COMPILE_PATHS; engine.Strategy.compile): infer.py sets the
+    # target device's default after loading (kvcache.static.default_compile: graphs on CUDA, off on a CPU)
+    # unless --compile names one.
+    compile: str = "off"
 
     def gamma_policy_text(self) -> str:
         """``constant``, or ``confidence 0.4`` with its threshold."""

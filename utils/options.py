@@ -81,6 +81,15 @@ def finite_number(word: str, what: str) -> float:
     return value
 
 
+def compile_path(word: str) -> str:
+    """``word`` as one of :data:`COMPILE_PATHS` (any case); else OptionError naming the three."""
+    path = word.lower()
+    if path not in COMPILE_PATHS:
+        raise OptionError(f"unknown compile path {word!r}{closest(path, COMPILE_PATHS)}; "
+                          f"choose {', '.join(COMPILE_PATHS[:-1])} or {COMPILE_PATHS[-1]}")
+    return path
+
+
 def closest(word: str, choices, prefix: str = "") -> str:
     """`` (did you mean X?)`` for the nearest choice, or the empty string."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

@@ -1,0 +1,163 @@
+"""The compile path in the front ends: /compile and --compile through the one command table,
+the default per device, the setting reaching every strategy, and the path each run took in its
+panel, /stats and the JSON; bench.py's --compile in its settings, bench.json and header."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from kvcache import static
+from kvcache.static import default_compile
+from repl import render
+from repl.commands import COMMANDS, CommandError, add_flags, apply_flags, execute
+from repl.runner import Runner, strategy_for
+from repl.runs import StrategyRun
+from repl.settings import STRATEGIES, Settings
+from tests.helpers.models import tiny_llama
+from tests.helpers.pairs import model_pair
+from tests.helpers.tokenizers import word_tokenizer
+from utils.options import COMPILE_PATHS
+
+PROMPT = "w1 w2 w3 w4 w1 w2 w3 w4 w1 w2"
+
+
+# ---------------------------------------------------------------- the setting
+
+def test_compile_parses_each_path_and_refuses_in_one_line():
+    settings = Settings()
+    for path in COMPILE_PATHS:
+        reply = execute(f"/compile {path.upper()}", settings)
+        assert reply.ok and settings.compile == path and reply.message == f"compile: {path}"
+    for line, words in (("/compile fast", "unknown compile path 'fast'"), ("/compile", "missing compile path"),
+                        ("/compile off static", "expected one compile path")):
+        reply = execute(line, settings)
+        assert not reply.ok and words in reply.message and "\n" not in reply.message
+        assert reply.message.endswith("(usage: /compile off|static|graphs)")
+        assert settings.compile == "graphs"                       # a refused command changes nothing
+    assert "did you mean graphs?" in execute("/compile graph", settings).message
+    assert reply.action is None                                   # the setting only: no reload, no run
+
+
+def test_the_flag_goes_through_the_same_parser():
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    settings = Settings()
+    apply_flags(parser.parse_args(["--compile", "static"]), settings)
+    assert settings.compile == "static"
+    with pytest.raises(CommandError) as refused:
+        apply_flags(parser.parse_args(["--compile", "cuda"]), Settings())
+    assert str(refused.value).startswith("--compile: unknown compile path 'cuda'") and "\n" not in str(refused.value)
+    assert COMMANDS["compile"].values == COMPILE_PATHS
+
+
+def test_the_default_is_off_on_a_cpu_and_graphs_on_cuda():
+    assert Settings().compile == "off"
+    assert default_compile(torch.device("cpu")) == default_compile("cpu") == "off"
+    assert default_compile("cuda:0") == "graphs"
+
+
+def test_every_strategy_takes_the_setting():
+    """Mutation (by hand): strategy_for leaving compile out of its common fields fails here."""
+    for path in COMPILE_PATHS:
+        settings = Settings(compile=path)
+        assert {strategy_for(key, settings).compile for key in STRATEGIES} == {path}
+
+
+# ---------------------------------------------------------------- runs on a tiny pair
+
+@pytest.fixture(scope="module")
+def runner():
+    tokenizer = word_tokenizer()
+    target = tiny_llama(0, vocab_size=len(tokenizer), logit_scale=8.0)
+    drafter = tiny_llama(1, vocab_size=len(tokenizer), logit_scale=8.0)      # independent: rejections run
+    pair = model_pair(target, drafter, tokenizer=tokenizer, end_tokens=[tokenizer.eos_token_id],
+                      context_length=256)
+    told: list[str] = []
+    runner = Runner(pair, notify=told.append)
+    runner.told = told
+    return runner
+
+
+def _run(runner, **fields):
+    settings = Settings(**{"length": 12, "chat": False, "live": False, "drafter": True, **fields})
+    prompt_run = runner.prepare(PROMPT, settings)
+    return runner.run(prompt_run, settings)
+
+
+def test_the_json_and_the_panels_say_which_path_each_strategy_ran(runner, monkeypatch):
+    monkeypatch.setattr(static, "BACKEND", "eager")
+    prompt_run = _run(runner, compile="static")
+    entries = prompt_run.to_dict()["strategies"]
+    assert list(entries) == ["speculative", "ngram", "target", "drafter"]
+    for key, entry in entries.items():
+        compiled = entry["compile"]
+        assert (compiled["requested"], compiled["path"], compiled["reason"]) == ("static", "static", ""), key
+    assert entries["speculative"]["compile"]["drafter_path"] == "static"
+    assert entries["ngram"]["compile"]["drafter_path"] is None        # no drafter model ran
+    assert entries["speculative"]["token_ids"] == entries["target"]["token_ids"]   # greedy: lossless
+    run = prompt_run.runs[0]
+    panel = render.make_console()
+    with panel.capture() as captured:
+        panel.print(render.strategy_panel(run, prompt_run.prompt_ids, runner.pair.tokenizer, debug=False,
+                                          prompt_run=prompt_run))
+        panel.print(render.stats_view(prompt_run))
+    text = captured.get()
+    assert "compile: static (drafter static)" in text and "compile path" in text
+    off = _run(runner, compile="off").to_dict()["strategies"]
+    assert {e["compile"]["path"] for e in off.values()} == {"off"}
+
+
+def test_graphs_runs_report_their_captures(runner, monkeypatch):
+    monkeypatch.setattr(static, "BACKEND", "eager")
+    target = _run(runner, compile="graphs", speculative=False, ngram=False, drafter=False).runs[0]
+    compiled = target.result.compile
+    assert compiled["path"] == "graphs" and compiled["recompiles"] == 0
+    line = render.compile_text(target.result, detail=True)
+    assert line.startswith("compile: graphs")
+    if compiled["captures"]:                       # a width first met in this process is captured now
+        assert "captures in" in line and "not in the run's time" in line
+
+
+def test_a_fallback_is_shown_on_the_panel_and_its_reason_told_once(runner):
+    """With the cache off the static path cannot run: every panel says it fell back, the runner
+    tells the reason once for the whole session. Mutation (by hand): tell_fallback without its
+    memory tells it once per strategy and fails the count."""
+    runner.told.clear()
+    for _ in range(2):
+        prompt_run = _run(runner, compile="static", cache=False)
+    assert all(r.result.compile["path"] == "off" for r in prompt_run.runs)
+    assert [m for m in runner.told if m.startswith("compile static fell back")] == \
+        ["compile static fell back to off: the cache is off"]
+    runs = {r.key: r for r in prompt_run.runs}
+    assert render.compile_text(runs["target"].result) == "compile: off (asked static; fell back)"
+    assert render.compile_text(runs["speculative"].result) == "compile: off (asked static; fell back; drafter off)"
+    assert render.compile_text(StrategyRun("target").result or _result_without_compile()) is None
+
+
+def _result_without_compile():
+    from generation import GenerationResult
+
+    return GenerationResult(tokens=[1], seconds=0.1)        # a served target, or a trace from before
+
+
+# ---------------------------------------------------------------- bench.py
+
+def test_bench_settings_carry_the_path_into_bench_json_and_the_header(capsys):
+    from bench.cli import parse_settings, settings_dict
+    from bench.meta import header_lines
+
+    assert parse_settings([]).compile is None                 # resolved after loading: the device's
+    settings = parse_settings(["--compile", "Static"])
+    assert settings.compile == "static"
+    recorded = settings_dict(settings, 3)
+    assert recorded["compile"] == "static"
+    env = {"date": "d", "device": "cpu", "cpu": "c", "torch_threads": 1, "torch": "t", "transformers": "x",
+           "target": "t", "target_dtype": "float32", "drafter": "d", "drafter_dtype": "float32"}
+    assert any(line.endswith("· compile static") for line in header_lines(env, {**recorded, "repeats": 1}))
+    with pytest.raises(SystemExit):
+        parse_settings(["--compile", "fast"])
+    err = capsys.readouterr().err
+    assert "unknown compile path 'fast'; choose off, static or graphs" in err
