@@ -16,6 +16,7 @@ from repl.commands import COMMANDS, CommandError, add_flags, apply_flags, execut
 from repl.runner import Runner, strategy_for
 from repl.runs import StrategyRun
 from repl.settings import STRATEGIES, Settings
+from repl.trace import environment, prompt_record, read_trace, trace_document, write_trace
 from tests.helpers.models import tiny_llama
 from tests.helpers.pairs import model_pair
 from tests.helpers.tokenizers import word_tokenizer
@@ -87,7 +88,7 @@ def _run(runner, **fields):
     return runner.run(prompt_run, settings)
 
 
-def test_the_json_and_the_panels_say_which_path_each_strategy_ran(runner, monkeypatch):
+def test_the_json_and_the_panels_say_which_path_each_strategy_ran(runner, monkeypatch, tmp_path):
     monkeypatch.setattr(static, "BACKEND", "eager")
     prompt_run = _run(runner, compile="static")
     entries = prompt_run.to_dict()["strategies"]
@@ -106,6 +107,10 @@ def test_the_json_and_the_panels_say_which_path_each_strategy_ran(runner, monkey
         panel.print(render.stats_view(prompt_run))
     text = captured.get()
     assert "compile: static (drafter static)" in text and "compile path" in text
+    path = tmp_path / "trace.json"                            # the saved trace keeps it, and reads it back
+    write_trace(str(path), trace_document([prompt_record(prompt_run, runner.pair.tokenizer)], environment(runner.pair)))
+    replayed = read_trace(str(path)).prompts[0]
+    assert [r.result.compile for r in replayed.runs] == [r.result.compile for r in prompt_run.runs]
     off = _run(runner, compile="off").to_dict()["strategies"]
     assert {e["compile"]["path"] for e in off.values()} == {"off"}
 
