@@ -15,9 +15,12 @@ objects (``generation.gamma_policies.make_policy``) and counts as the verify loo
   far: n-gram storages, trees (a drafter model grows them best-first by its probability, so the
   nodes off the output's path matter: they are grown, not read from teacher-forced rows),
   self-drafters (their committed positions are the target's own cache, fed the output's tokens,
-  never a verify), the hybrid, and the confidence policy (the drafter's own early stop).
+  never a verify), the hybrid, and the confidence policy (the drafter's own early stop). The
+  drafters of the target's hidden states (MTP layers, EAGLE-3 heads, Gemma 4 assistants) and a
+  drafter with a tokenizer of its own run the same way, their target fed the kept tokens; their
+  entries are marked estimates (:data:`ESTIMATED_KINDS` says why).
 
-What cannot be replayed is listed by :func:`unreplayable` with its reason.
+What cannot be replayed at all is listed by :func:`unreplayable` with its reason.
 """
 
 from __future__ import annotations
@@ -117,26 +120,41 @@ def _kind(pair):
 
 def _model_reason(pair) -> str | None:
     """Why the pair's drafter model (the ``model`` drafter) cannot be replayed, or None."""
-    if pair.drafter is None:
-        return "the pair has no drafter model"
-    kind = _kind(pair)
-    if kind is None or kind.name == "self":
-        return None
-    if kind.name == "cross_tokenizer":
-        return "its drafts are text re-tokenised between two vocabularies, not replayed yet"
-    return (f"a {kind.name} drafter drafts from the target's hidden states of each verify forward, "
-            "which a replay has not run")
+    return "the pair has no drafter model" if pair.drafter is None else None
+
+
+# The kinds whose replay is an estimate, and why: each is replayed by its own proposals, but its
+# state after accepted drafts is held to the engine's counts only on random drafters that accept few.
+ESTIMATED_KINDS = {
+    "mtp": "drafts from the target's hidden states, here from a forward over the kept tokens (a run "
+           "takes them from its verify); checked against runs on random MTP layers only",
+    "eagle3": "drafts from the target's hidden states, here from a forward over the kept tokens (a run "
+              "takes them from its verify); checked against runs on random heads only",
+    "gemma4_assistant": "drafts from the target's last states, here from a forward over the kept tokens "
+                        "(a run takes them from its verify); checked against runs on random assistants only",
+    "cross_tokenizer": "re-tokenises text between two vocabularies each round; checked against runs on "
+                       "random drafters that accept no drafts only",
+}
+
+
+def _estimate_note(pair, m: Method) -> str:
+    """Why ``m``'s replay on ``pair`` is an estimate, or "" where it is exact."""
+    if isinstance(m.options, NGramOptions) and m.options.fill_width:
+        return "fills its widths by forward costs measured once here; a run measures its own"
+    kind = _kind(pair) if m.drafter == "model" else None
+    if kind is not None and kind.name in ESTIMATED_KINDS:
+        return f"a {kind.name} drafter {ESTIMATED_KINDS[kind.name]}"
+    if replay_mode(pair, m) == "teacher" and _dtype(pair.drafter) != torch.float32:
+        return f"a {_dtype(pair.drafter)} drafter's one pass over the output may round differently from its cached steps"
+    return ""
 
 
 def unreplayable(pair) -> list[tuple[str, str]]:
     """(method or kind, one-line reason) for each way of drafting this pair offers that the replay
-    cannot count exactly."""
-    out = [("lookahead", "its Jacobi window is scored by the target off the output's path each round"),
-           ("speculative:model", "the model policy picks γ from the machine's measured round times")]
-    reason = _model_reason(pair)
-    if pair.drafter is not None and reason is not None:
-        out.insert(0, (f"speculative ({_kind(pair).name})" if _kind(pair) else "speculative", reason))
-    return out
+    cannot count at all. What it replays as an estimate carries ``exact=False`` and its note
+    in its :class:`ReplayEntry` instead."""
+    return [("lookahead", "its Jacobi window is scored by the target off the output's path each round"),
+            ("speculative:model", "the model policy picks γ from the machine's measured round times")]
 
 
 def _policy_reason(m: Method) -> str | None:
@@ -223,14 +241,9 @@ def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict
         make = _engine_drafters(pair, m, state, vocab_size, max_gen_len)
         module = _draft_module(pair, m, state)
     drive = _drive(pair, recorded, make, m, max_gen_len, module)
-    mode = replay_mode(pair, m)
-    exact, note = True, ""
-    if isinstance(m.options, NGramOptions) and m.options.fill_width:
-        exact, note = False, "fills its widths by forward costs measured once here; a run measures its own"
-    elif mode == "teacher" and _dtype(pair.drafter) != torch.float32:
-        exact, note = False, (f"a {_dtype(pair.drafter)} drafter's one pass over the output may round "
-                              "differently from its cached steps")
-    return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), exact, note, drive.prefill_steps, mode)
+    note = _estimate_note(pair, m)
+    return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), not note, note, drive.prefill_steps,
+                       replay_mode(pair, m))
 
 
 def _dtype(model) -> torch.dtype | None:

@@ -187,14 +187,33 @@ def _eagle3_pair(folder):
     return pair_of(target, head)
 
 
-@pytest.mark.parametrize("kind", ["mtp", "gemma4_assistant", "eagle3"])
-def test_drafters_of_the_targets_state_are_listed_not_replayed(kind, tmp_path):
+def _cross_pair():
+    from tests.helpers.cross_pairs import byte_bpe, make_pair, tiny_metaspace, tiny_models
+
+    bpe, meta = byte_bpe(), tiny_metaspace()
+    return make_pair(*tiny_models(bpe, meta, target_seed=3, drafter_seed=4), bpe, meta)
+
+
+@pytest.mark.parametrize("kind", ["mtp", "gemma4_assistant", "eagle3", "cross_tokenizer"])
+def test_drafters_of_the_targets_state_replay_as_estimates(kind, tmp_path):
+    builders = {"mtp": _mtp_pair, "gemma4_assistant": _gemma4_pair, "eagle3": lambda: _eagle3_pair(tmp_path),
+                "cross_tokenizer": _cross_pair}
     try:
-        built = {"mtp": _mtp_pair, "gemma4_assistant": _gemma4_pair, "eagle3": lambda: _eagle3_pair(tmp_path)}[kind]()
+        built = builders[kind]()
     except (ImportError, ValueError, RuntimeError) as exc:          # a release without the family
         pytest.skip(f"{kind}: {str(exc).splitlines()[0]}")
     drafters, names = kinds_of(built)
-    assert drafters == set() and names == [f"speculative ({kind})", "lookahead", "speculative:model"]
-    assert replay_mode(built, method("model", None, 3)) is None
-    reason = dict(unreplayable(built))[f"speculative ({kind})"]
-    assert "hidden states" in reason and "\n" not in reason
+    assert drafters == {"model"} and names == ["lookahead", "speculative:model"]
+    prompts = [[1, 2, 3, 1, 2, 3, 4, 5], [3, 1, 4, 1, 5, 2, 6]]
+    recorded = record(built, prompts, 16)
+    for m in (method("model", None, 3), method("model", None, 2, "heuristic", tree=8)):
+        assert replay_mode(built, m) == "drafter"
+        [entry] = replay_grid(built, recorded, [m], max_gen_len=16)
+        want = [0] * 5
+        for prompt in prompts:
+            result = run_strategy(m.strategy(max_gen_len=16), built, prompt)
+            for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens),
+                                   result.drafter_calls)):
+                want[i] += n
+        assert [*counts(entry.replayed), sum(entry.draft_steps.values())] == want
+        assert not entry.exact and kind in entry.note and "\n" not in entry.note
