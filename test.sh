@@ -48,6 +48,7 @@ FLOOR_TESTS=(
     tests/test_advisor.py
     tests/test_bench_static_peers.py
     tests/test_compile_front.py
+    tests/test_static_cache.py
 )
 
 # Test processes: one per core, at most 4 (each test process runs torch on one thread, tests/conftest.py;
