@@ -176,11 +176,11 @@ def judge(position: int, a: int, b: int, ar_row: Row, row: Row) -> Divergence:
     if not known:
         return Divergence(position, a, b, UNEXPLAINED, _outside(a, b, ar_logits, logits, ar_row, row), **facts)
     if max(ar_margin, margin) > difference:
-        note = (f"margins {ar_margin:.4g} (target AR) and {margin:.4g} (strategy) exceed the computations' "
-                f"difference {difference:.4g}")
+        note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) exceed the computations' "
+                f"difference {difference:.6g}")
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
-    note = (f"near-tie: margins {ar_margin:.4g} (target AR) and {margin:.4g} (strategy) within the "
-            f"computations' difference {difference:.4g}")
+    note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) within the "
+            f"computations' difference {difference:.6g}")
     return Divergence(position, a, b, NEAR_TIE, note, **facts)
 
 
@@ -190,7 +190,7 @@ def _outside(a: int, b: int, ar_logits, logits, ar_row: Row, row: Row) -> str:
     for name, values, r in (("target AR", ar_logits, ar_row), ("the strategy", logits, row)):
         for token, value in zip((a, b), values):
             if value is None:
-                parts.append(f"{token} is outside {name}'s top {len(r.values)} (logit below {r.floor:.4g})")
+                parts.append(f"{token} is outside {name}'s top {len(r.values)} (logit below {r.floor:.6g})")
     return "; ".join(parts) + ": too far apart for a rounding flip to be shown"
 
 

@@ -586,8 +586,8 @@ def divergence_text(prompt_run: PromptRun, run: StrategyRun) -> str | None:
 
 
 def _logit_pair(values, floor) -> str:
-    """``(11.125, 11.06)``, a logit outside the recorded top-k shown as ``<floor``."""
-    return "(" + ", ".join(f"<{floor:.4g}" if v is None else f"{v:.4g}" for v in values) + ")"
+    """``(11.125, 11.0625)``, a logit outside the recorded top-k shown as ``<floor``."""
+    return "(" + ", ".join(f"<{floor:.6g}" if v is None else f"{v:.6g}" for v in values) + ")"
 
 
 # ------------------------------------------------------------------- /stats
