@@ -243,20 +243,21 @@ def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=N
     target = dict(base.target_s) if base else {}
     draft = {k: dict(v) for k, v in base.draft_s.items()} if base else {}
     notes = list(base.notes) if base else []
-    missing = set(target_widths) - set(target)
-    if missing or not target:
-        target.update(time_widths(pair, pair.target, missing | {1}))
+    # A forward is timed as a ratio to the one-token step of the same turns: widths added to a
+    # table are timed again with the ones it has, so that all of them share one step.
+    if set(target_widths) - set(target) or not target:
+        target = time_widths(pair, pair.target, set(target) | set(target_widths))
     for key, widths in drafters.items():
-        lacking = set(widths) - set(draft.get(key, {}))
-        if not lacking:
+        if not set(widths) - set(draft.get(key, {})):
             continue
+        wanted = set(draft.get(key, {})) | set(widths)
         module = drafter_module(pair, key, state)
         if module is None or not steps_alone(module):
             step, note = run_step_seconds(pair, (methods or {}).get(key), state)
-            notes.append(f"{key}: {note}")
-            draft[key] = {**draft.get(key, {}), **{w: step for w in lacking}}
+            notes = [n for n in notes if not n.startswith(f"{key}: ")] + [f"{key}: {note}"]
+            draft[key] = {w: step for w in wanted}
             continue
-        draft[key] = {**draft.get(key, {}), **time_widths(pair, module, lacking)}
+        draft[key] = time_widths(pair, module, wanted)
     if base is not None:
         host, host_note = base.host_s, ""
     else:

@@ -434,3 +434,24 @@ def test_a_self_drafter_is_timed_by_a_short_run_of_its_own_steps():
     assert costs.draft_s["model"][1] > 0 and any("timed in a short run" in n for n in costs.notes)
     with pytest.raises(ValueError, match="needs its method"):
         measure_costs(pair, {1}, {"model": {1}})
+
+
+def test_a_kept_table_is_extended_by_timing_all_its_widths_again(monkeypatch):
+    import advisor.costs
+    from advisor.costs import measure_costs
+
+    timed = []
+
+    def fake(pair, module, widths):
+        timed.append(sorted(widths))
+        return {w: 0.01 * (1 + w / 10) for w in set(widths) | {1}}
+
+    monkeypatch.setattr(advisor.costs, "time_widths", fake)
+    monkeypatch.setattr(advisor.costs, "host_seconds", lambda pair, state: (0.0005, ""))
+    pair = tiny_pair()
+    first = measure_costs(pair, {1, 3}, {"model": {1, 2}})
+    assert timed == [[1, 3], [1, 2]] and first.host_s == 0.0005
+    assert measure_costs(pair, {3}, {"model": {2}}, base=first).target_s == first.target_s
+    assert len(timed) == 2                                  # nothing lacking: nothing timed
+    wider = measure_costs(pair, {5}, {}, base=first)
+    assert timed[-1] == [1, 3, 5] and set(wider.target_s) == {1, 3, 5} and wider.draft_s == first.draft_s
