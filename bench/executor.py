@@ -160,7 +160,8 @@ class Executor:
         if variant.strategy == "ngram":  # the storage the engine drafted from (kept for a session's next step)
             self.own[variant.name] = (self.state.storage, self.state.storage_key)
         record.tokens = list(result.tokens)
-        record.decisions = result.decisions     # the rows a difference from target AR is judged by
+        if record.repeat == 0:      # the rows a difference from target AR is judged by (first repeat only)
+            record.decisions = result.decisions
         record.seconds = seconds
         record.engine_seconds = result.seconds
         if result.first_token_s is not None:

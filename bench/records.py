@@ -26,8 +26,8 @@ class RunRecord:
     ``tree_fallback``: why a tree variant verified chains instead ("" otherwise).
     ``decisions``: our greedy run of the target's rows that decided each token
     (``GenerationResult.decisions``), from which a difference from target AR is judged a
-    near-tie or unexplained (``analysis.divergence``); None for peers and under sampling;
-    kept in memory only (not in ``row``).
+    near-tie or unexplained (``analysis.divergence``); first repeat only (the one the identity
+    counts read); None for peers and under sampling; kept in memory only (not in ``row``).
     ``acceptance``: the run's acceptance counters (``AcceptanceCounts.to_dict`` of
     ``analysis.acceptance``: drafting rounds, accepted and reached per position,
     the histograms), pooled over runs for the summary; None where the decoder
