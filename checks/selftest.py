@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from analysis.divergence import explain
 from checks.stats import goodness_of_fit
 from engine import DEFAULT_GAMMA, DRAFTERS, NGramOptions, Strategy, register_drafter, run_strategy
 from generation.result import first_divergence
@@ -131,9 +132,9 @@ def _strategies(pair, ngram: NGramOptions, gamma: int, tree: int = 0, tree_branc
     return {"speculative": runner("speculative", model, None), "NASD": runner("ngram", "ngram", ngram)}
 
 
-def _target_ar(pair, ids, use_cache: bool, length: int) -> list[int]:
+def _target_ar(pair, ids, use_cache: bool, length: int):
     strategy = Strategy("target", processor=GreedyProcessor(), use_cache=use_cache, max_gen_len=length)
-    return run_strategy(strategy, pair, ids).tokens
+    return run_strategy(strategy, pair, ids)
 
 
 def token_words(pair, tokens) -> str:
@@ -147,12 +148,16 @@ def token_words(pair, tokens) -> str:
     return f"{text!r} {ids}"
 
 
-def _difference(pair, prompt_no: int, got: list[int], want: list[int]) -> str | None:
-    """'prompt 2: token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None when equal."""
+def _difference(pair, prompt_no: int, result, reference) -> str | None:
+    """'prompt 2 (near-tie): token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None
+    when the two results' tokens are equal; the verdict is ``analysis.divergence``'s, from the
+    rows both runs kept (``unexplained`` where it has none)."""
+    got, want = result.tokens, reference.tokens
     index = first_divergence(got, want)
     if index is None:
         return None
-    where = f"prompt {prompt_no}"
+    judged = explain(want, reference.decisions, got, result.decisions)
+    where = f"prompt {prompt_no} ({judged.verdict or 'unexplained'})"
     if index >= len(got) or index >= len(want):
         return f"{where}: {len(got)} tokens, target AR gave {len(want)}"
     return (f"{where}: token {index} is {token_words(pair, [got[index]])}, "
@@ -193,7 +198,7 @@ def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None =
         return length if use_cache else min(length, CACHE_OFF_LENGTH)
 
     @functools.cache  # target AR runs once per cache setting, for both strategies
-    def reference(use_cache: bool) -> list[list[int]]:
+    def reference(use_cache: bool) -> list:                 # target AR's results, one per prompt
         return [_target_ar(pair, ids, use_cache, budget(use_cache)) for ids in prompts_by[use_cache]]
 
     def make(strategy: str, run, use_cache: bool) -> Callable[[], Check]:
@@ -208,7 +213,7 @@ def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None =
                 results.append(result)
                 drafted += result.drafted
                 accepted += result.accepted
-                if (diff := _difference(pair, i, result.tokens, want)) is not None:
+                if (diff := _difference(pair, i, result, want)) is not None:
                     return Check(name, False, diff)
             return Check(name, True, f"same tokens as target AR on {len(prompts)} prompts, up to "
                                      f"{budget(use_cache)} each ({accepted} of {drafted} drafts accepted"

@@ -72,6 +72,7 @@ def test_accepting_every_draft_fails_with_the_first_wrong_token(pair, monkeypatc
     nasd = next(c for c in checks if c.name == "NASD greedy (cache on)")
     assert "target AR gave" in nasd.detail and "token " in nasd.detail
     assert nasd.line().startswith("FAIL  NASD greedy (cache on): prompt ")
+    assert "(unexplained): token " in nasd.detail     # drafts its own verify rows did not rank first
     # Tokens are shown as their text, their ids beside it (mutation: the ids alone).
     got, want = re.search(r"token \d+ is (.+), target AR gave (.+)$", nasd.detail).groups()
     assert_decoded(pair, got) and assert_decoded(pair, want)
