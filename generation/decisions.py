@@ -23,7 +23,7 @@ class DecisionLog:
 
     def __init__(self, width: int = DECISION_WIDTH):
         self.width = width
-        self._parts: list[torch.Tensor] = []        # per round: (m, 2 * width) float64, values then ids
+        self._parts: list[torch.Tensor] = []        # per round: (m, 2 * width) float32, values then ids
         self._kept: list[list[int] | int] = []      # per round: the rows kept (a list) or the first n
 
     def add(self, logits: torch.Tensor, kept: list[int] | int) -> None:
@@ -34,7 +34,8 @@ class DecisionLog:
         if logits.shape[0] == 0 or (not isinstance(kept, int) and not kept):
             return
         top = logits.topk(min(self.width, logits.shape[-1]), dim=-1)                 # (m, w) twice
-        self._parts.append(torch.cat([top.values.double(), top.indices.double()], dim=-1))
+        # float32 holds a half or single logit exactly, and a token id below 2**24 (no float64: MPS lacks it)
+        self._parts.append(torch.cat([top.values.float(), top.indices.float()], dim=-1))
         self._kept.append(kept)
 
     def read(self) -> list[Row]:
