@@ -239,7 +239,7 @@ class StaticCachedModel(CachedModel):
         self.kv_states = None
         self.record = CompileRecord()
         self.cache = _cache_for(self.model, self.capacity, self.slot)
-        self._length = self._cache_length()
+        self._length = self._cache_length()       # what the last generation on this cache left
         self._set_length(0)
         return list(prompt)
 
@@ -250,9 +250,10 @@ class StaticCachedModel(CachedModel):
         return int(self.cache.get_seq_length())
 
     def _set_length(self, length: int) -> None:
-        """Reset the length to ``length``: later forwards write from there."""
+        """Reset the length to ``length`` (at most the length held): later forwards write from there.
+        The cache's own length equals the one kept here, so nothing is read back from the device."""
         if LENGTH_IN_CACHE:
-            drop_last(self.cache, self._cache_length() - length)
+            drop_last(self.cache, self._length - length)
         self._length = length
 
     def _room(self, end: int) -> None:
@@ -360,6 +361,7 @@ class StaticCachedModel(CachedModel):
                 if cuda:
                     torch.compiler.cudagraph_mark_step_begin()
                 entry.fn(*args)
+                self._length = seen + width     # what the cache now holds; back to ``seen``
                 self._set_length(seen)
             synchronize(self.device)
             self.record.capture_s += time.perf_counter() - begun

@@ -169,6 +169,26 @@ def test_sampling_static_draws_the_same_stream(pair, monkeypatch):
         same_run(pair, monkeypatch, processor=spec, seed=7, **fields)
 
 
+DISTRIBUTION_SAMPLES = 400
+
+
+def test_sampling_static_follows_the_target_distribution():
+    """A small chi-square check on an 8-token vocabulary (the seeded check above is the strong one):
+    speculative decoding on the static path against the target's enumerated distribution."""
+    from tests.helpers import distribution as dist
+    from sampling import MultinomialProcessor
+
+    target, drafter = dist.sharp_target(), dist.sharp_drafter()
+    tiny = model_pair(target, drafter)
+    strategy = Strategy("s", drafter="model", gamma=3, processor=MultinomialProcessor(1.0),
+                        max_gen_len=dist.STEPS, compile="static", inspect=False)
+    counts = dist.sample_counts(lambda g: run_strategy(strategy, tiny, dist.PROMPT, generator=g),
+                                DISTRIBUTION_SAMPLES)
+    exact = dist.exact_distribution(target, MultinomialProcessor(1.0))
+    assert run_strategy(strategy, tiny, dist.PROMPT).compile["path"] == "static"
+    assert dist.chi_square_excess(counts, exact, DISTRIBUTION_SAMPLES) < dist.BOUND
+
+
 def test_mutation_stale_length_after_rollback_fails(pair, monkeypatch):
     monkeypatch.setattr(StaticCachedModel, "rollback", lambda self, length: None)
     with pytest.raises(AssertionError):
