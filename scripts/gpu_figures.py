@@ -1,20 +1,35 @@
 """Figures on a GPU with random-weight models of real shapes (docs/results.md, "On a GPU").
 
-    python scripts/gpu_figures.py [--device cuda] [--dtype bfloat16] [--length 128] [--out FILE]
+    python scripts/gpu_figures.py [--device cuda] [--length 64] [--out FILE]
     python scripts/gpu_figures.py --small --device cpu      # the same steps on tiny shapes (a smoke run)
 
 No download: the models are built from the Llama-3.2-1B and Llama-3.2-3B configurations (written
-below) with random weights. Weights change acceptance, not speed, so the acceptance figures of part 2
-say nothing about real text; the costs do.
+below) with random weights. Weights change acceptance, not speed, so acceptance figures say nothing
+about real text; the costs do.
 
-1. What a forward of w tokens costs after a 512-token cached prefix (w = 1 ... 128; median of
-   repeats, the device synchronised), for both models: the width cost that trees and long drafts pay.
-2. The engine end to end (``run_strategy``, greedy, one random prompt): target AR of the 3B beside
-   transformers' ``generate`` (once each, then alternating ``--ab-rounds`` times); speculative decoding with the 1B drafting (γ 4); the 3B drafting for
-   itself (every draft accepted: a round's cost at full acceptance, γ 4); NASD with the suffix
-   storage. Tokens/s, tokens per target call and the engine's phase clock per round.
-3. Greedy identity on this device: speculative (1B drafter and self) and NASD against target AR, on
-   several random prompts, in float32 and in the run's dtype.
+The default part, ``paths`` (``--dtypes``, bfloat16 first: the figures that matter most come first
+and each group is printed and saved as it ends, so a time box that cuts the run keeps them):
+for each dtype, two groups, each warmed (every entry run once, untimed: captures and transformers'
+compilation happen there) and then timed ``--ab-rounds`` times alternating (A B C ..., then
+... C B A):
+
+- target AR of the 3B through the engine on each compile path (off, static, graphs) beside
+  transformers' ``generate`` eager and on its static cache (which transformers compiles on CUDA);
+- speculative decoding, the 1B drafting for the 3B (γ ``--gamma``), on each path, beside
+  assisted generation eager and on a static cache (where the release takes one:
+  ``bench.peers.static_peer_refusal``).
+
+Each group prints tokens/s (median), the engine's target step (decode seconds per token, ms)
+against the memory-bandwidth floor (the 3B's weight bytes over the card's bandwidth, from
+``BANDWIDTH`` by the card's name, printed), each path's captures and recompilations, and, against
+the engine's target AR on the eager path: in float32 which outputs are identical, in bfloat16 how
+many diverge (and where first).
+
+The older parts stay selectable (``--parts 1,2,3``):
+1. What a forward of w tokens costs after a 512-token cached prefix (w = 1 ... 128).
+2. The engine end to end beside transformers (target AR, speculative, the 3B drafting for itself,
+   NASD suffix).
+3. Greedy identity on this device, in float32 and in the run's dtype.
 """
 
 from __future__ import annotations
@@ -33,8 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
+from bench.peers import static_peer_refusal  # noqa: E402
+from kvcache import static as static_path  # noqa: E402
 from kvcache.cache import drop_last  # noqa: E402
 from engine import NGramOptions, Strategy, pair_of, run_strategy  # noqa: E402
+from utils.options import COMPILE_PATHS  # noqa: E402
 from sampling import GreedyProcessor  # noqa: E402
 from utils.devices import synchronize  # noqa: E402
 
@@ -57,6 +75,9 @@ SMALL = {
 }
 GREEDY = GreedyProcessor()
 WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
+# Peak memory bandwidth (bytes/s) by a card's name, most specific first: the floor of a decode step
+# is its weights' bytes over this (every weight is read once a step).
+BANDWIDTH = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12))
 
 
 def build(name: str, small: bool, device: str, dtype: torch.dtype, seed: int):
@@ -185,6 +206,183 @@ def identity(small: bool, device: str, dtype: torch.dtype, prompts: int, length:
     return out
 
 
+# ------------------------------------------------------------------ the compile paths
+
+def card_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(device).name
+    return f"{platform.processor() or platform.machine()} (no GPU)"
+
+
+def bandwidth_of(name: str) -> float | None:
+    """The card's peak memory bandwidth in bytes/s from ``BANDWIDTH``, None when not listed."""
+    return next((bw for key, bw in BANDWIDTH if key.lower() in name.lower()), None)
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the model's weights (a tied embedding counted once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def engine_entry(strategy: Strategy, pair, prompt: list[int]):
+    """A zero-argument run of ``strategy`` that returns (tokens, seconds, the result)."""
+    def go():
+        result = run_strategy(strategy, pair, prompt)
+        return result.tokens, result.seconds, result
+    return go
+
+
+def hf_entry(model, prompt: list[int], length: int, device: str, *, static: bool = False, **kwargs):
+    """A zero-argument transformers ``generate`` (greedy, exactly ``length`` new tokens) that returns
+    (tokens, seconds, None); ``static``: on its static cache, which transformers compiles on CUDA."""
+    ids = torch.tensor([prompt], device=device)
+    mask = torch.ones_like(ids)
+    extra = {"cache_implementation": "static"} if static else {}
+    if static and kwargs.get("assistant_model") is not None:   # a round's drafts may pass the budget
+        extra["max_cache_len"] = len(prompt) + length + kwargs.get("num_assistant_tokens", 4) + 1
+
+    def go():
+        synchronize(device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=length,
+                                 min_new_tokens=length, do_sample=False, **extra, **kwargs)
+        synchronize(device)
+        return out[0, len(prompt):].tolist(), time.perf_counter() - start, None
+    return go
+
+
+def step_ms(result) -> float | None:
+    """The engine's target step: decode seconds per token after the first round, in ms."""
+    if result is None or result.decode_seconds is None or len(result.tokens) <= result.first_tokens:
+        return None
+    return 1000 * result.decode_seconds / (len(result.tokens) - result.first_tokens)
+
+
+def first_difference(tokens: list[int], want: list[int]) -> int | None:
+    return next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b),
+                None if len(tokens) == len(want) else min(len(tokens), len(want)))
+
+
+def alternate(entries: dict, rounds: int) -> dict:
+    """Warm every entry once, then time ``rounds`` rounds, the order reversed every other round.
+    Returns name -> {tok_s (median), tok_s_runs, tokens, result (the last)}."""
+    out = {}
+    for name, go in entries.items():                 # warm: captures, transformers' compile
+        tokens, seconds, result = go()
+        warm = (result.compile or {}) if result is not None else {}
+        out[name] = {"tok_s_runs": [], "tokens": tokens, "result": result, "warm_s": seconds,
+                     "warm_captures": warm.get("captures"), "warm_capture_s": warm.get("capture_s")}
+    names = list(entries)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            tokens, seconds, result = entries[name]()
+            out[name]["tok_s_runs"].append(len(tokens) / seconds if seconds > 0 else 0.0)
+            out[name].update(tokens=tokens, result=result)
+    for row in out.values():
+        row["tok_s"] = statistics.median(row["tok_s_runs"]) if row["tok_s_runs"] else None
+    return out
+
+
+def path_group(title: str, entries: dict, rounds: int, dtype: str, floor_ms: float | None,
+               reference: list[int] | None = None) -> tuple[dict, list[int]]:
+    """One group of entries timed alternating, printed; (the figures as JSON, tokens dropped; the
+    reference tokens). ``reference``: the tokens outputs are held to (default: the first entry's,
+    the engine's target AR on the eager path)."""
+    runs = alternate(entries, rounds)
+    reference = reference if reference is not None else runs[next(iter(runs))]["tokens"]
+    print(f"-- {title} ({dtype}; {rounds} alternating rounds after a warm-up; identity against the engine's "
+          "target AR on the eager path)", flush=True)
+    figures = {}
+    for name, row in runs.items():
+        result = row.pop("result")
+        tokens = row.pop("tokens")
+        diff = first_difference(tokens, reference)
+        compiled = result.compile if result is not None else None
+        step = step_ms(result)
+        figures[name] = {**row, "identical": diff is None, "first_difference": diff, "step_ms": step,
+                         "step_over_floor": step / floor_ms if step and floor_ms else None,
+                         "tokens_per_target_call": (len(tokens) / result.target_calls
+                                                    if result is not None and result.target_calls else None),
+                         "compile": compiled}
+        parts = [f"{row['tok_s']:.1f} tok/s" if row["tok_s"] is not None else "no timed run"]
+        if step is not None and "speculative" not in name:
+            parts.append(f"target step {step:.2f} ms" + (f" ({step / floor_ms:.1f}x the floor)" if floor_ms else ""))
+        elif step is not None:
+            parts.append(f"decode {step:.2f} ms a token")
+        if compiled:
+            parts.append(f"path {compiled['path']}" + (f" ({compiled['reason']})" if compiled["reason"] else ""))
+            if compiled["path"] == "graphs":
+                parts.append(f"warm-up captured {row['warm_captures']} in {row['warm_capture_s'] or 0:.1f} s, then "
+                             f"{compiled['captures']} captures and {compiled['recompiles']} recompiles")
+        elif row["warm_s"] is not None:
+            parts.append(f"warm-up {row['warm_s']:.1f} s")
+        if result is not None and "speculative" in name:
+            parts.append(f"{figures[name]['tokens_per_target_call']:.2f} tokens/target call")
+        parts.append("identical" if diff is None else f"differs from token {diff}")
+        print(f"{name}: " + " · ".join(parts), flush=True)
+    return figures, reference
+
+
+def paths_part(args, report: dict, save) -> None:
+    """The compile paths beside transformers' eager and static peers, per dtype (module docstring)."""
+    name = card_name(args.device)
+    bandwidth = bandwidth_of(name)
+    report["card"] = {"name": name, "bandwidth_bytes_s": bandwidth}
+    print(f"card: {name} · bandwidth {bandwidth / 1e12:.2f} TB/s (table)" if bandwidth
+          else f"card: {name} · bandwidth not in the table: no floor", flush=True)
+    if not args.device.startswith("cuda"):
+        static_path.BACKEND = "eager"               # a smoke run: no inductor build on a CPU
+    gen = torch.Generator(device="cpu").manual_seed(3)
+    report["paths"] = {}
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(torch, dtype_name)
+        target = build("llama-3.2-3b", args.small, args.device, dtype, seed=0)
+        drafter = build("llama-3.2-1b", args.small, args.device, dtype, seed=1)
+        prompt = torch.randint(0, target.config.vocab_size, (args.prompt,), generator=gen).tolist()
+        weights = weight_bytes(target)
+        floor_ms = 1000 * weights / bandwidth if bandwidth else None
+        print(f"== {dtype_name}: 3B weights {weights / 2**30:.2f} GiB"
+              + (f", bandwidth floor {floor_ms:.2f} ms a step" if floor_ms else "") + f"; prompt {args.prompt}, "
+              f"{args.length} new tokens", flush=True)
+        warm_device(args.device)
+        alone, both = pair_of(target), pair_of(target, drafter)
+        group = {"floor_ms": floor_ms, "weight_bytes": weights}
+        report["paths"][dtype_name] = group
+        ar = {f"engine target AR {path}": engine_entry(
+            Strategy("target", processor=GREEDY, max_gen_len=args.length, compile=path), alone, prompt)
+            for path in COMPILE_PATHS}
+        ar["transformers generate"] = hf_entry(target, prompt, args.length, args.device)
+        ar["transformers generate static"] = hf_entry(target, prompt, args.length, args.device, static=True)
+        group["target_ar"], reference = path_group("target AR", ar, args.ab_rounds, dtype_name, floor_ms)
+        save()
+        spec = {f"engine speculative 1B→3B γ{args.gamma} {path}": engine_entry(
+            Strategy("speculative", drafter="model", gamma=args.gamma, processor=GREEDY, max_gen_len=args.length,
+                     compile=path), both, prompt) for path in COMPILE_PATHS}
+        assisted = dict(assistant_model=drafter, num_assistant_tokens=args.gamma,
+                        num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        spec[f"transformers assisted (1B, {args.gamma})"] = hf_entry(target, prompt, args.length, args.device,
+                                                                      **assisted)
+        refused = static_peer_refusal("hf_assisted", target)
+        if refused is None:
+            spec[f"transformers assisted static (1B, {args.gamma})"] = hf_entry(
+                target, prompt, args.length, args.device, static=True, **assisted)
+        else:
+            print(f"transformers assisted static left out: {refused}", flush=True)
+        group["speculative"], _ = path_group("speculative decoding", spec, args.ab_rounds, dtype_name, floor_ms,
+                                             reference)
+        rows = {**group["target_ar"], **group["speculative"]}
+        group["divergences"] = {n: r["first_difference"] for n, r in rows.items() if not r["identical"]}
+        print(f"{dtype_name}: {len(rows) - len(group['divergences'])} of {len(rows)} outputs identical to the "
+              "engine's eager target AR" + ("" if not group["divergences"] else "; first differences at "
+                                            + ", ".join(f"{n} {i}" for n, i in group["divergences"].items())),
+              flush=True)
+        save()
+        del target, drafter, alone, both, ar, spec
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
 def machine(device: str) -> dict:
     info = {"python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -211,16 +409,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--length", type=int, default=None, help="new tokens (default 64; 16 with --small)")
+    parser.add_argument("--prompt", type=int, default=None, help="prompt tokens of the paths part (default 64; "
+                                                                  "16 with --small)")
+    parser.add_argument("--dtypes", default="bfloat16,float32", help="the paths part's dtypes, in order")
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--prefix", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--identity-prompts", type=int, default=6)
-    parser.add_argument("--ab-rounds", type=int, default=3, help="alternations of target AR and generate")
+    parser.add_argument("--ab-rounds", type=int, default=None,
+                        help="timed alternating rounds after the warm-up (default 2; 1 with --small)")
     parser.add_argument("--small", action="store_true", help="tiny shapes (a smoke run of every step)")
-    parser.add_argument("--parts", default="1,2,3")
+    parser.add_argument("--parts", default="paths", help="paths (default), or the older 1,2,3")
     parser.add_argument("--out", default="gpu_figures.json")
     args = parser.parse_args()
+    small = args.small
+    args.length = args.length or (16 if small else 64)
+    args.prompt = args.prompt or (16 if small else 64)
+    args.ab_rounds = args.ab_rounds or (1 if small else 2)
     dtype = getattr(torch, args.dtype)
     parts = set(args.parts.split(","))
     report: dict = {"machine": machine(args.device), "dtype": args.dtype, "length": args.length,
@@ -229,6 +435,11 @@ def main() -> None:
     def save():
         Path(args.out).write_text(json.dumps(report, indent=1))
 
+    if "paths" in parts:
+        paths_part(args, report, save)
+    if not parts & {"1", "2", "3"}:
+        print(json.dumps(report["machine"]))
+        return
     target = build("llama-3.2-3b", args.small, args.device, dtype, seed=0)
     drafter = build("llama-3.2-1b", args.small, args.device, dtype, seed=1)
     warm_device(args.device)
