@@ -84,7 +84,8 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     vocab = loop_vocab_size(pair)
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
-    options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
+    options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy),
+                      compile_refusal=ON_TARGET_CACHE if drafts_on_target_cache(pair, strategy) else "")
     result = with_notes(verify_loop(prompt, drafter, model, options, observer=observer,
                                     interruptible=interruptible), drafter.round_notes())
     hybrid = strategy.drafter_options
@@ -94,6 +95,15 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     if costs:
         result.width_fill = fill_summary(result.trace, costs)
     return result
+
+
+ON_TARGET_CACHE = "the self-drafter drafts on the target's own dynamic cache"
+
+
+def drafts_on_target_cache(pair, strategy: Strategy) -> bool:
+    """Whether the run's drafter is a self-drafter that drafts on the target's cache (the target then
+    keeps its dynamic cache: the self-drafters feed and crop it themselves)."""
+    return strategy.drafter == "self" or (strategy.drafter == "model" and bool(pair.drafts_on_target_cache))
 
 
 def widest(strategy: Strategy) -> int:

@@ -30,6 +30,8 @@ class LoopOptions:
     ``compile``: the forwards' path, ``off``, ``static`` or ``graphs``
     (``kvcache.static``); ``widest``: the most positions one verify may add past
     the length budget (a tree's nodes and extra rows), for the static capacity.
+    ``compile_refusal``: why the verify loop's target stays on ``off`` though a
+    compile path was asked (a drafter that drafts on the target's own cache).
     ``tree`` > 0: verify token trees of at most that many nodes
     (``tree_branch`` children per expanded node; ``tree_sample``: children
     drawn from q, verified by recursive rejection sampling). ``verify``: the
@@ -58,4 +60,5 @@ class LoopOptions:
     prefills: tuple = ()
     compile: str = "off"
     widest: int = 0
+    compile_refusal: str = ""
     decisions: bool = False

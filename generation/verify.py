@@ -82,7 +82,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     if reason is not None:
         raise UnsupportedCacheError(reason)
     device = model_device(target)
-    model = cached_model(target, use_cache=options.use_cache, compile=options.compile,
+    model = cached_model(target, use_cache=options.use_cache, compile="off" if options.compile_refusal else options.compile,
                          capacity=len(prompt) + options.max_gen_len + options.widest + 1)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
@@ -116,6 +116,8 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
                 break
     network = model.network_stats()
     target_stats, drafter_stats = model_stats(model, options.compile), drafter.compile_stats()
+    if options.compile_refusal and options.compile != "off":
+        target_stats["reason"] = options.compile_refusal
     if drafter_stats is None and drafter.kind == "model" and drafter.calls:   # a drafter kind on its own path
         drafter_stats = model_stats(None, options.compile)
     if network is None:

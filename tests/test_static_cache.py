@@ -285,6 +285,17 @@ def test_keep_hidden_runs_on_the_static_path(monkeypatch):
         assert got.tokens == want.tokens and got.accepted == want.accepted > 0, (compile, fields)
 
 
+def test_a_self_drafter_keeps_the_target_on_its_dynamic_cache():
+    """A self-drafter feeds and crops the target's own cache: the target stays off and says why."""
+    target = arch_zoo.build("llama")
+    strategy = Strategy("s", drafter="self", drafter_options="self:int8", gamma=3, processor=GreedyProcessor(),
+                        max_gen_len=LENGTH, compile="static")
+    result = run_strategy(strategy, model_pair(target, vocab_size=arch_zoo.VOCAB), PROMPT)
+    assert result.compile["path"] == "off" and "target's own dynamic cache" in result.compile["reason"]
+    assert result.compile["drafter_path"] == "off"
+    assert result.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
+
+
 def test_default_compile():
     assert static.default_compile("cpu") == "off"
     assert static.default_compile(torch.device("cuda", 0)) == "graphs"
