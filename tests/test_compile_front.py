@@ -166,3 +166,31 @@ def test_bench_settings_carry_the_path_into_bench_json_and_the_header(capsys):
         parse_settings(["--compile", "fast"])
     err = capsys.readouterr().err
     assert "unknown compile path 'fast'; choose off, static or graphs" in err
+
+
+def test_bench_runs_ours_on_the_path_asked_and_pairs_the_static_peer(runner, tmp_path, monkeypatch):
+    """bench.py --compile static: every run of ours took the static path (its record in bench.json's
+    runs), the header says so, and target AR is compared with transformers' static generate.
+    Mutation (by hand): the executor not passing RunSettings.compile to our_strategy fails here."""
+    import json
+
+    from bench.cli import main
+
+    monkeypatch.setattr(static, "BACKEND", "eager")
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": [PROMPT]}), encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["--prompts", str(prompts), "--no-chat", "--strategies", "target,speculative", "--gamma", "2",
+                 "--policies", "none", "--peers", "--compile", "static", "--length", "8", "--repeats", "1",
+                 "--warmup", "0", "--threads", "1", "--no-chart", "--out", str(out)], loader=lambda args: runner.pair)
+    assert code == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert data["settings"]["compile"] == "static"
+    for run in data["runs"]:
+        if run["family"] == "ours":
+            assert (run["compile"]["requested"], run["compile"]["path"]) == ("static", "static"), run["variant"]
+        else:
+            assert run["compile"] is None
+    target = next(r for r in data["summary"] if r["variant"] == "target" and r["category"] == "all")
+    assert target["peer"] == "hf_generate+static"
+    assert "compile static" in (out / "summary.md").read_text()
