@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import generation.verify as verify_module
-from engine import NGramOptions, Strategy, run_strategy
+from engine import HybridOptions, LookaheadOptions, NGramOptions, Strategy, lookahead_strategy, run_strategy
 from kvcache import static
 from kvcache.cache import CachedModel
 from kvcache.static import StaticCachedModel, static_refusal
@@ -157,6 +157,16 @@ def test_tree_static_equals_dynamic(pair, blended, monkeypatch, which):
 def test_nasd_static_equals_dynamic(pair, monkeypatch):
     result = same_run(pair, monkeypatch, drafter="ngram", gamma=3, drafter_options=NGramOptions())
     assert result.drafted > 0 and result.compile["drafter_path"] is None
+
+
+def test_lookahead_and_the_hybrid_static_equal_dynamic(blended, monkeypatch):
+    """Lookahead's window rows ride in the tree pass (the capacity covers them); the hybrid's model
+    side drafts on a static cache."""
+    look = lookahead_strategy(LookaheadOptions(), processor=GreedyProcessor(), max_gen_len=LENGTH)
+    fields = {name: getattr(look, name) for name in ("drafter", "drafter_options", "gamma", "gamma_policy", "tree")}
+    assert same_run(blended, monkeypatch, **fields).tree_fallback == ""
+    hybrid = same_run(blended, monkeypatch, drafter="model", drafter_options=HybridOptions(2), gamma=3)
+    assert hybrid.compile["drafter_path"] == "static"
 
 
 def test_drafter_ar_static_equals_dynamic(pair, monkeypatch):
