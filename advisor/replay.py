@@ -330,6 +330,7 @@ def _add(table: dict[int, int], width: int, n: int = 1) -> None:
     table[width] = table.get(width, 0) + n
 
 
+@torch.inference_mode()
 def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_gen_len: int, module) -> _Drive:
     """Run ``make(i, record)``'s drafter through the verify loop's rounds over each recorded output,
     with the target's verify replaced by the output itself."""

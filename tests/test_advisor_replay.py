@@ -15,6 +15,7 @@ import copy
 import pytest
 import torch
 
+import advisor.recorded
 import advisor.replay
 from advisor.recorded import Replayed, record
 from advisor.replay import (
@@ -114,6 +115,7 @@ SELF = "self:skip=1"
     method("self", SELF, 3),
     method("self", SELF, 5, "heuristic"),
     method("self", SELF, 3, tree=8),
+    method("self", "self:bf16", 3),                 # a cast copy on the target's cache, through its lean step
     method("model", HybridOptions(min_match=2), 3),
     method("ngram", NGramOptions(storage="suffix"), 4, "heuristic", tree=8),
 ], ids=lambda m: m.key)
@@ -217,3 +219,25 @@ def test_drafters_of_the_targets_state_replay_as_estimates(kind, tmp_path):
                 want[i] += n
         assert [*counts(entry.replayed), sum(entry.draft_steps.values())] == want
         assert not entry.exact and kind in entry.note and "\n" not in entry.note
+
+
+def test_an_end_token_ends_the_replay_as_it_ends_the_run(pair, monkeypatch):
+    # 18 first comes fifth in the second prompt's output: that output stops there, drafts past it drop.
+    ended = pair_of(pair.target, pair.drafter, end_tokens=[18])
+    recorded = record(ended, PROMPTS, LENGTH)
+    assert recorded[1].output[-1] == 18 and len(recorded[1].output) < LENGTH
+    ends = []                                   # rounds whose accepted drafts reach the output's end
+    real = advisor.recorded._accepted
+
+    def judged(draft, output, at):
+        accepted = real(draft, output, at)
+        ends.append(at + accepted >= len(output))
+        return accepted
+
+    monkeypatch.setattr(advisor.recorded, "_accepted", judged)
+    for m in (method("model", None, 5), method("model", None, 3, "heuristic"), method("model", None, 4, tree=8),
+              method("self", SELF, 5)):
+        entry = replay_one(ended, recorded, m)
+        want, calls, _ = engine_run(ended, m)
+        assert counts(entry.replayed) == want and sum(entry.draft_steps.values()) == calls
+    assert any(ends)                            # the end token was an accepted draft
