@@ -223,6 +223,22 @@ def _replay_on(cached: CachedModel, seqs: list[list[int]], checker: _Checker, pr
     return kind
 
 
+@torch.inference_mode()
+def check_episode(model, cached: CachedModel) -> str | None:
+    """The probe's episode on ``cached`` (a decoder-only ``model`` built on another cache, e.g.
+    ``kvcache.static``'s), held to the uncached logits: None when every logit matches, else what
+    differed or what raised (one line)."""
+    _, seq, junk = _probe_ids(model)
+    try:
+        reference = _uncached(model, [], [seq, junk], None)
+        _replay_on(cached, [seq, junk], _Checker(reference, tolerance(model)))
+    except ProbeMismatch as e:
+        return f"not exact: {e}"
+    except Exception as e:  # noqa: BLE001  (a transformers error inside a forward or a rollback)
+        return f"fails: {_first_line(e)}"
+    return None
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"

@@ -34,7 +34,7 @@ import torch
 import transformers
 from transformers import StaticCache
 
-from kvcache.cache import (TRANSFORMERS_RELEASE, CachedModel, SessionModel, UnsupportedCacheError, _layers,
+from kvcache.cache import (CachedModel, SessionModel, UnsupportedCacheError, _layers,
                            _own_cache_class, drop_last, hidden_states_request, kept_layers)
 from kvcache import probe
 from utils.devices import synchronize
@@ -111,7 +111,7 @@ def _refusal(model) -> str | None:
     if odd:
         return f"{', '.join(odd)} cache layers: the static path rolls back plain attention layers only"
     if not _layers(cache):
-        return f"its static cache has no layers"
+        return "its static cache has no layers"
     found = probe.probe_of(model)
     if found.path != "cached":
         return f"its cached forward is not exact (the probe chose {found.path})"
@@ -123,23 +123,15 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-@torch.inference_mode()
 def _static_probe(model) -> str | None:
     """The probe's speculative-shaped episode (prefill, step, verify, rollback, verify, rollback,
-    step) on the static path, held to the uncached logits; None when every logit matches."""
-    prompt, seq, junk = probe._probe_ids(model)
+    step) on the static path, held to the uncached logits (``kvcache.probe.check_episode``)."""
+    capacity = probe.LENGTH + 8
     try:
-        reference = probe._uncached(model, prompt, [seq, junk], None)
-        checker = probe._Checker(reference, probe.tolerance(model))
-        cached = StaticCachedModel(model, capacity=probe.LENGTH + 8, slot="probe")
-        probe._replay_on(cached, [seq, junk], checker)
-    except probe.ProbeMismatch as e:
-        return f"its static-cache forward is not exact ({e})"
-    except Exception as e:  # noqa: BLE001  (a transformers error inside a static forward)
-        return f"its static-cache forward fails ({_first_line(e)})"
+        found = probe.check_episode(model, StaticCachedModel(model, capacity=capacity, slot="probe"))
     finally:
-        _CACHES.get(model, {}).pop((probe.LENGTH + 8, "probe"), None)
-    return None
+        _CACHES.get(model, {}).pop((capacity, "probe"), None)
+    return None if found is None else f"its static-cache forward {found}"
 
 
 # ------------------------------------------------------------ caches, captures
