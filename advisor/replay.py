@@ -200,13 +200,18 @@ def _self_label(pair, spec: str) -> str | None:
 # ---------------------------------------------------------------- replaying
 
 
-def replay_grid(pair, recorded: list[Recorded], methods: list[Method], *, max_gen_len: int) -> list[ReplayEntry]:
+def replay_grid(pair, recorded: list[Recorded], methods: list[Method], *, max_gen_len: int,
+                state=None) -> list[ReplayEntry]:
     """Each of ``methods`` replayed over ``recorded`` with a length budget of ``max_gen_len`` (the
     record's own: outputs longer are cut), in order; a method :func:`unreplayable` names, or one
-    with a policy the replay does not run, is left out."""
+    with a policy the replay does not run, is left out. ``state`` (an ``engine.EngineState``): a
+    session's, whose built drafters (self-drafters) the replay shares, never its storages."""
     from engine.state import EngineState
 
-    state = EngineState()                       # built self-drafters and storages, as a session keeps them
+    own = EngineState()                         # the storages the replay fills and empties
+    if state is not None:
+        own.built = state.built                 # the drafters built for the pair, shared both ways
+    state = own
     taught: dict[int, tuple[int, ...]] = {}     # guesses per record, shared by every taught method
     return [_replay_one(pair, recorded, m, max_gen_len, state, taught)
             for m in methods if replay_mode(pair, m) is not None]

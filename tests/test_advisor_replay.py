@@ -241,3 +241,12 @@ def test_an_end_token_ends_the_replay_as_it_ends_the_run(pair, monkeypatch):
         want, calls, _ = engine_run(ended, m)
         assert counts(entry.replayed) == want and sum(entry.draft_steps.values()) == calls
     assert any(ends)                            # the end token was an accepted draft
+
+
+def test_a_sessions_state_lends_its_built_self_drafters_not_its_storages(pair, recorded):
+    from engine import EngineState
+
+    state = EngineState()
+    replay_grid(pair, recorded, [method("self", SELF, 3), method("ngram", NGramOptions(storage="suffix"), 3)],
+                max_gen_len=LENGTH, state=state)
+    assert list(state.built) == [SELF] and state.storage is None
