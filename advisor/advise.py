@@ -154,6 +154,31 @@ def needed_costs(pair, entries, costs: CostTable | None, state) -> CostTable:
     return measure_costs(pair, target, drafters, state=state, base=costs, methods=methods)
 
 
+def _source(method) -> tuple[str, str]:
+    """The drafter a method drafts with, and its options: what the methods of one source share."""
+    return method.drafter, repr(method.options)
+
+
+def replay_sources(pair, recorded, methods, length: int, say) -> tuple[list, list[tuple[str, str]]]:
+    """Every method replayed (``advisor.replay.replay_grid``), one source at a time (the methods of
+    one drafter and its options: they share its build and its guesses), so that a source whose
+    replay fails is left out with its reason and the others are still advised on."""
+    from advisor.replay import replay_grid
+
+    sources: dict[tuple[str, str], list] = {}
+    for m in methods:
+        sources.setdefault(_source(m), []).append(m)
+    entries, failed = [], []
+    for group in sources.values():
+        name = group[0].key + (f" and {len(group) - 1} more of its drafter" if len(group) > 1 else "")
+        say(f"replaying {name}")
+        try:
+            entries += replay_grid(pair, recorded, group, max_gen_len=length)
+        except Exception as e:         # the rest of the grid is still advised on
+            failed.append((name, f"its replay failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+    return entries, failed
+
+
 def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
            grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None) -> AdviceReport:
     """The advice for ``pair`` on ``prompts`` (token ids), ``length`` new tokens each (module
@@ -162,7 +187,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     (default ``advisor.replay.default_grid(pair)``); ``state``: the ``EngineState`` the runs share;
     ``say``: progress lines."""
     from advisor.recorded import record
-    from advisor.replay import default_grid, replay_grid, unreplayable
+    from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 
     if not prompts:
@@ -175,8 +200,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     recorded = record(pair, prompts, length)       # also the warm-up of the timed baseline below
     baseline = run_baseline(pair, prompts, length, state, seed)
     methods = list(grid) if grid is not None else default_grid(pair)
-    say(f"replaying {len(methods)} methods")
-    entries = replay_grid(pair, recorded, methods, max_gen_len=length)
+    entries, failed = replay_sources(pair, recorded, methods, length, say)
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
     table = needed_costs(pair, entries, costs, state)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length)
@@ -186,5 +210,5 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     notes = []
     if any(a.identical is False for a in ranked):
         notes.append("a confirmed run's output differed from target AR's: see its row")
-    return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)), len(prompts),
-                        length, baseline.tokens_per_s, baseline.step_s, notes)
+    return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)) + failed,
+                        len(prompts), length, baseline.tokens_per_s, baseline.step_s, notes)

@@ -455,3 +455,20 @@ def test_a_kept_table_is_extended_by_timing_all_its_widths_again(monkeypatch):
     assert len(timed) == 2                                  # nothing lacking: nothing timed
     wider = measure_costs(pair, {5}, {}, base=first)
     assert timed[-1] == [1, 3, 5] and set(wider.target_s) == {1, 3, 5} and wider.draft_s == first.draft_s
+
+
+def test_a_source_whose_replay_fails_is_listed_and_the_rest_advised(monkeypatch):
+    import advisor.replay
+    from advisor.advise import advise
+
+    real = advisor.replay.replay_grid
+
+    def failing(pair, recorded, methods, *, max_gen_len):
+        if methods[0].drafter == "ngram":
+            raise RuntimeError("a storage that breaks\nsecond line")
+        return real(pair, recorded, methods, max_gen_len=max_gen_len)
+
+    monkeypatch.setattr(advisor.replay, "replay_grid", failing)
+    report = advise(tiny_pair(), PROMPTS[:1], length=8, confirm=0, grid=tiny_grid())
+    assert sorted(a.method for a in report.advice) == ["speculative+tree6@3", "speculative@2"]
+    assert ("ngram[suffix]@4", "its replay failed: RuntimeError: a storage that breaks") in report.unreplayable
