@@ -10,12 +10,13 @@ Two ways, both through one round loop (:func:`_drive`) that runs the engine's ow
 objects (``generation.gamma_policies.make_policy``) and counts as the verify loop does:
 
 * teacher forcing (``advisor.teacher``): a plain drafter model's chains under a policy that needs
-  no more than its argmax (constant, heuristic), from one drafter forward per prompt;
+  no more than its argmax (constant, heuristic), alone or as the hybrid's drafter model, from one
+  drafter forward per prompt;
 * the engine's own drafter (``engine.drafters.DRAFTERS``), each round proposing from the output so
   far: n-gram storages, trees (a drafter model grows them best-first by its probability, so the
   nodes off the output's path matter: they are grown, not read from teacher-forced rows),
   self-drafters (their committed positions are the target's own cache, fed the output's tokens,
-  never a verify), the hybrid, and the confidence policy (the drafter's own early stop). The
+  never a verify), the hybrid's trees, and the confidence policy (the drafter's own early stop). The
   drafters of the target's hidden states (MTP layers, EAGLE-3 heads, Gemma 4 assistants) and a
   drafter with a tokenizer of its own run the same way, their target fed the kept tokens; their
   entries are marked estimates (:data:`ESTIMATED_KINDS` says why).
@@ -226,8 +227,8 @@ def replay_mode(pair, m: Method) -> str | None:
     if m.drafter == "model":
         if _model_reason(pair) is not None:
             return None
-        if (m.options is None and m.tree == 0 and m.gamma_policy in TEACHER_POLICIES
-                and teachable(pair) is None):
+        plain = m.options is None or (isinstance(m.options, HybridOptions) and m.options.model is None)
+        if plain and m.tree == 0 and m.gamma_policy in TEACHER_POLICIES and teachable(pair) is None:
             return "teacher"
     return "drafter"
 
@@ -240,7 +241,10 @@ def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict
         def make(i: int, record: Recorded):
             if i not in taught:
                 taught[i] = guesses(pair.drafter, record.prompt, record.output[:max_gen_len], vocab_size)
-            return TeacherDrafter(record.prompt, record.output[:max_gen_len], taught[i])
+            teacher = TeacherDrafter(record.prompt, record.output[:max_gen_len], taught[i])
+            if isinstance(m.options, HybridOptions) and m.options.min_match > 0:
+                return _hybrid_of(pair, m, teacher, state, vocab_size, record, max_gen_len)
+            return teacher
         module = None
     else:
         make = _engine_drafters(pair, m, state, vocab_size, max_gen_len)
@@ -249,6 +253,24 @@ def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict
     note = _estimate_note(pair, m)
     return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), not note, note, drive.prefill_steps,
                        replay_mode(pair, m))
+
+
+def _hybrid_of(pair, m: Method, teacher: TeacherDrafter, state, vocab_size: int, record: Recorded,
+               max_gen_len: int):
+    """The engine's hybrid drafter of ``m`` with ``teacher`` as its drafter model."""
+    from engine.drafters import DraftContext, hybrid_drafter
+    from sampling import GreedyProcessor
+
+    context = DraftContext(GreedyProcessor(), None, vocab_size, list(record.prompt), max_gen_len)
+    return hybrid_drafter(pair, m.options, teacher, state, context)
+
+
+def _teacher_in(drafter) -> TeacherDrafter | None:
+    """The teacher that drafts for ``drafter`` (itself, or a hybrid's drafter model), or None."""
+    if isinstance(drafter, TeacherDrafter):
+        return drafter
+    inner = getattr(drafter, "model", None)
+    return inner if isinstance(inner, TeacherDrafter) else None
 
 
 def _dtype(model) -> torch.dtype | None:
@@ -379,7 +401,8 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 ids = torch.cat([ids, torch.tensor([new], dtype=torch.long)], dim=1)
                 at += len(new)
                 if first:
-                    seen = drafter.steps.items() if isinstance(drafter, TeacherDrafter) else ((w, 1) for w in widths)
+                    teacher = _teacher_in(drafter)
+                    seen = teacher.steps.items() if teacher is not None else ((w, 1) for w in widths)
                     for w, n in seen:
                         _add(out.prefill_steps, w, n)
                 first = False
@@ -390,8 +413,9 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
 def _count_steps(out: _Drive, drafter, widths: list[int]) -> None:
     """The drafter's forwards by width: the teacher's own count, else the hooked widths, and any
     forward the hook did not see (a lean step's) as width 1."""
-    if isinstance(drafter, TeacherDrafter):
-        for w, n in drafter.steps.items():
+    teacher = _teacher_in(drafter)
+    if teacher is not None:
+        for w, n in teacher.steps.items():
             _add(out.steps, w, n)
         return
     for w in widths:

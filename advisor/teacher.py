@@ -88,6 +88,9 @@ class TeacherDrafter(Drafter):
         self.steps: dict[int, int] = {}
         self._cached = 0        # positions the simulated drafter cache holds
         self._calls = 0
+        self._committed = 0     # as ModelDrafter keeps them: the committed length,
+        self._drafted = False   # whether it drafted the round in progress,
+        self._trusted: int | None = None    # and the cache positions the next round may keep
 
     @property
     def calls(self) -> int:
@@ -95,6 +98,7 @@ class TeacherDrafter(Drafter):
 
     def begin(self, prompt: list[int]) -> None:
         self._cached, self._calls, self.steps = 0, 0, {}
+        self._committed, self._drafted, self._trusted = len(prompt), False, None
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None):
         if stop_below is not None:
@@ -114,11 +118,15 @@ class TeacherDrafter(Drafter):
 
     def _count_steps(self, length: int, k: int) -> None:
         """What ``ModelDrafter.propose`` runs for ``k`` drafts after a sequence of ``length``: a
-        rollback to ``length - 1`` (never longer than the cache), then k forwards, the first of
-        every token the cache lacks, then one draft each; the cache then holds all but the last draft."""
+        rollback to ``length - 1`` (or to what a round another drafter drafted left trusted; never
+        longer than the cache), then k forwards, the first of every token the cache lacks, then
+        one draft each; the cache then holds all but the last draft."""
+        keep = length - 1 if self._trusted is None else min(length - 1, self._trusted)
+        self._cached = min(self._cached, keep)
+        self._drafted, self._trusted = True, None
         if k <= 0:
             return
-        first = length - min(length - 1, self._cached)
+        first = length - self._cached
         self.steps[first] = self.steps.get(first, 0) + 1
         if k > 1:
             self.steps[1] = self.steps.get(1, 0) + k - 1
@@ -126,4 +134,10 @@ class TeacherDrafter(Drafter):
         self._calls += k
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
-        pass
+        """As ``ModelDrafter.update``: after a round another drafter drafted (a hybrid's storage),
+        the next proposal keeps no cache position past that round's last committed token but one."""
+        if not self._drafted:
+            cut = self._committed - 1
+            self._trusted = cut if self._trusted is None else min(self._trusted, cut)
+        self._committed += len(new_tokens)
+        self._drafted = False

@@ -92,6 +92,18 @@ def test_teacher_forced_chains_count_what_the_engine_runs(pair, recorded, gamma,
     assert sum(entry.replayed.widths.values()) == entry.replayed.calls - len(PROMPTS)
 
 
+@pytest.mark.parametrize("m", [method("model", HybridOptions(min_match=2), 3),
+                               method("model", HybridOptions(min_match=3), 5, "heuristic")], ids=lambda m: m.key)
+def test_a_hybrids_drafter_model_is_taught_too(pair, recorded, m):
+    # The storage drafts the rounds whose match is long; the taught drafter model the others, and
+    # its cache after a storage round is fed as ModelDrafter feeds it (the widths say so).
+    assert replay_mode(pair, m) == "teacher"
+    entry = replay_one(pair, recorded, m)
+    want, calls, widths = engine_run(pair, m, pair.drafter)
+    assert counts(entry.replayed) == want and entry.draft_steps == widths and sum(widths.values()) == calls
+    assert 0 < entry.replayed.accepted < entry.replayed.drafted and entry.exact
+
+
 def test_a_teacher_reading_one_position_off_is_caught(pair, recorded, monkeypatch):
     # Mutation check: the guesses shifted by one position (the match read one position late).
     m = method("model", None, 3)
@@ -116,7 +128,7 @@ SELF = "self:skip=1"
     method("self", SELF, 5, "heuristic"),
     method("self", SELF, 3, tree=8),
     method("self", "self:bf16", 3),                 # a cast copy on the target's cache, through its lean step
-    method("model", HybridOptions(min_match=2), 3),
+    method("model", HybridOptions(min_match=2), 3, tree=8),
     method("ngram", NGramOptions(storage="suffix"), 4, "heuristic", tree=8),
 ], ids=lambda m: m.key)
 def test_the_drafters_own_proposals_count_what_the_engine_runs(pair, recorded, m):
