@@ -178,13 +178,21 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
         sources.append(("model", None))
     for spec in self_specs if pair.target is not None else ():
         label = _self_label(pair, spec)
-        if label is not None:
+        if label is not None and not _same_precision(pair.target, label):
             sources.append(("self", label))
     hybrid = model and (_kind(pair) is None or _kind(pair).hybrid is None)
     if hybrid:
         sources.append(("model", HybridOptions(min_match=HYBRID_MATCH)))
     return [method(drafter, options, gamma, policy, tree)
             for drafter, options in sources for tree in trees for policy in policies for gamma in gammas]
+
+
+def _same_precision(target, label: str) -> bool:
+    """Whether the self-drafter ``label`` is a copy of ``target`` in the dtype it already has."""
+    from model_drafters.selfdraft.spec import PRECISIONS, parse_self_draft
+
+    kind = parse_self_draft(label).kind
+    return kind in PRECISIONS and getattr(torch, PRECISIONS[kind]) == _dtype(target)
 
 
 def _self_label(pair, spec: str) -> str | None:

@@ -160,6 +160,11 @@ def test_the_grid_names_methods_as_the_benchmark_does(pair):
                 "speculative+hybrid4@4", "ngram[sam]+tree16:heuristic@4"):
         assert key in keys and parse_variant_name(key).name == key
     assert method("self", "self:int8", 4).key == "speculative[self:int8]@4"
+    offered = {m.options for m in default_grid(pair, gammas=(2,), trees=(0,), policies=("constant",))
+               if m.drafter == "self"}
+    assert offered == {"self:bf16", "self:int8"}
+    bf16 = pair_of(tiny_llama(1, vocab_size=V, dtype=torch.bfloat16), None)     # a bf16 copy would be itself
+    assert {m.options for m in default_grid(bf16, gammas=(2,), trees=(0,)) if m.drafter == "self"} == {"self:int8"}
     assert {replay_mode(pair, m) for m in grid} == {"teacher", "drafter"}
 
 
