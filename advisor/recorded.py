@@ -163,11 +163,16 @@ class PromptLookup(Drafter):
 
 def record(pair, prompts: list[list[int]], length: int, *, top_k: int = TOP_K) -> list[Recorded]:
     """Target AR's greedy output on each prompt (``engine.run_strategy``, ``length`` new tokens at
-    most), with the target's top-k at each output position from one forward over the sequence."""
+    most), with the target's top-k at each output position from one forward over the sequence.
+    ``ValueError`` (one line) for a served target, whose rows are on its server."""
     from engine import Strategy, run_strategy
+    from kvcache.cache import SessionModel
     from sampling import GreedyProcessor
     from utils.devices import model_device
 
+    if isinstance(pair.target, SessionModel):
+        raise ValueError("a served target's greedy output cannot be replayed here: its logits stay on its server "
+                         "(load the target locally)")
     out = []
     for prompt in prompts:
         result = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=length), pair, prompt)

@@ -267,3 +267,13 @@ def test_a_sessions_state_lends_its_built_self_drafters_not_its_storages(pair, r
     replay_grid(pair, recorded, [method("self", SELF, 3), method("ngram", NGramOptions(storage="suffix"), 3)],
                 max_gen_len=LENGTH, state=state)
     assert list(state.built) == [SELF] and state.storage is None
+
+
+def test_a_served_target_is_refused_in_one_line(pair):
+    from dataclasses import replace
+
+    from kvcache.cache import SessionModel
+
+    with pytest.raises(ValueError) as refused:
+        record(replace(pair, target=SessionModel()), PROMPTS, LENGTH)
+    assert "served" in str(refused.value) and "\n" not in str(refused.value)
