@@ -39,6 +39,7 @@ from generation.tree import Tree
 from generation.tree_round import first_choice_line
 from generation.result import Round
 from utils.defaults import DEFAULTS
+from utils.devices import model_device
 
 STORAGES = ("basic", "onelevel", "recycling", "suffix", "sam")
 SELF_SPECS = ("self:bf16", "self:int8")
@@ -374,6 +375,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
     from kvcache.probe import cached_model
 
     out = _Drive()
+    device = model_device(pair.target)
     for i, record in enumerate(recorded):
         output = record.output[:max_gen_len]
         drafter = make(i, record)
@@ -384,7 +386,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
         policy = make_policy(m.gamma_policy, m.gamma)
         policy.begin(drafter.kind)
         trees = m.tree > 0 and (tree_support(target) or drafter.tree_support()) is None
-        ids = torch.tensor([start], dtype=torch.long)
+        ids = torch.tensor([start], dtype=torch.long, device=device)      # (1, L), where the verify loop keeps it
         at, first, recorder = 0, True, _Widths()
         widths = recorder.seen
         with recorder.attached(module):
@@ -406,7 +408,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 width = drafter.wants_top_k
                 rows = [list(record.top[at + j][:width]) for j in range(len(new))] if width > 1 else None
                 drafter.update(new, rows)
-                ids = torch.cat([ids, torch.tensor([new], dtype=torch.long)], dim=1)
+                ids = torch.cat([ids, torch.tensor([new], dtype=torch.long, device=device)], dim=1)
                 at += len(new)
                 if first:
                     teacher = _teacher_in(drafter)
