@@ -47,6 +47,7 @@ CAPACITY_STEP = 256          # capacities are rounded up to a multiple of this
 BACKEND: object = "inductor"
 MODE = "reduce-overhead"
 RECOMPILE_LIMIT = 1024       # every capture shares one code object; dynamo's default limit is 8
+KEEP_CAPACITIES = 2          # static caches (and their captures) kept per model and slot
 
 
 def _length_in_cache() -> bool:
@@ -144,10 +145,22 @@ _CAPTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _cache_for(model, capacity: int, slot: str):
+    """The model's cache of ``capacity`` in ``slot``, the most recently used; at most
+    :data:`KEEP_CAPACITIES` capacities are kept per slot: the least recently used goes, with its
+    captures (they read its tensors), so memory stays bounded when prompts grow."""
     caches = _CACHES.setdefault(model, {})
-    if (capacity, slot) not in caches:
-        caches[capacity, slot] = StaticCache(config=model.config, max_cache_len=capacity)
-    return caches[capacity, slot]
+    key = (capacity, slot)
+    cache = caches.pop(key, None)
+    if cache is None:
+        cache = StaticCache(config=model.config, max_cache_len=capacity)
+        held = [k for k in caches if k[1] == slot]
+        for old in held[:max(0, len(held) - KEEP_CAPACITIES + 1)]:
+            del caches[old]
+            captures = _CAPTURES.get(model, {})
+            for gone in [c for c in captures if c[:2] == (slot, old[0])]:
+                del captures[gone]
+    caches[key] = cache            # dicts keep insertion order: the last is the most recent
+    return cache
 
 
 def _step(model, cache, cache_kw: str, tokens, positions, cache_position, mask, request, layers):

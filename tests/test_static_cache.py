@@ -306,6 +306,32 @@ def test_a_self_drafter_keeps_the_target_on_its_dynamic_cache():
     assert result.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
 
 
+def test_a_third_capacity_drops_the_least_recently_used_cache_and_its_captures(pair, monkeypatch):
+    monkeypatch.setattr(static, "CAPACITY_STEP", 32)
+    target = pair.target
+    for length in (10, LENGTH, 60):                     # capacities 32, 64 and 96
+        assert run(pair, "graphs", max_gen_len=length).compile["path"] == "graphs"
+    kept = sorted(c for c, slot in static._CACHES[target] if slot == "target")
+    assert kept == [64, 96]
+    assert {key[1] for key in static._CAPTURES[target] if key[0] == "target"}.isdisjoint({32})
+    again = run(pair, "graphs", max_gen_len=10)         # 32 again: made and captured anew, counted
+    assert again.compile["captures"] == 1 and again.compile["recompiles"] == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graphs_equal_the_dynamic_path(monkeypatch):
+    """The default backend on a GPU: inductor, mode reduce-overhead (CUDA graphs)."""
+    monkeypatch.setattr(static, "BACKEND", "inductor")
+    cuda = model_pair(arch_zoo.build("llama").cuda(), arch_zoo.build("llama", "independent").cuda())
+    assert static.default_compile(torch.device("cuda")) == "graphs"
+    for fields in ({}, {"drafter": "model", "gamma": 1}, {"drafter": "model", "gamma": 1, "tree": 3}):
+        want = run(cuda, "off", **fields)
+        first, again = run(cuda, "graphs", **fields), run(cuda, "graphs", **fields)
+        assert first.tokens == again.tokens == want.tokens, fields
+        assert first.compile["path"] == "graphs" and first.compile["recompiles"] == 0
+        assert again.compile["captures"] == 0 and again.compile["recompiles"] == 0
+
+
 def test_default_compile():
     assert static.default_compile("cpu") == "off"
     assert static.default_compile(torch.device("cuda", 0)) == "graphs"
