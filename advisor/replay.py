@@ -139,10 +139,19 @@ ESTIMATED_KINDS = {
 }
 
 
+def _target_path(pair) -> str:
+    from kvcache.probe import cached_model
+
+    return cached_model(pair.target).path
+
+
 def _estimate_note(pair, m: Method) -> str:
     """Why ``m``'s replay on ``pair`` is an estimate, or "" where it is exact."""
     if isinstance(m.options, NGramOptions) and m.options.fill_width:
         return "fills its widths by forward costs measured once here; a run measures its own"
+    if _target_path(pair) == "stepwise":
+        return ("the target's cached forward runs one token at a time here (its probe), so a run counts a "
+                "target call per token fed where the replay counts one per verify")
     kind = _kind(pair) if m.drafter == "model" else None
     if kind is not None and kind.name in ESTIMATED_KINDS:
         return f"a {kind.name} drafter {ESTIMATED_KINDS[kind.name]}"
@@ -382,6 +391,8 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
         target = cached_model(pair.target)
         drafter.attach_target(target)
         start = target.begin(list(record.prompt))
+        begun = target.forwards                 # a target that snapshots layers prefills all but the last token
+        out.replayed.calls += begun
         drafter.begin(list(record.prompt))
         policy = make_policy(m.gamma_policy, m.gamma)
         policy.begin(drafter.kind)
@@ -396,8 +407,8 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 drafter.fill_target(ids)       # a drafter on the target's cache: its prefill, then the tokens kept
                 # A round's verify is priced unless it is the prefill: the first, where the drafter
                 # did not have the target prefill the prompt apart (then that is one call more).
-                priced = not first or target.forwards > before
-                if first and priced:
+                priced = not first or target.forwards > before or begun > 0
+                if first and target.forwards > before:
                     out.replayed.calls += 1
                 with recorder.on():
                     if trees:

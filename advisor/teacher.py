@@ -56,7 +56,8 @@ def run_lengths(guess: Sequence[int], output: Sequence[int]) -> list[int]:
 def teachable(pair) -> str | None:
     """None when the pair's drafter model can be teacher-forced exactly, else why not (one line):
     a plain drafter model (no kind of ``engine.kinds`` owns the pair) whose cached forward the
-    probe found exact."""
+    probe found exact and whose cache is cropped (a snapshot restore re-feeds tokens, forwards
+    the teacher would not count)."""
     from engine.kinds import kind_of_pair
     from kvcache.probe import cached_model
 
@@ -65,8 +66,12 @@ def teachable(pair) -> str | None:
     kind = kind_of_pair(pair)
     if kind is not None:
         return f"a {kind.name} drafter drafts from the target's state or cache, not from the prefix alone"
-    if cached_model(pair.drafter).path != "cached":
+    cached = cached_model(pair.drafter)
+    if cached.path != "cached":
         return "the drafter's cached forward is not the plain cached one (its probe), so one pass may differ"
+    cached.begin([0])                   # one token: nothing is fed, the cache is made
+    if cached.needs_snapshots:
+        return "the drafter's cache restores snapshots (recurrent layers), re-feeding tokens as it runs"
     return None
 
 

@@ -277,3 +277,39 @@ def test_a_served_target_is_refused_in_one_line(pair):
     with pytest.raises(ValueError) as refused:
         record(replace(pair, target=SessionModel()), PROMPTS, LENGTH)
     assert "served" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_recurrent_target_and_drafter_replay_as_the_engine_runs_them():
+    # mamba2: the target prefills all but the last prompt token at begin (one more call) and both
+    # caches restore snapshots; the drafter re-feeds tokens, so it is not taught but run.
+    from tests.helpers.arch_zoo import PROMPTS as ZOO_PROMPTS, FamilyUnavailable, _pair, build
+
+    try:
+        zoo = _pair(build("mamba2"), build("mamba2", "drafter"))
+    except FamilyUnavailable as exc:
+        pytest.skip(str(exc))
+    from kvcache.cache import UnsupportedCacheError
+
+    prompts = [list(p) for p in ZOO_PROMPTS[:2]]
+    try:
+        recorded = record(zoo, prompts, 16)
+    except UnsupportedCacheError as exc:         # 4.57: a cache class of the model's own (docs/versions.md)
+        pytest.skip(str(exc))
+    for m in (method("model", None, 3), method("model", None, 3, "heuristic", tree=8),
+              method("ngram", NGramOptions(storage="suffix"), 3)):
+        assert replay_mode(zoo, m) == "drafter"
+        [entry] = replay_grid(zoo, recorded, [m], max_gen_len=16)
+        want = [0] * 5
+        for prompt in prompts:
+            result = run_strategy(m.strategy(max_gen_len=16), zoo, prompt)
+            for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens),
+                                   result.drafter_calls)):
+                want[i] += n
+        assert [*counts(entry.replayed), sum(entry.draft_steps.values())] == want and entry.exact
+
+
+def test_a_stepwise_target_makes_every_entry_an_estimate(pair, recorded, monkeypatch):
+    # A target whose probe feeds one token a forward counts a call per token: the replay says so.
+    monkeypatch.setattr(advisor.replay, "_target_path", lambda pair: "stepwise")
+    [entry] = replay_grid(pair, recorded, [method("ngram", NGramOptions(storage="suffix"), 3)], max_gen_len=LENGTH)
+    assert not entry.exact and "one token at a time" in entry.note
