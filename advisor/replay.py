@@ -181,7 +181,8 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
     """Every replayable method this pair can use at each γ, policy and tree size: each n-gram
     storage, the drafter model (a plain one or the pair's self-drafter), each self-drafter spec the
     pair's target takes (``self_specs``), and the hybrid (the drafter model beside ``sam``, L =
-    :data:`HYBRID_MATCH`). Lookahead and the kinds :func:`unreplayable` names are left out."""
+    :data:`HYBRID_MATCH`; where the pair's kind takes a hybrid). Lookahead and the model policy
+    (:func:`unreplayable`) are left out; a self-drafter copy in the target's own dtype too."""
     sources: list[tuple[str, object]] = [("ngram", NGramOptions(storage=s)) for s in storages]
     model = pair.drafter is not None and _model_reason(pair) is None
     if model:
