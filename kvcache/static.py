@@ -365,7 +365,15 @@ class StaticCachedModel(CachedModel):
             for _ in range(2 if cuda else 1):   # CUDA graph trees warm up, then record
                 if cuda:
                     torch.compiler.cudagraph_mark_step_begin()
-                entry.fn(*args)
+                try:
+                    entry.fn(*args)
+                except Exception as e:  # noqa: BLE001  (a backend that cannot compile here: one line)
+                    del _CAPTURES[self.model][self._capture_key(width, mask is not None, layers)]
+                    self._length = self._cache_length() if LENGTH_IN_CACHE else seen
+                    self._set_length(seen)
+                    raise UnsupportedCacheError(
+                        f"the {BACKEND!r} backend cannot capture {type(self.model).__name__}'s forward here "
+                        f"({_first_line(e)}); compile static runs it eager") from e
                 self._length = seen + width     # what the cache now holds; back to ``seen``
                 self._set_length(seen)
             synchronize(self.device)

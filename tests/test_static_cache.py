@@ -332,6 +332,19 @@ def test_cuda_graphs_equal_the_dynamic_path(monkeypatch):
         assert again.compile["captures"] == 0 and again.compile["recompiles"] == 0
 
 
+def test_a_backend_that_cannot_compile_is_one_line(pair, monkeypatch):
+    def broken(graph, example_inputs):
+        raise RuntimeError("no compiler here\nsecond line")
+
+    monkeypatch.setattr(static, "BACKEND", broken)
+    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    with pytest.raises(ValueError) as refused:
+        run(pair, "graphs", max_gen_len=4)
+    assert "cannot capture LlamaForCausalLM's forward" in str(refused.value) and "\n" not in str(refused.value)
+    assert not static._CAPTURES[pair.target]          # nothing half-made is kept
+    assert run(pair, "static", max_gen_len=4).tokens == run(pair, "off", max_gen_len=4).tokens
+
+
 def test_default_compile():
     assert static.default_compile("cpu") == "off"
     assert static.default_compile(torch.device("cuda", 0)) == "graphs"
