@@ -11,7 +11,7 @@ and learns from the finished round. What a drafter may do is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,7 +29,7 @@ from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
 from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
 from kvcache.probe import not_causal
-from kvcache.static import cached_model, compile_report, model_stats
+from kvcache.static import cached_model, capture_seconds, compile_report, model_stats
 
 
 @dataclass
@@ -103,14 +103,16 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         first_capture = 0.0
         while generated < options.max_gen_len:
             k_max = min(policy.next_gamma(), options.max_gen_len - generated - 1)
+            before = _captures(model, drafter, options.compile)
             if trees:
                 ids, new, stop = tree_round(loop, ids, k_max, options.tree, options.tree_branch, sampled=sampled)
             else:
                 ids, new, stop = _round(loop, ids, k_max, policy.threshold)
+            _book_captures(result, before, _captures(model, drafter, options.compile))
             policy.observe(result.trace[-1])
             generated += len(new)
             if result.rounds == 1:          # captures inside the first round are not time to first token
-                first_capture = _capture_s(model, drafter, options.compile)
+                first_capture = sum(_captures(model, drafter, options.compile))
             if stop:
                 result.stop_reason = "eos"
                 break
@@ -132,8 +134,8 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         result.decisions = loop.decisions.read()                          # the run's one read-back
     result.target_calls = model.forwards
     result.drafter_calls = drafter.calls
-    result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace) - captured[1],
-                                 sum(r.verify_s for r in result.trace) - captured[0])
+    result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
+                                 sum(r.verify_s for r in result.trace))
     result.rollback = {"target": model.stats.to_dict()}
     if network is not None:
         result.network = network
@@ -146,10 +148,21 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     return result
 
 
-def _capture_s(model, drafter: Drafter, requested: str) -> float:
-    """Seconds both models have spent capturing forwards so far (``kvcache.static``)."""
-    drafter_stats = drafter.compile_stats()
-    return model_stats(model, requested)["capture_s"] + (drafter_stats["capture_s"] if drafter_stats else 0.0)
+def _captures(model, drafter: Drafter, requested: str) -> tuple[float, float]:
+    """Seconds the target and the drafter have spent capturing forwards so far (``kvcache.static``)."""
+    drafter_stats = drafter.compile_stats() if requested != "off" else None
+    return capture_seconds(model), drafter_stats["capture_s"] if drafter_stats else 0.0
+
+
+def _book_captures(result: GenerationResult, before: tuple[float, float], after: tuple[float, float]) -> None:
+    """Take the captures made during the last round out of its verify and draft times: a capture is
+    booked in ``compile.capture_s``, never as a round's cost (the speedup model and the cost tables
+    read those per round)."""
+    verify, draft = after[0] - before[0], after[1] - before[1]
+    if verify > 0 or draft > 0:
+        last = result.trace[-1]
+        result.trace[-1] = replace(last, verify_s=max(0.0, last.verify_s - verify),
+                                   draft_s=max(0.0, last.draft_s - draft))
 
 
 def _trees_possible(model: CachedModel, drafter, result: GenerationResult) -> bool:

@@ -434,6 +434,12 @@ def cached_model(model, *, use_cache: bool = True, compile: str = "off", capacit
     return StaticCachedModel(model, capacity=static_capacity(capacity), graphs=compile == "graphs", slot=slot)
 
 
+def capture_seconds(cached) -> float:
+    """Seconds ``cached`` has spent capturing forwards in this generation (0 off the static path):
+    read before and after a step, so that the step's own time leaves the capture out."""
+    return cached.record.capture_s if isinstance(cached, StaticCachedModel) else 0.0
+
+
 def model_stats(cached, requested: str) -> dict:
     """One model's path under ``requested``: ``path``, ``reason`` (why it fell back, one line),
     ``widths``, ``captures``, ``capture_s``, ``recompiles``."""

@@ -276,6 +276,23 @@ def test_capture_time_is_kept_out_of_the_run(pair, monkeypatch):
     again = run(pair, "graphs", max_gen_len=8)
     assert again.tokens == first.tokens and len(compiles) == asked and again.compile["captures"] == 0
     assert first.seconds < again.seconds + report["capture_s"] / 2
+    # no step books the capture as its own cost (the cost tables and the speedup model read them)
+    assert max(r.verify_s for r in first.trace) < 1.0
+
+
+def test_capture_time_is_kept_out_of_every_round(pair, monkeypatch):
+    """The same 2 s backend under speculative decoding: each new width is captured inside a round,
+    and no round's verify or draft time carries it (mutation: the per-round booking removed)."""
+    def slow_eager(graph, example_inputs):
+        time.sleep(2.0)
+        return graph.forward
+
+    monkeypatch.setattr(static, "BACKEND", slow_eager)
+    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    result = run(pair, "graphs", drafter="model", gamma=3, max_gen_len=10)
+    assert result.compile["captures"] >= 2 and result.compile["capture_s"] >= 4.0
+    assert max(r.verify_s for r in result.trace) < 1.0 and max(r.draft_s for r in result.trace) < 1.0
+    assert result.phases["verify"] < 1.0 + 0.1 * result.rounds
 
 
 def test_keep_hidden_runs_on_the_static_path(monkeypatch):
