@@ -22,7 +22,7 @@ from analysis.speedup import CostModel
 
 FORMAT = 1
 CONTEXT = 64            # tokens in the cache while the widths are timed (as engine.widths does)
-REPEATS = 5             # turns of every width (engine.timing.REPEATS): fewer left width 3 at 2.0 steps on a quiet CPU
+REPEATS = 5             # turns of every width, as engine.timing.REPEATS
 HOST_RUN_TOKENS = 24    # the short n-gram run the host seconds per round are read from
 # CPU flags worth naming beside the model name: what changes a forward's kernels.
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8")
