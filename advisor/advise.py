@@ -159,10 +159,11 @@ def _source(method) -> tuple[str, str]:
     return method.drafter, repr(method.options)
 
 
-def replay_sources(pair, recorded, methods, length: int, say) -> tuple[list, list[tuple[str, str]]]:
+def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tuple[list, list[tuple[str, str]]]:
     """Every method replayed (``advisor.replay.replay_grid``), one source at a time (the methods of
     one drafter and its options: they share its build and its guesses), so that a source whose
-    replay fails is left out with its reason and the others are still advised on."""
+    replay fails is left out with its reason and the others are still advised on. ``state``: the
+    session's ``EngineState``, whose built drafters the replay shares with the confirming runs."""
     from advisor.replay import replay_grid
 
     sources: dict[tuple[str, str], list] = {}
@@ -173,7 +174,7 @@ def replay_sources(pair, recorded, methods, length: int, say) -> tuple[list, lis
         name = group[0].key + (f" and {len(group) - 1} more of its drafter" if len(group) > 1 else "")
         say(f"replaying {name}")
         try:
-            entries += replay_grid(pair, recorded, group, max_gen_len=length)
+            entries += replay_grid(pair, recorded, group, max_gen_len=length, state=state)
         except Exception as e:         # the rest of the grid is still advised on
             failed.append((name, f"its replay failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
     return entries, failed
@@ -200,7 +201,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     recorded = record(pair, prompts, length)       # also the warm-up of the timed baseline below
     baseline = run_baseline(pair, prompts, length, state, seed)
     methods = list(grid) if grid is not None else default_grid(pair)
-    entries, failed = replay_sources(pair, recorded, methods, length, say)
+    entries, failed = replay_sources(pair, recorded, methods, length, say, state)
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
     table = needed_costs(pair, entries, costs, state)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length)
