@@ -77,6 +77,8 @@ def static_capacity(positions: int) -> int:
 # ------------------------------------------------------------------ refusals
 
 _REFUSALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> why its forwards cannot be captured (the backend failed once): it runs static from then on
+_GRAPH_REFUSALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def static_refusal(model) -> str | None:
@@ -225,12 +227,13 @@ class StaticCachedModel(CachedModel):
     whose cache this is ("target", "drafter"): a model decoding beside itself keeps two.
     """
 
-    def __init__(self, model, *, capacity: int, graphs: bool = False, slot: str = "target"):
+    def __init__(self, model, *, capacity: int, graphs: bool = False, slot: str = "target", fallback: str = ""):
         super().__init__(model, path="cached")
         self.capacity = int(capacity)
         self.graphs = graphs
         self.slot = slot
         self.compile_path = "graphs" if graphs else "static"
+        self.fallback = fallback        # why graphs were asked for and this runs static ("" when not)
         self.record = CompileRecord()
 
     def begin(self, prompt: list[int], prefills: tuple = ()) -> list[int]:
@@ -303,6 +306,10 @@ class StaticCachedModel(CachedModel):
         layers = kept_layers(self.keep_hidden)
         if self.graphs and self._length > 0:
             return self._captured(tokens, positions, mask, layers)
+        return self._eager(tokens, positions, mask, layers)
+
+    def _eager(self, tokens, positions, mask, layers):
+        """One eager forward over the static cache."""
         cache_position = None if LENGTH_IN_CACHE else self._slots(tokens.shape[1], tokens.device)
         return _step(self.model, self.cache, self.cache_kw, tokens, positions, cache_position, mask,
                      hidden_states_request(layers) if layers else None, layers)
@@ -367,13 +374,8 @@ class StaticCachedModel(CachedModel):
                     torch.compiler.cudagraph_mark_step_begin()
                 try:
                     entry.fn(*args)
-                except Exception as e:  # noqa: BLE001  (a backend that cannot compile here: one line)
-                    del _CAPTURES[self.model][self._capture_key(width, mask is not None, layers)]
-                    self._length = self._cache_length() if LENGTH_IN_CACHE else seen
-                    self._set_length(seen)
-                    raise UnsupportedCacheError(
-                        f"the {BACKEND!r} backend cannot capture {type(self.model).__name__}'s forward here "
-                        f"({_first_line(e)}); compile static runs it eager") from e
+                except Exception as e:  # noqa: BLE001  (a backend that cannot compile here: static, said once)
+                    return self._give_up_graphs(e, width, mask, layers, seen, tokens, positions)
                 self._length = seen + width     # what the cache now holds; back to ``seen``
                 self._set_length(seen)
             synchronize(self.device)
@@ -389,6 +391,23 @@ class StaticCachedModel(CachedModel):
         self.record.widths.add(width)
         # A replay's outputs live in the graph's own memory, overwritten by its next replay.
         return logits.clone(), (hidden.clone() if hidden is not None else None)
+
+    def _give_up_graphs(self, error, width, mask, layers, seen, tokens, positions):
+        """The backend could not capture this forward: nothing half-made is kept, every layer is put
+        back to ``seen`` positions, the model runs ``static`` (eager) from this forward on, in this
+        run and the next ones, and its runs say why in one line."""
+        del _CAPTURES[self.model][self._capture_key(width, mask is not None, layers)]
+        if LENGTH_IN_CACHE:
+            for layer in _layers(self.cache):        # a failure part-way may have moved some layers only
+                held = int(layer.get_seq_length())
+                if held > seen:
+                    layer.crop(seen - held)
+        self._length = seen
+        reason = (f"the {BACKEND!r} backend cannot capture {type(self.model).__name__}'s forward here "
+                  f"({_first_line(error)}); it runs static (eager)")
+        _GRAPH_REFUSALS[self.model] = reason
+        self.graphs, self.compile_path, self.fallback = False, "static", reason
+        return self._eager(tokens, positions, mask, layers)
 
     # -------------------------------------------------------------- rollback
 
@@ -416,8 +435,8 @@ class StaticCachedModel(CachedModel):
     def compile_stats(self) -> dict:
         """This generation's path and captures (the result's ``compile`` fields of one model)."""
         record = self.record
-        return {"path": self.compile_path, "widths": sorted(record.widths), "captures": record.captures,
-                "capture_s": record.capture_s, "recompiles": record.recompiles}
+        return {"path": self.compile_path, "reason": self.fallback, "widths": sorted(record.widths),
+                "captures": record.captures, "capture_s": record.capture_s, "recompiles": record.recompiles}
 
 
 # ------------------------------------------------------------- entry point
@@ -431,7 +450,9 @@ def cached_model(model, *, use_cache: bool = True, compile: str = "off", capacit
         raise ValueError(f"compile must be one of {', '.join(COMPILE_PATHS)}, got {compile!r}")
     if compile == "off" or not use_cache or capacity is None or static_refusal(model) is not None:
         return probe.cached_model(model, use_cache=use_cache)
-    return StaticCachedModel(model, capacity=static_capacity(capacity), graphs=compile == "graphs", slot=slot)
+    refused = _GRAPH_REFUSALS.get(model, "") if compile == "graphs" else ""
+    return StaticCachedModel(model, capacity=static_capacity(capacity), graphs=compile == "graphs" and not refused,
+                             slot=slot, fallback=refused)
 
 
 def capture_seconds(cached) -> float:
@@ -444,7 +465,7 @@ def model_stats(cached, requested: str) -> dict:
     """One model's path under ``requested``: ``path``, ``reason`` (why it fell back, one line),
     ``widths``, ``captures``, ``capture_s``, ``recompiles``."""
     if isinstance(cached, StaticCachedModel):
-        return {**cached.compile_stats(), "reason": ""}
+        return cached.compile_stats()
     reason = ""
     if requested != "off":
         if cached is None:

@@ -349,17 +349,27 @@ def test_cuda_graphs_equal_the_dynamic_path(monkeypatch):
         assert again.compile["captures"] == 0 and again.compile["recompiles"] == 0
 
 
-def test_a_backend_that_cannot_compile_is_one_line(pair, monkeypatch):
+def test_a_backend_that_cannot_compile_falls_back_to_static_in_one_line(pair, monkeypatch):
+    """A backend that fails (no compiler on this machine): the run goes on eager over the static cache,
+    with the same tokens, keeps nothing half-made, says why in one line, and later runs do not try again."""
+    asked = []
+
     def broken(graph, example_inputs):
+        asked.append(1)
         raise RuntimeError("no compiler here\nsecond line")
 
     monkeypatch.setattr(static, "BACKEND", broken)
     monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
-    with pytest.raises(ValueError) as refused:
-        run(pair, "graphs", max_gen_len=4)
-    assert "cannot capture LlamaForCausalLM's forward" in str(refused.value) and "\n" not in str(refused.value)
+    monkeypatch.setattr(static, "_GRAPH_REFUSALS", weakref.WeakKeyDictionary())
+    result = run(pair, "graphs", drafter="model", gamma=3, max_gen_len=8)
+    report = result.compile
+    assert report["path"] == "static" and report["requested"] == "graphs"
+    assert "cannot capture LlamaForCausalLM's forward" in report["reason"] and "\n" not in report["reason"]
+    assert result.tokens == run(pair, "off", drafter="model", gamma=3, max_gen_len=8).tokens
     assert not static._CAPTURES[pair.target]          # nothing half-made is kept
-    assert run(pair, "static", max_gen_len=4).tokens == run(pair, "off", max_gen_len=4).tokens
+    tried = len(asked)
+    again = run(pair, "graphs", max_gen_len=4)
+    assert again.compile["path"] == "static" and again.compile["reason"] and len(asked) == tried
 
 
 def test_default_compile():
