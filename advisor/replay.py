@@ -37,6 +37,7 @@ from advisor.teacher import TeacherDrafter, guesses, teachable
 from engine.strategy import HybridOptions, NGramOptions, Strategy
 from generation.tree import Tree
 from generation.tree_round import first_choice_line
+from ngram_assisted.hybrid import HybridDrafter
 from generation.result import Round
 from utils.defaults import DEFAULTS
 from utils.devices import model_device
@@ -288,8 +289,9 @@ def _teacher_in(drafter) -> TeacherDrafter | None:
     """The teacher that drafts for ``drafter`` (itself, or a hybrid's drafter model), or None."""
     if isinstance(drafter, TeacherDrafter):
         return drafter
-    inner = getattr(drafter, "model", None)
-    return inner if isinstance(inner, TeacherDrafter) else None
+    if isinstance(drafter, HybridDrafter) and isinstance(drafter.model, TeacherDrafter):
+        return drafter.model
+    return None
 
 
 def _dtype(model) -> torch.dtype | None:
