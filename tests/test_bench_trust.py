@@ -93,18 +93,20 @@ def _stop_after(monkeypatch, runs: int) -> None:
 
 
 def test_a_stopped_run_pairs_every_ratio_on_the_runs_both_sides_finished(tiny_pair, tmp_path, monkeypatch, capsys):
-    """3 prompts, 4 variants, 2 repeats (24 runs), stopped after 18: repeat 2 (variants reversed)
-    finished prompt 1 whole and prompt 2 by prompt lookup and NASD only. Every ratio, recomputed
+    """3 prompts, 6 variants (the peers eager and on a static cache), 2 repeats (36 runs), stopped
+    after 27: repeat 2 (variants reversed) finished prompt 1 whole and prompt 2 by the two prompt
+    lookups and NASD only. Every ratio, recomputed
     from bench.json's runs on the runs both its sides finished, is what the report says; the
     interrupted line is in the header, summary.md and bench.json. Power: left unpaired, NASD's
     speedup would be another number."""
-    _stop_after(monkeypatch, 18)
+    _stop_after(monkeypatch, 27)
     code, data, md, _ = _bench(tiny_pair, tmp_path, "--strategies", "target,ngram", "--gamma", "2", "--peers",
                                "--length", "8", "--repeats", "2", "--warmup", "0", "--no-chart", "--seed", "0",
                                "--expect", "ngram@2/target=0.001")
     assert code == 130
     runs = data["runs"]
-    assert len(runs) == 18 and data["variants"] == ["target", "hf_generate", "ngram@2", "hf_prompt_lookup@2"]
+    assert len(runs) == 27 and data["variants"] == ["target", "hf_generate", "hf_generate+static", "ngram@2",
+                                                    "hf_prompt_lookup@2", "hf_prompt_lookup+static@2"]
     summary = {(r["variant"], r["category"]): r for r in data["summary"] if r["position"] is None}
     categories = {r["category"] for r in runs} | {ALL}
     for category in categories:
@@ -124,13 +126,13 @@ def test_a_stopped_run_pairs_every_ratio_on_the_runs_both_sides_finished(tiny_pa
         / _tokens_per_s([r for r in runs if r["variant"] == "target" and r["repeat"] == repeat]) for repeat in (0, 1))
     assert unpaired != pytest.approx(summary[("ngram@2", ALL)]["speedup"])
 
-    line = ("interrupted: 18 of 24 runs; each ratio pairs the runs both its sides finished: repeat 1 on all 3 "
-            "prompts; repeat 2 on 1 of 3 prompts (1), 2 by 2 of 4 variants")
+    line = ("interrupted: 27 of 36 runs; each ratio pairs the runs both its sides finished: repeat 1 on all 3 "
+            "prompts; repeat 2 on 1 of 3 prompts (1), 2 by 3 of 6 variants")
     printed = capsys.readouterr().out
     assert line in printed and line in md
-    assert data["interrupted"] == {"runs": 18, "planned": 24, "line": line, "by_repeat": [
+    assert data["interrupted"] == {"runs": 27, "planned": 36, "line": line, "by_repeat": [
         {"repeat": 0, "prompts": ["1", "2", "3"], "partial": {}},
-        {"repeat": 1, "prompts": ["1"], "partial": {"2": 2}}]}
+        {"repeat": 1, "prompts": ["1"], "partial": {"2": 3}}]}
     assert data["settings"]["interrupted"] is True
     assert "differs from the REPL's defaults: length 8, seed 0" in md
 
@@ -319,9 +321,9 @@ def test_decode_columns_and_progress_lines_without_a_terminal(tiny_pair, tmp_pat
     assert "TTFT ms" in captured.out
 
     lines = [line for line in captured.err.splitlines() if line.startswith("[")]
-    assert len(lines) == 4 * (1 + 2 * 2)                       # 4 variants: a warm-up on prompt 1, 2 prompts twice
-    assert lines[0].startswith("[1/20] target · 1 · warm-up · ") and lines[0].endswith(" ms")
-    assert lines[-1].startswith("[20/20] target · 2 · repeat 2 · ")
+    assert len(lines) == 6 * (1 + 2 * 2)       # 6 variants (peers eager and static): a warm-up, 2 prompts twice
+    assert lines[0].startswith("[1/30] target · 1 · warm-up · ") and lines[0].endswith(" ms")
+    assert lines[-1].startswith("[30/30] target · 2 · repeat 2 · ")
 
 
 def test_progress_is_a_line_per_run_on_a_console_that_is_no_terminal():
