@@ -157,6 +157,12 @@ def explain(ar_tokens: Sequence[int], ar_rows: Sequence[Row] | None, tokens: Seq
     return judge(p, a, b, ar_rows[p], rows[p])
 
 
+# The most two computations of one row may differ by rounding, relative to the logits' size: 1/32,
+# eight bfloat16 steps (bfloat16 keeps 8 significant bits; the flips seen in bfloat16 runs differ
+# by one or two steps). A larger difference is no rounding flip: something computed another row.
+ROUNDING = 1 / 32
+
+
 def judge(position: int, a: int, b: int, ar_row: Row, row: Row) -> Divergence:
     """The verdict at ``position`` where target AR emitted ``a`` from ``ar_row`` and the strategy
     ``b`` from ``row`` (see the module's docstring)."""
@@ -175,11 +181,16 @@ def judge(position: int, a: int, b: int, ar_row: Row, row: Row) -> Divergence:
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
     if not known:
         return Divergence(position, a, b, UNEXPLAINED, _outside(a, b, ar_logits, logits, ar_row, row), **facts)
-    if max(ar_margin, margin) > difference:
-        note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) exceed the computations' "
-                f"difference {difference:.6g}")
+    if max(ar_margin, margin) > 2 * difference:
+        note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) exceed twice the "
+                f"computations' difference {difference:.6g}")
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
-    note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) within the "
+    scale = ROUNDING * max(1.0, *(abs(v) for v in ar_logits + logits))
+    if difference > scale:
+        note = (f"the two computations differ by {difference:.6g} on these tokens, more than rounding "
+                f"({scale:.3g}, 1/{int(1 / ROUNDING)} of the logits' size)")
+        return Divergence(position, a, b, UNEXPLAINED, note, **facts)
+    note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) within twice the "
             f"computations' difference {difference:.6g}")
     return Divergence(position, a, b, NEAR_TIE, note, **facts)
 
