@@ -76,6 +76,18 @@ def replay_one(pair, recorded, m: Method) -> ReplayEntry:
     return entry
 
 
+def engine_counts(m, pair, prompts, max_gen_len: int = 16) -> list[int]:
+    """What ``engine.run_strategy`` counts for method ``m`` over ``prompts``, summed: target calls,
+    drafted, accepted, tokens and drafter calls (the replay's counts are held to these)."""
+    want = [0] * 5
+    for prompt in prompts:
+        result = run_strategy(m.strategy(max_gen_len=max_gen_len), pair, prompt)
+        for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens),
+                               result.drafter_calls)):
+            want[i] += n
+    return want
+
+
 @pytest.mark.parametrize("policy", ["constant", "heuristic"])
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 def test_teacher_forced_chains_count_what_the_engine_runs(pair, recorded, gamma, policy):
@@ -228,12 +240,7 @@ def test_drafters_of_the_targets_state_replay_as_estimates(kind, tmp_path):
     for m in (method("model", None, 3), method("model", None, 2, "heuristic", tree=8)):
         assert replay_mode(built, m) == "drafter"
         [entry] = replay_grid(built, recorded, [m], max_gen_len=16)
-        want = [0] * 5
-        for prompt in prompts:
-            result = run_strategy(m.strategy(max_gen_len=16), built, prompt)
-            for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens),
-                                   result.drafter_calls)):
-                want[i] += n
+        want = engine_counts(m, built, prompts)
         assert [*counts(entry.replayed), sum(entry.draft_steps.values())] == want
         assert not entry.exact and kind in entry.note and "\n" not in entry.note
 
@@ -299,12 +306,7 @@ def test_a_recurrent_target_and_drafter_replay_as_the_engine_runs_them():
               method("ngram", NGramOptions(storage="suffix"), 3)):
         assert replay_mode(zoo, m) == "drafter"
         [entry] = replay_grid(zoo, recorded, [m], max_gen_len=16)
-        want = [0] * 5
-        for prompt in prompts:
-            result = run_strategy(m.strategy(max_gen_len=16), zoo, prompt)
-            for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens),
-                                   result.drafter_calls)):
-                want[i] += n
+        want = engine_counts(m, zoo, prompts)
         assert [*counts(entry.replayed), sum(entry.draft_steps.values())] == want and entry.exact
 
 
