@@ -2,8 +2,9 @@
 
 Greedy only: under greedy decoding the output does not depend on the drafter, so target AR's
 output replays every chain drafter's rounds exactly (``advisor.replay``). The steps: target AR
-on each prompt (recorded with its top-k; then timed again, warm, as the baseline: its tokens/s is
-the denominator of every measured speedup, its decode step anchors the predictions); the cost
+on each prompt, once, warm (its output and the rows that decided it are the record the replay
+reads; its tokens/s is the denominator of every measured speedup, its decode step anchors the
+predictions and its time to first token is part of every end-to-end prediction); the cost
 table (measured once, or given); the replay of the grid; the ranking (``advisor.rank``); and the
 top few confirmed by running them for real through ``engine.run_strategy`` with the same seed.
 """
@@ -50,18 +51,21 @@ class AdviceReport:
 
 @dataclass
 class Baseline:
-    """Target AR over the prompts: tokens, seconds, the decode part, and the outputs."""
+    """Target AR over the prompts: tokens, seconds, the decode part, and per prompt its output,
+    tokens, seconds and time to first token (what an end-to-end prediction adds to its decode)."""
 
     tokens: int = 0
     seconds: float = 0.0
     decode_tokens: int = 0
     decode_seconds: float = 0.0
     outputs: list[list[int]] = field(default_factory=list)
+    runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
 
     def add(self, result) -> None:
         self.tokens += len(result.tokens)
         self.seconds += result.seconds
         self.outputs.append(list(result.tokens))
+        self.runs.append((len(result.tokens), result.seconds, result.first_token_s))
         decode = result.decode_seconds
         if decode is not None and decode > 0:
             self.decode_tokens += len(result.tokens) - result.first_tokens
@@ -87,15 +91,22 @@ def _greedy(strategy_fields: dict):
     return {"processor": GreedyProcessor(), **strategy_fields}
 
 
-def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int = SEED) -> Baseline:
-    """Target AR, greedy, on every prompt, through ``engine.run_strategy``."""
+def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int = SEED) -> tuple[Baseline, list]:
+    """Target AR, greedy, on every prompt, through ``engine.run_strategy``, after a short untimed
+    run (the first forwards warm): the baseline, and each run as the record the replay reads
+    (``advisor.recorded.recorded_from``: its tokens and the rows that decided them)."""
+    from advisor.recorded import recorded_from, refuse_served
     from engine import Strategy, run_strategy
 
-    out = Baseline()
+    refuse_served(pair)
+    strategy = Strategy("target", **_greedy(dict(max_gen_len=length, seed=seed)))
+    run_strategy(replace(strategy, max_gen_len=min(length, WARM_TOKENS)), pair, prompts[0], state=state)
+    out, recorded = Baseline(), []
     for prompt in prompts:
-        out.add(run_strategy(Strategy("target", **_greedy(dict(max_gen_len=length, seed=seed))), pair, prompt,
-                             state=state))
-    return out
+        result = run_strategy(strategy, pair, prompt, state=state)
+        out.add(result)
+        recorded.append(recorded_from(pair, prompt, result))
+    return out, recorded
 
 
 def confirm_one(advice: Advice, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED) -> None:
@@ -187,7 +198,6 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     it lacks are measured); ``confirm``: how many of the best to run for real; ``grid``: the methods
     (default ``advisor.replay.default_grid(pair)``); ``state``: the ``EngineState`` the runs share;
     ``say``: progress lines."""
-    from advisor.recorded import record
     from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 
@@ -197,9 +207,8 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
         raise ValueError(f"the length must be at least 1, got {length}")
     started = time.perf_counter()
     state = state if state is not None else EngineState()
-    say(f"recording target AR on {len(prompts)} prompt(s)")
-    recorded = record(pair, prompts, length)       # also the warm-up of the timed baseline below
-    baseline = run_baseline(pair, prompts, length, state, seed)
+    say(f"target AR on {len(prompts)} prompt(s): the baseline, and the output the replay reads")
+    baseline, recorded = run_baseline(pair, prompts, length, state, seed)
     methods = list(grid) if grid is not None else default_grid(pair)
     entries, failed = replay_sources(pair, recorded, methods, length, say, state)
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")

@@ -163,25 +163,42 @@ class PromptLookup(Drafter):
 
 def record(pair, prompts: list[list[int]], length: int, *, top_k: int = TOP_K) -> list[Recorded]:
     """Target AR's greedy output on each prompt (``engine.run_strategy``, ``length`` new tokens at
-    most), with the target's top-k at each output position from one forward over the sequence.
+    most), with the target's top-k at each output position (:func:`recorded_from`).
     ``ValueError`` (one line) for a served target, whose rows are on its server."""
     from engine import Strategy, run_strategy
-    from kvcache.cache import SessionModel
     from sampling import GreedyProcessor
-    from utils.devices import model_device
+
+    refuse_served(pair)
+    return [recorded_from(pair, prompt, run_strategy(Strategy("target", processor=GreedyProcessor(),
+                                                               max_gen_len=length), pair, prompt), top_k)
+            for prompt in prompts]
+
+
+def refuse_served(pair) -> None:
+    """``ValueError`` (one line) for a served target: its logits stay on its server."""
+    from kvcache.cache import SessionModel
 
     if isinstance(pair.target, SessionModel):
         raise ValueError("a served target's greedy output cannot be replayed here: its logits stay on its server "
                          "(load the target locally)")
-    out = []
-    for prompt in prompts:
-        result = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=length), pair, prompt)
-        with torch.inference_mode():
-            ids = torch.tensor([prompt + result.tokens], device=model_device(pair.target))
-            logits = pair.target(input_ids=ids).logits[0, len(prompt) - 1:-1]
-        top = tuple(tuple(row) for row in logits.topk(top_k, dim=-1).indices.tolist())
-        out.append(Recorded(tuple(prompt), tuple(result.tokens), top))
-    return out
+
+
+def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Recorded:
+    """``result`` (a greedy target AR run on ``prompt``) as a :class:`Recorded`: its tokens, and per
+    position the top-k of the row that decided it, as the run kept them (``generation.decisions``:
+    no forward more); where the run kept none, from one forward over the sequence."""
+    tokens = list(result.tokens)
+    rows = result.decisions
+    if rows is not None and len(rows) >= len(tokens) and all(len(r.indices) >= top_k for r in rows[:len(tokens)]):
+        top = tuple(tuple(r.indices[:top_k]) for r in rows[:len(tokens)])
+        return Recorded(tuple(prompt), tuple(tokens), top)
+    from utils.devices import model_device
+
+    with torch.inference_mode():
+        ids = torch.tensor([list(prompt) + tokens], device=model_device(pair.target))
+        logits = pair.target(input_ids=ids).logits[0, len(prompt) - 1:-1]
+    top = tuple(tuple(row) for row in logits.topk(top_k, dim=-1).indices.tolist())
+    return Recorded(tuple(prompt), tuple(tokens), top)
 
 
 def drafter_factory(pair, storage: str, vocab_size: int, gamma: int = 4) -> Callable[[], Drafter]:

@@ -259,9 +259,9 @@ def test_mutation_a_baseline_that_is_not_target_ars_output_fails_the_check(monke
     real = advisor.advise.run_baseline
 
     def shifted(*args, **kwargs):
-        baseline = real(*args, **kwargs)
+        baseline, recorded = real(*args, **kwargs)
         baseline.outputs = [output[1:] + output[:1] for output in baseline.outputs]
-        return baseline
+        return baseline, recorded
 
     monkeypatch.setattr(advisor.advise, "run_baseline", shifted)
     report = advisor.advise.advise(tiny_pair(), PROMPTS[:1], length=12, confirm=1, grid=tiny_grid())
