@@ -176,7 +176,9 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tup
     replay fails is left out with its reason and the others are still advised on. ``state``: the
     session's ``EngineState``, whose built drafters the replay shares with the confirming runs."""
     from advisor.replay import replay_grid
+    from advisor.stored import Stores
 
+    stores = Stores(pair)              # the target's keys and values over each output, for every source
     sources: dict[tuple[str, str], list] = {}
     for m in methods:
         sources.setdefault(_source(m), []).append(m)
@@ -185,7 +187,7 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tup
         name = group[0].key + (f" and {len(group) - 1} more of its drafter" if len(group) > 1 else "")
         say(f"replaying {name}")
         try:
-            entries += replay_grid(pair, recorded, group, max_gen_len=length, state=state)
+            entries += replay_grid(pair, recorded, group, max_gen_len=length, state=state, stores=stores)
         except Exception as e:         # the rest of the grid is still advised on
             failed.append((name, f"its replay failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
     return entries, failed

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from advisor.recorded import FILL, Recorded, Replayed, _book, storage_options
+from advisor.stored import Stores, stored_target
 from advisor.teacher import TeacherDrafter, guesses, teachable
 from engine.strategy import HybridOptions, NGramOptions, Strategy
 from generation.tree import Tree
@@ -222,11 +223,13 @@ def _self_label(pair, spec: str) -> str | None:
 
 
 def replay_grid(pair, recorded: list[Recorded], methods: list[Method], *, max_gen_len: int,
-                state=None) -> list[ReplayEntry]:
+                state=None, stores: Stores | None = None) -> list[ReplayEntry]:
     """Each of ``methods`` replayed over ``recorded`` with a length budget of ``max_gen_len`` (the
     record's own: outputs longer are cut), in order; a method :func:`unreplayable` names, or one
     with a policy the replay does not run, is left out. ``state`` (an ``engine.EngineState``): a
-    session's, whose built drafters (self-drafters) the replay shares, never its storages."""
+    session's, whose built drafters (self-drafters) the replay shares, never its storages.
+    ``stores``: the target's keys and values over each output (``advisor.stored``), shared with
+    other calls over the same ``recorded``; one of its own when None."""
     from engine.state import EngineState
 
     own = EngineState()                         # the storages the replay fills and empties
@@ -234,7 +237,8 @@ def replay_grid(pair, recorded: list[Recorded], methods: list[Method], *, max_ge
         own.built = state.built                 # the drafters built for the pair, shared both ways
     state = own
     taught: dict[int, tuple[int, ...]] = {}     # guesses per record, shared by every taught method
-    return [_replay_one(pair, recorded, m, max_gen_len, state, taught)
+    stores = stores if stores is not None else Stores(pair)
+    return [_replay_one(pair, recorded, m, max_gen_len, state, taught, stores)
             for m in methods if replay_mode(pair, m) is not None]
 
 
@@ -253,7 +257,7 @@ def replay_mode(pair, m: Method) -> str | None:
     return "drafter"
 
 
-def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict) -> ReplayEntry:
+def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict, stores: Stores) -> ReplayEntry:
     from engine.run import loop_vocab_size
 
     vocab_size = loop_vocab_size(pair)
@@ -269,7 +273,7 @@ def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict
     else:
         make = _engine_drafters(pair, m, state, vocab_size, max_gen_len)
         module = _draft_module(pair, m, state)
-    drive = _drive(pair, recorded, make, m, max_gen_len, module)
+    drive = _drive(pair, recorded, make, m, max_gen_len, module, stores)
     note = _estimate_note(pair, m)
     return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), not note, note, drive.prefill_steps,
                        replay_mode(pair, m))
@@ -379,19 +383,20 @@ def _add(table: dict[int, int], width: int, n: int = 1) -> None:
 
 
 @torch.inference_mode()
-def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_gen_len: int, module) -> _Drive:
+def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_gen_len: int, module,
+           stores: Stores | None = None) -> _Drive:
     """Run ``make(i, record)``'s drafter through the verify loop's rounds over each recorded output,
-    with the target's verify replaced by the output itself."""
+    with the target's verify replaced by the output itself; the target's feeds (a drafter on its
+    cache) copied from ``stores`` where it can (``advisor.stored``)."""
     from generation.gamma_policies import make_policy
     from kvcache.cache import tree_support
-    from kvcache.probe import cached_model
 
     out = _Drive()
     device = model_device(pair.target)
     for i, record in enumerate(recorded):
         output = record.output[:max_gen_len]
         drafter = make(i, record)
-        target = cached_model(pair.target)
+        target = stored_target(pair, stores, i, record, output)
         drafter.attach_target(target)
         start = target.begin(list(record.prompt))
         begun = target.forwards                 # a target that snapshots layers prefills all but the last token

@@ -463,11 +463,12 @@ def test_a_source_whose_replay_fails_is_listed_and_the_rest_advised(monkeypatch)
 
     real = advisor.replay.replay_grid
 
-    def failing(pair, recorded, methods, *, max_gen_len, state=None):
+    def failing(pair, recorded, methods, *, max_gen_len, state=None, stores=None):
         if methods[0].drafter == "ngram":
             raise RuntimeError("a storage that breaks\nsecond line")
         assert state is not None            # the session's: the replay shares its built drafters
-        return real(pair, recorded, methods, max_gen_len=max_gen_len, state=state)
+        assert stores is not None           # one for every source: each output's keys and values built once
+        return real(pair, recorded, methods, max_gen_len=max_gen_len, state=state, stores=stores)
 
     monkeypatch.setattr(advisor.replay, "replay_grid", failing)
     report = advise(tiny_pair(), PROMPTS[:1], length=8, confirm=0, grid=tiny_grid())

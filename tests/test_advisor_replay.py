@@ -315,3 +315,103 @@ def test_a_stepwise_target_makes_every_entry_an_estimate(pair, recorded, monkeyp
     monkeypatch.setattr(advisor.replay, "_target_path", lambda pair: "stepwise")
     [entry] = replay_grid(pair, recorded, [method("ngram", NGramOptions(storage="suffix"), 3)], max_gen_len=LENGTH)
     assert not entry.exact and "one token at a time" in entry.note
+
+
+# ------------------------------------------------------- the stored keys and values (advisor.stored)
+
+STORED = [method("self", SELF, 3), method("self", "self:bf16", 3), method("self", "self:bf16", 5, tree=8)]
+
+
+def target_forwards(pair, run) -> int:
+    """The target's cached forwards (a feed, a store's build) while ``run()`` runs."""
+    from unittest import mock
+
+    from kvcache.cache import CachedModel
+
+    seen = []
+    real = CachedModel._forward
+
+    def counted(self, ids, keep):
+        seen.append(self.model is pair.target)
+        return real(self, ids, keep)
+
+    with mock.patch.object(CachedModel, "_forward", counted):
+        run()
+    return sum(seen)
+
+
+def test_a_self_drafters_replay_copies_the_stored_keys_and_feeds_the_target_nothing(pair, recorded):
+    from advisor.stored import Stores
+
+    stores = Stores(pair)
+    entries = []
+    forwards = target_forwards(pair, lambda: entries.extend(
+        replay_grid(pair, recorded, STORED, max_gen_len=LENGTH, stores=stores)))
+    # One store per prompt for the three methods (the prefill, then the rest in one forward):
+    # the feeds of every round, dozens of them, copied instead.
+    assert stores.built == len(PROMPTS) and forwards == 2 * len(PROMPTS)
+    for m, entry in zip(STORED, entries):
+        want, calls, _ = engine_run(pair, m)
+        assert counts(entry.replayed) == want and sum(entry.draft_steps.values()) == calls
+
+
+def test_the_stored_replay_equals_the_fed_one(pair, recorded, monkeypatch):
+    from kvcache.probe import cached_model
+
+    stored = replay_grid(pair, recorded, STORED, max_gen_len=LENGTH)
+    monkeypatch.setattr(advisor.replay, "stored_target", lambda pair, stores, i, record, output: cached_model(pair.target))
+    fed = []
+    forwards = target_forwards(pair, lambda: fed.extend(replay_grid(pair, recorded, STORED, max_gen_len=LENGTH)))
+    assert forwards > 40                                 # fed for real: a forward every round
+    for a, b in zip(stored, fed):
+        assert (counts(a.replayed), a.draft_steps, a.replayed.widths, a.rates) == \
+               (counts(b.replayed), b.draft_steps, b.replayed.widths, b.rates)
+
+
+@pytest.mark.parametrize("late", [1, -1], ids=["one-late", "one-early"])
+def test_stored_keys_copied_one_position_off_are_caught(pair, recorded, monkeypatch, late):
+    # Mutation check: each feed copies the stored positions one off; the drafts read the wrong
+    # keys and values and the counts part from the engine's.
+    import advisor.stored
+
+    real = advisor.stored.append_committed
+
+    def off(own, cache, start, stop, dtype):
+        lo, hi = max(0, start + late), max(0, stop + late)
+        real(own, cache, lo, hi, dtype)
+        if hi - lo < stop - start:              # keep the length right: only the values are off
+            real(own, cache, 0, (stop - start) - (hi - lo), dtype)
+
+    monkeypatch.setattr(advisor.stored, "append_committed", off)
+    wrong = 0
+    for m in STORED[:2]:
+        want, _, _ = engine_run(pair, m)
+        wrong += counts(replay_one(pair, recorded, m).replayed) != want
+    assert wrong
+
+
+def test_a_store_over_budget_is_rebuilt_not_kept(pair, recorded):
+    from advisor.stored import Stores
+
+    stores = Stores(pair, budget_bytes=0)
+    replay_grid(pair, recorded, STORED[:2], max_gen_len=LENGTH, stores=stores)
+    assert stores.built == 2 * len(PROMPTS)               # each method built its own: none was kept
+
+
+def test_the_record_keeps_the_rows_that_decided_each_token(pair):
+    # The record's top-k are the rows the target AR run kept; they equal one forward's over the
+    # whole sequence (float32), and a run that kept none is read by that forward.
+    from dataclasses import replace
+
+    from advisor.recorded import recorded_from
+    from sampling import GreedyProcessor
+    from engine import Strategy
+
+    prompt = PROMPTS[0]
+    result = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=LENGTH), pair, prompt)
+    kept = recorded_from(pair, prompt, result)
+    with torch.inference_mode():
+        logits = pair.target(input_ids=torch.tensor([prompt + result.tokens])).logits[0, len(prompt) - 1:-1]
+    assert [row[0] for row in kept.top] == result.tokens
+    assert [list(r[:3]) for r in kept.top] == logits.topk(3, dim=-1).indices.tolist()
+    assert recorded_from(pair, prompt, replace(result, decisions=None)).top == kept.top
