@@ -139,12 +139,13 @@ def confirm_one(advice: Advice, pair, prompts, length: int, state, baseline: Bas
     advice.identical = identical
 
 
-def _needs(entries) -> tuple[set[int], dict[str, set[int]], dict]:
-    """The target widths and each drafter's step widths the entries' rounds ran, and a method per
-    drafter (to time one with no module of its own)."""
+def _needs(entries) -> tuple[set[int], dict[str, set[int]], dict, dict[str, tuple[float, int]]]:
+    """The target widths and each drafter's step widths the entries' rounds ran, a method per
+    drafter (to time one with no module of its own), and each drafter's steps the replays timed."""
     target: set[int] = {1}
     drafters: dict[str, set[int]] = {}
     methods = {}
+    timed: dict[str, tuple[float, int]] = {}
     for entry in entries:
         target |= set(entry.replayed.widths)
         if is_copier(entry.method):      # its copy ceiling may round at any width up to γ + 1
@@ -153,16 +154,19 @@ def _needs(entries) -> tuple[set[int], dict[str, set[int]], dict]:
             key = drafter_key(entry.method)
             drafters.setdefault(key, {1}).update(steady_steps(entry, max(entry.replayed.widths, default=1)))
             methods.setdefault(key, entry.method)
-    return target, drafters, methods
+            if entry.method.tree == 0 and entry.mode == "drafter":    # a chain's own proposals, timed
+                seconds, steps = timed.get(key, (0.0, 0))
+                timed[key] = (seconds + entry.timed[0], steps + entry.timed[1])
+    return target, drafters, methods, timed
 
 
 def needed_costs(pair, entries, costs: CostTable | None, state) -> CostTable:
     """``costs`` when given from a file (never remeasured: it says where it was measured) or when it
     has every width the entries need; else a table measured here (keeping ``costs``' widths)."""
-    target, drafters, methods = _needs(entries)
+    target, drafters, methods, timed = _needs(entries)
     if costs is not None and (costs.source or not costs.lacks(target, drafters)):
         return costs
-    return measure_costs(pair, target, drafters, state=state, base=costs, methods=methods)
+    return measure_costs(pair, target, drafters, state=state, base=costs, methods=methods, timed=timed)
 
 
 def _source(method) -> tuple[str, str]:
@@ -215,7 +219,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     entries, failed = replay_sources(pair, recorded, methods, length, say, state)
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
     table = needed_costs(pair, entries, costs, state)
-    ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length)
+    ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
     for advice in ranked[:max(0, confirm)]:
         say(f"confirming {advice.method}")
         confirm_one(advice, pair, prompts, length, state, baseline, seed)

@@ -24,6 +24,7 @@ FORMAT = 1
 CONTEXT = 64            # tokens in the cache while the widths are timed (as engine.widths does)
 REPEATS = 5             # turns of every width, as engine.timing.REPEATS
 HOST_RUN_TOKENS = 24    # the short n-gram run the host seconds per round are read from
+MIN_TIMED_STEPS = 16    # a replay's timed drafter steps that price it without a run of its own
 # CPU flags worth naming beside the model name: what changes a forward's kernels.
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8")
 
@@ -231,12 +232,14 @@ def host_seconds(pair, state) -> tuple[float, str]:
 
 
 def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=None,
-                  base: CostTable | None = None, methods: dict | None = None) -> CostTable:
+                  base: CostTable | None = None, methods: dict | None = None,
+                  timed: dict[str, tuple[float, int]] | None = None) -> CostTable:
     """A table for ``pair`` on this machine: the target at ``target_widths`` (and 1), each drafter
     of ``drafters`` (``drafter_key`` -> the step widths its rounds ran) at its widths. ``base``: a
     table measured here before, whose widths are kept and only the missing ones timed.
     ``methods``: a method per drafter key, run briefly for a drafter with no module of its own to
-    time (:func:`run_step_seconds`)."""
+    time (:func:`run_step_seconds`), unless ``timed`` holds (seconds, forwards) of its steps timed
+    over a replay's own proposals (``advisor.replay.ReplayEntry.timed``): then those."""
     from engine import EngineState
 
     state = state if state is not None else EngineState()
@@ -253,7 +256,13 @@ def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=N
         wanted = set(draft.get(key, {})) | set(widths)
         module = drafter_module(pair, key, state)
         if module is None or not steps_alone(module):
-            step, note = run_step_seconds(pair, (methods or {}).get(key), state)
+            seconds, steps = (timed or {}).get(key, (0.0, 0))
+            if steps >= MIN_TIMED_STEPS:
+                step = seconds / steps
+                note = (f"its step timed over the replay's own {steps} drafts ({step * 1e3:.2f} ms a draft, "
+                        "every width priced so)")
+            else:
+                step, note = run_step_seconds(pair, (methods or {}).get(key), state)
             notes = [n for n in notes if not n.startswith(f"{key}: ")] + [f"{key}: {note}"]
             draft[key] = {w: step for w in wanted}
             continue

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import analysis.ceiling
-from analysis.speedup import CostModel, RoundMix, mix_speedup
+from analysis.speedup import CostModel, RoundMix, mix_round, mix_speedup
 
 from advisor.costs import CostTable, drafter_key
 
@@ -81,8 +81,12 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 @dataclass
 class Advice:
     """One ranked method: the prediction, the measured speedup once a real run confirmed it
-    (None until then), and why. ``exact``: the replay equals a real run's counts (greedy);
-    otherwise ``note`` says why it is an estimate. ``entry``: the replay it came from."""
+    (None until then), and why. ``predicted_speedup``: end to end over target AR (each prompt's
+    time to first token included, as the measured speedup is) where the baseline's runs were
+    given, else the steady state; ``predicted_decode_speedup``: the steady state, which the
+    decode part of a run (after its first round) is compared with. ``exact``: the replay equals
+    a real run's counts (greedy); otherwise ``note`` says why it is an estimate. ``entry``: the
+    replay it came from."""
 
     method: str
     gamma: int
@@ -91,6 +95,7 @@ class Advice:
     predicted_speedup: float
     tokens_per_call: float
     why: Why
+    predicted_decode_speedup: float | None = None
     exact: bool = True
     note: str = ""
     drafter: str = ""
@@ -110,6 +115,7 @@ class Advice:
         return {"method": self.method, "drafter": self.drafter, "gamma": self.gamma,
                 "gamma_policy": self.gamma_policy, "tree": self.tree,
                 "predicted_speedup": round(self.predicted_speedup, 4),
+                "predicted_decode_speedup": _round(self.predicted_decode_speedup),
                 "tokens_per_call": round(self.tokens_per_call, 4),
                 "measured_speedup": _round(self.measured_speedup),
                 "measured_decode_speedup": _round(self.measured_decode_speedup),
@@ -191,9 +197,11 @@ def _ceiling(entry, recorded, max_gen_len: int, verify_s, costs, step, host_s, e
 
 
 def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),
-          max_gen_len: int = 0) -> Advice:
+          max_gen_len: int = 0, runs: Sequence | None = None) -> Advice:
     """One entry's prediction and why (module docstring). ``recorded`` and ``max_gen_len``: the
-    outputs the entry was replayed over, for the copy ceiling of a copier (else no ceiling)."""
+    outputs the entry was replayed over, for the copy ceiling of a copier (else no ceiling).
+    ``runs``: target AR's run on each of those prompts, (tokens, seconds, time to first token),
+    for the end-to-end prediction (:func:`end_to_end`); None: the steady state alone."""
     method, replayed = entry.method, entry.replayed
     step = ar_step_s if ar_step_s and ar_step_s > 0 else costs.target(1)[0]
     scale = step / costs.target(1)[0]
@@ -214,7 +222,10 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     draft_s, steps = _draft_seconds(entry, costs, scale, max(replayed.widths), estimated) if entry.draft_steps \
         else (0.0, 0)
     mix, model = _model(replayed.widths, tokens_per_call, verify_s, draft_s / rounds, costs.host_s)
-    advice.predicted_speedup = mix_speedup(mix, model)
+    advice.predicted_speedup = advice.predicted_decode_speedup = mix_speedup(mix, model)
+    whole = end_to_end(entry, runs, mix, model, costs, step, scale, c) if runs else None
+    if whole is not None:
+        advice.predicted_speedup = whole
     why = advice.why
     why.verify = {w: s / step for w, s in verify_s.items()}
     why.mean_width = sum(w * n for w, n in replayed.widths.items()) / rounds
@@ -226,6 +237,45 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     return advice
 
 
+def end_to_end(entry, runs: Sequence, mix: RoundMix, model: CostModel, costs: CostTable, step: float,
+               scale: float, c: float | None) -> float | None:
+    """Target AR's seconds over the method's predicted seconds, summed over the prompts: what a
+    run's tokens/s over target AR's measures (the outputs are the same tokens under greedy).
+
+    Per prompt, as ``analysis.speedup.mix_run_speedup`` splits a run: its first round costs
+    target AR's time to first token (the target's prefill) plus what the method adds to it (the
+    verify of its first drafts where that is a forward apart from the prefill, the drafter's
+    forwards in it, one round's host work), and every later token the rounds' mean cost per token,
+    scaled by that prompt's decode step over the mean one (a longer prompt steps slower). A drafter
+    forward wider than the table's (a drafter model's own prefill of the prompt) is priced as ``c``
+    times target AR's time to first token. None where a prompt's time to first token or first
+    round is unknown."""
+    firsts = list(getattr(entry, "firsts", None) or [])
+    if len(firsts) != len(runs) or step <= 0:
+        return None
+    tokens_round, round_s = mix_round(mix, model)
+    if tokens_round <= 0:
+        return None
+    key = drafter_key(entry.method)
+    widest = max(costs.draft_s.get(key, {}) or {0: 0})
+    ar_total = method_total = 0.0
+    for (tokens, seconds, ttft), (first_tokens, first_width, first_steps) in zip(runs, firsts):
+        if ttft is None or tokens < 1:
+            return None
+        step_here = (seconds - ttft) / (tokens - 1) if tokens > 1 and seconds > ttft else step
+        first = ttft + costs.host_s
+        if first_width is not None:
+            first += model.target_call(first_width) * step_here / step
+        for width, count in first_steps.items():
+            if width <= widest:
+                first += count * costs.draft(key, width)[0] * scale
+            elif c is not None:
+                first += count * c * ttft
+        ar_total += seconds
+        method_total += first + max(0, tokens - first_tokens) * round_s / tokens_round * step_here / step
+    return ar_total / method_total if method_total > 0 else None
+
+
 def _order(advice: Advice):
     """Best first: the higher prediction; at a tie (to 1e-9) an exact replay before an estimate,
     then the smaller tree, the smaller γ, the name."""
@@ -233,7 +283,8 @@ def _order(advice: Advice):
 
 
 def rank(entries, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),
-         max_gen_len: int = 0) -> list:
-    """Every entry priced (:func:`price`), best first (:func:`_order`)."""
-    return sorted((price(e, costs, ar_step_s, recorded=recorded, max_gen_len=max_gen_len) for e in entries),
-                  key=_order)
+         max_gen_len: int = 0, runs: Sequence | None = None) -> list:
+    """Every entry priced (:func:`price`; ``runs``: target AR's on the same prompts, for the
+    end-to-end prediction), best first (:func:`_order`)."""
+    return sorted((price(e, costs, ar_step_s, recorded=recorded, max_gen_len=max_gen_len, runs=runs)
+                   for e in entries), key=_order)

@@ -27,6 +27,7 @@ What cannot be replayed at all is listed by :func:`unreplayable` with its reason
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ from generation.tree_round import first_choice_line
 from ngram_assisted.hybrid import HybridDrafter
 from generation.result import Round
 from utils.defaults import DEFAULTS
-from utils.devices import model_device
+from utils.devices import model_device, synchronize
 
 STORAGES = ("basic", "onelevel", "recycling", "suffix", "sam")
 SELF_SPECS = ("self:bf16", "self:int8")
@@ -111,6 +112,13 @@ class ReplayEntry:
     note: str = ""
     prefill_steps: dict[int, int] = field(default_factory=dict)
     mode: str = ""              # "teacher" or "drafter" (replay_mode)
+    # Per prompt, its first round (what a run's time to first token covers): (tokens it made,
+    # the width of its verify where that was apart from the prefill, else None, the drafter's
+    # forwards by width in it).
+    firsts: list[tuple[int, int | None, dict[int, int]]] = field(default_factory=list)
+    # The drafter's proposals after each prompt's first round, timed device-synced: (seconds,
+    # forwards). A drafter whose step is not its module's forward alone is priced from these.
+    timed: tuple[float, int] = (0.0, 0)
 
 
 # ---------------------------------------------------------------- what replays
@@ -276,7 +284,7 @@ def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict
     drive = _drive(pair, recorded, make, m, max_gen_len, module, stores)
     note = _estimate_note(pair, m)
     return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), not note, note, drive.prefill_steps,
-                       replay_mode(pair, m))
+                       replay_mode(pair, m), drive.firsts, (drive.timed_s, drive.timed_steps))
 
 
 def _hybrid_of(pair, m: Method, teacher: TeacherDrafter, state, vocab_size: int, record: Recorded,
@@ -331,6 +339,9 @@ class _Drive:
     prefill_steps: dict[int, int] = field(default_factory=dict)
     offered: list[int] = field(default_factory=list)     # per draft position: rounds that drafted it
     kept: list[int] = field(default_factory=list)        # per draft position: rounds that kept it
+    firsts: list[tuple[int, int | None, dict[int, int]]] = field(default_factory=list)   # ReplayEntry.firsts
+    timed_s: float = 0.0          # ReplayEntry.timed
+    timed_steps: int = 0
 
     def judge(self, depth: int, accepted: int) -> None:
         while len(self.offered) < depth:
@@ -418,11 +429,19 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 priced = not first or target.forwards > before or begun > 0
                 if first and target.forwards > before:
                     out.replayed.calls += 1
+                widths_before = dict(out.replayed.widths)
+                calls_before = drafter.calls
+                synchronize(device)
+                started = time.perf_counter()
                 with recorder.on():
                     if trees:
                         new, rnd = _tree_round(out, drafter, ids, output, at, k, m, priced)
                     else:
                         new, rnd = _chain_round(out, drafter, ids, output, at, k, policy.threshold, priced)
+                synchronize(device)
+                if not first and drafter.calls > calls_before:
+                    out.timed_s += time.perf_counter() - started
+                    out.timed_steps += drafter.calls - calls_before
                 policy.observe(rnd)
                 width = drafter.wants_top_k
                 rows = [list(record.top[at + j][:width]) for j in range(len(new))] if width > 1 else None
@@ -431,9 +450,15 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 at += len(new)
                 if first:
                     teacher = _teacher_in(drafter)
-                    seen = teacher.steps.items() if teacher is not None else ((w, 1) for w in widths)
-                    for w, n in seen:
+                    seen: dict[int, int] = {}
+                    for w, n in (teacher.steps.items() if teacher is not None else ((w, 1) for w in widths)):
+                        _add(seen, w, n)
                         _add(out.prefill_steps, w, n)
+                    lean = drafter.calls - len(widths) if teacher is None else 0     # forwards no hook saw
+                    if lean > 0:
+                        _add(seen, 1, lean)
+                    width = next((w for w, n in out.replayed.widths.items() if n > widths_before.get(w, 0)), None)
+                    out.firsts.append((len(new), width, seen))
                 first = False
         _count_steps(out, drafter, widths)
     return out

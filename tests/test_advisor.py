@@ -44,6 +44,9 @@ class E:
     exact: bool = True
     note: str = ""
     prefill_steps: dict | None = None    # None: the ranking finds the prefill's steps by their width
+    firsts: list | None = None           # per prompt: (first round's tokens, its verify width or None, steps)
+    timed: tuple = (0.0, 0)
+    mode: str = "drafter"
 
 
 def table(**changes) -> CostTable:
@@ -115,6 +118,48 @@ def test_host_work_is_paid_every_round_in_seconds_and_the_table_is_anchored_on_t
     # the table's widths as ratios to its step (1.4 at width 5), times AR's 20 ms; host 1 ms as measured
     assert ranked[0].predicted_speedup == pytest.approx(2.5 * 0.020 / (1.4 * 0.020 + 0.001), rel=1e-9)
     assert ranked[0].why.host_ms == pytest.approx(1.0)
+
+
+def test_the_end_to_end_prediction_adds_target_ars_first_token_and_the_first_rounds_work_by_hand():
+    # One prompt: target AR made 21 tokens in 0.5 s, 0.3 s of it to the first token (a 10 ms step after).
+    runs = [(21, 0.5, 0.3)]
+    ngram = ngram_entry(firsts=[(1, None, {})])            # its first drafts rode on the prefill: 1 token
+    [advice] = rank([ngram], table(), runs=runs)
+    # 0.3 s, then 20 tokens at 2.5 a round of 14 ms
+    assert advice.predicted_speedup == pytest.approx(0.5 / (0.3 + 20 * 0.014 / 2.5), rel=1e-9)
+    assert advice.predicted_decode_speedup == pytest.approx(NGRAM, rel=1e-9)
+    # The model's first round: a verify of width 5 apart from the prefill, the drafter's own prefill
+    # (width 40, wider than its table: c x the time to first token) and 3 steps of 2 ms; 3 tokens.
+    model = model_entry(firsts=[(3, 5, {40: 1, 1: 3})])
+    [advice] = rank([model], table(), runs=runs)
+    first = 0.3 + 0.014 + 0.2 * 0.3 + 3 * 0.002
+    rounds = 0.014 + (10 * 0.0025 + 30 * 0.002) / 10           # a round: the verify and its 4 steps
+    assert advice.predicted_speedup == pytest.approx(0.5 / (first + 18 * rounds / 4.0), rel=1e-9)
+    # Two prompts: the second's decode step is 30 ms (a longer prompt), its rounds priced three times over.
+    slow = [(21, 0.5, 0.3), (11, 0.5, 0.2)]
+    ngram.firsts = [(1, None, {}), (1, None, {})]
+    [advice] = rank([ngram], table(), runs=slow)
+    seconds = (0.3 + 20 * 0.014 / 2.5) + (0.2 + 10 * 0.014 / 2.5 * 3)
+    assert advice.predicted_speedup == pytest.approx(1.0 / seconds, rel=1e-9)
+    assert advice.to_dict()["predicted_decode_speedup"] == pytest.approx(NGRAM, rel=1e-3)
+
+
+def test_mutation_an_end_to_end_prediction_without_the_first_token_fails_by_hand(monkeypatch):
+    real = advisor.rank.end_to_end
+
+    def no_ttft(entry, runs, *args):
+        return real(entry, [(n, s - t, 0.0) for n, s, t in runs], *args)
+
+    monkeypatch.setattr(advisor.rank, "end_to_end", no_ttft)
+    [advice] = rank([ngram_entry(firsts=[(1, None, {})])], table(), runs=[(21, 0.5, 0.3)])
+    assert advice.predicted_speedup != pytest.approx(0.5 / (0.3 + 20 * 0.014 / 2.5), rel=1e-3)
+
+
+def test_without_target_ars_runs_or_first_rounds_the_prediction_is_the_steady_state():
+    assert rank([ngram_entry()], table(), runs=[(21, 0.5, 0.3)])[0].predicted_speedup == pytest.approx(NGRAM)
+    assert rank([ngram_entry(firsts=[(1, None, {})])], table())[0].predicted_speedup == pytest.approx(NGRAM)
+    unknown = rank([ngram_entry(firsts=[(1, None, {})])], table(), runs=[(21, 0.5, None)])[0]
+    assert unknown.predicted_speedup == pytest.approx(NGRAM)
 
 
 def test_a_missing_width_is_interpolated_and_named_an_estimate():
@@ -434,6 +479,30 @@ def test_a_self_drafter_is_timed_by_a_short_run_of_its_own_steps():
     assert costs.draft_s["model"][1] > 0 and any("timed in a short run" in n for n in costs.notes)
     with pytest.raises(ValueError, match="needs its method"):
         measure_costs(pair, {1}, {"model": {1}})
+
+
+def test_a_self_drafters_step_is_timed_over_the_replays_own_drafts_without_a_run(monkeypatch):
+    import advisor.costs
+    from advisor.advise import needed_costs
+    from advisor.recorded import record
+    from advisor.replay import method, replay_grid
+    from model_drafters.selfdraft.build import build_self_drafter
+    from model_drafters.selfdraft.spec import parse_self_draft
+    from tests.helpers.models import tiny_llama
+    from tests.helpers.pairs import model_pair
+
+    target = tiny_llama(1, vocab_size=48, logit_scale=8.0)
+    pair = model_pair(target, build_self_drafter(target, parse_self_draft("self:bf16")))
+    recorded = record(pair, PROMPTS, 24)
+    entries = replay_grid(pair, recorded, [method("model", None, 2), method("model", None, 4)], max_gen_len=24)
+    for entry in entries:          # every forward after each prompt's first round, and only those
+        first = sum(sum(steps.values()) for _, _, steps in entry.firsts)
+        assert entry.timed[1] == sum(entry.draft_steps.values()) - first and entry.timed[0] > 0
+    monkeypatch.setattr(advisor.costs, "run_step_seconds", lambda *a: pytest.fail("a run timed the step"))
+    costs = needed_costs(pair, entries, None, None)
+    steps = sum(e.timed[1] for e in entries)
+    assert costs.draft_s["model"][1] == pytest.approx(sum(e.timed[0] for e in entries) / steps)
+    assert any(f"over the replay's own {steps} drafts" in n for n in costs.notes)
 
 
 def test_a_kept_table_is_extended_by_timing_all_its_widths_again(monkeypatch):

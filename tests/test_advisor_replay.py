@@ -45,9 +45,13 @@ def recorded(pair):
     return record(pair, PROMPTS, LENGTH)
 
 
+FIRSTS: dict[str, list[int]] = {}     # per method key: each prompt's first round's tokens in the engine's run
+
+
 def engine_run(pair, m: Method, widths_of=None) -> tuple[tuple[int, int, int, int], int, dict[int, int]]:
     """What the engine's runs of ``m`` on the prompts counted: (calls, drafted, accepted, tokens),
-    drafter forwards, and the widths of ``widths_of``'s forwards (a hook)."""
+    drafter forwards, and the widths of ``widths_of``'s forwards (a hook); each prompt's first
+    round's tokens go to ``FIRSTS``."""
     counts, calls, widths = [0, 0, 0, 0], 0, {}
 
     def hook(_module, args, kwargs):
@@ -56,8 +60,10 @@ def engine_run(pair, m: Method, widths_of=None) -> tuple[tuple[int, int, int, in
 
     handle = widths_of.register_forward_pre_hook(hook, with_kwargs=True) if widths_of is not None else None
     try:
+        FIRSTS[m.key] = []
         for prompt in PROMPTS:
             result = run_strategy(m.strategy(max_gen_len=LENGTH), pair, prompt)
+            FIRSTS[m.key].append(result.first_tokens)
             for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens))):
                 counts[i] += n
             calls += result.drafter_calls
@@ -97,6 +103,7 @@ def test_teacher_forced_chains_count_what_the_engine_runs(pair, recorded, gamma,
     want, calls, widths = engine_run(pair, m, pair.drafter)
     assert counts(entry.replayed) == want
     assert entry.draft_steps == widths and sum(widths.values()) == calls      # the drafter's forwards, by width
+    assert [f[0] for f in entry.firsts] == FIRSTS[m.key]                     # what the time to first token covers
     assert entry.exact and entry.mode == "teacher"
     assert 0 < entry.replayed.accepted < entry.replayed.drafted              # drafts kept and rejected
     if gamma > 1:
@@ -149,6 +156,8 @@ def test_the_drafters_own_proposals_count_what_the_engine_runs(pair, recorded, m
     want, calls, _ = engine_run(pair, m)
     assert counts(entry.replayed) == want
     assert sum(entry.draft_steps.values()) == calls
+    assert [f[0] for f in entry.firsts] == FIRSTS[m.key]
+    assert all(sum(f[2].values()) <= sum(entry.draft_steps.values()) for f in entry.firsts)
     assert 0 < entry.replayed.accepted < entry.replayed.drafted
     assert entry.exact and all(entry.draft_steps.get(w, 0) >= n for w, n in entry.prefill_steps.items())
 
