@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from advisor.costs import CostTable, drafter_key, measure_costs
+from advisor.costs import CONTEXT, MAX_CONTEXT, CostTable, drafter_key, measure_costs
 from advisor.rank import Advice, is_copier, rank, steady_steps
 
 SEED = 42
@@ -160,13 +160,25 @@ def _needs(entries) -> tuple[set[int], dict[str, set[int]], dict, dict[str, tupl
     return target, drafters, methods, timed
 
 
-def needed_costs(pair, entries, costs: CostTable | None, state) -> CostTable:
+def context_of(prompts: list[list[int]], length: int) -> int:
+    """The cache the forwards are priced on: the prompts' mean length and half the new tokens, the
+    mean context a round of these runs reads."""
+    return round(sum(len(p) for p in prompts) / len(prompts) + length / 2) if prompts else CONTEXT
+
+
+def needed_costs(pair, entries, costs: CostTable | None, state, context: int | None = None) -> CostTable:
     """``costs`` when given from a file (never remeasured: it says where it was measured) or when it
-    has every width the entries need; else a table measured here (keeping ``costs``' widths)."""
+    has every width the entries need, timed on a cache within a quarter of ``context`` tokens; else
+    a table measured here (keeping ``costs``' widths where its cache was near, else on ``context``)."""
     target, drafters, methods, timed = _needs(entries)
-    if costs is not None and (costs.source or not costs.lacks(target, drafters)):
+    if costs is not None and costs.source:
         return costs
-    return measure_costs(pair, target, drafters, state=state, base=costs, methods=methods, timed=timed)
+    if costs is not None and context is not None and abs(costs.context - context) > context / 4:
+        costs = None                    # timed on another cache: timed again, whole
+    if costs is not None and not costs.lacks(target, drafters):
+        return costs
+    return measure_costs(pair, target, drafters, state=state, base=costs, methods=methods, timed=timed,
+                         context=costs.context if costs is not None else context)
 
 
 def _source(method) -> tuple[str, str]:
@@ -218,7 +230,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     methods = list(grid) if grid is not None else default_grid(pair)
     entries, failed = replay_sources(pair, recorded, methods, length, say, state)
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
-    table = needed_costs(pair, entries, costs, state)
+    table = needed_costs(pair, entries, costs, state, min(MAX_CONTEXT, context_of(prompts, length)))
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
     for advice in ranked[:max(0, confirm)]:
         say(f"confirming {advice.method}")

@@ -21,7 +21,8 @@ from pathlib import Path
 from analysis.speedup import CostModel
 
 FORMAT = 1
-CONTEXT = 64            # tokens in the cache while the widths are timed (as engine.widths does)
+CONTEXT = 64            # tokens in the cache while the widths are timed, unless told (as engine.widths does)
+MAX_CONTEXT = 4096      # the longest cache the widths are timed on
 REPEATS = 5             # turns of every width, as engine.timing.REPEATS
 HOST_RUN_TOKENS = 24    # the short n-gram run the host seconds per round are read from
 MIN_TIMED_STEPS = 16    # a replay's timed drafter steps that price it without a run of its own
@@ -53,7 +54,8 @@ class CostTable:
     """One pair's costs on one machine (module docstring). ``where``: device, CPU model and flags,
     threads, date. ``notes``: how a part was measured when not as the others were (host work not
     measured, a drafter timed from a run). ``source``: the file it was read from ("" when measured
-    in this process)."""
+    in this process). ``context``: the tokens in the cache the forwards were timed on (a verify's
+    cost over a step's grows with the context its attention reads)."""
 
     target_s: dict[int, float]
     draft_s: dict[str, dict[int, float]]
@@ -61,10 +63,12 @@ class CostTable:
     where: str
     notes: list[str] = field(default_factory=list)
     source: str = ""
+    context: int = CONTEXT
 
     def label(self) -> str:
-        """``measured on <where>``, and the file when it was read from one."""
-        return f"measured on {self.where}" + (f" (read from {self.source})" if self.source else "")
+        """``measured on <where>`` on a cache of how many tokens, and the file when it was read from one."""
+        return (f"measured on {self.where}, on a cache of {self.context} tokens"
+                + (f" (read from {self.source})" if self.source else ""))
 
     def target(self, width: int) -> tuple[float, bool]:
         """(the target's forward seconds at ``width``, estimated: the table lacks the width)."""
@@ -89,7 +93,7 @@ class CostTable:
         return {"format": FORMAT, "where": self.where, "label": self.label(),
                 "target_s": {str(w): s for w, s in sorted(self.target_s.items())},
                 "draft_s": {k: {str(w): s for w, s in sorted(v.items())} for k, v in sorted(self.draft_s.items())},
-                "host_s": self.host_s, "notes": list(self.notes)}
+                "host_s": self.host_s, "notes": list(self.notes), "context": self.context}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "") -> "CostTable":
@@ -100,7 +104,7 @@ class CostTable:
             target = {int(w): float(s) for w, s in data["target_s"].items()}
             draft = {str(k): {int(w): float(s) for w, s in v.items()} for k, v in data["draft_s"].items()}
             table = cls(target, draft, float(data["host_s"]), str(data["where"]),
-                        [str(n) for n in data.get("notes", [])], source)
+                        [str(n) for n in data.get("notes", [])], source, int(data.get("context", CONTEXT)))
         except CostsError:
             raise
         except (AttributeError, KeyError, TypeError, ValueError) as e:
@@ -146,21 +150,21 @@ def where_measured(device) -> str:
     return f"{name} ({' '.join(present) or 'no avx2'}), {torch.get_num_threads()} threads, {day}"
 
 
-def _context_ids(pair, module):
+def _context_ids(pair, module, context: int = CONTEXT):
     import torch
 
     from utils.devices import model_device
 
     vocab = max(2, int(pair.vocab_size or 2))
-    return (torch.arange(CONTEXT, device=model_device(module)) % (vocab - 1) + 1).view(1, -1)
+    return (torch.arange(context, device=model_device(module)) % (vocab - 1) + 1).view(1, -1)
 
 
-def time_widths(pair, module, widths) -> dict[int, float]:
+def time_widths(pair, module, widths, context: int = CONTEXT) -> dict[int, float]:
     """``module``'s forward seconds over each width in ``widths`` (1 always) on a cache of
-    ``CONTEXT`` tokens (``engine.timing.time_target``)."""
+    ``context`` tokens (``engine.timing.time_target``)."""
     from engine.timing import time_target
 
-    return time_target(module, _context_ids(pair, module), widths=sorted(set(widths) | {1}),
+    return time_target(module, _context_ids(pair, module, context), widths=sorted(set(widths) | {1}),
                        repeats=REPEATS).verify_s
 
 
@@ -233,23 +237,28 @@ def host_seconds(pair, state) -> tuple[float, str]:
 
 def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=None,
                   base: CostTable | None = None, methods: dict | None = None,
-                  timed: dict[str, tuple[float, int]] | None = None) -> CostTable:
+                  timed: dict[str, tuple[float, int]] | None = None, context: int | None = None) -> CostTable:
     """A table for ``pair`` on this machine: the target at ``target_widths`` (and 1), each drafter
     of ``drafters`` (``drafter_key`` -> the step widths its rounds ran) at its widths. ``base``: a
     table measured here before, whose widths are kept and only the missing ones timed.
     ``methods``: a method per drafter key, run briefly for a drafter with no module of its own to
     time (:func:`run_step_seconds`), unless ``timed`` holds (seconds, forwards) of its steps timed
-    over a replay's own proposals (``advisor.replay.ReplayEntry.timed``): then those."""
+    over a replay's own proposals (``advisor.replay.ReplayEntry.timed``): then those. ``context``:
+    the cache the forwards are timed on (``base``'s, else :data:`CONTEXT`; at most
+    :data:`MAX_CONTEXT`); a ``base`` of another context is timed again whole."""
     from engine import EngineState
 
     state = state if state is not None else EngineState()
+    context = min(MAX_CONTEXT, max(1, context or (base.context if base else CONTEXT)))
+    if base is not None and base.context != context:
+        base = None
     target = dict(base.target_s) if base else {}
     draft = {k: dict(v) for k, v in base.draft_s.items()} if base else {}
     notes = list(base.notes) if base else []
     # A forward is timed as a ratio to the one-token step of the same turns: widths added to a
     # table are timed again with the ones it has, so that all of them share one step.
     if set(target_widths) - set(target) or not target:
-        target = time_widths(pair, pair.target, set(target) | set(target_widths))
+        target = time_widths(pair, pair.target, set(target) | set(target_widths), context)
     for key, widths in drafters.items():
         if not set(widths) - set(draft.get(key, {})):
             continue
@@ -266,11 +275,11 @@ def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=N
             notes = [n for n in notes if not n.startswith(f"{key}: ")] + [f"{key}: {note}"]
             draft[key] = {w: step for w in wanted}
             continue
-        draft[key] = time_widths(pair, module, wanted)
+        draft[key] = time_widths(pair, module, wanted, context)
     if base is not None:
         host, host_note = base.host_s, ""
     else:
         host, host_note = host_seconds(pair, state)
     if host_note:
         notes.append(host_note)
-    return CostTable(target, draft, host, where_measured(pair.device), notes)
+    return CostTable(target, draft, host, where_measured(pair.device), notes, context=context)

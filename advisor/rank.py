@@ -32,7 +32,9 @@ class Why:
     widths the rounds ran; ``mean_width``: tokens a verify fed on average; ``tokens_per_call``:
     tokens per target call; ``draft_steps``: drafter forwards per round; ``host_ms``: host work
     per round; ``ceiling_tokens_per_call`` / ``ceiling_speedup``: the copy ceiling (copiers only,
-    ``analysis.ceiling``), priced the same way; ``estimated``: the costs read off other widths."""
+    ``analysis.ceiling``), priced the same way; ``estimated``: the costs read off other widths;
+    ``lookup_ms``: the proposals that ran no drafter forward (a storage's look-ups), per round, as
+    the replay timed them."""
 
     rates: list[float]
     c: float | None
@@ -44,6 +46,7 @@ class Why:
     ceiling_tokens_per_call: float | None = None
     ceiling_speedup: float | None = None
     estimated: list[str] = field(default_factory=list)
+    lookup_ms: float = 0.0
 
     def to_dict(self) -> dict:
         return {"rates": [round(r, 4) for r in self.rates], "c": None if self.c is None else round(self.c, 4),
@@ -51,7 +54,8 @@ class Why:
                 "mean_width": round(self.mean_width, 3), "tokens_per_call": round(self.tokens_per_call, 4),
                 "draft_steps": round(self.draft_steps, 3), "host_ms": round(self.host_ms, 3),
                 "ceiling_tokens_per_call": _round(self.ceiling_tokens_per_call),
-                "ceiling_speedup": _round(self.ceiling_speedup), "estimated": list(self.estimated)}
+                "ceiling_speedup": _round(self.ceiling_speedup), "estimated": list(self.estimated),
+                "lookup_ms": round(self.lookup_ms, 4)}
 
     def line(self) -> str:
         """One line: acceptance by position, c, the verify widths in steps, tokens per call, ceiling."""
@@ -66,6 +70,8 @@ class Why:
             top = sorted(wide, key=lambda w: abs(w - self.mean_width))[:3]     # the widths near the mean
             parts.append("verify " + ", ".join(f"w{w} {wide[w]:.2f}" for w in sorted(top)) + " steps")
         parts.append(f"{self.tokens_per_call:.2f} tok/call")
+        if self.lookup_ms >= 0.05:
+            parts.append(f"look-up {self.lookup_ms:.1f} ms/round")
         if self.ceiling_tokens_per_call is not None:
             parts.append(f"copy ceiling {self.ceiling_tokens_per_call:.2f} tok/call"
                          + (f" {self.ceiling_speedup:.2f}x" if self.ceiling_speedup else ""))
@@ -104,6 +110,13 @@ class Advice:
     identical: bool | None = None
     confirm_error: str = ""
     entry: object = field(default=None, repr=False, compare=False)
+
+    def decode_text(self) -> str:
+        """The decode part in a cell: predicted (the steady state) / measured, where confirmed."""
+        predicted = "" if self.predicted_decode_speedup is None else f"{self.predicted_decode_speedup:.2f}x"
+        if self.measured_decode_speedup is None:
+            return predicted
+        return f"{predicted} / {self.measured_decode_speedup:.2f}x"
 
     @property
     def estimate(self) -> bool:
@@ -221,7 +234,8 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     verify_s = _verify_costs(costs, replayed.widths, step, estimated)
     draft_s, steps = _draft_seconds(entry, costs, scale, max(replayed.widths), estimated) if entry.draft_steps \
         else (0.0, 0)
-    mix, model = _model(replayed.widths, tokens_per_call, verify_s, draft_s / rounds, costs.host_s)
+    lookup_s = float(getattr(entry, "lookup_s", 0.0) or 0.0)      # timed here: unscaled, as host work is
+    mix, model = _model(replayed.widths, tokens_per_call, verify_s, (draft_s + lookup_s) / rounds, costs.host_s)
     advice.predicted_speedup = advice.predicted_decode_speedup = mix_speedup(mix, model)
     whole = end_to_end(entry, runs, mix, model, costs, step, scale, c) if runs else None
     if whole is not None:
@@ -230,6 +244,7 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     why.verify = {w: s / step for w, s in verify_s.items()}
     why.mean_width = sum(w * n for w, n in replayed.widths.items()) / rounds
     why.draft_steps = steps / rounds
+    why.lookup_ms = lookup_s / rounds * 1e3
     if recorded and max_gen_len and is_copier(method):
         why.ceiling_tokens_per_call, why.ceiling_speedup = _ceiling(entry, recorded, max_gen_len, verify_s, costs,
                                                                     step, costs.host_s, estimated)

@@ -119,6 +119,9 @@ class ReplayEntry:
     # The drafter's proposals after each prompt's first round, timed device-synced: (seconds,
     # forwards). A drafter whose step is not its module's forward alone is priced from these.
     timed: tuple[float, int] = (0.0, 0)
+    # Seconds of the proposals after each prompt's first round that ran no drafter forward (a
+    # storage's look-ups, a hybrid's storage rounds): the draft phase no forward cost prices.
+    lookup_s: float = 0.0
 
 
 # ---------------------------------------------------------------- what replays
@@ -284,7 +287,7 @@ def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict
     drive = _drive(pair, recorded, make, m, max_gen_len, module, stores)
     note = _estimate_note(pair, m)
     return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), not note, note, drive.prefill_steps,
-                       replay_mode(pair, m), drive.firsts, (drive.timed_s, drive.timed_steps))
+                       replay_mode(pair, m), drive.firsts, (drive.timed_s, drive.timed_steps), drive.lookup_s)
 
 
 def _hybrid_of(pair, m: Method, teacher: TeacherDrafter, state, vocab_size: int, record: Recorded,
@@ -342,6 +345,7 @@ class _Drive:
     firsts: list[tuple[int, int | None, dict[int, int]]] = field(default_factory=list)   # ReplayEntry.firsts
     timed_s: float = 0.0          # ReplayEntry.timed
     timed_steps: int = 0
+    lookup_s: float = 0.0         # ReplayEntry.lookup_s
 
     def judge(self, depth: int, accepted: int) -> None:
         while len(self.offered) < depth:
@@ -442,6 +446,8 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 if not first and drafter.calls > calls_before:
                     out.timed_s += time.perf_counter() - started
                     out.timed_steps += drafter.calls - calls_before
+                elif not first and k > 0:
+                    out.lookup_s += time.perf_counter() - started
                 policy.observe(rnd)
                 width = drafter.wants_top_k
                 rows = [list(record.top[at + j][:width]) for j in range(len(new))] if width > 1 else None

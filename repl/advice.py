@@ -26,7 +26,7 @@ def advice_table(report) -> Table:
     table = Table(title="advice: best first (predicted from the replay, measured for the confirmed)",
                   title_justify="left", show_lines=False)
     for name, justify in (("#", "right"), ("method", "left"), ("predicted", "right"), ("measured", "right"),
-                          ("decode", "right"), ("tok/call", "right"), ("why", "left")):
+                          ("decode pred. / meas.", "right"), ("tok/call", "right"), ("why", "left")):
         table.add_column(name, justify=justify, overflow="fold")
     for i, advice in enumerate(report.advice, 1):
         predicted = f"{advice.predicted_speedup:.2f}x" + (" (est.)" if advice.estimate else "")
@@ -38,7 +38,7 @@ def advice_table(report) -> Table:
         why = advice.why.line() + (f" · {advice.note}" if advice.note else "")
         if advice.confirm_error:
             why += f" · run failed: {advice.confirm_error}"
-        table.add_row(str(i), advice.method, predicted, measured, _speedup(advice.measured_decode_speedup),
+        table.add_row(str(i), advice.method, predicted, measured, advice.decode_text(),
                       f"{advice.tokens_per_call:.2f}", why)
     return table
 
@@ -61,7 +61,7 @@ def advice_view(report) -> Group:
              Text(f"costs {report.costs.label()}" + "".join(f"; {n}" for n in report.costs.notes), style="dim")]
     step = f", decode step {report.ar_step_s * 1e3:.1f} ms" if report.ar_step_s else ""
     lines.append(Text(f"baseline: target AR {report.ar_tokens_per_s:.1f} tok/s{step}; speedups are over it "
-                      "(measured: end to end; decode: the time to first token left out)", style="dim"))
+                      "(predicted and measured: end to end, each prompt's time to first token in; decode: after the first round)", style="dim"))
     for method, reason in report.unreplayable:
         lines.append(Text(f"not replayed: {method}: {reason}", style="yellow"))
     for note in report.notes:

@@ -47,6 +47,7 @@ class E:
     firsts: list | None = None           # per prompt: (first round's tokens, its verify width or None, steps)
     timed: tuple = (0.0, 0)
     mode: str = "drafter"
+    lookup_s: float = 0.0
 
 
 def table(**changes) -> CostTable:
@@ -162,6 +163,23 @@ def test_without_target_ars_runs_or_first_rounds_the_prediction_is_the_steady_st
     assert unknown.predicted_speedup == pytest.approx(NGRAM)
 
 
+def test_a_storages_timed_look_ups_are_paid_every_round_by_hand():
+    # 10 rounds whose look-ups took 1 ms each, as the replay timed them: a round costs 15 ms, not 14.
+    [advice] = rank([ngram_entry(lookup_s=0.010)], table())
+    assert advice.predicted_speedup == pytest.approx(2.5 * 0.010 / (0.014 + 0.001), rel=1e-9)
+    assert advice.why.lookup_ms == pytest.approx(1.0) and "look-up 1.0 ms/round" in advice.why.line()
+
+
+def test_the_replay_times_a_storages_look_ups_and_no_forward():
+    from advisor.recorded import record
+    from advisor.replay import method, replay_grid
+
+    pair = tiny_pair()
+    [entry] = replay_grid(pair, record(pair, PROMPTS, 16), [method("ngram", NGramOptions(storage="suffix"), 4)],
+                          max_gen_len=16)
+    assert entry.lookup_s > 0 and entry.timed == (0.0, 0) and not entry.draft_steps
+
+
 def test_a_missing_width_is_interpolated_and_named_an_estimate():
     entry = ngram_entry(replayed=Replayed(calls=6, drafted=15, accepted=6, tokens=12, widths={4: 5}))
     advice = rank([entry], table())[0]
@@ -220,12 +238,12 @@ def test_drafter_keys_name_the_spec():
 def test_costs_round_trip_through_a_file_and_a_read_table_is_labelled(tmp_path):
     path = tmp_path / "costs.json"
     measured = table(notes=["host work per round not measured"])
-    assert measured.label() == "measured on a test machine, 2026-11-28"
+    assert measured.label() == "measured on a test machine, 2026-11-28, on a cache of 64 tokens"
     measured.save(path)
     read = CostTable.load(path)
     assert (read.target_s, read.draft_s, read.host_s, read.where, read.notes) == \
            (measured.target_s, measured.draft_s, measured.host_s, measured.where, measured.notes)
-    assert read.label() == f"measured on a test machine, 2026-11-28 (read from {path})"
+    assert read.label() == f"measured on a test machine, 2026-11-28, on a cache of 64 tokens (read from {path})"
     assert rank([model_entry()], read)[0].predicted_speedup == pytest.approx(MODEL, rel=1e-9)
 
 
@@ -450,7 +468,7 @@ def test_bench_advise_writes_the_advice_per_category_and_a_costs_file_it_reads_b
     assert main(argv[:-3] + ["--out", str(again), "--costs", str(out / "costs.json"), "--no-chat"],
                 loader=lambda args: pair) == 0
     label = json.loads((again / "advice.json").read_text())["advice"]["chat"]["costs"]["label"]
-    assert label == f"measured on {read.where} (read from {out / 'costs.json'})"
+    assert label == f"measured on {read.where}, on a cache of {read.context} tokens (read from {out / 'costs.json'})"
 
 
 def test_bench_advise_refuses_bad_input_in_one_line_before_loading(tmp_path, capsys):
@@ -511,7 +529,7 @@ def test_a_kept_table_is_extended_by_timing_all_its_widths_again(monkeypatch):
 
     timed = []
 
-    def fake(pair, module, widths):
+    def fake(pair, module, widths, context):
         timed.append(sorted(widths))
         return {w: 0.01 * (1 + w / 10) for w in set(widths) | {1}}
 
@@ -524,6 +542,42 @@ def test_a_kept_table_is_extended_by_timing_all_its_widths_again(monkeypatch):
     assert len(timed) == 2                                  # nothing lacking: nothing timed
     wider = measure_costs(pair, {5}, {}, base=first)
     assert timed[-1] == [1, 3, 5] and set(wider.target_s) == {1, 3, 5} and wider.draft_s == first.draft_s
+
+
+def test_the_costs_are_timed_on_a_cache_as_long_as_the_advised_runs_read(monkeypatch):
+    # A verify's cost over a step's grows with the context its attention reads: the widths are
+    # timed on a cache of the prompts' mean length and half the new tokens, kept while the next
+    # advice's runs are near it, timed again whole when they are not.
+    import engine.timing
+    from advisor.advise import advise
+
+    caches = []
+    real = engine.timing.time_target
+
+    def seen(module, ids, widths, repeats):
+        caches.append(ids.shape[1])
+        return real(module, ids, widths=widths, repeats=1)
+
+    monkeypatch.setattr(engine.timing, "time_target", seen)
+    pair = tiny_pair()
+    report = advise(pair, PROMPTS, length=12, confirm=0, grid=tiny_grid())
+    assert set(caches) == {11} and report.costs.context == 11                 # (6 + 4) / 2 + 12 / 2
+    assert "on a cache of 11 tokens" in report.costs.label()
+    caches.clear()
+    near = advise(pair, PROMPTS, length=14, confirm=0, grid=tiny_grid(), costs=report.costs)
+    assert near.costs is report.costs and caches == []                        # 12 is within a quarter of 11
+    far = advise(pair, [p * 8 for p in PROMPTS], length=12, confirm=0, grid=tiny_grid(), costs=report.costs)
+    assert far.costs.context == 46 and set(caches) == {46}                    # 40 + 6: timed again, whole
+
+
+def test_a_tables_cache_goes_through_its_file_and_an_older_file_reads_as_64(tmp_path):
+    path = tmp_path / "costs.json"
+    table(context=300).save(path)
+    assert CostTable.load(path).context == 300
+    data = json.loads(path.read_text())
+    del data["context"]
+    path.write_text(json.dumps(data))
+    assert CostTable.load(path).context == 64
 
 
 def test_a_source_whose_replay_fails_is_listed_and_the_rest_advised(monkeypatch):
