@@ -20,6 +20,7 @@ from advisor.rank import Advice, is_copier, rank, steady_steps
 
 SEED = 42
 WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
+CONFIRM_REPEATS = 2  # the confirming runs of each method over the prompts, each after a pass of target AR
 SAMPLING_NOTE = ("the processor samples: the advice replays greedy paths and confirms under greedy, so its "
                  "acceptance is an estimate for sampling")
 
@@ -50,22 +51,17 @@ class AdviceReport:
 
 
 @dataclass
-class Baseline:
-    """Target AR over the prompts: tokens, seconds, the decode part, and per prompt its output,
-    tokens, seconds and time to first token (what an end-to-end prediction adds to its decode)."""
+class Timing:
+    """Runs' tokens and seconds, in all and after each run's first round (the decode part)."""
 
     tokens: int = 0
     seconds: float = 0.0
     decode_tokens: int = 0
     decode_seconds: float = 0.0
-    outputs: list[list[int]] = field(default_factory=list)
-    runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
 
     def add(self, result) -> None:
         self.tokens += len(result.tokens)
         self.seconds += result.seconds
-        self.outputs.append(list(result.tokens))
-        self.runs.append((len(result.tokens), result.seconds, result.first_token_s))
         decode = result.decode_seconds
         if decode is not None and decode > 0:
             self.decode_tokens += len(result.tokens) - result.first_tokens
@@ -79,9 +75,38 @@ class Baseline:
     def decode_tokens_per_s(self) -> float | None:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 and self.decode_tokens else None
 
+
+@dataclass
+class Baseline:
+    """Target AR over the prompts: per prompt its output, tokens, seconds and time to first token
+    from the pass the replay reads (what an end-to-end prediction adds to its decode); ``first``
+    that pass's timing (the predictions' anchor) and ``timing`` every pass's (the measured
+    speedups' denominator: a pass before each repeat of the confirming runs)."""
+
+    outputs: list[list[int]] = field(default_factory=list)
+    runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
+    first: Timing = field(default_factory=Timing)
+    timing: Timing = field(default_factory=Timing)
+
+    def add(self, result) -> None:
+        """A run of the pass the replay reads."""
+        self.outputs.append(list(result.tokens))
+        self.runs.append((len(result.tokens), result.seconds, result.first_token_s))
+        self.first.add(result)
+        self.timing.add(result)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.timing.tokens_per_s
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        return self.timing.decode_tokens_per_s
+
     @property
     def step_s(self) -> float | None:
-        rate = self.decode_tokens_per_s
+        """Target AR's decode step in the pass the replay reads."""
+        rate = self.first.decode_tokens_per_s
         return 1.0 / rate if rate else None
 
 
@@ -91,15 +116,21 @@ def _greedy(strategy_fields: dict):
     return {"processor": GreedyProcessor(), **strategy_fields}
 
 
+def _target(length: int, seed: int):
+    from engine import Strategy
+
+    return Strategy("target", **_greedy(dict(max_gen_len=length, seed=seed)))
+
+
 def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int = SEED) -> tuple[Baseline, list]:
     """Target AR, greedy, on every prompt, through ``engine.run_strategy``, after a short untimed
     run (the first forwards warm): the baseline, and each run as the record the replay reads
     (``advisor.recorded.recorded_from``: its tokens and the rows that decided them)."""
     from advisor.recorded import recorded_from, refuse_served
-    from engine import Strategy, run_strategy
+    from engine import run_strategy
 
     refuse_served(pair)
-    strategy = Strategy("target", **_greedy(dict(max_gen_len=length, seed=seed)))
+    strategy = _target(length, seed)
     run_strategy(replace(strategy, max_gen_len=min(length, WARM_TOKENS)), pair, prompts[0], state=state)
     out, recorded = Baseline(), []
     for prompt in prompts:
@@ -109,34 +140,76 @@ def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int =
     return out, recorded
 
 
-def confirm_one(advice: Advice, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED) -> None:
-    """Run ``advice``'s method for real on every prompt, after a short untimed run (its first
-    forwards warm), and fill its measured speedups (end to end over target AR's tokens/s, and the
-    decode part) and whether its output was target AR's."""
+def rerun_baseline(pair, prompts: list[list[int]], length: int, state, baseline: Baseline, seed: int = SEED) -> None:
+    """Target AR on every prompt once more, its timing added to ``baseline.timing``."""
     from engine import run_strategy
 
-    tokens = decode_tokens = 0
-    seconds = decode_seconds = 0.0
-    identical = True
-    strategy = advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
+    strategy = _target(length, seed)
+    for prompt in prompts:
+        baseline.timing.add(run_strategy(strategy, pair, prompt, state=state))
+
+
+@dataclass
+class Confirming:
+    """One confirmed method's runs over the repeats: their timing, whether every output was
+    target AR's, and the error of a run that failed."""
+
+    advice: Advice
+    timing: Timing = field(default_factory=Timing)
+    identical: bool = True
+    error: str = ""
+
+    def finish(self, baseline: Baseline) -> None:
+        """Fill the advice's measured speedups (over every baseline pass), identity and error."""
+        advice = self.advice
+        if self.error:
+            advice.confirm_error = self.error
+            return
+        if self.timing.seconds > 0 and baseline.tokens_per_s > 0:
+            advice.measured_speedup = self.timing.tokens_per_s / baseline.tokens_per_s
+        decode = self.timing.decode_tokens_per_s
+        if decode and baseline.decode_tokens_per_s:
+            advice.measured_decode_speedup = decode / baseline.decode_tokens_per_s
+        advice.identical = self.identical
+
+
+def confirm_one(confirming: Confirming, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
+                warm: bool = True) -> None:
+    """Run the method of ``confirming.advice`` for real on every prompt (after a short untimed run
+    when ``warm``: its first forwards), its timing and identity added to ``confirming``; a run
+    that fails is kept as the error, not raised (the rest of the advice stands)."""
+    from engine import run_strategy
+
+    if confirming.error:
+        return
+    strategy = confirming.advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
     try:
-        run_strategy(replace(strategy, max_gen_len=min(length, WARM_TOKENS)), pair, prompts[0], state=state)
+        if warm:
+            run_strategy(replace(strategy, max_gen_len=min(length, WARM_TOKENS)), pair, prompts[0], state=state)
         for prompt, expected in zip(prompts, baseline.outputs):
             result = run_strategy(strategy, pair, prompt, state=state)
-            identical = identical and list(result.tokens) == expected
-            tokens += len(result.tokens)
-            seconds += result.seconds
-            if result.decode_seconds:
-                decode_tokens += len(result.tokens) - result.first_tokens
-                decode_seconds += result.decode_seconds
+            confirming.identical = confirming.identical and list(result.tokens) == expected
+            confirming.timing.add(result)
     except Exception as e:          # a method that fails for real is shown failed, not the whole advice
-        advice.confirm_error = f"{type(e).__name__}: {e}"
-        return
-    if seconds > 0 and baseline.tokens_per_s > 0:
-        advice.measured_speedup = tokens / seconds / baseline.tokens_per_s
-    if decode_seconds > 0 and baseline.decode_tokens_per_s:
-        advice.measured_decode_speedup = decode_tokens / decode_seconds / baseline.decode_tokens_per_s
-    advice.identical = identical
+        confirming.error = f"{type(e).__name__}: {e}"
+
+
+def confirm_top(top: list[Advice], pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
+            repeats: int = CONFIRM_REPEATS, say: Callable[[str], None] = lambda line: None) -> None:
+    """The ``top`` methods run for real ``repeats`` times over the prompts, each repeat after a
+    pass of target AR (the first is the one the replay read), so that a drift of the machine's
+    speed over the advice falls on both sides of every measured speedup; the speedups are pooled
+    over the repeats (``Confirming.finish``)."""
+    confirming = [Confirming(a) for a in top]
+    for repeat in range(max(1, repeats) if top else 0):
+        if repeat > 0:
+            say(f"target AR again (repeat {repeat + 1} of {repeats})")
+            rerun_baseline(pair, prompts, length, state, baseline, seed)
+        for c in confirming:
+            say(f"confirming {c.advice.method}" + (f" (repeat {repeat + 1})" if repeat else ""))
+            confirm_one(c, pair, prompts, length, state, baseline, seed, warm=repeat == 0)
+    for c in confirming:
+        c.finish(baseline)
 
 
 def _needs(entries) -> tuple[set[int], dict[str, set[int]], dict, dict[str, tuple[float, int]]]:
@@ -210,12 +283,14 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tup
 
 
 def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
-           grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None) -> AdviceReport:
+           grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None,
+           processor=None) -> AdviceReport:
     """The advice for ``pair`` on ``prompts`` (token ids), ``length`` new tokens each (module
     docstring). ``costs``: a table to price with (from a file, or measured before: only the widths
     it lacks are measured); ``confirm``: how many of the best to run for real; ``grid``: the methods
     (default ``advisor.replay.default_grid(pair)``); ``state``: the ``EngineState`` the runs share;
-    ``say``: progress lines."""
+    ``say``: progress lines; ``processor``: the session's: when it samples, the drafter model's
+    chains are also estimated under it (``advisor.sampling``: each advice's ``sampling``)."""
     from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 
@@ -232,10 +307,15 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
     table = needed_costs(pair, entries, costs, state, min(MAX_CONTEXT, context_of(prompts, length)))
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
-    for advice in ranked[:max(0, confirm)]:
-        say(f"confirming {advice.method}")
-        confirm_one(advice, pair, prompts, length, state, baseline, seed)
+    confirm_top(ranked[:max(0, confirm)], pair, prompts, length, state, baseline, seed, say=say)
     notes = []
+    if processor is not None and not processor.is_greedy:
+        from advisor.sampling import estimate_chains
+        from engine.run import loop_vocab_size
+
+        why_not = estimate_chains(pair, processor, recorded, ranked, table, baseline.step_s, loop_vocab_size(pair))
+        if why_not:
+            notes.append(why_not)
     if any(a.identical is False for a in ranked):
         notes.append("a confirmed run's output differed from target AR's: see its row")
     return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)) + failed,

@@ -109,7 +109,16 @@ class Advice:
     measured_decode_speedup: float | None = None
     identical: bool | None = None
     confirm_error: str = ""
+    sampling: object = None         # advisor.sampling.SamplingEstimate under a sampling processor
     entry: object = field(default=None, repr=False, compare=False)
+
+    def sampling_line(self) -> str:
+        """``method: α ..., tok/call, speedup`` of the estimate under sampling, or ""."""
+        e = self.sampling
+        if e is None:
+            return ""
+        return (f"{self.method}: overlap {e.alpha:.2f}, {e.tokens_per_call:.2f} tok/call, "
+                f"{e.predicted_speedup:.2f}x (est.)")
 
     def decode_text(self) -> str:
         """The decode part in a cell: predicted (the steady state) / measured, where confirmed."""
@@ -133,7 +142,8 @@ class Advice:
                 "measured_speedup": _round(self.measured_speedup),
                 "measured_decode_speedup": _round(self.measured_decode_speedup),
                 "identical": self.identical, "confirm_error": self.confirm_error,
-                "exact": self.exact, "estimate": self.estimate, "note": self.note, "why": self.why.to_dict()}
+                "exact": self.exact, "estimate": self.estimate, "note": self.note, "why": self.why.to_dict(),
+                "sampling_estimate": None if self.sampling is None else self.sampling.to_dict()}
 
 
 # ------------------------------------------------------------------ pricing
@@ -250,6 +260,19 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
                                                                     step, costs.host_s, estimated)
     why.estimated = list(dict.fromkeys(estimated))
     return advice
+
+
+def price_chain(gamma: int, tokens_per_round: float, costs: CostTable, ar_step_s: float | None = None,
+                key: str = "model") -> float:
+    """The steady-state speedup of chains of ``gamma`` drafts of drafter ``key`` that make
+    ``tokens_per_round`` each: ``gamma`` steps and a verify of ``gamma`` + 1, as :func:`price`
+    prices a replayed round (an estimate's, ``advisor.sampling``)."""
+    step = ar_step_s if ar_step_s and ar_step_s > 0 else costs.target(1)[0]
+    scale = step / costs.target(1)[0]
+    verify_s = _verify_costs(costs, [gamma + 1], step, [])
+    draft_s = gamma * costs.draft(key, 1)[0] * scale
+    mix, model = _model({gamma + 1: 1}, tokens_per_round, verify_s, draft_s, costs.host_s)
+    return mix_speedup(mix, model)
 
 
 def end_to_end(entry, runs: Sequence, mix: RoundMix, model: CostModel, costs: CostTable, step: float,

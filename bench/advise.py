@@ -61,6 +61,12 @@ def summary_lines(reports: dict, costs: CostTable) -> list[str]:
             measured = "failed" if a.confirm_error else _ms(a.measured_speedup)
             lines.append(f"| {i} | {a.method} | {predicted} | {measured} | {a.decode_text()} | "
                          f"{a.tokens_per_call:.2f} | {a.why.line()} |")
+        estimated = [a.sampling_line() for a in report.advice if a.sampling is not None]
+        if estimated:
+            lines.append("\nUnder the sampling processor, estimated from the target's and the drafter's distributions "
+                         "along target AR's path (steady state): " + "; ".join(estimated) + ".")
+        for note in report.notes:
+            lines.append(f"\n{note}.")
         for method, reason in report.unreplayable:
             lines.append(f"\nNot replayed: {method}: {reason}.")
         lines.append("")
@@ -79,6 +85,7 @@ def run_advice(args, prompts, models, out, err) -> int:
         for category, ids in groups.items():
             err.print(f"advising on {category} ({len(ids)} prompts)", highlight=False)
             report = advise(models, ids, length=args.length, costs=costs, confirm=args.confirm, seed=args.seed,
+                            processor=args.processor,
                             say=lambda line: err.print(f"  {line}", highlight=False))
             costs = report.costs
             reports[category] = report

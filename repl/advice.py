@@ -62,6 +62,11 @@ def advice_view(report) -> Group:
     step = f", decode step {report.ar_step_s * 1e3:.1f} ms" if report.ar_step_s else ""
     lines.append(Text(f"baseline: target AR {report.ar_tokens_per_s:.1f} tok/s{step}; speedups are over it "
                       "(predicted and measured: end to end, each prompt's time to first token in; decode: after the first round)", style="dim"))
+    estimated = [a.sampling_line() for a in report.advice if a.sampling is not None]
+    if estimated:
+        lines.append(Text("under the session's sampling, estimated from the target's and the drafter's "
+                          "distributions along target AR's path (steady state): " + "; ".join(estimated),
+                          style="yellow"))
     for method, reason in report.unreplayable:
         lines.append(Text(f"not replayed: {method}: {reason}", style="yellow"))
     for note in report.notes:
@@ -95,7 +100,7 @@ def advise_prompts(session, prompt_ids: list[list[int]]):
         session.say(SAMPLING_NOTE, "yellow")
     try:
         report = advise(session.runner.pair, prompt_ids, length=settings.length, costs=session.advisor_costs,
-                        confirm=CONFIRM, state=session.runner.state, seed=settings.seed,
+                        confirm=CONFIRM, state=session.runner.state, seed=settings.seed, processor=settings.processor,
                         say=lambda line: session.say(line, "dim"))
     except KeyboardInterrupt:
         session.say("advice interrupted; the models are intact", "yellow")

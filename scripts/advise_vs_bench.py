@@ -169,6 +169,13 @@ def print_table(items: list[dict], args, out: Path, run: dict) -> None:
           f"{fmt(next((a['predicted_speedup'] for a in advice if a['method'] == best_name), None))}")
     print("benchmark, every method by speedup: " + ", ".join(
         f"{k} {fmt(r['speedup'])}" for k, r in sorted(ours.items(), key=lambda kv: -(kv[1]['speedup'] or 0))))
+    errors = sorted(((a["predicted_speedup"] / ours[a["method"]]["speedup"] - 1, a["method"]) for a in advice
+                     if ours.get(a["method"], {}).get("speedup")), key=lambda e: abs(e[0]))
+    if errors:
+        worst = errors[-1]
+        print(f"every method, predicted against the benchmark's median: {sum(abs(e) <= 0.10 for e, _ in errors)}/"
+              f"{len(errors)} within 10%, mean |error| {sum(abs(e) for e, _ in errors) / len(errors):.1%}, "
+              f"largest {worst[0]:+.1%} ({worst[1]})")
     confirmed = [a for a in advice if a["measured_decode_speedup"]]
     within = [abs(a["measured_decode_speedup"] / _decode_predicted(a) - 1) <= 0.10 for a in confirmed]
     within_e2e = [abs(a["measured_speedup"] / a["predicted_speedup"] - 1) <= 0.10 for a in confirmed]

@@ -1,0 +1,126 @@
+"""Under sampling: a drafter model's acceptance estimated from the target's and its distributions.
+
+A sampled run's output depends on the draws, so it cannot be replayed as a greedy one is. What can
+be read off one forward of each model along target AR's path is how far apart the two
+distributions are: with the rejection rule of speculative sampling (Leviathan et al. 2023; Chen et
+al. 2023) a draft drawn from q at a position is kept with probability Σ_x min(p(x), q(x)), the
+overlap of the target's p and the drafter's q there, both under the session's processor
+(temperature, top-k, top-p). A round that starts at position t keeps its i-th draft only if it
+kept every one before, so it makes 1 + Σ_{i=1..γ} Π_{j<i} α_{t+j} tokens on average; averaged
+over every start along the path, that is the tokens per call the estimate prices with the same
+cost model as the greedy advice.
+
+It is an estimate, and says so: the path is target AR's greedy output, where a sampled run walks
+its own, and the drafter's distribution comes from one pass over the path (as teacher forcing's
+guesses do). Only a drafter model that runs a forward of its own is estimated (a plain drafter
+model, a self-drafter's copy); drafters of the target's state (MTP layers, EAGLE-3 heads, Gemma 4
+assistants), a drafter with its own tokenizer and the model-free storages are left out with the
+reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from utils.devices import model_device
+
+STATE_KINDS = ("mtp", "eagle3", "gemma4_assistant", "cross_tokenizer")
+
+
+@dataclass
+class SamplingEstimate:
+    """One chain's estimate under sampling: ``alpha`` the mean overlap along the path, ``rates``
+    the chance of keeping each draft position (all the earlier ones kept), ``tokens_per_call``
+    and the ``predicted_speedup`` (steady state) priced from them."""
+
+    alpha: float
+    rates: list[float]
+    tokens_per_call: float
+    predicted_speedup: float
+
+    def to_dict(self) -> dict:
+        return {"alpha": round(self.alpha, 4), "rates": [round(r, 4) for r in self.rates],
+                "tokens_per_call": round(self.tokens_per_call, 4),
+                "predicted_speedup": round(self.predicted_speedup, 4), "estimate": True}
+
+
+def refusal(pair) -> str | None:
+    """Why the pair's drafter cannot be estimated under sampling (one line), or None."""
+    from engine.kinds import kind_of_pair
+
+    if pair.drafter is None:
+        return "the pair has no drafter model"
+    kind = kind_of_pair(pair)
+    if kind is not None and kind.name in STATE_KINDS:
+        return f"a {kind.name} drafter drafts from the target's state or its own vocabulary, not from a forward of its own"
+    return None
+
+
+def _rows(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None) -> torch.Tensor:
+    """``model``'s logits for each output position (row i predicts ``output[i]``), one forward."""
+    ids = torch.tensor([list(prompt) + list(output[:-1])], dtype=torch.long, device=model_device(model))
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:].float()
+    return logits if vocab_size is None else logits[:, :vocab_size]
+
+
+def overlaps(pair, processor, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None) -> list[float]:
+    """Per output position, Σ_x min(p(x), q(x)) of the target's and the drafter's distributions
+    under ``processor``, given the prompt and the output before it."""
+    if not output:
+        return []
+    p = processor(_rows(pair.target, prompt, output, vocab_size))
+    q = processor(_rows(pair.drafter, prompt, output, vocab_size).to(p.device))
+    width = min(p.shape[-1], q.shape[-1])
+    return torch.minimum(p[:, :width], q[:, :width]).sum(dim=-1).clamp(0.0, 1.0).tolist()
+
+
+def chain_tokens(alphas: Sequence[Sequence[float]], gamma: int) -> tuple[float, list[float]]:
+    """(tokens per round, the chance of keeping each draft position) for rounds of ``gamma``
+    drafts starting anywhere along each path of overlaps ``alphas``: a round from t keeps draft i
+    with the product of the overlaps at t..t+i-1, and makes one token more than it keeps (the
+    target's own); positions past a path's end keep nothing."""
+    starts, kept = 0, [0.0] * gamma
+    for path in alphas:
+        for t in range(len(path)):
+            chance = 1.0
+            for i in range(gamma):
+                chance *= path[t + i] if t + i < len(path) else 0.0
+                kept[i] += chance
+            starts += 1
+    if not starts:
+        return 1.0, [0.0] * gamma
+    rates = [k / starts for k in kept]
+    return 1.0 + sum(rates), rates
+
+
+def estimate_chains(pair, processor, recorded, ranked, costs, step: float | None, vocab_size: int | None) -> str:
+    """Fill ``sampling`` on each ranked advice that is a chain of the pair's drafter model at a
+    constant γ (``advisor.rank.Advice``); returns "" or why nothing was estimated (one line)."""
+    from advisor.rank import price_chain
+
+    chains = [a for a in ranked if a.entry is not None and _plain_chain(a.entry.method)]
+    if not chains:
+        return ""
+    reason = refusal(pair)
+    if reason is not None:
+        return f"no estimate under sampling: {reason}"
+    try:
+        alphas = [overlaps(pair, processor, r.prompt, r.output, vocab_size) for r in recorded]
+    except Exception as e:          # a drafter module that cannot run alone: the greedy advice stands
+        return f"no estimate under sampling: the drafter's forward failed ({type(e).__name__}: {e})"
+    flat = [a for path in alphas for a in path]
+    alpha = sum(flat) / len(flat) if flat else 0.0
+    for advice in chains:
+        gamma = advice.entry.method.gamma
+        tokens, rates = chain_tokens(alphas, gamma)
+        advice.sampling = SamplingEstimate(alpha, rates, tokens, price_chain(gamma, tokens, costs, step))
+    return ""
+
+
+def _plain_chain(method) -> bool:
+    return method.drafter == "model" and method.options is None and method.tree == 0 \
+        and method.gamma_policy == "constant"
