@@ -239,10 +239,12 @@ def context_of(prompts: list[list[int]], length: int) -> int:
     return round(sum(len(p) for p in prompts) / len(prompts) + length / 2) if prompts else CONTEXT
 
 
-def needed_costs(pair, entries, costs: CostTable | None, state, context: int | None = None) -> CostTable:
+def needed_costs(pair, entries, costs: CostTable | None, state, context: int | None = None,
+                 anchor_s: float | None = None) -> CostTable:
     """``costs`` when given from a file (never remeasured: it says where it was measured) or when it
     has every width the entries need, timed on a cache within a quarter of ``context`` tokens; else
-    a table measured here (keeping ``costs``' widths where its cache was near, else on ``context``)."""
+    a table measured here (keeping ``costs``' widths where its cache was near, else on ``context``;
+    ``anchor_s``: target AR's decode step, which the replay's timed drafter steps are read against)."""
     target, drafters, methods, timed = _needs(entries)
     if costs is not None and costs.source:
         return costs
@@ -251,7 +253,7 @@ def needed_costs(pair, entries, costs: CostTable | None, state, context: int | N
     if costs is not None and not costs.lacks(target, drafters):
         return costs
     return measure_costs(pair, target, drafters, state=state, base=costs, methods=methods, timed=timed,
-                         context=costs.context if costs is not None else context)
+                         context=costs.context if costs is not None else context, anchor_s=anchor_s)
 
 
 def _source(method) -> tuple[str, str]:
@@ -305,7 +307,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     methods = list(grid) if grid is not None else default_grid(pair)
     entries, failed = replay_sources(pair, recorded, methods, length, say, state)
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
-    table = needed_costs(pair, entries, costs, state, min(MAX_CONTEXT, context_of(prompts, length)))
+    table = needed_costs(pair, entries, costs, state, min(MAX_CONTEXT, context_of(prompts, length)), baseline.step_s)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
     confirm_top(ranked[:max(0, confirm)], pair, prompts, length, state, baseline, seed, say=say)
     notes = []

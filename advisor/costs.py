@@ -237,13 +237,17 @@ def host_seconds(pair, state) -> tuple[float, str]:
 
 def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=None,
                   base: CostTable | None = None, methods: dict | None = None,
-                  timed: dict[str, tuple[float, int]] | None = None, context: int | None = None) -> CostTable:
+                  timed: dict[str, tuple[float, int]] | None = None, context: int | None = None,
+                  anchor_s: float | None = None) -> CostTable:
     """A table for ``pair`` on this machine: the target at ``target_widths`` (and 1), each drafter
     of ``drafters`` (``drafter_key`` -> the step widths its rounds ran) at its widths. ``base``: a
     table measured here before, whose widths are kept and only the missing ones timed.
     ``methods``: a method per drafter key, run briefly for a drafter with no module of its own to
     time (:func:`run_step_seconds`), unless ``timed`` holds (seconds, forwards) of its steps timed
-    over a replay's own proposals (``advisor.replay.ReplayEntry.timed``): then those. ``context``:
+    over a replay's own proposals (``advisor.replay.ReplayEntry.timed``): then those, kept as their
+    ratio to ``anchor_s`` (target AR's decode step, timed just before the replay) times the
+    table's own step, so that a machine whose speed moved between the replay and the table's turns
+    keeps the drafter's cost over the target's as the replay saw it. ``context``:
     the cache the forwards are timed on (``base``'s, else :data:`CONTEXT`; at most
     :data:`MAX_CONTEXT`); a ``base`` of another context is timed again whole."""
     from engine import EngineState
@@ -268,8 +272,11 @@ def measure_costs(pair, target_widths, drafters: dict[str, set[int]], *, state=N
             seconds, steps = (timed or {}).get(key, (0.0, 0))
             if steps >= MIN_TIMED_STEPS:
                 step = seconds / steps
-                note = (f"its step timed over the replay's own {steps} drafts ({step * 1e3:.2f} ms a draft, "
-                        "every width priced so)")
+                note = (f"its step timed over the replay's own {steps} drafts ({step * 1e3:.2f} ms a draft"
+                        + (f", {step / anchor_s:.3f} of target AR's step" if anchor_s else "")
+                        + ", every width priced so)")
+                if anchor_s:
+                    step = step / anchor_s * target[1]
             else:
                 step, note = run_step_seconds(pair, (methods or {}).get(key), state)
             notes = [n for n in notes if not n.startswith(f"{key}: ")] + [f"{key}: {note}"]

@@ -522,6 +522,12 @@ def test_a_self_drafters_step_is_timed_over_the_replays_own_drafts_without_a_run
     steps = sum(e.timed[1] for e in entries)
     assert costs.draft_s["model"][1] == pytest.approx(sum(e.timed[0] for e in entries) / steps)
     assert any(f"over the replay's own {steps} drafts" in n for n in costs.notes)
+    # Read against target AR's step (timed just before the replay): the table keeps that ratio, c,
+    # whatever the speed of the machine during the table's own turns.
+    step = sum(e.timed[0] for e in entries) / steps
+    anchored = needed_costs(pair, entries, None, None, anchor_s=4 * step)
+    assert anchored.draft_s["model"][1] / anchored.target_s[1] == pytest.approx(0.25, rel=1e-9)
+    assert any("0.250 of target AR's step" in n for n in anchored.notes)
 
 
 def test_a_kept_table_is_extended_by_timing_all_its_widths_again(monkeypatch):
