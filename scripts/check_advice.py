@@ -7,6 +7,7 @@ the costs' origin and the advisor's seconds. The whole default grid (every polic
 other self-drafters) is ``infer.py --advise``'s; this one is sized to run in minutes on a CPU.
 
     .venv/bin/python scripts/check_advice.py [--prompts 0,3] [--length 64] [--gammas 2,4,6] [--confirm 3]
+    .venv/bin/python scripts/check_advice.py --full        # the whole default grid, as infer.py --advise
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ def main() -> int:
     parser.add_argument("--confirm", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", metavar="FILE", help="also write the advisor's JSON object here")
+    parser.add_argument("--full", action="store_true",
+                        help="the whole default grid (advisor.replay.default_grid; --gammas is then ignored)")
     args = parser.parse_args()
     runner = default_runner(args.threads)
     pair = runner.pair
     prompts = [encode_prompt(pair.tokenizer, BUILTIN[int(i)][1]) for i in args.prompts.split(",")]
-    grid = default_grid(pair, gammas=tuple(int(g) for g in args.gammas.split(",")), policies=("constant",),
-                        trees=(0,), self_specs=())
+    grid = default_grid(pair) if args.full else default_grid(
+        pair, gammas=tuple(int(g) for g in args.gammas.split(",")), policies=("constant",), trees=(0,), self_specs=())
     before = read_load()
     report = advise(pair, prompts, length=args.length, confirm=args.confirm, grid=grid, state=runner.state,
                     say=lambda line: print(line, file=sys.stderr))
