@@ -165,6 +165,13 @@ def _verify_costs(costs: CostTable, widths, step: float, estimated: list[str]) -
     return out
 
 
+def _anchor(costs: CostTable, ar_step_s: float | None) -> tuple[float, float]:
+    """(one step in seconds: target AR's measured decode step, else the table's own; the factor
+    that turns the table's seconds into it)."""
+    step = ar_step_s if ar_step_s and ar_step_s > 0 else costs.target(1)[0]
+    return step, step / costs.target(1)[0]
+
+
 def steady_steps(entry, widest: int) -> dict[int, int]:
     """The drafter's forwards by width outside each prompt's first round, which holds the prefill
     and is not priced, as the target's is not: the entry's ``prefill_steps`` taken out where the
@@ -226,8 +233,7 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     ``runs``: target AR's run on each of those prompts, (tokens, seconds, time to first token),
     for the end-to-end prediction (:func:`end_to_end`); None: the steady state alone."""
     method, replayed = entry.method, entry.replayed
-    step = ar_step_s if ar_step_s and ar_step_s > 0 else costs.target(1)[0]
-    scale = step / costs.target(1)[0]
+    step, scale = _anchor(costs, ar_step_s)
     estimated: list[str] = []
     tokens_per_call = replayed.tokens / replayed.calls if replayed.calls else 0.0
     rounds = sum(replayed.widths.values())
@@ -267,8 +273,7 @@ def price_chain(gamma: int, tokens_per_round: float, costs: CostTable, ar_step_s
     """The steady-state speedup of chains of ``gamma`` drafts of drafter ``key`` that make
     ``tokens_per_round`` each: ``gamma`` steps and a verify of ``gamma`` + 1, as :func:`price`
     prices a replayed round (an estimate's, ``advisor.sampling``)."""
-    step = ar_step_s if ar_step_s and ar_step_s > 0 else costs.target(1)[0]
-    scale = step / costs.target(1)[0]
+    step, scale = _anchor(costs, ar_step_s)
     verify_s = _verify_costs(costs, [gamma + 1], step, [])
     draft_s = gamma * costs.draft(key, 1)[0] * scale
     mix, model = _model({gamma + 1: 1}, tokens_per_round, verify_s, draft_s, costs.host_s)

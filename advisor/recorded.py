@@ -192,11 +192,9 @@ def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Record
     if rows is not None and len(rows) >= len(tokens) and all(len(r.indices) >= top_k for r in rows[:len(tokens)]):
         top = tuple(tuple(r.indices[:top_k]) for r in rows[:len(tokens)])
         return Recorded(tuple(prompt), tuple(tokens), top)
-    from utils.devices import model_device
+    from advisor.teacher import rows_along
 
-    with torch.inference_mode():
-        ids = torch.tensor([list(prompt) + tokens], device=model_device(pair.target))
-        logits = pair.target(input_ids=ids).logits[0, len(prompt) - 1:-1]
+    logits = rows_along(pair.target, prompt, tokens)
     top = tuple(tuple(row) for row in logits.topk(top_k, dim=-1).indices.tolist())
     return Recorded(tuple(prompt), tuple(tokens), top)
 

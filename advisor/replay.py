@@ -433,7 +433,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 priced = not first or target.forwards > before or begun > 0
                 if first and target.forwards > before:
                     out.replayed.calls += 1
-                widths_before = dict(out.replayed.widths)
+                widths_before = dict(out.replayed.widths) if first else {}
                 calls_before = drafter.calls
                 synchronize(device)
                 started = time.perf_counter()

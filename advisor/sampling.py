@@ -25,8 +25,6 @@ from dataclasses import dataclass
 
 import torch
 
-from utils.devices import model_device
-
 STATE_KINDS = ("mtp", "eagle3", "gemma4_assistant", "cross_tokenizer")
 
 
@@ -59,21 +57,15 @@ def refusal(pair) -> str | None:
     return None
 
 
-def _rows(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None) -> torch.Tensor:
-    """``model``'s logits for each output position (row i predicts ``output[i]``), one forward."""
-    ids = torch.tensor([list(prompt) + list(output[:-1])], dtype=torch.long, device=model_device(model))
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1:].float()
-    return logits if vocab_size is None else logits[:, :vocab_size]
-
-
 def overlaps(pair, processor, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None) -> list[float]:
     """Per output position, Σ_x min(p(x), q(x)) of the target's and the drafter's distributions
     under ``processor``, given the prompt and the output before it."""
     if not output:
         return []
-    p = processor(_rows(pair.target, prompt, output, vocab_size))
-    q = processor(_rows(pair.drafter, prompt, output, vocab_size).to(p.device))
+    from advisor.teacher import rows_along
+
+    p = processor(rows_along(pair.target, prompt, output, vocab_size).float())
+    q = processor(rows_along(pair.drafter, prompt, output, vocab_size).float().to(p.device))
     width = min(p.shape[-1], q.shape[-1])
     return torch.minimum(p[:, :width], q[:, :width]).sum(dim=-1).clamp(0.0, 1.0).tolist()
 

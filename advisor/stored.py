@@ -92,8 +92,8 @@ class StoredTarget(CachedModel):
     def _stored(self, ids: torch.Tensor) -> bool:
         if self.keep_hidden or self.keep_kv_states or self.cache is None or not can_copy(self.cache):
             return False
-        stop = ids.shape[1]
-        return stop <= len(self._tokens) and ids[0].tolist() == self._tokens[:stop]
+        seen, stop = self.length, ids.shape[1]       # the positions before ``seen`` were checked when fed
+        return stop <= len(self._tokens) and ids[0, seen:stop].tolist() == self._tokens[seen:stop]
 
     def _forward(self, ids: torch.Tensor, keep: int):
         if not self._stored(ids):

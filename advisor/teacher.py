@@ -33,15 +33,18 @@ from utils.devices import model_device
 NO_TOKEN = -1   # a draft after the first wrong one: never judged, so any id that matches nothing
 
 
-def guesses(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None) -> tuple[int, ...]:
-    """The drafter's argmax for each output position given the prompt and the output before it:
-    ``guess[i]`` predicts ``output[i]`` (one forward over prompt + output but its last token)."""
+def rows_along(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None = None) -> torch.Tensor:
+    """``model``'s logits for each output position given the prompt and the output before it, (len(output), V):
+    row i predicts ``output[i]`` (one forward over prompt + output but its last token)."""
     ids = torch.tensor([list(prompt) + list(output[:-1])], dtype=torch.long, device=model_device(model))
     with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1:]          # (len(output), V)
-    if vocab_size is not None:
-        logits = logits[:, :vocab_size]
-    return tuple(logits.argmax(dim=-1).tolist())
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:]
+    return logits if vocab_size is None else logits[:, :vocab_size]
+
+
+def guesses(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None) -> tuple[int, ...]:
+    """The drafter's argmax for each output position: ``guess[i]`` predicts ``output[i]`` (:func:`rows_along`)."""
+    return tuple(rows_along(model, prompt, output, vocab_size).argmax(dim=-1).tolist())
 
 
 def run_lengths(guess: Sequence[int], output: Sequence[int]) -> list[int]:
