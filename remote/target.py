@@ -37,6 +37,11 @@ class ServedTarget(torch.nn.Module, ServedModel):
         # Zero-size: says where the loop's inputs go (utils.devices.model_device), holds no weights.
         self.anchor = torch.nn.Parameter(torch.empty(0, device=device), requires_grad=False)
 
+    @property
+    def dtype(self) -> None:
+        """The server's weights' dtype is not known here (a GGUF may be quantised): None."""
+        return None
+
     def bound(self, processor: LogitsProcessor) -> ServedTarget:
         """The same server with ``processor``'s sampling settings (a verify session checks them)."""
         return ServedTarget(self.client, self.info, n_probs=self.n_probs, device=self.anchor.device,
