@@ -1,7 +1,8 @@
 """``advise``: which way of drafting this pair should use on this machine for these prompts, and why.
 
 Greedy only: under greedy decoding the output does not depend on the drafter, so target AR's
-output replays every chain drafter's rounds exactly (``advisor.replay``). The steps: target AR
+output replays every chain drafter's rounds (exactly on a float32 target, up to rounding on a
+bfloat16 or float16 one: ``advisor.replay``). The steps: target AR
 on each prompt, once, warm (its output and the rows that decided it are the record the replay
 reads; its tokens/s is the denominator of every measured speedup, its decode step anchors the
 predictions and its time to first token is part of every end-to-end prediction); the cost
