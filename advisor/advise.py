@@ -1,12 +1,16 @@
 """``advise``: which way of drafting this pair should use on this machine for these prompts, and why.
 
 Greedy only: under greedy decoding the output does not depend on the drafter, so target AR's
-output replays every chain drafter's rounds exactly (``advisor.replay``). The steps: target AR
+output replays every chain drafter's rounds (exactly on a float32 target, up to rounding on a
+bfloat16 or float16 one: ``advisor.replay``). The steps: target AR
 on each prompt, once, warm (its output and the rows that decided it are the record the replay
 reads; its tokens/s is the denominator of every measured speedup, its decode step anchors the
 predictions and its time to first token is part of every end-to-end prediction); the cost
 table (measured once, or given); the replay of the grid; the ranking (``advisor.rank``); and the
 top few confirmed by running them for real through ``engine.run_strategy`` with the same seed.
+Every run of an advice takes one compile path, :data:`RANKED_COMPILE` (the replay and the cost
+table are eager forwards on the dynamic cache as well); the report names it, and says so where
+the session's own path differs.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from advisor.costs import CONTEXT, MAX_CONTEXT, CostTable, drafter_key, measure_costs
-from advisor.rank import Advice, is_copier, rank, steady_steps
+from advisor.rank import ROUNDING, Advice, is_copier, rank, steady_steps
 
 SEED = 42
 WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
 CONFIRM_REPEATS = 2  # the confirming runs of each method over the prompts, each after a pass of target AR
+RANKED_COMPILE = "off"   # the compile path (engine.Strategy.compile) of every run an advice makes
+COMPILE_CACHES = {"off": "dynamic cache", "static": "static cache", "graphs": "static cache, captured graphs"}
 SAMPLING_NOTE = ("the processor samples: the advice replays greedy paths and confirms under greedy, so its "
                  "acceptance is an estimate for sampling")
 
@@ -39,9 +45,24 @@ class AdviceReport:
     ar_tokens_per_s: float
     ar_step_s: float | None
     notes: list[str] = field(default_factory=list)
+    compile: str = RANKED_COMPILE               # the compile path the advice ran and ranked on
+    session_compile: str | None = None          # the session's, where given
+
+    @property
+    def ranked_on(self) -> str:
+        """``ranked on compile off (dynamic cache)``: the header's words for the path ranked on."""
+        return f"ranked on compile {self.compile} ({COMPILE_CACHES.get(self.compile, self.compile)})"
+
+    def rounding_line(self) -> str | None:
+        """One line on the replays exact only up to rounding, with each distinct reason, or None."""
+        reasons = list(dict.fromkeys(a.note for a in self.advice if a.exactness == ROUNDING))
+        if not reasons:
+            return None
+        return "replay rounding: a real run's counts up to floating-point rounding: " + "; ".join(reasons)
 
     def to_dict(self) -> dict:
         return {"advice": [a.to_dict() for a in self.advice], "seconds": round(self.seconds, 3),
+                "ranked_on": self.ranked_on, "compile": self.compile, "session_compile": self.session_compile,
                 "costs": self.costs.to_dict(),
                 "unreplayable": [{"method": m, "reason": r} for m, r in self.unreplayable],
                 "prompts": self.prompts, "length": self.length,
@@ -113,7 +134,16 @@ class Baseline:
 def _greedy(strategy_fields: dict):
     from sampling import GreedyProcessor
 
-    return {"processor": GreedyProcessor(), **strategy_fields}
+    return {"processor": GreedyProcessor(), "compile": RANKED_COMPILE, **strategy_fields}
+
+
+def compile_note(session_compile: str | None) -> str | None:
+    """One line where the session's compile path is not the one the advice ranks on, else None."""
+    if session_compile is None or session_compile == RANKED_COMPILE:
+        return None
+    return (f"the session runs compile {session_compile} ({COMPILE_CACHES.get(session_compile, session_compile)}); "
+            f"this advice ran, ranked and confirmed every method on compile {RANKED_COMPILE}, where the speedups "
+            "can differ")
 
 
 def _target(length: int, seed: int):
@@ -286,13 +316,15 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tup
 
 def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
            grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None,
-           processor=None) -> AdviceReport:
+           processor=None, session_compile: str | None = None) -> AdviceReport:
     """The advice for ``pair`` on ``prompts`` (token ids), ``length`` new tokens each (module
     docstring). ``costs``: a table to price with (from a file, or measured before: only the widths
     it lacks are measured); ``confirm``: how many of the best to run for real; ``grid``: the methods
     (default ``advisor.replay.default_grid(pair)``); ``state``: the ``EngineState`` the runs share;
     ``say``: progress lines; ``processor``: the session's: when it samples, the drafter model's
-    chains are also estimated under it (``advisor.sampling``: each advice's ``sampling``)."""
+    chains are also estimated under it (``advisor.sampling``: each advice's ``sampling``);
+    ``session_compile``: the session's compile path, named in a note where it is not
+    :data:`RANKED_COMPILE`."""
     from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 
@@ -310,7 +342,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     table = needed_costs(pair, entries, costs, state, min(MAX_CONTEXT, context_of(prompts, length)), baseline.step_s)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
     confirm_top(ranked[:max(0, confirm)], pair, prompts, length, state, baseline, seed, say=say)
-    notes = []
+    notes = [line for line in (compile_note(session_compile),) if line]
     if processor is not None and not processor.is_greedy:
         from advisor.sampling import estimate_chains
         from engine.run import loop_vocab_size
@@ -321,4 +353,5 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     if any(a.identical is False for a in ranked):
         notes.append("a confirmed run's output differed from target AR's: see its row")
     return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)) + failed,
-                        len(prompts), length, baseline.tokens_per_s, baseline.step_s, notes)
+                        len(prompts), length, baseline.tokens_per_s, baseline.step_s, notes,
+                        session_compile=session_compile)

@@ -22,6 +22,13 @@ from advisor.costs import CostTable, drafter_key
 
 COPIERS = ("suffix", "sam")     # storages that copy a continuation of an earlier occurrence (analysis.ceiling)
 
+# How far a replay's counts are a real greedy run's, best first: ``exact``, the same; ``rounding``,
+# the same up to floating-point rounding (a near-tie that a run's forwards round the other way
+# parts the run from the output replayed); ``estimated``, an estimate. An entry's ``note`` says
+# why where it is not exact (``advisor.replay``).
+EXACT, ROUNDING, ESTIMATED = "exact", "rounding", "estimated"
+EXACTNESS = (EXACT, ROUNDING, ESTIMATED)
+
 
 @dataclass
 class Why:
@@ -90,9 +97,9 @@ class Advice:
     (None until then), and why. ``predicted_speedup``: end to end over target AR (each prompt's
     time to first token included, as the measured speedup is) where the baseline's runs were
     given, else the steady state; ``predicted_decode_speedup``: the steady state, which the
-    decode part of a run (after its first round) is compared with. ``exact``: the replay equals
-    a real run's counts (greedy); otherwise ``note`` says why it is an estimate. ``entry``: the
-    replay it came from."""
+    decode part of a run (after its first round) is compared with. ``exactness`` (one of
+    :data:`EXACTNESS`): how far the replay's counts are a real greedy run's; ``note`` says why
+    where it is not ``exact``. ``entry``: the replay it came from."""
 
     method: str
     gamma: int
@@ -102,7 +109,7 @@ class Advice:
     tokens_per_call: float
     why: Why
     predicted_decode_speedup: float | None = None
-    exact: bool = True
+    exactness: str = EXACT
     note: str = ""
     drafter: str = ""
     measured_speedup: float | None = None
@@ -128,10 +135,15 @@ class Advice:
         return f"{predicted} / {self.measured_decode_speedup:.2f}x"
 
     @property
+    def exact(self) -> bool:
+        """The replay's counts are a real greedy run's, not only up to rounding."""
+        return self.exactness == EXACT
+
+    @property
     def estimate(self) -> bool:
-        """The prediction rests on an estimate: the replay was not exact, or a cost was read off
-        other widths."""
-        return not self.exact or bool(self.why.estimated)
+        """The prediction rests on an estimate: the replay was estimated, or a cost was read off
+        other widths (a replay exact up to rounding is not an estimate)."""
+        return self.exactness == ESTIMATED or bool(self.why.estimated)
 
     def to_dict(self) -> dict:
         return {"method": self.method, "drafter": self.drafter, "gamma": self.gamma,
@@ -142,7 +154,8 @@ class Advice:
                 "measured_speedup": _round(self.measured_speedup),
                 "measured_decode_speedup": _round(self.measured_decode_speedup),
                 "identical": self.identical, "confirm_error": self.confirm_error,
-                "exact": self.exact, "estimate": self.estimate, "note": self.note, "why": self.why.to_dict(),
+                "exactness": self.exactness, "exact": self.exact, "estimate": self.estimate, "note": self.note,
+                "why": self.why.to_dict(),
                 "sampling_estimate": None if self.sampling is None else self.sampling.to_dict()}
 
 
@@ -242,10 +255,10 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
         c = costs.draft(drafter_key(method), 1)[0] / costs.target(1)[0]
     advice = Advice(method.key, method.gamma, method.gamma_policy, method.tree, 0.0, tokens_per_call,
                     Why(list(entry.rates), c, {}, 0.0, tokens_per_call, 0.0, costs.host_s * 1e3),
-                    exact=entry.exact, note=entry.note, drafter=drafter_key(method), entry=entry)
+                    exactness=entry.exactness, note=entry.note, drafter=drafter_key(method), entry=entry)
     if not rounds:
         advice.note = (advice.note + "; " if advice.note else "") + "no round after the prefill to price"
-        advice.exact = False
+        advice.exactness = ESTIMATED
         return advice
     verify_s = _verify_costs(costs, replayed.widths, step, estimated)
     draft_s, steps = _draft_seconds(entry, costs, scale, max(replayed.widths), estimated) if entry.draft_steps \
@@ -320,9 +333,10 @@ def end_to_end(entry, runs: Sequence, mix: RoundMix, model: CostModel, costs: Co
 
 
 def _order(advice: Advice):
-    """Best first: the higher prediction; at a tie (to 1e-9) an exact replay before an estimate,
-    then the smaller tree, the smaller γ, the name."""
-    return (-round(advice.predicted_speedup, 9), not advice.exact, advice.tree, advice.gamma, advice.method)
+    """Best first: the higher prediction; at a tie (to 1e-9) an exact replay before one exact up to
+    rounding before an estimate, then the smaller tree, the smaller γ, the name."""
+    return (-round(advice.predicted_speedup, 9), EXACTNESS.index(advice.exactness), advice.tree, advice.gamma,
+            advice.method)
 
 
 def rank(entries, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),

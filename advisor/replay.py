@@ -21,6 +21,13 @@ objects (``generation.gamma_policies.make_policy``) and counts as the verify loo
   drafter with a tokenizer of its own run the same way, their target fed the kept tokens; their
   entries are marked estimates (:data:`ESTIMATED_KINDS` says why).
 
+Each entry says how far its counts are a real run's (``advisor.rank.EXACTNESS``): ``exact`` on a
+float32 target where the replay computes what a run computes; ``rounding`` where a run can part
+from target AR's output by rounding alone (a bfloat16 or float16 target, whose verifies round a
+near-tie otherwise than target AR's steps) or where the replay fed the target's cache the kept
+tokens from other forwards than a run's verifies (a self-drafter: ``advisor.stored``'s one wide
+forward, the same values up to rounding); ``estimated`` where :func:`_estimate_note` says why.
+
 What cannot be replayed at all is listed by :func:`unreplayable` with its reason.
 """
 
@@ -33,6 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from advisor.rank import ESTIMATED, EXACT, ROUNDING
 from advisor.recorded import FILL, Recorded, Replayed, _book, storage_options
 from advisor.stored import Stores, stored_target
 from advisor.teacher import TeacherDrafter, guesses, teachable
@@ -101,14 +109,14 @@ class ReplayEntry:
     """One method replayed: ``replayed`` (calls, drafted, accepted, tokens, verify widths after the
     prefills); ``draft_steps`` the drafter model's forwards by width, all the engine runs
     ({} model-free), of which ``prefill_steps`` in each prompt's first round (the prompt fed);
-    ``rates`` the acceptance by draft position; ``exact``: the counts equal a real greedy run's
-    (else an estimate, ``note`` says why)."""
+    ``rates`` the acceptance by draft position; ``exactness`` (``advisor.rank.EXACTNESS``): how far
+    the counts are a real greedy run's (``note`` says why where they are not exactly)."""
 
     method: Method
     replayed: Replayed
     draft_steps: dict[int, int]
     rates: list[float]
-    exact: bool = True
+    exactness: str = EXACT
     note: str = ""
     prefill_steps: dict[int, int] = field(default_factory=dict)
     mode: str = ""              # "teacher" or "drafter" (replay_mode)
@@ -122,6 +130,10 @@ class ReplayEntry:
     # Seconds of the proposals after each prompt's first round that ran no drafter forward (a
     # storage's look-ups, a hybrid's storage rounds): the draft phase no forward cost prices.
     lookup_s: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.exactness == EXACT
 
 
 # ---------------------------------------------------------------- what replays
@@ -173,10 +185,23 @@ def _estimate_note(pair, m: Method) -> str:
     return ""
 
 
+def _rounding_note(pair, fed: bool) -> str:
+    """Why a replay that is no estimate equals a run's counts only up to floating-point rounding,
+    or "" where it is exact. ``fed``: the replay fed the target's cache kept tokens after its prefill."""
+    dtype = _dtype(pair.target)
+    if dtype not in (torch.float32, torch.float64):
+        return (f"a {str(dtype).removeprefix('torch.')} target: a run's verifies round its logits otherwise "
+                "than target AR's steps, so a near-tie can part a run from the output replayed")
+    if fed:
+        return ("the target's keys and values of the kept tokens come from other forwards than a run's "
+                "verifies (the store's one wide forward, or the replay's feeds): the same up to rounding")
+    return ""
+
+
 def unreplayable(pair) -> list[tuple[str, str]]:
     """(method or kind, one-line reason) for each way of drafting this pair offers that the replay
-    cannot count at all. What it replays as an estimate carries ``exact=False`` and its note
-    in its :class:`ReplayEntry` instead."""
+    cannot count at all. What it replays as an estimate is marked ``estimated`` with its note in
+    its :class:`ReplayEntry` instead."""
     return [("lookahead", "its Jacobi window is scored by the target off the output's path each round"),
             ("speculative:model", "the model policy picks γ from the machine's measured round times")]
 
@@ -286,8 +311,11 @@ def _replay_one(pair, recorded, m: Method, max_gen_len: int, state, taught: dict
         module = _draft_module(pair, m, state)
     drive = _drive(pair, recorded, make, m, max_gen_len, module, stores)
     note = _estimate_note(pair, m)
-    return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), not note, note, drive.prefill_steps,
-                       replay_mode(pair, m), drive.firsts, (drive.timed_s, drive.timed_steps), drive.lookup_s)
+    rounding = "" if note else _rounding_note(pair, drive.fed)
+    exactness = ESTIMATED if note else ROUNDING if rounding else EXACT
+    return ReplayEntry(m, drive.replayed, drive.steps, drive.rates(), exactness, note or rounding,
+                       drive.prefill_steps, replay_mode(pair, m), drive.firsts, (drive.timed_s, drive.timed_steps),
+                       drive.lookup_s)
 
 
 def _hybrid_of(pair, m: Method, teacher: TeacherDrafter, state, vocab_size: int, record: Recorded,
@@ -346,6 +374,7 @@ class _Drive:
     timed_s: float = 0.0          # ReplayEntry.timed
     timed_steps: int = 0
     lookup_s: float = 0.0         # ReplayEntry.lookup_s
+    fed: bool = False             # the target's cache was fed kept tokens after its prefill (_rounding_note)
 
     def judge(self, depth: int, accepted: int) -> None:
         while len(self.offered) < depth:
@@ -433,6 +462,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
                 priced = not first or target.forwards > before or begun > 0
                 if first and target.forwards > before:
                     out.replayed.calls += 1
+                out.fed = out.fed or (not first and target.forwards > before)
                 widths_before = dict(out.replayed.widths) if first else {}
                 calls_before = drafter.calls
                 synchronize(device)

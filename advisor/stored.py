@@ -14,7 +14,8 @@ for. One store serves every γ, policy, tree and hybrid of every drafter on that
 The stored values of the output's positions come from one wide forward where a run computes them
 in its verifies (a few positions a forward) and the old replay in its feeds: the same keys and
 values up to the rounding of a wider matrix product (a cast copy, ``self:fp16``, rounds them
-to its own dtype anyway). ``tests/test_advisor_replay.py`` holds the replays that read them to
+to its own dtype anyway), so a replay that reads them is labelled ``rounding``, not ``exact``
+(``advisor.rank.EXACTNESS``). ``tests/test_advisor_replay.py`` holds the replays that read them to
 ``engine.run_strategy``'s counts.
 
 Only a plain cache qualifies (full-attention layers, addressable by position); a target that

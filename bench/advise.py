@@ -16,6 +16,7 @@ import time
 from advisor.advise import SAMPLING_NOTE, advise
 from advisor.costs import CostsError, CostTable
 from bench.runner import encode_prompts
+from kvcache.static import default_compile
 
 SHOWN = 5       # rows per category in the summary
 
@@ -53,18 +54,22 @@ def summary_lines(reports: dict, costs: CostTable) -> list[str]:
     lines = ["# Advice", "", f"Costs {costs.label()}." + "".join(f" {n}." for n in costs.notes), ""]
     for category, report in reports.items():
         lines += [f"## {category} ({report.prompts} prompts, {report.length} new tokens, "
-                  f"target AR {report.ar_tokens_per_s:.1f} tok/s; advised in {report.seconds:.1f} s)", "",
-                  "| # | method | predicted | measured | decode pred. / meas. | tok/call | why |",
-                  "|---|---|---|---|---|---|---|"]
+                  f"target AR {report.ar_tokens_per_s:.1f} tok/s; {report.ranked_on}; "
+                  f"advised in {report.seconds:.1f} s)", "",
+                  "| # | method | predicted | measured | decode pred. / meas. | tok/call | replay | why |",
+                  "|---|---|---|---|---|---|---|---|"]
         for i, a in enumerate(report.advice[:SHOWN], 1):
             predicted = f"{a.predicted_speedup:.2f}x" + (" (est.)" if a.estimate else "")
             measured = "failed" if a.confirm_error else _ms(a.measured_speedup)
             lines.append(f"| {i} | {a.method} | {predicted} | {measured} | {a.decode_text()} | "
-                         f"{a.tokens_per_call:.2f} | {a.why.line()} |")
+                         f"{a.tokens_per_call:.2f} | {a.exactness} | {a.why.line()} |")
         estimated = [a.sampling_line() for a in report.advice if a.sampling is not None]
         if estimated:
             lines.append("\nUnder the sampling processor, estimated from the target's and the drafter's distributions "
                          "along target AR's path (steady state): " + "; ".join(estimated) + ".")
+        rounding = report.rounding_line()
+        if rounding:
+            lines.append(f"\n{rounding}.")
         for note in report.notes:
             lines.append(f"\n{note}.")
         for method, reason in report.unreplayable:
@@ -85,7 +90,7 @@ def run_advice(args, prompts, models, out, err) -> int:
         for category, ids in groups.items():
             err.print(f"advising on {category} ({len(ids)} prompts)", highlight=False)
             report = advise(models, ids, length=args.length, costs=costs, confirm=args.confirm, seed=args.seed,
-                            processor=args.processor,
+                            processor=args.processor, session_compile=args.compile or default_compile(models.device),
                             say=lambda line: err.print(f"  {line}", highlight=False))
             costs = report.costs
             reports[category] = report

@@ -125,8 +125,11 @@ def static_peer_refusal(strategy: str, target) -> str | None:
     """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (one line), or
     None when it can. Assisted generation and prompt lookup roll their cache back: transformers 4.x
     swaps a static cache for a dynamic one there (with a warning), so their static peer would run
-    the eager path under another name; a release whose caches record their past for a rollback
-    (``Cache.activate_past_recording``, 5.x) takes it. A model transformers builds no static cache
+    the eager path under another name. A release whose caches record their past for a rollback
+    (``Cache.activate_past_recording``) is let through, though not every such release takes it:
+    5.17 and 5.18 have the method but raise ``ValueError("assisted generate is not supported with
+    Static cache classes")`` for a static cache; 5.24 runs both on it (5.19 to 5.23 not checked;
+    docs/benchmark.md). A model transformers builds no static cache
     for (its own cache class, a recurrent state) is refused too, and so are assisted generation and
     prompt lookup on an encoder-decoder model (transformers crops its cache only when dynamic)."""
     from transformers.cache_utils import Cache, StaticCache

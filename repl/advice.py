@@ -14,6 +14,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from advisor.rank import ROUNDING
+
 CONFIRM = 3     # the best methods run for real to confirm their predictions
 
 
@@ -22,11 +24,14 @@ def _speedup(value: float | None) -> str:
 
 
 def advice_table(report) -> Table:
-    """The methods best first: predicted beside measured, tokens per call, and why."""
-    table = Table(title="advice: best first (predicted from the replay, measured for the confirmed)",
-                  title_justify="left", show_lines=False)
+    """The methods best first: predicted beside measured, tokens per call, how exact the replay
+    is (``advisor.rank.EXACTNESS``), and why (a replay's reason to be exact only up to rounding
+    goes once below the table, ``AdviceReport.rounding_line``)."""
+    table = Table(title=f"advice: best first, {report.ranked_on} (predicted from the replay, measured for "
+                        "the confirmed)", title_justify="left", show_lines=False)
     for name, justify in (("#", "right"), ("method", "left"), ("predicted", "right"), ("measured", "right"),
-                          ("decode pred. / meas.", "right"), ("tok/call", "right"), ("why", "left")):
+                          ("decode pred. / meas.", "right"), ("tok/call", "right"), ("replay", "left"),
+                          ("why", "left")):
         table.add_column(name, justify=justify, overflow="fold")
     for i, advice in enumerate(report.advice, 1):
         predicted = f"{advice.predicted_speedup:.2f}x" + (" (est.)" if advice.estimate else "")
@@ -35,12 +40,13 @@ def advice_table(report) -> Table:
             measured = "failed"
         elif advice.identical is False:
             measured += " differs!"
-        why = advice.why.line() + (f" · {advice.note}" if advice.note else "")
+        why = advice.why.line() + (f" · {advice.note}" if advice.note and advice.exactness != ROUNDING else "")
         if advice.confirm_error:
             why += f" · run failed: {advice.confirm_error}"
         table.add_row(str(i), advice.method, predicted, measured, advice.decode_text(),
-                      f"{advice.tokens_per_call:.2f}", why)
+                      f"{advice.tokens_per_call:.2f}", advice.exactness, why)
     return table
+
 
 
 def costs_table(costs) -> Table:
@@ -67,6 +73,9 @@ def advice_view(report) -> Group:
         lines.append(Text("under the session's sampling, estimated from the target's and the drafter's "
                           "distributions along target AR's path (steady state): " + "; ".join(estimated),
                           style="yellow"))
+    rounding = report.rounding_line()
+    if rounding:
+        lines.append(Text(rounding, style="dim"))
     for method, reason in report.unreplayable:
         lines.append(Text(f"not replayed: {method}: {reason}", style="yellow"))
     for note in report.notes:
@@ -101,7 +110,7 @@ def advise_prompts(session, prompt_ids: list[list[int]]):
     try:
         report = advise(session.runner.pair, prompt_ids, length=settings.length, costs=session.advisor_costs,
                         confirm=CONFIRM, state=session.runner.state, seed=settings.seed, processor=settings.processor,
-                        say=lambda line: session.say(line, "dim"))
+                        session_compile=settings.compile, say=lambda line: session.say(line, "dim"))
     except KeyboardInterrupt:
         session.say("advice interrupted; the models are intact", "yellow")
         return None

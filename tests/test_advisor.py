@@ -42,7 +42,7 @@ class E:
     replayed: Replayed
     draft_steps: dict
     rates: list
-    exact: bool = True
+    exactness: str = "exact"
     note: str = ""
     prefill_steps: dict | None = None    # None: the ranking finds the prefill's steps by their width
     firsts: list | None = None           # per prompt: (first round's tokens, its verify width or None, steps)
@@ -193,12 +193,17 @@ def test_a_missing_width_is_interpolated_and_named_an_estimate():
 
 
 def test_ties_go_to_the_exact_replay_then_the_smaller_gamma():
-    loose = ngram_entry(method=M("ngram[sam]@4", "ngram", NGramOptions("sam")), exact=False, note="a guess")
+    loose = ngram_entry(method=M("ngram[sam]@4", "ngram", NGramOptions("sam")), exactness="estimated",
+                        note="a guess")
     same = ngram_entry(method=M("ngram[basic]@6", "ngram", NGramOptions(), gamma=6))
-    ranked = rank([loose, same, ngram_entry()], table())
-    assert [a.method for a in ranked] == ["ngram[basic]@4", "ngram[basic]@6", "ngram[sam]@4"]
+    rounded = ngram_entry(method=M("ngram[onelevel]@4", "ngram", NGramOptions("onelevel")), exactness="rounding",
+                          note="a bfloat16 target")
+    ranked = rank([loose, rounded, same, ngram_entry()], table())
+    assert [a.method for a in ranked] == ["ngram[basic]@4", "ngram[basic]@6", "ngram[onelevel]@4", "ngram[sam]@4"]
     assert len({round(a.predicted_speedup, 12) for a in ranked}) == 1
     assert ranked[-1].estimate and ranked[-1].note == "a guess" and not ranked[0].estimate
+    assert not ranked[2].estimate and not ranked[2].exact           # exact up to rounding is no estimate
+    assert [a.to_dict()["exactness"] for a in ranked] == ["exact", "exact", "rounding", "estimated"]
 
 
 def test_the_copy_ceiling_is_given_for_copiers_only():
@@ -332,6 +337,62 @@ def test_mutation_a_baseline_that_is_not_target_ars_output_fails_the_check(monke
     with pytest.raises(AssertionError):
         check_report(report, 1)
     assert report.notes and "differed" in report.notes[0]
+
+
+def advise_on_paths(monkeypatch, session_compile: str | None):
+    """An advice on the tiny pair and the compile path of every run it made."""
+    import engine
+
+    import advisor.advise
+
+    paths = []
+    real = engine.run_strategy
+
+    def seen(strategy, *args, **kwargs):
+        paths.append(strategy.compile)
+        return real(strategy, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run_strategy", seen)
+    report = advisor.advise.advise(tiny_pair(), PROMPTS[:1], length=8, confirm=1, grid=tiny_grid(),
+                                   session_compile=session_compile)
+    return report, paths
+
+
+def check_ranked_on(report, paths: list[str], session_compile: str | None) -> None:
+    """The header (table, Markdown, JSON) names the one compile path every run of the advice took, and
+    one note says so where the session's differs."""
+    from bench.advise import summary_lines
+    from repl.advice import advice_view
+    from tests.helpers.repl import console
+
+    assert paths and set(paths) == {report.compile}
+    data = report.to_dict()
+    words = f"ranked on compile {report.compile} ("
+    assert data["compile"] == report.compile and data["ranked_on"].startswith(words)
+    c, out = console()
+    c.print(advice_view(report))
+    assert data["ranked_on"] in out.getvalue().splitlines()[0]          # the table's title
+    assert data["ranked_on"] in "\n".join(summary_lines({"all": report}, report.costs))
+    differs = [n for n in data["notes"] if "the session runs compile" in n]
+    assert len(differs) == (session_compile not in (None, report.compile))
+    assert all(f"compile {session_compile}" in n and "\n" not in n for n in differs)
+
+
+@pytest.mark.parametrize("session_compile", ["graphs", "off"])
+def test_the_advice_names_the_compile_path_it_ranked_on(monkeypatch, session_compile):
+    report, paths = advise_on_paths(monkeypatch, session_compile)
+    assert report.ranked_on == "ranked on compile off (dynamic cache)"
+    check_ranked_on(report, paths, session_compile)
+
+
+def test_mutation_runs_on_another_compile_path_than_the_header_names_fail_the_check(monkeypatch):
+    import advisor.advise
+
+    real = advisor.advise._greedy
+    monkeypatch.setattr(advisor.advise, "_greedy", lambda fields: {**real(fields), "compile": "static"})
+    report, paths = advise_on_paths(monkeypatch, "graphs")
+    with pytest.raises(AssertionError):
+        check_ranked_on(report, paths, "graphs")
 
 
 def test_advise_keeps_a_read_table_and_its_label(tmp_path):

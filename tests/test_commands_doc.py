@@ -202,3 +202,28 @@ def test_slugs_follow_github():
     assert slug("The network what-if (`/rtt` and `--rtt-inject`)") == "the-network-what-if-rtt-and---rtt-inject"
     assert slug("`/set_ngramstorage`") == "set_ngramstorage"
     assert slug("A lean draft step (2026-11-24)") == "a-lean-draft-step-2026-11-24"
+
+
+# ------------------------------------------------------------- the README stays short
+
+README_WORDS = 900      # words outside fenced code blocks; detail goes to docs/
+
+
+def prose_words(text: str) -> int:
+    """Words outside ``` fenced blocks."""
+    inside, count = False, 0
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            inside = not inside
+        elif not inside:
+            count += len(line.split())
+    return count
+
+
+def test_the_readme_stays_within_its_word_budget():
+    assert prose_words((REPO / "README.md").read_text(encoding="utf-8")) <= README_WORDS
+
+
+def test_the_word_count_leaves_code_blocks_out():
+    # Mutation check: a count that read the fenced block too would say 6.
+    assert prose_words("one two\n```bash\nthree four\n```\nfive six\n") == 4
