@@ -35,12 +35,14 @@ import functools
 import inspect
 import logging
 import warnings
+import weakref
 
 import torch
 import transformers
 from transformers import GenerationConfig
 
 from bench.processors import ProcessorSpec, hf_sampling_kwargs
+from sampling.spec import parse_processor_words
 
 # The neutral value of every setting a model's own generation config could
 # carry that changes which token is chosen (transformers 5.x fills unset fields
@@ -121,32 +123,61 @@ def static_cache_len(strategy: str, prompt_tokens: int, max_new_tokens: int, gam
     return prompt_tokens + max_new_tokens + (gamma or 0) + 1
 
 
-def static_peer_refusal(strategy: str, target) -> str | None:
-    """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (one line), or
-    None when it can. Assisted generation and prompt lookup roll their cache back: transformers 4.x
-    swaps a static cache for a dynamic one there (with a warning), so their static peer would run
-    the eager path under another name. A release whose caches record their past for a rollback
-    (``Cache.activate_past_recording``) is let through, though not every such release takes it:
-    5.17 and 5.18 have the method but raise ``ValueError("assisted generate is not supported with
-    Static cache classes")`` for a static cache; 5.24 runs both on it (5.19 to 5.23 not checked;
-    docs/benchmark.md). A model transformers builds no static cache
-    for (its own cache class, a recurrent state) is refused too, and so are assisted generation and
-    prompt lookup on an encoder-decoder model (transformers crops its cache only when dynamic)."""
+# target -> {(peer, id of the drafter tried): why it was refused, or None}: each trial runs once a process.
+_STATIC_TRIALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def static_peer_refusal(strategy: str, target, drafter=None) -> str | None:
+    """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (and, for
+    ``hf_assisted``, ``drafter``: refused without one, there being nothing to try), in one line, or
+    None when it can. Decided by trying (:func:`_static_trial`), once a process for each model and
+    peer: no release number or attribute says it. transformers 4.x swaps a static cache for a dynamic
+    one in assisted generation and prompt lookup (the trial sees the swap), some 5.x releases raise
+    there, encoder-decoder models crop only a dynamic cache, and some models get no static cache."""
+    helper = drafter if strategy == "hf_assisted" else None
+    if strategy == "hf_assisted" and helper is None:
+        return "no drafter model to try transformers' assisted generation with"
+    tried = _STATIC_TRIALS.setdefault(target, {})
+    key = (strategy, id(helper))
+    if key not in tried:
+        tried[key] = _static_trial(strategy, target, helper)
+    return tried[key]
+
+
+def _static_trial(strategy: str, target, drafter) -> str | None:
+    """One tiny greedy call of the peer on a static cache (a repeating 6-token prompt, so prompt lookup
+    drafts; 4 new tokens; drafts of 2; no compilation): why it failed, or why it did not run on a static
+    cache (the target's forwards were given none), or None."""
     from transformers.cache_utils import Cache, StaticCache
 
-    if strategy in ("hf_assisted", "hf_prompt_lookup") and not hasattr(Cache, "activate_past_recording"):
-        return (f"transformers {transformers.__version__} runs assisted generation and prompt lookup on a "
-                "dynamic cache only (it swaps a static one out)")
-    if strategy in ("hf_assisted", "hf_prompt_lookup") and getattr(target.config, "is_encoder_decoder", False):
-        return (f"transformers {transformers.__version__} rolls an encoder-decoder's cache back only when it is "
-                "dynamic (its crop refuses a static one)")
-    config = target.config.get_text_config(decoder=True)
+    version, name = transformers.__version__, type(target).__name__
+    end = target.config.eos_token_id
+    end = end if isinstance(end, int) else 0
+    prompt = torch.tensor([[1, 2, 3, 1, 2, 3]], device=target.device)
+    config = generation_config(parse_processor_words(["greedy"])[0], max_new_tokens=4, end_tokens=[end], pad_token_id=end,
+                               prompt_lookup=2 if strategy == "hf_prompt_lookup" else None, static=True,
+                               cache_len=static_cache_len(strategy, prompt.shape[1], 4, 2))
+    config.disable_compile = True       # a trial, not a measurement: no compilation on CUDA
+    seen: list[bool] = []
+
+    def spy(module, args, kwargs):
+        for value in kwargs.values():
+            if isinstance(value, Cache):
+                inner = getattr(value, "self_attention_cache", value)     # an encoder-decoder's pair of caches
+                seen.append(isinstance(value, StaticCache) or isinstance(inner, StaticCache))
+    hook = target.register_forward_pre_hook(spy, with_kwargs=True)
+    schedule = assistant_settings(drafter, 2, 0.0) if drafter is not None else contextlib.nullcontext()
     try:
-        StaticCache(config=config, max_cache_len=8)
-    except Exception as exc:  # noqa: BLE001  (any failure means generate would fail the same way)
+        with schedule, quiet_transformers(), torch.no_grad():
+            peer_call(strategy, target, drafter, prompt, config)()
+    except Exception as exc:  # noqa: BLE001  (any failure here is the failure the run would meet)
         text = str(exc).strip().splitlines()
-        return (f"transformers {transformers.__version__} builds no static cache for {type(target).__name__} "
+        return (f"transformers {version} refuses {strategy} on a static cache with {name} "
                 f"({type(exc).__name__}: {text[0] if text else ''})")
+    finally:
+        hook.remove()
+    if not seen or not all(seen):
+        return f"transformers {version} runs {strategy} with {name} on a dynamic cache only (it swaps a static one out)"
     return None
 
 

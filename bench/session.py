@@ -325,7 +325,7 @@ def static_peers(args, models) -> tuple[set[str], list[str]]:
     for strategy, peer in wanted.items():
         if strategy not in args.strategies and strategy != "target":
             continue
-        reason = static_peer_refusal(peer, models.target)
+        reason = static_peer_refusal(peer, models.target, models.drafter)
         if reason is None:
             static.add(peer)
         else:

@@ -363,7 +363,7 @@ def paths_part(args, report: dict, save) -> None:
                         num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
         spec[f"transformers assisted (1B, {args.gamma})"] = hf_entry(target, prompt, args.length, args.device,
                                                                       **assisted)
-        refused = static_peer_refusal("hf_assisted", target)
+        refused = static_peer_refusal("hf_assisted", target, drafter)
         if refused is None:
             spec[f"transformers assisted static (1B, {args.gamma})"] = hf_entry(
                 target, prompt, args.length, args.device, static=True, **assisted)

@@ -4,10 +4,15 @@ and ours paired with the peer that matches the run's compile path."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 import transformers
-from transformers.cache_utils import Cache, StaticCache
+from transformers.cache_utils import Cache, EncoderDecoderCache, StaticCache
+from transformers.generation.utils import GenerationMixin
+
+from bench import peers
 
 from bench.aggregate import summarize
 from bench.peers import generation_config, peer_call, quiet_transformers, static_cache_len, static_peer_refusal
@@ -15,11 +20,11 @@ from bench.processors import parse_processor
 from bench.records import RunRecord
 from bench.variants import STATIC, Variant, matching_peer, parse_variant_name, plan_variants
 from tests.helpers.models import tiny_llama, tiny_t5
+from tests.helpers.mutations import static_by_attribute
 
 # A prompt that repeats itself, so prompt lookup finds matches and drafts (and overshoots).
 PROMPT = [0, 5, 9, 3, 5, 9, 3, 7, 5, 9, 3]
 LENGTH = 24
-ROLLBACK_STATIC = hasattr(Cache, "activate_past_recording")   # transformers 5.x
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,9 @@ def _decode(strategy: str, target, drafter, *, static: bool, gamma: int = 3):
         cache_len=static_cache_len(strategy, len(PROMPT), LENGTH, gamma) if static else None)
     seen: list[type] = []
 
-    def spy(module, args, kwargs):
-        seen.extend(type(v) for v in kwargs.values() if isinstance(v, Cache))
+    def spy(module, args, kwargs):       # an encoder-decoder's pair of caches: its decoder's
+        seen.extend(type(v.self_attention_cache if isinstance(v, EncoderDecoderCache) else v)
+                    for v in kwargs.values() if isinstance(v, Cache))
     hook = target.register_forward_pre_hook(spy, with_kwargs=True)
     try:
         if strategy == "hf_assisted":
@@ -57,8 +63,8 @@ def test_a_static_peer_decodes_what_its_eager_twin_does_on_a_static_cache(models
     StaticCache (the eager one never is). Mutation (by hand): generation_config ignoring ``static``
     leaves the static run on a DynamicCache and fails the cache check."""
     target, drafter = models
-    if static_peer_refusal(strategy, target) is not None:
-        pytest.skip(static_peer_refusal(strategy, target))
+    if static_peer_refusal(strategy, target, drafter) is not None:
+        pytest.skip(static_peer_refusal(strategy, target, drafter))
     eager, eager_caches = _decode(strategy, target, drafter, static=False)
     static, static_caches = _decode(strategy, target, drafter, static=True)
     assert len(eager) == LENGTH
@@ -71,7 +77,7 @@ def test_prompt_lookup_on_a_static_cache_needs_room_past_the_budget(models):
     """Prompt lookup verifies candidates past max_new_tokens: a static cache sized to the budget alone
     overflows on this prompt, which is why static_cache_len adds a round's drafts."""
     target, drafter = models
-    if static_peer_refusal("hf_prompt_lookup", target) is not None:
+    if static_peer_refusal("hf_prompt_lookup", target, drafter) is not None:
         pytest.skip("this transformers runs prompt lookup on a dynamic cache only")
     assert static_cache_len("hf_prompt_lookup", 10, 20, 4) == 10 + 20 + 4 + 1
     assert static_cache_len("hf_generate", 10, 20, None) is None
@@ -83,19 +89,64 @@ def test_prompt_lookup_on_a_static_cache_needs_room_past_the_budget(models):
         peer_call("hf_prompt_lookup", target, drafter, torch.tensor([PROMPT * 3]), config)()
 
 
-def test_the_releases_that_swap_a_static_cache_out_are_refused_in_one_line(models):
-    target, _ = models
+def _tried(strategy: str, target, drafter) -> bool:
+    """Whether transformers runs ``strategy`` on a static cache with these models, found by a real
+    greedy call: it raises nowhere and every forward of the target is given a StaticCache."""
+    try:
+        _, caches = _decode(strategy, target, drafter, static=True)
+    except (ValueError, TypeError, RuntimeError, IndexError):
+        return False
+    return bool(caches) and all(issubclass(c, StaticCache) for c in caches)
+
+
+def _cases(models):
+    target, drafter = models
+    t5, t5_drafter = tiny_t5(0), tiny_t5(1)      # an encoder-decoder: transformers crops only a dynamic cache
+    return [(s, target, drafter) for s in ("hf_generate", "hf_assisted", "hf_prompt_lookup")] + \
+        [(s, t5, t5_drafter) for s in ("hf_generate", "hf_assisted")]
+
+
+def _refusal_faults(refusal, cases) -> list[str]:
+    """Where ``refusal`` disagrees with a real call (empty: nowhere); a refusal is one line naming the
+    transformers release."""
+    faults = []
+    for strategy, target, drafter in cases:
+        reason, runs = refusal(strategy, target, drafter), _tried(strategy, target, drafter)
+        if (reason is None) != runs:
+            faults.append(f"{strategy} on {type(target).__name__}: said {reason!r}, runs {runs}")
+        elif reason is not None and ("\n" in reason or transformers.__version__ not in reason):
+            faults.append(f"{strategy}: {reason!r}")
+    return faults
+
+
+def test_the_peers_refused_a_static_cache_are_those_transformers_refuses(models, monkeypatch):
+    """static_peer_refusal against a real static-cache call of each peer on tiny models (a decoder
+    and an encoder-decoder), on this transformers."""
+    monkeypatch.setattr(peers, "_STATIC_TRIALS", weakref.WeakKeyDictionary())
+    assert _refusal_faults(static_peer_refusal, _cases(models)) == []
+
+
+def test_a_release_that_raises_on_a_static_assisted_cache_is_refused(models, monkeypatch):
+    """transformers 5.17 and 5.18, made here: ``Cache.activate_past_recording`` exists, yet assisted
+    generation (and prompt lookup, which runs through it) raises on a static cache. The peers are
+    refused, in one line, and the run goes on. Mutation (static_by_attribute,
+    tests/helpers/mutations.py): taking the attribute as proof fails the same check."""
+    real = GenerationMixin._assisted_decoding
+
+    def refusing(self, *args, **kwargs):
+        if any(isinstance(v, StaticCache) for v in kwargs.values()):      # the cache, whatever its keyword
+            raise ValueError("assisted generate is not supported with Static cache classes")
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(GenerationMixin, "_assisted_decoding", refusing)
+    monkeypatch.setattr(Cache, "activate_past_recording", lambda self: None, raising=False)
+    monkeypatch.setattr(peers, "_STATIC_TRIALS", weakref.WeakKeyDictionary())
+    cases = _cases(models)[:3]
+    assert _refusal_faults(static_peer_refusal, cases) == []
+    target, drafter = models
+    assert "Static cache classes" in static_peer_refusal("hf_assisted", target, drafter)
     assert static_peer_refusal("hf_generate", target) is None
-    for strategy in ("hf_assisted", "hf_prompt_lookup"):
-        reason = static_peer_refusal(strategy, target)
-        if ROLLBACK_STATIC:
-            assert reason is None
-        else:
-            assert reason is not None and "\n" not in reason and transformers.__version__ in reason
-    t5 = tiny_t5(0)            # an encoder-decoder: transformers crops its cache only when dynamic
-    assert static_peer_refusal("hf_generate", t5) is None
-    reason = static_peer_refusal("hf_assisted", t5)
-    assert reason is not None and "\n" not in reason
+    monkeypatch.setattr(peers, "_STATIC_TRIALS", weakref.WeakKeyDictionary())
+    assert len(_refusal_faults(static_by_attribute(static_peer_refusal), cases)) == 2
 
 
 def test_static_peers_are_rows_of_their_own_right_after_their_eager_twins():

@@ -5,14 +5,17 @@ panel, /stats and the JSON; bench.py's --compile in its settings, bench.json and
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import weakref
 
 import pytest
 import torch
 
+from generation import autoregressive, verify
 from kvcache import static
 from kvcache.static import default_compile
 from repl import render
-from repl.commands import COMMANDS, CommandError, add_flags, apply_flags, execute
+from repl.commands import COMMANDS, CommandError, add_flags, apply_flags, execute, parse_compile
 from repl.runner import Runner, strategy_for
 from repl.runs import StrategyRun
 from repl.settings import STRATEGIES, Settings
@@ -27,19 +30,51 @@ PROMPT = "w1 w2 w3 w4 w1 w2 w3 w4 w1 w2"
 
 # ---------------------------------------------------------------- the setting
 
-def test_compile_parses_each_path_and_refuses_in_one_line():
+def _compile_command_faults() -> list[str]:
+    """What /compile gets wrong (empty: nothing): each path is set, told in one line, and changes no
+    other setting and asks for nothing (no reload, no run: the setting is read at the next prompt);
+    a refused line is told in one line with the usage and leaves every setting as it was."""
+    faults = []
     settings = Settings()
     for path in COMPILE_PATHS:
+        before = dataclasses.asdict(settings)
         reply = execute(f"/compile {path.upper()}", settings)
-        assert reply.ok and settings.compile == path and reply.message == f"compile: {path}"
+        if not (reply.ok and settings.compile == path and reply.message == f"compile: {path}"):
+            faults.append(f"/compile {path}: {reply}")
+        if {**before, "compile": path} != dataclasses.asdict(settings):
+            faults.append(f"/compile {path} changed another setting")
+        if (reply.action, reply.topic, reply.argument) != (None, None, None):
+            faults.append(f"/compile {path} asked for {reply.action!r}")
     for line, words in (("/compile fast", "unknown compile path 'fast'"), ("/compile", "missing compile path"),
                         ("/compile off static", "expected one compile path")):
+        before = dataclasses.asdict(settings)
         reply = execute(line, settings)
-        assert not reply.ok and words in reply.message and "\n" not in reply.message
-        assert reply.message.endswith("(usage: /compile off|static|graphs)")
-        assert settings.compile == "graphs"                       # a refused command changes nothing
-    assert "did you mean graphs?" in execute("/compile graph", settings).message
-    assert reply.action is None                                   # the setting only: no reload, no run
+        if reply.ok or words not in reply.message or "\n" in reply.message or \
+                not reply.message.endswith("(usage: /compile off|static|graphs)"):
+            faults.append(f"{line}: {reply.message!r}")
+        if dataclasses.asdict(settings) != before:
+            faults.append(f"{line} changed the settings")
+    if "did you mean graphs?" not in execute("/compile graph", settings).message:
+        faults.append("/compile graph: no hint")
+    return faults
+
+
+def test_compile_parses_each_path_and_refuses_in_one_line(monkeypatch):
+    """Mutations: /compile asking for a reload, and a parser that writes the setting before it
+    refuses the line, each fail the same check."""
+    assert _compile_command_faults() == []
+    command = COMMANDS["compile"]
+
+    def reloads(words, settings=None):
+        return dataclasses.replace(parse_compile(words, settings), action="reload")
+
+    def writes_then_checks(words, settings=None):
+        settings.compile = (words or ["off"])[0].lower()
+        return parse_compile(words, settings)
+    monkeypatch.setitem(COMMANDS, "compile", dataclasses.replace(command, parse=reloads))
+    assert any("asked for 'reload'" in f for f in _compile_command_faults())
+    monkeypatch.setitem(COMMANDS, "compile", dataclasses.replace(command, parse=writes_then_checks))
+    assert any("changed the settings" in f for f in _compile_command_faults())
 
 
 def test_the_flag_goes_through_the_same_parser():
@@ -115,15 +150,39 @@ def test_the_json_and_the_panels_say_which_path_each_strategy_ran(runner, monkey
     assert {e["compile"]["path"] for e in off.values()} == {"off"}
 
 
+def _graphs_run_faults(runner) -> list[str]:
+    """What a graphs run reports wrongly (empty: nothing): with no capture kept, the first run
+    captures its widths, outside its time, and /stats says so; the next run reuses them: no capture,
+    and /stats says none."""
+    faults = []
+    for first in (True, False):
+        target = _run(runner, compile="graphs", speculative=False, ngram=False, drafter=False).runs[0]
+        compiled = target.result.compile
+        line = render.compile_text(target.result, detail=True)
+        if compiled["path"] != "graphs" or compiled["recompiles"] != 0 or not line.startswith("compile: graphs"):
+            faults.append(f"not a graphs run: {line}")
+        if first and not (compiled["captures"] >= 1 and compiled["widths"] and
+                          f"{compiled['captures']} captures in" in line and "not in the run's time" in line):
+            faults.append(f"the first run's captures are not reported: {compiled}, {line!r}")
+        if not first and (compiled["captures"] != 0 or "captures in" in line):
+            faults.append(f"the second run captured again: {compiled}")
+    return faults
+
+
 def test_graphs_runs_report_their_captures(runner, monkeypatch):
+    """dynamo's cheap "eager" backend, and no capture kept from an earlier test: the first run must
+    capture. Mutation: compile_report dropping the captures' count fails the same check."""
     monkeypatch.setattr(static, "BACKEND", "eager")
-    target = _run(runner, compile="graphs", speculative=False, ngram=False, drafter=False).runs[0]
-    compiled = target.result.compile
-    assert compiled["path"] == "graphs" and compiled["recompiles"] == 0
-    line = render.compile_text(target.result, detail=True)
-    assert line.startswith("compile: graphs")
-    if compiled["captures"]:                       # a width first met in this process is captured now
-        assert "captures in" in line and "not in the run's time" in line
+    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    assert _graphs_run_faults(runner) == []
+    real = static.compile_report
+
+    def uncounted(*args, **kwargs):
+        return {**real(*args, **kwargs), "captures": 0}
+    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    for module in (autoregressive, verify):
+        monkeypatch.setattr(module, "compile_report", uncounted)
+    assert any("captures are not reported" in f for f in _graphs_run_faults(runner))
 
 
 def test_a_fallback_is_shown_on_the_panel_and_its_reason_told_once(runner):

@@ -95,6 +95,8 @@ TIMERS = {"engine.timing.time_target", "engine.self_pair.calibrate.step_s", "eng
 # The loops' callers: run_strategy, and autoregressive decoding handing a served target to its server.
 LOOP_CALLERS = {"engine.run.run_strategy", "generation.autoregressive.autoregressive_generate"}
 HOLDS_PAIR_OR_DRAFTER = re.compile(r"(\w+_)?(pair|drafter|models)")
+DRAFTER_TYPES = re.compile(r"\b\w*(Drafter|ModelPair)\b")          # annotations that name one
+DRAFTER_SOURCES = re.compile(r"(\w+_)?drafter")                     # calls that make one
 
 
 def product_files(root: Path = ROOT, packages=PACKAGES) -> list[Path]:
@@ -137,16 +139,126 @@ def _loops_of(function):
     return [n for n in _own_nodes(function) if isinstance(n, (ast.For, ast.While))]
 
 
+def _is_drafter_type(annotation) -> bool:
+    """An annotation naming a drafter or a pair (``Drafter``, ``SelfDrafter | None``, ``ModelPair``)."""
+    return annotation is not None and DRAFTER_TYPES.search(ast.unparse(annotation)) is not None
+
+
+def _params(function) -> list[ast.arg]:
+    a = function.args
+    return [*a.posonlyargs, *a.args, *([a.vararg] if a.vararg else []), *a.kwonlyargs, *([a.kwarg] if a.kwarg else [])]
+
+
+class _Holders:
+    """Which names hold a pair, a drafter or a drafter model, read from what they hold: a name or an
+    attribute named so; a parameter annotated with a drafter or pair type; the value of a call that
+    makes a drafter (``build_self_drafter``, ``default_drafter``: the first of the values it returns);
+    and, through assignments (tuples too), returns and calls between a module's own functions, whatever
+    such a value is handed to, under any name."""
+
+    def __init__(self, tree: ast.Module):
+        self.functions = {f.name: f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.typed = {name: {p.arg for p in _params(f) if _is_drafter_type(p.annotation)}
+                      for name, f in self.functions.items()}
+        self.params = {name: set(typed) for name, typed in self.typed.items()}
+        self.returns: dict[str, set] = {name: set() for name in self.functions}   # "all" or tuple positions
+        self.names: dict[str, set[str]] = {}
+        scopes = [(None, tree)] + list(self.functions.items())
+        changed = True
+        while changed:
+            self.passed: dict[tuple[str, str], list[bool]] = {}     # (function, parameter): held at each call
+            before = ({k: set(v) for k, v in self.params.items()}, {k: set(v) for k, v in self.returns.items()})
+            for name, node in scopes:
+                self._scan(name, node)
+            # a parameter holds one where every call in the module hands it one (a helper given any model does not)
+            for name in self.functions:
+                self.params[name] = self.typed[name] | {param for (f, param), held in self.passed.items()
+                                                        if f == name and all(held)}
+            changed = before != (self.params, self.returns)
+
+    def _own(self, node):
+        body = list(ast.iter_child_nodes(node)) if not isinstance(node, ast.Module) else list(node.body)
+        nodes = []
+        while body:
+            child = body.pop()
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                nodes.append(child)
+                body.extend(ast.iter_child_nodes(child))
+            elif isinstance(child, ast.ClassDef):
+                body.extend(c for c in child.body if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        return sorted(nodes, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+
+    def _positions(self, value, names) -> set:
+        """Which of ``value``'s parts hold one: "all", or the positions of a tuple."""
+        if isinstance(value, ast.Tuple):
+            return {i for i, v in enumerate(value.elts) if self.holds(v, names)}
+        if isinstance(value, ast.Call):
+            called = _called(value)
+            if called in self.functions:
+                return set(self.returns[called])
+            return {"all", 0} if DRAFTER_SOURCES.fullmatch(called) else set()
+        return {"all"} if self.holds(value, names) else set()
+
+    def holds(self, node, names) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in names or HOLDS_PAIR_OR_DRAFTER.fullmatch(node.id) is not None
+        if isinstance(node, ast.Attribute):
+            return HOLDS_PAIR_OR_DRAFTER.fullmatch(node.attr) is not None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            return node.slice.value in self._positions(node.value, names)
+        if isinstance(node, ast.NamedExpr):
+            return self.holds(node.value, names)
+        if isinstance(node, ast.Call):
+            return "all" in self._positions(node, names)
+        return False
+
+    def _bind(self, target, found: set, names: set) -> None:
+        if isinstance(target, ast.Name) and "all" in found:
+            names.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for i, element in enumerate(target.elts):
+                self._bind(element, {"all"} if i in found else set(), names)
+
+    def _scan(self, name, node) -> None:
+        names = set(self.params.get(name, ()))
+        for child in self._own(node):
+            if isinstance(child, ast.AnnAssign) and _is_drafter_type(child.annotation):
+                self._bind(child.target, {"all"}, names)
+            elif isinstance(child, (ast.Assign, ast.AnnAssign)) and child.value is not None:
+                found = self._positions(child.value, names)
+                for target in (child.targets if isinstance(child, ast.Assign) else [child.target]):
+                    self._bind(target, found, names)
+            elif isinstance(child, (ast.For, ast.comprehension, ast.withitem)):
+                source = child.context_expr if isinstance(child, ast.withitem) else child.iter
+                target = child.optional_vars if isinstance(child, ast.withitem) else child.target
+                if target is not None and self.holds(source, names) and not isinstance(child, ast.withitem):
+                    self._bind(target, {"all"}, names)
+            elif isinstance(child, ast.Return) and child.value is not None and name is not None:
+                self.returns[name] |= self._positions(child.value, names)
+            elif isinstance(child, ast.Call) and _called(child) in self.functions:
+                called = _called(child)
+                params = [p.arg for p in _params(self.functions[called]) if p.arg not in ("self", "cls")]
+                given = [(params[i], arg) for i, arg in enumerate(child.args) if i < len(params)]
+                given += [(k.arg, k.value) for k in child.keywords if k.arg]
+                for param, arg in given:
+                    self.passed.setdefault((called, param), []).append(self.holds(arg, names))
+        self.names[name] = names
+
+    def probes(self, tree):
+        """getattr/hasattr calls whose first argument holds a pair, a drafter or a drafter model."""
+        for name, node in [(None, tree)] + list(self.functions.items()):
+            for child in self._own(node):
+                if isinstance(child, ast.Call) and _called(child) in ("getattr", "hasattr") and child.args \
+                        and self.holds(child.args[0], self.names.get(name, set())):
+                    yield child
+
+
 def attribute_probes(path: Path, root: Path = ROOT) -> list[str]:
-    """getattr/hasattr calls on something named a pair or a drafter, as 'file:line call'."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and _called(node) in ("getattr", "hasattr") and node.args:
-            held = node.args[0]
-            name = held.id if isinstance(held, ast.Name) else getattr(held, "attr", "")
-            if HOLDS_PAIR_OR_DRAFTER.fullmatch(name):
-                found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}")
-    return found
+    """getattr/hasattr calls on something that holds a pair, a drafter or a drafter model
+    (:class:`_Holders`: what a name holds, not only what it is called), as 'file:line call'."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = sorted(set(_Holders(tree).probes(tree)), key=lambda n: (n.lineno, n.col_offset))
+    return [f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}" for node in nodes]
 
 
 def decoding_loops(root: Path = ROOT, packages=PACKAGES) -> set[str]:
@@ -202,6 +314,25 @@ def test_a_getattr_on_a_drafter_or_a_pair_in_the_engine_would_be_caught(tmp_path
     found = [p for path in product_files(tmp_path) for p in attribute_probes(path, tmp_path)]
     assert [line.split(" ", 1)[1] for line in found] == ["getattr(drafter, 'verify_costs', None)",
                                                          "hasattr(self.pair, 'probe')"]
+
+
+def test_a_drafter_probed_under_another_name_would_be_caught(tmp_path):
+    """Mutation check: the self-pair loader probing the drafter model it built through names that say
+    nothing (``m``, handed on as ``thing``; a parameter typed ``Drafter``), as it once did with ``draft``:
+    the guard follows what the names hold. A helper handed a target as well as a drafter (``size``) is
+    not a drafter's reader, and is left alone."""
+    _copy(tmp_path, "engine")
+    _append(tmp_path / "engine" / "self_pair" / "load.py",
+            "def _made(target, spec):\n    m, chosen, notes = default_drafter(target, None, 'x', None)\n"
+            "    return m, notes\n\n\n"
+            "def _note(spec, thing):\n    return getattr(thing, 'lean_reason', '')\n\n\n"
+            "def _typed(x: 'Drafter | None'):\n    return hasattr(x, 'verify_costs')\n\n\n"
+            "def size(model):\n    return getattr(model, 'dtype', None)\n\n\n"
+            "def _uses(target, spec):\n    built = _made(target, spec)[0]\n"
+            "    return _note(spec, built), size(built), size(target)\n")
+    found = [p for path in product_files(tmp_path) for p in attribute_probes(path, tmp_path)]
+    assert [line.split(" ", 1)[1] for line in found] == ["getattr(thing, 'lean_reason', '')",
+                                                         "hasattr(x, 'verify_costs')"]
 
 
 def test_every_decoding_loop_is_named():

@@ -6,12 +6,16 @@ kernel tick says nothing); a real busy-loop process pins the reading of /proc/st
 from __future__ import annotations
 
 import os
+import resource
+import signal
+import statistics
 import subprocess
 import sys
 import time
 
 import pytest
 
+from tests.helpers.mutations import own_time_counted
 from utils import machine_load
 from utils.machine_load import (BUSY_CORES, LoadReading, busy_warning, is_busy, load_record, other_load,
                                 read_load, sample_other_load)
@@ -70,15 +74,83 @@ def test_a_busy_process_beside_this_one_is_seen():
     assert load is not None and load > 0.8
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc/stat (Linux)")
-def test_this_process_spinning_is_not_other_load():
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds process ``pid`` has used (user + system, from /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()      # after the command name: field 3 on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _window(kind: str, child: subprocess.Popen, seconds: float) -> dict:
+    """One measured span: ``idle`` (nothing of ours runs), ``own`` (this process spins) or ``child``
+    (a child process spins, this one sleeps); the readings around it and each spinner's cores."""
+    own_start, child_start = resource.getrusage(resource.RUSAGE_SELF), _cpu_seconds(child.pid)
     before = read_load()
-    end = time.perf_counter() + 0.5
-    while time.perf_counter() < end:
-        pass
+    if kind == "child":
+        os.kill(child.pid, signal.SIGCONT)
+    end = time.perf_counter() + seconds
+    if kind == "own":
+        while time.perf_counter() < end:
+            pass
+    else:
+        time.sleep(seconds)
+    if kind == "child":
+        os.kill(child.pid, signal.SIGSTOP)
     after = read_load()
-    own = (after.own_busy_s - before.own_busy_s) / (after.clock - before.clock)
-    assert own > 0.1                                      # this process was busy (on a loaded machine, less than a core)...
-    system = (after.system_busy_s - before.system_busy_s) / (after.clock - before.clock)
-    # ...and its own share is taken out of the system's busy time.
-    assert other_load(before, after) == pytest.approx(max(0.0, system - own), abs=1e-9)
+    own_end = resource.getrusage(resource.RUSAGE_SELF)
+    wall = after.clock - before.clock
+    own = (own_end.ru_utime + own_end.ru_stime - own_start.ru_utime - own_start.ru_stime) / wall
+    return {"kind": kind, "before": before, "after": after, "own": own,
+            "child": (_cpu_seconds(child.pid) - child_start) / wall}
+
+
+def _measured_windows(rounds: int = 3, seconds: float = 0.3) -> list[dict]:
+    """Idle, own-spin and child-spin windows, interleaved so that the machine's other work drifts
+    alike over the three kinds. The child is held stopped (SIGSTOP) outside its windows."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.1)                                   # the interpreter is up...
+        os.kill(child.pid, signal.SIGSTOP)                # ...and held until its windows
+        return [_window(kind, child, seconds) for _ in range(rounds) for kind in ("idle", "own", "child")]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _load_sorting(other_load_fn, windows: list[dict], slack: float = 0.15) -> list[str]:
+    """What ``other_load_fn`` gets wrong over ``windows`` (empty: nothing), by medians over each kind.
+    While this process spins, the other load plus this process's cores cannot pass the machine's
+    cores (on a full machine its own time, counted, would), and it stays within half the spinner's
+    core of the idle level (on a quiet machine its own time, counted, would not); while the child
+    spins, the other load holds at least the child's cores (it is another process)."""
+    def median(kind, of):
+        return statistics.median(of(w) for w in windows if w["kind"] == kind)
+
+    def load(w):
+        return other_load_fn(w["before"], w["after"])
+    cores = windows[0]["after"].cores
+    idle, own, child = median("idle", load), median("own", load), median("child", load)
+    own_core, child_core = median("own", lambda w: w["own"]), median("child", lambda w: w["child"])
+    wrong = []
+    if not own + own_core <= cores + slack:
+        wrong.append(f"this process's {own_core:.2f} cores counted: other load {own:.2f} of {cores} cores")
+    if not own - idle < 0.5 * own_core:
+        wrong.append(f"this process's {own_core:.2f} cores counted: other load {own:.2f} against {idle:.2f} idle")
+    if not child >= child_core - slack:
+        wrong.append(f"the child's {child_core:.2f} cores missed: other load {child:.2f}")
+    return wrong
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc/stat (Linux)")
+def test_this_process_spinning_is_not_other_load_and_a_child_spinning_is():
+    """Real spans on this machine: this process's own busy loop stays out of other_load, a child
+    process's busy loop (another process, though ours) goes in, on a quiet machine and on a full one
+    alike. Mutation (own_time_counted,
+    tests/helpers/mutations.py): other_load not taking this process's CPU time out fails the same
+    check on the same readings."""
+    windows = _measured_windows()
+    own_core = statistics.median(w["own"] for w in windows if w["kind"] == "own")
+    child_core = statistics.median(w["child"] for w in windows if w["kind"] == "child")
+    assert own_core > 0.3 and child_core > 0.3, (own_core, child_core)    # both spinners really ran
+    assert _load_sorting(other_load, windows) == []
+    assert any("this process's" in line for line in _load_sorting(own_time_counted(other_load), windows))

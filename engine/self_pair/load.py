@@ -13,7 +13,7 @@ from model_drafters.selfdraft.build import build_self_drafter
 from engine.self_pair.calibrate import calibration_ids, greedy_continuation
 from engine.timing import time_target
 from engine.self_pair.default import default_drafter
-from model_drafters.selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR
+from model_drafters.selfdraft.lean import lean_of
 from engine.self_pair.search import search_skip
 from model_drafters.selfdraft.skip import SkipRefused, num_layers
 from model_drafters.selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
@@ -33,14 +33,14 @@ def _float_dtype(model):
 def _drafter_name(target: str | None, spec: SelfDraftSpec, draft) -> str:
     """``SmolLM2-135M-Instruct self:int8 (float32, torch int8)``."""
     int8 = f", {draft.int8_method} int8" if spec.kind == "int8" else ""
-    lean = ", lean step" if getattr(draft, LEAN_ATTR, None) is not None else ""
+    lean = ", lean step" if lean_of(draft)[0] is not None else ""
     return f"{DEFAULT_LABEL if target is None else target} {spec.label} ({dtype_name(_float_dtype(draft))}{int8}{lean})"
 
 
 def lean_note(spec: SelfDraftSpec, draft) -> list[str]:
     """A banner line where a copy drafts through its own forward, not a lean step, and why."""
-    reason = getattr(draft, LEAN_REASON_ATTR, "")
-    if getattr(draft, LEAN_ATTR, None) is not None or not reason:
+    step, reason = lean_of(draft)
+    if step is not None or not reason:
         return []
     return [f"{spec.label} drafts through the model's own forward, not a lean step: {reason}"]
 

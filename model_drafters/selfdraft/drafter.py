@@ -31,7 +31,7 @@ from generation.model_drafter import ModelDrafter, draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
 from model_drafters.selfdraft import shared_cache
-from model_drafters.selfdraft.lean import LEAN_ATTR
+from model_drafters.selfdraft.lean import lean_of
 from model_drafters.selfdraft.skip import kept_layers
 from kvcache.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
 
@@ -88,7 +88,7 @@ class SelfDrafter(Drafter):
         self.stats = RollbackStats(method="shared" if self.mode != "own" else "crop")
         if self.mode == "copy":
             self.cache = new_cache(self.model)
-            self.lean = getattr(self.model, LEAN_ATTR, None)
+            self.lean = lean_of(self.model)[0]
             if self.lean is not None:
                 self.lean.clear()
                 self.stats.step = "lean"

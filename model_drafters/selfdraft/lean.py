@@ -307,3 +307,10 @@ def attach_lean(model) -> None:
     step, reason = lean_step(model)
     object.__setattr__(model, LEAN_ATTR, step)
     object.__setattr__(model, LEAN_REASON_ATTR, reason)
+
+
+def lean_of(model) -> tuple[LeanStep | None, str]:
+    """(the lean step :func:`attach_lean` kept on ``model``, why it has none); (None, "") for a model
+    it never saw (a layer-skip view): the one reader of the two fields this module writes."""
+    kept = vars(model)
+    return kept.get(LEAN_ATTR), kept.get(LEAN_REASON_ATTR, "")
