@@ -13,19 +13,25 @@ position p, with a = target AR's token and b = the strategy's:
 - each computation must rank its own token first (AR's row a, the strategy's
   row b): a strategy that emitted a token its own verify pass did not rank first
   has a bug under greedy;
-- its margin (AR: logit(a) - logit(b); strategy: logit(b) - logit(a)) must be no
-  larger than the ``difference`` of the two computations on those tokens,
-  max |logit_AR(t) - logit_S(t)| over t in {a, b}.
+- (i) each run's row must match the reference, the model's own uncached forward
+  over the committed prefix in the run's dtype, within the rounding that correct
+  computations of that dtype show (``tolerance``: measured once per model and
+  dtype on known-correct paths, ``analysis.reference``, never from the rows
+  judged): a row further off was computed from something else (a stale key, a
+  position off by one);
+- (ii) the float32 reference's margin between a and b must be within that
+  rounding: a wider one is no tie a correct computation could flip.
 
-Both hold: ``near-tie``. Either fails, or a token is outside a recorded top-k
-(its logit is only known to be below the k-th, so the flip cannot be shown to
-be a rounding one): ``unexplained``. Under sampling the two runs draw, so no
-verdict applies. Plain numbers in, no torch (``infer.py --replay`` reads it too).
+All hold: ``near-tie``. Otherwise ``unexplained``, the note saying which failed.
+Without a reference (a served target, an encoder-decoder model, an old trace) the
+difference is given without a verdict. Under sampling the two runs draw, so no
+verdict applies. Plain numbers in, no torch (``infer.py --replay`` reads it too);
+:class:`Evidence` carries the reference's numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 NEAR_TIE = "near-tie"
@@ -68,6 +74,31 @@ def row_of(data) -> Row:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """The reference's numbers at a difference (``analysis.reference.evidence``): the largest
+    |recorded - reference| over the recorded tokens of target AR's row (``ar_deviation``) and of
+    the strategy's (``deviation``), the rounding a correct computation of that ``dtype`` shows
+    (``tolerance``), and the float32 reference's |logit(a) - logit(b)| (``margin32``; None where
+    the model could not be cast to float32)."""
+
+    ar_deviation: float
+    deviation: float
+    tolerance: float
+    margin32: float | None
+    dtype: str = ""
+
+    def to_dict(self) -> dict:
+        return {"ar_deviation": self.ar_deviation, "deviation": self.deviation, "tolerance": self.tolerance,
+                "margin32": self.margin32, "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Evidence":
+        margin = data.get("margin32")
+        return cls(float(data["ar_deviation"]), float(data["deviation"]), float(data["tolerance"]),
+                   None if margin is None else float(margin), str(data.get("dtype", "")))
+
+
+@dataclass(frozen=True)
 class Divergence:
     """Where and why a strategy's output first differs from target AR's.
 
@@ -79,7 +110,8 @@ class Divergence:
     logit_AR(b); ``margin``: logit_S(b) - logit_S(a); ``difference``: max over
     t in {a, b} of |logit_AR(t) - logit_S(t)| (None where a logit is unknown).
     ``verdict``: ``near-tie``, ``unexplained`` or None (no verdict: sampling,
-    rows not recorded, one output ended first); ``note``: one line saying why.
+    rows not recorded, no reference, one output ended first); ``note``: one line saying why;
+    ``evidence``: the reference's numbers (:class:`Evidence`), None where none was computed.
     """
 
     position: int
@@ -94,6 +126,7 @@ class Divergence:
     ar_margin: float | None = None
     margin: float | None = None
     difference: float | None = None
+    evidence: Evidence | None = None
 
     @property
     def tie(self) -> bool:
@@ -116,6 +149,7 @@ class Divergence:
             "difference": self.difference,
             "verdict": self.verdict,
             "note": self.note,
+            "reference": None if self.evidence is None else self.evidence.to_dict(),
         }
 
     @classmethod
@@ -123,10 +157,12 @@ class Divergence:
         """The inverse of :meth:`to_dict` (a JSON record read back)."""
         tokens, logits = data.get("tokens") or {}, data.get("logits") or {}
         floors, margins = data.get("floors") or {}, data.get("margins") or {}
+        reference = data.get("reference")
         return cls(int(data["position"]), tokens.get("target_ar"), tokens.get("strategy"), data.get("verdict"),
                    str(data.get("note", "")), tuple(logits.get("target_ar") or (None, None)),
                    tuple(logits.get("strategy") or (None, None)), floors.get("target_ar"), floors.get("strategy"),
-                   margins.get("target_ar"), margins.get("strategy"), data.get("difference"))
+                   margins.get("target_ar"), margins.get("strategy"), data.get("difference"),
+                   None if reference is None else Evidence.from_dict(reference))
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -138,11 +174,19 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+# reference(p, ar_tokens, a, b, ar_row, row) -> Evidence: the reference at a difference
+# (``analysis.reference.Referee.for_prompt``), or None where none can be computed.
+Reference = Callable[[int, Sequence[int], int, int, Row, Row], "Evidence | None"]
+
+
 def explain(ar_tokens: Sequence[int], ar_rows: Sequence[Row] | None, tokens: Sequence[int],
-            rows: Sequence[Row] | None, *, greedy: bool = True) -> Divergence | None:
+            rows: Sequence[Row] | None, *, greedy: bool = True, reference: Reference | None = None,
+            evidence: Evidence | None = None) -> Divergence | None:
     """The first divergence of ``tokens`` (a strategy's output, its decision ``rows``) from
     ``ar_tokens`` (target AR's, with ``ar_rows``), with its verdict; None when the outputs are equal.
-    ``greedy`` False: the runs sampled, so the position is given without a verdict."""
+    ``greedy`` False: the runs sampled, so the position is given without a verdict. The reference
+    comes from ``reference`` (computed here) or ``evidence`` (computed before: a trace read back);
+    with neither the difference gets no verdict."""
     p = first_difference(ar_tokens, tokens)
     if p is None:
         return None
@@ -154,55 +198,46 @@ def explain(ar_tokens: Sequence[int], ar_rows: Sequence[Row] | None, tokens: Seq
         return Divergence(p, a, b, None, f"{'target AR' if a is None else 'the strategy'}'s output ends first")
     if ar_rows is None or rows is None or p >= len(ar_rows) or p >= len(rows):
         return Divergence(p, a, b, None, "the deciding logits were not recorded")
-    return judge(p, a, b, ar_rows[p], rows[p])
+    if evidence is None and reference is not None and ar_rows[p].ranks_first(a) and rows[p].ranks_first(b):
+        evidence = reference(p, ar_tokens, a, b, ar_rows[p], rows[p])
+    return judge(p, a, b, ar_rows[p], rows[p], evidence)
 
 
-# The most two computations of one row may differ by rounding, relative to the logits' size: 1/32,
-# eight bfloat16 steps (bfloat16 keeps 8 significant bits; the flips seen in bfloat16 runs differ
-# by one or two steps). A larger difference is no rounding flip: something computed another row.
-ROUNDING = 1 / 32
-
-
-def judge(position: int, a: int, b: int, ar_row: Row, row: Row) -> Divergence:
+def judge(position: int, a: int, b: int, ar_row: Row, row: Row, evidence: Evidence | None = None) -> Divergence:
     """The verdict at ``position`` where target AR emitted ``a`` from ``ar_row`` and the strategy
-    ``b`` from ``row`` (see the module's docstring)."""
+    ``b`` from ``row``, against the reference ``evidence`` (see the module's docstring)."""
     ar_logits, logits = (ar_row.logit(a), ar_row.logit(b)), (row.logit(a), row.logit(b))
     known = None not in ar_logits + logits
     ar_margin = ar_logits[0] - ar_logits[1] if known else None
     margin = logits[1] - logits[0] if known else None
     difference = max(abs(ar_logits[0] - logits[0]), abs(ar_logits[1] - logits[1])) if known else None
     facts = dict(ar_logits=ar_logits, logits=logits, ar_floor=ar_row.floor, floor=row.floor,
-                 ar_margin=ar_margin, margin=margin, difference=difference)
+                 ar_margin=ar_margin, margin=margin, difference=difference, evidence=evidence)
     if not row.ranks_first(b):
         note = f"the strategy emitted {b}, which its own verify row did not rank first (a bug under greedy)"
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
     if not ar_row.ranks_first(a):
         note = f"target AR emitted {a}, which its own step row did not rank first"
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
-    if not known:
-        return Divergence(position, a, b, UNEXPLAINED, _outside(a, b, ar_logits, logits, ar_row, row), **facts)
-    if max(ar_margin, margin) > 2 * difference:
-        note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) exceed twice the "
-                f"computations' difference {difference:.6g}")
+    if evidence is None:
+        return Divergence(position, a, b, None, "no reference forward was computed for this difference", **facts)
+    tol = evidence.tolerance
+    off = [(name, dev) for name, dev in (("target AR", evidence.ar_deviation), ("the strategy", evidence.deviation))
+           if dev > tol]
+    if off:
+        where = " and ".join(f"{name}'s row is {dev:.4g} from the reference" for name, dev in off)
+        note = f"(i) fails: {where}, more than {evidence.dtype} rounding ({tol:.3g})"
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
-    scale = ROUNDING * max(1.0, *(abs(v) for v in ar_logits + logits))
-    if difference > scale:
-        note = (f"the two computations differ by {difference:.6g} on these tokens, more than rounding "
-                f"({scale:.3g}, 1/{int(1 / ROUNDING)} of the logits' size)")
+    if evidence.margin32 is None:
+        return Divergence(position, a, b, None, "both rows match the reference, but no float32 margin could be "
+                          "computed (the model cannot be cast)", **facts)
+    if evidence.margin32 > tol:
+        note = (f"(ii) fails: the float32 margin between {a} and {b} is {evidence.margin32:.4g}, more than "
+                f"{evidence.dtype} rounding ({tol:.3g}): no tie a correct computation could flip")
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
-    note = (f"margins {ar_margin:.6g} (target AR) and {margin:.6g} (strategy) within twice the "
-            f"computations' difference {difference:.6g}")
+    note = (f"both rows within {evidence.dtype} rounding ({tol:.3g}) of the reference "
+            f"({evidence.ar_deviation:.3g}, {evidence.deviation:.3g}); float32 margin {evidence.margin32:.3g}")
     return Divergence(position, a, b, NEAR_TIE, note, **facts)
-
-
-def _outside(a: int, b: int, ar_logits, logits, ar_row: Row, row: Row) -> str:
-    """The line for a token outside a recorded top-k: which, and the bound on its logit."""
-    parts = []
-    for name, values, r in (("target AR", ar_logits, ar_row), ("the strategy", logits, row)):
-        for token, value in zip((a, b), values):
-            if value is None:
-                parts.append(f"{token} is outside {name}'s top {len(r.values)} (logit below {r.floor:.6g})")
-    return "; ".join(parts) + ": too far apart for a rounding flip to be shown"
 
 
 def identity_counts(divergences: Sequence[Divergence | None]) -> dict[str, int]:

@@ -255,7 +255,7 @@ def output_verdicts(records: Sequence[RunRecord], reference: dict[str, list[int]
     first_base = min((r.repeat for r in base), default=0)
     rows = {r.prompt_id: r.decisions for r in base if r.repeat == first_base}
     first = min((r.repeat for r in records), default=0)
-    judged = (explain(reference[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions)
+    judged = (explain(reference[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions, evidence=r.evidence)
               for r in records if r.repeat == first and r.prompt_id in reference)
     return [d for d in judged if d is not None]
 
@@ -308,6 +308,24 @@ def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> 
     mine = [r for r in records if r.variant == variant]
     first = min((r.repeat for r in mine), default=0)
     return {r.prompt_id: r.tokens for r in mine if r.repeat == first}
+
+
+def judge_records(records: Sequence[RunRecord], reference) -> None:
+    """Compute the reference at each first-repeat difference from target AR (``reference``: an
+    ``analysis.reference.Referee``, or None for a served target) and keep it on the record, for
+    :func:`output_verdicts`. Called while the target is loaded, before the records are summarised."""
+    if reference is None:
+        return
+    outputs = reference_outputs(records)
+    base = [r for r in records if r.variant == BASELINE]
+    first_base = min((r.repeat for r in base), default=0)
+    rows = {r.prompt_id: r.decisions for r in base if r.repeat == first_base}
+    for r in records:
+        if r.decisions is None or r.prompt_ids is None or r.prompt_id not in outputs or r.variant == BASELINE:
+            continue
+        judged = explain(outputs[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions,
+                         reference=reference.for_prompt(r.prompt_ids))
+        r.evidence = None if judged is None else judged.evidence
 
 
 def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off") -> list[SummaryRow]:

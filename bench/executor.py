@@ -161,7 +161,7 @@ class Executor:
             self.own[variant.name] = (self.state.storage, self.state.storage_key)
         record.tokens = list(result.tokens)
         if record.repeat == 0:      # the rows a difference from target AR is judged by (first repeat only)
-            record.decisions = result.decisions
+            record.decisions, record.prompt_ids = result.decisions, list(ids)
         record.seconds = seconds
         record.engine_seconds = result.seconds
         if result.first_token_s is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from generation.result import decode_rate
 
@@ -58,6 +59,8 @@ class RunRecord:
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)
     decisions: list | None = field(default=None, repr=False)
+    prompt_ids: list[int] | None = field(default=None, repr=False)   # with decisions: the ids it decoded from
+    evidence: Any = field(default=None, repr=False)   # analysis.divergence.Evidence at a difference (judge_records)
     seconds: float = 0.0
     drafted: int | None = None
     accepted: int | None = None
@@ -115,6 +118,8 @@ class RunRecord:
         out = asdict(self)
         out.pop("tokens")
         out.pop("decisions")
+        out.pop("prompt_ids")
+        out.pop("evidence")
         out.update(n_tokens=self.n_tokens, tokens_per_s=self.tokens_per_s,
                    decode_tokens_per_s=self.decode_tokens_per_s)
         return out

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from bench.advise import advice_conflict, run_advice
-from bench.aggregate import summarize
+from bench.aggregate import judge_records, summarize
 from bench.chart import speedup_chart
 from bench.executor import Executor, RunSettings
 from bench.expect import check_expectations, undecided, unknown_names
@@ -198,6 +198,9 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
     start = read_load()
     records, planned, stopped = _run_all(executor, sessions, follow_up, variants, args, err)
     load = load_record(start, read_load())
+    if args.processor.is_greedy:           # differences from target AR judged while the target is here
+        from analysis.reference import referee_for
+        judge_records(records, referee_for(models.target))
     executor.close()
     if not records:
         err.print("no run finished", style="red")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from analysis.divergence import explain
+from analysis.reference import referee_for
 from checks.stats import goodness_of_fit
 from engine import DEFAULT_GAMMA, DRAFTERS, NGramOptions, Strategy, register_drafter, run_strategy
 from generation.result import first_divergence
@@ -148,7 +149,7 @@ def token_words(pair, tokens) -> str:
     return f"{text!r} {ids}"
 
 
-def _difference(pair, prompt_no: int, result, reference) -> str | None:
+def _difference(pair, prompt_no: int, result, reference, ids) -> str | None:
     """'prompt 2 (near-tie): token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None
     when the two results' tokens are equal; the verdict is ``analysis.divergence``'s, from the
     rows both runs kept (``unexplained`` where it has none)."""
@@ -156,8 +157,10 @@ def _difference(pair, prompt_no: int, result, reference) -> str | None:
     index = first_divergence(got, want)
     if index is None:
         return None
-    judged = explain(want, reference.decisions, got, result.decisions)
-    where = f"prompt {prompt_no} ({judged.verdict or 'unexplained'})"
+    referee = referee_for(pair.target)
+    judged = explain(want, reference.decisions, got, result.decisions,
+                     reference=None if referee is None else referee.for_prompt(list(ids)))
+    where = f"prompt {prompt_no} ({judged.verdict or 'no verdict'})"
     if index >= len(got) or index >= len(want):
         return f"{where}: {len(got)} tokens, target AR gave {len(want)}"
     return (f"{where}: token {index} is {token_words(pair, [got[index]])}, "
@@ -213,7 +216,7 @@ def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None =
                 results.append(result)
                 drafted += result.drafted
                 accepted += result.accepted
-                if (diff := _difference(pair, i, result, want)) is not None:
+                if (diff := _difference(pair, i, result, want, ids)) is not None:
                     return Check(name, False, diff)
             return Check(name, True, f"same tokens as target AR on {len(prompts)} prompts, up to "
                                      f"{budget(use_cache)} each ({accepted} of {drafted} drafts accepted"

@@ -315,6 +315,11 @@ def _check_rollback_support(model, cache) -> None:
 _FORWARD_KWARGS: dict[type, tuple[str, str | None]] = {}
 
 
+def cache_keyword(model) -> str:
+    """The keyword ``model.forward`` takes its cache by (``past_key_values``, ``cache_params`` or ``cache``)."""
+    return _forward_kwargs(model)[0]
+
+
 def _forward_kwargs(model) -> tuple[str, str | None]:
     """(the cache keyword of ``model.forward``, the keyword limiting which positions get logits)."""
     cls = type(model)

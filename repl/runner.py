@@ -18,7 +18,7 @@ import torch
 
 from engine import (CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Observer,
                     Strategy, decodes_alone, lookahead_strategy, run_strategy)
-from generation import ContextLengthError, GenerationResult
+from generation import GenerationResult, StrategyRefused
 from repl.runs import PromptRun, StrategyRun, gamma_cap
 from repl.settings import Settings
 from utils.machine_load import load_record, other_load, read_load
@@ -116,7 +116,7 @@ class Runner:
         run = StrategyRun(key)
         try:
             run.result = self._generate(key, ids, settings, observer=observer)
-        except ContextLengthError as e:
+        except StrategyRefused as e:       # the context, or a setting this pair cannot take
             run.error = f"refused: {e}"
         except Exception as e:  # a failing strategy must not end the session
             if is_out_of_memory(e):
@@ -184,8 +184,16 @@ class Runner:
         except KeyboardInterrupt:
             prompt_run.interrupted = True
         prompt_run.machine_load = load_record(start, read_load())
-        prompt_run.finish()
+        prompt_run.finish(self.reference(prompt_run.prompt_ids))
         return prompt_run
+
+    def reference(self, prompt_ids: list[int]):
+        """What a difference from target AR on ``prompt_ids`` is judged against: the target's own
+        uncached forward (``analysis.reference``); None for a served or encoder-decoder target."""
+        from analysis.reference import referee_for
+
+        referee = referee_for(self.pair.target)
+        return None if referee is None else referee.for_prompt(prompt_ids)
 
 
 def strategy_for(key: str, settings: Settings) -> Strategy:

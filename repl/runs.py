@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.divergence import Divergence, explain
+from analysis.divergence import Divergence, Evidence, Reference, explain
 from analysis.report import (  # noqa: F401  (the report's names, read from here by the views and scripts)
     DRAFTING, PLAIN_STEP_SOURCES, PromptFacts, RunReport, WhatIf, Why, call_cost, copy_ceiling_of, decode_speedup,
     gamma_cap, lookahead_window_unrecorded, measured_round_trip_s, per_position_requests, plain_step_words,
@@ -88,6 +88,7 @@ class StrategyRun:
     pieces: list[dict] | None = None
     other_load: float | None = None
     report: RunReport | None = field(default=None, repr=False, compare=False)
+    evidence: Evidence | None = field(default=None, repr=False, compare=False)  # a trace's reference numbers
 
     @property
     def label(self) -> str:
@@ -168,14 +169,16 @@ class PromptRun:
         index = first_divergence(run.result.tokens, base.result.tokens)
         return index is None, index
 
-    def explained(self, run: StrategyRun) -> Divergence | None:
+    def explained(self, run: StrategyRun, reference: Reference | None = None) -> Divergence | None:
         """Where and why ``run``'s greedy output first differs from target AR's, from the rows both
-        recorded (``analysis.divergence``: a near-tie or unexplained); None when it is identical
-        or the check does not apply (sampling, no baseline, an incomplete run)."""
+        recorded and the reference (``analysis.divergence``: a near-tie or unexplained; computed by
+        ``reference``, or read back with a trace); None when it is identical or the check does not
+        apply (sampling, no baseline, an incomplete run)."""
         if self.divergence(run)[0] is not False:
             return None
         base = self.baseline().result
-        return explain(base.tokens, base.decisions, run.result.tokens, run.result.decisions)
+        return explain(base.tokens, base.decisions, run.result.tokens, run.result.decisions,
+                       reference=reference, evidence=run.evidence)
 
     def ar_step_s(self) -> float | None:
         """Target AR's seconds per token (prefill left out), when it ran to completion."""
@@ -201,13 +204,16 @@ class PromptRun:
         """What a run's report reads besides the run (``analysis.report.PromptFacts``)."""
         return PromptFacts(self.prompt_ids, self.greedy, self.settings, self._base_result(), self.plain_step())
 
-    def finish(self) -> None:
+    def finish(self, reference: Reference | None = None) -> None:
         """The prompt's runs have ended: compute each run's report once and keep it with the run
-        (the runner calls this, and so does a trace read back)."""
+        (the runner calls this with the target's ``reference``, ``analysis.reference``; a trace
+        read back calls it with none, its runs' evidence read from the file)."""
         facts = self.facts()
         for run in self.runs:
-            run.report = run_report(run.key, run.result, facts, self.divergence(run), self._ceilings,
-                                    self.explained(run))
+            explained = self.explained(run, reference)
+            if explained is not None:
+                run.evidence = explained.evidence
+            run.report = run_report(run.key, run.result, facts, self.divergence(run), self._ceilings, explained)
 
     def report(self, run: StrategyRun) -> RunReport:
         """``run``'s report: the one kept when the prompt finished, else computed now (a live

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analysis.divergence import row_of
+from analysis.divergence import Evidence, row_of
 from generation.inspection import Inspection
 from generation.result import GenerationResult, Round
 from repl.runs import PromptRun, StrategyRun, round_pieces
@@ -238,6 +238,9 @@ def _strategy(key: str, entry: dict) -> StrategyRun:
     run = StrategyRun(key, text=str(entry.get("text", "")), error=entry.get("error"),
                       other_load=_load_value(entry.get("other_load")))
     data = entry.get("result")
+    reference = (entry.get("divergence") or {}).get("reference")
+    if reference is not None:                   # the reference's numbers the verdict was made from
+        run.evidence = Evidence.from_dict(reference)
     if data is not None:
         run.result = _result(data)
         pieces = [rnd.get("pieces") for rnd in data.get("trace") or []]

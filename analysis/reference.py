@@ -1,0 +1,154 @@
+"""The reference a difference from target AR is judged against (``analysis.divergence``).
+
+At the first position p where a strategy's greedy output parts from target AR's, the
+reference is the model's own forward over the whole committed prefix (prompt and the
+p tokens both outputs share), without a cache: in the run's dtype, and in float32.
+
+What a correct computation of that dtype may differ from the reference by is measured
+once per model and dtype (:func:`rounding_tolerance`), on paths that are known to be
+right and that share nothing with the project's decoding: transformers' own cache, fed
+a probe sequence one token at a time (the shape of a decode step) and in chunks of 2 to
+8 (the shape of a verify pass), against the uncached forward. A bug's own deviation is
+never part of that measure, so it can never become its excuse.
+
+This module needs torch and the model; the verdict itself (``analysis.divergence``)
+reads only the numbers kept in :class:`~analysis.divergence.Evidence`.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Sequence
+
+import torch
+
+from analysis.divergence import Evidence
+from kvcache.cache import cache_keyword, new_cache
+
+PROBE_LENGTH = 48            # tokens of the probe sequence the tolerance is measured on
+PROBE_PREFILL = 16           # the first chunk: a prefill, then steps and verify-shaped chunks
+PROBE_CHUNKS = (1, 1, 1, 1, 2, 3, 4, 5, 8, 1, 1, 2, 4)
+PROBE_SEEDS = (0, 1)         # two probe sequences
+TOP = 8                      # the tokens compared per row: a recorded decision's width
+SAFETY = 2.0                 # the tolerance is twice the largest rounding seen on the probes
+
+_tolerances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> {dtype: float}
+
+
+def _dtype(model) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _logits(model, ids: Sequence[int], **kwargs) -> torch.Tensor:
+    """(n, V) float32 logits of an uncached forward over ``ids`` (or over ``ids`` on a cache)."""
+    x = torch.tensor([list(ids)], dtype=torch.long, device=_device(model))
+    with torch.no_grad():
+        out = model(input_ids=x, **kwargs)
+    return out
+
+
+def _unit(dtype: torch.dtype) -> float:
+    """The relative spacing of ``dtype`` (one unit in the last place at 1.0)."""
+    return torch.finfo(dtype).eps if dtype.is_floating_point else torch.finfo(torch.float32).eps
+
+
+def rounding_tolerance(model) -> float:
+    """What correct computations of ``model`` in its dtype differ from its uncached forward by, on
+    the tokens a decision records (the top 8 of each row): twice the largest difference seen when
+    transformers' own cache is fed two probe sequences step by step and in verify-sized chunks, at
+    least one unit in the last place of the largest logit. Measured once per model and dtype."""
+    dtype = _dtype(model)
+    known = _tolerances.setdefault(model, {})
+    if dtype not in known:
+        known[dtype] = _measure(model, dtype)
+    return known[dtype]
+
+
+def _measure(model, dtype: torch.dtype) -> float:
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    worst, scale = 0.0, 0.0
+    for seed in PROBE_SEEDS:
+        gen = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, vocab, (PROBE_LENGTH,), generator=gen).tolist()
+        whole = _logits(model, ids, use_cache=False).logits[0].float()            # (n, V)
+        scale = max(scale, float(whole.abs().max()))
+        top = whole.topk(min(TOP, whole.shape[-1]), dim=-1).indices                 # (n, TOP)
+        cache, at = new_cache(model), 0                    # transformers' own cache, filled in place
+        for width in (PROBE_PREFILL, *PROBE_CHUNKS):
+            if at + width > len(ids):
+                break
+            out = _logits(model, ids[at:at + width], use_cache=True, **{cache_keyword(model): cache})
+            part = out.logits[0].float()                                              # (width, V)
+            rows = slice(at, at + width)
+            diff = (part.gather(-1, top[rows]) - whole[rows].gather(-1, top[rows])).abs()
+            worst = max(worst, float(diff.max()))
+            at += width
+    return max(SAFETY * worst, _unit(dtype) * scale)
+
+
+def _float32_copy(model):
+    """``model`` in float32 (itself when it already is), or None when it cannot be cast (a
+    quantised model whose weights are not floating point)."""
+    if _dtype(model) == torch.float32:
+        return model
+    try:
+        return copy.deepcopy(model).to(torch.float32)
+    except Exception:  # noqa: BLE001  (no float32 reference: the verdict says so)
+        return None
+
+
+def evidence(model, prompt_ids: Sequence[int], shared: Sequence[int], a: int, b: int,
+             ar_values: Sequence[tuple[int, float]], values: Sequence[tuple[int, float]]) -> Evidence:
+    """The reference at the first difference: ``shared`` are the output tokens both runs emitted
+    before it, ``a`` and ``b`` target AR's and the strategy's tokens there, ``ar_values`` and
+    ``values`` the (token, logit) pairs each run's recorded row kept.
+
+    Deviations are the largest |recorded - reference| over each row's recorded tokens; the float32
+    margin is |logit(a) - logit(b)| of the float32 reference (None where the model cannot be cast)."""
+    prefix = [*prompt_ids, *shared]
+    tolerance = rounding_tolerance(model)
+    ref = _logits(model, prefix, use_cache=False).logits[0, -1].float()                # (V,)
+
+    def deviation(pairs):
+        return max((abs(v - float(ref[t])) for t, v in pairs), default=0.0)
+
+    wide = _float32_copy(model)
+    margin32 = None
+    if wide is not None:
+        ref32 = _logits(wide, prefix, use_cache=False).logits[0, -1].float()
+        margin32 = abs(float(ref32[a]) - float(ref32[b]))
+    return Evidence(ar_deviation=deviation(ar_values), deviation=deviation(values), tolerance=tolerance,
+                    margin32=margin32, dtype=str(_dtype(model)).removeprefix("torch."))
+
+
+class Referee:
+    """Computes :class:`Evidence` for one prompt's differences from target AR with ``model`` (the
+    pair's target, decoder-only and local). ``for_prompt(prompt_ids)`` gives the callable
+    ``analysis.divergence.explain`` takes."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def for_prompt(self, prompt_ids: Sequence[int]):
+        def reference(p, ar_tokens, a, b, ar_row, row):
+            return evidence(self.model, prompt_ids, ar_tokens[:p], a, b, _pairs(ar_row), _pairs(row))
+        return reference
+
+
+def _pairs(row) -> list[tuple[int, float]]:
+    return list(zip(row.indices, row.values))
+
+
+def referee_for(target) -> Referee | None:
+    """A :class:`Referee` on ``target``, or None where no local reference can be computed: a
+    served target (its weights are on the server) or an encoder-decoder model."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(target, PreTrainedModel) or target.config.is_encoder_decoder:
+        return None
+    return Referee(target)
