@@ -107,6 +107,18 @@ def _encode(pair, text: str, *, chat: bool = True) -> list[int]:
     return ids
 
 
+def _fit(pair, ids: list[int], budget: int) -> list[int]:
+    """``ids`` without as many of its first tokens as a model of a short context needs for ``budget``
+    new tokens to fit (a served model of 128 positions, say); unchanged where it fits."""
+    room = (pair.context_length or 0) - budget
+    if pair.context_length is None or len(ids) <= room:
+        return ids
+    if room < 1:
+        raise ValueError(f"the model's context ({pair.context_length} tokens) holds no prompt beside "
+                         f"{budget} new tokens: lower --length")
+    return ids[-room:]
+
+
 def _one_hot_model_drafter(pair, strategy, state, context):
     """The pair's drafter (kind "model") drafting its most likely token, q one-hot."""
     return DRAFTERS["model"](pair, strategy, state,
@@ -195,10 +207,11 @@ def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None =
     """One deferred check per (strategy, cache setting): greedy output == target AR
     (the same cache setting), ``length`` tokens on PROMPTS with the cache, and at
     most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without."""
-    prompts_by = {True: [_encode(pair, text) for text in builtin_texts()], False: _cache_off_prompts(pair)}
-
     def budget(use_cache: bool) -> int:
         return length if use_cache else min(length, CACHE_OFF_LENGTH)
+
+    prompts_by = {True: [_fit(pair, _encode(pair, text), budget(True)) for text in builtin_texts()],
+                  False: [_fit(pair, ids, budget(False)) for ids in _cache_off_prompts(pair)]}
 
     @functools.cache  # target AR runs once per cache setting, for both strategies
     def reference(use_cache: bool) -> list:                 # target AR's results, one per prompt

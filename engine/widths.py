@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from engine.timing import time_target
+from generation.common import StrategyRefused
 from utils.devices import model_device
 
 # The widest verify measured for filling: a γ above it is filled up to this width only.
@@ -34,7 +35,7 @@ def verify_costs(pair, state, gamma: int, vocab_size: int) -> dict[int, float]:
     does not depend on the tokens), measured once per pair and widest width (kept in ``state``)."""
     reason = fill_refusal(pair.target)
     if reason is not None:
-        raise ValueError(reason)
+        raise StrategyRefused(reason)
     widest = max(1, min(gamma + 1, MAX_FILL_WIDTH))
 
     def measure() -> dict[int, float]:

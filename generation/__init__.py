@@ -11,6 +11,7 @@ from utils.lazy import lazy_exports
 
 _EXPORTS = {
     "ContextLengthError": "generation.common",
+    "StrategyRefused": "generation.common",
     "Drafter": "generation.drafter",
     "GenerationResult": "generation.result",
     "LoopOptions": "generation.options",

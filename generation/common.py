@@ -13,7 +13,12 @@ from utils.options import MAX_GAMMA
 from utils.vocab import context_length
 
 
-class ContextLengthError(ValueError):
+class StrategyRefused(ValueError):
+    """A strategy that cannot run on this pair with these settings; the message says why in one line
+    (the front ends show it as ``refused: ...``)."""
+
+
+class ContextLengthError(StrategyRefused):
     """The prompt plus the length budget does not fit in the model's context."""
 
     def __init__(self, prompt_tokens: int, max_gen_len: int, context_length: int):
