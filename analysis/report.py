@@ -18,7 +18,8 @@ from analysis.lookahead import lookahead_summary
 from analysis.sources import drafter_chose_lengths, source_numbers
 from analysis.speedup import (
     SEARCH_GAMMA, CostModel, RoundMix, ar_step_from_result, best_cap, best_gamma, costs_from_result,
-    estimated_inputs, first_round, measured_mix, mix_run_speedup, mix_speedup, tokens_per_s_at_rtt,
+    estimated_inputs, first_round, measured_mix, mix_run_speedup, mix_speedup, prediction_interval,
+    tokens_per_s_at_rtt,
 )
 from analysis.trees import tree_model, tree_summary
 
@@ -59,6 +60,9 @@ class Why:
     prediction is a ratio to came from (:data:`PLAIN_STEP_SOURCES`), ``plain_step_s``
     what it cost. ``estimated``: the inputs the prediction did not measure and the
     model filled in (``analysis.speedup.estimated_inputs``); empty when all were measured.
+    ``predicted_interval``: (low, high) of a prediction made without target AR on this prompt, over
+    the spread of what it priced (the plain step's timings, the run's own rounds:
+    ``analysis.speedup.prediction_interval``); None when target AR priced it.
 
     ``measured``: the run's drafter chose each round's draft length (a match
     drafter, docs/model_free.md); the model then prices the measured draft
@@ -88,6 +92,7 @@ class Why:
     plain_step_s: float | None = None
     estimated: list[str] = field(default_factory=list)
     no_gamma: bool = False
+    predicted_interval: tuple[float, float] | None = None
 
     def mix(self, trace: list) -> RoundMix:
         """The rounds the speedup model prices: the measured draft lengths, or γ."""
@@ -170,7 +175,8 @@ class PromptFacts:
     ``settings``: the prompt's settings (``repl.settings.Settings.to_dict``; read: ``gamma``,
     ``lookahead_ngram``, ``length``, ``rtt``). ``baseline``: target AR's complete result on
     this prompt, or None. ``plain_step``: (seconds, source) of the plain target step the
-    predictions are ratios to (``repl.runs.PromptRun.plain_step``).
+    predictions are ratios to (``repl.runs.PromptRun.plain_step``); ``plain_step_samples``: the
+    turns a step timed at load was measured over (their spread goes into the prediction's interval).
     """
 
     prompt_ids: list[int]
@@ -178,6 +184,7 @@ class PromptFacts:
     settings: dict
     baseline: object | None = None
     plain_step: tuple[float | None, str | None] = (None, None)
+    plain_step_samples: tuple[float, ...] = ()
 
     @property
     def rtt_ms(self) -> float:
@@ -259,6 +266,9 @@ def why_of(key: str, result, facts: PromptFacts, rtt_ms: float | None = None,
         base = facts.baseline
         why.predicted = why.predicted_steady if base is None else mix_run_speedup(
             result, mix, costs, base.tokens_per_second)
+        if base is None:       # priced without target AR: the prediction carries its inputs' spread
+            samples = facts.plain_step_samples if source == "load" else ()
+            why.predicted_interval = prediction_interval(result, mix, costs, samples)
         why.first_round_s = first_round(result)[0]
         why.best_gamma, why.best_speedup = why.best(trace, costs)
     except ValueError:  # costs that cannot price a round (all zero)
@@ -397,6 +407,7 @@ def strategy_record(label: str, error: str | None, result, text: str, other_load
         prediction_cost_source=why.cost_source if why else None,
         prediction_plain_step_s=why.plain_step_s if why else None,
         prediction_estimated=list(why.estimated) if why else None,
+        predicted_interval=list(why.predicted_interval) if why and why.predicted_interval else None,
         prediction_draft_lengths=("measured" if why.measured else "gamma") if why else None,
     )
     if why is not None:

@@ -466,3 +466,67 @@ def estimated_inputs(mix: RoundMix, costs: CostModel) -> list[str]:
     (interpolated or extrapolated, :meth:`CostModel.verify`)."""
     missing = sorted(w for w in needed_widths(mix) if w not in costs.verify_s)
     return [("plain step" if w == 1 else f"verify at width {w}") for w in missing]
+
+
+# ------------------------------------------------------------ a prediction's interval
+
+# The spread of a run's own per-round costs the interval prices: their quartiles.
+SPREAD_QUANTILES = (0.25, 0.75)
+
+
+def _spread(values: Sequence[float], centre: float) -> tuple[float, float]:
+    """(low, high) of ``values``: their quartiles (the one value twice when there is one), widened
+    to take in ``centre``, the figure the point prediction priced (a mean that outliers lifted)."""
+    ordered = sorted(values)
+    if len(ordered) < 2:
+        low = high = ordered[0] if ordered else centre
+    else:
+        low, high = (_quantile(ordered, q) for q in SPREAD_QUANTILES)
+    return min(low, centre), max(high, centre)
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted values, interpolated linearly between neighbours."""
+    at = q * (len(ordered) - 1)
+    below = int(at)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (at - below)
+
+
+def cost_bounds(result: Any, costs: CostModel, step_samples: Sequence[float] = ()) -> tuple[CostModel, CostModel]:
+    """(dear, cheap): ``costs`` (the run's, :func:`costs_from_result`) with every priced piece at
+    the high end of its spread, and at the low end. The pieces: the plain step (``step_samples``,
+    the turns it was timed over, min to max; none: the step as priced), each verify width and the
+    drafter step (the quartiles of the run's own rounds, the first left out as in the point
+    prediction). The speedup grows with the plain step and falls with a round's cost, so the dear
+    rounds over the cheapest plain step give the low end of the speedup, and the reverse the high."""
+    by_width: dict[int, list[float]] = {}
+    steps: list[float] = []
+    for rnd in _timed_rounds(list(_get(result, "trace", None) or [])):
+        drafted, _ = round_counts(rnd)
+        verify = float(_get(rnd, "verify_s", 0.0) or 0.0)
+        if verify > 0:
+            by_width.setdefault(verify_width(rnd), []).append(verify)
+        if drafted:
+            steps.append(float(_get(rnd, "draft_s", 0.0) or 0.0) / drafted)
+    dear: dict[int, float] = {}
+    cheap: dict[int, float] = {}
+    for width, cost in costs.verify_s.items():
+        cheap[width], dear[width] = _spread(by_width.get(width, ()), cost)
+    plain = costs.verify_s.get(1)
+    if step_samples and plain is not None:
+        dear[1], cheap[1] = min(min(step_samples), plain), max(max(step_samples), plain)
+    elif plain is not None:
+        dear[1], cheap[1] = cheap[1], dear[1]          # the run's own plain rounds: low step, low speedup
+    draft_low, draft_high = _spread(steps, costs.draft_step_s)
+    return (CostModel(draft_high, dear, costs.other_per_round_s, costs.rtt_s, costs.trip_per_position),
+            CostModel(draft_low, cheap, costs.other_per_round_s, costs.rtt_s, costs.trip_per_position))
+
+
+def prediction_interval(result: Any, mix: RoundMix, costs: CostModel,
+                        step_samples: Sequence[float] = ()) -> tuple[float, float]:
+    """(low, high) of :func:`mix_speedup` for ``mix`` over the spread of what it priced
+    (:func:`cost_bounds`): the range a prediction made without target AR carries."""
+    dear, cheap = cost_bounds(result, costs, step_samples)
+    ends = mix_speedup(mix, dear), mix_speedup(mix, cheap)
+    return min(ends), max(ends)

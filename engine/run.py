@@ -74,6 +74,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         tree=strategy.tree, tree_branch=strategy.tree_branch, tree_sample=strategy.tree_sample,
         verify=strategy.verify, prefills=tuple(prefills), compile=strategy.compile, widest=widest(strategy),
         decisions=strategy.decisions and processor.is_greedy and not on_drafter,
+        max_rounds=strategy.max_rounds,
     )
     if not strategy.drafts:
         return autoregressive_generate(prompt, model, options, phase="draft" if on_drafter else "verify",

@@ -159,7 +159,9 @@ class Strategy:
     of the target (target AR, every drafting strategy) keeps the top-k of the
     target row that decided each token (``generation.decisions``), which
     ``analysis.divergence`` reads to explain a difference from target AR;
-    drafter AR and sampled runs never keep them.
+    drafter AR and sampled runs never keep them. ``max_rounds`` > 0 ends a drafting run after
+    that many rounds (``stop_reason`` ``"rounds"``): a caller that reads only the first round's
+    tokens (the self-test's sampling draws) pays for no other.
     """
 
     key: str
@@ -181,6 +183,7 @@ class Strategy:
     compile: str = "off"
     verify: str = "residual"
     decisions: bool = True
+    max_rounds: int = 0
 
     def __post_init__(self):
         if self.model not in MODELS:

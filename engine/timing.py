@@ -24,11 +24,14 @@ REPEATS = 5
 
 @dataclass
 class TargetTiming:
-    """Seconds of the target's forwards: ``verify_s`` by width (1 = a plain decode step), and the prefill."""
+    """Seconds of the target's forwards: ``verify_s`` by width (1 = a plain decode step), and the prefill.
+    ``step_samples``: the one-token step of each timed turn (``verify_s[1]`` is their median), the
+    spread a prediction priced from this step carries (``analysis.speedup.prediction_interval``)."""
 
     verify_s: dict[int, float]
     prefill_s: float
     prompt_tokens: int
+    step_samples: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
         return {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "prefill_s": self.prefill_s,
@@ -72,6 +75,7 @@ def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = 
                                 target)
             cached.rollback(base)
         turns.append(turn)
-    step = statistics.median(t[1] for t in turns[1:])
+    steps = tuple(t[1] for t in turns[1:])
+    step = statistics.median(steps)
     verify = {w: step * statistics.median(t[w] / t[1] for t in turns[1:]) for w in turns[0]}
-    return TargetTiming(verify, prefill, base)
+    return TargetTiming(verify, prefill, base, steps)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.timing import time_target
+from engine.timing import TargetTiming, time_target
 from generation.common import StrategyRefused
 from utils.devices import model_device
 
@@ -38,8 +38,24 @@ def verify_costs(pair, state, gamma: int, vocab_size: int) -> dict[int, float]:
         raise StrategyRefused(reason)
     widest = max(1, min(gamma + 1, MAX_FILL_WIDTH))
 
-    def measure() -> dict[int, float]:
+    return _timing(pair, state, widest, vocab_size).verify_s
+
+
+def plain_step_timing(pair, state, vocab_size: int) -> tuple[float, tuple[float, ...]]:
+    """(seconds, samples) of ``pair.target``'s one-token step on a cache of MEASURE_CONTEXT tokens:
+    the median of MEASURE_REPEATS timed turns, and each turn's own step (their spread)."""
+    reason = fill_refusal(pair.target)
+    if reason is not None:
+        raise ValueError(reason)
+    timing = _timing(pair, state, 1, vocab_size)
+    return timing.verify_s[1], timing.step_samples
+
+
+def _timing(pair, state, widest: int, vocab_size: int) -> TargetTiming:
+    """``time_target`` over widths 1..``widest``, measured once per pair and widest width (kept in ``state``)."""
+
+    def measure() -> TargetTiming:
         ids = (torch.arange(MEASURE_CONTEXT, device=model_device(pair.target)) % max(1, vocab_size - 1) + 1).view(1, -1)
-        return time_target(pair.target, ids, widths=range(1, widest + 1), repeats=MEASURE_REPEATS).verify_s
+        return time_target(pair.target, ids, widths=range(1, widest + 1), repeats=MEASURE_REPEATS)
 
     return state.for_pair(pair, f"verify_costs:{widest}", measure)

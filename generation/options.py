@@ -41,7 +41,8 @@ class LoopOptions:
     prompt (many generations from one prompt share its prefill). ``decisions``:
     keep the top-k of the target logits row that decided each emitted token
     (``generation.decisions``; read back once when the run ends) in
-    ``GenerationResult.decisions``.
+    ``GenerationResult.decisions``. ``max_rounds`` > 0: the verify loop stops after that many
+    rounds (``stop_reason`` ``"rounds"``).
     """
 
     processor: LogitsProcessor
@@ -62,3 +63,4 @@ class LoopOptions:
     widest: int = 0
     compile_refusal: str = ""
     decisions: bool = False
+    max_rounds: int = 0

@@ -92,7 +92,8 @@ class GenerationResult:
     drafts and verify); ``first_tokens``: how many tokens that round appended. The
     rest is the decode part (:attr:`decode_seconds`, :attr:`decode_tokens_per_second`).
     None and 0 when no round ended (an empty budget, an interrupted prefill, old traces).
-    ``stop_reason`` is ``"eos"``, ``"length"`` or ``"interrupted"``.
+    ``stop_reason`` is ``"eos"``, ``"length"``, ``"rounds"`` (``LoopOptions.max_rounds``) or
+    ``"interrupted"``.
     ``compile`` (None for a served target): ``requested`` (the strategy's compile path),
     ``path`` (what the target ran: off, static or graphs), ``reason`` (why it fell back,
     "" when it did not), ``drafter_path`` (the drafter model's, None when none ran),

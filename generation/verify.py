@@ -116,6 +116,9 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
             if stop:
                 result.stop_reason = "eos"
                 break
+            if options.max_rounds and result.rounds >= options.max_rounds and generated < options.max_gen_len:
+                result.stop_reason = "rounds"
+                break
     network = model.network_stats()
     target_stats, drafter_stats = model_stats(model, options.compile), drafter.compile_stats()
     if options.compile_refusal and options.compile != "off":

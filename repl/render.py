@@ -271,6 +271,15 @@ def _est(why: Why) -> str:
     return " (est.)" if why.estimated else ""
 
 
+def _range(why: Why) -> str:
+    """`` [1.30-1.62x]`` after a prediction made without target AR (the spread of what it priced,
+    ``Why.predicted_interval``), else nothing."""
+    if why.predicted_interval is None:
+        return ""
+    low, high = why.predicted_interval
+    return f" [{low:.2f}-{high:.2f}x]"
+
+
 def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[str]:
     """The speedup model's pieces of a panel's why line: the prediction for this run against the
     measured speedup, the decode part's (first round left out) against the measured decode
@@ -278,7 +287,7 @@ def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[
     priced = " (priced at the measured draft lengths)" if why.measured else ""
     decode = prompt_run.decode_speedup(run)
     if prompt_run.baseline() is None:   # no target AR run: the decode prediction is all there is
-        parts = [f"predicted {_x(why.predicted_steady)}{_est(why)} (decode part; first round "
+        parts = [f"predicted {_x(why.predicted_steady)}{_est(why)}{_range(why)} (decode part; first round "
                  f"{why.first_round_s:.2f} s left out){priced}"]
     else:
         measured = prompt_run.speedup(run)
@@ -528,7 +537,7 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
     if why is None:
         predicted, best = "-", "-"
     else:
-        predicted = _x(why.predicted) + ("" if why.predicted is None else _est(why))
+        predicted = _x(why.predicted) + ("" if why.predicted is None else _est(why) + _range(why))
         best = "-" if why.no_gamma else "n/a" if why.best_gamma is None else str(why.best_gamma)
     return [
         run.label + (" (interrupted)" if r.interrupted else ""),
@@ -703,7 +712,7 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
     row("time to first token (ms)", lambda run, why: first_token_ms(run.result))
     row("decode tokens/s (after the first round)", lambda run, why: decode_rate_cell(run.result))
     row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))
-    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)}{_est(why)} "
+    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)}{_est(why)}{_range(why)} "
         + ("at measured draft lengths" if why.measured else f"at γ {why.gamma}"))
     row("first round (prefill) seconds", lambda run, why: "-" if why.first_round_s is None
         else f"{why.first_round_s:.3f}")

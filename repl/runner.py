@@ -49,6 +49,7 @@ class Runner:
         self.notify = notify
         self.state = EngineState()  # the n-gram storage and the gamma policies, kept across prompts
         self.load_step_s: float | None = None   # the target's one-token step, timed by warm_up
+        self.load_step_samples: tuple[float, ...] = ()   # the turns it was timed over (their spread)
         self._told_no_template = False
         self._told_fallbacks: set[str] = set()   # the compile fallbacks already told (each once)
 
@@ -90,16 +91,18 @@ class Runner:
         self.load_step_s = self.time_plain_step()
 
     def time_plain_step(self) -> float | None:
-        """Seconds of one target forward over one new token (``engine.widths.verify_costs``: the
-        median of a few, on a cache of 64 tokens): the plain step a prompt's predictions take when
-        target AR does not run on it (docs/why.md). None for a target that cannot be timed
-        locally (a served one: each request is priced as measured)."""
-        from engine.widths import fill_refusal, verify_costs
+        """Seconds of one target forward over one new token (``engine.widths.plain_step_timing``:
+        the median of a few, on a cache of 64 tokens; the turns kept in ``load_step_samples``): the
+        plain step a prompt's predictions take when target AR does not run on it (docs/why.md).
+        None for a target that cannot be timed locally (a served one: each request is priced as
+        measured)."""
+        from engine.widths import fill_refusal, plain_step_timing
 
         if fill_refusal(self.pair.target) is not None:
             return None
         try:
-            return verify_costs(self.pair, self.state, 0, self.pair.vocab_size)[1]
+            step, self.load_step_samples = plain_step_timing(self.pair, self.state, self.pair.vocab_size)
+            return step
         except Exception as e:  # a failed timing must not end the session: the runs price it themselves
             self.notify(f"could not time the target's step at load ({type(e).__name__}: {e}); "
                         "with target AR off, predictions read it off each run's own rounds")
@@ -151,7 +154,7 @@ class Runner:
         dtype = None if self.pair.target is None else self.pair.target.dtype
         return PromptRun(text, ids, greedy=settings.processor.is_greedy, settings=settings.to_dict(),
                          target_dtype="" if dtype is None else str(dtype).removeprefix("torch."),
-                         load_step_s=self.load_step_s)
+                         load_step_s=self.load_step_s, load_step_samples=self.load_step_samples)
 
     def run(self, prompt_run: PromptRun, settings: Settings,
             on_run: Callable[[PromptRun, StrategyRun], None] = lambda prompt_run, run: None,

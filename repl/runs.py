@@ -133,6 +133,9 @@ class PromptRun:
     # The target's one-token step (seconds) the runner timed at load (``Runner.warm_up``): the plain
     # step the predictions take when target AR did not run this prompt; None when not measured.
     load_step_s: float | None = None
+    # The turns that step was timed over (``engine.widths.plain_step_timing``): a prediction priced
+    # from it carries their spread (``Why.predicted_interval``); () when not kept (old traces).
+    load_step_samples: tuple[float, ...] = ()
 
     def baseline(self) -> StrategyRun | None:
         """The target autoregressive run, when it ran to completion."""
@@ -202,7 +205,8 @@ class PromptRun:
 
     def facts(self) -> PromptFacts:
         """What a run's report reads besides the run (``analysis.report.PromptFacts``)."""
-        return PromptFacts(self.prompt_ids, self.greedy, self.settings, self._base_result(), self.plain_step())
+        return PromptFacts(self.prompt_ids, self.greedy, self.settings, self._base_result(), self.plain_step(),
+                           tuple(self.load_step_samples))
 
     def finish(self, reference: Reference | None = None) -> None:
         """The prompt's runs have ended: compute each run's report once and keep it with the run
@@ -245,6 +249,7 @@ class PromptRun:
             "prompt": self.prompt,
             "prompt_tokens": len(self.prompt_ids),
             "plain_step_at_load_s": self.load_step_s,
+            "plain_step_at_load_samples_s": list(self.load_step_samples),
             "interrupted": self.interrupted,
             "machine_load": self.machine_load,
             "strategies": {run.key: self.strategy_dict(run) for run in self.runs},

@@ -282,6 +282,9 @@ def _prompt(record: dict) -> PromptRun:
     prompt_run.token_text = {int(k): str(v) for k, v in (record.get("token_text") or {}).items()}
     step = record.get("plain_step_at_load_s")     # the runner's load-time plain step (None: not timed)
     prompt_run.load_step_s = float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+    samples = record.get("plain_step_at_load_samples_s") or []
+    prompt_run.load_step_samples = tuple(float(v) for v in samples if isinstance(v, (int, float))
+                                         and not isinstance(v, bool)) if isinstance(samples, list) else ()
     prompt_run.finish()
     return prompt_run
 

@@ -144,3 +144,22 @@ def test_interruptible_generation_returns_partial_result(target):
         assert result.stop_reason == "interrupted" and len(result.tokens) == 8
         with pytest.raises(KeyboardInterrupt):
             speculative(PROMPT, target, interrupt_after(2), processor=GREEDY, max_gen_len=30)
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_max_rounds_ends_a_drafting_run_after_that_many_rounds(target, greedy_tokens, rounds):
+    """A drafter that disagrees with the target every round (an independent tiny model), so each round
+    adds fewer tokens than the budget allows: the run stops after ``rounds`` of them, the tokens
+    it kept still target AR's."""
+    from engine import Strategy, pair_of, run_strategy
+
+    drafter = tiny_llama(1, logit_scale=20.0, max_positions=64)
+    strategy = Strategy("speculative", drafter="model", gamma=2, processor=GREEDY, max_gen_len=20,
+                        max_rounds=rounds)
+    with torch.inference_mode():
+        result = run_strategy(strategy, pair_of(target, drafter), PROMPT)
+        unlimited = run_strategy(Strategy("speculative", drafter="model", gamma=2, processor=GREEDY,
+                                          max_gen_len=20), pair_of(target, drafter), PROMPT)
+    assert result.rounds == rounds and result.stop_reason == "rounds"
+    assert [r.accepted for r in result.trace] == [r.accepted for r in unlimited.trace[:rounds]]
+    assert result.tokens == greedy_tokens[:len(result.tokens)] and len(result.tokens) < 20

@@ -115,7 +115,84 @@ def test_the_panel_and_the_json_say_where_the_plain_step_came_from_and_what_was_
         assert words in text
         assert (f"{render._x(pr.why(pr.runs[0]).predicted_steady)} (est.)" in text) == bool(estimated)
         cells = render.comparison_cells(pr, pr.runs[0])
-        assert any(cell.endswith("(est.)") for cell in cells) == bool(estimated)
+        assert any("(est.)" in cell for cell in cells) == bool(estimated)
+
+
+# ------------------------------------------------------------ the interval of a prediction without target AR
+
+VERIFY_SPREAD = (0.060, 0.070, 0.066, 0.090, 0.064)     # a round's verify of 5 (s), cycled
+DRAFT_SPREAD = (0.004, 0.005, 0.007)                   # a round's drafter step (s), cycled
+STEP_SAMPLES = (0.033, 0.037, 0.046)                   # the load-time step's turns (median STEP)
+
+
+def spread_run(rounds: int = 41) -> GenerationResult:
+    """γ 4 every round; the verify and drafter costs vary from round to round by a known spread."""
+    trace = [Round((1, 2, 3, 4), 4, 7, True, gamma=4, draft_s=0.05, verify_s=0.2)]
+    for i in range(rounds - 1):
+        a = ACCEPTED[i % len(ACCEPTED)]
+        trace.append(Round((1, 2, 3, 4), a, 7, a == 4, gamma=4, draft_s=4 * DRAFT_SPREAD[i % 3],
+                           verify_s=VERIFY_SPREAD[i % 5]))
+    return run_of(trace)
+
+
+def quartiles(values) -> tuple[float, float]:
+    import statistics
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
+def test_a_prediction_without_target_ar_carries_the_spread_of_what_it_priced():
+    spec = spread_run()
+    pr = prompt_run(StrategyRun("speculative", spec), load_step_s=STEP, target=False)
+    pr.load_step_samples = STEP_SAMPLES
+    why = pr.why(pr.runs[0])
+    assert why.cost_source == "load" and why.plain_step_s == STEP
+    # By hand: predicted = E * step / (4 d + v + other), the means of d and v priced; E read back from it.
+    steady = spec.trace[1:]
+    mean_v = sum(r.verify_s for r in steady) / len(steady)
+    mean_d = sum(r.draft_s for r in steady) / (4 * len(steady))
+    tokens = why.predicted * (4 * mean_d + mean_v + OTHER) / STEP
+    v_low, v_high = quartiles([r.verify_s for r in steady])
+    d_low, d_high = quartiles([r.draft_s / 4 for r in steady])
+    low = tokens * min(STEP_SAMPLES) / (4 * d_high + v_high + OTHER)
+    high = tokens * max(STEP_SAMPLES) / (4 * d_low + v_low + OTHER)
+    assert why.predicted_interval == pytest.approx((low, high), rel=1e-9)
+    assert low < why.predicted < high
+    assert high / low > 1.3                              # the step's spread alone is 0.033 to 0.046
+
+
+def test_the_interval_is_kept_only_when_target_ar_did_not_price_the_prediction():
+    spec, base = spread_run(), target_ar(150)
+    with_ar = prompt_run(StrategyRun("speculative", spec), StrategyRun("target", base), load_step_s=STEP)
+    with_ar.load_step_samples = STEP_SAMPLES
+    assert with_ar.why(with_ar.runs[0]).predicted_interval is None
+    assert with_ar.to_dict()["strategies"]["speculative"]["predicted_interval"] is None
+    # Without a load-time step the run's own rounds price it: still an interval, over their spread.
+    own = prompt_run(StrategyRun("speculative", spec), target=False).why(with_ar.runs[0])
+    assert own.cost_source == "estimated" and own.predicted_interval is not None
+    low, high = own.predicted_interval
+    assert low <= own.predicted <= high
+
+
+def test_the_panel_the_comparison_and_the_json_show_the_interval():
+    from repl.trace import _prompt, prompt_record
+    from tests.helpers.repl import WordTokenizer, console
+
+    pr = prompt_run(StrategyRun("speculative", spread_run(), text="x"), load_step_s=STEP, target=False)
+    pr.load_step_samples = STEP_SAMPLES
+    pr.finish()
+    low, high = pr.why(pr.runs[0]).predicted_interval
+    shown = f"[{low:.2f}-{high:.2f}x]"
+    record = pr.to_dict()
+    assert record["strategies"]["speculative"]["predicted_interval"] == [low, high]
+    assert record["plain_step_at_load_samples_s"] == list(STEP_SAMPLES)
+    c, out = console()
+    c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
+    assert shown in " ".join(line.strip("│ ") for line in out.getvalue().splitlines())
+    assert any(shown in cell for cell in render.comparison_cells(pr, pr.runs[0]))
+    back = _prompt(prompt_record(pr))
+    assert back.load_step_samples == STEP_SAMPLES
+    assert back.why(back.runs[0]).predicted_interval == pytest.approx((low, high))
 
 
 # ------------------------------------------------------------ lookahead
@@ -218,6 +295,8 @@ def test_a_live_lookahead_run_records_its_window_and_the_runner_times_the_plain_
     runner = Runner(pair_of(build_model(1, len(tokenizer), context=512), tokenizer=tokenizer))
     runner.load_step_s = runner.time_plain_step()
     assert runner.load_step_s is not None and runner.load_step_s > 0
+    assert len(runner.load_step_samples) == 3
+    assert min(runner.load_step_samples) <= runner.load_step_s <= max(runner.load_step_samples)
     pr = runner.run(runner.prepare("the cat and the dog and the cat and the", settings), settings)
     assert pr.load_step_s == runner.load_step_s
     trace = pr.runs[0].result.trace
@@ -226,3 +305,4 @@ def test_a_live_lookahead_run_records_its_window_and_the_runner_times_the_plain_
     assert all(verify_width(r) == len(r.tree_tokens) + 1 + rows for r in trace)
     why = pr.why(pr.runs[0])
     assert why.cost_source == "load" and why.plain_step_s == runner.load_step_s and why.best_gamma is None
+    assert pr.load_step_samples == runner.load_step_samples and why.predicted_interval is not None

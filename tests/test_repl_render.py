@@ -469,7 +469,8 @@ def test_a_live_panel_waits_for_target_ar_before_predicting():
     c, out = console()
     c.print(render.strategy_panel(spec, pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
     text = " ".join(line.strip("│ ") for line in out.getvalue().splitlines())
-    assert "predicted 1.79x (est.) (decode part; first round 0.52 s left out)" in text
+    low, high = pr.why(spec).predicted_interval          # priced without target AR: its range shown
+    assert f"predicted 1.79x (est.) [{low:.2f}-{high:.2f}x] (decode part; first round 0.52 s left out)" in text
     assert "plain step: estimated, not measured" in text
 
 

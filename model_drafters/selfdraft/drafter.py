@@ -23,6 +23,8 @@ drafts like a :class:`ModelDrafter`, on a cache of its own.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from utils.devices import model_device
@@ -250,7 +252,7 @@ class SelfDrafter(Drafter):
 
 def _cache_dtype(model) -> torch.dtype:
     """The dtype of the keys and values ``model`` writes (its float weights' dtype; float32 for int8)."""
-    for tensor in list(model.parameters()) + list(model.buffers()):
+    for tensor in itertools.chain(model.parameters(), model.buffers()):   # the first float one: no list of all
         if tensor.is_floating_point():
             return tensor.dtype
     return torch.float32
