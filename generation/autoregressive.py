@@ -80,5 +80,5 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
     result.target_calls = cached.forwards
     result.phases = split_phases(result.seconds, sum(r.draft_s for r in result.trace),
                                  sum(r.verify_s for r in result.trace))
-    result.rollback = {"target": cached.stats.to_dict()}
+    result.rollback = {"target" if phase == "verify" else "drafter": cached.stats.to_dict()}   # the model that ran
     return result

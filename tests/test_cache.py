@@ -371,3 +371,17 @@ def test_the_cache_argument_is_the_one_each_forward_names():
     assert _forward_kwargs(Old()) == ("past_key_values", "logits_to_keep")
     assert _forward_kwargs(OldMamba()) == ("cache_params", "num_logits_to_keep")
     assert _forward_kwargs(New()) == ("cache", "logits_to_keep")
+
+
+def test_an_autoregressive_run_books_its_cache_under_the_model_that_ran():
+    """Drafter AR's panel says ``cache path: drafter ...``: its cache is the drafter's, not the target's
+    (mutation: booking every autoregressive run under ``target`` fails the first assert)."""
+    from engine import Strategy, run_strategy
+    from tests.helpers.models import tiny_llama
+    from tests.helpers.pairs import model_pair
+
+    pair = model_pair(tiny_llama(0), tiny_llama(1, hidden=16, layers=1))
+    drafter_ar = run_strategy(Strategy("drafter", model="drafter", max_gen_len=4), pair, [0, 5, 9])
+    target_ar = run_strategy(Strategy("target", max_gen_len=4), pair, [0, 5, 9])
+    assert set(drafter_ar.rollback) == {"drafter"} and drafter_ar.rollback["drafter"]["path"] == "cached"
+    assert set(target_ar.rollback) == {"target"}
