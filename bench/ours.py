@@ -12,14 +12,10 @@ from utils.defaults import DEFAULTS
 
 def our_strategy(variant: Variant, *, cross: CrossTokenizerOptions = CrossTokenizerOptions(),
                  tree_sample: bool = DEFAULTS.tree_sample, **options) -> Strategy:
-    """The engine strategy of one of our variants (``engine.named.named_strategy``), keyed by the
-    variant's name (so each variant keeps its own gamma policy for the whole benchmark).
-
-    The n-gram storage is not reset by the engine (``ngram.reset`` is False): the executor puts the
-    variant's own storage in the engine state, emptied or kept, before the clock starts. Self-drafters
-    are built once per pair by :func:`bench.session.prepare_self_drafters`. The per-token inspector is
-    off: the benchmark never shows its numbers, so it times the decode without recording them.
-    """
+    """The strategy of one of our variants keyed by its name (``engine.named``), inspector off: the
+    benchmark never shows its numbers. The executor puts the variant's own storage in the engine
+    state before the clock starts (``ngram.reset`` is False); self-drafters are built once per pair
+    (:func:`bench.session.prepare_self_drafters`)."""
     return named_strategy(variant, cross=cross, tree_sample=tree_sample, inspect=False, **options)
 
 

@@ -1,8 +1,5 @@
-"""The one way from a method's name (``utils.method_name.MethodName``) to the ``Strategy`` that runs it.
-
-The REPL (its settings as a name), the benchmark (each variant) and the advisor (each point of its
-grid) all build their strategies here, so one name runs one way wherever it is written.
-"""
+"""The one way from a method's name (``utils.method_name.MethodName``) to the ``Strategy`` that runs
+it: the REPL (its settings), the benchmark (each variant) and the advisor (its grid) all come here."""
 
 from __future__ import annotations
 
@@ -12,25 +9,18 @@ from utils.method_name import MethodName
 
 # Each drafting strategy (and each peer that drafts through our verify loop) and its engine drafter.
 DRAFTER_OF = {"speculative": "model", "ngram": "ngram", "arctic_suffix": "arctic_suffix"}
-NAMED = ("speculative", "ngram", "target", "drafter", "arctic_suffix", "lookahead")
+NAMED = (*DRAFTER_OF, "target", "drafter", "lookahead")
 # The Strategy fields lookahead's W, N and G decide (its trees and γ).
 SHAPED = frozenset({"tree_branch", "tree_sample", "gamma_threshold"})
 
 
 def named_strategy(method: MethodName, *, ngram: NGramOptions = NGramOptions(), cross=None, arctic=None,
                    fresh: bool = True, key: str | None = None, **fields) -> Strategy:
-    """The strategy ``method`` names, keyed ``key`` (default: its name).
-
-    ``ngram``: NASD's storage (and a hybrid's); ``cross``: how the drafter model drafts should its
-    tokenizer differ (``CrossTokenizerOptions``; None: the engine's default); ``arctic``: the
-    ``arctic_suffix`` peer's options. A self-drafter spec (``speculative[self:int8]@4``) drafts with
-    the strategy drafter its kind names (``engine.kinds.variant_drafter``); a hybrid
-    (``speculative+hybrid4@4``) drafts from ``ngram`` in rounds whose match is at least L tokens.
-    Lookahead (``lookahead[5,3,5]@2``) takes its γ and trees from its W, N and G, its pool emptied
-    when ``fresh``. AR methods do not draft: γ 1 unless named. ``fields``: any other ``Strategy``
-    field (processor, max_gen_len, seed, inspect, compile, tree_branch, ...); lookahead ignores
-    those its shape decides (:data:`SHAPED`).
-    """
+    """The strategy ``method`` names, keyed ``key`` (default: its name). ``ngram``: NASD's (and a
+    hybrid's) storage; ``cross``: the drafter model's ``CrossTokenizerOptions`` (None: the engine's);
+    ``arctic``: the ``arctic_suffix`` peer's options. A self-drafter spec drafts with the drafter its
+    kind names (``engine.kinds.variant_drafter``); lookahead's pool is emptied when ``fresh``.
+    ``fields``: other ``Strategy`` fields, less those lookahead's shape decides (:data:`SHAPED`)."""
     if method.strategy not in NAMED:
         raise ValueError(f"unknown strategy {method.strategy!r}")
     key = method.name if key is None else key

@@ -1,13 +1,8 @@
-"""A method's name, the one grammar the REPL, the benchmark and the advisor write and read.
-
-A name is ``strategy[source]+cache+treeN+hybridL:policy@gamma~rule``, each part but the strategy
-optional: ``target``, ``speculative@4``, ``speculative:confidence=0.4@20``,
-``speculative[self:int8]+tree16@4``, ``speculative+hybrid4:heuristic@8``, ``ngram[suffix+fill]@4``,
-``lookahead[5,3,5]@2``, ``hf_assisted+static@4``, ``ngram@4~strict``. The source is a
-self-drafter spec (speculative), an n-gram storage (ngram: :data:`STORAGE_NAMES`) or lookahead's
-``W,N,G``. :class:`MethodName` is the value; its ``name`` formats it and :func:`parse_method_name`
-reads it back. Torch-free: the benchmark's tables and charts read names.
-"""
+"""A method's name, the one grammar the REPL, the benchmark and the advisor write and read:
+``strategy[source]+cache+treeN+hybridL:policy@gamma~rule``, all but the strategy optional
+(``speculative[self:int8]+tree16@4``, ``speculative+hybrid4:heuristic@8``, ``ngram[suffix+fill]@4``,
+``lookahead[5,3,5]@2``, ``hf_assisted+static@4``, ``ngram@4~strict``). :class:`MethodName` is the
+value, its ``name`` the text, :func:`parse_method_name` the way back. Torch-free (tables and charts)."""
 
 from __future__ import annotations
 
@@ -46,11 +41,10 @@ def storage_kind(storage: str) -> tuple[str, bool]:
 
 @dataclass(frozen=True)
 class MethodName:
-    """A method as its name says it: ``gamma`` None for a method that does not draft; ``policy`` a
-    γ policy with its threshold (``confidence 0.4``); ``tree`` the most nodes a round verifies (0:
-    chains); ``drafter`` a self-drafter spec drafting instead of the pair's drafter; ``verify`` the
-    chain rule; ``hybrid`` L (0: off); ``storage`` NASD's n-gram storage ("": the run's one);
-    ``shape`` lookahead's ``W,N,G``; ``cache`` ``static`` for a peer on a static cache."""
+    """``gamma`` None: no drafts; ``policy`` with its threshold (``confidence 0.4``); ``tree``: most
+    nodes a round verifies (0: chains); the source is ``drafter`` (a self-drafter spec), ``storage``
+    (NASD's, "": the run's one; :data:`STORAGE_NAMES`) or ``shape`` (lookahead's ``W,N,G``);
+    ``verify``: the chain rule; ``hybrid``: L (0: off); ``cache``: ``static`` for a peer on one."""
 
     strategy: str
     gamma: int | None = None
