@@ -13,7 +13,7 @@ acceptance and a predicted speedup over target AR from forward costs alone (no h
 work), in seconds for any number of drafters and γ, where running each costs
 minutes. :func:`replay` drives the engine's own drafters (``engine.Drafter``), so
 what is replayed is what runs (``tests/test_replay.py`` holds the replay to the engine's
-counts). ``bench.replay`` re-exports these names for the benchmark.
+counts).
 
 :class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
 same way, and :func:`oracle` cuts every draft to what the target
