@@ -16,10 +16,11 @@ from typing import Callable, ContextManager
 
 import torch
 
+from analysis.report import gamma_cap
 from engine import CrossTokenizerOptions, EngineState, NGramOptions, Observer, Strategy, decodes_alone, run_strategy
 from engine.named import named_strategy
 from generation import GenerationResult, StrategyRefused
-from repl.runs import PromptRun, StrategyRun, gamma_cap
+from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
 from utils.machine_load import load_record, other_load, read_load
 from utils.method_name import MethodName
