@@ -28,7 +28,7 @@ from engine.widths import MAX_FILL_WIDTH, fill_refusal, verify_costs
 from generation.result import Round
 from generation.widths import fill_width
 from ngram_assisted import MatchDrafter, SuffixStorage
-from remote.served_model import ServedModel
+from generation.served import ServedModel
 from repl.commands import execute
 from repl.render import fill_text
 from repl.runner import strategy_for
