@@ -19,8 +19,8 @@ import analysis.ceiling
 from analysis.speedup import CostModel, RoundMix, mix_round, mix_speedup
 
 from advisor.costs import CostTable, drafter_key
+from utils.options import MATCH_STORAGES
 
-COPIERS = ("suffix", "sam")     # storages that copy a continuation of an earlier occurrence (analysis.ceiling)
 
 # How far a replay's counts are a real greedy run's, best first: ``exact``, the same; ``rounding``,
 # the same up to floating-point rounding (a near-tie that a run's forwards round the other way
@@ -162,8 +162,9 @@ class Advice:
 # ------------------------------------------------------------------ pricing
 
 def is_copier(method) -> bool:
-    """Whether the method drafts by copying a continuation from the text (its copy ceiling applies)."""
-    return getattr(getattr(method, "options", None), "storage", None) in COPIERS
+    """Whether the method drafts by copying a continuation from the text (its copy ceiling applies):
+    a storage that matches the tail (``analysis.ceiling``)."""
+    return getattr(getattr(method, "options", None), "storage", None) in MATCH_STORAGES
 
 
 def _verify_costs(costs: CostTable, widths, step: float, estimated: list[str]) -> dict[int, float]:

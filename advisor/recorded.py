@@ -13,7 +13,7 @@ acceptance and a predicted speedup over target AR from forward costs alone (no h
 work), in seconds for any number of drafters and γ, where running each costs
 minutes. :func:`replay` drives the engine's own drafters (``engine.Drafter``), so
 what is replayed is what runs (``tests/test_replay.py`` holds the replay to the engine's
-counts). ``bench.replay`` re-exports these names for the benchmark.
+counts).
 
 :class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
 same way, and :func:`oracle` cuts every draft to what the target
@@ -31,17 +31,15 @@ import torch
 import analysis.ceiling
 from analysis.ceiling import accepted_prefix as _accepted   # the name tests patch
 from generation.drafter import Drafter
+from utils.method_name import storage_kind
 
 TOP_K = 8       # the target's top ids recorded per position: the widest a storage recycles
-# A storage name's ending that makes the suffix or sam storage fill its verify widths
-# (NGramOptions.fill_width, the REPL's /fill_width): ``suffix+fill``, a variant ``ngram[suffix+fill]@16``.
-FILL = "+fill"
 
 
 def storage_options(options, name: str):
-    """``options`` (an ``NGramOptions``) for the storage ``name``: a kind, or a match kind + FILL."""
-    kind, fill, _ = name.partition(FILL)
-    return replace(options, storage=kind, fill_width=bool(fill))
+    """``options`` (an ``NGramOptions``) for the storage ``name`` (``utils.method_name.STORAGE_NAMES``)."""
+    kind, fill = storage_kind(name)
+    return replace(options, storage=kind, fill_width=fill)
 
 
 @dataclass(frozen=True)

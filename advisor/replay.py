@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 import torch
 
 from advisor.rank import ESTIMATED, EXACT, ROUNDING
-from advisor.recorded import FILL, Recorded, Replayed, _book, storage_options
+from advisor.recorded import Recorded, Replayed, _book, storage_options
 from advisor.stored import Stores, stored_target
 from advisor.teacher import TeacherDrafter, guesses, teachable
+from engine.named import named_strategy
 from engine.strategy import HybridOptions, NGramOptions, Strategy
 from generation.tree import Tree
 from generation.tree_round import first_choice_line
@@ -51,8 +52,9 @@ from ngram_assisted.hybrid import HybridDrafter
 from generation.result import Round
 from utils.defaults import DEFAULTS
 from utils.devices import model_device, synchronize
+from utils.method_name import FILL, MethodName, parse_method_name
+from utils.options import NGRAM_STORAGES
 
-STORAGES = ("basic", "onelevel", "recycling", "suffix", "sam")
 SELF_SPECS = ("self:bf16", "self:int8")
 HYBRID_MATCH = 4            # the hybrid's L in the default grid
 # Policies the replay runs through the engine's own policy object; "model" reads the machine's
@@ -82,26 +84,25 @@ class Method:
         greedy and no inspector unless given)."""
         from sampling import GreedyProcessor
 
+        hybrid = isinstance(self.options, HybridOptions)
+        ngram = self.options.retrieval if hybrid else self.options
         fields = {"processor": GreedyProcessor(), "inspect": False, **fields}
-        return Strategy(self.key, drafter=self.drafter, drafter_options=self.options, gamma=self.gamma,
-                        gamma_policy=self.gamma_policy, tree=self.tree, tree_branch=self.branch, **fields)
+        return named_strategy(parse_method_name(self.key), cross=self.options.model if hybrid else None,
+                              tree_branch=self.branch, **fields,
+                              **({"ngram": ngram} if isinstance(ngram, NGramOptions) else {}))
 
 
 def method(drafter: str, options: object, gamma: int, gamma_policy: str = "constant", tree: int = 0,
            branch: int = DEFAULTS.tree_branch) -> Method:
     """A :class:`Method` with its key written as the benchmark writes the variant's name."""
-    source, hybrid = "", ""
+    storage, spec = "", options if drafter == "self" else ""
     if drafter == "ngram":
         options = options or NGramOptions()
-        source = options.storage + (FILL if options.fill_width else "")
-    elif drafter == "self":
-        source = str(options or "")
-    elif isinstance(options, HybridOptions) and options.min_match > 0:
-        hybrid = f"+hybrid{options.min_match}"
-    base = "speculative" if drafter in ("model", "self") else drafter
-    policy = "" if gamma_policy == "constant" else ":" + "=".join(gamma_policy.split())
-    key = (f"{base}{f'[{source}]' if source else ''}{f'+tree{tree}' if tree else ''}{hybrid}{policy}@{gamma}")
-    return Method(key, drafter, options, gamma, gamma_policy, tree, branch)
+        storage = options.storage + (FILL if options.fill_width else "")
+    hybrid = options.min_match if isinstance(options, HybridOptions) else 0
+    name = MethodName("speculative" if drafter in ("model", "self") else drafter, gamma, gamma_policy, tree,
+                      drafter=spec or "", hybrid=hybrid, storage=storage)
+    return Method(name.name, drafter, options, gamma, gamma_policy, tree, branch)
 
 
 @dataclass
@@ -215,7 +216,7 @@ def _policy_reason(m: Method) -> str | None:
 
 
 def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heuristic"), trees=(0, 16),
-                 self_specs=SELF_SPECS, storages=STORAGES) -> list[Method]:
+                 self_specs=SELF_SPECS, storages=NGRAM_STORAGES) -> list[Method]:
     """Every replayable method this pair can use at each γ, policy and tree size: each n-gram
     storage, the drafter model (a plain one or the pair's self-drafter), each self-drafter spec the
     pair's target takes (``self_specs``), and the hybrid (the drafter model beside ``sam``, L =

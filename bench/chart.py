@@ -11,7 +11,8 @@ from pathlib import Path
 
 from bench.aggregate import ALL, GROUNDED, SummaryRow
 from bench.margin import interval
-from bench.variants import LABELS, parse_variant_name, policy_kind
+from bench.variants import LABELS, parse_variant_name
+from utils.method_name import policy_kind
 
 _STYLE = {
     "speculative": dict(color="tab:blue", marker="o"),

@@ -9,12 +9,12 @@ from pathlib import Path
 from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_LOOKAHEAD, DEFAULT_POLICIES, DEFAULT_STRATEGIES, OURS
-from bench.executor import FILL, BENCH_STORAGES
 from bench.settings import BenchSettings
 from engine import load_pair
 from engine.kinds import variant_labels
 from generation.gamma_policies import make_policy
 from utils.defaults import DEFAULTS
+from utils.method_name import FILL, STORAGE_NAMES
 from utils.options import (
     GAMMA_RANGE, HYBRID_RANGE, LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, NGRAM_N_RANGE,
     NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, compile_path,
@@ -157,7 +157,7 @@ def _choices(text: str, known, what: str) -> list[str]:
 def _storages(text: str) -> list[str]:
     """``basic,suffix,sam``: n-gram storage kinds, each once, in the order given; ``suffix+fill``
     and ``sam+fill`` are those storages filling their verify widths (``/fill_width``)."""
-    return _choices(text, BENCH_STORAGES, "n-gram storage")
+    return _choices(text, STORAGE_NAMES, "n-gram storage")
 
 
 def _verify_rules(text: str) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from advisor.recorded import FILL, storage_options
+from advisor.recorded import storage_options
 from analysis.acceptance import acceptance_counts
 from bench.counting import ForwardCounter
 from bench.ours import our_call, our_strategy
@@ -24,16 +24,12 @@ from bench.peers import (
 from bench.processors import ProcessorSpec, make_processor
 from bench.records import RunRecord
 from bench.timing import timed
-from bench.variants import DRAFTING, LOOP_PEERS, STATIC, Variant
+from bench.variants import DRAFTING, LOOP_PEERS, Variant
 from engine import CrossTokenizerOptions, EngineState, NGramOptions
 from engine.run import loop_vocab_size
 from utils.defaults import DEFAULTS
 from utils.machine_load import load_mark, other_load, read_load
-from utils.options import MATCH_STORAGES, NGRAM_STORAGES
-
-
-# FILL: a storage name's ending that makes the suffix or sam storage fill its verify widths (``suffix+fill``).
-BENCH_STORAGES = (*NGRAM_STORAGES, *(f"{kind}{FILL}" for kind in MATCH_STORAGES))
+from utils.method_name import STATIC
 
 
 @dataclass

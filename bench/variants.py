@@ -53,10 +53,9 @@ drafts, and it verifies trees of at most G (N - 1) nodes; no peer. Opt-in
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
-from utils.defaults import DEFAULTS
+from utils.method_name import DEFAULT_RULE, STATIC, MethodName, parse_method_name, policy_kind
 
 OURS = ("speculative", "ngram", "target", "drafter", "lookahead")
 # What --strategies runs when not given: lookahead decoding is asked for by name.
@@ -69,11 +68,8 @@ LOOP_PEERS = frozenset({"arctic_suffix"})
 PEER_OF = {"target": "hf_generate", "speculative": "hf_assisted", "ngram": "hf_prompt_lookup"}
 # The peers that also run on transformers' static cache, and the cache word their names carry.
 STATIC_PEERS = ("hf_generate", "hf_assisted", "hf_prompt_lookup")
-STATIC = "static"
 BASELINE = "target"
-CONSTANT = "constant"
 RESIDUAL = "residual"  # the token rule: the one transformers' decoders use
-DEFAULT_RULE = DEFAULTS.verify  # the rule a variant's plain name stands for (the REPL's default)
 # The rules whose variants keep their transformers peer: the token rule, and the default one
 # (under sampling "vs peer" then compares block verification with transformers' token rule).
 PEER_RULES = frozenset({RESIDUAL, DEFAULT_RULE})
@@ -98,54 +94,10 @@ LABELS = {
 }
 
 
-def policy_key(policy: str) -> str:
-    """The policy as it appears in a variant name: ``confidence 0.4`` -> ``confidence=0.4``."""
-    return "=".join(policy.split())
-
-
-def policy_kind(policy: str) -> str:
-    """``confidence 0.4`` -> ``confidence``."""
-    return policy.split()[0] if policy else CONSTANT
-
-
 @dataclass(frozen=True)
-class Variant:
-    strategy: str
-    gamma: int | None = None
-    policy: str = CONSTANT
-    tree: int = 0
-    drafter: str = ""       # a self-drafter spec (``self:int8``) drafting instead of the pair's drafter
-    verify: str = DEFAULT_RULE  # the chain verify rule (generation.verify_rules)
-    hybrid: int = 0         # L: the storage drafts in rounds whose match is at least L (0: off)
-    storage: str = ""       # NASD's n-gram storage when several run side by side ("": the run's one)
-    shape: str = ""         # lookahead's "W,N,G"
-    cache: str = ""         # a peer on transformers' static cache: "static" ("": its default, dynamic)
-
-    @property
-    def lookahead_shape(self) -> tuple[int, int, int]:
-        """``(W, N, G)`` of a lookahead variant."""
-        window, ngram, guesses = (int(x) for x in self.shape.split(","))
-        return window, ngram, guesses
-
-    @property
-    def name(self) -> str:
-        """A stable key: ``target``, ``speculative@4``, ``speculative:model@16``,
-        ``speculative[self:int8]+tree16@4``, ``speculative+hybrid4@4``, ``ngram[suffix]@4``..."""
-        source = self.drafter or self.storage or self.shape
-        drafter = f"[{source}]" if source else ""
-        if self.cache:
-            drafter += f"+{self.cache}"
-        if self.gamma is None:
-            return self.strategy + drafter
-        middle = "" if self.policy == CONSTANT else ":" + policy_key(self.policy)
-        tree = f"+tree{self.tree}" if self.tree else ""
-        hybrid = f"+hybrid{self.hybrid}" if self.hybrid else ""
-        rule = f"~{self.verify}" if self.verify != DEFAULT_RULE else ""
-        return f"{self.strategy}{drafter}{tree}{hybrid}{middle}@{self.gamma}{rule}"
-
-    @property
-    def constant(self) -> bool:
-        return self.policy == CONSTANT
+class Variant(MethodName):
+    """A method's name (``utils.method_name``) with what the benchmark shows of it: ``name`` is the
+    stable key (``target``, ``speculative@4``, ``speculative[self:int8]+tree16@4``, ``ngram[suffix]@4``...)."""
 
     @property
     def label(self) -> str:
@@ -223,32 +175,9 @@ HF_DYNAMIC = Variant("hf_assisted", 20, "confidence 0.4")
 HF_MTP = Variant("hf_mtp")
 
 
-_DRAFTER = re.compile(r"^([^\[@:+]+)\[([^\]]*)\](.*)$")  # strategy[drafter]rest
-
-
 def parse_variant_name(name: str) -> Variant:
     """The inverse of ``Variant.name``."""
-    name, _, rule = name.partition("~")
-    source = ""
-    if (found := _DRAFTER.match(name)) is not None:
-        name, source = found.group(1) + found.group(3), found.group(2)
-    head, _, gamma = name.partition("@")
-    strategy, _, key = head.partition(":")
-    policy = " ".join(key.split("=")) if key else CONSTANT
-    strategy, static, _ = strategy.partition("+" + STATIC)
-    cache = STATIC if static else ""
-    strategy, _, hybrid = strategy.partition("+hybrid")
-    strategy, _, tree = strategy.partition("+tree")
-    storage, drafter, shape = ("", "", "")
-    if strategy == "ngram":
-        storage = source        # ngram[suffix]
-    elif strategy == "lookahead":
-        shape = source          # lookahead[5,3,5]
-    else:
-        drafter = source        # speculative[self:int8]
-    return Variant(strategy, int(gamma) if gamma else None, policy, int(tree) if tree else 0, drafter,
-                   rule or DEFAULT_RULE, hybrid=int(hybrid) if hybrid else 0, storage=storage, shape=shape,
-                   cache=cache)
+    return parse_method_name(name, Variant)
 
 
 def lookahead_variant(window: int, ngram: int, guesses: int) -> Variant:

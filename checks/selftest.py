@@ -40,7 +40,7 @@ from engine import DEFAULT_GAMMA, DRAFTERS, NGramOptions, Strategy, register_dra
 from generation.result import first_divergence
 from sampling import GreedyProcessor, TopKProcessor
 from utils.builtin_prompts import BUILTIN
-from remote.served_model import ServedModel
+from generation.served import ServedModel
 from kvcache.prefill import prefill
 from kvcache.probe import forget, probe_pair, runs_alone
 from utils.vocab import encode_prompt

@@ -19,7 +19,7 @@ from generation.observer import Observer
 from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
-from remote.served_model import ServedModel
+from generation.served import ServedModel
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
 

@@ -20,7 +20,7 @@ MEASURE_CONTEXT = 64    # tokens in the cache while the widths are timed
 
 def fill_refusal(target) -> str | None:
     """Why the target's widths cannot be measured here (one line), or None when they can."""
-    from remote.served_model import ServedModel
+    from generation.served import ServedModel
 
     if isinstance(target, ServedModel):
         return "filling verify widths needs a local target (a served one is priced per request)"

@@ -11,9 +11,8 @@ from generation.observer import Observer, Watch, target_delay
 from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
-from generation.served import served_generate
+from generation.served import ServedModel, served_generate
 from kvcache.static import cached_model, capture_seconds, compile_report, model_stats
-from remote.served_model import ServedModel
 
 
 @torch.inference_mode()

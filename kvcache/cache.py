@@ -74,7 +74,7 @@ class UnsupportedCacheError(ValueError):
 
 class SessionModel:
     """A model whose cache lives outside this process (a target behind a server:
-    ``remote.served_model.ServedModel``): nothing here can probe, feed or roll it back.
+    ``generation.served.ServedModel``): nothing here can probe, feed or roll it back.
 
     It makes its own session for each generation (:meth:`session`, shaped like
     :class:`CachedModel`: ``begin``, ``forward``, ``checkpoint``, ``rollback``, ``length``,

@@ -2,7 +2,7 @@
 
 :class:`ServedTarget` stands where a transformers model stands in a ``ModelPair``: it has a
 ``config`` (the server's vocabulary and context), a device (the drafter's: where the loop's ids
-live) and, as a ``remote.served_model.ServedModel``, a session per generation
+live) and, as a ``generation.served.ServedModel``, a session per generation
 (:class:`ServedSession`: ``forward(ids, keep)`` returns ``keep`` rows of logits built from the
 server's top-N log-probabilities, ``remote.rules``). ``bound(processor)`` fixes the sampling
 settings a run uses (what is exact, and how many log-probabilities to ask for).
@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import torch
 
+from generation.served import ServedModel
 from kvcache.cache import RollbackStats
 from remote.dialect import SamplerFields, ServedModelInfo, ServerClient
 from remote.rules import DEFAULT_PROBS, ServedPlan, nucleus_certified, plan_for, row_of
-from remote.served_model import ServedModel
 from remote.transport import ServerError
 from sampling.processors import GreedyProcessor, LogitsProcessor
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from generation.verify_names import VERIFY_RULE_NAMES
 from repl.settings import PROCESSOR_ARGS, STRATEGIES, Settings, fmt_number
 from sampling.spec import parse_processor_words
-from utils.options import (  # noqa: F401  (the ranges are read from here by scripts/commands_doc.py and tests)
+from utils.options import (
     FILLER_RANGE, GAMMA_POLICIES, GAMMA_RANGE, HYBRID_RANGE, LENGTH_RANGE, LOOKAHEAD_GUESSES_RANGE,
     LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, MATCH_FACTOR_RANGE, MATCH_STORAGES, NGRAM_N_RANGE,
     NGRAM_STORAGES, OFF_WORDS, ON_WORDS, RTT_RANGE, SEED_RANGE, SUFFIX_OUTPUTS_RANGE, SUFFIX_PATTERN_RANGE,

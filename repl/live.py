@@ -22,9 +22,9 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from analysis.report import DRAFTING
 from generation.result import Round
 from repl.render import ACCEPTED, BONUS, GAMMA_MARK, REJECTED, STRATEGY_COLOURS, SUPERSCRIPT, TARGET
-from repl.runs import DRAFTING
 from repl.settings import STRATEGY_LABELS
 from repl.stream import IncrementalDecoder
 

@@ -15,14 +15,16 @@ from rich.table import Table
 from rich.text import Text
 
 from analysis.acceptance import acceptance_counts
+from analysis.report import DRAFTING, Why, gamma_cap, plain_step_words
 from analysis.sources import NO_MATCH
 from analysis.speedup import measured_mix
 from generation.result import GenerationResult
 from repl.commands import COMMANDS
-from repl.runs import DRAFTING, PromptRun, StrategyRun, Why, gamma_cap, plain_step_words, round_pieces
-from repl.settings import MATCH_STORAGES, Settings, settings_from_dict
+from repl.runs import PromptRun, StrategyRun, round_pieces
+from repl.settings import Settings, settings_from_dict
 from utils.devices import HALF_DTYPES, half_precision_reason
 from utils.machine_load import busy_warning
+from utils.options import MATCH_STORAGES
 
 STRATEGY_COLOURS = {"speculative": "green", "ngram": "cyan", "lookahead": "yellow", "target": "blue",
                     "drafter": "magenta"}
@@ -235,7 +237,7 @@ def sources_lines(why: Why) -> list[Text]:
 
 def _at_gamma(why: Why, policy: str = "") -> str:
     """``at gamma 4``, or where the rounds chose their lengths ``at draft lengths up to 16``: the
-    most a round could ask for (the model policy's maximum, ``repl.runs.gamma_cap``), with their
+    most a round could ask for (the model policy's maximum, ``analysis.report.gamma_cap``), with their
     mean when a match drafter chose them (``(mean 3.25)``)."""
     mean = (f" (mean {why.sources['draft_lengths']['mean']:.2f})"
             if why.measured and why.sources is not None else "")

@@ -17,12 +17,13 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from analysis.report import Why
 from analysis.sources import NO_MATCH, match_note
 from generation.result import Round
 from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
 from repl.render import (COMPARISON_COLUMNS, busy_line, ceiling_text, comparison_cells, divergence_text,
                          environment_lines, network_text, prompt_line, what_if_text)
-from repl.runs import PromptRun, StrategyRun, Why
+from repl.runs import PromptRun, StrategyRun
 from repl.trace import TraceError, write_whole
 
 COLOURS = {"speculative": "#2e7d32", "ngram": "#00838f", "lookahead": "#f9a825", "target": "#1565c0",

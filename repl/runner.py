@@ -16,12 +16,14 @@ from typing import Callable, ContextManager
 
 import torch
 
-from engine import (CrossTokenizerOptions, EngineState, HybridOptions, LookaheadOptions, NGramOptions, Observer,
-                    Strategy, decodes_alone, lookahead_strategy, run_strategy)
+from analysis.report import gamma_cap
+from engine import CrossTokenizerOptions, EngineState, NGramOptions, Observer, Strategy, decodes_alone, run_strategy
+from engine.named import named_strategy
 from generation import GenerationResult, StrategyRefused
-from repl.runs import PromptRun, StrategyRun, gamma_cap
+from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
 from utils.machine_load import load_record, other_load, read_load
+from utils.method_name import MethodName
 from utils.vocab import encode_prompt, has_chat_template
 
 WARMUP_TEXT = "Hello, how are you?"
@@ -210,33 +212,17 @@ def strategy_for(key: str, settings: Settings) -> Strategy:
     match is at least L tokens (``engine.strategy.HybridOptions``).
     Lookahead takes its own γ (N - 1) and tree (G (N - 1) nodes) from its W, N and G.
     """
-    common = dict(processor=settings.processor, use_cache=settings.cache, max_gen_len=settings.length,
-                  seed=settings.seed, target_delay_s=settings.rtt_inject / 1000.0, compile=settings.compile)
-    if key == "lookahead":
-        options = LookaheadOptions(settings.lookahead_window, settings.lookahead_ngram,
-                                   settings.lookahead_guesses, reset=settings.reset_in_between)
-        return lookahead_strategy(options, **common)
     policy = settings.gamma_policy
+    shape = f"{settings.lookahead_window},{settings.lookahead_ngram},{settings.lookahead_guesses}"
+    method = MethodName(key, gamma_cap(settings.gamma, policy), policy, settings.tree, verify=settings.verify,
+                        hybrid=settings.hybrid, shape=shape if key == "lookahead" else "")
     storage = NGramOptions(settings.ngram_storage, settings.ngram_n, settings.top_k_filler,
                            reset=settings.reset_in_between, max_pattern=settings.suffix_pattern,
                            factor=settings.match_factor, max_outputs=settings.suffix_outputs,
                            corpus=settings.corpus or None, fill_width=settings.fill_width)
-    model = CrossTokenizerOptions(settings.uag)
-    options = {
-        "ngram": storage,
-        "speculative": HybridOptions(settings.hybrid, storage, model) if settings.hybrid else model,
-    }
-    return Strategy(
-        key=key,
-        drafter={"speculative": "model", "ngram": "ngram"}.get(key),
-        drafter_options=options.get(key),
-        model="drafter" if key == "drafter" else "target",
-        gamma=gamma_cap(settings.gamma, policy),
-        gamma_policy=policy,
-        gamma_threshold=settings.gamma_threshold if policy == "confidence" else None,
-        tree=settings.tree,
-        tree_branch=settings.tree_branch,
-        tree_sample=settings.tree_sample,
-        verify=settings.verify,
-        **common,
-    )
+    return named_strategy(method, ngram=storage, cross=CrossTokenizerOptions(settings.uag),
+                          fresh=settings.reset_in_between, key=key, tree_branch=settings.tree_branch,
+                          tree_sample=settings.tree_sample,
+                          gamma_threshold=settings.gamma_threshold if policy == "confidence" else None,
+                          processor=settings.processor, use_cache=settings.cache, max_gen_len=settings.length,
+                          seed=settings.seed, target_delay_s=settings.rtt_inject / 1000.0, compile=settings.compile)

@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis.divergence import Divergence, Evidence, Reference, explain
-from analysis.report import (  # noqa: F401  (the report's names, read from here by the views and scripts)
-    DRAFTING, PLAIN_STEP_SOURCES, PromptFacts, RunReport, WhatIf, Why, call_cost, copy_ceiling_of, decode_speedup,
-    gamma_cap, lookahead_window_unrecorded, measured_round_trip_s, per_position_requests, plain_step_words,
-    run_report, speedup, strategy_record, usable, why_of,
+from analysis.report import (
+    DRAFTING, PromptFacts, RunReport, Why, call_cost, copy_ceiling_of, decode_speedup, run_report, speedup,
+    strategy_record, usable, why_of,
 )
 from analysis.speedup import ar_step_from_result
 from generation.result import GenerationResult, Round, first_divergence

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, fields
 
 from sampling.spec import PROCESSOR_ARGS, ProcessorSpec, fmt_number
 from utils.defaults import DEFAULTS
-from utils.options import GAMMA_POLICIES, MATCH_STORAGES, NGRAM_STORAGES, UAG_METHODS  # noqa: F401
 
 # The decoding strategies, in the order a prompt runs them.
 STRATEGIES: tuple[str, ...] = ("speculative", "ngram", "lookahead", "target", "drafter")
@@ -22,10 +21,6 @@ STRATEGY_LABELS: dict[str, str] = {
     "target": "Target AR",
     "drafter": "Drafter AR",
 }
-
-# The storage names, γ policies and cross-tokenizer methods are facts both front ends share
-# (utils.options), read here for the command table and the renderers.
-
 
 @dataclass
 class Settings:

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from advisor.advise import advise  # noqa: E402
-from advisor.replay import STORAGES, default_grid  # noqa: E402
+from advisor.replay import default_grid  # noqa: E402
+from utils.options import NGRAM_STORAGES as STORAGES  # noqa: E402
 from bench.prompts import chat_ids, load_prompts  # noqa: E402
 from scripts.default_runner import default_runner  # noqa: E402
 from utils.builtin_prompts import BUILTIN  # noqa: E402

@@ -25,7 +25,8 @@ from typing import Iterable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from repl.commands import COMMANDS, OFF_WORDS, ON_WORDS, Command, CommandError  # noqa: E402
+from repl.commands import COMMANDS, Command, CommandError  # noqa: E402
+from utils.options import OFF_WORDS, ON_WORDS  # noqa: E402
 from repl.settings import Settings  # noqa: E402
 
 DOC = REPO / "docs" / "commands.md"

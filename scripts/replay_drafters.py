@@ -66,12 +66,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bench.executor import BENCH_STORAGES
+    from utils.method_name import STORAGE_NAMES
 
     storages = args.storages.split(",")
-    unknown = [s for s in storages if s not in BENCH_STORAGES]
+    unknown = [s for s in storages if s not in STORAGE_NAMES]
     if unknown:
-        parser.error(f"unknown storage {unknown[0]!r} (choose from {', '.join(BENCH_STORAGES)})")
+        parser.error(f"unknown storage {unknown[0]!r} (choose from {', '.join(STORAGE_NAMES)})")
     categories = args.categories.split(",")
     texts = [p.text for p in builtin_prompts() if p.category in categories]
     if not texts:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from repl.commands import COMMANDS, GAMMA_RANGE, CommandError
-from repl.settings import NGRAM_STORAGES, PROCESSOR_ARGS, Settings
+from repl.commands import COMMANDS, CommandError
+from repl.settings import PROCESSOR_ARGS, Settings
+from utils.options import GAMMA_RANGE, NGRAM_STORAGES
 from scripts import commands_doc
 
 REPO = Path(__file__).resolve().parents[1]

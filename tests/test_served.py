@@ -401,7 +401,8 @@ def test_the_rtt_what_if_prices_a_round_trip_per_position(pair, prompts, monkeyp
     Mutation: priced as one trip per call, the prediction is higher. The /rtt asked for is 20 ms
     above the measured round trip (below it, more trips would take more time away)."""
     from analysis import report
-    from repl.runs import PromptRun, StrategyRun, measured_round_trip_s
+    from analysis.report import measured_round_trip_s
+    from repl.runs import PromptRun, StrategyRun
 
     spec = decode(pair, prompts[0], "speculative", drafter="model", gamma=3)
     target = decode(pair, prompts[0], "target")

@@ -87,7 +87,8 @@ def test_the_rtt_what_if_prices_one_trip_per_round_on_vllm(fake, target, tokeniz
     round trip the run measured (below it, the what-if takes time away, and more trips would
     take away more: a loaded machine's slow loopback once made the fixed 20 ms such a case)."""
     from analysis import report
-    from repl.runs import PromptRun, StrategyRun, measured_round_trip_s, per_position_requests
+    from analysis.report import measured_round_trip_s, per_position_requests
+    from repl.runs import PromptRun, StrategyRun
 
     pair = served_pair_at(fake.url, target, tokenizer)
     spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,
@@ -107,7 +108,8 @@ def test_on_a_served_run_rtt_is_the_whole_round_trip(fake, target, tokenizer):
     """A served run measured its round trip: /rtt at exactly that value changes nothing, a larger
     one moves the prediction. Mutation: /rtt added on top of the measured round trip (a local
     target's reading) moves it at the measured value."""
-    from repl.runs import PromptRun, StrategyRun, measured_round_trip_s
+    from analysis.report import measured_round_trip_s
+    from repl.runs import PromptRun, StrategyRun
 
     pair = served_pair_at(fake.url, tiny_llama(11, vocab_size=VOCAB, logit_scale=8.0), tokenizer)
     spec = run_strategy(Strategy("speculative", processor=GreedyProcessor(), max_gen_len=LENGTH, gamma=3,

@@ -19,7 +19,8 @@ import engine.drafters
 import engine.widths
 import generation.accept
 from analysis.sources import fill_summary
-from bench.executor import BENCH_STORAGES, storage_options
+from advisor.recorded import storage_options
+from utils.method_name import STORAGE_NAMES
 from bench.variants import Variant, parse_variant_name
 from checks.stats import goodness_of_fit
 from engine import EngineState, NGramOptions, Strategy, pair_of, run_strategy
@@ -27,7 +28,7 @@ from engine.widths import MAX_FILL_WIDTH, fill_refusal, verify_costs
 from generation.result import Round
 from generation.widths import fill_width
 from ngram_assisted import MatchDrafter, SuffixStorage
-from remote.served_model import ServedModel
+from generation.served import ServedModel
 from repl.commands import execute
 from repl.render import fill_text
 from repl.runner import strategy_for
@@ -260,7 +261,7 @@ def test_the_repl_turns_it_on_and_shows_what_it_did(greedy_target, forced_costs)
 
 
 def test_the_benchmark_runs_a_filling_storage_as_a_variant_of_its_own():
-    assert {"suffix+fill", "sam+fill"} <= set(BENCH_STORAGES) and "basic+fill" not in BENCH_STORAGES
+    assert {"suffix+fill", "sam+fill"} <= set(STORAGE_NAMES) and "basic+fill" not in STORAGE_NAMES
     options = storage_options(NGramOptions(max_pattern=8), "suffix+fill")
     assert (options.storage, options.fill_width, options.max_pattern) == ("suffix", True, 8)
     assert not storage_options(options, "sam").fill_width

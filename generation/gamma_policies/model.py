@@ -6,11 +6,12 @@ import time
 from collections.abc import Callable
 
 from analysis.speedup import SEARCH_GAMMA, CostModel
-from generation.gamma_policies import looks, prediction
 from generation.gamma_policies.acceptance import Acceptance
 from generation.gamma_policies.base import check_kind
 from generation.gamma_policies.costs import Costs
 from generation.gamma_policies.estimates import Rate
+from generation.gamma_policies.looks import FIRST_LOOK as FIRST_LOOK_ROUNDS
+from generation.gamma_policies.prediction import best as best_of, predicted as predicted_speeds
 from generation.gamma_policies.schedule import Schedule
 from generation.result import Round
 
@@ -35,7 +36,7 @@ class ModelPolicy:
 
     name = "model"
     threshold = None
-    FIRST_LOOK = looks.FIRST_LOOK
+    FIRST_LOOK = FIRST_LOOK_ROUNDS
 
     def __init__(self, max_gamma: int = SEARCH_GAMMA, *, probes: tuple[int, ...] = (1, 2, 4, 8, 0),
                  explore_every: int = 16, reprobe_every: int = 128, decay: float = 0.98,
@@ -108,8 +109,8 @@ class ModelPolicy:
 
     def predicted(self) -> list[float]:
         """Predicted tokens per second for gamma = 0..max_gamma ([] before any cost is known)."""
-        return prediction.predicted(self.acceptance, self.costs, self.max_gamma)
+        return predicted_speeds(self.acceptance, self.costs, self.max_gamma)
 
     def best(self) -> tuple[int, float]:
         """(gamma, predicted tokens/s) of the exploiting choice; ties go to the smaller gamma."""
-        return prediction.best(self.predicted(), self.max_gamma)
+        return best_of(self.predicted(), self.max_gamma)
