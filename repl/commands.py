@@ -269,6 +269,13 @@ def parse_advise(words: list[str], settings: Settings | None = None) -> Update:
     return Update(action="advise", argument=text or None)
 
 
+def parse_whatif(words: list[str], settings: Settings | None = None) -> Update:
+    """``batch``: the last prompt's drafting runs projected over batch size."""
+    if [w.lower() for w in words] != ["batch"]:
+        raise CommandError(f"choose batch, got {' '.join(words) or 'nothing'!r}")
+    return Update(action="whatif", topic="batch")
+
+
 def _parse_save(words: list[str], settings: Settings) -> Update:
     if not words:
         raise CommandError("missing file name")
@@ -430,6 +437,9 @@ COMMANDS: dict[str, Command] = {
                 "drafter replayed from target AR's greedy output on the last prompt (or PROMPT), ranked by "
                 "predicted speedup from this machine's forward costs (measured once, or --costs FILE), the "
                 "best 3 run for real to confirm (docs/advisor.md)", parse_advise),
+        Command("whatif", "batch", "the last prompt's drafting runs projected over batch sizes 1 to 32: "
+                "their own rounds priced by the target's forwards timed here by batch and width, and the "
+                "batch size where speculation stops paying (docs/why.md)", parse_whatif, values=("batch",)),
         Command("inspect", "[STRATEGY] [ROUND]", "what both models thought at each drafted position of "
                 "a round of the last prompt: q(x), p(x), min(1, p/q), entropies, top-5 tokens, the "
                 "residual at a rejection (default: the first round with a rejection)", parse_inspect,

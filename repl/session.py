@@ -93,6 +93,10 @@ class Session:
             from repl.advice import advise_command
 
             advise_command(self, None if reply.argument is None else unescape(reply.argument))
+        elif reply.action == "whatif":
+            from repl.whatif_view import whatif_command
+
+            whatif_command(self, reply.topic)
         elif reply.action == "clear":
             self.console.clear()
         return True

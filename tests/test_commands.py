@@ -206,7 +206,7 @@ def test_documented_commands_are_all_in_the_table():
         "debug", "set_ngramstorage", "top_k_filler", "reset_in_between", "seed", "config", "help",
         "clear", "quit", "gamma_policy", "stats", "save", "live", "rtt", "rtt_inject", "tree", "tree_branch", "uag",
         "inspect", "advise", "tree_sample", "verify", "suffix_pattern", "suffix_outputs", "match_factor", "corpus",
-        "hybrid", "fill_width", "compile",
+        "hybrid", "fill_width", "compile", "whatif",
         "lookahead", "lookahead_window", "lookahead_ngram", "lookahead_guesses",
     } | ({"selftest"} if "selftest" in COMMANDS else set())
 

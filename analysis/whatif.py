@@ -1,0 +1,87 @@
+"""What a drafting run would gain at another batch size: its own rounds, priced by shape.
+
+Acceptance does not change with the load; what changes is the price of a forward. A run's
+rounds give, per round, the tokens it kept, the verify width it paid (drafts + 1, or a tree's
+nodes + 1) and the drafter forwards it made. At batch size B every sequence runs the same
+rounds in lockstep, so one round costs a target forward of B x w tokens plus the drafter's
+forwards at B, and target AR costs a forward of B x 1 per token:
+
+    speedup(B) = tokens per round x T(B, 1) / (sum over widths w of share(w) T(B, w) + f D(B))
+
+with T the target's forward by shape (``engine.shapes``), f the drafter forwards per round and D
+the drafter's forward at B: timed by shape where the drafter is a model of its own, else the
+run's own drafting seconds per round scaled as the target's step scales from batch 1 (a
+self-drafter is the target's weights) or, for a storage's look-ups, paid per sequence. Sampling
+and host work are left out of both sides. Plain numbers, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RoundFacts:
+    """What a run's rounds did: ``tokens_per_round``, the share of rounds by verify ``widths``,
+    ``drafter_steps`` (drafter forwards per round, 0 for a storage), ``draft_s`` (its drafting
+    seconds per round at batch 1)."""
+
+    tokens_per_round: float
+    widths: dict[int, float]
+    drafter_steps: float
+    draft_s: float
+
+
+def facts_of(result) -> RoundFacts | None:
+    """The rounds of a finished drafting run (``GenerationResult``) after its first (which carries
+    the prefill); None when it has none."""
+    rounds = list(result.trace or [])[1:]
+    if not rounds:
+        return None
+    widths: dict[int, float] = {}
+    for r in rounds:
+        width = (len(r.tree_tokens) if r.tree_tokens else len(r.drafted)) + 1
+        widths[width] = widths.get(width, 0.0) + 1 / len(rounds)
+    tokens = sum(r.accepted + (r.token is not None) for r in rounds) / len(rounds)
+    steps = max(0, result.drafter_calls) / max(1, result.rounds or len(result.trace))
+    return RoundFacts(tokens, widths, steps, sum(r.draft_s for r in rounds) / len(rounds))
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A run's projected speedup over target AR at each batch size, and the first batch size where
+    speculation stops paying (speedup below 1; None within the batches projected)."""
+
+    batches: tuple[int, ...]
+    speedups: tuple[float, ...]
+    drafter_source: str
+
+    @property
+    def stops_paying(self) -> int | None:
+        return next((b for b, s in zip(self.batches, self.speedups) if s < 1.0), None)
+
+    def to_dict(self) -> dict:
+        return {"batches": list(self.batches), "speedups": list(self.speedups),
+                "stops_paying_at": self.stops_paying, "drafter_cost": self.drafter_source}
+
+
+def project(facts: RoundFacts, target_s: Callable[[int, int], float], batches: Sequence[int],
+            drafter_s: Callable[[int], float] | None = None, scaled_step: bool = True) -> Projection:
+    """``facts`` priced at each batch size. ``target_s(B, w)``: the target's forward; ``drafter_s(B)``:
+    the drafter's forward at width 1, where it was timed by shape. Without it the run's own drafting
+    seconds per round are scaled as the target's step scales from batch 1 (``scaled_step``: a
+    drafter that is the target's weights) or paid once per sequence (a storage's look-ups)."""
+    speedups = []
+    source = ("timed by shape" if drafter_s is not None else "the run's drafting scaled as the target's step"
+              if scaled_step else "the run's look-ups, once per sequence")
+    for batch in batches:
+        verify = sum(share * target_s(batch, width) for width, share in facts.widths.items())
+        if drafter_s is not None:
+            draft = facts.drafter_steps * drafter_s(batch)
+        elif scaled_step:
+            draft = facts.draft_s * target_s(batch, 1) / target_s(1, 1)
+        else:
+            draft = facts.draft_s * batch
+        speedups.append(facts.tokens_per_round * target_s(batch, 1) / (verify + draft))
+    return Projection(tuple(batches), tuple(speedups), source)

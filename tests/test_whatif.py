@@ -1,0 +1,75 @@
+"""``/whatif batch``: a run's rounds priced at other batch sizes (analysis.whatif), the forwards timed
+by shape (engine.shapes), and the command driven through infer.py as a user types it."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.whatif import Projection, RoundFacts, facts_of, project
+from generation import GenerationResult, Round
+from tests.helpers.repl import build_pair, infer
+
+
+def target_s(batch: int, width: int) -> float:
+    """A forward that costs 10 ms plus 1 ms per token fed (B x w): flat while small, then linear."""
+    return 0.010 + 0.001 * batch * width
+
+
+def check_projection(project_fn) -> None:
+    """Three tokens a round from a verify of 5 and four drafter steps of 2 ms + 0.5 ms per sequence:
+    speedup(B) = 3 T(B, 1) / (T(B, 5) + 4 D(B)), worked by hand at B = 1 and 8."""
+    facts = RoundFacts(tokens_per_round=3.0, widths={5: 1.0}, drafter_steps=4.0, draft_s=0.0)
+    p = project_fn(facts, target_s, (1, 8, 32), drafter_s=lambda b: 0.002 + 0.0005 * b)
+    assert p.speedups[0] == pytest.approx(3 * 0.011 / (0.015 + 4 * 0.0025))      # 1.32
+    assert p.speedups[1] == pytest.approx(3 * 0.018 / (0.050 + 4 * 0.006))       # 0.73
+    assert p.stops_paying == 8 and p.drafter_source == "timed by shape"
+
+
+def test_the_projection_prices_each_batch_size_by_hand():
+    check_projection(project)
+
+
+def test_mutation_a_verify_priced_at_batch_one_fails():
+    def at_batch_one(facts, target, batches, drafter_s=None, scaled_step=True):
+        return project(facts, lambda b, w: target(1, w) if w > 1 else target(b, w), batches, drafter_s, scaled_step)
+    with pytest.raises(AssertionError):
+        check_projection(at_batch_one)
+
+
+def test_a_drafter_without_its_own_costs_scales_as_the_step_or_pays_per_sequence():
+    facts = RoundFacts(tokens_per_round=2.0, widths={3: 0.5, 1: 0.5}, drafter_steps=2.0, draft_s=0.004)
+    scaled = project(facts, target_s, (4,))
+    step = target_s(4, 1) / target_s(1, 1)
+    verify = 0.5 * target_s(4, 3) + 0.5 * target_s(4, 1)
+    assert scaled.speedups[0] == pytest.approx(2 * target_s(4, 1) / (verify + 0.004 * step))
+    looked_up = project(facts, target_s, (4,), scaled_step=False)
+    assert looked_up.speedups[0] == pytest.approx(2 * target_s(4, 1) / (verify + 0.004 * 4))
+    assert Projection((1,), (1.5,), "x").stops_paying is None
+
+
+def test_the_facts_are_the_rounds_after_the_first():
+    rounds = [Round((5, 6), 2, 7, True, draft_s=0.5), Round((8, 9, 10), 1, 11, False, draft_s=0.03),
+              Round((), 0, 12, False, draft_s=0.0), Round((1, 2, 3), 3, 4, True, draft_s=0.03)]
+    result = GenerationResult(tokens=list(range(12)), seconds=1.0, target_calls=4, drafter_calls=8, trace=rounds)
+    facts = facts_of(result)
+    assert facts.tokens_per_round == pytest.approx((2 + 1 + 4) / 3)
+    assert facts.widths == pytest.approx({4: 2 / 3, 1: 1 / 3})
+    assert facts.drafter_steps == 2.0 and facts.draft_s == pytest.approx(0.02)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return build_pair(tmp_path_factory.mktemp("whatif_pair"), context=256)
+
+
+def test_whatif_batch_through_the_repl(pair, tmp_path):
+    target, drafter = pair
+    script = "/whatif batch\n/length 12\nthe water is hot and the sun is\n/whatif batch\n/whatif size\n/quit\n"
+    done = infer(["--target", str(target), "--drafter", str(drafter)], tmp_path, stdin=script, timeout=600)
+    text = " ".join(done.stdout.split()) + " ".join(done.stderr.split())
+    assert "Traceback" not in text
+    assert "/whatif batch projects the last prompt's drafting runs" in text           # before any prompt
+    assert "projected speedup over target AR by batch size" in text and "B=32" in text
+    assert "/whatif: choose batch, got 'size'" in text
+    table = done.stdout[done.stdout.index("projected speedup"):]
+    assert "Speculative" in table and "NASD" in table
