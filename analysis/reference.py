@@ -123,7 +123,15 @@ def evidence(model, prompt_ids: Sequence[int], shared: Sequence[int], a: int, b:
         ref32 = _logits(wide, prefix, use_cache=False).logits[0, -1].float()
         margin32 = abs(float(ref32[a]) - float(ref32[b]))
     return Evidence(ar_deviation=deviation(ar_values), deviation=deviation(values), tolerance=tolerance,
-                    margin32=margin32, dtype=str(_dtype(model)).removeprefix("torch."))
+                    margin32=margin32, dtype=_label(model))
+
+
+def _label(model) -> str:
+    """The computation's name in a verdict's note: the dtype, and ``quantised`` for weights held by
+    optimum-quanto or bitsandbytes layers (their tolerance is their own)."""
+    name = str(_dtype(model)).removeprefix("torch.")
+    quantised = any(type(m).__module__.startswith(("optimum.quanto", "bitsandbytes")) for m in model.modules())
+    return f"{name}, quantised" if quantised else name
 
 
 class Referee:

@@ -239,6 +239,24 @@ def test_the_rounding_tolerance_is_measured_per_dtype_once():
     assert rounding_tolerance(narrow) == coarse and not calls
 
 
+def test_float16_and_an_int8_target_get_their_own_tolerance():
+    """A float16 copy rounds between float32 and bfloat16; an int8 target (optimum-quanto) is measured on
+    its own quantised forward, and its reference is cast to float32 where the weights allow it."""
+    from utils.quantize import apply_quanto
+
+    wide = tiny_llama(4, vocab_size=64, hidden=64, logit_scale=30.0)
+    half = tiny_llama(4, vocab_size=64, hidden=64, logit_scale=30.0, dtype=torch.float16)
+    assert rounding_tolerance(wide) < rounding_tolerance(half) < 1.0
+    pytest.importorskip("optimum.quanto", reason="int8 targets need optimum-quanto")
+    int8 = tiny_llama(4, vocab_size=64, hidden=64, logit_scale=30.0)
+    apply_quanto(int8, "int8")
+    tol = rounding_tolerance(int8)
+    assert 0 < tol < 1.0
+    shared = [7, 9]
+    e = reference_module.evidence(int8, PROMPT, shared, 1, 2, [(1, 0.0)], [(2, 0.0)])
+    assert e.tolerance == tol and e.dtype == "float32, quantised"
+
+
 # ------------------------------------------------------------ planted bugs that nudge rows slightly
 
 def offset_verify_rows(monkeypatch, pair, size: float = 0.5):
