@@ -38,7 +38,7 @@ import transformers
 from transformers import StaticCache
 
 from kvcache.cache import (CachedModel, SessionModel, UnsupportedCacheError, _layers,
-                           _own_cache_class, drop_last, hidden_states_request, kept_layers)
+                           _own_cache_class, drop_last, hidden_states_request, kept_layers, tree_support)
 from kvcache import probe
 from utils.devices import synchronize
 from utils.options import COMPILE_PATHS
@@ -200,7 +200,7 @@ class _Capture:
     fn: object
     tokens: torch.Tensor            # (1, b)
     positions: torch.Tensor         # (1, b)
-    mask: torch.Tensor | None       # (1, 1, b, capacity) for a tree, else None
+    mask: torch.Tensor | None       # (1, 1, b, capacity): a tree's, or a chain's causal one; None: the model's own
     slots: torch.Tensor | None      # (b,) the cache slots written, where the forward takes them (4.57)
     calls: int = 0
 
@@ -226,7 +226,7 @@ class CompileRecord:
 
     widths: set = field(default_factory=set)    # widths run captured (captured now or by an earlier run)
     buckets: set = field(default_factory=set)   # the buckets they ran in
-    captures: int = 0                           # one per bucket (and tree or chain) new to the model
+    captures: int = 0                           # one per bucket new to the model (two: chains apart)
     capture_s: float = 0.0                      # excluded from the run's seconds
     recompiles: int = 0                         # graphs compiled after a bucket's capture: 0 is right
     eager: int = 0                              # forwards over a non-empty cache run eager: no bucket fits
@@ -251,6 +251,10 @@ class StaticCachedModel(CachedModel):
         self.compile_path = "graphs" if graphs else "static"
         self.fallback = fallback        # why graphs were asked for and this runs static ("" when not)
         self.record = CompileRecord()
+        # A chain runs in its bucket's tree capture, under a causal mask, where the model takes a 4D
+        # mask: one capture per bucket serves both (decided at ``begin``).
+        self.masked_chains = False
+        self._columns = None            # (1, capacity): every slot's index, for a chain's causal mask
 
     def begin(self, prompt: list[int], prefills: tuple = ()) -> list[int]:
         """Start a generation from ``prompt`` (shared prefills are dynamic caches: not used)."""
@@ -265,6 +269,7 @@ class StaticCachedModel(CachedModel):
         self.cache = _cache_for(self.model, self.capacity, self.slot)
         self._length = self._cache_length()       # what the last generation on this cache left
         self._set_length(0)
+        self.masked_chains = self.graphs and tree_support(self) is None
         return list(prompt)
 
     def _cache_length(self) -> int:
@@ -372,9 +377,9 @@ class StaticCachedModel(CachedModel):
     def _fill(self, entry: _Capture, tokens, positions, mask) -> None:
         """Copy a forward's w rows into the first w of the capture's b buffers (a replay reads only
         those) and pad the rest: token :data:`PAD_ID` at the positions after the last row's, written
-        to the b - w cache slots after the real ones. A chain's causal mask hides those slots from
-        the real rows (each sees the slots up to its own); a tree's mask hides them (its rows see the
-        cache and the block only), and each padded row sees its own slot alone."""
+        to the b - w cache slots after the real ones. No real row sees those slots: a chain's mask is
+        causal over the slots (each row sees the slots up to its own), a tree's shows its rows the
+        cache and the block only, and each padded row of a tree sees its own slot alone."""
         w, b = tokens.shape[1], entry.tokens.shape[1]
         entry.tokens[:, :w].copy_(tokens)
         entry.positions[:, :w].copy_(positions)
@@ -384,13 +389,27 @@ class StaticCachedModel(CachedModel):
             entry.positions[:, w:].copy_(after.clamp_(max=self._last_position))
         if entry.slots is not None:
             entry.slots.copy_(self._slots(b, tokens.device))
-        if mask is not None:
-            entry.mask[:, :, :w].copy_(mask)
-            if b > w:
-                padded = entry.mask[:, :, w:]                                       # (1, 1, b - w, capacity)
-                padded.fill_(torch.finfo(padded.dtype).min)
-                rows = torch.arange(b - w, device=padded.device)
-                padded[0, 0, rows, rows + self._length + w] = 0
+        if entry.mask is None:
+            return
+        if mask is None:                         # a chain in a tree's capture: causal over the slots
+            self._causal(entry.mask)
+            return
+        entry.mask[:, :, :w].copy_(mask)
+        if b > w:
+            padded = entry.mask[:, :, w:]                                           # (1, 1, b - w, capacity)
+            padded.fill_(torch.finfo(padded.dtype).min)
+            rows = torch.arange(b - w, device=padded.device)
+            padded[0, 0, rows, rows + self._length + w] = 0
+
+    def _causal(self, mask: torch.Tensor) -> None:
+        """Write a chain's mask of b rows from the length into ``mask`` (1, 1, b, capacity): row i sees
+        the slots up to ``length + i``, so no row sees the rows after it (padded ones included)."""
+        b = mask.shape[2]
+        if self._columns is None:
+            self._columns = torch.arange(self.capacity, device=mask.device).view(1, -1)   # (1, capacity)
+        rows = torch.arange(self._length, self._length + b, device=mask.device)     # (b,)
+        hidden = self._columns > rows.view(-1, 1)                                   # (b, capacity)
+        mask[0, 0].zero_().masked_fill_(hidden, torch.finfo(mask.dtype).min)
 
     @property
     def _last_position(self) -> int:
@@ -405,7 +424,8 @@ class StaticCachedModel(CachedModel):
         first use captures it: the forward runs (compiled, warmed up, recorded), the length is reset,
         and it runs again; the capture's seconds go to ``record.capture_s``, out of the run's."""
         width, seen = tokens.shape[1], self._length
-        entry, new = self._capture(bucket, mask is not None, layers)
+        masked = mask is not None or self.masked_chains
+        entry, new = self._capture(bucket, masked, layers)
         self._fill(entry, tokens, positions, mask)
         request = hidden_states_request(layers) if layers else None
         cache_position = entry.slots
@@ -421,7 +441,7 @@ class StaticCachedModel(CachedModel):
                 try:
                     entry.fn(*args)
                 except Exception as e:  # noqa: BLE001  (a backend that cannot compile here: static, said once)
-                    return self._give_up_graphs(e, bucket, mask, layers, seen, tokens, positions)
+                    return self._give_up_graphs(e, bucket, masked, mask, layers, seen, tokens, positions)
                 self._unpad(seen, bucket, 0)
             synchronize(self.device)
             self.record.capture_s += time.perf_counter() - begun
@@ -446,11 +466,11 @@ class StaticCachedModel(CachedModel):
         self._length = seen + bucket     # what the cache now holds
         self._set_length(seen + width)
 
-    def _give_up_graphs(self, error, bucket, mask, layers, seen, tokens, positions):
+    def _give_up_graphs(self, error, bucket, masked, mask, layers, seen, tokens, positions):
         """The backend could not capture this forward: nothing half-made is kept, every layer is put
         back to ``seen`` positions, the model runs ``static`` (eager) from this forward on, in this
         run and the next ones, and its runs say why in one line."""
-        del _CAPTURES[self.model][self._capture_key(bucket, mask is not None, layers)]
+        del _CAPTURES[self.model][self._capture_key(bucket, masked, layers)]
         if LENGTH_IN_CACHE:
             for layer in _layers(self.cache):        # a failure part-way may have moved some layers only
                 held = int(layer.get_seq_length())

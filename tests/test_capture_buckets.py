@@ -31,7 +31,10 @@ ROW_TOLERANCE = 1e-4
 
 @pytest.fixture(autouse=True)
 def cheap_backend(monkeypatch):
+    """The eager backend, and captures of this test's own: the zoo's models are shared with other
+    files, which count their captures from none."""
     monkeypatch.setattr(static, "BACKEND", "eager")
+    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
 
 
 def probed(target, drafter):
@@ -104,11 +107,18 @@ def test_padding_changes_no_token_and_no_logits_row(pair, monkeypatch, fields):
     assert result.drafted > result.accepted                       # rejections ran, so rollbacks did
 
 
+def test_padding_under_the_models_own_causal_mask(pair, monkeypatch):
+    """A model that takes no 4D mask keeps a chain capture apart: its own causal mask (over the
+    slots) hides the padded rows from the real ones."""
+    monkeypatch.setattr(static, "tree_support", lambda cached: "no custom mask here")
+    same_rows(pair, monkeypatch, **PADDED[1])
+    assert all(not key[3] for key in static._CAPTURES[pair.target])      # chain captures, no mask
+
+
 def test_mutation_padded_rows_not_rolled_back_fails(pair, monkeypatch):
     """The length goes to the real rows' end, but the cache keeps the padded rows."""
     monkeypatch.setattr(StaticCachedModel, "_unpad",
                         lambda self, seen, bucket, width: setattr(self, "_length", seen + width))
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
     with pytest.raises(AssertionError):
         same_rows(pair, monkeypatch, **PADDED[0])
 
@@ -150,23 +160,35 @@ def session_captures(blended) -> tuple[dict, set, list]:
 
 
 def test_trees_and_the_heuristic_policy_stay_within_the_buckets(blended, monkeypatch):
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
     per_model, widths, tokens = session_captures(blended)
     assert len(widths) > MOST_CAPTURES                  # a capture per width would pass the bound
     assert 0 < per_model["target"] <= MOST_CAPTURES and 0 < per_model["drafter"] <= MOST_CAPTURES, per_model
-    for model in (blended.target, blended.drafter):     # what is kept: buckets only
+    for model in (blended.target, blended.drafter):     # what is kept: buckets only, one capture each
         assert {key[2] for key in static._CAPTURES[model]} <= set(static.BUCKETS)
+        assert one_capture_per_bucket(model)
     again, _, tokens_again = session_captures(blended)
     assert again == {"target": 0, "drafter": 0} and tokens_again == tokens
     want = [run(blended, "static", drafter="model", gamma_policy="heuristic", **f).tokens for f in SESSION]
     assert tokens == want
 
 
+def one_capture_per_bucket(model) -> bool:
+    """Whether ``model`` keeps one capture per bucket: its chains run in the trees' captures."""
+    buckets = [key[2] for key in static._CAPTURES[model]]
+    return len(buckets) == len(set(buckets))
+
+
 def test_mutation_a_capture_per_width_fails_the_count(blended, monkeypatch):
     monkeypatch.setattr(static, "bucket_of", lambda width, capacity: width)
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
     per_model, _, _ = session_captures(blended)
     assert max(per_model.values()) > MOST_CAPTURES, per_model
+
+
+def test_mutation_chains_captured_apart_from_trees_fails(blended, monkeypatch):
+    """Chains kept out of the trees' captures: the drafter's chain and tree levels share bucket 2."""
+    monkeypatch.setattr(static, "tree_support", lambda cached: "chains apart")
+    run(blended, "graphs", drafter="model", gamma_policy="heuristic", **SESSION[0])
+    assert not one_capture_per_bucket(blended.drafter)
 
 
 # ------------------------------------------------------- buckets and their edges
@@ -180,7 +202,6 @@ def test_buckets_are_the_smallest_that_hold_the_width_up_to_the_capacity():
 def test_a_forward_no_bucket_holds_runs_eager_and_is_counted(pair, monkeypatch):
     """Buckets 1 and 2 only: a verify of 4 rows runs eager over the static cache, said in ``eager``."""
     monkeypatch.setattr(static, "BUCKETS", (1, 2))
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
     got = run(pair, "graphs", drafter="model", gamma=3)
     assert got.tokens == run(pair, "static", drafter="model", gamma=3).tokens
     report = got.compile
