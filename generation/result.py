@@ -97,8 +97,10 @@ class GenerationResult:
     ``compile`` (None for a served target): ``requested`` (the strategy's compile path),
     ``path`` (what the target ran: off, static or graphs), ``reason`` (why it fell back,
     "" when it did not), ``drafter_path`` (the drafter model's, None when none ran),
-    ``widths`` (the widths run captured), ``captures``, ``capture_s`` (seconds capturing,
-    left out of ``seconds``) and ``recompiles`` (0 is right); ``kvcache.static``.
+    ``widths`` (the widths run captured), ``buckets`` (the capture widths they ran in, padded),
+    ``captures`` (``model_captures``: per model), ``capture_s`` (seconds capturing, left out of
+    ``seconds``), ``recompiles`` (0 is right) and ``eager`` (forwards no bucket held);
+    ``kvcache.static``.
     ``trace`` is the per-round record (always kept: a few ints per round).
     ``phases`` splits ``seconds`` into ``draft`` (drafter forwards or n-gram
     look-ups), ``verify`` (target forwards) and ``other`` (host work between

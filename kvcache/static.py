@@ -9,8 +9,11 @@ Three paths (``utils.options.COMPILE_PATHS``), chosen per strategy:
   causality, and the next forward overwrites them); a tree's kept path is gathered at its
   absolute positions ``[length - block, length)``;
 - ``graphs``: the static path whose forwards over a non-empty cache (a decode step, a
-  verify, a drafter's step, a tree) run through a compiled callable, one per
-  (model, width, capacity), captured once and kept across runs; the prefill stays eager.
+  verify, a drafter's step, a tree) run through a compiled callable captured for a fixed
+  set of widths (:data:`BUCKETS`, as serving engines keep capture sizes): a forward of
+  width w runs in the smallest bucket >= w, padded, and the padded rows are rolled back
+  (:meth:`StaticCachedModel._captured`); captured once per (model, bucket, capacity) and
+  kept across runs; the prefill stays eager.
 
 How the length is reset depends on the release: from transformers 5.24 a ``StaticLayer``
 keeps the length it writes at (``cumulative_length``) and ``crop(-n)`` lowers it; on 4.57 a
@@ -35,7 +38,7 @@ import transformers
 from transformers import StaticCache
 
 from kvcache.cache import (CachedModel, SessionModel, UnsupportedCacheError, _layers,
-                           _own_cache_class, drop_last, hidden_states_request, kept_layers)
+                           _own_cache_class, drop_last, hidden_states_request, kept_layers, tree_support)
 from kvcache import probe
 from utils.devices import synchronize
 from utils.options import COMPILE_PATHS
@@ -48,6 +51,10 @@ BACKEND: object = "inductor"
 MODE = "reduce-overhead"
 RECOMPILE_LIMIT = 1024       # every capture shares one code object; dynamo's default limit is 8
 KEEP_CAPACITIES = 2          # static caches (and their captures) kept per model and slot
+# The widths the ``graphs`` path captures (those up to the capacity): a forward runs in the smallest
+# bucket that holds it, padded; a wider one runs eager (counted in the record's ``eager``).
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+PAD_ID = 0                   # the token a padded row feeds: any id of the vocabulary (its row is dropped)
 
 
 def _length_in_cache() -> bool:
@@ -67,6 +74,12 @@ LENGTH_IN_CACHE = _length_in_cache()
 def default_compile(device) -> str:
     """The path a strategy runs when none is asked for: ``graphs`` on CUDA, ``off`` elsewhere."""
     return "graphs" if torch.device(device).type == "cuda" else "off"
+
+
+def bucket_of(width: int, capacity: int) -> int | None:
+    """The smallest bucket of :data:`BUCKETS` (those up to ``capacity``) that holds ``width``;
+    None when every bucket is narrower (that forward runs eager)."""
+    return next((b for b in BUCKETS if width <= b <= capacity), None)
 
 
 def static_capacity(positions: int) -> int:
@@ -142,7 +155,7 @@ def _static_probe(model) -> str | None:
 # model -> {(capacity, slot): StaticCache}: one preallocated cache per model, capacity and slot
 # ("target", "drafter"), reused by every run (captured forwards hold its tensors' addresses).
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# model -> {(slot, capacity, width, masked, layers): _Capture}
+# model -> {(slot, capacity, bucket, masked, layers): _Capture}
 _CAPTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -181,13 +194,14 @@ def _step(model, cache, cache_kw: str, tokens, positions, cache_position, mask, 
 
 @dataclass
 class _Capture:
-    """One compiled forward of a fixed width and its static input buffers (copied in before each call)."""
+    """One compiled forward of a bucket's width b and its static input buffers (copied in, padded,
+    before each call)."""
 
     fn: object
-    tokens: torch.Tensor            # (1, w)
-    positions: torch.Tensor         # (1, w)
-    mask: torch.Tensor | None       # (1, 1, w, capacity) for a tree, else None
-    slots: torch.Tensor | None      # (w,) the cache slots written, where the forward takes them (4.57)
+    tokens: torch.Tensor            # (1, b)
+    positions: torch.Tensor         # (1, b)
+    mask: torch.Tensor | None       # (1, 1, b, capacity): a tree's, or a chain's causal one; None: the model's own
+    slots: torch.Tensor | None      # (b,) the cache slots written, where the forward takes them (4.57)
     calls: int = 0
 
 
@@ -211,9 +225,11 @@ class CompileRecord:
     """What one generation's static model compiled and ran captured (its ``graphs`` forwards)."""
 
     widths: set = field(default_factory=set)    # widths run captured (captured now or by an earlier run)
-    captures: int = 0
+    buckets: set = field(default_factory=set)   # the buckets they ran in
+    captures: int = 0                           # one per bucket new to the model (two: chains apart)
     capture_s: float = 0.0                      # excluded from the run's seconds
-    recompiles: int = 0                         # graphs compiled after a width's capture: 0 is right
+    recompiles: int = 0                         # graphs compiled after a bucket's capture: 0 is right
+    eager: int = 0                              # forwards over a non-empty cache run eager: no bucket fits
 
 
 # ------------------------------------------------------------- the model
@@ -235,6 +251,10 @@ class StaticCachedModel(CachedModel):
         self.compile_path = "graphs" if graphs else "static"
         self.fallback = fallback        # why graphs were asked for and this runs static ("" when not)
         self.record = CompileRecord()
+        # A chain runs in its bucket's tree capture, under a causal mask, where the model takes a 4D
+        # mask: one capture per bucket serves both (decided at ``begin``).
+        self.masked_chains = False
+        self._columns = None            # (1, capacity): every slot's index, for a chain's causal mask
 
     def begin(self, prompt: list[int], prefills: tuple = ()) -> list[int]:
         """Start a generation from ``prompt`` (shared prefills are dynamic caches: not used)."""
@@ -249,6 +269,7 @@ class StaticCachedModel(CachedModel):
         self.cache = _cache_for(self.model, self.capacity, self.slot)
         self._length = self._cache_length()       # what the last generation on this cache left
         self._set_length(0)
+        self.masked_chains = self.graphs and tree_support(self) is None
         return list(prompt)
 
     def _cache_length(self) -> int:
@@ -301,12 +322,21 @@ class StaticCachedModel(CachedModel):
         return logits[0, -keep:]
 
     def _run(self, tokens, positions, mask):
-        """Logits (1, w, V) and the kept hidden rows of one forward: captured over a non-empty
-        cache on the ``graphs`` path, else eager."""
+        """Logits (1, w, V) and the kept hidden rows of one forward: captured in its bucket over a
+        non-empty cache on the ``graphs`` path, else eager."""
         layers = kept_layers(self.keep_hidden)
         if self.graphs and self._length > 0:
-            return self._captured(tokens, positions, mask, layers)
+            bucket = self._bucket(tokens.shape[1])
+            if bucket is not None:
+                return self._captured(tokens, positions, mask, layers, bucket)
+            self.record.eager += 1
         return self._eager(tokens, positions, mask, layers)
+
+    def _bucket(self, width: int) -> int | None:
+        """The bucket a forward of ``width`` runs in; None (eager) when it is wider than every bucket
+        or its padded rows would pass the capacity."""
+        bucket = bucket_of(width, self.capacity)
+        return bucket if bucket is not None and self._length + bucket <= self.capacity else None
 
     def _eager(self, tokens, positions, mask, layers):
         """One eager forward over the static cache."""
@@ -314,20 +344,20 @@ class StaticCachedModel(CachedModel):
         return _step(self.model, self.cache, self.cache_kw, tokens, positions, cache_position, mask,
                      hidden_states_request(layers) if layers else None, layers)
 
-    def _capture(self, width: int, masked: bool, layers: tuple) -> tuple[_Capture, bool]:
-        """The capture of this width (made now if none is kept), and whether it is new."""
+    def _capture(self, bucket: int, masked: bool, layers: tuple) -> tuple[_Capture, bool]:
+        """The capture of this bucket (made now if none is kept), and whether it is new."""
         captures = _CAPTURES.setdefault(self.model, {})
-        key = self._capture_key(width, masked, layers)
+        key = self._capture_key(bucket, masked, layers)
         if key in captures:
             return captures[key], False
         device = self.device
         mask = None
         if masked:
             dtype = self.model.get_input_embeddings().weight.dtype
-            mask = torch.zeros((1, 1, width, self.capacity), dtype=dtype, device=device)
-        slots = None if LENGTH_IN_CACHE else torch.zeros(width, dtype=torch.long, device=device)
-        found = _Capture(_compiled(device), torch.zeros((1, width), dtype=torch.long, device=device),
-                         torch.zeros((1, width), dtype=torch.long, device=device), mask, slots)
+            mask = torch.zeros((1, 1, bucket, self.capacity), dtype=dtype, device=device)
+        slots = None if LENGTH_IN_CACHE else torch.zeros(bucket, dtype=torch.long, device=device)
+        found = _Capture(_compiled(device), torch.zeros((1, bucket), dtype=torch.long, device=device),
+                         torch.zeros((1, bucket), dtype=torch.long, device=device), mask, slots)
         if device.type == "cuda":      # fixed addresses: CUDA graphs read them without a copy
             for buffer in (found.tokens, found.positions, found.mask, found.slots):
                 if buffer is not None:
@@ -340,25 +370,62 @@ class StaticCachedModel(CachedModel):
         after the length, whatever the tokens' positions (a tree's siblings share one)."""
         return torch.arange(self._length, self._length + width, device=device)
 
-    def _capture_key(self, width: int, masked: bool, layers: tuple) -> tuple:
-        """What a capture is kept under: one per (slot, capacity, width, tree or chain, hidden rows)."""
-        return (self.slot, self.capacity, width, masked, layers)
+    def _capture_key(self, bucket: int, masked: bool, layers: tuple) -> tuple:
+        """What a capture is kept under: one per (slot, capacity, bucket, tree or chain, hidden rows)."""
+        return (self.slot, self.capacity, bucket, masked, layers)
 
     def _fill(self, entry: _Capture, tokens, positions, mask) -> None:
-        """Copy a forward's inputs into the capture's static buffers (a replay reads only those)."""
-        entry.tokens.copy_(tokens)
-        entry.positions.copy_(positions)
+        """Copy a forward's w rows into the first w of the capture's b buffers (a replay reads only
+        those) and pad the rest: token :data:`PAD_ID` at the positions after the last row's, written
+        to the b - w cache slots after the real ones. No real row sees those slots: a chain's mask is
+        causal over the slots (each row sees the slots up to its own), a tree's shows its rows the
+        cache and the block only, and each padded row of a tree sees its own slot alone."""
+        w, b = tokens.shape[1], entry.tokens.shape[1]
+        entry.tokens[:, :w].copy_(tokens)
+        entry.positions[:, :w].copy_(positions)
+        if b > w:
+            entry.tokens[:, w:].fill_(PAD_ID)
+            after = torch.arange(1, b - w + 1, device=positions.device) + positions[:, -1:]   # (1, b - w)
+            entry.positions[:, w:].copy_(after.clamp_(max=self._last_position))
         if entry.slots is not None:
-            entry.slots.copy_(self._slots(tokens.shape[1], tokens.device))
-        if mask is not None:
-            entry.mask.copy_(mask)
+            entry.slots.copy_(self._slots(b, tokens.device))
+        if entry.mask is None:
+            return
+        if mask is None:                         # a chain in a tree's capture: causal over the slots
+            self._causal(entry.mask)
+            return
+        entry.mask[:, :, :w].copy_(mask)
+        if b > w:
+            padded = entry.mask[:, :, w:]                                           # (1, 1, b - w, capacity)
+            padded.fill_(torch.finfo(padded.dtype).min)
+            rows = torch.arange(b - w, device=padded.device)
+            padded[0, 0, rows, rows + self._length + w] = 0
 
-    def _captured(self, tokens, positions, mask, layers):
-        """Copy the inputs into the width's static buffers and replay its compiled forward. A width's
+    def _causal(self, mask: torch.Tensor) -> None:
+        """Write a chain's mask of b rows from the length into ``mask`` (1, 1, b, capacity): row i sees
+        the slots up to ``length + i``, so no row sees the rows after it (padded ones included)."""
+        b = mask.shape[2]
+        if self._columns is None:
+            self._columns = torch.arange(self.capacity, device=mask.device).view(1, -1)   # (1, capacity)
+        rows = torch.arange(self._length, self._length + b, device=mask.device)     # (b,)
+        hidden = self._columns > rows.view(-1, 1)                                   # (b, capacity)
+        mask[0, 0].zero_().masked_fill_(hidden, torch.finfo(mask.dtype).min)
+
+    @property
+    def _last_position(self) -> int:
+        """The highest position id a padded row takes: the model's last (learned position tables end there)."""
+        config = getattr(self.model.config, "get_text_config", lambda: self.model.config)()
+        limit = getattr(config, "max_position_embeddings", None)
+        return int(limit) - 1 if limit else self.capacity
+
+    def _captured(self, tokens, positions, mask, layers, bucket: int):
+        """Copy the inputs, padded, into the bucket's static buffers and replay its compiled forward;
+        keep the first w rows of its outputs and roll the padded rows back (:meth:`_unpad`). A bucket's
         first use captures it: the forward runs (compiled, warmed up, recorded), the length is reset,
         and it runs again; the capture's seconds go to ``record.capture_s``, out of the run's."""
-        width = tokens.shape[1]
-        entry, new = self._capture(width, mask is not None, layers)
+        width, seen = tokens.shape[1], self._length
+        masked = mask is not None or self.masked_chains
+        entry, new = self._capture(bucket, masked, layers)
         self._fill(entry, tokens, positions, mask)
         request = hidden_states_request(layers) if layers else None
         cache_position = entry.slots
@@ -366,7 +433,6 @@ class StaticCachedModel(CachedModel):
                 entry.mask, request, layers)
         cuda = self.device.type == "cuda"
         if new:
-            seen = self._length
             synchronize(self.device)
             begun = time.perf_counter()
             for _ in range(2 if cuda else 1):   # CUDA graph trees warm up, then record
@@ -375,9 +441,8 @@ class StaticCachedModel(CachedModel):
                 try:
                     entry.fn(*args)
                 except Exception as e:  # noqa: BLE001  (a backend that cannot compile here: static, said once)
-                    return self._give_up_graphs(e, width, mask, layers, seen, tokens, positions)
-                self._length = seen + width     # what the cache now holds; back to ``seen``
-                self._set_length(seen)
+                    return self._give_up_graphs(e, bucket, masked, mask, layers, seen, tokens, positions)
+                self._unpad(seen, bucket, 0)
             synchronize(self.device)
             self.record.capture_s += time.perf_counter() - begun
             self.record.captures += 1
@@ -388,15 +453,24 @@ class StaticCachedModel(CachedModel):
         if entry.calls > 0 and unique_graphs() > graphs:
             self.record.recompiles += 1
         entry.calls += 1
+        self._unpad(seen, bucket, width)
         self.record.widths.add(width)
+        self.record.buckets.add(bucket)
         # A replay's outputs live in the graph's own memory, overwritten by its next replay.
-        return logits.clone(), (hidden.clone() if hidden is not None else None)
+        return logits[:, :width].clone(), (hidden[:width].clone() if hidden is not None else None)
 
-    def _give_up_graphs(self, error, width, mask, layers, seen, tokens, positions):
+    def _unpad(self, seen: int, bucket: int, width: int) -> None:
+        """After a forward of ``bucket`` rows from ``seen``, keep the first ``width``: the length goes
+        back to ``seen + width``, so the padded rows' keys are never read (they lie past every later
+        query's slot until the next forward overwrites them)."""
+        self._length = seen + bucket     # what the cache now holds
+        self._set_length(seen + width)
+
+    def _give_up_graphs(self, error, bucket, masked, mask, layers, seen, tokens, positions):
         """The backend could not capture this forward: nothing half-made is kept, every layer is put
         back to ``seen`` positions, the model runs ``static`` (eager) from this forward on, in this
         run and the next ones, and its runs say why in one line."""
-        del _CAPTURES[self.model][self._capture_key(width, mask is not None, layers)]
+        del _CAPTURES[self.model][self._capture_key(bucket, masked, layers)]
         if LENGTH_IN_CACHE:
             for layer in _layers(self.cache):        # a failure part-way may have moved some layers only
                 held = int(layer.get_seq_length())
@@ -436,7 +510,8 @@ class StaticCachedModel(CachedModel):
         """This generation's path and captures (the result's ``compile`` fields of one model)."""
         record = self.record
         return {"path": self.compile_path, "reason": self.fallback, "widths": sorted(record.widths),
-                "captures": record.captures, "capture_s": record.capture_s, "recompiles": record.recompiles}
+                "buckets": sorted(record.buckets), "captures": record.captures, "capture_s": record.capture_s,
+                "recompiles": record.recompiles, "eager": record.eager}
 
 
 # ------------------------------------------------------------- entry point
@@ -463,7 +538,7 @@ def capture_seconds(cached) -> float:
 
 def model_stats(cached, requested: str) -> dict:
     """One model's path under ``requested``: ``path``, ``reason`` (why it fell back, one line),
-    ``widths``, ``captures``, ``capture_s``, ``recompiles``."""
+    ``widths``, ``buckets``, ``captures``, ``capture_s``, ``recompiles``, ``eager``."""
     if isinstance(cached, StaticCachedModel):
         return cached.compile_stats()
     reason = ""
@@ -476,17 +551,22 @@ def model_stats(cached, requested: str) -> dict:
             reason = "the cache is off"
         else:
             reason = static_refusal(cached.model) or "no capacity was given"
-    return {"path": "off", "reason": reason, "widths": [], "captures": 0, "capture_s": 0.0, "recompiles": 0}
+    return {"path": "off", "reason": reason, "widths": [], "buckets": [], "captures": 0, "capture_s": 0.0,
+            "recompiles": 0, "eager": 0}
 
 
 def compile_report(requested: str, target: dict, drafter: dict | None = None) -> dict:
     """The result's ``compile``: what was asked, the target's path and why it differs, the drafter
-    model's path (None when none ran), and the captures of both models together."""
+    model's path (None when none ran), the captures of both models together, and each model's
+    captures apart (``model_captures``: "target", and "drafter" when one ran)."""
     both = [target] + ([drafter] if drafter is not None else [])
     reason = target["reason"] if target["path"] != requested else ""
     return {"requested": requested, "path": target["path"], "reason": reason,
             "drafter_path": drafter["path"] if drafter is not None else None,
             "widths": sorted(set().union(*(s["widths"] for s in both))),
+            "buckets": sorted(set().union(*(s["buckets"] for s in both))),
             "captures": sum(s["captures"] for s in both),
+            "model_captures": {name: s["captures"] for name, s in zip(("target", "drafter"), both)},
             "capture_s": sum(s["capture_s"] for s in both),
-            "recompiles": sum(s["recompiles"] for s in both)}
+            "recompiles": sum(s["recompiles"] for s in both),
+            "eager": sum(s["eager"] for s in both)}

@@ -425,7 +425,8 @@ COMMANDS: dict[str, Command] = {
         Command("compile", "off|static|graphs",
                 "how the target's and the drafter model's forwards run: off (eager, a growing cache), static "
                 "(a preallocated cache rolled back by resetting lengths, eager forwards) or graphs (the static "
-                "cache with each fixed-width forward captured once: CUDA graphs on CUDA); default graphs on "
+                "cache with its forwards padded to width buckets 1, 2, 4 ... 64, each captured once: CUDA "
+                "graphs on CUDA); default graphs on "
                 "CUDA, off on a CPU; a model that cannot take it runs off and its panel says why",
                 parse_compile, show=lambda s: s.compile, values=COMPILE_PATHS, flag="compile"),
         Command("config", "", "show every setting and the models", _no_args("config")),

@@ -673,7 +673,8 @@ def compile_text(result: GenerationResult, *, detail: bool = False) -> str | Non
         text += f" ({'; '.join(notes)})"
     if detail and compiled.get("captures"):
         widths = ", ".join(str(w) for w in compiled.get("widths") or [])
-        text += (f" · widths {widths or '-'} · {compiled['captures']} captures in "
+        buckets = ", ".join(str(b) for b in compiled.get("buckets") or [])
+        text += (f" · widths {widths or '-'} in buckets {buckets or '-'} · {compiled['captures']} captures in "
                  f"{float(compiled.get('capture_s') or 0.0):.2f} s (not in the run's time) · "
                  f"{compiled.get('recompiles', 0)} recompiles")
     if detail and compiled.get("reason"):
