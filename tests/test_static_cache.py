@@ -373,7 +373,7 @@ def test_keep_hidden_runs_on_the_static_path(monkeypatch):
 def test_a_self_drafter_keeps_the_target_on_its_dynamic_cache():
     """A self-drafter feeds and crops the target's own cache: the target stays off and says why."""
     target = arch_zoo.build("llama")
-    strategy = Strategy("s", drafter="self", drafter_options="self:int8", gamma=3, processor=GreedyProcessor(),
+    strategy = Strategy("s", drafter="self", drafter_options="self:skip=1", gamma=3, processor=GreedyProcessor(),
                         max_gen_len=LENGTH, compile="static")
     result = run_strategy(strategy, model_pair(target, vocab_size=arch_zoo.VOCAB), PROMPT)
     assert result.compile["path"] == "off" and "target's own dynamic cache" in result.compile["reason"]
