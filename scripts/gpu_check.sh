@@ -35,6 +35,7 @@ case "${1:-}" in
     *) echo "usage: bash scripts/gpu_check.sh [--rehearse]" >&2; exit 2 ;;
 esac
 
+start=$(date +%s)
 py="${PYTHON:-}"
 if [ -z "$py" ] && [ "$rehearse" -eq 1 ] && [ -x .venv-5.17.0/bin/python ]; then
     py=.venv-5.17.0/bin/python
@@ -49,7 +50,6 @@ if [ "$rehearse" -eq 0 ] && ! "$py" -c "import sys, torch; sys.exit(0 if torch.c
     exit 0
 fi
 
-start=$(date +%s)
 out="${OUT:-gpu_out}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -79,13 +79,16 @@ shares_line=$(IFS=,; echo "${shares[*]}")
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null || true
 "$py" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"
-echo "gpu_check$( [ "$rehearse" -eq 1 ] && echo ' --rehearse'): ${budget} s in all: ${shares_line//,/ s, } s, tests=${tests_share} s, start-up and the last lines ${reserve} s"
+rest="start-up and the last lines ${reserve} s"
+[ "$reserve" -ge 0 ] || rest="the shares exceed the budget: the later parts get what is left"
+echo "gpu_check$( [ "$rehearse" -eq 1 ] && echo ' --rehearse'): ${budget} s in all: ${shares_line//,/ s, } s, tests=${tests_share} s, $rest"
 
 left() { echo $(( start + budget - $(date +%s) )); }
 
 # Parts 1 to 3 in one process (the verdicts' runs are the speed part's warm-up); a hard stop at their
 # shares and half the reserve.
-figures_box=$(( figures_share + reserve / 2 ))
+figures_box=$(( figures_share + (reserve > 0 ? reserve / 2 : 0) ))
+[ "$figures_box" -le $(( $(left) - 10 )) ] || figures_box=$(( $(left) - 10 ))
 timeout "$figures_box" "$py" scripts/gpu_figures.py --device "$device" ${figure_args[@]+"${figure_args[@]}"} \
     --parts identity,verdicts,speed --shares "$shares_line" --out-dir "$out" 2>&1 | tee "$out/figures.log"
 figures=${PIPESTATUS[0]}

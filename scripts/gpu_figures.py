@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -518,6 +519,14 @@ def _judge(base, reference):
     return judge
 
 
+def _time_boxed() -> None:
+    """Turn the time box's SIGTERM (``timeout``) into ``SystemExit(124)``, so that the part it cuts
+    still saves what it has (``oneshot``'s ``finally``)."""
+    def stop(signum, frame):
+        raise SystemExit(124)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def oneshot(args) -> int:
     """The one-shot check's figure parts, in order (``--parts identity,verdicts,speed``), each under its
     share of the time (``--shares``; a part's unused time goes to the next) and each saved to
@@ -533,6 +542,7 @@ def oneshot(args) -> int:
     an entry failed; else 0."""
     from analysis.reference import referee_for
 
+    _time_boxed()
     begun = time.perf_counter()
     shares = {name: float(v) for name, v in (item.split("=") for item in args.shares.split(","))}
     wanted = [p for p in ONESHOT_PARTS if p in args.parts.split(",")]
@@ -596,6 +606,10 @@ def oneshot(args) -> int:
             report["error"] = _failure(e)
             print(f"part {part} failed: {report['error']}", flush=True)
             status = 1
+        except SystemExit:          # the time box's SIGTERM (_time_boxed): this part is saved as it stands
+            report["error"] = "stopped by the check's time box"
+            print(f"part {part}: {report['error']}", flush=True)
+            raise
         finally:
             sys.stdout = tee.stream
             report["seconds"] = time.perf_counter() - part_begun
