@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Run the tests on both ends of the supported transformers range (docs/versions.md):
 #   1. the whole suite on the newest transformers (.venv, set up by scripts/setup.sh);
-#   2. the engine tests on the declared floor, transformers 4.57.6 (.venv-floor, scripts/setup.sh --floor).
-# Arguments go to pytest for the first run only, and skip the floor run (they pick tests of the
-# whole suite: `bash test.sh -k repl`). SPECDEC_SKIP_FLOOR=1 skips the floor run as well.
+#   2. the engine tests on the declared floor, transformers 4.57.6 (.venv-floor, scripts/setup.sh --floor);
+#   3. the static-path, compile and static-peer tests (STATIC_TESTS) on transformers 5.17.0
+#      (.venv-5.17.0, scripts/setup.sh --release 5.17.0): the release the GPU machine has, whose static
+#      layer is rolled back differently from the ends' (docs/static.md);
+#   4. the GPU check's rehearsal (scripts/gpu_check.sh --rehearse: every part on the CPU, small shapes,
+#      on that 5.17 environment, at most 3 minutes), its files left in gpu_out/rehearsal/.
+# Arguments go to pytest for the first run only, and skip runs 2 to 4 (they pick tests of the
+# whole suite: `bash test.sh -k repl`). SPECDEC_SKIP_FLOOR=1 skips runs 2 to 4 as well (every run
+# beside the newest). SPECDEC_STATIC_RELEASE=X.Y.Z runs run 3 on another release (empty: skips it);
+# SPECDEC_SKIP_REHEARSAL=1 skips run 4.
 # SPECDEC_RELEASES="5.10.4 5.20.2" also runs the engine tests on each of those transformers releases
 # (.venv-X.Y.Z, scripts/setup.sh --release X.Y.Z): the releases between the ends, which CI leaves out.
 # The script fails when either run fails, and when a run collects no test (pytest's exit code 5).
@@ -50,6 +57,14 @@ FLOOR_TESTS=(
     tests/test_compile_front.py
     tests/test_static_cache.py
 )
+
+# The tests run 3 covers: what the static path and its peers do depends on the release's static layer.
+STATIC_TESTS=(
+    tests/test_static_cache.py
+    tests/test_compile_front.py
+    tests/test_bench_static_peers.py
+)
+STATIC_RELEASE="${SPECDEC_STATIC_RELEASE-5.17.0}"
 
 # Test processes: one per core, at most 4 (each test process runs torch on one thread, tests/conftest.py;
 # the tiny models are bound by Python, so a second process nearly halves the time on 2 cores).
@@ -122,7 +137,30 @@ elif [ -n "${SPECDEC_RELEASES:-}" ]; then
     done
 fi
 
-if [ "$newest" -ne 0 ] || [ "$floor" -ne 0 ] || [ "$releases" -ne 0 ]; then
-    echo "== test.sh: FAILED (newest: exit $newest, floor: exit $floor, releases: exit $releases)" >&2
+static_release=0
+if [ "$#" -gt 0 ] || [ "${SPECDEC_SKIP_FLOOR:-0}" = "1" ] || [ -z "$STATIC_RELEASE" ]; then
+    echo "== static-path run skipped (pytest arguments, SPECDEC_SKIP_FLOOR=1 or an empty SPECDEC_STATIC_RELEASE)" >&2
+else
+    bash scripts/setup.sh --release "$STATIC_RELEASE" || static_release=$?
+    if [ "$static_release" -eq 0 ]; then
+        run_pytest "static path on transformers $STATIC_RELEASE" ".venv-$STATIC_RELEASE/bin/python" \
+            "${RELEASE_DEPENDENT[@]}" "${STATIC_TESTS[@]}" || static_release=$?
+    fi
+fi
+
+rehearsal=0
+if [ "$#" -gt 0 ] || [ "${SPECDEC_SKIP_FLOOR:-0}" = "1" ] || [ "${SPECDEC_SKIP_REHEARSAL:-0}" = "1" ]; then
+    echo "== GPU check rehearsal skipped (pytest arguments, SPECDEC_SKIP_FLOOR=1 or SPECDEC_SKIP_REHEARSAL=1)" >&2
+else
+    echo "== GPU check rehearsal: bash scripts/gpu_check.sh --rehearse" >&2
+    rm -rf gpu_out/rehearsal
+    OUT=gpu_out/rehearsal bash scripts/gpu_check.sh --rehearse || rehearsal=$?
+    [ "$rehearsal" -eq 0 ] || echo "== GPU check rehearsal: failed (exit $rehearsal; gpu_out/rehearsal/)" >&2
+fi
+
+if [ "$newest" -ne 0 ] || [ "$floor" -ne 0 ] || [ "$releases" -ne 0 ] || [ "$static_release" -ne 0 ] \
+        || [ "$rehearsal" -ne 0 ]; then
+    echo "== test.sh: FAILED (newest: exit $newest, floor: exit $floor, releases: exit $releases," \
+         "static path on $STATIC_RELEASE: exit $static_release, rehearsal: exit $rehearsal)" >&2
     exit 1
 fi

@@ -15,11 +15,13 @@ Three paths (``utils.options.COMPILE_PATHS``), chosen per strategy:
   (:meth:`StaticCachedModel._captured`); captured once per (model, bucket, capacity) and
   kept across runs; the prefill stays eager.
 
-How the length is reset depends on the release: from transformers 5.24 a ``StaticLayer``
-keeps the length it writes at (``cumulative_length``) and ``crop(-n)`` lowers it; on 4.57 a
-layer writes where the forward's ``cache_position`` says, so every forward passes its
-positions and a rollback only lowers :attr:`CachedModel.length`. A release with neither is
-refused (:func:`static_refusal`).
+How the length is reset depends on the release: from transformers 5.17 a ``StaticLayer``
+keeps the length it writes at (``cumulative_length``), which 5.24's ``crop(-n)`` lowers; 5.17
+and 5.18 give the layer no ``crop``, and that length is lowered in place, as 5.24's ``crop``
+does (:func:`lower_layer`); on 4.57 a layer writes where the forward's ``cache_position`` says,
+so every forward passes its positions and a rollback only lowers :attr:`CachedModel.length`.
+Whatever the release, each model's rollback is tried once (:func:`_static_probe`) before its
+first static run; a model whose episode fails is refused in one line that names the release.
 
 The capacity (:func:`static_capacity`) is the prompt, the length budget and the widest
 verify, rounded up to a multiple of :data:`CAPACITY_STEP` (256), so one capture serves every
@@ -66,9 +68,39 @@ def _length_in_cache() -> bool:
         return False
 
 
-# 5.24 on: a layer writes at its own length, lowered by ``crop(-n)``; before, where the forward's
+def _layer_crops() -> bool:
+    """Whether the installed ``StaticLayer`` has a ``crop`` of its own (5.24; not 5.17 or 5.18)."""
+    from transformers.cache_utils import StaticLayer
+    return callable(getattr(StaticLayer, "crop", None))
+
+
+# From 5.17 a layer writes at its own length (``cumulative_length``); before, where the forward's
 # ``cache_position`` says (4.57), which every forward passes.
 LENGTH_IN_CACHE = _length_in_cache()
+# How that length is lowered: the layer's ``crop(-n)`` (5.24), else (5.17, 5.18: no ``crop``) by
+# lowering ``cumulative_length`` in place, what 5.24's ``crop`` does (:func:`lower_layer`).
+LAYER_CROPS = LENGTH_IN_CACHE and _layer_crops()
+
+
+def lower_layer(layer, n: int) -> None:
+    """Remove the last ``n`` positions of one static layer that keeps its own length: its ``crop(-n)``,
+    else its ``cumulative_length`` lowered in place (the tensor keeps its address, which captures read;
+    the keys past it stay, and the next write overwrites them). A layer never written holds nothing."""
+    if n <= 0 or not getattr(layer, "is_initialized", True):
+        return
+    if LAYER_CROPS:
+        layer.crop(-n)
+    else:
+        layer.cumulative_length.sub_(n)
+
+
+def lower_length(cache, n: int) -> None:
+    """Remove the last ``n`` positions of every layer of a static ``cache`` (:func:`lower_layer`)."""
+    if LAYER_CROPS:
+        drop_last(cache, n)
+        return
+    for layer in _layers(cache):
+        lower_layer(layer, n)
 
 
 def default_compile(device) -> str:
@@ -147,7 +179,7 @@ def _static_probe(model) -> str | None:
         found = probe.check_episode(model, StaticCachedModel(model, capacity=capacity, slot="probe"))
     finally:
         _CACHES.get(model, {}).pop((capacity, "probe"), None)
-    return None if found is None else f"its static-cache forward {found}"
+    return None if found is None else f"its static-cache forward on transformers {transformers.__version__} {found}"
 
 
 # ------------------------------------------------------------ caches, captures
@@ -282,7 +314,7 @@ class StaticCachedModel(CachedModel):
         """Reset the length to ``length`` (at most the length held): later forwards write from there.
         The cache's own length equals the one kept here, so nothing is read back from the device."""
         if LENGTH_IN_CACHE:
-            drop_last(self.cache, self._length - length)
+            lower_length(self.cache, self._length - length)
         self._length = length
 
     def _room(self, end: int) -> None:
@@ -473,9 +505,7 @@ class StaticCachedModel(CachedModel):
         del _CAPTURES[self.model][self._capture_key(bucket, masked, layers)]
         if LENGTH_IN_CACHE:
             for layer in _layers(self.cache):        # a failure part-way may have moved some layers only
-                held = int(layer.get_seq_length())
-                if held > seen:
-                    layer.crop(seen - held)
+                lower_layer(layer, int(layer.get_seq_length()) - seen)
         self._length = seen
         reason = (f"the {BACKEND!r} backend cannot capture {type(self.model).__name__}'s forward here "
                   f"({_first_line(error)}); it runs static (eager)")

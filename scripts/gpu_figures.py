@@ -25,6 +25,13 @@ against the memory-bandwidth floor (the 3B's weight bytes over the card's bandwi
 the engine's target AR on the eager path: in float32 which outputs are identical, in bfloat16 how
 many diverge (and where first).
 
+The one-shot check's parts (``--parts identity,verdicts,speed``, what ``scripts/gpu_check.sh`` runs;
+``oneshot``): the same entries, in float32 run once each (every output must equal the engine's
+eager target AR), in bfloat16 run once each with every difference judged (near-tie or
+unexplained, ``analysis.divergence``), then the bfloat16 entries timed; each part under its share
+of the time (``--shares``) and saved to ``--out-dir``/PART/ as soon as it ends. An entry that
+raises is recorded with its one line and the others go on.
+
 The older parts stay selectable (``--parts 1,2,3``):
 1. What a forward of w tokens costs after a 512-token cached prefix (w = 1 ... 128).
 2. The engine end to end beside transformers (target AR, speculative, the 3B drafting for itself,
@@ -37,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -82,12 +90,12 @@ BANDWIDTH = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12))
 
 def build(name: str, small: bool, device: str, dtype: torch.dtype, seed: int):
     shape = (SMALL if small else SHAPES)[name]
-    config = transformers.LlamaConfig(**{**COMMON, **shape, **({"vocab_size": 512} if small else {})})
+    config = transformers.LlamaConfig(**{**COMMON, **shape, **({"vocab_size": 512, "bos_token_id": 1} if small else {})})
     torch.manual_seed(seed)
     with torch.device(device):
         model = transformers.LlamaForCausalLM(config).to(dtype).eval()
     model.generation_config = transformers.GenerationConfig(eos_token_id=None, pad_token_id=None,
-                                                            bos_token_id=COMMON["bos_token_id"])
+                                                            bos_token_id=config.bos_token_id)
     return model
 
 
@@ -264,48 +272,103 @@ def first_difference(tokens: list[int], want: list[int]) -> int | None:
                 None if len(tokens) == len(want) else min(len(tokens), len(want)))
 
 
-def alternate(entries: dict, rounds: int) -> dict:
-    """Warm every entry once, then time ``rounds`` rounds, the order reversed every other round.
-    Returns name -> {tok_s (median), tok_s_runs, tokens, result (the last)}."""
+def _failure(error: BaseException) -> str:
+    """One line for an entry that raised: the error's type and first line."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def warm_once(entries: dict, deadline: float | None = None) -> dict:
+    """Run every entry once (warm: captures, transformers' compile). Returns name -> {tokens, result,
+    warm_s, ..., error}: an entry that raises is recorded with its one line and the rest go on; one not
+    begun by ``deadline`` (``time.perf_counter()``) is recorded as left out."""
     out = {}
-    for name, go in entries.items():                 # warm: captures, transformers' compile
-        tokens, seconds, result = go()
+    for name, go in entries.items():
+        row = {"tok_s_runs": [], "tokens": None, "result": None, "warm_s": None, "warm_captures": None,
+               "warm_capture_s": None, "error": None}
+        out[name] = row
+        if deadline is not None and time.perf_counter() > deadline:
+            row["error"] = "left out: the part's share of the time was spent"
+            continue
+        try:
+            tokens, seconds, result = go()
+        except Exception as e:  # noqa: BLE001  (one entry's failure is its figure; the rest still run)
+            row["error"] = _failure(e)
+            print(f"{name}: failed: {row['error']}", flush=True)
+            continue
         warm = (result.compile or {}) if result is not None else {}
-        out[name] = {"tok_s_runs": [], "tokens": tokens, "result": result, "warm_s": seconds,
-                     "warm_captures": warm.get("captures"), "warm_capture_s": warm.get("capture_s")}
-    names = list(entries)
+        row.update(tokens=tokens, result=result, warm_s=seconds, warm_captures=warm.get("captures"),
+                   warm_capture_s=warm.get("capture_s"))
+    return out
+
+
+def time_rounds(entries: dict, out: dict, rounds: int, deadline: float | None = None) -> dict:
+    """Time ``rounds`` rounds of the entries ``warm_once`` ran without error, the order reversed every
+    other round; an entry that raises is recorded and left out of the later rounds; no round begins
+    after ``deadline``. Sets each row's ``tok_s`` (median of its runs, None without one)."""
+    names = [name for name in entries if out[name]["error"] is None]
     for r in range(rounds):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         for name in (names if r % 2 == 0 else names[::-1]):
-            tokens, seconds, result = entries[name]()
-            out[name]["tok_s_runs"].append(len(tokens) / seconds if seconds > 0 else 0.0)
-            out[name].update(tokens=tokens, result=result)
+            row = out[name]
+            if row["error"] is not None:
+                continue
+            try:
+                tokens, seconds, result = entries[name]()
+            except Exception as e:  # noqa: BLE001  (as in warm_once)
+                row["error"] = _failure(e)
+                print(f"{name}: failed in a timed round: {row['error']}", flush=True)
+                continue
+            row["tok_s_runs"].append(len(tokens) / seconds if seconds > 0 else 0.0)
+            row.update(tokens=tokens, result=result)
     for row in out.values():
         row["tok_s"] = statistics.median(row["tok_s_runs"]) if row["tok_s_runs"] else None
     return out
 
 
+def alternate(entries: dict, rounds: int, deadline: float | None = None) -> dict:
+    """Warm every entry once, then time ``rounds`` rounds, the order reversed every other round.
+    Returns name -> {tok_s (median), tok_s_runs, tokens, result (the last), error}: an entry that
+    raises is recorded with its one line (``error``) and every other entry goes on."""
+    return time_rounds(entries, warm_once(entries, deadline), rounds, deadline)
+
+
 def path_group(title: str, entries: dict, rounds: int, dtype: str, floor_ms: float | None,
-               reference: list[int] | None = None) -> tuple[dict, list[int]]:
+               reference: list[int] | None = None, deadline: float | None = None) -> tuple[dict, list[int]]:
     """One group of entries timed alternating, printed; (the figures as JSON, tokens dropped; the
     reference tokens). ``reference``: the tokens outputs are held to (default: the first entry's,
     the engine's target AR on the eager path)."""
-    runs = alternate(entries, rounds)
-    reference = reference if reference is not None else runs[next(iter(runs))]["tokens"]
-    print(f"-- {title} ({dtype}; {rounds} alternating rounds after a warm-up; identity against the engine's "
-          "target AR on the eager path)", flush=True)
+    return describe(title, alternate(entries, rounds, deadline), rounds, dtype, floor_ms, reference)
+
+
+def describe(title: str, runs: dict, rounds: int, dtype: str, floor_ms: float | None,
+             reference: list[int] | None = None, judge=None) -> tuple[dict, list[int] | None]:
+    """Print one group's rows (``alternate``'s) and return (the figures as JSON, tokens dropped; the
+    reference tokens). ``judge(tokens, result)``: the verdict on an output that differs from the
+    reference (``analysis.divergence.Divergence``), where one is wanted."""
+    if reference is None:
+        reference = runs[next(iter(runs))]["tokens"]
+    timed = f"{rounds} alternating rounds after a warm-up" if rounds else "one run each"
+    print(f"-- {title} ({dtype}; {timed}; identity against the engine's target AR on the eager path)", flush=True)
     figures = {}
     for name, row in runs.items():
         result = row.pop("result")
         tokens = row.pop("tokens")
-        diff = first_difference(tokens, reference)
+        if row["error"] is not None:
+            figures[name] = {**row, "identical": None, "first_difference": None}
+            print(f"{name}: {row['error']}", flush=True)
+            continue
+        diff = first_difference(tokens, reference) if reference is not None else None
         compiled = result.compile if result is not None else None
         step = step_ms(result)
-        figures[name] = {**row, "identical": diff is None, "first_difference": diff, "step_ms": step,
+        figures[name] = {**row, "identical": diff is None if reference is not None else None,
+                         "first_difference": diff, "step_ms": step,
                          "step_over_floor": step / floor_ms if step and floor_ms else None,
                          "tokens_per_target_call": (len(tokens) / result.target_calls
                                                     if result is not None and result.target_calls else None),
                          "compile": compiled}
-        parts = [f"{row['tok_s']:.1f} tok/s" if row["tok_s"] is not None else "no timed run"]
+        parts = [f"{row['tok_s']:.1f} tok/s" if row.get("tok_s") is not None else "no timed run"]
         if step is not None and "speculative" not in name:
             parts.append(f"target step {step:.2f} ms" + (f" ({step / floor_ms:.1f}x the floor)" if floor_ms else ""))
         elif step is not None:
@@ -319,7 +382,18 @@ def path_group(title: str, entries: dict, rounds: int, dtype: str, floor_ms: flo
             parts.append(f"warm-up {row['warm_s']:.1f} s")
         if result is not None and "speculative" in name:
             parts.append(f"{figures[name]['tokens_per_target_call']:.2f} tokens/target call")
-        parts.append("identical" if diff is None else f"differs from token {diff}")
+        if reference is None:
+            parts.append("no reference output")
+        elif diff is None:
+            parts.append("identical")
+        else:
+            parts.append(f"differs from token {diff}")
+            if judge is not None:
+                found = judge(tokens, result)
+                verdict = (found.verdict or "no verdict") if found is not None else "no verdict"
+                figures[name]["verdict"] = verdict
+                figures[name]["verdict_note"] = found.note if found is not None else ""
+                parts.append(f"verdict {verdict}" + (f" ({found.note})" if found is not None and found.note else ""))
         print(f"{name}: " + " · ".join(parts), flush=True)
     return figures, reference
 
@@ -346,29 +420,11 @@ def paths_part(args, report: dict, save) -> None:
               + (f", bandwidth floor {floor_ms:.2f} ms a step" if floor_ms else "") + f"; prompt {args.prompt}, "
               f"{args.length} new tokens", flush=True)
         warm_device(args.device)
-        alone, both = pair_of(target), pair_of(target, drafter)
         group = {"floor_ms": floor_ms, "weight_bytes": weights}
         report["paths"][dtype_name] = group
-        ar = {f"engine target AR {path}": engine_entry(
-            Strategy("target", processor=GREEDY, max_gen_len=args.length, compile=path), alone, prompt)
-            for path in COMPILE_PATHS}
-        ar["transformers generate"] = hf_entry(target, prompt, args.length, args.device)
-        ar["transformers generate static"] = hf_entry(target, prompt, args.length, args.device, static=True)
+        ar, spec = group_entries(args, target, drafter, prompt)
         group["target_ar"], reference = path_group("target AR", ar, args.ab_rounds, dtype_name, floor_ms)
         save()
-        spec = {f"engine speculative 1B→3B γ{args.gamma} {path}": engine_entry(
-            Strategy("speculative", drafter="model", gamma=args.gamma, processor=GREEDY, max_gen_len=args.length,
-                     compile=path), both, prompt) for path in COMPILE_PATHS}
-        assisted = dict(assistant_model=drafter, num_assistant_tokens=args.gamma,
-                        num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
-        spec[f"transformers assisted (1B, {args.gamma})"] = hf_entry(target, prompt, args.length, args.device,
-                                                                      **assisted)
-        refused = static_peer_refusal("hf_assisted", target, drafter)
-        if refused is None:
-            spec[f"transformers assisted static (1B, {args.gamma})"] = hf_entry(
-                target, prompt, args.length, args.device, static=True, **assisted)
-        else:
-            print(f"transformers assisted static left out: {refused}", flush=True)
         group["speculative"], _ = path_group("speculative decoding", spec, args.ab_rounds, dtype_name, floor_ms,
                                              reference)
         rows = {**group["target_ar"], **group["speculative"]}
@@ -378,9 +434,193 @@ def paths_part(args, report: dict, save) -> None:
                                             + ", ".join(f"{n} {i}" for n, i in group["divergences"].items())),
               flush=True)
         save()
-        del target, drafter, alone, both, ar, spec
+        del target, drafter, ar, spec
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------ the one-shot parts
+
+ONESHOT_PARTS = ("identity", "verdicts", "speed")
+
+
+def group_entries(args, target, drafter, prompt: list[int]) -> tuple[dict, dict]:
+    """(target AR entries, speculative entries): the engine on each compile path beside transformers'
+    eager and static peers (the assisted static peer where the release takes one, else said why)."""
+    alone, both = pair_of(target), pair_of(target, drafter)
+    ar = {f"engine target AR {path}": engine_entry(
+        Strategy("target", processor=GREEDY, max_gen_len=args.length, compile=path), alone, prompt)
+        for path in COMPILE_PATHS}
+    ar["transformers generate"] = hf_entry(target, prompt, args.length, args.device)
+    ar["transformers generate static"] = hf_entry(target, prompt, args.length, args.device, static=True)
+    spec = {f"engine speculative 1B→3B γ{args.gamma} {path}": engine_entry(
+        Strategy("speculative", drafter="model", gamma=args.gamma, processor=GREEDY, max_gen_len=args.length,
+                 compile=path), both, prompt) for path in COMPILE_PATHS}
+    assisted = dict(assistant_model=drafter, num_assistant_tokens=args.gamma,
+                    num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    spec[f"transformers assisted (1B, {args.gamma})"] = hf_entry(target, prompt, args.length, args.device, **assisted)
+    try:
+        refused = static_peer_refusal("hf_assisted", target, drafter)
+    except Exception as e:  # noqa: BLE001  (the trial itself failed: the peer is left out, said why)
+        refused = f"its trial failed: {_failure(e)}"
+    if refused is None:
+        spec[f"transformers assisted static (1B, {args.gamma})"] = hf_entry(
+            target, prompt, args.length, args.device, static=True, **assisted)
+    else:
+        print(f"transformers assisted static left out: {refused}", flush=True)
+    return ar, spec
+
+
+class _Tee:
+    """stdout that also keeps every line written (a part's summary file)."""
+
+    def __init__(self, stream):
+        self.stream, self.lines = stream, []
+
+    def write(self, text):
+        self.lines.append(text)
+        return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
+def _part_models(args, dtype_name: str):
+    dtype = getattr(torch, dtype_name)
+    target = build("llama-3.2-3b", args.small, args.device, dtype, seed=0)
+    drafter = build("llama-3.2-1b", args.small, args.device, dtype, seed=1)
+    gen = torch.Generator(device="cpu").manual_seed(3)
+    prompt = torch.randint(0, target.config.vocab_size, (args.prompt,), generator=gen).tolist()
+    return target, drafter, prompt
+
+
+def _tally(dtype_name: str, figures: dict) -> dict:
+    """Of a part's rows: how many ran, are identical, differ (by verdict), and failed; printed."""
+    ran = [r for r in figures.values() if r.get("error") is None]
+    differ = [r for r in ran if r.get("identical") is False]
+    verdicts = [r.get("verdict", "no verdict") for r in differ]
+    counts = {"entries": len(figures), "ran": len(ran), "identical": sum(r.get("identical") is True for r in ran),
+              "differ": len(differ), "near_ties": verdicts.count("near-tie"),
+              "unexplained": verdicts.count("unexplained"), "failed": len(figures) - len(ran)}
+    print(f"{dtype_name}: {counts['identical']} of {counts['ran']} outputs identical to the engine's eager target AR"
+          + (f"; {counts['differ']} differ ({counts['near_ties']} near-ties, {counts['unexplained']} unexplained)"
+             if differ else "") + (f"; {counts['failed']} failed or left out" if counts["failed"] else ""), flush=True)
+    return counts
+
+
+def _judge(base, reference):
+    """The verdict on an output that differs from ``base`` (the engine's eager target AR result), from
+    the rows both recorded and ``reference`` (``analysis.reference``); a peer records no rows."""
+    from analysis.divergence import explain
+
+    def judge(tokens, result):
+        rows = result.decisions if result is not None else None
+        return explain(base.tokens, base.decisions, tokens, rows, reference=reference)
+    return judge
+
+
+def _time_boxed() -> None:
+    """Turn the time box's SIGTERM (``timeout``) into ``SystemExit(124)``, so that the part it cuts
+    still saves what it has (``oneshot``'s ``finally``)."""
+    def stop(signum, frame):
+        raise SystemExit(124)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def oneshot(args) -> int:
+    """The one-shot check's figure parts, in order (``--parts identity,verdicts,speed``), each under its
+    share of the time (``--shares``; a part's unused time goes to the next) and each saved to
+    ``--out-dir``/PART/ (figures.json, summary.txt) as soon as it ends:
+
+    - identity: float32, every compile path and peer run once: each output must equal the engine's
+      eager target AR (float32 leaves no near-tie to excuse a difference);
+    - verdicts: bfloat16, every path and peer run once (the warm-up of ``speed``): each difference
+      judged (``analysis.divergence``: near-tie or unexplained; a peer records no rows: no verdict);
+    - speed: the bfloat16 entries timed ``--ab-rounds`` alternating rounds.
+
+    Returns the exit status: 1 when an output differs in float32, a difference is unexplained, or
+    an entry failed; else 0."""
+    from analysis.reference import referee_for
+
+    _time_boxed()
+    begun = time.perf_counter()
+    shares = {name: float(v) for name, v in (item.split("=") for item in args.shares.split(","))}
+    wanted = [p for p in ONESHOT_PARTS if p in args.parts.split(",")]
+    out_dir = Path(args.out_dir)
+    if not args.device.startswith("cuda"):
+        static_path.BACKEND = "eager"               # a rehearsal: no inductor build on a CPU
+    name = card_name(args.device)
+    bandwidth = bandwidth_of(name)
+    status, elapsed_share, held = 0, 0.0, {}
+    print(f"card: {name}; machine: {json.dumps(machine(args.device))}", flush=True)
+    for part in wanted:
+        elapsed_share += shares.get(part, 60.0)
+        deadline = begun + elapsed_share
+        tee = _Tee(sys.stdout)
+        sys.stdout = tee
+        part_begun = time.perf_counter()
+        report: dict = {"part": part, "small": args.small, "length": args.length, "gamma": args.gamma,
+                        "share_s": shares.get(part), "transformers": transformers.__version__}
+        try:
+            print(f"== part {part}: until {elapsed_share:.0f} s of the figures' {sum(shares.values()):.0f} s", flush=True)
+            dtype_name = "float32" if part == "identity" else "bfloat16"
+            if part == "speed" and "verdicts" in held:
+                target, drafter, prompt, entries, warm = held.pop("verdicts")
+            else:
+                target, drafter, prompt = _part_models(args, dtype_name)
+                entries = group_entries(args, target, drafter, prompt)
+                warm = None
+            weights = weight_bytes(target)
+            floor_ms = 1000 * weights / bandwidth if bandwidth else None
+            report.update(dtype=dtype_name, floor_ms=floor_ms, weight_bytes=weights)
+            judge = None
+            groups, reference = {}, None
+            for title, group in zip(("target_ar", "speculative"), entries):
+                if part == "speed":
+                    rows = warm[title] if warm is not None else warm_once(group, deadline)
+                    left = {n: go for n, go in group.items() if (rows[n]["error"] or "").startswith("left out")}
+                    rows.update(warm_once(left, deadline))      # what the verdicts part had no time for
+                    warm_device(args.device)
+                    time_rounds(group, rows, args.ab_rounds, deadline)
+                else:
+                    rows = warm_once(group, deadline)
+                if part == "verdicts":
+                    held_rows = held.setdefault("rows", {})
+                    held_rows[title] = {n: dict(r) for n, r in rows.items()}
+                    base = rows[next(iter(rows))]["result"] if title == "target_ar" else base
+                    referee = referee_for(target)
+                    if base is not None and referee is not None:
+                        check = referee.for_prompt(prompt)
+                        judge = _judge(base, check)
+                groups[title], reference = describe(title.replace("_", " "), rows, args.ab_rounds if part == "speed"
+                                                    else 0, dtype_name, floor_ms, reference, judge)
+            report["groups"] = groups
+            counts = _tally(dtype_name, {**groups["target_ar"], **groups["speculative"]})
+            report["counts"] = counts
+            if counts["failed"] or counts["unexplained"] or (part == "identity" and counts["differ"]):
+                status = 1
+            if part == "verdicts":
+                held["verdicts"] = (target, drafter, prompt, entries, held.pop("rows"))
+            del target, drafter, entries
+        except Exception as e:  # noqa: BLE001  (a part that cannot run says why; the next part still runs)
+            report["error"] = _failure(e)
+            print(f"part {part} failed: {report['error']}", flush=True)
+            status = 1
+        except SystemExit:          # the time box's SIGTERM (_time_boxed): this part is saved as it stands
+            report["error"] = "stopped by the check's time box"
+            print(f"part {part}: {report['error']}", flush=True)
+            raise
+        finally:
+            sys.stdout = tee.stream
+            report["seconds"] = time.perf_counter() - part_begun
+            folder = out_dir / part
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "figures.json").write_text(json.dumps(report, indent=1, default=str))
+            (folder / "summary.txt").write_text("".join(tee.lines))
+            print(f"== part {part} ended after {report['seconds']:.0f} s (saved in {folder})", flush=True)
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    return status
 
 
 def machine(device: str) -> dict:
@@ -420,8 +660,12 @@ def main() -> None:
     parser.add_argument("--ab-rounds", type=int, default=None,
                         help="timed alternating rounds after the warm-up (default 2; 1 with --small)")
     parser.add_argument("--small", action="store_true", help="tiny shapes (a smoke run of every step)")
-    parser.add_argument("--parts", default="paths", help="paths (default), or the older 1,2,3")
+    parser.add_argument("--parts", default="paths", help="paths (default); identity,verdicts,speed "
+                        "(the one-shot check's parts, scripts/gpu_check.sh); or the older 1,2,3")
     parser.add_argument("--out", default="gpu_figures.json")
+    parser.add_argument("--out-dir", default="gpu_out", help="the one-shot parts' folder (a subfolder each)")
+    parser.add_argument("--shares", default="identity=70,verdicts=70,speed=110",
+                        help="seconds of each one-shot part (a part's unused time goes to the next)")
     args = parser.parse_args()
     small = args.small
     args.length = args.length or (16 if small else 64)
@@ -429,6 +673,8 @@ def main() -> None:
     args.ab_rounds = args.ab_rounds or (1 if small else 2)
     dtype = getattr(torch, args.dtype)
     parts = set(args.parts.split(","))
+    if parts & set(ONESHOT_PARTS):
+        sys.exit(oneshot(args))
     report: dict = {"machine": machine(args.device), "dtype": args.dtype, "length": args.length,
                     "gamma": args.gamma, "small": args.small}
 

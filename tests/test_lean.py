@@ -23,7 +23,7 @@ from model_drafters.selfdraft.spec import parse_self_draft
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
 from tests.helpers.decode import autoregressive, speculative
-from tests.helpers.devices import ON_CPU
+from tests.helpers.devices import ON_CPU, needs_int8
 from tests.helpers.models import tiny_llama
 
 GREEDY = GreedyProcessor()
@@ -152,6 +152,7 @@ def test_a_rotation_that_changes_with_the_length_is_refused():
     assert lean_step(model)[0] is not None
 
 
+@needs_int8
 def test_a_copy_of_another_kind_keeps_its_own_forward():
     model = _copy("self:int8")                                 # torch's dynamic int8 layers
     assert getattr(model, LEAN_ATTR) is None and "one kind" in getattr(model, LEAN_REASON_ATTR)

@@ -24,6 +24,7 @@ from model_drafters.selfdraft.spec import parse_self_draft
 from tests.helpers import arch_zoo
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.decode import speculative
+from tests.helpers.devices import INT8_MISSING, needs_int8
 from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution
 from tests.helpers.mutations import shifted_rows
 from tests.helpers.models import tiny_llama
@@ -34,6 +35,8 @@ GREEDY = GreedyProcessor()
 LENGTH = arch_zoo.LENGTH
 NODES, BRANCH = 10, 3
 MODES = {"self:skip=1": "view", "self:int8": "view", "self:bf16": "copy"}
+# self:int8 is skipped (one line) where its route's package is missing (optimum-quanto off a CPU).
+KINDS = [pytest.param(k, marks=needs_int8) if k == "self:int8" else k for k in MODES]
 
 
 def _generate(drafter, target, prompt, processor=GREEDY, **kw):
@@ -48,12 +51,13 @@ def llama():
 
 @pytest.fixture(scope="module")
 def drafters(llama):
-    return {kind: build_self_drafter(llama, parse_self_draft(kind)) for kind in MODES}
+    return {kind: build_self_drafter(llama, parse_self_draft(kind)) for kind in MODES
+            if kind != "self:int8" or not INT8_MISSING}
 
 
 # ----------------------------------------------------------------- greedy
 
-@pytest.mark.parametrize("kind", list(MODES))
+@pytest.mark.parametrize("kind", KINDS)
 def test_greedy_trees_equal_generate_and_the_tree_is_used(kind, llama, drafters):
     wide = 0
     for prompt in PROMPTS:
@@ -112,7 +116,7 @@ def _same(before, after) -> bool:
         torch.equal(k0, k1) and torch.equal(v0, v1) for (k0, v0), (k1, v1) in zip(before, after))
 
 
-@pytest.mark.parametrize("kind", list(MODES))
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_tree_draft_leaves_the_target_cache_exactly_as_it_was(kind, llama, drafters):
     before, after, tree, drafter = _tree_round(kind, llama, drafters)
     assert _same(before, after)

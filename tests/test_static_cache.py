@@ -84,6 +84,9 @@ class Recorder:
 def same_run(pair, monkeypatch, compile: str = "static", **fields):
     """Run ``fields`` on the dynamic path and on ``compile``: equal tokens, and equal logits row for
     row (both models' forwards), the length pinned after every round. Returns the compiled result."""
+    for model in (pair.target, pair.drafter):       # each model's trial runs here, not inside a recorded run
+        if model is not None:
+            static_refusal(model)
     with monkeypatch.context() as m:
         off = Recorder(m)
         want = run(pair, "off", **fields)
@@ -214,9 +217,50 @@ def test_sampling_static_follows_the_target_distribution():
 
 
 def test_mutation_stale_length_after_rollback_fails(pair, monkeypatch):
+    assert static_refusal(pair.target) is None and static_refusal(pair.drafter) is None   # tried unbroken
     monkeypatch.setattr(StaticCachedModel, "rollback", lambda self, length: None)
     with pytest.raises(AssertionError):
         same_run(pair, monkeypatch, drafter="model", gamma=3)
+
+
+needs_length_in_cache = pytest.mark.skipif(not static.LENGTH_IN_CACHE,
+                                           reason="this transformers' static layer keeps no length of its own")
+
+
+@needs_length_in_cache
+@pytest.mark.parametrize("compile", ["static", "graphs"])
+def test_a_layer_without_crop_rolls_back_by_its_own_length(pair, monkeypatch, compile):
+    """5.17 and 5.18: a ``StaticLayer`` keeps ``cumulative_length`` but has no ``crop``; the length is
+    lowered in place, and every round equals the dynamic path (here with ``crop`` made to raise)."""
+    from transformers.cache_utils import StaticLayer
+
+    def no_crop(self, n):
+        raise AttributeError("'StaticLayer' object has no attribute 'crop'")
+
+    monkeypatch.setattr(static, "LAYER_CROPS", False)
+    monkeypatch.setattr(StaticLayer, "crop", no_crop, raising=False)
+    for kept in ("_REFUSALS", "_CACHES", "_CAPTURES"):      # tried, built and captured here, dropped after
+        monkeypatch.setattr(static, kept, weakref.WeakKeyDictionary())
+    assert static_refusal(pair.target) is None and static_refusal(pair.drafter) is None   # tried without crop
+    got = same_run(pair, monkeypatch, compile, drafter="model", gamma=3)
+    assert got.compile["drafter_path"] == compile
+
+
+@needs_length_in_cache
+def test_mutation_a_length_not_lowered_is_refused_in_one_line_naming_the_release(monkeypatch):
+    """A rollback that leaves the layers' length where it was: the once-per-model trial catches it,
+    the model is refused in one line that names the release, and its runs say why they ran ``off``."""
+    import transformers
+
+    monkeypatch.setattr(static, "lower_layer", lambda layer, n: None)
+    monkeypatch.setattr(static, "LAYER_CROPS", False)
+    monkeypatch.setattr(static, "_REFUSALS", weakref.WeakKeyDictionary())
+    model = arch_zoo.build("llama")
+    reason = static_refusal(model)
+    assert reason and "\n" not in reason and f"transformers {transformers.__version__}" in reason, reason
+    result = run_strategy(Strategy("t", processor=GreedyProcessor(), max_gen_len=8, compile="static"),
+                          model_pair(model), PROMPT)
+    assert result.compile["path"] == "off" and result.compile["reason"] == reason
 
 
 def test_mutation_a_gather_at_the_tensors_end_fails(blended, monkeypatch):
@@ -329,7 +373,7 @@ def test_keep_hidden_runs_on_the_static_path(monkeypatch):
 def test_a_self_drafter_keeps_the_target_on_its_dynamic_cache():
     """A self-drafter feeds and crops the target's own cache: the target stays off and says why."""
     target = arch_zoo.build("llama")
-    strategy = Strategy("s", drafter="self", drafter_options="self:int8", gamma=3, processor=GreedyProcessor(),
+    strategy = Strategy("s", drafter="self", drafter_options="self:skip=1", gamma=3, processor=GreedyProcessor(),
                         max_gen_len=LENGTH, compile="static")
     result = run_strategy(strategy, model_pair(target, vocab_size=arch_zoo.VOCAB), PROMPT)
     assert result.compile["path"] == "off" and "target's own dynamic cache" in result.compile["reason"]

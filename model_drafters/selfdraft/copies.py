@@ -65,11 +65,19 @@ def native_bfloat16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
+def _installed(module: str) -> bool:
+    """Whether ``module`` (dotted: its package's too) can be imported here, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:          # the package of a dotted name is missing
+        return False
+
+
 def int8_available(method: str) -> bool:
     return {"torch": hasattr(torch.ao.quantization, "quantize_dynamic"),
             "weight-only": hasattr(torch.ops.aten, "_weight_int8pack_mm"),
-            "quanto": importlib.util.find_spec("optimum") is not None,
-            "torchao": importlib.util.find_spec("torchao") is not None}[method]
+            "quanto": _installed("optimum.quanto"),      # optimum alone (another of its packages) is not enough
+            "torchao": _installed("torchao")}[method]
 
 
 class Int8Refused(UnsupportedCacheError):

@@ -4,6 +4,7 @@ tests/conftest.py makes torch's default (docs/results.md, "On a GPU")."""
 import contextlib
 import os
 
+import pytest
 import torch
 
 TEST_DEVICE = os.environ.get("SPECDEC_TEST_DEVICE", "cpu")
@@ -27,3 +28,21 @@ def cores_of_this_process() -> int:
     process made the real-model tests 2.5 times slower than one thread on 2 cores."""
     processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     return max(1, (os.cpu_count() or 1) // max(1, processes))
+
+
+def int8_route_missing() -> str:
+    """Why ``self:int8`` cannot run on the test device, in one line ("" when it can): off a CPU its
+    route is optimum-quanto (``model_drafters.selfdraft.copies.default_int8_method``), a package a
+    lent GPU machine may not have."""
+    from model_drafters.selfdraft.copies import default_int8_method, int8_available
+
+    method = default_int8_method(torch.device(TEST_DEVICE))
+    if int8_available(method):
+        return ""
+    package = {"quanto": "optimum-quanto"}.get(method, method)
+    return f"{package} is not installed: self:int8 on {TEST_DEVICE} needs it"
+
+
+INT8_MISSING = int8_route_missing()
+# A test of self:int8 where its route's package is missing is skipped, with that one line.
+needs_int8 = pytest.mark.skipif(bool(INT8_MISSING), reason=INT8_MISSING or "self:int8 runs here")
