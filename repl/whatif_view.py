@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from analysis.whatif import facts_of, project
+from utils.machine_load import is_busy, other_load, read_load
 from engine.shapes import BATCHES, time_shapes
 from generation.served import ServedModel
 
@@ -52,8 +53,13 @@ def whatif_table(session) -> Table:
     widths = sorted({1} | {w for _, f in runs for w in f.widths})
     session.say(f"timing the target by batch ({', '.join(map(str, BATCHES))}) and width "
                 f"({', '.join(map(str, widths))}) over a cache of {context} tokens...", "dim")
+    before = read_load()
     target = time_shapes(pair.target, BATCHES, widths, context, pair.vocab_size)
     drafter = _drafter_costs(pair, context)
+    load = other_load(before, read_load())
+    if is_busy(load):
+        session.say(f"busy machine: other processes used {load:.1f} cores while the forwards were timed; "
+                    "the projection may be off", "yellow")
     table = Table(title=f"projected speedup over target AR by batch size: this prompt's rounds, forwards timed "
                         f"here on {pair.device} (context {context} tokens)", title_justify="left")
     table.add_column("strategy")
