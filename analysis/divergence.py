@@ -230,7 +230,7 @@ def judge(position: int, a: int, b: int, ar_row: Row, row: Row, evidence: Eviden
         return Divergence(position, a, b, UNEXPLAINED, note, **facts)
     if evidence.margin32 is None:
         return Divergence(position, a, b, None, "both rows match the reference, but no float32 margin could be "
-                          "computed (the model cannot be cast)", **facts)
+                          "computed (the model cannot be cast, or its float32 copy would not fit)", **facts)
     if evidence.margin32 > tol:
         note = (f"(ii) fails: the float32 margin between {a} and {b} is {evidence.margin32:.4g}, more than "
                 f"{evidence.dtype} rounding ({tol:.3g}): no tie a correct computation could flip")

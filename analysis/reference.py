@@ -93,13 +93,28 @@ def _measure(model, dtype: torch.dtype) -> float:
 
 def _float32_copy(model):
     """``model`` in float32 (itself when it already is), or None when it cannot be cast (a
-    quantised model whose weights are not floating point)."""
+    quantised model whose weights are not floating point) or its float32 copy would not fit in
+    the memory its device has free (a large target on a GPU)."""
     if _dtype(model) == torch.float32:
         return model
+    if 4 * sum(p.numel() for p in model.parameters()) > 0.8 * _free_bytes(_device(model)):
+        return None
     try:
         return copy.deepcopy(model).to(torch.float32)
     except Exception:  # noqa: BLE001  (no float32 reference: the verdict says so)
         return None
+
+
+def _free_bytes(device: torch.device) -> float:
+    """Memory free on ``device``: the GPU's, or the host's available memory (``/proc/meminfo``)."""
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return float(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return float("inf")
 
 
 def evidence(model, prompt_ids: Sequence[int], shared: Sequence[int], a: int, b: int,
@@ -144,7 +159,10 @@ class Referee:
 
     def for_prompt(self, prompt_ids: Sequence[int]):
         def reference(p, ar_tokens, a, b, ar_row, row):
-            return evidence(self.model, prompt_ids, ar_tokens[:p], a, b, _pairs(ar_row), _pairs(row))
+            try:
+                return evidence(self.model, prompt_ids, ar_tokens[:p], a, b, _pairs(ar_row), _pairs(row))
+            except Exception:  # noqa: BLE001  (out of memory, say: the difference goes without a verdict)
+                return None
         return reference
 
 

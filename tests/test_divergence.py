@@ -568,3 +568,19 @@ def check_one_read_back(monkeypatch, key):
         reads[on] = counts["n"]
         assert (result.decisions is not None) == on
     assert result.rounds > 3 and reads[True] - reads[False] == 1
+
+
+def test_a_reference_that_cannot_be_computed_leaves_the_difference_without_a_verdict(monkeypatch):
+    """A float32 copy that would not fit is not made (the margin is left out), and a reference forward
+    that fails (out of memory, say) gives no verdict rather than an error in the session."""
+    narrow = tiny_llama(3, vocab_size=64, hidden=64, dtype=torch.bfloat16)
+    monkeypatch.setattr(reference_module, "_free_bytes", lambda device: 1.0)
+    e = reference_module.evidence(narrow, PROMPT, [7], 1, 2, [(1, 0.0)], [(2, 0.0)])
+    assert e.margin32 is None and e.tolerance > 0
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+    monkeypatch.setattr(reference_module, "evidence", failing)
+    d = explain([1, 7, 4], [row([(1, 3.0)]), TIE_AR], [1, 8, 4], [row([(1, 3.0)]), TIE_SPEC],
+                reference=referee_for(narrow).for_prompt(PROMPT))
+    assert d.verdict is None and "no reference" in d.note
