@@ -117,28 +117,33 @@ def _free_bytes(device: torch.device) -> float:
         return float("inf")
 
 
+def reference_rows(model, prefix: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The uncached forward's last row over ``prefix`` in the model's dtype and in float32 (None
+    where the model cannot be cast), each (V,) float32."""
+    ref = _logits(model, prefix, use_cache=False).logits[0, -1].float()
+    wide = _float32_copy(model)
+    ref32 = None if wide is None else _logits(wide, prefix, use_cache=False).logits[0, -1].float()
+    return ref, ref32
+
+
 def evidence(model, prompt_ids: Sequence[int], shared: Sequence[int], a: int, b: int,
-             ar_values: Sequence[tuple[int, float]], values: Sequence[tuple[int, float]]) -> Evidence:
+             ar_values: Sequence[tuple[int, float]], values: Sequence[tuple[int, float]],
+             rows: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> Evidence:
     """The reference at the first difference: ``shared`` are the output tokens both runs emitted
     before it, ``a`` and ``b`` target AR's and the strategy's tokens there, ``ar_values`` and
-    ``values`` the (token, logit) pairs each run's recorded row kept.
+    ``values`` the (token, logit) pairs each run's recorded row kept; ``rows``: the
+    :func:`reference_rows` of that prefix, when computed before.
 
     Deviations are the largest |recorded - reference| over each row's recorded tokens; the float32
     margin is |logit(a) - logit(b)| of the float32 reference (None where the model cannot be cast)."""
-    prefix = [*prompt_ids, *shared]
-    tolerance = rounding_tolerance(model)
-    ref = _logits(model, prefix, use_cache=False).logits[0, -1].float()                # (V,)
+    ref, ref32 = rows if rows is not None else reference_rows(model, [*prompt_ids, *shared])
 
     def deviation(pairs):
         return max((abs(v - float(ref[t])) for t, v in pairs), default=0.0)
 
-    wide = _float32_copy(model)
-    margin32 = None
-    if wide is not None:
-        ref32 = _logits(wide, prefix, use_cache=False).logits[0, -1].float()
-        margin32 = abs(float(ref32[a]) - float(ref32[b]))
-    return Evidence(ar_deviation=deviation(ar_values), deviation=deviation(values), tolerance=tolerance,
-                    margin32=margin32, dtype=_label(model))
+    margin32 = None if ref32 is None else abs(float(ref32[a]) - float(ref32[b]))
+    return Evidence(ar_deviation=deviation(ar_values), deviation=deviation(values),
+                    tolerance=rounding_tolerance(model), margin32=margin32, dtype=_label(model))
 
 
 def _label(model) -> str:
@@ -158,9 +163,16 @@ class Referee:
         self.model = model
 
     def for_prompt(self, prompt_ids: Sequence[int]):
+        """The reference callable for one prompt: strategies that part from target AR at the same
+        position share its forwards (and its float32 copy of the model) instead of repeating them."""
+        rows: dict[int, tuple] = {}
+
         def reference(p, ar_tokens, a, b, ar_row, row):
             try:
-                return evidence(self.model, prompt_ids, ar_tokens[:p], a, b, _pairs(ar_row), _pairs(row))
+                if p not in rows:
+                    rows[p] = reference_rows(self.model, [*prompt_ids, *ar_tokens[:p]])
+                return evidence(self.model, prompt_ids, ar_tokens[:p], a, b, _pairs(ar_row), _pairs(row),
+                                rows=rows[p])
             except Exception:  # noqa: BLE001  (out of memory, say: the difference goes without a verdict)
                 return None
         return reference

@@ -584,3 +584,17 @@ def test_a_reference_that_cannot_be_computed_leaves_the_difference_without_a_ver
     d = explain([1, 7, 4], [row([(1, 3.0)]), TIE_AR], [1, 8, 4], [row([(1, 3.0)]), TIE_SPEC],
                 reference=referee_for(narrow).for_prompt(PROMPT))
     assert d.verdict is None and "no reference" in d.note
+
+
+def test_strategies_parting_at_one_position_share_the_reference_forwards():
+    """Two strategies that part from target AR at the same token run the reference forwards once
+    (mutation: a forward per strategy doubles the count)."""
+    narrow = tiny_llama(5, vocab_size=64, hidden=64, dtype=torch.bfloat16)
+    rounding_tolerance(narrow)                                    # measured before, once per model
+    calls = []
+    narrow.register_forward_hook(lambda *args: calls.append(1))
+    reference = referee_for(narrow).for_prompt(PROMPT)
+    first = explain([1, 7], [row([(1, 3.0)]), TIE_AR], [1, 8], [row([(1, 3.0)]), TIE_SPEC], reference=reference)
+    once = len(calls)
+    second = explain([1, 7], [row([(1, 3.0)]), TIE_AR], [1, 8], [row([(1, 3.0)]), TIE_SPEC], reference=reference)
+    assert once >= 1 and len(calls) == once and first.evidence == second.evidence
