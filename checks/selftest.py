@@ -16,7 +16,11 @@ that nearly always agrees with its target (a self-drafter in a lower precision
 accepted 197 of 200 drafts) leaves that resample almost untried, and a flat q
 biases a wrong resample too little to be seen in a few hundred draws. Both models are prefilled with the prompt once,
 and every draw begins from a copy of that cache (``kvcache.prefill``), then runs
-the real verify loop and accept rule. The draws are still few (SAMPLING_RUNS),
+the real verify loop and accept rule. Every draw proposes the same drafts (the
+drafter's most likely token; the storage's n-gram), so a model's first forward on
+them runs once and later draws take its logits and a copy of the cache after it
+(``replay_first``): each draw still runs its drafter, the accept rule, its own
+generator draws and the rollback. The draws are still few (SAMPLING_RUNS),
 so the test catches gross errors (a zero-probability token, a strongly biased
 resample), not subtle ones.
 
@@ -299,7 +303,7 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
         """``runs`` results of ``run``, each beginning from a copy of the prefilled caches."""
         if not prefills:
             models = [pair.target] if pair.drafter is pair.target else [pair.target, pair.drafter]
-            prefills.extend(prefill(model, ids) for model in models
+            prefills.extend(prefill(model, ids, replay_first=True) for model in models
                             if model is not None and runs_alone(model) and not isinstance(model, ServedModel))
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
         # One token more than compared: the first round drafts, so every

@@ -365,13 +365,22 @@ def hidden_states_request(layers: tuple[int, ...]):
 @dataclass(frozen=True)
 class Prefill:
     """One model's cache after a prompt minus its last token (``kvcache.prefill.prefill``);
-    never fed again: a generation that begins from it copies it."""
+    never fed again: a generation that begins from it copies it.
+
+    With ``replay_first``, the first forward of a generation begun from it is answered from
+    memory when an earlier generation's first forward fed the same tokens on the same cache
+    (the logits and a copy of the cache after it, kept in ``first_forwards``): a model's
+    forward is a function of what it is fed, so many draws that begin alike pay it once.
+    """
 
     model: object
     prompt: tuple[int, ...]
     cache: object
     length: int                 # positions of the (decoder) sequence the cache holds
     encoder_outputs: object     # an encoder-decoder model's encoder outputs, else None
+    replay_first: bool = False
+    # (tokens fed, rows kept) -> (logits, the cache after that forward, its length)
+    first_forwards: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def matching_prefill(prefills, model, prompt) -> Prefill | None:
@@ -434,6 +443,7 @@ class CachedModel:
         # ``shared_kv_states`` it returns (layer type -> (keys, values) from position 0, uncached).
         self.keep_kv_states = False
         self.kv_states: dict | None = None
+        self._prefill: Prefill | None = None    # the prefill this generation began from
 
     @classmethod
     def over(cls, model, cache, length: int) -> CachedModel:
@@ -471,6 +481,7 @@ class CachedModel:
         self.forwards = 0
         self.hidden = None
         self.kv_states = None
+        self._prefill = None
         if self.own_cache and self.use_cache:
             _refuse_own_cache(self.model, self.own_cache)
         # A shared prefill kept no hidden states: a model that must keep them prefills itself.
@@ -499,6 +510,7 @@ class CachedModel:
         """Begin from a copy of ``prepared`` (a ``kvcache.prefill.Prefill`` of this model and prompt)."""
         self.cache = copy.deepcopy(prepared.cache)
         self._length = prepared.length
+        self._prefill = prepared
         self.encoder_outputs = prepared.encoder_outputs       # read-only: shared, not copied
         return list(prepared.prompt) if not self.encoder_decoder else [self.decoder_start_token()]
 
@@ -547,6 +559,12 @@ class CachedModel:
         seen = self.length
         if seen >= ids.shape[1]:
             raise ValueError(f"cache holds {seen} positions, nothing new to feed of {ids.shape[1]}")
+        replay = self._first_forward_key(ids, keep)
+        if replay is not None and replay in self._prefill.first_forwards:
+            logits, cache, length = self._prefill.first_forwards[replay]
+            self.cache, self._length = copy.deepcopy(cache), length
+            self.forwards += 1
+            return logits.clone()
         self._hidden_rows = []
         if self.path != "stepwise" or seen == 0 or ids.shape[1] - seen == 1:
             logits = self._forward(ids, keep)
@@ -560,7 +578,21 @@ class CachedModel:
         if self.keep_hidden:
             parts = self._hidden_rows
             self.hidden = (parts[0][0], torch.cat([rows for _, rows in parts], dim=0))
+        if replay is not None:
+            self._prefill.first_forwards[replay] = (logits.clone(), copy.deepcopy(self.cache), self._length)
         return logits
+
+    def _first_forward_key(self, ids: torch.Tensor, keep: int) -> tuple | None:
+        """The key under which this forward is kept in its prefill's ``first_forwards``, or None when
+        it is not replayable: not the generation's first, not begun from a ``replay_first`` prefill,
+        a cache that no longer holds exactly the prefill's positions (a drafter that fed it and did
+        not drop what it fed), or a forward that must also keep hidden or shared states."""
+        prepared = self._prefill
+        if (prepared is None or not prepared.replay_first or self.forwards or self.keep_hidden
+                or self.keep_kv_states or self.own_cache or self._length != prepared.length
+                or cache_length(self.cache) != prepared.length):
+            return None
+        return tuple(ids[0, prepared.length:].tolist()), keep
 
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """One forward pass over the unseen tokens of ``ids``; the last ``keep`` logits."""

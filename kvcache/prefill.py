@@ -10,6 +10,13 @@ forward then feeds the prompt's last token together with its drafts: the split
 prefill the engine already makes for models whose caches are snapshotted.
 Everything after ``begin`` (drafting, verifying, the accept rule, rollbacks)
 runs unchanged. A generation's ``forwards`` do not include the shared prefill.
+
+``prefill(..., replay_first=True)`` also keeps each generation's first forward from
+it (the prompt's last token and the drafts, on that cache): a later generation whose
+first forward feeds the same tokens gets those logits and a copy of the cache after
+them instead of running it again. Draws that all propose the same drafts (a
+deterministic drafter) then pay the target's forward once, and every draw still runs
+its own drafter, accept rule, generator draws and rollback.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ from kvcache.cache import Prefill
 from kvcache.probe import cached_model
 
 
-def prefill(model, prompt: Iterable[int]) -> Prefill:
-    """Feed ``prompt`` (the encoder's ids for a seq2seq model) to ``model`` once, cache on."""
+def prefill(model, prompt: Iterable[int], *, replay_first: bool = False) -> Prefill:
+    """Feed ``prompt`` (the encoder's ids for a seq2seq model) to ``model`` once, cache on;
+    with ``replay_first``, generations begun from it answer a repeated first forward from memory."""
     prompt = tuple(int(t) for t in prompt)
     cached = cached_model(model)
     with torch.inference_mode():
@@ -31,4 +39,4 @@ def prefill(model, prompt: Iterable[int]) -> Prefill:
         if cached.length < len(start) - 1:
             ids = torch.tensor([start[:-1]], dtype=torch.long, device=cached.device)  # (1, L-1)
             cached.forward(ids, keep=1)
-    return Prefill(model, prompt, cached.cache, cached.length, cached.encoder_outputs)
+    return Prefill(model, prompt, cached.cache, cached.length, cached.encoder_outputs, replay_first)

@@ -113,3 +113,56 @@ def test_snapshotted_and_encoder_decoder_models(name):
 
     fresh = run()
     assert run((prefill(target, prompt), prefill(drafter, prompt))) == fresh
+
+
+def test_replayed_first_forwards_give_the_tokens_running_them_gives_and_run_each_draft_once():
+    """``replay_first``: draws from one prefill whose first forwards feed the same tokens pay that
+    forward once; every later forward runs, and every draw's tokens and counts are a fresh run's."""
+    target, drafter = pair()
+    processor = TopKProcessor(1.0, 5)
+    seeds = [0, 1, 2, 0, 1, 2]          # the drafter samples: a seed drafts alike each time
+    fresh = [speculative(target, drafter, processor, seed) for seed in seeds]
+    prepared = [prefill(target, PROMPT, replay_first=True), prefill(drafter, PROMPT, replay_first=True)]
+    target.calls.clear()
+    reused = [speculative(target, drafter, processor, seed, prefills=prepared) for seed in seeds]
+    for got, want in zip(reused, fresh):
+        assert (got.tokens, got.drafted, got.accepted) == (want.tokens, want.drafted, want.accepted)
+    firsts = [c for c in target.calls if c[0] == len(PROMPT) - 1]
+    assert len(firsts) == len(prepared[0].first_forwards) <= 3      # repeated first drafts were replayed
+    assert len(target.calls) > len(firsts)                          # later rounds ran for real
+    # What the memory keeps is a copy: the draws went on from it and left it as it was.
+    for logits, cache, length in prepared[0].first_forwards.values():
+        assert cache_length(cache) == length
+
+
+def _first_rows(model, prepared, draft):
+    cached = CachedModel(model, path="cached")
+    with torch.inference_mode():
+        start = cached.begin(PROMPT, (prepared,))
+        return cached.forward(torch.tensor([start + draft]), keep=len(draft) + 1)
+
+
+def test_a_replayed_first_forward_returns_the_rows_of_what_it_was_fed():
+    """Logits, not tokens: the second generation's first rows, for another draft, are its own
+    forward's (an uncached reference), and a repeat of the first draft gets the first's rows exactly."""
+    model = tiny_llama(2, logit_scale=8.0)
+    prepared = prefill(model, PROMPT, replay_first=True)
+    one, other = [12, 40, 7], [12, 41, 7]
+    first = _first_rows(model, prepared, one)
+    second = _first_rows(model, prepared, other)
+    with torch.inference_mode():
+        want = model(input_ids=torch.tensor([PROMPT + other])).logits[0, -len(other) - 1:]
+    torch.testing.assert_close(second, want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(_first_rows(model, prepared, one), first)
+    assert len(prepared.first_forwards) == 2
+
+
+def test_a_replay_keyed_without_the_fed_tokens_is_caught(monkeypatch):
+    """Mutation: a memory that ignores which tokens were fed answers the second draft with the
+    first one's rows, which the test above catches (its rows differ from the reference)."""
+    model = tiny_llama(2, logit_scale=8.0)
+    monkeypatch.setattr(CachedModel, "_first_forward_key",
+                        lambda self, ids, keep: None if self._prefill is None or self.forwards else keep)
+    prepared = prefill(model, PROMPT, replay_first=True)
+    first = _first_rows(model, prepared, [12, 40, 7])
+    assert torch.equal(_first_rows(model, prepared, [12, 41, 7]), first)
