@@ -11,9 +11,9 @@ forward costs measured on the machine (``engine.timing.time_target``, as the
 self-drafter calibration measures them). What comes out is the run's target calls,
 acceptance and a predicted speedup over target AR from forward costs alone (no host
 work), in seconds for any number of drafters and γ, where running each costs
-minutes. :func:`replay` drives the engine's own drafters (``engine.Drafter``), so
-what is replayed is what runs (``tests/test_replay.py`` holds the replay to the engine's
-counts).
+minutes. :func:`replay` runs the engine's own drafters (``engine.Drafter``) through
+``engine.run_strategy`` with the target answered from the record, so what is replayed
+is what runs (``tests/test_replay.py`` holds the replay to the engine's counts).
 
 :class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
 same way, and :func:`oracle` cuts every draft to what the target
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 import analysis.ceiling
-from analysis.ceiling import accepted_prefix as _accepted   # the name tests patch
+from analysis.ceiling import accepted_prefix as _accepted
 from generation.drafter import Drafter
 from utils.method_name import storage_kind
 
@@ -77,44 +77,63 @@ class Replayed:
         return sum(cost(width) * rounds for width, rounds in self.widths.items())
 
 
-def _book(out: Replayed, draft: Sequence[int], output: Sequence[int], at: int, width: int | None) -> list[int]:
-    """Count one round of ``draft`` judged against ``output`` from ``at`` in ``out`` (a verify of
-    ``width`` tokens; None for the prefill round, which is not priced); the tokens it appends."""
-    accepted = _accepted(draft, output, at)
-    ended = at + accepted >= len(output)     # the output (its end token) ends among the drafts
-    new = list(output[at:at + accepted + (0 if ended else 1)])
-    out.calls += 1
-    out.drafted += len(new) if ended else len(draft)
-    out.accepted += accepted
-    out.tokens += len(new)
-    if width is not None:
-        out.widths[width] = out.widths.get(width, 0) + 1
-    return new
+class _Cut(Drafter):
+    """``inner``'s proposals shortened by ``cut(draft, output, at)`` before the target judges them."""
+
+    def __init__(self, inner: Drafter, cut: Callable, output: Sequence[int]):
+        self.inner, self.cut, self.output = inner, cut, output
+        self.kind, self.wants_top_k = inner.kind, inner.wants_top_k
+        self.start = 0
+
+    @property
+    def calls(self) -> int:
+        return self.inner.calls
+
+    def begin(self, prompt: list[int]) -> None:
+        self.start = len(prompt)
+        self.inner.begin(prompt)
+
+    def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None):
+        draft, _ = self.inner.propose(ids, k, stop_below)
+        kept = self.cut(draft.tolist(), self.output, ids.shape[1] - self.start)
+        return torch.tensor(kept, dtype=torch.long, device=ids.device), None
+
+    def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
+        self.inner.update(new_tokens, top_k)
+
+    def fill_costs(self) -> dict[int, float] | None:
+        return self.inner.fill_costs()
 
 
-def replay(make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,
+def replay(pair, make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,
            *, cut: Callable[[list[int], Sequence[int], int], list[int]] | None = None) -> Replayed:
-    """Replay a fresh ``make_drafter()`` per prompt over ``recorded``, as the verify loop would run
-    it with a constant γ and a length budget of ``max_gen_len``. ``cut(draft, output, at)``, when
-    given, shortens each draft before it is judged (:func:`oracle`)."""
+    """Replay a fresh ``make_drafter()`` per prompt over ``recorded``: ``engine.run_strategy`` with a
+    constant γ and a length budget of ``max_gen_len``, its target answered from the record
+    (``advisor.stored.RecordedTarget``). ``cut(draft, output, at)``, when given, shortens each
+    draft before it is judged (:func:`oracle`)."""
+    from advisor.stored import recorded_target
+    from engine.run import loop_vocab_size, run_strategy
+    from engine.strategy import Strategy
+    from sampling import GreedyProcessor
+
     out = Replayed()
-    for record in recorded:
+    strategy = Strategy("ngram", drafter="ngram", gamma=gamma, processor=GreedyProcessor(), max_gen_len=max_gen_len,
+                        inspect=False, decisions=False)
+    vocab_size = loop_vocab_size(pair)
+    for index, record in enumerate(recorded):
+        output = record.output[:max_gen_len]
         drafter = make_drafter()
-        drafter.begin(list(record.prompt))
-        ids = torch.tensor([list(record.prompt)], dtype=torch.long)
-        output, at, first = record.output, 0, True
-        while at < len(output):
-            k = min(gamma, max_gen_len - at - 1)
-            draft = drafter.propose(ids, k)[0].tolist() if k > 0 else []
-            if cut is not None:
-                draft = cut(draft, output, at)
-            new = _book(out, draft, output, at, None if first else len(draft) + 1)
-            first = False
-            width = drafter.wants_top_k
-            rows = [list(record.top[at + i][:width]) for i in range(len(new))] if width > 1 else None
-            drafter.update(new, rows)
-            ids = torch.cat([ids, torch.tensor([new], dtype=torch.long)], dim=1)
-            at += len(new)
+        if cut is not None:
+            drafter = _Cut(drafter, cut, output)
+        target = recorded_target(pair, record, output, vocab_size, reads="", stores=None, index=index)
+        result = run_strategy(strategy, pair, list(record.prompt), target=target, drafter=drafter)
+        out.calls += result.target_calls
+        out.drafted += result.drafted
+        out.accepted += result.accepted
+        out.tokens += len(result.tokens)
+        for width in target.verify_widths:
+            if width is not None:
+                out.widths[width] = out.widths.get(width, 0) + 1
     return out
 
 

@@ -6,27 +6,27 @@ chain or a tree); :func:`replay_grid` replays each over the recorded outputs
 tokens a real run would count (``engine.run_strategy``, greedy), its verify widths, the drafter's
 forwards by width and its acceptance by draft position.
 
-Two ways, both through one round loop (:func:`_drive`) that runs the engine's own γ policy
-objects (``generation.gamma_policies.make_policy``) and counts as the verify loop does:
+Every method runs through ``engine.run_strategy`` itself, one run per prompt, with the target
+replaced by the record (``advisor.stored.RecordedTarget``: its verifies answered from target AR's
+output, its cache kept as far as the drafter reads it); the counts, widths, first rounds and
+draft seconds are the run's. Two kinds of drafter:
 
 * teacher forcing (``advisor.teacher``): a plain drafter model's chains under a policy that needs
   no more than its argmax (constant, heuristic), alone or as the hybrid's drafter model, from one
-  drafter forward per prompt;
-* the engine's own drafter (``engine.drafters.DRAFTERS``), each round proposing from the output so
-  far: n-gram storages, trees (a drafter model grows them best-first by its probability, so the
-  nodes off the output's path matter: they are grown, not read from teacher-forced rows),
-  self-drafters (their committed positions are the target's own cache, fed the output's tokens,
-  never a verify), the hybrid's trees, and the confidence policy (the drafter's own early stop). The
-  drafters of the target's hidden states (MTP layers, EAGLE-3 heads, Gemma 4 assistants) and a
-  drafter with a tokenizer of its own run the same way, their target fed the kept tokens; their
-  entries are marked estimates (:data:`ESTIMATED_KINDS` says why).
+  drafter forward per prompt, handed to the run as its drafter;
+* the engine's own drafter (``engine.drafters.DRAFTERS``), built as a run builds it: n-gram
+  storages, trees (a drafter model grows them best-first by its probability, so the nodes off the
+  output's path matter: they are grown, not read from teacher-forced rows), self-drafters, the
+  hybrid's trees, the confidence policy (the drafter's own early stop), and the drafters of the
+  target's hidden states (MTP layers, EAGLE-3 heads, Gemma 4 assistants) and a drafter with a
+  tokenizer of its own, whose entries are marked estimates (their kind's ``replay`` says why).
 
 Each entry says how far its counts are a real run's (``advisor.rank.EXACTNESS``): ``exact`` on a
 float32 target where the replay computes what a run computes; ``rounding`` where a run can part
 from target AR's output by rounding alone (a bfloat16 or float16 target, whose verifies round a
 near-tie otherwise than target AR's steps) or where the replay fed the target's cache the kept
 tokens from other forwards than a run's verifies (a self-drafter: ``advisor.stored``'s one wide
-forward, the same values up to rounding); ``estimated`` where :func:`_estimate_note` says why.
+forward, the same values up to rounding; a drafter of the target's states, whose target ran for real); ``estimated`` where :func:`_estimate_note` says why.
 
 What cannot be replayed at all is listed by :func:`unreplayable` with its reason.
 """
@@ -34,24 +34,20 @@ What cannot be replayed at all is listed by :func:`unreplayable` with its reason
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from advisor.rank import ESTIMATED, EXACT, ROUNDING
-from advisor.recorded import Recorded, Replayed, _book, storage_options
-from advisor.stored import Stores, stored_target
+from advisor.recorded import Recorded, Replayed, storage_options
+from advisor.stored import Stores, recorded_target
 from advisor.teacher import TeacherDrafter, guesses, teachable
 from engine.named import named_strategy
 from engine.strategy import HybridOptions, NGramOptions, Strategy
-from generation.tree import Tree
-from generation.tree_round import first_choice_line
 from ngram_assisted.hybrid import HybridDrafter
 from generation.result import Round
 from utils.defaults import DEFAULTS
-from utils.devices import model_device, synchronize
 from utils.method_name import FILL, MethodName, parse_method_name
 from utils.options import NGRAM_STORAGES
 
@@ -151,20 +147,6 @@ def _model_reason(pair) -> str | None:
     return "the pair has no drafter model" if pair.drafter is None else None
 
 
-# The kinds whose replay is an estimate, and why: each is replayed by its own proposals, but its
-# state after accepted drafts is held to the engine's counts only on random drafters that accept few.
-ESTIMATED_KINDS = {
-    "mtp": "drafts from the target's hidden states, here from a forward over the kept tokens (a run "
-           "takes them from its verify); checked against runs on random MTP layers only",
-    "eagle3": "drafts from the target's hidden states, here from a forward over the kept tokens (a run "
-              "takes them from its verify); checked against runs on random heads only",
-    "gemma4_assistant": "drafts from the target's last states, here from a forward over the kept tokens "
-                        "(a run takes them from its verify); checked against runs on random assistants only",
-    "cross_tokenizer": "re-tokenises text between two vocabularies each round; checked against runs on "
-                       "random drafters that accept no drafts only",
-}
-
-
 def _target_path(pair) -> str:
     from kvcache.probe import cached_model
 
@@ -179,8 +161,8 @@ def _estimate_note(pair, m: Method) -> str:
         return ("the target's cached forward runs one token at a time here (its probe), so a run counts a "
                 "target call per token fed where the replay counts one per verify")
     kind = _kind(pair) if m.drafter == "model" else None
-    if kind is not None and kind.name in ESTIMATED_KINDS:
-        return f"a {kind.name} drafter {ESTIMATED_KINDS[kind.name]}"
+    if kind is not None and kind.replay is not None:
+        return f"a {kind.name} drafter {kind.replay}"
     if replay_mode(pair, m) == "teacher" and _dtype(pair.drafter) != torch.float32:
         return f"a {_dtype(pair.drafter)} drafter's one pass over the output may round differently from its cached steps"
     return ""
@@ -422,83 +404,127 @@ class _Widths:
         finally:
             self.active = False
 
+    @contextlib.contextmanager
+    def paused(self):
+        """The target's own forwards (a store's build, a real forward): not the drafter's."""
+        active, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = active
+
 
 def _add(table: dict[int, int], width: int, n: int = 1) -> None:
     table[width] = table.get(width, 0) + n
 
 
-@torch.inference_mode()
+def _target_reads(pair, m: Method) -> str:
+    """What ``m``'s drafter reads of the target between verifies (its kind's ``target_reads``; a
+    drafter model of no kind and the model-free drafters read nothing of it)."""
+    from engine.kinds import KINDS, kind_of_pair
+
+    if m.drafter == "model":
+        kind = kind_of_pair(pair)
+    else:
+        kind = next((k for k in KINDS if any(name == m.drafter for name, _ in k.factories)), None)
+    return kind.target_reads if kind is not None else ""
+
+
+class _Rounds:
+    """The observer of one replayed run: after each round, the drafter's forwards so far (its
+    ``calls``, and those the widths hook saw), and the teacher's count by width after the first."""
+
+    def __init__(self, drafter, widths: list[int]):
+        self.drafter, self.widths = drafter, widths
+        self.calls: list[int] = []
+        self.hooked: list[int] = []
+        self.first_steps: dict[int, int] | None = None
+
+    def drafted(self, draft: list[int]) -> None:
+        pass
+
+    def round(self, rnd: Round, new_tokens: list[int], elapsed_s: float) -> None:
+        self.calls.append(self.drafter.calls)
+        self.hooked.append(len(self.widths))
+        teacher = _teacher_in(self.drafter)
+        if self.first_steps is None and teacher is not None:
+            self.first_steps = dict(teacher.steps)
+
+
+def _depth(parents: Sequence[int]) -> int:
+    """The depth of a tree given by its nodes' parents (-1: the root)."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 + (depths[parent] if parent >= 0 else 0))
+    return max(depths, default=0)
+
+
 def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_gen_len: int, module,
            stores: Stores | None = None) -> _Drive:
-    """Run ``make(i, record)``'s drafter through the verify loop's rounds over each recorded output,
-    with the target's verify replaced by the output itself; the target's feeds (a drafter on its
-    cache) copied from ``stores`` where it can (``advisor.stored``)."""
-    from generation.gamma_policies import make_policy
-    from kvcache.cache import tree_support
+    """Run ``make(i, record)``'s drafter through ``engine.run_strategy`` over each recorded output,
+    with the target replaced by the record (``advisor.stored.RecordedTarget``); read the counts,
+    the verify widths, the first rounds and the draft times from what the run returns."""
+    from engine.run import loop_vocab_size, run_strategy
 
     out = _Drive()
-    device = model_device(pair.target)
+    vocab_size = loop_vocab_size(pair)
+    reads = _target_reads(pair, m)
     for i, record in enumerate(recorded):
         output = record.output[:max_gen_len]
         drafter = make(i, record)
-        target = stored_target(pair, stores, i, record, output)
-        drafter.attach_target(target)
-        start = target.begin(list(record.prompt))
-        begun = target.forwards                 # a target that snapshots layers prefills all but the last token
-        out.replayed.calls += begun
-        drafter.begin(list(record.prompt))
-        policy = make_policy(m.gamma_policy, m.gamma)
-        policy.begin(drafter.kind)
-        trees = m.tree > 0 and (tree_support(target) or drafter.tree_support()) is None
-        ids = torch.tensor([start], dtype=torch.long, device=device)      # (1, L), where the verify loop keeps it
-        at, first, recorder = 0, True, _Widths()
-        widths = recorder.seen
-        with recorder.attached(module):
-            while at < len(output):
-                k = min(policy.next_gamma(), max_gen_len - at - 1)
-                before = target.forwards
-                drafter.fill_target(ids)       # a drafter on the target's cache: its prefill, then the tokens kept
-                # A round's verify is priced unless it is the prefill: the first, where the drafter
-                # did not have the target prefill the prompt apart (then that is one call more).
-                priced = not first or target.forwards > before or begun > 0
-                if first and target.forwards > before:
-                    out.replayed.calls += 1
-                out.fed = out.fed or (not first and target.forwards > before)
-                widths_before = dict(out.replayed.widths) if first else {}
-                calls_before = drafter.calls
-                synchronize(device)
-                started = time.perf_counter()
-                with recorder.on():
-                    if trees:
-                        new, rnd = _tree_round(out, drafter, ids, output, at, k, m, priced)
-                    else:
-                        new, rnd = _chain_round(out, drafter, ids, output, at, k, policy.threshold, priced)
-                synchronize(device)
-                if not first and drafter.calls > calls_before:
-                    out.timed_s += time.perf_counter() - started
-                    out.timed_steps += drafter.calls - calls_before
-                elif not first and k > 0:
-                    out.lookup_s += time.perf_counter() - started
-                policy.observe(rnd)
-                width = drafter.wants_top_k
-                rows = [list(record.top[at + j][:width]) for j in range(len(new))] if width > 1 else None
-                drafter.update(new, rows)
-                ids = torch.cat([ids, torch.tensor([new], dtype=torch.long, device=device)], dim=1)
-                at += len(new)
-                if first:
-                    teacher = _teacher_in(drafter)
-                    seen: dict[int, int] = {}
-                    for w, n in (teacher.steps.items() if teacher is not None else ((w, 1) for w in widths)):
-                        _add(seen, w, n)
-                        _add(out.prefill_steps, w, n)
-                    lean = drafter.calls - len(widths) if teacher is None else 0     # forwards no hook saw
-                    if lean > 0:
-                        _add(seen, 1, lean)
-                    width = next((w for w, n in out.replayed.widths.items() if n > widths_before.get(w, 0)), None)
-                    out.firsts.append((len(new), width, seen))
-                first = False
-        _count_steps(out, drafter, widths)
+        recorder = _Widths()
+        target = recorded_target(pair, record, output, vocab_size, reads=reads, stores=stores, index=i,
+                                 quiet=recorder.paused)
+        rounds = _Rounds(drafter, recorder.seen)
+        with recorder.attached(module), recorder.on():
+            result = run_strategy(m.strategy(max_gen_len=max_gen_len, decisions=False), pair, list(record.prompt),
+                                  target=target, drafter=drafter, observer=rounds)
+        r = out.replayed
+        r.calls += result.target_calls
+        r.drafted += result.drafted
+        r.accepted += result.accepted
+        r.tokens += len(result.tokens)
+        for width in target.verify_widths:
+            if width is not None:
+                _add(r.widths, width)
+        out.fed = out.fed or target.copied > 0 or target.mode == "real"
+        _tally_rounds(out, result.trace, rounds, recorder.seen, target.verify_widths)
+        _count_steps(out, drafter, recorder.seen)
     return out
+
+
+def _tally_rounds(out: _Drive, trace: Sequence[Round], rounds: _Rounds, widths: list[int],
+                  verify_widths: list[int | None]) -> None:
+    """Acceptance by draft position, the first round's forwards, and the draft seconds of the later
+    rounds (with a forward of the drafter's: ``timed``; without: ``lookup_s``), from a run's trace."""
+    for rnd in trace:
+        depth = _depth(rnd.tree_parents) if rnd.tree_tokens else len(rnd.drafted)
+        out.judge(depth, rnd.accepted)
+    if not trace:
+        return
+    first = trace[0]
+    seen: dict[int, int] = {}
+    if rounds.first_steps is not None:
+        for w, n in rounds.first_steps.items():
+            _add(seen, w, n)
+    else:
+        hooked = rounds.hooked[0]
+        for w in widths[:hooked]:
+            _add(seen, w)
+        lean = rounds.calls[0] - hooked                   # forwards no hook saw (a lean step's)
+        if lean > 0:
+            _add(seen, 1, lean)
+    for w, n in seen.items():
+        _add(out.prefill_steps, w, n)
+    made = first.accepted + (first.token is not None)
+    out.firsts.append((made, verify_widths[0] if verify_widths else None, seen))
+    for j, rnd in enumerate(trace[1:], start=1):
+        forwards = rounds.calls[j] - rounds.calls[j - 1]
+        if forwards > 0:
+            out.timed_s += rnd.draft_s
+            out.timed_steps += forwards
+        elif rnd.gamma > 0:
+            out.lookup_s += rnd.draft_s
 
 
 def _count_steps(out: _Drive, drafter, widths: list[int]) -> None:
@@ -514,62 +540,3 @@ def _count_steps(out: _Drive, drafter, widths: list[int]) -> None:
     missing = drafter.calls - len(widths)
     if missing > 0:
         _add(out.steps, 1, missing)
-
-
-def _chain_round(out: _Drive, drafter, ids, output, at: int, k: int, stop_below, priced: bool):
-    """One chain round judged against the output; (tokens appended, its Round for the policy)."""
-    draft = drafter.propose(ids, k, stop_below)[0].tolist() if k > 0 else []
-    before = out.replayed.accepted
-    new = _book(out.replayed, draft, output, at, len(draft) + 1 if priced else None)
-    kept = out.replayed.accepted - before
-    token_in = len(new) > kept                  # else the output's end token ended it among the drafts
-    drafted = draft if token_in else draft[:kept]
-    out.judge(len(drafted), kept)
-    return new, Round(drafted=tuple(drafted), accepted=kept, token=new[-1] if token_in else None,
-                      bonus=token_in and kept == len(draft) > 0, gamma=k)
-
-
-def _tree_round(out: _Drive, drafter, ids, output, at: int, k: int, m: Method, priced: bool):
-    """One tree round: the drafter's own tree, its path along the output (the target's greedy
-    token at each node), counted as ``generation.tree_round.count_tree`` counts."""
-    tree = drafter.propose_tree(ids, k, m.tree, m.branch) if k > 0 and m.tree > 0 else Tree((), (), ())
-    if drafter.extra_rows(ids, tree) is not None:
-        raise ValueError(f"{m.key}: a drafter that asks the target for extra rows cannot be replayed")
-    path = _path(tree, output, at)
-    n = len(path)
-    new = list(output[at:at + n + 1])       # the path, then the target's token (none past the end)
-    token_in = len(new) > n
-    kept = n if token_in else len(new)
-    r = out.replayed
-    r.calls += 1
-    r.drafted += len(tree) if token_in else kept
-    r.accepted += kept
-    r.tokens += len(new)
-    if priced:
-        _add(r.widths, len(tree) + 1)
-    stop_node = path[-1] if path else -1
-    line = [tree.tokens[j] for j in path] + first_choice_line(tree, stop_node)
-    depth = max((_depth(tree, j) for j in range(len(tree))), default=0)
-    out.judge(depth, kept)
-    return new, Round(drafted=tuple(line if token_in else line[:kept]), accepted=kept,
-                      token=new[-1] if token_in else None,
-                      bonus=token_in and n > 0 and not tree.children(stop_node), gamma=k)
-
-
-def _path(tree: Tree, output: Sequence[int], at: int) -> list[int]:
-    """The nodes greedy verification keeps: from the root, the child that is the output's next token."""
-    path, node = [], -1
-    while at + len(path) < len(output):
-        want = output[at + len(path)]
-        node = next((c for c in tree.children(node) if tree.tokens[c] == want), None)
-        if node is None:
-            break
-        path.append(node)
-    return path
-
-
-def _depth(tree: Tree, node: int) -> int:
-    depth = 0
-    while node >= 0:
-        depth, node = depth + 1, tree.parents[node]
-    return depth

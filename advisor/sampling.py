@@ -25,9 +25,6 @@ from dataclasses import dataclass
 
 import torch
 
-STATE_KINDS = ("mtp", "eagle3", "gemma4_assistant", "cross_tokenizer")
-
-
 @dataclass
 class SamplingEstimate:
     """One chain's estimate under sampling: ``alpha`` the mean overlap along the path, ``rates``
@@ -52,8 +49,8 @@ def refusal(pair) -> str | None:
     if pair.drafter is None:
         return "the pair has no drafter model"
     kind = kind_of_pair(pair)
-    if kind is not None and kind.name in STATE_KINDS:
-        return f"a {kind.name} drafter drafts from the target's state or its own vocabulary, not from a forward of its own"
+    if kind is not None and kind.rows is not None:
+        return f"a {kind.name} drafter {kind.rows}"
     return None
 
 

@@ -1,34 +1,44 @@
-"""The target's keys and values over a recorded output, computed once per prompt and copied into
-every replay that feeds the target.
+"""The target of a replay: a cached model whose verifies are answered from target AR's recorded output.
 
-A drafter that drafts on the target's own cache (a self-drafter) needs the target to hold every
-committed token before it drafts: in a run the verifies put them there, in a replay
-(``advisor.replay``) the target is fed the kept tokens each round, one forward a round, which
-made such a replay cost about what a real run's drafting and verifying cost. Under greedy
-decoding the committed tokens are the recorded output, so their keys and values can be computed
-once (:class:`Stores`: the prompt but its last token in one forward, as a run's prefill feeds
-it, then the rest of prompt and output in one more), and each feed of a replay appends the
-stored positions it asks for instead (:class:`StoredTarget`), counted as the forward it stands
-for. One store serves every γ, policy, tree and hybrid of every drafter on that prompt.
+Under greedy decoding every lossless strategy commits target AR's tokens, so a drafter's run can
+be replayed without the target's verify forwards: :class:`RecordedTarget` is a
+``kvcache.CachedModel`` that ``engine.run_strategy`` feeds like the real one (``target=``), and
+whose forward returns, at each position it is fed, a logits row built from the record: the
+output token there first, then the rest of the target's recorded top-k (``advisor.recorded``),
+all else zero. A position whose prefix has left the output (a rejected draft, a tree node off the
+path) gets a zero row: no rule reads it past the first rejection. The verify loop, the accept
+rule, the γ policy, the drafter and every count are the run's own.
 
-The stored values of the output's positions come from one wide forward where a run computes them
-in its verifies (a few positions a forward) and the old replay in its feeds: the same keys and
-values up to the rounding of a wider matrix product (a cast copy, ``self:fp16``, rounds them
-to its own dtype anyway), so a replay that reads them is labelled ``rounding``, not ``exact``
-(``advisor.rank.EXACTNESS``). ``tests/test_advisor_replay.py`` holds the replays that read them to
-``engine.run_strategy``'s counts.
+What the target keeps between rounds depends on what the drafter reads of it (its kind's
+``target_reads``, ``model_drafters.kind``):
 
-Only a plain cache qualifies (full-attention layers, addressable by position); a target that
-keeps hidden states or shared keys for its drafter, snapshots a layer or runs stepwise is fed
-for real, as before.
+* nothing (a drafter model with a cache of its own, the n-gram storages, a drafter with another
+  tokenizer): only its length is kept;
+* its cache (a self-drafter drafting on the target's keys and values): each position fed gets
+  the keys and values the target computes for it over the recorded output, copied from a store
+  made once per prompt (:class:`Stores`: the prompt but its last token in one forward, as a run's
+  prefill feeds it, then the rest of prompt and output in one more), zeros for a position off the
+  output (rolled back before anything reads it). One store serves every γ, policy, tree and
+  hybrid of every drafter on that prompt. A store's values come from one wide forward where a
+  run computes them in its verifies (a few positions a forward): the same up to the rounding of
+  a wider matrix product, so such a replay is labelled ``rounding``, not ``exact``;
+* its hidden states or shared keys (MTP layers, EAGLE-3 heads, Gemma 4 assistants), or a cache
+  the store cannot serve (recurrent or sliding layers): the real forward runs on what a run
+  feeds, and only its logits are replaced by the recorded rows.
+
+``verify_widths`` lists the tokens each verify fed (None for a first verify that fed the whole
+prompt: the prefill, not priced as a verify).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Sequence
+
 import torch
 
 from kvcache.cache import CachedModel, _layers
-from model_drafters.selfdraft.shared_cache import append_committed, can_copy
+from model_drafters.selfdraft.shared_cache import can_copy
 
 BUDGET_BYTES = 1 << 30      # stores kept at once (1 GiB); past it a store is rebuilt when asked again
 
@@ -78,48 +88,207 @@ def _bytes(cache) -> int:
                for t in (layer.keys, layer.values) if isinstance(t, torch.Tensor))
 
 
-class StoredTarget(CachedModel):
-    """The target of one replayed prompt: a feed of committed tokens (``forward``) appends their
-    stored keys and values (:class:`Stores`) to its cache and counts one forward, as the forward
-    it stands for would; it returns no logits (a replay's feed reads none). Anything it cannot
-    serve from the store (a target keeping hidden states, tokens off the record) runs for real."""
+def append_positions(cache, store, positions: Sequence[int]) -> None:
+    """Append to every layer of ``cache`` the ``store``'s keys and values at ``positions`` (a
+    negative position: zeros), cast to the layer's dtype where it has one."""
+    if not positions:
+        return
+    layers = _layers(store)
+    device = layers[0].keys.device
+    index = torch.tensor([max(p, 0) for p in positions], dtype=torch.long, device=device)
+    missing = torch.tensor([p < 0 for p in positions], dtype=torch.bool, device=device)
+    for mine, theirs in zip(_layers(cache), layers):
+        keys, values = theirs.keys.index_select(-2, index), theirs.values.index_select(-2, index)
+        if bool(missing.any()):
+            keys[:, :, missing], values[:, :, missing] = 0, 0
+        dtype = getattr(mine, "keys", None)
+        dtype = dtype.dtype if isinstance(dtype, torch.Tensor) else keys.dtype
+        mine.update(keys.to(dtype), values.to(dtype))
 
-    def __init__(self, model, path: str, reason: str, load, tokens: list[int]):
-        super().__init__(model, path=path, reason=reason)
-        self._load = load               # () -> (cache, length): the store, built on the first feed
-        self._store = None              # held for this prompt's replay once loaded
-        self._tokens = tokens           # prompt + output: what a feed must be a prefix of
 
-    def _stored(self, ids: torch.Tensor) -> bool:
-        if self.keep_hidden or self.keep_kv_states or self.cache is None or not can_copy(self.cache):
-            return False
-        seen, stop = self.length, ids.shape[1]       # the positions before ``seen`` were checked when fed
-        return stop <= len(self._tokens) and ids[0, seen:stop].tolist() == self._tokens[seen:stop]
+ROWS_ONLY, STORED, REAL = "rows", "stored", "real"
 
-    def _forward(self, ids: torch.Tensor, keep: int):
-        if not self._stored(ids):
-            return super()._forward(ids, keep)
-        if self._store is None:
-            self._store = self._load()
-        cache, length = self._store
+
+class RecordedTarget(CachedModel):
+    """One recorded prompt's target for a replay through the verify loop (see the module's text).
+
+    ``base``: the target as the probe feeds it (its path and reason are kept, so a stepwise
+    target counts a forward per token as a run's does); ``output``: the output replayed (the
+    record's, cut to the budget); ``reads``: what the drafter reads of the target (``""``,
+    ``"cache"`` or ``"states"``); ``load``: () -> (cache, length), the prompt's store;
+    ``quiet``: a context in which the target's own forwards (a store's build, a real forward)
+    run, so that a hook counting a drafter's forwards does not see them."""
+
+    def __init__(self, base: CachedModel, record, output: Sequence[int], vocab_size: int, *, reads: str = "",
+                 load: Callable[[], tuple[object, int]] | None = None,
+                 quiet: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+        super().__init__(base.model, path=base.path, reason=base.reason)
+        self._device = base.device
+        self.output = tuple(output)
+        self._top = record.top
+        self._vocab = vocab_size
+        self._reads = reads
+        self._load = load
+        self._store = None
+        self._quiet = quiet
+        self._start = 0              # length of the sequence begin() returned (the prompt, or the decoder start)
+        self._restores = False       # rows only, for a cache a run restores from snapshots
+        self._verifying = False
+        self.verify_widths: list[int | None] = []
+        self.copied = 0              # positions whose keys and values came from the store after the prompt
+
+    # ------------------------------------------------------------ what it keeps
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def mode(self) -> str:
+        if self.keep_hidden or self.keep_kv_states or self._reads == "states" or self.own_cache:
+            return REAL
+        if self._reads == "cache":
+            return STORED if self._load is not None and self.cache is not None and can_copy(self.cache) else REAL
+        return ROWS_ONLY
+
+    def begin(self, prompt: list[int], prefills=()) -> list[int]:
+        self.verify_widths = []
+        self.copied = 0
+        self._verifying = False
+        with self._quiet():
+            start = super().begin(prompt, ())
+        self._start = len(start)
+        self._restores = self.needs_snapshots
+        return start
+
+    # ------------------------------------------------------------------ rows
+
+    def _row_of(self, index: int) -> torch.Tensor:
+        """The row that decides output position ``index`` (zeros past the output)."""
+        row = torch.zeros(self._vocab, dtype=torch.float32, device=self.device)
+        if 0 <= index < len(self.output):
+            token = self.output[index]
+            others = [t for t in self._top[index] if t != token and t < self._vocab]
+            ids = torch.tensor([token, *others], dtype=torch.long, device=self.device)
+            row[ids] = torch.arange(len(others) + 1, 0, -1, dtype=torch.float32, device=self.device)
+        return row
+
+    def _rows(self, tokens: Sequence[int], positions: Sequence[int], on_path: Sequence[bool], keep: int) -> torch.Tensor:
+        """(keep, V): for each of the last ``keep`` fed tokens, the recorded row after it where its
+        prefix is the output's, else zeros."""
+        rows = [self._row_of(p + 1 - self._start) if ok else self._row_of(-1)
+                for p, ok in zip(positions[-keep:], on_path[-keep:])]
+        return torch.stack(rows)
+
+    def _on_output(self, position: int, token: int) -> bool:
+        index = position - self._start
+        return index < 0 or (index < len(self.output) and self.output[index] == token)
+
+    # --------------------------------------------------------------- forwards
+
+    def checkpoint(self) -> None:
+        self._verifying = True
+        if self.mode == REAL:
+            super().checkpoint()
+        else:
+            self._checkpoint_length = self.length
+
+    def forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        if self._verifying:
+            self._verifying = False
+            seen = self.length
+            self.verify_widths.append(ids.shape[1] - seen if seen > 0 else None)
+        return super().forward(ids, keep)
+
+    def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         seen, stop = self.length, ids.shape[1]
-        if stop > length:
-            return super()._forward(ids, keep)
-        dtype = _layers(cache)[0].keys.dtype
-        append_committed(self.cache, cache, seen, stop, dtype)
-        self.forwards += 1
-        self._length = stop
-        return None
+        sequence = ids[0].tolist()
+        on_path, ok = [], True
+        for position in range(stop):
+            ok = ok and self._on_output(position, sequence[position])
+            on_path.append(ok)
+        positions = list(range(stop))
+        mode = self.mode
+        if mode == REAL:
+            with self._quiet():
+                super()._forward(ids, keep)
+        else:
+            if mode == STORED:
+                self._copy(positions[seen:], on_path[seen:])
+            self.forwards += 1
+            self._length = stop
+        return self._rows(sequence, positions, on_path, keep)
+
+    def forward_masked(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask, keep: int):
+        if self._verifying:
+            self._verifying = False
+            self.verify_widths.append(tokens.shape[1] if self.length > 0 else None)
+        fed, positions = tokens[0].tolist(), position_ids[0].tolist()
+        on_path = self._tree_on_path(fed, positions, attention_mask)
+        mode = self.mode
+        if mode == REAL:
+            with self._quiet():
+                super().forward_masked(tokens, position_ids, attention_mask, keep)
+        else:
+            if mode == STORED:
+                self._copy(positions, on_path)
+            self.forwards += 1
+            self._length += len(fed)
+        return self._rows(fed, positions, on_path, keep)
+
+    def _tree_on_path(self, fed: list[int], positions: list[int], attention_mask) -> list[bool]:
+        """Per token of a masked block, whether it and every block token it sees are the output's."""
+        mask = attention_mask if isinstance(attention_mask, torch.Tensor) else next(iter(attention_mask.values()))
+        m = len(fed)
+        seen = (mask[0, 0, -m:, -m:] == 0).tolist()            # (m, m): block token j visible to token i
+        own = [self._on_output(p, t) for p, t in zip(positions, fed)]
+        return [all(own[j] for j in range(m) if seen[i][j]) for i in range(m)]
+
+    def _copy(self, positions: Sequence[int], on_path: Sequence[bool]) -> None:
+        """Append the store's keys and values at ``positions`` (zeros where off the output)."""
+        if self._store is None:
+            with self._quiet():
+                self._store = self._load()
+        store, length = self._store
+        wanted = [p if ok and p < length else -1 for p, ok in zip(positions, on_path)]
+        append_positions(self.cache, store, wanted)
+        self.copied += sum(p >= self._start for p in wanted)
+
+    # --------------------------------------------------------------- rollback
+
+    def _rollback(self, length: int) -> None:
+        if self.mode != ROWS_ONLY:
+            super()._rollback(length)
+            return
+        if self._length <= length:
+            return
+        # A cache restored from snapshots goes back to the checkpoint, and the next verify re-feeds.
+        self._length = self._checkpoint_length if self._restores else length
+
+    def keep_block(self, block: int, kept: list[int]) -> None:
+        if self.mode != ROWS_ONLY:
+            super().keep_block(block, kept)
+            return
+        if self._restores:
+            self._rollback(self._length - block + len(kept))
+            return
+        self._length += len(kept) - block
+
+    def attention_kinds(self) -> dict[str, int | None]:
+        if self.mode == ROWS_ONLY:
+            return {"full_attention": None}
+        return super().attention_kinds()
 
 
-def stored_target(pair, stores: Stores | None, index: int, record, output) -> CachedModel:
-    """The target a replay of ``record`` feeds: a :class:`StoredTarget` where the probe put the
-    target on the plain cached path (and ``stores`` is given), else ``kvcache.probe.cached_model``'s."""
+def recorded_target(pair, record, output, vocab_size: int, *, reads: str, stores: Stores | None, index: int,
+                    quiet=contextlib.nullcontext) -> RecordedTarget:
+    """The :class:`RecordedTarget` of record ``index`` (``output``: its output as replayed), its
+    keys and values copied from ``stores`` where the drafter reads the target's cache."""
     from kvcache.probe import cached_model
 
     base = cached_model(pair.target)
-    if stores is None or type(base) is not CachedModel or base.path != "cached" or base.encoder_decoder \
-            or base.own_cache:
-        return base
-    return StoredTarget(pair.target, base.path, base.reason, lambda: stores.get(index, record, output),
-                        list(record.prompt) + list(output))
+    load = None
+    if reads == "cache" and stores is not None and type(base) is CachedModel and base.path == "cached" \
+            and not base.encoder_decoder and not base.own_cache:
+        load = lambda: stores.get(index, record, output)          # noqa: E731
+    return RecordedTarget(base, record, output, vocab_size, reads=reads, load=load, quiet=quiet)

@@ -30,7 +30,7 @@ import torch
 from generation.drafter import Drafter
 from utils.devices import model_device
 
-NO_TOKEN = -1   # a draft after the first wrong one: never judged, so any id that matches nothing
+NO_TOKEN = 0    # a draft after the first wrong one: never judged (the wrong one ends the round), so any id
 
 
 def rows_along(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int | None = None) -> torch.Tensor:

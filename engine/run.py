@@ -26,7 +26,7 @@ from utils.devices import model_device
 
 def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: EngineState | None = None,
                  interruptible: bool = False, generator: torch.Generator | None = None,
-                 observer: Observer | None = None, prefills=()) -> GenerationResult:
+                 observer: Observer | None = None, prefills=(), target=None, drafter=None) -> GenerationResult:
     """Decode ``prompt_ids`` (the encoder's ids for a seq2seq pair) with ``strategy`` on ``pair``.
 
     ``pair`` needs ``target``, ``drafter`` (None when no strategy uses it),
@@ -45,6 +45,11 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     result's seconds. With an interruptible run, Ctrl-C ends the decode and
     keeps what was made. ``prefills`` (``kvcache.prefill.prefill``): a model
     with a prefill of this prompt among them begins from a copy of it.
+    A drafting strategy may be given ``target``, a ``kvcache.CachedModel`` fed in
+    place of the pair's target (the advisor's recorded target, whose verifies
+    are answered from target AR's output: ``advisor.stored``), and ``drafter``,
+    a ``Drafter`` built by the caller in place of the strategy's own (the
+    advisor's teacher-forced drafter model); the loop and its counts are the same.
     """
     state = state if state is not None else EngineState()
     on_drafter = strategy.model == "drafter" and not strategy.drafts
@@ -84,10 +89,11 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     check_gamma(strategy.gamma)
     vocab = loop_vocab_size(pair)
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
-    drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
+    if drafter is None:
+        drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy),
                       compile_refusal=ON_TARGET_CACHE if drafts_on_target_cache(pair, strategy) else "")
-    result = with_notes(verify_loop(prompt, drafter, model, options, observer=observer,
+    result = with_notes(verify_loop(prompt, drafter, model if target is None else target, options, observer=observer,
                                     interruptible=interruptible), drafter.round_notes())
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:

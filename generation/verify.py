@@ -62,6 +62,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     """Draft, verify, accept, roll back; repeat until an end token or the budget.
 
     ``prompt``: the checked prompt ids (the encoder's for a seq2seq target).
+    ``target``: the target model, or a ``CachedModel`` over it fed as it is.
     ``options`` (:class:`generation.options.LoopOptions`): the processor, the
     budget, the end tokens, the γ policy, trees, the inspector and the rest.
     After every round the target cache holds a prefix of the kept sequence
@@ -78,12 +79,14 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     verify_rule(options.verify)                         # an unknown name fails here, before any forward
     if policy is None:
         raise ValueError("the verify loop needs a gamma policy (generation.gamma_policies.make_policy)")
-    reason = not_causal(target)
+    given = isinstance(target, CachedModel)           # a cached model fed as it is (the advisor's recorded target)
+    reason = not_causal(target.model if given else target)
     if reason is not None:
         raise UnsupportedCacheError(reason)
-    device = model_device(target)
-    model = cached_model(target, use_cache=options.use_cache, compile="off" if options.compile_refusal else options.compile,
-                         capacity=len(prompt) + options.max_gen_len + options.widest + 1)
+    device = model_device(target.model if given else target)
+    model = target if given else cached_model(
+        target, use_cache=options.use_cache, compile="off" if options.compile_refusal else options.compile,
+        capacity=len(prompt) + options.max_gen_len + options.widest + 1)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
                  PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect,

@@ -27,6 +27,11 @@ SERVED_STATES = ("drafts from the target's hidden states, which a served target 
                  "name a drafter model sharing its tokenizer (or none)")
 
 
+# A kind that does not say how far the advisor's replay of its drafts is a run's.
+UNKNOWN_REPLAY = ("is a kind whose replay was never held to runs: its drafter may read the target's state, "
+                  "which the replay takes from other forwards than a run's verifies")
+
+
 def not_in_hybrid(drafter: str) -> str:
     """The line refusing ``drafter`` (``"an EAGLE-3 head"``) inside the hybrid drafter."""
     return f"the hybrid drafter (/hybrid) does not take {drafter} yet: set /hybrid 0"
@@ -71,6 +76,18 @@ class DrafterKind:
     ``function(pair, spec, say)`` -> (the label to build, or None where there is nothing to run,
     and its lines), imported when used; ``variant_build(pair, label, state)`` builds it once (kept in
     ``state``), before any clock starts.
+
+    ``target_reads``: what its drafter reads of the target between verifies: ``""`` nothing (a
+    cache of its own), ``"cache"`` the target's keys and values of the committed tokens (they must
+    be there when it drafts), ``"states"`` what a verify forward returns besides its logits (hidden
+    states, shared keys: the default, which the advisor's replay serves with real forwards).
+
+    What the advisor may claim of it: ``replay``, why a replay of its drafts over target AR's output
+    is an estimate (its label, ``advisor.rank.EXACTNESS``), or None where the replay computes what a
+    run computes; by default a kind is an estimate, since its drafter may read the target's state,
+    which a replay takes from other forwards than a run's verifies. ``rows``, why its q along an
+    output cannot be read from a forward of its own module over the tokens (the advisor's sampling
+    estimate), or None where it can.
     """
 
     name: str
@@ -93,6 +110,9 @@ class DrafterKind:
     variant_label: Callable[[str], str] | None = None
     variant_resolve: str | None = None
     variant_build: Callable | None = None
+    target_reads: str = "states"
+    replay: str | None = UNKNOWN_REPLAY
+    rows: str | None = "drafts from the target's state or its own vocabulary, not from a forward of its own"
 
     def marks(self, module) -> bool:
         """Whether ``module`` is a module of this kind (made for any target)."""

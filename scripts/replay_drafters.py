@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     for storage in storages + ["prompt_lookup"]:
         for gamma in gammas:
             make = drafter_factory(pair, storage, vocab_size, gamma)
-            rows = [(storage, replay(make, recorded, gamma, args.length))]
+            rows = [(storage, replay(pair, make, recorded, gamma, args.length))]
             if args.oracle:
-                rows.append((f"{storage} (oracle cut)", replay(make, recorded, gamma, args.length, cut=oracle)))
+                rows.append((f"{storage} (oracle cut)", replay(pair, make, recorded, gamma, args.length, cut=oracle)))
             if args.oracle and storage == "prompt_lookup":
                 rows += [(f"copy ceiling, match {m}", copy_ceiling(recorded, gamma, args.length, cost, match=m))
                          for m in (1, 2)]

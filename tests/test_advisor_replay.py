@@ -164,12 +164,15 @@ def test_the_drafters_own_proposals_count_what_the_engine_runs(pair, recorded, m
     assert all(entry.draft_steps.get(w, 0) >= n for w, n in entry.prefill_steps.items())
 
 
-def test_a_tree_path_read_one_position_off_is_caught(pair, recorded, monkeypatch):
-    # Mutation check: the tree's kept path judged against the output one position late.
-    m = method("model", None, 3, tree=8)
+@pytest.mark.parametrize("m", [method("model", None, 3, tree=8), method("ngram", NGramOptions(storage="suffix"), 4)],
+                         ids=lambda m: m.key)
+def test_recorded_rows_read_one_position_off_are_caught(pair, recorded, monkeypatch, m):
+    # Mutation check: the recorded target answers each position with the row one position late.
+    import advisor.stored
+
     want, _, _ = engine_run(pair, m)
-    real = advisor.replay._path
-    monkeypatch.setattr(advisor.replay, "_path", lambda tree, output, at: real(tree, output, at + 1))
+    real = advisor.stored.RecordedTarget._row_of
+    monkeypatch.setattr(advisor.stored.RecordedTarget, "_row_of", lambda self, index: real(self, index + 1))
     assert counts(replay_one(pair, recorded, m).replayed) != want
 
 
@@ -256,25 +259,19 @@ def test_drafters_of_the_targets_state_replay_as_estimates(kind, tmp_path):
         assert not entry.exact and kind in entry.note and "\n" not in entry.note
 
 
-def test_an_end_token_ends_the_replay_as_it_ends_the_run(pair, monkeypatch):
+def test_an_end_token_ends_the_replay_as_it_ends_the_run(pair):
     # 18 first comes fifth in the second prompt's output: that output stops there, drafts past it drop.
     ended = pair_of(pair.target, pair.drafter, end_tokens=[18])
     recorded = record(ended, PROMPTS, LENGTH)
     assert recorded[1].output[-1] == 18 and len(recorded[1].output) < LENGTH
-    ends = []                                   # rounds whose accepted drafts reach the output's end
-    real = advisor.recorded._accepted
-
-    def judged(draft, output, at):
-        accepted = real(draft, output, at)
-        ends.append(at + accepted >= len(output))
-        return accepted
-
-    monkeypatch.setattr(advisor.recorded, "_accepted", judged)
+    ends = []                                   # runs whose accepted drafts reach the output's end
     for m in (method("model", None, 5), method("model", None, 3, "heuristic"), method("model", None, 4, tree=8),
               method("self", SELF, 5)):
         entry = replay_one(ended, recorded, m)
         want, calls, _ = engine_run(ended, m)
         assert counts(entry.replayed) == want and sum(entry.draft_steps.values()) == calls
+        last = run_strategy(m.strategy(max_gen_len=LENGTH), ended, PROMPTS[1]).trace[-1]
+        ends.append(last.token is None and 18 in last.drafted)
     assert any(ends)                            # the end token was an accepted draft
 
 
@@ -391,19 +388,24 @@ STORED = [method("self", SELF, 3), method("self", "self:bf16", 3), method("self"
 
 
 def target_forwards(pair, run) -> int:
-    """The target's cached forwards (a feed, a store's build) while ``run()`` runs."""
+    """The target's own cached forwards (a real verify, a tree's, a store's build) while ``run()`` runs."""
     from unittest import mock
 
     from kvcache.cache import CachedModel
 
     seen = []
-    real = CachedModel._forward
+    real, masked = CachedModel._forward, CachedModel.forward_masked
 
     def counted(self, ids, keep):
         seen.append(self.model is pair.target)
         return real(self, ids, keep)
 
-    with mock.patch.object(CachedModel, "_forward", counted):
+    def counted_masked(self, *args, **kwargs):
+        seen.append(self.model is pair.target)
+        return masked(self, *args, **kwargs)
+
+    with mock.patch.object(CachedModel, "_forward", counted), \
+            mock.patch.object(CachedModel, "forward_masked", counted_masked):
         run()
     return sum(seen)
 
@@ -424,13 +426,12 @@ def test_a_self_drafters_replay_copies_the_stored_keys_and_feeds_the_target_noth
 
 
 def test_the_stored_replay_equals_the_fed_one(pair, recorded, monkeypatch):
-    from kvcache.probe import cached_model
-
     stored = replay_grid(pair, recorded, STORED, max_gen_len=LENGTH)
-    monkeypatch.setattr(advisor.replay, "stored_target", lambda pair, stores, i, record, output: cached_model(pair.target))
+    # The same replays with the target fed for real (as for a drafter reading its hidden states).
+    monkeypatch.setattr(advisor.replay, "_target_reads", lambda pair, m: "states")
     fed = []
     forwards = target_forwards(pair, lambda: fed.extend(replay_grid(pair, recorded, STORED, max_gen_len=LENGTH)))
-    assert forwards > 40                                 # fed for real: a forward every round
+    assert forwards == sum(b.replayed.calls for b in fed) > 30      # fed for real: every target call
     for a, b in zip(stored, fed):
         assert (counts(a.replayed), a.draft_steps, a.replayed.widths, a.rates) == \
                (counts(b.replayed), b.draft_steps, b.replayed.widths, b.rates)
@@ -438,19 +439,17 @@ def test_the_stored_replay_equals_the_fed_one(pair, recorded, monkeypatch):
 
 @pytest.mark.parametrize("late", [1, -1], ids=["one-late", "one-early"])
 def test_stored_keys_copied_one_position_off_are_caught(pair, recorded, monkeypatch, late):
-    # Mutation check: each feed copies the stored positions one off; the drafts read the wrong
+    # Mutation check: each verify copies the stored positions one off; the drafts read the wrong
     # keys and values and the counts part from the engine's.
     import advisor.stored
 
-    real = advisor.stored.append_committed
+    real = advisor.stored.append_positions
 
-    def off(own, cache, start, stop, dtype):
-        lo, hi = max(0, start + late), max(0, stop + late)
-        real(own, cache, lo, hi, dtype)
-        if hi - lo < stop - start:              # keep the length right: only the values are off
-            real(own, cache, 0, (stop - start) - (hi - lo), dtype)
+    def off(cache, store, positions):
+        last = store.layers[0].keys.shape[-2] - 1
+        real(cache, store, [min(last, max(0, p + late)) if p >= 0 else p for p in positions])
 
-    monkeypatch.setattr(advisor.stored, "append_committed", off)
+    monkeypatch.setattr(advisor.stored, "append_positions", off)
     wrong = 0
     for m in STORED[:2]:
         want, _, _ = engine_run(pair, m)

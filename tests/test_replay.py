@@ -56,7 +56,7 @@ def counts(run: Replayed) -> tuple[int, int, int, int]:
 @pytest.mark.parametrize("gamma", [2, 5])
 def test_the_replay_counts_what_the_engine_counts(pair, recorded, storage, gamma):
     engine = engine_counts(pair, storage, gamma)
-    replayed = replay(drafter_factory(pair, storage, V), recorded, gamma, LENGTH)
+    replayed = replay(pair, drafter_factory(pair, storage, V), recorded, gamma, LENGTH)
     assert counts(replayed) == counts(engine)
     assert 0 < engine.accepted < engine.drafted             # drafts both accepted and rejected
     # after the prefills, a round of k drafts verified k + 1 tokens
@@ -73,17 +73,19 @@ def test_a_filling_storage_replays_as_the_engine_runs_it(pair, recorded, monkeyp
     monkeypatch.setattr(engine.drafters, "verify_costs", lambda *args: measured.append(args[2]) or table)
     engine_run = engine_counts(pair, storage, 5, fill=True)
     measured.clear()
-    replayed = replay(drafter_factory(pair, f"{storage}+fill", V, 5), recorded, 5, LENGTH)
+    replayed = replay(pair, drafter_factory(pair, f"{storage}+fill", V, 5), recorded, 5, LENGTH)
     assert counts(replayed) == counts(engine_run) != counts(engine_counts(pair, storage, 5))
     assert replayed.widths.get(6, 0) > 0 and measured == [5] * len(PROMPTS)
 
 
 def test_a_replay_that_misjudges_a_draft_is_caught(pair, recorded, monkeypatch):
+    import advisor.stored
+
     engine = engine_counts(pair, "suffix", 5)
-    # Mutation check: the last accepted draft counted as rejected (an off-by-one at the first mismatch).
-    judged = advisor.recorded._accepted
-    monkeypatch.setattr(advisor.recorded, "_accepted", lambda draft, output, at: max(0, judged(draft, output, at) - 1))
-    assert counts(replay(drafter_factory(pair, "suffix", V), recorded, 5, LENGTH)) != counts(engine)
+    # Mutation check: the recorded target answers with the next position's row (the record read one late).
+    real = advisor.stored.RecordedTarget._row_of
+    monkeypatch.setattr(advisor.stored.RecordedTarget, "_row_of", lambda self, index: real(self, index + 1))
+    assert counts(replay(pair, drafter_factory(pair, "suffix", V), recorded, 5, LENGTH)) != counts(engine)
 
 
 def test_the_record_is_target_ar_and_its_top_k(pair, recorded):
@@ -98,7 +100,7 @@ def test_the_record_is_target_ar_and_its_top_k(pair, recorded):
 
 def test_the_oracle_cut_keeps_the_calls_and_only_accepted_drafts(pair, recorded):
     make = drafter_factory(pair, "suffix", V)
-    plain, cut = replay(make, recorded, 5, LENGTH), replay(make, recorded, 5, LENGTH, cut=oracle)
+    plain, cut = replay(pair, make, recorded, 5, LENGTH), replay(pair, make, recorded, 5, LENGTH, cut=oracle)
     assert cut.calls == plain.calls and cut.accepted == plain.accepted == cut.drafted < plain.drafted
     assert cut.forward_s(lambda width: width) < plain.forward_s(lambda width: width)
 
@@ -137,6 +139,6 @@ def test_the_copy_ceiling_bounds_the_copying_drafters(pair, recorded):
         assert ceiling.tokens == sum(len(rec.output) for rec in recorded)
         for make in [drafter_factory(pair, storage, V) for storage in ("suffix", "sam")] + [PromptLookup]:
             for cut in (None, oracle):
-                assert ceiling.forward_s(cost) <= replay(make, recorded, 5, LENGTH, cut=cut).forward_s(cost)
+                assert ceiling.forward_s(cost) <= replay(pair, make, recorded, 5, LENGTH, cut=cut).forward_s(cost)
         # a longer match to copy after allows fewer copies
         assert copy_ceiling(recorded, 5, LENGTH, cost, match=2).forward_s(cost) >= ceiling.forward_s(cost)

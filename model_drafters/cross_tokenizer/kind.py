@@ -34,4 +34,7 @@ def alone_inputs(pair, prompt_ids: list[int], state) -> tuple[list[int], list[in
 KIND = DrafterKind(
     name="cross_tokenizer", prefix=None, is_spec=lambda spec: False, made_for=never, draft=cross_drafter,
     owns_pair=lambda pair: has_own_tokenizer(pair), alone_inputs=alone_inputs, factories=(("cross_tokenizer", cross_drafter),),
+    target_reads="",
+    replay="re-tokenises text between two vocabularies each round; checked against runs on "
+           "random drafters that accept no drafts only",
 )

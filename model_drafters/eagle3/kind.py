@@ -29,4 +29,6 @@ KIND = DrafterKind(
     alone="an EAGLE-3 head drafts from the target's hidden states: it cannot decode on its own",
     hybrid=not_in_hybrid("an EAGLE-3 head"), served=SERVED_STATES,
     hf_peer=None,    # transformers' assisted generation cannot draft with a head reading the target's states
+    replay="drafts from the target's hidden states, here from a forward over the kept tokens (a run "
+           "takes them from its verify); checked against runs on random heads only",
 )

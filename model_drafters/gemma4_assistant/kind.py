@@ -36,4 +36,6 @@ KIND = DrafterKind(
     attach=attach, check=check, refused=AssistantRefused,
     alone="the Gemma 4 assistant drafts from the target's keys and values: it cannot decode on its own",
     hybrid=not_in_hybrid("the Gemma 4 assistant"), served=SERVED_STATES,
+    replay="drafts from the target's last states, here from a forward over the kept tokens "
+           "(a run takes them from its verify); checked against runs on random assistants only",
 )

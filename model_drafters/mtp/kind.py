@@ -28,4 +28,6 @@ KIND = DrafterKind(
     alone="the MTP layers draft from the target's hidden states: they cannot decode on their own",
     hybrid=not_in_hybrid("the MTP drafter"), served=SERVED_WEIGHTS,
     hf_peer="hf_mtp",
+    replay="drafts from the target's hidden states, here from a forward over the kept tokens (a run "
+           "takes them from its verify); checked against runs on random MTP layers only",
 )

@@ -50,4 +50,7 @@ KIND = DrafterKind(
     factories=(("self", self_drafter),),
     variant_label=lambda spec: parse_self_draft(spec).label,
     variant_resolve="engine.self_pair.load:resolve_variant", variant_build=self_draft_model,
+    target_reads="cache",
+    replay=None,        # held to runs by tests/test_advisor_replay.py (its rounding is the target's)
+    rows=None,          # a copy of the target (or its layers) with a forward of its own
 )
