@@ -62,3 +62,51 @@ def test_an_ordinary_model_has_no_kind_and_decodes_alone():
 def test_the_registry_lists_each_kind_once_by_name():
     names = [kind.name for kind in engine.kinds.KINDS]
     assert sorted(names) == sorted(set(names)) == ["cross_tokenizer", "eagle3", "gemma4_assistant", "mtp", "self"]
+
+
+def test_the_doc_kind_is_advised_benchmarked_and_run_or_refused_on_the_static_path(registry, tmp_path):
+    """A kind written as docs/engine.md shows, with its one registration line and no other edit: the
+    advisor replays it (through the verify loop, its counts a run's, labelled an estimate since the kind
+    says nothing of its replay), ``bench.py`` benchmarks it as a user runs it, and the static path runs it
+    or refuses it in one line, its tokens target AR's either way."""
+    import json
+
+    from advisor.recorded import record
+    from advisor.replay import default_grid, method, replay_grid
+    from bench.cli import main
+    from engine import Strategy, run_strategy
+    from tests.helpers.pairs import model_pair
+    from tests.helpers.repl import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    target = build_model(1, len(tokenizer), context=256)
+    prompts = [[5, 6, 7, 7, 7, 8, 9, 5, 6, 7], [9, 9, 8, 7, 7, 7, 6, 9, 9, 8]]
+    scope = run_example("engine.md", "register_kind(", target=target, prompt_ids=prompts[0])
+    pair = model_pair(target, scope["pair"].drafter, tokenizer=tokenizer, end_tokens=[2], context_length=256,
+                      vocab_size=target.config.vocab_size)
+
+    m = method("model", None, 3)
+    assert m.key in {g.key for g in default_grid(pair)}
+    [entry] = replay_grid(pair, record(pair, prompts, 16), [m], max_gen_len=16)
+    runs = [run_strategy(m.strategy(max_gen_len=16), pair, p) for p in prompts]
+    assert (entry.replayed.calls, entry.replayed.drafted, entry.replayed.accepted) == \
+        (sum(r.target_calls for r in runs), sum(r.drafted for r in runs), sum(r.accepted for r in runs))
+    assert entry.replayed.drafted > 0 and entry.exactness == "estimated" and "never held to runs" in entry.note
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["the cat sat on the mat"]}))
+    out = tmp_path / "out"
+    assert main(["--prompts", str(questions), "--strategies", "speculative,target", "--gamma", "3", "--policies",
+                 "none", "--length", "8", "--repeats", "1", "--no-chart", "--no-chat", "--out", str(out)],
+                loader=lambda args: pair) == 0
+    bench = json.loads((out / "bench.json").read_text())
+    outputs = bench["outputs"]
+    assert "speculative@3" in outputs and outputs["speculative@3"] == outputs["target"]
+
+    greedy = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=16), pair, prompts[0])
+    static = run_strategy(Strategy("echo", drafter="model", gamma=3, processor=GreedyProcessor(), max_gen_len=16,
+                                   compile="static"), pair, prompts[0])
+    assert static.tokens == greedy.tokens
+    report = static.compile
+    assert report["requested"] == "static"
+    assert report["path"] == "static" or (report["reason"] and "\n" not in report["reason"])
