@@ -177,9 +177,9 @@ def drafter_module(pair, key: str, state):
     if drafter == "self":
         if not spec:
             return pair.drafter
-        from model_drafters.selfdraft.kind import self_draft_model
+        from engine.kinds import build_variant
 
-        return self_draft_model(pair, spec, state)
+        return build_variant(pair, spec, state)
     return None
 
 
@@ -211,11 +211,12 @@ def run_step_seconds(pair, method, state) -> tuple[float, str]:
 
 
 def steps_alone(module) -> bool:
-    """Whether ``module``'s own forward is its drafter's step (an ordinary drafter model), not a
-    self-drafter's (its lean path on the target's cache)."""
-    from model_drafters.selfdraft.mark import self_draft_target
+    """Whether ``module``'s own forward is its drafter's step (an ordinary drafter model, or a kind
+    that says so), not a step by a path of its own (a self-drafter's lean step on the target's cache)."""
+    from engine.kinds import kind_of_module
 
-    return self_draft_target(module) is None
+    kind = kind_of_module(module)
+    return kind is None or kind.own_step
 
 
 def host_seconds(pair, state) -> tuple[float, str]:

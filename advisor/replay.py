@@ -210,7 +210,7 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
         sources.append(("model", None))
     for spec in self_specs if pair.target is not None else ():
         label = _self_label(pair, spec)
-        if label is not None and not _same_precision(pair.target, label):
+        if label is not None and not variant_is_target(pair, label):
             sources.append(("self", label))
     hybrid = model and (_kind(pair) is None or _kind(pair).hybrid is None)
     if hybrid:
@@ -219,12 +219,11 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
             for drafter, options in sources for tree in trees for policy in policies for gamma in gammas]
 
 
-def _same_precision(target, label: str) -> bool:
-    """Whether the self-drafter ``label`` is a copy of ``target`` in the dtype it already has."""
-    from model_drafters.selfdraft.spec import PRECISIONS, parse_self_draft
+def variant_is_target(pair, label: str) -> bool:
+    """Whether the drafter ``label`` would be ``pair``'s target over again (its kind says)."""
+    from engine.kinds import variant_is_target as is_target
 
-    kind = parse_self_draft(label).kind
-    return kind in PRECISIONS and getattr(torch, PRECISIONS[kind]) == _dtype(target)
+    return is_target(pair, label)
 
 
 def _self_label(pair, spec: str) -> str | None:
@@ -340,9 +339,9 @@ def _draft_module(pair, m: Method, state):
     if m.drafter == "model":
         return pair.drafter
     if m.drafter == "self":
-        from model_drafters.selfdraft.kind import self_draft_model
+        from engine.kinds import build_variant
 
-        return self_draft_model(pair, m.options, state) if m.options else pair.drafter
+        return build_variant(pair, m.options, state) if m.options else pair.drafter
     return None
 
 

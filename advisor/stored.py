@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from kvcache.cache import CachedModel, _layers
-from model_drafters.selfdraft.shared_cache import can_copy
+from kvcache.shared import can_copy
 
 BUDGET_BYTES = 1 << 30      # stores kept at once (1 GiB); past it a store is rebuilt when asked again
 

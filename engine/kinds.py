@@ -86,9 +86,16 @@ def resolve_variant(pair, spec: str, say=no_progress) -> tuple[str | None, list[
     return getattr(import_module(module), name)(pair, spec, say)
 
 
-def build_variant(pair, label: str, state) -> None:
-    """Build the drafter ``label`` (a resolved spec) from ``pair`` once, kept in ``state``."""
-    _variant_kind(label).variant_build(pair, label, state)
+def build_variant(pair, label: str, state):
+    """Build the drafter ``label`` (a resolved spec) from ``pair`` once, kept in ``state``; its module."""
+    return _variant_kind(label).variant_build(pair, label, state)
+
+
+def variant_is_target(pair, label: str) -> bool:
+    """Whether the drafter ``label`` built from ``pair`` would be its target over again (a copy in the
+    dtype the target already has): nothing to draft with."""
+    same = _variant_kind(label).variant_is_target
+    return same is not None and same(pair.target, label)
 
 
 def variant_drafter(label: str) -> str:

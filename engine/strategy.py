@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model_drafters.cross_tokenizer.options import CrossTokenizerOptions  # re-exported: engine's name for it
+from model_drafters.cross_tokenizer import CrossTokenizerOptions  # re-exported: engine's name for it
 from sampling.spec import ProcessorSpec
 # The most drafts a round may ask for, and the longest match a hybrid may ask for: defined with the
 # options' ranges (the REPL's /gamma and /hybrid and the benchmark's flags end there too).

@@ -75,7 +75,12 @@ class DrafterKind:
     (one-line ``ValueError`` for a bad spec); ``variant_resolve``, ``"module:function"`` of
     ``function(pair, spec, say)`` -> (the label to build, or None where there is nothing to run,
     and its lines), imported when used; ``variant_build(pair, label, state)`` builds it once (kept in
-    ``state``), before any clock starts.
+    ``state``), before any clock starts, and returns its module; ``variant_is_target(target, label)``:
+    whether that module would be the target over again (a copy in the target's own dtype).
+
+    ``own_step``: whether a forward of its module is its drafter's step (False for a drafter that
+    steps by a path of its own, a self-drafter's lean step on the target's cache: the advisor then
+    times its step in a short run).
 
     ``target_reads``: what its drafter reads of the target between verifies: ``""`` nothing (a
     cache of its own), ``"cache"`` the target's keys and values of the committed tokens (they must
@@ -110,6 +115,8 @@ class DrafterKind:
     variant_label: Callable[[str], str] | None = None
     variant_resolve: str | None = None
     variant_build: Callable | None = None
+    variant_is_target: Callable[[object, str], bool] | None = None
+    own_step: bool = True
     target_reads: str = "states"
     replay: str | None = UNKNOWN_REPLAY
     rows: str | None = "drafts from the target's state or its own vocabulary, not from a forward of its own"

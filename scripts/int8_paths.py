@@ -52,8 +52,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from engine.self_pair.calibrate import agreement, calibration_ids, greedy_continuation
-    from model_drafters.selfdraft.copies import int8_available, int8_copy
-    from model_drafters.selfdraft.spec import INT8_ROUTES
+    from model_drafters.selfdraft import INT8_ROUTES, int8_available, int8_copy
     from utils.models import load_model
 
     target, tokenizer = load_model(None, device="cpu", dtype="float32")

@@ -18,7 +18,7 @@ from model_drafters.selfdraft import lean
 from model_drafters.selfdraft.build import build_self_drafter
 from model_drafters.selfdraft.copies import precision_copy
 from model_drafters.selfdraft.lean import LEAN_ATTR, LEAN_REASON_ATTR, LeanStep, lean_step
-from model_drafters.selfdraft.shared_cache import committed_positions
+from kvcache.shared import committed_positions
 from model_drafters.selfdraft.spec import parse_self_draft
 from tests.helpers.arch_zoo import PROMPTS, build
 from tests.helpers.distribution import PROMPT, STEPS, V, chi_square_excess, exact_distribution

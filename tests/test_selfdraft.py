@@ -16,7 +16,7 @@ import torch
 
 from generation.result import Round
 from sampling import GreedyProcessor
-from model_drafters.selfdraft import shared_cache
+from kvcache import shared as shared_cache
 from model_drafters.selfdraft.build import build_self_drafter
 from engine.self_pair.choose import choice_lines, choose
 from model_drafters.selfdraft.drafter import SelfDrafter

@@ -17,7 +17,7 @@ import generation.tree_round
 import model_drafters.selfdraft.drafter
 from model_drafters import selfdraft
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
-from model_drafters.selfdraft import shared_cache
+from kvcache import shared as shared_cache
 from model_drafters.selfdraft.build import build_self_drafter
 from model_drafters.selfdraft.drafter import SelfDrafter
 from model_drafters.selfdraft.spec import parse_self_draft

@@ -28,14 +28,13 @@ from pathlib import Path
 import torch
 import transformers
 
-from model_drafters.selfdraft.build import build_self_drafter
+from model_drafters.selfdraft import (
+    SelfDraftSpec, SkipRefused, build_self_drafter, native_bfloat16, num_layers, parse_self_draft,
+)
 from engine.self_pair.calibrate import calibration_ids, greedy_continuation, measure_drafter, paired_step_s
 from engine.timing import time_target
 from engine.self_pair.choose import choice_lines, choose
-from model_drafters.selfdraft.copies import native_bfloat16
 from engine.self_pair.search import search_skip
-from model_drafters.selfdraft.skip import SkipRefused, num_layers
-from model_drafters.selfdraft.spec import SelfDraftSpec, parse_self_draft
 from utils.devices import model_device
 from utils.machine_load import LoadReading, busy_warning, load_mark, other_load, read_load
 

@@ -9,14 +9,13 @@ default and the self-drafter this machine runs fastest, measured once and kept
 
 from __future__ import annotations
 
-from model_drafters.selfdraft.build import build_self_drafter
+from model_drafters.selfdraft import (
+    SelfDraftSpec, SelfDraftSpecError, SkipRefused, build_self_drafter, lean_of, num_layers, parse_self_draft,
+)
 from engine.self_pair.calibrate import calibration_ids, greedy_continuation
 from engine.timing import time_target
 from engine.self_pair.default import default_drafter
-from model_drafters.selfdraft.lean import lean_of
 from engine.self_pair.search import search_skip
-from model_drafters.selfdraft.skip import SkipRefused, num_layers
-from model_drafters.selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
 from utils.default_model import DEFAULT_LABEL, cache_root
 from utils.devices import dtype_name, model_device
 from utils.hf_load import is_encoder_decoder

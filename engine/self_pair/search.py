@@ -27,7 +27,7 @@ import torch
 
 from analysis.speedup import CostModel, best_drafting_gamma
 from engine.self_pair.calibrate import agreement, paired_step_s
-from model_drafters.selfdraft.skip import decoder_layers, num_layers, skip_view
+from model_drafters.selfdraft import decoder_layers, num_layers, skip_view
 
 
 @dataclass(frozen=True)

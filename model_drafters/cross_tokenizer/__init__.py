@@ -6,6 +6,7 @@ Names are imported lazily, so importing the package stays cheap.
 from importlib import import_module
 
 _EXPORTS = {
+    "CrossTokenizerOptions": "model_drafters.cross_tokenizer.options",
     "METHODS": "model_drafters.cross_tokenizer.drafter",
     "CrossTokenizerDrafter": "model_drafters.cross_tokenizer.drafter",
     "VocabMap": "model_drafters.cross_tokenizer.vocab_map",

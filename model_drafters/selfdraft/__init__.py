@@ -5,7 +5,39 @@ target's linear weights quantised to int8) and ``self:skip=L1,L2,...`` or
 ``self:skip=auto`` (the target with some layers skipped, sharing its weights;
 Draft&Verify, Zhang et al. 2023; SWIFT, Xia et al. 2024). Each is a model the
 engine drafts with like any drafter model, and, where the cache layout allows,
-it reads the target's own KV cache for the committed tokens (``shared_cache``).
+it reads the target's own KV cache for the committed tokens (``kvcache.shared``).
 With no ``--drafter`` on the default model the loader (``engine.self_pair.load``,
 called through ``engine.load_pair``) picks among them by measuring (``engine.self_pair.choose``).
+
+Code outside the package reaches it through its kind (``kind.KIND``) and the names below, imported
+lazily so importing the package stays cheap.
 """
+
+from importlib import import_module
+
+_EXPORTS = {
+    "INT8_ROUTES": "model_drafters.selfdraft.spec",
+    "SelfDraftSpec": "model_drafters.selfdraft.spec",
+    "SelfDraftSpecError": "model_drafters.selfdraft.spec",
+    "parse_self_draft": "model_drafters.selfdraft.spec",
+    "build_self_drafter": "model_drafters.selfdraft.build",
+    "int8_available": "model_drafters.selfdraft.copies",
+    "int8_copy": "model_drafters.selfdraft.copies",
+    "native_bfloat16": "model_drafters.selfdraft.copies",
+    "lean_of": "model_drafters.selfdraft.lean",
+    "SkipRefused": "model_drafters.selfdraft.skip",
+    "decoder_layers": "model_drafters.selfdraft.skip",
+    "num_layers": "model_drafters.selfdraft.skip",
+    "skip_view": "model_drafters.selfdraft.skip",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'model_drafters.selfdraft' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

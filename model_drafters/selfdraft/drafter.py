@@ -32,7 +32,7 @@ from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter, draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
-from model_drafters.selfdraft import shared_cache
+from kvcache import shared as shared_cache
 from model_drafters.selfdraft.lean import lean_of
 from model_drafters.selfdraft.skip import kept_layers
 from kvcache.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support

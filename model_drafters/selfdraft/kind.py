@@ -12,7 +12,7 @@ from model_drafters.kind import SERVED_WEIGHTS, DrafterKind
 from model_drafters.selfdraft.build import build_self_drafter
 from model_drafters.selfdraft.drafter import SelfDrafter
 from model_drafters.selfdraft.mark import self_draft_target
-from model_drafters.selfdraft.spec import PREFIX, is_self_draft, parse_self_draft
+from model_drafters.selfdraft.spec import PRECISIONS, PREFIX, is_self_draft, parse_self_draft
 
 
 def draft(pair, strategy, state, context) -> SelfDrafter:
@@ -43,6 +43,15 @@ def self_draft_model(pair, spec: str, state):
     return state.for_pair(pair, spec, lambda: build_self_drafter(pair.target, parse_self_draft(spec)))
 
 
+def same_precision(target, label: str) -> bool:
+    """Whether the self-drafter ``label`` is a copy of ``target`` in the dtype it already has."""
+    import torch
+
+    kind = parse_self_draft(label).kind
+    dtype = next((t.dtype for t in target.parameters() if t.is_floating_point()), None)
+    return kind in PRECISIONS and getattr(torch, PRECISIONS[kind]) == dtype
+
+
 KIND = DrafterKind(
     name="self", prefix=PREFIX, is_spec=is_self_draft, made_for=self_draft_target, draft=draft,
     load="engine.self_pair.load:load_self_draft_pair", default=True,
@@ -50,6 +59,8 @@ KIND = DrafterKind(
     factories=(("self", self_drafter),),
     variant_label=lambda spec: parse_self_draft(spec).label,
     variant_resolve="engine.self_pair.load:resolve_variant", variant_build=self_draft_model,
+    variant_is_target=lambda target, label: same_precision(target, label),
+    own_step=False,
     target_reads="cache",
     replay=None,        # held to runs by tests/test_advisor_replay.py (its rounding is the target's)
     rows=None,          # a copy of the target (or its layers) with a forward of its own

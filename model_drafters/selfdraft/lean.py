@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from model_drafters.selfdraft.copies import WeightOnlyInt8Linear
-from model_drafters.selfdraft.shared_cache import committed_positions
+from kvcache.shared import committed_positions
 from kvcache.cache import _forward_kwargs, new_cache
 
 LEAN_ATTR = "lean_step"            # on a self-draft model: its LeanStep, or None
@@ -205,7 +205,7 @@ class LeanStep:
 
     def append(self, positions: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Add positions: one (keys, values) pair per layer, each (1, kv_heads, n, head_dim), any
-        dtype (``selfdraft.shared_cache.committed_positions`` of a cache)."""
+        dtype (``kvcache.shared.committed_positions`` of a cache)."""
         n = positions[0][0].shape[-2]
         self._reserve(self.length + n)
         for mine_k, mine_v, (k, v) in zip(self.keys, self.values, positions):

@@ -13,7 +13,7 @@ among the kept layers (0..k-1), and the view's config says it has k layers of
 the kept layers' types. Its own cache (``DynamicCache(config=view.config)``)
 then has exactly k layers, consistent whichever layers were skipped, layer 0
 included; and a cache made of the target's own layers at the kept positions
-(``shared_cache``) lines up with it.
+(``kvcache.shared``) lines up with it.
 """
 
 from __future__ import annotations

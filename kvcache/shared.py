@@ -1,4 +1,4 @@
-"""A self-drafter's cache made from the target's: what can be shared, and how.
+"""A drafter's cache made from the target's: what can be shared, and how (the self-drafters').
 
 A self-drafter has the target's architecture, so for the tokens already
 committed it can read the target's own KV cache instead of computing one
