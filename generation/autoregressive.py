@@ -12,7 +12,7 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from generation.served import ServedModel, served_generate
-from kvcache.static import cached_model, capture_seconds, compile_report, model_stats
+from kvcache.static import capture_seconds, compile_report, loop_model, model_stats
 
 
 @torch.inference_mode()
@@ -38,7 +38,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
         return served_generate(prompt, model, options, observer=observer, interruptible=interruptible)
     logits_processor, generator, eos = options.processor, options.generator, options.eos
     device = model_device(model)
-    cached = cached_model(model, use_cache=options.use_cache, compile=options.compile,
+    cached = loop_model(model, use_cache=options.use_cache, compile=options.compile,
                           capacity=len(prompt) + options.max_gen_len + 1)
     clock = PhaseClock(device)
     result = GenerationResult()

@@ -29,7 +29,7 @@ from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
 from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
 from kvcache.probe import not_causal
-from kvcache.static import cached_model, capture_seconds, compile_report, model_stats
+from kvcache.static import capture_seconds, compile_report, loop_model, model_stats
 
 
 @dataclass
@@ -84,7 +84,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     if reason is not None:
         raise UnsupportedCacheError(reason)
     device = model_device(target.model if given else target)
-    model = target if given else cached_model(
+    model = target if given else loop_model(
         target, use_cache=options.use_cache, compile="off" if options.compile_refusal else options.compile,
         capacity=len(prompt) + options.max_gen_len + options.widest + 1)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)

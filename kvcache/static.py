@@ -546,8 +546,8 @@ class StaticCachedModel(CachedModel):
 
 # ------------------------------------------------------------- entry point
 
-def cached_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
-                 slot: str = "target") -> CachedModel:
+def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
+               slot: str = "target") -> CachedModel:
     """``model`` as the decoding loops feed it: on ``compile`` "static" or "graphs" a
     :class:`StaticCachedModel` of ``capacity`` positions where :func:`static_refusal` allows,
     else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path."""
