@@ -473,7 +473,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
         drafter = make(i, record)
         recorder = _Widths()
         target = recorded_target(pair, record, output, vocab_size, reads=reads, stores=stores, index=i,
-                                 quiet=recorder.paused)
+                                 quiet=recorder.paused, rows=stores.rows(i) if stores is not None else None)
         rounds = _Rounds(drafter, recorder.seen)
         with recorder.attached(module), recorder.on():
             result = run_strategy(m.strategy(max_gen_len=max_gen_len, decisions=False), pair, list(record.prompt),

@@ -44,7 +44,8 @@ BUDGET_BYTES = 1 << 30      # stores kept at once (1 GiB); past it a store is re
 
 
 class Stores:
-    """Per recorded prompt, the target's cache over its prompt and output (built when first asked)."""
+    """Per recorded prompt, the target's cache over its prompt and output (built when first asked),
+    and the rows a :class:`RecordedTarget` answers with."""
 
     def __init__(self, pair, budget_bytes: int = BUDGET_BYTES):
         self.pair = pair
@@ -52,6 +53,11 @@ class Stores:
         self._kept: dict[int, tuple[object, int]] = {}
         self._bytes = 0
         self.built = 0                 # stores computed (a test counts them)
+        self._rows: dict[int, dict] = {}
+
+    def rows(self, index: int) -> dict:
+        """The recorded target's rows of record ``index``, built once and shared by every method."""
+        return self._rows.setdefault(index, {})
 
     def get(self, index: int, record, output) -> tuple[object, int]:
         """(cache, positions it holds) for record ``index`` with ``output`` (its output as replayed):
@@ -94,16 +100,33 @@ def append_positions(cache, store, positions: Sequence[int]) -> None:
     if not positions:
         return
     layers = _layers(store)
+    run = 0                     # the common case: stored positions in a row, then positions off the output
+    while run < len(positions) and positions[run] == positions[0] + run >= 0:
+        run += 1
+    if all(p < 0 for p in positions[run:]):
+        start = positions[0] if run else 0
+        for mine, theirs in zip(_layers(cache), layers):
+            keys, values = theirs.keys[:, :, start:start + run], theirs.values[:, :, start:start + run]
+            if run < len(positions):
+                shape = (*keys.shape[:2], len(positions) - run, keys.shape[3])
+                keys = torch.cat([keys, keys.new_zeros(shape)], dim=2)
+                values = torch.cat([values, values.new_zeros(shape)], dim=2)
+            _append(mine, keys, values)
+        return
     device = layers[0].keys.device
     index = torch.tensor([max(p, 0) for p in positions], dtype=torch.long, device=device)
     missing = torch.tensor([p < 0 for p in positions], dtype=torch.bool, device=device)
     for mine, theirs in zip(_layers(cache), layers):
         keys, values = theirs.keys.index_select(-2, index), theirs.values.index_select(-2, index)
-        if bool(missing.any()):
-            keys[:, :, missing], values[:, :, missing] = 0, 0
-        dtype = getattr(mine, "keys", None)
-        dtype = dtype.dtype if isinstance(dtype, torch.Tensor) else keys.dtype
-        mine.update(keys.to(dtype), values.to(dtype))
+        keys[:, :, missing], values[:, :, missing] = 0, 0
+        _append(mine, keys, values)
+
+
+def _append(layer, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Append ``keys`` and ``values`` to ``layer``, cast to its dtype where it has one."""
+    held = getattr(layer, "keys", None)
+    dtype = held.dtype if isinstance(held, torch.Tensor) else keys.dtype
+    layer.update(keys.to(dtype), values.to(dtype))
 
 
 ROWS_ONLY, STORED, REAL = "rows", "stored", "real"
@@ -121,12 +144,14 @@ class RecordedTarget(CachedModel):
 
     def __init__(self, base: CachedModel, record, output: Sequence[int], vocab_size: int, *, reads: str = "",
                  load: Callable[[], tuple[object, int]] | None = None,
-                 quiet: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+                 quiet: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 rows: dict | None = None):
         super().__init__(base.model, path=base.path, reason=base.reason)
         self._device = base.device
         self.output = tuple(output)
         self._top = record.top
         self._vocab = vocab_size
+        self._row_cache = rows if rows is not None else {}   # output index -> its row (shared per record)
         self._reads = reads
         self._load = load
         self._store = None
@@ -164,13 +189,18 @@ class RecordedTarget(CachedModel):
     # ------------------------------------------------------------------ rows
 
     def _row_of(self, index: int) -> torch.Tensor:
-        """The row that decides output position ``index`` (zeros past the output)."""
+        """The row that decides output position ``index`` (zeros past the output); read-only, shared."""
+        key = index if 0 <= index < len(self.output) else -1
+        row = self._row_cache.get((key, self._vocab))
+        if row is not None:
+            return row
         row = torch.zeros(self._vocab, dtype=torch.float32, device=self.device)
-        if 0 <= index < len(self.output):
+        if key >= 0:
             token = self.output[index]
             others = [t for t in self._top[index] if t != token and t < self._vocab]
             ids = torch.tensor([token, *others], dtype=torch.long, device=self.device)
             row[ids] = torch.arange(len(others) + 1, 0, -1, dtype=torch.float32, device=self.device)
+        self._row_cache[(key, self._vocab)] = row
         return row
 
     def _rows(self, tokens: Sequence[int], positions: Sequence[int], on_path: Sequence[bool], keep: int) -> torch.Tensor:
@@ -202,9 +232,10 @@ class RecordedTarget(CachedModel):
 
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         seen, stop = self.length, ids.shape[1]
-        sequence = ids[0].tolist()
-        on_path, ok = [], True
-        for position in range(stop):
+        first = min(seen, stop - keep)          # what the cache holds is committed: the output's
+        sequence = [0] * first + ids[0, first:].tolist()
+        on_path, ok = [True] * first, True
+        for position in range(first, stop):
             ok = ok and self._on_output(position, sequence[position])
             on_path.append(ok)
         positions = list(range(stop))
@@ -240,9 +271,9 @@ class RecordedTarget(CachedModel):
         """Per token of a masked block, whether it and every block token it sees are the output's."""
         mask = attention_mask if isinstance(attention_mask, torch.Tensor) else next(iter(attention_mask.values()))
         m = len(fed)
-        seen = (mask[0, 0, -m:, -m:] == 0).tolist()            # (m, m): block token j visible to token i
-        own = [self._on_output(p, t) for p, t in zip(positions, fed)]
-        return [all(own[j] for j in range(m) if seen[i][j]) for i in range(m)]
+        seen = mask[0, 0, -m:, -m:] == 0                          # (m, m): block token j visible to token i
+        own = torch.tensor([self._on_output(p, t) for p, t in zip(positions, fed)], device=seen.device)
+        return (~(seen & ~own.view(1, m)).any(dim=1)).tolist()
 
     def _copy(self, positions: Sequence[int], on_path: Sequence[bool]) -> None:
         """Append the store's keys and values at ``positions`` (zeros where off the output)."""
@@ -281,7 +312,7 @@ class RecordedTarget(CachedModel):
 
 
 def recorded_target(pair, record, output, vocab_size: int, *, reads: str, stores: Stores | None, index: int,
-                    quiet=contextlib.nullcontext) -> RecordedTarget:
+                    quiet=contextlib.nullcontext, rows: dict | None = None) -> RecordedTarget:
     """The :class:`RecordedTarget` of record ``index`` (``output``: its output as replayed), its
     keys and values copied from ``stores`` where the drafter reads the target's cache."""
     from kvcache.probe import cached_model
@@ -291,4 +322,4 @@ def recorded_target(pair, record, output, vocab_size: int, *, reads: str, stores
     if reads == "cache" and stores is not None and type(base) is CachedModel and base.path == "cached" \
             and not base.encoder_decoder and not base.own_cache:
         load = lambda: stores.get(index, record, output)          # noqa: E731
-    return RecordedTarget(base, record, output, vocab_size, reads=reads, load=load, quiet=quiet)
+    return RecordedTarget(base, record, output, vocab_size, reads=reads, load=load, quiet=quiet, rows=rows)
