@@ -64,6 +64,17 @@ class Replayed:
     tokens: int = 0
     widths: dict[int, int] = field(default_factory=dict)
 
+    def add_run(self, result, verify_widths) -> None:
+        """Count one replayed run: ``result`` (a ``GenerationResult``) and its recorded target's
+        ``verify_widths`` (None for the prefill's, which is not priced)."""
+        self.calls += result.target_calls
+        self.drafted += result.drafted
+        self.accepted += result.accepted
+        self.tokens += len(result.tokens)
+        for width in verify_widths:
+            if width is not None:
+                self.widths[width] = self.widths.get(width, 0) + 1
+
     @property
     def tokens_per_call(self) -> float:
         return self.tokens / self.calls if self.calls else 0.0
@@ -126,14 +137,8 @@ def replay(pair, make_drafter: Callable[[], Drafter], recorded: Sequence[Recorde
         if cut is not None:
             drafter = _Cut(drafter, cut, output)
         target = recorded_target(pair, record, output, vocab_size, reads="", stores=None, index=index)
-        result = run_strategy(strategy, pair, list(record.prompt), target=target, drafter=drafter)
-        out.calls += result.target_calls
-        out.drafted += result.drafted
-        out.accepted += result.accepted
-        out.tokens += len(result.tokens)
-        for width in target.verify_widths:
-            if width is not None:
-                out.widths[width] = out.widths.get(width, 0) + 1
+        out.add_run(run_strategy(strategy, pair, list(record.prompt), target=target, drafter=drafter),
+                    target.verify_widths)
     return out
 
 

@@ -478,14 +478,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
         with recorder.attached(module), recorder.on():
             result = run_strategy(m.strategy(max_gen_len=max_gen_len, decisions=False), pair, list(record.prompt),
                                   target=target, drafter=drafter, observer=rounds)
-        r = out.replayed
-        r.calls += result.target_calls
-        r.drafted += result.drafted
-        r.accepted += result.accepted
-        r.tokens += len(result.tokens)
-        for width in target.verify_widths:
-            if width is not None:
-                _add(r.widths, width)
+        out.replayed.add_run(result, target.verify_widths)
         out.fed = out.fed or target.copied > 0 or target.mode == "real"
         _tally_rounds(out, result.trace, rounds, recorder.seen, target.verify_widths)
         _count_steps(out, drafter, recorder.seen)

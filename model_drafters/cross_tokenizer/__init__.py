@@ -3,7 +3,7 @@
 Names are imported lazily, so importing the package stays cheap.
 """
 
-from importlib import import_module
+from model_drafters.exports import lazy_exports
 
 _EXPORTS = {
     "CrossTokenizerOptions": "model_drafters.cross_tokenizer.options",
@@ -21,10 +21,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'model_drafters.cross_tokenizer' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

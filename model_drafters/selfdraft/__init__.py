@@ -13,7 +13,7 @@ Code outside the package reaches it through its kind (``kind.KIND``) and the nam
 lazily so importing the package stays cheap.
 """
 
-from importlib import import_module
+from model_drafters.exports import lazy_exports
 
 _EXPORTS = {
     "INT8_ROUTES": "model_drafters.selfdraft.spec",
@@ -34,10 +34,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'model_drafters.selfdraft' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -2,7 +2,7 @@
 
 :class:`SelfDrafter` is a ``generation.drafter.Drafter``. The verify loop hands
 it the target's cache (``attach_target``) before the generation begins. When
-that cache can be shared (``shared_cache``), each round the drafter
+that cache can be shared (``kvcache.shared``), each round the drafter
 
 1. makes sure the target's cache holds every committed token but the last (in
    the first round the target's prefill runs here, once: the verify that
