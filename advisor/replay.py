@@ -41,7 +41,7 @@ import torch
 
 from advisor.rank import ESTIMATED, EXACT, ROUNDING
 from advisor.recorded import Recorded, Replayed, storage_options
-from advisor.stored import Stores, recorded_target
+from advisor.stored import REAL, Stores, recorded_target
 from advisor.teacher import TeacherDrafter, guesses, teachable
 from engine.named import named_strategy
 from engine.strategy import HybridOptions, NGramOptions, Strategy
@@ -204,6 +204,8 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
     pair's target takes (``self_specs``), and the hybrid (the drafter model beside ``sam``, L =
     :data:`HYBRID_MATCH`; where the pair's kind takes a hybrid). Lookahead and the model policy
     (:func:`unreplayable`) are left out; a self-drafter copy in the target's own dtype too."""
+    from engine.kinds import variant_is_target
+
     sources: list[tuple[str, object]] = [("ngram", NGramOptions(storage=s)) for s in storages]
     model = pair.drafter is not None and _model_reason(pair) is None
     if model:
@@ -217,13 +219,6 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
         sources.append(("model", HybridOptions(min_match=HYBRID_MATCH)))
     return [method(drafter, options, gamma, policy, tree)
             for drafter, options in sources for tree in trees for policy in policies for gamma in gammas]
-
-
-def variant_is_target(pair, label: str) -> bool:
-    """Whether the drafter ``label`` would be ``pair``'s target over again (its kind says)."""
-    from engine.kinds import variant_is_target as is_target
-
-    return is_target(pair, label)
 
 
 def _self_label(pair, spec: str) -> str | None:
@@ -479,7 +474,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
             result = run_strategy(m.strategy(max_gen_len=max_gen_len, decisions=False), pair, list(record.prompt),
                                   target=target, drafter=drafter, observer=rounds)
         out.replayed.add_run(result, target.verify_widths)
-        out.fed = out.fed or target.copied > 0 or target.mode == "real"
+        out.fed = out.fed or target.copied > 0 or target.mode == REAL
         _tally_rounds(out, result.trace, rounds, recorder.seen, target.verify_widths)
         _count_steps(out, drafter, recorder.seen)
     return out

@@ -203,7 +203,7 @@ class RecordedTarget(CachedModel):
         self._row_cache[(key, self._vocab)] = row
         return row
 
-    def _rows(self, tokens: Sequence[int], positions: Sequence[int], on_path: Sequence[bool], keep: int) -> torch.Tensor:
+    def _rows(self, positions: Sequence[int], on_path: Sequence[bool], keep: int) -> torch.Tensor:
         """(keep, V): for each of the last ``keep`` fed tokens, the recorded row after it where its
         prefix is the output's, else zeros."""
         rows = [self._row_of(p + 1 - self._start) if ok else self._row_of(-1)
@@ -233,10 +233,9 @@ class RecordedTarget(CachedModel):
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         seen, stop = self.length, ids.shape[1]
         first = min(seen, stop - keep)          # what the cache holds is committed: the output's
-        sequence = [0] * first + ids[0, first:].tolist()
         on_path, ok = [True] * first, True
-        for position in range(first, stop):
-            ok = ok and self._on_output(position, sequence[position])
+        for position, token in enumerate(ids[0, first:].tolist(), start=first):
+            ok = ok and self._on_output(position, token)
             on_path.append(ok)
         positions = list(range(stop))
         mode = self.mode
@@ -248,7 +247,7 @@ class RecordedTarget(CachedModel):
                 self._copy(positions[seen:], on_path[seen:])
             self.forwards += 1
             self._length = stop
-        return self._rows(sequence, positions, on_path, keep)
+        return self._rows(positions, on_path, keep)
 
     def forward_masked(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask, keep: int):
         if self._verifying:
@@ -265,7 +264,7 @@ class RecordedTarget(CachedModel):
                 self._copy(positions, on_path)
             self.forwards += 1
             self._length += len(fed)
-        return self._rows(fed, positions, on_path, keep)
+        return self._rows(positions, on_path, keep)
 
     def _tree_on_path(self, fed: list[int], positions: list[int], attention_mask) -> list[bool]:
         """Per token of a masked block, whether it and every block token it sees are the output's."""
