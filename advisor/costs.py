@@ -1,6 +1,6 @@
 """This machine's forward costs for one pair: what the advisor prices replayed rounds with.
 
-A :class:`CostTable` holds the target's forward seconds by width (``engine.timing.time_target``:
+A :class:`CostTable` holds the target's forward seconds by width (``generation.timing.time_target``:
 warm, device-synced, each width's median ratio to the one-token step of the same turn), each
 drafter model's step seconds by width (the same timer on the drafter module), and the verify
 loop's host seconds per round (read off a short model-free run). It is measured once per pair
@@ -23,7 +23,7 @@ from analysis.speedup import CostModel
 FORMAT = 1
 CONTEXT = 64            # tokens in the cache while the widths are timed, unless told (as engine.widths does)
 MAX_CONTEXT = 4096      # the longest cache the widths are timed on
-REPEATS = 5             # turns of every width, as engine.timing.REPEATS
+REPEATS = 5             # turns of every width, as generation.timing.REPEATS
 HOST_RUN_TOKENS = 24    # the short n-gram run the host seconds per round are read from
 MIN_TIMED_STEPS = 16    # a replay's timed drafter steps that price it without a run of its own
 # CPU flags worth naming beside the model name: what changes a forward's kernels.
@@ -140,7 +140,7 @@ def where_measured(device) -> str:
     the threads and the date."""
     import torch
 
-    from engine.self_pair.default import cpu_description
+    from utils.machine_load import cpu_description
 
     day = time.strftime("%Y-%m-%d", time.gmtime())
     if getattr(device, "type", str(device)) == "cuda" and torch.cuda.is_available():
@@ -161,8 +161,8 @@ def _context_ids(pair, module, context: int = CONTEXT):
 
 def time_widths(pair, module, widths, context: int = CONTEXT) -> dict[int, float]:
     """``module``'s forward seconds over each width in ``widths`` (1 always) on a cache of
-    ``context`` tokens (``engine.timing.time_target``)."""
-    from engine.timing import time_target
+    ``context`` tokens (``generation.timing.time_target``)."""
+    from generation.timing import time_target
 
     return time_target(module, _context_ids(pair, module, context), widths=sorted(set(widths) | {1}),
                        repeats=REPEATS).verify_s

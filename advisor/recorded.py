@@ -7,7 +7,7 @@ the target would keep the longest prefix that matches the output and add the nex
 output token, and the drafter learns the tokens appended (and, for the storages
 that recycle the target's predictions, its recorded top-k at their positions). A
 round's cost is the target forward at its width (drafts + 1), read from a table of
-forward costs measured on the machine (``engine.timing.time_target``, as the
+forward costs measured on the machine (``generation.timing.time_target``, as the
 self-drafter calibration measures them). What comes out is the run's target calls,
 acceptance and a predicted speedup over target AR from forward costs alone (no host
 work), in seconds for any number of drafters and γ, where running each costs

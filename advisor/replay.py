@@ -223,7 +223,7 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
 
 def _self_label(pair, spec: str) -> str | None:
     """The label of the self-drafter ``spec`` resolved on the pair's target, None where it does not apply."""
-    from engine.kinds import resolve_variant
+    from engine.loading import resolve_variant
 
     try:
         label, _ = resolve_variant(pair, spec)

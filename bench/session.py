@@ -33,7 +33,8 @@ from bench.variants import plan_variants
 from bench.writers import report_dict, write_csv, write_json
 from engine import EngineState, decodes_alone
 from kvcache.static import default_compile
-from engine.kinds import build_variant, kind_of_module, resolve_variant
+from engine.kinds import build_variant, kind_of_module
+from engine.loading import resolve_variant
 from utils.errors import ModelLoadError
 from utils.machine_load import load_record, read_load
 
@@ -251,7 +252,7 @@ def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> 
     Returns the resolved labels (the variants' names use them) and the
     search's lines for the report's header (a search that keeps every layer
     leaves its spec out, with a line). Each spec is its kind's to resolve and build
-    (``engine.kinds.resolve_variant``, ``build_variant``). Raises ``ValueError`` (one line)
+    (``engine.loading.resolve_variant``, ``build_variant``). Raises ``ValueError`` (one line)
     where a spec does not apply to the target.
     """
     labels, notes = [], []

@@ -7,7 +7,6 @@ benchmark loop over it. A new kind is a package under ``model_drafters`` and one
 
 from __future__ import annotations
 
-from importlib import import_module
 
 from kvcache.probe import probe_pair
 from model_drafters.cross_tokenizer.kind import KIND as CROSS_TOKENIZER
@@ -18,7 +17,6 @@ from model_drafters.mtp.kind import KIND as MTP
 from model_drafters.selfdraft.kind import KIND as SELF
 from utils.devices import model_device
 from utils.models import LoadOptions, ModelLoadError, ModelPair, load_target
-from utils.progress import no_progress
 from utils.vocab import check_compatible, context_length, end_token_ids
 
 # In the order the model factory asks them: the first that owns the pair drafts.
@@ -46,20 +44,7 @@ def kind_of_pair(pair) -> DrafterKind | None:
     return next((kind for kind in KINDS if kind.owns(pair)), None)
 
 
-def pair_loader(kind: DrafterKind):
-    """The function ``(target, spec, options: LoadOptions) -> ModelPair`` that loads a pair with a ``kind``
-    drafter: its own (``kind.load``), or the attached loader."""
-    if kind.load is None and kind.attach is None:
-        def refuse(target, spec, options):
-            raise ModelLoadError(f"--drafter {spec}: the {kind.name} kind has no loader (build its pair with pair_of)")
-        return refuse
-    if kind.load is None:
-        return lambda target, spec, options: load_attached_pair(kind, target, spec, options)
-    module, name = kind.load.split(":")
-    return getattr(import_module(module), name)
-
-
-def _variant_kind(spec: str) -> DrafterKind:
+def variant_kind(spec: str) -> DrafterKind:
     """The kind that builds ``spec`` beside a loaded pair: the one whose spec it is, else the first that
     builds any (its refusal then names what it takes)."""
     kinds = [kind for kind in KINDS if kind.variant_label is not None]
@@ -72,35 +57,28 @@ def variant_labels(parts: list[str]) -> list[str]:
     ``ValueError`` (one line) for a bad spec."""
     items: list[str] = []
     for part in parts:
-        if not items or _variant_kind(part).is_spec(part):
+        if not items or variant_kind(part).is_spec(part):
             items.append(part)
         else:
             items[-1] += "," + part
-    return list(dict.fromkeys(_variant_kind(item).variant_label(item) for item in items))
-
-
-def resolve_variant(pair, spec: str, say=no_progress) -> tuple[str | None, list[str]]:
-    """``spec`` resolved against ``pair`` by its kind: the label to build (None: nothing to run) and its
-    lines (None's: why). ``ValueError`` (one line) where it does not apply to the target."""
-    module, name = _variant_kind(spec).variant_resolve.split(":")
-    return getattr(import_module(module), name)(pair, spec, say)
+    return list(dict.fromkeys(variant_kind(item).variant_label(item) for item in items))
 
 
 def build_variant(pair, label: str, state):
     """Build the drafter ``label`` (a resolved spec) from ``pair`` once, kept in ``state``; its module."""
-    return _variant_kind(label).variant_build(pair, label, state)
+    return variant_kind(label).variant_build(pair, label, state)
 
 
 def variant_is_target(pair, label: str) -> bool:
     """Whether the drafter ``label`` built from ``pair`` would be its target over again (a copy in the
     dtype the target already has): nothing to draft with."""
-    same = _variant_kind(label).variant_is_target
+    same = variant_kind(label).variant_is_target
     return same is not None and same(pair.target, label)
 
 
 def variant_drafter(label: str) -> str:
     """The strategy drafter (``Strategy(drafter=...)``) that drafts with the built drafter ``label``."""
-    return _variant_kind(label).factories[0][0]
+    return variant_kind(label).factories[0][0]
 
 
 def load_attached_pair(kind: DrafterKind, target: str | None, spec: str, options: LoadOptions) -> ModelPair:

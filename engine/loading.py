@@ -2,7 +2,7 @@
 
 A ``--drafter`` value that names a drafter kind (``engine.kinds.KINDS``: ``self:...``, ``mtp``,
 ``eagle3:PATH``, ``gemma4-assistant:PATH``) loads through that kind's loader: its own (the
-self-drafters' ``engine.self_pair.load``, which also takes the call with neither a target nor a
+self-drafters' ``model_drafters.selfdraft.load``, which also takes the call with neither a target nor a
 drafter: the offline default with the self-drafter measured fastest on this machine), or the one
 loader for a drafter attached beside its target (``engine.kinds.load_attached_pair``). Everything
 else (two models, or the ``--drafter self`` bfloat16 demo) goes to ``utils.models.load_pair``.
@@ -11,10 +11,12 @@ Each attaches the cache probe (``kvcache.probe``).
 
 from __future__ import annotations
 
-from engine.kinds import KINDS, kind_of_spec, pair_loader
+from engine.kinds import KINDS, variant_kind, kind_of_spec, load_attached_pair
+from engine.run import greedy_run
 from model_drafters.kind import DrafterKind
 from utils import models
-from utils.models import LoadOptions, ModelPair
+from utils.models import LoadOptions, ModelLoadError, ModelPair
+from utils.progress import no_progress
 from kvcache.probe import probe_pair
 
 
@@ -46,3 +48,21 @@ def load_pair(target: str | None = None, drafter: str | None = None, options: Lo
     options.say("Probing each model's cached forward against the uncached one")
     pair.probe = probe_pair(pair)
     return pair
+
+
+def pair_loader(kind: DrafterKind):
+    """The function ``(target, spec, options: LoadOptions) -> ModelPair`` that loads a pair with a ``kind``
+    drafter: its own (``kind.load``, handed the engine's greedy run to measure with), or the attached loader."""
+    if kind.load is None and kind.attach is None:
+        def refuse(target, spec, options):
+            raise ModelLoadError(f"--drafter {spec}: the {kind.name} kind has no loader (build its pair with pair_of)")
+        return refuse
+    if kind.load is None:
+        return lambda target, spec, options: load_attached_pair(kind, target, spec, options)
+    return lambda target, spec, options: kind.load(target, spec, options, decode=greedy_run)
+
+
+def resolve_variant(pair, spec: str, say=no_progress) -> tuple[str | None, list[str]]:
+    """``spec`` resolved against ``pair`` by its kind: the label to build (None: nothing to run) and its
+    lines (None's: why). ``ValueError`` (one line) where it does not apply to the target."""
+    return variant_kind(spec).variant_resolve(pair, spec, say, decode=greedy_run)

@@ -10,7 +10,7 @@ from analysis.hybrid import hybrid_summary
 from analysis.sources import fill_summary
 from engine.drafters import DRAFTERS, DraftContext
 from engine.kinds import kind_of_module, kind_of_pair
-from engine.pair import shared_vocab_size
+from engine.pair import pair_of, shared_vocab_size
 from engine.state import EngineState
 from engine.strategy import HybridOptions, LookaheadOptions, Strategy
 from generation.autoregressive import autoregressive_generate
@@ -20,6 +20,7 @@ from generation.options import LoopOptions
 from generation.result import GenerationResult
 from generation.verify import verify_loop
 from generation.served import ServedModel
+from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
 from utils.devices import model_device
 
@@ -102,6 +103,17 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     if costs:
         result.width_fill = fill_summary(result.trace, costs)
     return result
+
+
+def greedy_run(target, drafter, prompt: list[int], tokens: int, gamma: int = 0) -> GenerationResult:
+    """A greedy run of ``tokens`` tokens from ``prompt``: target AR where ``drafter`` is None, else
+    speculative decoding at ``gamma`` with the model ``drafter``. What a drafter kind's loader
+    measures with (``DrafterKind.load``: the self-drafters' calibration and layer search)."""
+    if drafter is None:
+        strategy = Strategy("target", processor=GreedyProcessor(), max_gen_len=tokens)
+    else:
+        strategy = Strategy("calibration", drafter="model", gamma=gamma, processor=GreedyProcessor(), max_gen_len=tokens)
+    return run_strategy(strategy, pair_of(target, drafter), prompt)
 
 
 ON_TARGET_CACHE = "the self-drafter drafts on the target's own dynamic cache"

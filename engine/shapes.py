@@ -5,7 +5,7 @@ What changes with the load is the price of a forward, not what a drafter's round
 prices. Each forward runs on transformers' own cache (``kvcache.cache.new_cache``), filled
 once per batch size with L random tokens per sequence; each timed forward is rolled back
 (``kvcache.cache.drop_last``), and every timer waits for the device on both sides
-(``engine.timing.timed``). The first turn warms up; a cost is the median of the rest.
+(``generation.timing.timed``). The first turn warms up; a cost is the median of the rest.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.timing import timed
+from generation.timing import timed
 from kvcache.cache import cache_keyword, drop_last, new_cache
 from utils.devices import model_device
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.timing import TargetTiming, time_target
+from generation.timing import TargetTiming, time_target
 from generation.common import StrategyRefused
 from utils.devices import model_device
 
@@ -31,7 +31,7 @@ def fill_refusal(target) -> str | None:
 
 def verify_costs(pair, state, gamma: int, vocab_size: int) -> dict[int, float]:
     """Seconds of ``pair.target``'s forward over 1..min(gamma + 1, MAX_FILL_WIDTH) new tokens
-    (``engine.timing.time_target`` over a fixed context: a forward's cost by width
+    (``generation.timing.time_target`` over a fixed context: a forward's cost by width
     does not depend on the tokens), measured once per pair and widest width (kept in ``state``)."""
     reason = fill_refusal(pair.target)
     if reason is not None:

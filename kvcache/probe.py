@@ -349,7 +349,7 @@ def forget(model) -> None:
 def probe_pair(pair) -> PairProbe:
     """Probe a pair's target and drafter (once each; a self-draft's one model once).
 
-    The function the loaders (``utils.models.load_pair``, ``engine.self_pair.load``) and the self-test
+    The function the loaders (``utils.models.load_pair``, ``model_drafters.selfdraft.load``) and the self-test
     call: ``probe_pair(pair).summary()`` is its one-line result. A pair whose
     ``drafts_on_target_cache`` is set (a self-drafter) says so beside the drafter's result.
     """

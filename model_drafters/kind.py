@@ -56,10 +56,10 @@ class DrafterKind:
     Loading, one of two ways: ``attach(model, spec, *, target_name, label, cache_dir, say)``
     loads the module beside a target already loaded (``Attached``; one-line refusals raise
     ``refused``, and ``check(spec)`` may refuse before the target loads), for
-    ``engine.kinds.load_attached_pair``; or ``load``, ``"module:function"`` of a loader of its own
-    called as ``function(target, spec, options)`` (``options`` a ``utils.models.LoadOptions``) for the
-    whole pair (imported when used: the self-draft loader decodes to measure, so it sits in the engine). ``default``: this kind's ``load``
-    also takes the call that names neither model.
+    ``engine.kinds.load_attached_pair``; or ``load``, a loader of its own for the whole pair, called as
+    ``load(target, spec, options, decode=...)`` (``options`` a ``utils.models.LoadOptions``; ``decode``
+    the engine's greedy run, ``engine.run.greedy_run``, for a loader that decodes to measure).
+    ``default``: this kind's ``load`` also takes the call that names neither model.
 
     Refusals, each one line or None: ``alone`` (why its module cannot decode on its own),
     ``hybrid`` (why it cannot draft inside the hybrid), ``served`` (why it cannot draft beside a
@@ -72,9 +72,9 @@ class DrafterKind:
 
     Drafters built beside a loaded pair (the benchmark's ``--self-drafters``), for a kind whose
     first factory drafts with such a spec (``drafter_options``): ``variant_label(spec)`` its label
-    (one-line ``ValueError`` for a bad spec); ``variant_resolve``, ``"module:function"`` of
-    ``function(pair, spec, say)`` -> (the label to build, or None where there is nothing to run,
-    and its lines), imported when used; ``variant_build(pair, label, state)`` builds it once (kept in
+    (one-line ``ValueError`` for a bad spec); ``variant_resolve(pair, spec, say, decode=...)``
+    -> (the label to build, or None where there is nothing to run, and its lines; ``decode`` as
+    for ``load``); ``variant_build(pair, label, state)`` builds it once (kept in
     ``state``), before any clock starts, and returns its module; ``variant_is_target(target, label)``:
     whether that module would be the target over again (a copy in the target's own dtype).
 
@@ -103,7 +103,7 @@ class DrafterKind:
     attach: Callable | None = None
     check: Callable[[str], None] | None = None
     refused: type[Exception] = ValueError
-    load: str | None = None
+    load: Callable | None = None
     default: bool = False
     owns_pair: Callable[[object], bool] | None = None
     alone: str | None = None
@@ -113,7 +113,7 @@ class DrafterKind:
     alone_inputs: Callable | None = None
     factories: tuple[tuple[str, Callable], ...] = ()
     variant_label: Callable[[str], str] | None = None
-    variant_resolve: str | None = None
+    variant_resolve: Callable | None = None
     variant_build: Callable | None = None
     variant_is_target: Callable[[object, str], bool] | None = None
     own_step: bool = True

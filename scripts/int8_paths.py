@@ -51,7 +51,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from engine.self_pair.calibrate import agreement, calibration_ids, greedy_continuation
+    from engine.run import greedy_run
+    from model_drafters.selfdraft import agreement, calibration_ids, greedy_continuation
     from model_drafters.selfdraft import INT8_ROUTES, int8_available, int8_copy
     from utils.models import load_model
 
@@ -59,7 +60,7 @@ def main() -> None:
     ids = calibration_ids(tokenizer)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"torch {torch.__version__} · {torch.get_num_threads()} threads · load {os.getloadavg()}")
-    text = greedy_continuation(target, ids)  # agreement is scored on the target's own continuation
+    text = greedy_continuation(greedy_run, target, ids)  # agreement is scored on the target's own continuation
     base = step_seconds(target, ids, args.steps)
     print(f"float32 target: step {base * 1e3:.1f} ms")
     for method in INT8_ROUTES:

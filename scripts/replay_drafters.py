@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.prompts import builtin_prompts
     from analysis.speedup import CostModel
     from advisor.recorded import copy_ceiling, drafter_factory, oracle, record, replay
-    from engine.timing import time_target
+    from generation.timing import time_target
     from engine import load_pair
     from scripts.selfdraft_bench import cpu_line
     from utils.vocab import encode_prompt

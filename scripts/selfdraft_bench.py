@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def cpu_line() -> str:
-    from engine.self_pair.default import cpu_description
+    from utils.machine_load import cpu_description
 
     name, flags = cpu_description()
     wanted = [f for f in flags.split() if f.startswith(("avx512", "amx", "avx2", "fma"))]
@@ -68,7 +68,7 @@ def main() -> None:
     # pair's own drafter as kind "model", the others built from the target by spec.
     drafters = {f"{chosen} (chosen)": ("model", None)}
     skip = next((line.split("(")[1].split(")")[0] for line in pair.notes if line.startswith("self:skip=auto")), None)
-    from engine.self_pair.default import candidates_here
+    from model_drafters.selfdraft import candidates_here
 
     measured = [label for label in candidates_here(pair.device) if label != "self:skip=auto"]
     for label in measured + ([f"self:skip={skip}"] if skip else []):

@@ -42,7 +42,7 @@ def main() -> None:
 
     from bench.prompts import builtin_prompts
     from engine import EngineState, Strategy, load_pair, run_strategy
-    from engine.self_pair.default import cpu_description
+    from utils.machine_load import cpu_description
     from sampling import ProcessorSpec
     from scripts.rtt_check import first_of_each_category
     from utils.vocab import encode_prompt

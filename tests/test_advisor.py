@@ -616,17 +616,17 @@ def test_the_costs_are_timed_on_a_cache_as_long_as_the_advised_runs_read(monkeyp
     # A verify's cost over a step's grows with the context its attention reads: the widths are
     # timed on a cache of the prompts' mean length and half the new tokens, kept while the next
     # advice's runs are near it, timed again whole when they are not.
-    import engine.timing
+    import generation.timing
     from advisor.advise import advise
 
     caches = []
-    real = engine.timing.time_target
+    real = generation.timing.time_target
 
     def seen(module, ids, widths, repeats):
         caches.append(ids.shape[1])
         return real(module, ids, widths=widths, repeats=1)
 
-    monkeypatch.setattr(engine.timing, "time_target", seen)
+    monkeypatch.setattr(generation.timing, "time_target", seen)
     pair = tiny_pair()
     report = advise(pair, PROMPTS, length=12, confirm=0, grid=tiny_grid())
     assert set(caches) == {11} and report.costs.context == 11                 # (6 + 4) / 2 + 12 / 2

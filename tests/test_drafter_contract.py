@@ -91,7 +91,7 @@ CONTRACT = Path("generation") / "drafter.py"   # the contract's own defaults may
 DECODING_LOOPS = {"generation.verify.verify_loop", "generation.autoregressive.autoregressive_generate",
                   "generation.served.served_generate"}
 # Functions that call a model's forward in a loop without decoding: the forward-time measurements.
-TIMERS = {"engine.timing.time_target", "engine.self_pair.calibrate.step_s", "engine.self_pair.calibrate.paired_step_s"}
+TIMERS = {"generation.timing.time_target", "model_drafters.selfdraft.calibrate.step_s", "model_drafters.selfdraft.calibrate.paired_step_s"}
 # The loops' callers: run_strategy, and autoregressive decoding handing a served target to its server.
 LOOP_CALLERS = {"engine.run.run_strategy", "generation.autoregressive.autoregressive_generate"}
 HOLDS_PAIR_OR_DRAFTER = re.compile(r"(\w+_)?(pair|drafter|models)")
@@ -321,9 +321,9 @@ def test_a_drafter_probed_under_another_name_would_be_caught(tmp_path):
     nothing (``m``, handed on as ``thing``; a parameter typed ``Drafter``), as it once did with ``draft``:
     the guard follows what the names hold. A helper handed a target as well as a drafter (``size``) is
     not a drafter's reader, and is left alone."""
-    _copy(tmp_path, "engine")
-    _append(tmp_path / "engine" / "self_pair" / "load.py",
-            "def _made(target, spec):\n    m, chosen, notes = default_drafter(target, None, 'x', None)\n"
+    _copy(tmp_path, "model_drafters")
+    _append(tmp_path / "model_drafters" / "selfdraft" / "load.py",
+            "def _made(target, spec):\n    m, chosen, notes = default_drafter(None, target, None, 'x', None)\n"
             "    return m, notes\n\n\n"
             "def _note(spec, thing):\n    return getattr(thing, 'lean_reason', '')\n\n\n"
             "def _typed(x: 'Drafter | None'):\n    return hasattr(x, 'verify_costs')\n\n\n"

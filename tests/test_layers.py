@@ -214,13 +214,13 @@ def test_type_checking_imports_and_parent_packages_make_no_edge(tmp_path):
 
 
 def test_the_old_engine_circle_would_be_caught(tmp_path):
-    # Mutation check on a copy of the real tree: the width costs read time_target from the calibration
-    # module again, inside a function as they once did.
+    # Mutation check on a copy of the real tree: the self-drafters' calibration decodes through
+    # run_strategy itself again, inside a function, instead of the greedy run its loader is handed.
     for package in PACKAGES:
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    widths = tmp_path / "engine" / "widths.py"
-    widths.write_text(widths.read_text(encoding="utf-8") + "\n\ndef _timer():\n"
-                      "    from engine.self_pair.calibrate import time_target\n    return time_target\n",
-                      encoding="utf-8")
+    calibrate = tmp_path / "model_drafters" / "selfdraft" / "calibrate.py"
+    calibrate.write_text(calibrate.read_text(encoding="utf-8") + "\n\ndef _run():\n"
+                         "    from engine.run import run_strategy\n    return run_strategy\n", encoding="utf-8")
     cycle = find_cycle(module_graph(tmp_path, PACKAGES))
-    assert cycle is not None and {"engine.widths", "engine.self_pair.calibrate", "engine.run"} <= set(cycle)
+    assert cycle is not None and {"model_drafters.selfdraft.calibrate", "engine.run"} <= set(cycle)
+    assert ("model_drafters", "engine") in upward_edges(package_graph(tmp_path))

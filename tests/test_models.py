@@ -19,7 +19,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 import engine
-import engine.self_pair.default
+import model_drafters.selfdraft.default
 import utils.default_model as default_model
 from tests.helpers.models import tiny_bart, tiny_t5, word_llama
 from tests.helpers.tokenizers import CHATML, SPECIALS, WORDS, word_tokenizer
@@ -851,9 +851,9 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    # A first measurement on a busy machine would not be kept (engine.self_pair.default: the other
+    # A first measurement on a busy machine would not be kept (model_drafters.selfdraft.default: the other
     # processes' load during it); this test is about the second start reading back what the first kept.
-    monkeypatch.setattr(engine.self_pair.default, "other_load", lambda before, after: 0.0)
+    monkeypatch.setattr(model_drafters.selfdraft.default, "other_load", lambda before, after: 0.0)
     engine.load_pair(device="cpu")  # first start: converts the GGUF if the cache is cold
 
     def measured_again(*args, **kwargs):
@@ -862,7 +862,7 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
     def converted_again(*args, **kwargs):
         raise AssertionError("the second start converted the GGUF again instead of reading the cache")
 
-    monkeypatch.setattr(engine.self_pair.default, "measure_all", measured_again)
+    monkeypatch.setattr(model_drafters.selfdraft.default, "measure_all", measured_again)
     monkeypatch.setattr(default_model, "convert_gguf", converted_again)
     # What makes the second start fast is that it does neither again; how fast it is on this
     # machine is measured by scripts/probe_timing.py (docs/engine.md), not asserted here, where

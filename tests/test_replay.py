@@ -10,7 +10,7 @@ import torch
 import advisor.recorded
 import engine.drafters
 from advisor.recorded import PromptLookup, Replayed, copy_ceiling, drafter_factory, oracle, record, replay
-from engine.timing import time_target
+from generation.timing import time_target
 from engine import NGramOptions, Strategy, pair_of, run_strategy
 from sampling import GreedyProcessor
 from tests.helpers.models import tiny_llama

@@ -18,7 +18,7 @@ from generation.result import Round
 from sampling import GreedyProcessor
 from kvcache import shared as shared_cache
 from model_drafters.selfdraft.build import build_self_drafter
-from engine.self_pair.choose import choice_lines, choose
+from model_drafters.selfdraft.choose import choice_lines, choose
 from model_drafters.selfdraft.drafter import SelfDrafter
 from model_drafters.selfdraft.skip import SkipRefused, skip_view
 from model_drafters.selfdraft.spec import SelfDraftSpec, SelfDraftSpecError, parse_self_draft
@@ -293,7 +293,7 @@ def test_weight_only_int8_is_refused_off_a_cpu_with_one_line():
 
 @pytest.mark.parametrize("native", [True, False])
 def test_the_default_measures_weight_only_int8_where_bfloat16_is_native(monkeypatch, native):
-    import engine.self_pair.default as default
+    import model_drafters.selfdraft.default as default
 
     monkeypatch.setattr(default, "native_bfloat16", lambda: native)
     here = default.candidates_here(torch.device("cpu"))
@@ -339,7 +339,7 @@ def _fake_measurement(monkeypatch, default) -> list:
     """Replace the measurement by one that picks self:skip=1; returns the list its calls land in."""
     calls = []
 
-    def fake_measure(target, tokenizer, **kwargs):
+    def fake_measure(decode, target, tokenizer, **kwargs):
         calls.append(1)
         return ({"target": {}, "candidates": [], "pick": "self:skip=1", "lines": ["picked"], "gamma": 4,
                  "measured_s": 0.5, "date": "today"}, {})
@@ -362,49 +362,49 @@ def _readings(*others: float, cores: int = 2):
 
 
 def test_default_drafter_is_measured_once_and_read_back(tmp_path, monkeypatch):
-    from engine.self_pair import default
+    from model_drafters.selfdraft import default
 
     target = build("llama")
     calls = _fake_measurement(monkeypatch, default)
     reader = _readings(0.1, 0.2)
-    model, label, lines = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    model, label, lines = default.default_drafter(None, target, None, "tiny", tmp_path, reader=reader)
     assert label == "self:skip=1" and calls == [1] and lines[0] == "picked"
     assert "machine quiet (other load 0.1 of 2 cores)" in lines[-1] and "kept in" in lines[-1]
-    again, label2, lines2 = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    again, label2, lines2 = default.default_drafter(None, target, None, "tiny", tmp_path, reader=reader)
     assert calls == [1] and label2 == "self:skip=1"
     assert lines2[-1].startswith("(cached choice measured today, machine quiet (other load 0.1 of 2 cores); kept in")
     stored = json.loads(next((tmp_path / "selfdraft").glob("*.json")).read_text())
     assert stored["key"]["model"] == "tiny" and stored["key"]["threads"] == torch.get_num_threads()
     assert stored["other_load"] == pytest.approx(0.1) and stored["busy"] is False
     monkeypatch.setattr(default, "machine_key", lambda *a: {"cpu": "another"})
-    default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    default.default_drafter(None, target, None, "tiny", tmp_path, reader=reader)
     assert calls == [1, 1]                                     # another machine measures again
 
 
 def test_a_calibration_on_a_busy_machine_warns_and_is_not_reused(tmp_path, monkeypatch):
     """Other processes took 1.8 of 2 cores during the calibration: one warning line, and the next
     start measures again (mutation: keeping the busy pick, or reading a busy record back, fails)."""
-    from engine.self_pair import default
+    from model_drafters.selfdraft import default
     from utils.machine_load import BUSY_CORES
 
     target = build("llama")
     calls = _fake_measurement(monkeypatch, default)
     reader = _readings(1.8, BUSY_CORES - 0.2, 0.3)
-    _, label, lines = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    _, label, lines = default.default_drafter(None, target, None, "tiny", tmp_path, reader=reader)
     warnings = [line for line in lines if line.startswith("busy machine:")]
     assert label == "self:skip=1" and len(warnings) == 1
     assert "1.8 of 2 cores during the self-drafter calibration" in warnings[0]
     assert "used for this start only" in lines[-1]
     assert not list(tmp_path.rglob("*.json"))                 # nothing kept
-    _, _, lines = default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    _, _, lines = default.default_drafter(None, target, None, "tiny", tmp_path, reader=reader)
     assert calls == [1, 1]                                     # measured again: nothing was kept
     assert not any(line.startswith("busy machine:") for line in lines) and "machine quiet" in lines[-1]
-    default.default_drafter(target, None, "tiny", tmp_path, reader=reader)
+    default.default_drafter(None, target, None, "tiny", tmp_path, reader=reader)
     assert calls == [1, 1]                                     # the quiet one (0.8 cores) is kept and read back
 
 
 def test_a_busy_record_in_the_cache_is_measured_again(tmp_path, monkeypatch):
-    from engine.self_pair import default
+    from model_drafters.selfdraft import default
 
     target = build("llama")
     calls = _fake_measurement(monkeypatch, default)
@@ -414,28 +414,28 @@ def test_a_busy_record_in_the_cache_is_measured_again(tmp_path, monkeypatch):
             "cores": 2, "busy": True}
     default.write_cached(path, busy)
     assert default.read_cached(path, key) is None
-    default.default_drafter(target, None, "tiny", tmp_path, reader=_readings(0.0))
+    default.default_drafter(None, target, None, "tiny", tmp_path, reader=_readings(0.0))
     assert calls == [1] and json.loads(path.read_text())["busy"] is False
 
 
 class _Machine:
-    """A fake machine for ``engine.self_pair.default.measure_all``: every candidate's step
+    """A fake machine for ``model_drafters.selfdraft.default.measure_all``: every candidate's step
     costs ``ratios[label]`` target steps and its acceptance is ``rates[label]``."""
 
     def __init__(self, monkeypatch, ratios: dict, rates: dict):
-        from engine import timing
-        from engine.self_pair import calibrate, default
+        from generation import timing
+        from model_drafters.selfdraft import calibrate, default
 
         self.run = []
         step = VERIFY[1]
         monkeypatch.setattr(default, "calibration_ids", lambda tokenizer: torch.tensor([[1, 2, 3]]))
-        monkeypatch.setattr(default, "greedy_continuation", lambda target, ids: ids)
+        monkeypatch.setattr(default, "greedy_continuation", lambda decode, target, ids: ids)
         monkeypatch.setattr(default, "time_target",
                             lambda target, ids: timing.TargetTiming(dict(VERIFY), 0.1, 3))
         monkeypatch.setattr(default, "_candidate", lambda label, *a: (label, label, ""))
         monkeypatch.setattr(default, "paired_step_s", lambda model, target, ids: (ratios[model] * step, step))
 
-        def measure(label, model, target, ids, gamma, reference):
+        def measure(decode, label, model, target, ids, gamma, reference):
             assert reference == VERIFY                      # scaled to the target's timing
             self.run.append(label)
             return calibrate.DrafterMeasure(label, rates=[rates[label]] * gamma,
@@ -445,10 +445,10 @@ class _Machine:
 
 
 def test_a_drafter_whose_step_costs_a_target_step_is_not_run_while_a_cheaper_one_is(monkeypatch):
-    from engine.self_pair import default
+    from model_drafters.selfdraft import default
 
     machine = _Machine(monkeypatch, {"a": 0.4, "b": 1.1, "c": 0.6}, {"a": 0.8, "b": 0.99, "c": 0.7})
-    record, models = default.measure_all(None, None, candidates=("a", "b", "c"))
+    record, models = default.measure_all(None, None, None, candidates=("a", "b", "c"))
     assert machine.run == ["a", "c"] and set(models) == {"a", "c"} and record["pick"] == "a"
     skipped = next(c for c in record["candidates"] if c["label"] == "b")
     assert skipped["skipped"] == "a draft step costs 1.10 target steps"
@@ -456,10 +456,10 @@ def test_a_drafter_whose_step_costs_a_target_step_is_not_run_while_a_cheaper_one
 
 def test_when_no_drafter_is_cheaper_than_a_target_step_every_one_is_run_and_the_least_bad_picked(monkeypatch):
     """No candidate can pay: all are measured, the pick loses least, and every prediction is a real number."""
-    from engine.self_pair import default
+    from model_drafters.selfdraft import default
 
     machine = _Machine(monkeypatch, {"a": 1.2, "b": 1.0, "c": 1.6}, {"a": 0.9, "b": 0.9, "c": 0.9})
-    record, _ = default.measure_all(None, None, candidates=("a", "b", "c"))
+    record, _ = default.measure_all(None, None, None, candidates=("a", "b", "c"))
     assert machine.run == ["a", "b", "c"] and record["pick"] == "b"
     first = record["lines"][0]
     assert first.startswith("drafter chosen by measuring this machine: b, predicted 0.") and "0.00x" not in first and "acceptance 90%" in first
@@ -474,7 +474,7 @@ def _timed_round(width: int, verify_s: float, draft_s: float):
 
 
 def test_load_scale_compares_each_round_verify_with_the_target_timing_of_its_width():
-    from engine.self_pair.calibrate import load_scale
+    from model_drafters.selfdraft.calibrate import load_scale
 
     rounds = [_timed_round(5, 3 * VERIFY[5], 0.1), _timed_round(3, 3 * VERIFY[3], 0.1),
               _timed_round(9, 3 * VERIFY[9], 0.1), _timed_round(4, 1.0, 0.1)]   # width 4 was not timed
@@ -488,7 +488,7 @@ def test_a_drafter_run_under_load_is_priced_as_if_the_machine_were_as_quiet_as_a
     ran meanwhile): its draft step and host time come back a third as large.
     Mutation: with no scale the loaded run's costs stay three times too large."""
     from generation.result import GenerationResult
-    from engine.self_pair import calibrate
+    from model_drafters.selfdraft import calibrate
 
     def loaded_run(*args, **kwargs):
         result = GenerationResult(tokens=[0] * 8)
@@ -496,21 +496,19 @@ def test_a_drafter_run_under_load_is_priced_as_if_the_machine_were_as_quiet_as_a
         result.phases = {"draft": 3 * 4 * 0.036, "verify": 9 * VERIFY[5], "other": 3 * 0.003}
         return result
 
-    monkeypatch.setattr(calibrate, "run_strategy", loaded_run)
-    monkeypatch.setattr(calibrate, "pair_of", lambda *models: None)
     ids = torch.tensor([[1, 2, 3]])
-    scaled = calibrate.measure_drafter("d", None, None, ids, reference=dict(VERIFY))
+    scaled = calibrate.measure_drafter(loaded_run, "d", None, None, ids, reference=dict(VERIFY))
     assert scaled.load_scale == pytest.approx(1 / 3, abs=1e-4)
     assert scaled.draft_step_s == pytest.approx(0.012) and scaled.other_s == pytest.approx(0.001)
     assert scaled.rates == [0.75] * 4   # all accepted in the 2 rounds after the first: (2 + 1) / (2 + 2)
-    raw = calibrate.measure_drafter("d", None, None, ids)
+    raw = calibrate.measure_drafter(loaded_run, "d", None, None, ids)
     assert raw.draft_step_s == pytest.approx(0.036) and raw.load_scale == 1.0
 
 
 def test_calibration_rates_follow_the_rule_of_succession():
     """(accepted + 1) / (judged + 2) per position: a drafter never rejected in a short run is not
     priced as one never rejected at all, and a position no round reached is left out."""
-    from engine.self_pair.calibrate import smoothed_rates
+    from model_drafters.selfdraft.calibrate import smoothed_rates
 
     rounds = [_timed_round(4, 0.1, 0.1)] * 10 + [
         Round(drafted=(1, 2, 3), accepted=1, token=0, bonus=False, gamma=3, draft_s=0.1, verify_s=0.1)]
@@ -521,7 +519,7 @@ def test_calibration_rates_follow_the_rule_of_succession():
 
 def test_skip_search_finds_a_layer_that_does_nothing():
     """A layer whose output projections are zero passes its input through: the search skips it."""
-    from engine.self_pair.search import block_influence, search_skip
+    from model_drafters.selfdraft.search import block_influence, search_skip
     from tests.helpers.models import tiny_llama
 
     target = tiny_llama(3, vocab_size=96, layers=4, logit_scale=20.0)
@@ -557,7 +555,7 @@ def test_a_drafter_step_is_timed_on_a_cache_even_where_its_own_cache_runs_uncach
     uncached; as a self-drafter it drafts on the target's cache, one token a step.
     The timing must be of that step, not of a forward over the whole prompt
     (which made self:int8 look 1.65 target steps dear and left it unmeasured)."""
-    from engine.self_pair import calibrate
+    from model_drafters.selfdraft import calibrate
     from kvcache import probe
 
     target = build("llama")
@@ -586,8 +584,8 @@ def test_forward_timings_wait_for_the_device_to_finish(monkeypatch):
     read after the device finished them, or the target's steps and widths (and every
     drafter's step, whose ratio picks the default drafter) time the launch only. A fake
     device here queues 30 ms of work per forward and does it at ``synchronize``."""
-    from engine.self_pair import calibrate
-    from engine.timing import time_target
+    from model_drafters.selfdraft import calibrate
+    from generation.timing import time_target
     import generation.common as common
 
     target = build("llama")

@@ -15,8 +15,10 @@ is kept. Torch-free: the benchmark, the REPL and the calibration all use it.
 from __future__ import annotations
 
 import os
+import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 # Above one busy core's worth of CPU taken by other processes, a figure is marked as measured on
 # a busy machine (a warning line; the benchmark marks the run).
@@ -124,3 +126,18 @@ def busy_warning(load: float | None, cores: int, what: str) -> str | None:
         return None
     return (f"busy machine: other processes used {load:.1f} of {cores} cores during {what}; "
             "its times are slower than this machine's own and its speedups may be off")
+
+
+def cpu_description() -> tuple[str, str]:
+    """(CPU model name, its flags) from /proc/cpuinfo, or what platform says."""
+    name, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name in ("", platform.machine(), platform.processor()):
+                name = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = value.strip()
+    except OSError:
+        pass
+    return name, flags

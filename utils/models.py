@@ -9,7 +9,7 @@ compares their tokenizers (a drafter with another tokenizer drafts through text,
 models load (device, dtypes, quantisation, cache folder, progress) is one ``LoadOptions`` value,
 built where a loader is called and passed down whole.
 Drafters made from the target (``self:...``, and the measured default drafter) are built a
-layer up, in ``engine.self_pair.load``; ``engine.load_pair`` chooses between the two loaders.
+layer up, in ``model_drafters.selfdraft.load``; ``engine.load_pair`` chooses between the two loaders.
 
 Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
 module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
@@ -247,7 +247,7 @@ class ModelPair:
     is_encoder_decoder: bool = False  # both models are seq2seq (T5, BART): prompts go to the encoder
     probe: Any = None  # kvcache.probe.PairProbe: how each model is fed over its cache, and why
     notes: tuple[str, ...] = ()  # banner lines about the drafter (a self-drafter chosen by measuring)
-    drafts_on_target_cache: bool = False  # a self-drafter (engine.self_pair.load): drafts on the target's cache
+    drafts_on_target_cache: bool = False  # a self-drafter (model_drafters.selfdraft.load): drafts on the target's cache
     drafter_tokenizer: Any = None  # the drafter's own tokenizer when it differs from the target's
     tokenizer_difference: str | None = None  # how the two tokenizers differ, in words
 
@@ -391,7 +391,7 @@ def load_pair(target: str | None = None, drafter: str | None = None, options: Lo
     (cached, stepwise or uncached) and why.
 
     Drafters made from the target (``self:...``) and the measured default drafter live a layer
-    up, in ``engine.self_pair.load``; ``engine.load_pair`` is the loader the front ends call for both.
+    up, in ``model_drafters.selfdraft.load``; ``engine.load_pair`` is the loader the front ends call for both.
     """
     return load_two_models(target, drafter, LoadOptions.of(options, **keywords))
 

@@ -6,8 +6,9 @@ target's linear weights quantised to int8) and ``self:skip=L1,L2,...`` or
 Draft&Verify, Zhang et al. 2023; SWIFT, Xia et al. 2024). Each is a model the
 engine drafts with like any drafter model, and, where the cache layout allows,
 it reads the target's own KV cache for the committed tokens (``kvcache.shared``).
-With no ``--drafter`` on the default model the loader (``engine.self_pair.load``,
-called through ``engine.load_pair``) picks among them by measuring (``engine.self_pair.choose``).
+With no ``--drafter`` on the default model the loader (``load``, called through
+``engine.load_pair`` with the engine's greedy run to decode with) picks among them by measuring
+(``calibrate``, ``search``, ``choose``, ``default``).
 
 Code outside the package reaches it through its kind (``kind.KIND``) and the names below, imported
 lazily so importing the package stays cheap.
@@ -29,6 +30,10 @@ _EXPORTS = {
     "decoder_layers": "model_drafters.selfdraft.skip",
     "num_layers": "model_drafters.selfdraft.skip",
     "skip_view": "model_drafters.selfdraft.skip",
+    "agreement": "model_drafters.selfdraft.calibrate",
+    "calibration_ids": "model_drafters.selfdraft.calibrate",
+    "greedy_continuation": "model_drafters.selfdraft.calibrate",
+    "candidates_here": "model_drafters.selfdraft.default",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,7 +17,7 @@ def build_self_drafter(target, spec: SelfDraftSpec) -> torch.nn.Module:
     A copy (precision or int8) gets its lean one-token step where it has the Llama shape
     (``selfdraft.lean``).
 
-    ``self:skip=auto`` must be resolved to layers first (``engine.self_pair.search``).
+    ``self:skip=auto`` must be resolved to layers first (``model_drafters.selfdraft.search``).
     Raises ``selfdraft.skip.SkipRefused`` (one line) where layer skipping does not apply.
     """
     if spec.kind in PRECISIONS:
@@ -27,7 +27,7 @@ def build_self_drafter(target, spec: SelfDraftSpec) -> torch.nn.Module:
         model = int8_copy(target, spec.route or None)
         attach_lean(model)
     elif spec.auto:
-        raise ValueError("self:skip=auto: search for the layers first (engine.self_pair.search.search_skip)")
+        raise ValueError("self:skip=auto: search for the layers first (model_drafters.selfdraft.search.search_skip)")
     else:
         model = skip_view(target, spec.layers)
     mark_self_draft(model, target, spec.label)

@@ -1,8 +1,8 @@
 """The self-draft kind (``--drafter self:...``): a drafter made from the target itself.
 
-Its loader measures which self-drafter pays by decoding, so it sits in the engine
-(``engine.self_pair.load``), named here and imported when a pair loads; so does the layer search
-that resolves ``self:skip=auto`` for a drafter built beside a loaded pair.
+Its loader (``model_drafters.selfdraft.load``) measures which self-drafter pays by decoding with the
+greedy run the engine hands it, as does the layer search that resolves ``self:skip=auto`` for a
+drafter built beside a loaded pair.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from generation.common import check_request
 from model_drafters.kind import SERVED_WEIGHTS, DrafterKind
 from model_drafters.selfdraft.build import build_self_drafter
 from model_drafters.selfdraft.drafter import SelfDrafter
+from model_drafters.selfdraft.load import load_self_draft_pair, resolve_variant
 from model_drafters.selfdraft.mark import self_draft_target
 from model_drafters.selfdraft.spec import PRECISIONS, PREFIX, is_self_draft, parse_self_draft
 
@@ -54,11 +55,11 @@ def same_precision(target, label: str) -> bool:
 
 KIND = DrafterKind(
     name="self", prefix=PREFIX, is_spec=is_self_draft, made_for=self_draft_target, draft=draft,
-    load="engine.self_pair.load:load_self_draft_pair", default=True,
+    load=load_self_draft_pair, default=True,
     served=SERVED_WEIGHTS,
     factories=(("self", self_drafter),),
     variant_label=lambda spec: parse_self_draft(spec).label,
-    variant_resolve="engine.self_pair.load:resolve_variant", variant_build=self_draft_model,
+    variant_resolve=resolve_variant, variant_build=self_draft_model,
     variant_is_target=lambda target, label: same_precision(target, label),
     own_step=False,
     target_reads="cache",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def module_name(path: Path, root: Path) -> str:
-    """``engine/self_pair/load.py`` -> ``engine.self_pair.load``; a package's ``__init__`` is the package."""
+    """``model_drafters/selfdraft/load.py`` -> ``model_drafters.selfdraft.load``; a package's ``__init__`` is the package."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 

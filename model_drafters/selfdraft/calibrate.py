@@ -1,12 +1,13 @@
 """Measure a target and its self-drafters on this machine: forward timings and acceptance.
 
-What the default-drafter choice (``engine.self_pair.choose``) rests on:
+What the default-drafter choice (``model_drafters.selfdraft.choose``) rests on:
 
 - the target's one-token step, its verify cost at a few widths (tokens fed at
   once) and its prefill, each the median of a few forward passes on a cache
-  holding a short calibration text (``engine.timing.time_target``);
+  holding a short calibration text (``generation.timing.time_target``);
 - for each self-drafter, a short greedy speculative run on the calibration
-  prompt through the real engine (shared cache included): its acceptance by
+  prompt through the real engine (shared cache included; the engine hands its
+  loader a :data:`Decode`, ``engine.run.greedy_run``): its acceptance by
   draft position, its seconds per draft step and the host seconds per round,
   read from the run's rounds by ``analysis`` (``measure_drafter``);
 - a top-1 agreement on a text (teacher-forced, one uncached forward each):
@@ -16,17 +17,15 @@ What the default-drafter choice (``engine.self_pair.choose``) rests on:
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from analysis.acceptance import position_counts, verify_width
 from analysis.speedup import costs_from_result
-from engine.pair import pair_of
-from engine.run import run_strategy
-from engine.strategy import Strategy
-from engine.timing import REPEATS, timed
-from sampling import GreedyProcessor
+from generation.result import GenerationResult
+from generation.timing import REPEATS, timed
 from kvcache.cache import CachedModel
 from utils.vocab import encode_prompt
 
@@ -37,6 +36,12 @@ CALIBRATION_TOKENS = 48     # greedy tokens of the target's own continuation (th
 # position's acceptance rests on some 30 verdicts (48 tokens gave a dozen, and
 # the pick between two int8 routes turned on one of them).
 DRAFT_RUN_TOKENS = 128
+
+# ``decode(target, drafter, prompt_ids, tokens, gamma)``: a greedy run of ``tokens`` tokens through
+# the engine's one way in, target AR where ``drafter`` is None, else speculative decoding at ``gamma``
+# with it. The engine passes its own to a kind's loader (``engine.run.greedy_run``): measuring
+# decodes, and decoding is the engine's.
+Decode = Callable[[object, object, list, int, int], GenerationResult]
 
 
 def calibration_ids(tokenizer) -> torch.Tensor:
@@ -132,7 +137,7 @@ def load_scale(rounds, reference: dict[int, float]) -> float:
     return statistics.median(ratios) if ratios else 1.0
 
 
-def measure_drafter(label: str, drafter, target, ids: torch.Tensor, *, gamma: int = 4,
+def measure_drafter(decode: Decode, label: str, drafter, target, ids: torch.Tensor, *, gamma: int = 4,
                     tokens: int = DRAFT_RUN_TOKENS, reference: dict[int, float] | None = None) -> DrafterMeasure:
     """Acceptance and costs of ``drafter`` from a greedy speculative run of ``tokens`` tokens.
 
@@ -140,8 +145,7 @@ def measure_drafter(label: str, drafter, target, ids: torch.Tensor, *, gamma: in
     the costs are scaled by :func:`load_scale` to the load ``reference`` was
     measured under, so candidates measured at different times compare fairly.
     """
-    strategy = Strategy("calibration", drafter="model", gamma=gamma, processor=GreedyProcessor(), max_gen_len=tokens)
-    result = run_strategy(strategy, pair_of(target, drafter), ids[0].tolist())
+    result = decode(target, drafter, ids[0].tolist(), tokens, gamma)
     costs = costs_from_result(result)
     rounds = result.trace[1:] if len(result.trace) > 1 else result.trace
     scale = load_scale(rounds, reference) if reference else 1.0
@@ -164,8 +168,7 @@ def agreement(target, drafter, ids: torch.Tensor, start: int = 0) -> float:
 
 
 @torch.inference_mode()
-def greedy_continuation(target, ids: torch.Tensor, tokens: int = CALIBRATION_TOKENS) -> torch.Tensor:
+def greedy_continuation(decode: Decode, target, ids: torch.Tensor, tokens: int = CALIBRATION_TOKENS) -> torch.Tensor:
     """``ids`` followed by the target's own greedy continuation, (1, L + tokens)."""
-    strategy = Strategy("target", processor=GreedyProcessor(), max_gen_len=tokens)
-    out = run_strategy(strategy, pair_of(target), ids[0].tolist())
+    out = decode(target, None, ids[0].tolist(), tokens, 0)
     return torch.cat([ids, torch.tensor([out.tokens], dtype=torch.long)], dim=1)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from analysis.speedup import CostModel, best_drafting_gamma
-from engine.self_pair.calibrate import agreement, paired_step_s
+from model_drafters.selfdraft.calibrate import agreement, paired_step_s
 from model_drafters.selfdraft import decoder_layers, num_layers, skip_view
 
 

@@ -1,9 +1,9 @@
 """The default drafter: the self-drafter this machine runs fastest, measured once and remembered.
 
 With no ``--drafter`` on the offline default model, the loader measures the
-target and each self-drafter (``engine.self_pair.calibrate``), searches the layers
-for ``self:skip=auto`` (``engine.self_pair.search``), and picks the highest predicted
-speedup (``engine.self_pair.choose``). The measurements and the pick are written to
+target and each self-drafter (``model_drafters.selfdraft.calibrate``), searches the layers
+for ``self:skip=auto`` (``model_drafters.selfdraft.search``), and picks the highest predicted
+speedup (``model_drafters.selfdraft.choose``). The measurements and the pick are written to
 ``<cache>/selfdraft/<key>.json``, where the key names this machine (CPU model
 and flags, torch threads), the torch and transformers versions, and the model;
 a later start reads the file and builds only the pick (``SPECDEC_REMEASURE=1``
@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -31,12 +30,13 @@ import transformers
 from model_drafters.selfdraft import (
     SelfDraftSpec, SkipRefused, build_self_drafter, native_bfloat16, num_layers, parse_self_draft,
 )
-from engine.self_pair.calibrate import calibration_ids, greedy_continuation, measure_drafter, paired_step_s
-from engine.timing import time_target
-from engine.self_pair.choose import choice_lines, choose
-from engine.self_pair.search import search_skip
+from model_drafters.selfdraft.calibrate import (Decode, calibration_ids, greedy_continuation, measure_drafter,
+                                                paired_step_s)
+from generation.timing import time_target
+from model_drafters.selfdraft.choose import choice_lines, choose
+from model_drafters.selfdraft.search import search_skip
 from utils.devices import model_device
-from utils.machine_load import LoadReading, busy_warning, load_mark, other_load, read_load
+from utils.machine_load import LoadReading, busy_warning, cpu_description, load_mark, other_load, read_load
 
 CANDIDATES = ("self:bf16", "self:fp16", "self:int8", "self:skip=auto")
 # Measured as well where bfloat16 is native: int8 weights with bfloat16 activations.
@@ -45,21 +45,6 @@ FORMAT = 4  # 2: weight-only int8 measured where bfloat16 is native; rates by th
 #            3: copies draft through their lean step (selfdraft.lean); width 4 timed;
 #            4: the other processes' load during the calibration kept (older picks may be a busy one's)
 REMEASURE_ENV = "SPECDEC_REMEASURE"  # set to measure again even when this machine has a result
-
-
-def cpu_description() -> tuple[str, str]:
-    """(CPU model name, its flags) from /proc/cpuinfo, or what platform says."""
-    name, flags = platform.processor() or platform.machine(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and name in ("", platform.machine(), platform.processor()):
-                name = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = value.strip()
-    except OSError:
-        pass
-    return name, flags
 
 
 def machine_key(model_label: str, device: torch.device) -> dict:
@@ -113,7 +98,7 @@ def candidates_here(device: torch.device) -> tuple[str, ...]:
     return CANDIDATES + (NATIVE_BF16_CANDIDATES if native else ())
 
 
-def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, candidates=None):
+def measure_all(decode: Decode, target, tokenizer, *, gamma: int = 4, say=lambda text: None, candidates=None):
     """Measure every candidate; returns (the cache record, {label: drafter model}).
 
     Each candidate's draft step is timed in turn with a target step
@@ -131,7 +116,7 @@ def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, can
     say("Timing the target's forward passes")
     timing = time_target(target, ids)
     step_1 = timing.verify_s[1]
-    text_ids = greedy_continuation(target, ids)
+    text_ids = greedy_continuation(decode, target, ids)
     built, measures, notes = [], [], []
     for label in candidates:
         say(f"Timing {label}")
@@ -153,7 +138,7 @@ def measure_all(target, tokenizer, *, gamma: int = 4, say=lambda text: None, can
                              "skipped": f"a draft step costs {ratio:.2f} target steps"})
             continue
         say(f"Measuring {resolved}")
-        measure = measure_drafter(resolved, model, target, ids, gamma=gamma, reference=timing.verify_s).to_dict()
+        measure = measure_drafter(decode, resolved, model, target, ids, gamma=gamma, reference=timing.verify_s).to_dict()
         measure.update(step_ratio=round(ratio, 4), build_s=build_s)
         measures.append(measure)
         models[resolved] = model
@@ -182,8 +167,8 @@ def machine_words(record: dict) -> str:
     return f"machine {state} (other load {load:.1f} of {record.get('cores') or '?'} cores)"
 
 
-def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, gamma: int = 4, say=lambda t: None,
-                    reader=None):
+def default_drafter(decode: Decode, target, tokenizer, model_label: str, cache_root: Path, *, gamma: int = 4,
+                    say=lambda t: None, reader=None):
     """(drafter model, its label, banner lines): the measured pick, from the cache when this machine has
     one. ``reader``: what takes a load reading (``utils.machine_load.read_load``; tests give fake ones)."""
     reader = reader or read_load
@@ -197,7 +182,7 @@ def default_drafter(target, tokenizer, model_label: str, cache_root: Path, *, ga
             f"set {REMEASURE_ENV}=1 to measure again)"]
     say("Measuring the self-drafters on this machine, once (the result is kept)")
     before = reader()
-    record, models = measure_all(target, tokenizer, gamma=gamma, say=say)
+    record, models = measure_all(decode, target, tokenizer, gamma=gamma, say=say)
     record.update(load_fields(before, reader()), key=key)
     model = models.get(record["pick"]) or build_self_drafter(target, parse_self_draft(record["pick"]))
     warning = busy_warning(record["other_load"], record["cores"], "the self-drafter calibration")

@@ -1,7 +1,7 @@
 """Timing a target's forward passes on this machine: its one-token step, its verify by width, its prefill.
 
 ``time_target`` is what the width-filling costs (``engine.widths``), the self-drafter choice
-(``engine.self_pair``) and the replay scripts read a target's forward costs from. Every timer
+(``model_drafters.selfdraft.calibrate``) and the replay scripts read a target's forward costs from. Every timer
 waits for the model's device on both sides (``generation.common.device_clock``).
 """
 

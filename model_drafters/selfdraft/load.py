@@ -3,7 +3,7 @@
 ``load_self_draft_pair`` loads the target once (``utils.models.load_model``) and builds the
 drafter from it (``selfdraft.build``). With neither a target nor a drafter it loads the offline
 default and the self-drafter this machine runs fastest, measured once and kept
-(``engine.self_pair.default``). Like ``utils.models.load_pair`` it probes both models' cached forwards
+(``model_drafters.selfdraft.default``). Like ``utils.models.load_pair`` it probes both models' cached forwards
 (``kvcache.probe.probe_pair``) and attaches the result to the pair.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 from model_drafters.selfdraft import (
     SelfDraftSpec, SelfDraftSpecError, SkipRefused, build_self_drafter, lean_of, num_layers, parse_self_draft,
 )
-from engine.self_pair.calibrate import calibration_ids, greedy_continuation
-from engine.timing import time_target
-from engine.self_pair.default import default_drafter
-from engine.self_pair.search import search_skip
+from model_drafters.selfdraft.calibrate import Decode, calibration_ids, greedy_continuation
+from generation.timing import time_target
+from model_drafters.selfdraft.default import default_drafter
+from model_drafters.selfdraft.search import search_skip
 from utils.default_model import DEFAULT_LABEL, cache_root
 from utils.devices import dtype_name, model_device
 from utils.hf_load import is_encoder_decoder
@@ -44,39 +44,42 @@ def lean_note(spec: SelfDraftSpec, draft) -> list[str]:
     return [f"{spec.label} drafts through the model's own forward, not a lean step: {reason}"]
 
 
-def resolve_skip(model, tokenizer, spec: SelfDraftSpec, say=no_progress) -> tuple[SelfDraftSpec, list[str]]:
+def resolve_skip(decode: Decode, model, tokenizer, spec: SelfDraftSpec, say=no_progress
+                 ) -> tuple[SelfDraftSpec, list[str]]:
     """``spec`` with ``self:skip=auto`` replaced by the layers a search on this machine picks
-    (``engine.self_pair.search``), and the search's one line; any other spec as it is."""
+    (``model_drafters.selfdraft.search``), and the search's one line; any other spec as it is."""
     if not spec.auto:
         return spec, []
     say("Searching the layers to skip (self:skip=auto)")
     ids = calibration_ids(tokenizer)
-    found = search_skip(model, greedy_continuation(model, ids), ids.shape[1], time_target(model, ids).verify_s)
+    found = search_skip(model, greedy_continuation(decode, model, ids), ids.shape[1], time_target(model, ids).verify_s)
     return SelfDraftSpec("skip", found.layers), [found.line(num_layers(model))]
 
 
-def resolve_variant(pair, text: str, say=no_progress) -> tuple[str | None, list[str]]:
+def resolve_variant(pair, text: str, say=no_progress, *, decode: Decode) -> tuple[str | None, list[str]]:
     """The self-drafter ``text`` (a ``self:`` spec) resolved against ``pair``'s target: its label and
-    the layer search's lines; None and why where the search keeps every layer (nothing to run)."""
-    spec, lines = resolve_skip(pair.target, pair.tokenizer, parse_self_draft(text), say)
+    the layer search's lines; None and why where the search keeps every layer (nothing to run).
+    ``decode``: the engine's greedy run (``calibrate.Decode``), which the layer search's text comes from."""
+    spec, lines = resolve_skip(decode, pair.target, pair.tokenizer, parse_self_draft(text), say)
     if spec.kind == "skip" and not spec.layers:
         return None, ["the layer search found no layer worth skipping on this target; not run"]
     return spec.label, lines
 
 
-def _build(model, tokenizer, spec: SelfDraftSpec | None, label: str, cache_dir, say):
+def _build(decode: Decode, model, tokenizer, spec: SelfDraftSpec | None, label: str, cache_dir, say):
     """(drafter model, its resolved spec, banner lines) for ``spec`` (None: the measured default)."""
     if spec is None:
-        draft, chosen, notes = default_drafter(model, tokenizer, label, cache_root(cache_dir), say=say)
+        draft, chosen, notes = default_drafter(decode, model, tokenizer, label, cache_root(cache_dir), say=say)
         return draft, parse_self_draft(chosen), list(notes)
-    resolved, notes = resolve_skip(model, tokenizer, spec, say)
+    resolved, notes = resolve_skip(decode, model, tokenizer, spec, say)
     return build_self_drafter(model, resolved), resolved, notes
 
 
-def load_self_draft_pair(target: str | None, drafter: str | None, options: LoadOptions) -> ModelPair:
+def load_self_draft_pair(target: str | None, drafter: str | None, options: LoadOptions, *, decode: Decode) -> ModelPair:
     """A pair whose drafter is made from the target (``drafter`` a ``self:`` spec), or, with
     ``drafter=None``, the self-drafter this machine runs fastest (measured once, then read back).
 
+    ``decode``: the engine's greedy run (``calibrate.Decode``), which the measuring decodes with.
     Every failure a user can cause surfaces as ``ModelLoadError`` with one line.
     """
     try:
@@ -86,7 +89,7 @@ def load_self_draft_pair(target: str | None, drafter: str | None, options: LoadO
     model, tokenizer, label = load_target(target, options)
     say = options.say
     try:
-        draft, spec, notes = _build(model, tokenizer, spec, label, options.cache_dir, say)
+        draft, spec, notes = _build(decode, model, tokenizer, spec, label, options.cache_dir, say)
     except (SkipRefused, ValueError) as exc:  # Int8Refused and an int8 route this device lacks are ValueErrors
         raise ModelLoadError(str(exc)) from exc
     pair = ModelPair(
