@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(every drafter replayed from target AR's greedy output, ranked by predicted "
                              "speedup, the best 3 confirmed by real runs); with --json one JSON object "
                              "(docs/advisor.md)")
+    script.add_argument("--whatif", choices=("batch",),
+                        help="with --advise: project the best methods over batch sizes 1 to 32 from their "
+                             "replayed rounds and forwards timed here by shape, with the batch size where "
+                             "speculation stops paying (about a minute more; docs/why.md)")
     script.add_argument("--costs", metavar="FILE",
                         help="the advisor's forward costs read from FILE (measured elsewhere: a --json "
                              "advice's 'costs' object or bench.py --advise's costs.json) instead of measured here")
@@ -178,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.advise and (args.selftest or not (args.prompt or args.prompts_file or not sys.stdin.isatty())):
         parser.error("--advise advises on scripted prompts: give --prompt TEXT or --prompts-file FILE "
                      "(or pipe them on stdin), without --selftest")
+    if args.whatif and not args.advise:
+        parser.error("--whatif projects the advice: give it with --advise")
     costs = None
     if args.costs:
         from advisor.costs import CostsError, CostTable
@@ -254,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.advise:
             from repl.advice import advise_script
 
-            return advise_script(session, entries, as_json=args.json, stdout=sys.stdout)
+            return advise_script(session, entries, as_json=args.json, stdout=sys.stdout, whatif=args.whatif)
         return run_script(session, entries, as_json=args.json, stdout=sys.stdout)
     return interactive(Session(runner, settings, messages, trace_out=args.trace_out, advisor_costs=costs))
 

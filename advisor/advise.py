@@ -47,6 +47,7 @@ class AdviceReport:
     notes: list[str] = field(default_factory=list)
     compile: str = RANKED_COMPILE               # the compile path the advice ran and ranked on
     session_compile: str | None = None          # the session's, where given
+    whatif: object = None                       # advisor.whatif.BatchWhatIf, where asked for
 
     @property
     def ranked_on(self) -> str:
@@ -68,7 +69,8 @@ class AdviceReport:
                 "prompts": self.prompts, "length": self.length,
                 "baseline": {"tokens_per_s": round(self.ar_tokens_per_s, 4),
                              "decode_step_s": None if self.ar_step_s is None else round(self.ar_step_s, 6)},
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                **({"whatif": {"batch": self.whatif.to_dict()}} if self.whatif is not None else {})}
 
 
 @dataclass

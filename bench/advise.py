@@ -5,7 +5,8 @@ chat or not); each category gets its advice (``advisor.advise.advise``: every dr
 target AR's greedy output, ranked, the best ``--confirm`` run for real), all priced by one cost
 table, measured once on the first category (or read with ``--costs FILE``). Written to ``--out``:
 ``advice.json`` (per category the advisor's JSON object), ``advice.md`` (the summary printed) and
-``costs.json`` (the table, for ``--costs`` elsewhere).
+``costs.json`` (the table, for ``--costs`` elsewhere). With ``--whatif batch`` each category's best
+methods are projected over batch size too (``advisor.whatif``), in both files.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import json
 import time
 
-from advisor.advise import SAMPLING_NOTE, advise
-from advisor.costs import CostsError, CostTable
+from advisor.advise import SAMPLING_NOTE, advise, context_of
+from advisor.costs import CostsError, CostTable, where_measured
+from advisor.whatif import project_advice
 from bench.runner import encode_prompts
 from kvcache.static import default_compile
 
@@ -23,6 +25,8 @@ SHOWN = 5       # rows per category in the summary
 
 def advice_conflict(args) -> str | None:
     """One line when the flags do not go with ``--advise``, else None (checked before loading)."""
+    if args.whatif and not args.advise:
+        return "--whatif projects the advice: give it with --advise"
     if args.multi_turn or args.session_size:
         return "--advise advises on single prompts: leave out --multi-turn and --session-size"
     if args.costs:
@@ -67,6 +71,8 @@ def summary_lines(reports: dict, costs: CostTable) -> list[str]:
         if estimated:
             lines.append("\nUnder the sampling processor, estimated from the target's and the drafter's distributions "
                          "along target AR's path (steady state): " + "; ".join(estimated) + ".")
+        if report.whatif is not None:
+            lines += ["", whatif_markdown(report.whatif)]
         rounding = report.rounding_line()
         if rounding:
             lines.append(f"\n{rounding}.")
@@ -93,6 +99,10 @@ def run_advice(args, prompts, models, out, err) -> int:
                             processor=args.processor, session_compile=args.compile or default_compile(models.device),
                             say=lambda line: err.print(f"  {line}", highlight=False))
             costs = report.costs
+            if args.whatif == "batch" and not models.is_encoder_decoder:
+                report.whatif = project_advice(models, report.advice, context_of(ids, args.length),
+                                               where_measured(models.device),
+                                               say=lambda line: err.print(f"  {line}", highlight=False))
             reports[category] = report
     except KeyboardInterrupt:
         err.print("interrupted: the categories advised so far are written", style="yellow")
@@ -116,3 +126,14 @@ def run_advice(args, prompts, models, out, err) -> int:
         return 1
     err.print(f"wrote {args.out / 'advice.json'}, advice.md and costs.json", highlight=False)
     return 130 if len(reports) < len(groups) else 0
+
+
+def whatif_markdown(whatif) -> str:
+    """The projection over batch size as a Markdown table, its source in the line above."""
+    head = ["method", *(f"B={b}" for b in whatif.batches), "stops paying at", "drafter cost"]
+    rows = [f"Projected, not run: {whatif.title()}; forward costs only.", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method, p in whatif.rows:
+        stops = f"B={p.stops_paying}" if p.stops_paying else f"beyond {whatif.batches[-1]}"
+        rows.append(f"| {method} | " + " | ".join(f"{s:.2f}x" for s in p.speedups) + f" | {stops} | {p.drafter_source} |")
+    return "\n".join(rows)

@@ -352,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of measured here")
     a.add_argument("--confirm", type=_non_negative, default=3, metavar="N",
                    help="with --advise: how many of the best methods to confirm by real runs (default 3)")
+    a.add_argument("--whatif", choices=("batch",), default=None,
+                   help="with --advise: project each category's best methods over batch sizes 1 to 32 from "
+                        "their replayed rounds and forwards timed here by shape (docs/why.md)")
     return p
 
 

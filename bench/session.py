@@ -149,7 +149,7 @@ def run_session(args: BenchSettings, loader, settings_dict) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    if args.advise and (problem := advice_conflict(args)):
+    if (args.advise or args.whatif) and (problem := advice_conflict(args)):
         _error(err, problem)
         return 2
     models = _load(args, loader, err)

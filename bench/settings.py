@@ -72,6 +72,7 @@ class BenchSettings:
     advise: bool = False
     costs: str | None = None
     confirm: int = 3
+    whatif: str | None = None
 
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> BenchSettings:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from generation.timing import timed
 from kvcache.cache import cache_keyword, drop_last, new_cache
 from utils.devices import model_device
+from utils.machine_load import other_load, read_load
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 REPEATS = 5
@@ -50,3 +52,38 @@ def time_shapes(model, batches: Sequence[int], widths: Sequence[int], context: i
             costs[(batch, width)] = statistics.median(seen)
         del cache
     return costs
+
+
+def drafter_shape_costs(pair, batches: Sequence[int], context: int) -> dict[tuple[int, int], float] | None:
+    """The pair's drafter model's forward by batch at width 1 (``time_shapes``), where it is a model of
+    its own that runs alone on its own cache; None where it is the target's weights drafting on the
+    target's cache, drafts from the target's state, or has a tokenizer of its own."""
+    from engine.run import decodes_alone
+    from kvcache.probe import runs_alone
+
+    drafter = pair.drafter
+    if (drafter is None or drafter is pair.target or pair.drafts_on_target_cache or not pair.shares_tokenizer
+            or not runs_alone(drafter) or not decodes_alone(drafter)):
+        return None
+    return time_shapes(drafter, batches, (1,), context, pair.vocab_size)
+
+
+@dataclass(frozen=True)
+class PairShapes:
+    """The pair's forwards timed by shape for a projection: the target's ``{(B, w): seconds}``, the
+    drafter's at width 1 where it is a model of its own (``drafter_shape_costs``, else None), the
+    context they were timed over, and the cores other processes used meanwhile (None: unknown)."""
+
+    target: dict[tuple[int, int], float]
+    drafter: dict[tuple[int, int], float] | None
+    context: int
+    other_load: float | None
+
+
+def time_pair_shapes(pair, widths: Sequence[int], context: int, batches: Sequence[int] = BATCHES) -> PairShapes:
+    """The target at every batch size and width in ``widths`` (1 always), and its drafter model at
+    width 1, over a cache of ``context`` tokens; the machine's other load read around them."""
+    before = read_load()
+    target = time_shapes(pair.target, batches, sorted({1, *widths}), context, pair.vocab_size)
+    drafter = drafter_shape_costs(pair, batches, context)
+    return PairShapes(target, drafter, context, other_load(before, read_load()))

@@ -141,9 +141,10 @@ def advise_command(session, text: str | None) -> None:
         session.console.print(advice_view(report))
 
 
-def advise_script(session, entries, *, as_json: bool, stdout) -> int:
+def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None = None) -> int:
     """``infer.py --advise``: the commands applied in order, then one advice over every prompt;
-    with ``as_json`` its JSON object on stdout. 0, or 1 when it could not run."""
+    with ``as_json`` its JSON object on stdout; with ``whatif="batch"`` the best methods projected
+    over batch size too (``advisor.whatif``). 0, or 1 when it could not run."""
     from repl.runner import PromptRefused
 
     prompts = []
@@ -162,9 +163,50 @@ def advise_script(session, entries, *, as_json: bool, stdout) -> int:
     report = advise_prompts(session, prompts)
     if report is None:
         return 1
+    if whatif == "batch" and not project_report(session, report, prompts):
+        return 1
     if as_json:
         stdout.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
         stdout.flush()
     else:
         session.console.print(advice_view(report))
+        if report.whatif is not None:
+            session.console.print(whatif_view(report.whatif))
     return 1 if session.failures else 0
+
+
+def project_report(session, report, prompts: list[list[int]]) -> bool:
+    """The report's best methods projected over batch size, kept in ``report.whatif``; False (with
+    one error line) where that cannot run."""
+    from advisor.advise import context_of
+    from advisor.costs import where_measured
+    from advisor.whatif import project_advice
+    from utils.machine_load import is_busy
+
+    pair = session.runner.pair
+    if pair.is_encoder_decoder:
+        session.error("--whatif batch needs a decoder-only target")
+        return False
+    try:
+        report.whatif = project_advice(pair, report.advice, context_of(prompts, report.length),
+                                       where_measured(pair.device), say=lambda line: session.say(line, "dim"))
+    except KeyboardInterrupt:
+        session.say("what-if interrupted; the models are intact", "yellow")
+        return False
+    except Exception as e:      # the session outlives a failed projection
+        session.error(f"--whatif failed: {type(e).__name__}: {e}")
+        return False
+    load = report.whatif.shapes.other_load
+    if is_busy(load):
+        session.say(f"busy machine: other processes used {load:.1f} cores while the forwards were timed; "
+                    "the projection may be off", "yellow")
+    return True
+
+
+def whatif_view(whatif):
+    """The projection's table (``repl.whatif_view.projection_table``)."""
+    from repl.whatif_view import projection_table
+
+    return projection_table(whatif.title(), whatif.rows,
+                            "projected, not run: forward costs only (sampling and host work left out); "
+                            "acceptance as the replay had it, in lockstep at every batch size (docs/why.md)")

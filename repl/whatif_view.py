@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from analysis.whatif import facts_of, project
-from utils.machine_load import is_busy, other_load, read_load
-from engine.shapes import BATCHES, time_shapes
+from utils.machine_load import is_busy
+from engine.shapes import BATCHES, time_pair_shapes
 from generation.served import ServedModel
 
 DRAFTING = ("speculative", "ngram", "lookahead")
@@ -53,41 +53,36 @@ def whatif_table(session) -> Table:
     widths = sorted({1} | {w for _, f in runs for w in f.widths})
     session.say(f"timing the target by batch ({', '.join(map(str, BATCHES))}) and width "
                 f"({', '.join(map(str, widths))}) over a cache of {context} tokens...", "dim")
-    before = read_load()
-    target = time_shapes(pair.target, BATCHES, widths, context, pair.vocab_size)
-    drafter = _drafter_costs(pair, context)
-    load = other_load(before, read_load())
-    if is_busy(load):
-        session.say(f"busy machine: other processes used {load:.1f} cores while the forwards were timed; "
-                    "the projection may be off", "yellow")
-    table = Table(title=f"projected speedup over target AR by batch size: this prompt's rounds, forwards timed "
-                        f"here on {pair.device} (context {context} tokens)", title_justify="left")
+    shapes = time_pair_shapes(pair, widths, context)
+    target, drafter = shapes.target, shapes.drafter
+    if is_busy(shapes.other_load):
+        session.say(f"busy machine: other processes used {shapes.other_load:.1f} cores while the forwards were "
+                    "timed; the projection may be off", "yellow")
+    rows = []
+    for run, facts in runs:
+        own = drafter if run.key == "speculative" else None
+        rows.append((run.label, project(facts, lambda b, w: target[(b, w)], BATCHES,
+                                        drafter_s=None if own is None else (lambda b: own[(b, 1)]),
+                                        scaled_step=run.key == "speculative")))
+    return projection_table(f"projected speedup over target AR by batch size: this prompt's rounds, forwards timed "
+                            f"here on {pair.device} (context {context} tokens)", rows,
+                            "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
+                            "had it, in lockstep at every batch size (docs/why.md)")
+
+
+def projection_table(title: str, rows, caption: str) -> Table:
+    """One row per (label, ``analysis.whatif.Projection``): its speedup at each batch size, the batch
+    size where it stops paying, and where its drafter's cost came from."""
+    batches = rows[0][1].batches if rows else BATCHES
+    table = Table(title=title, title_justify="left")
     table.add_column("strategy")
-    for batch in BATCHES:
+    for batch in batches:
         table.add_column(f"B={batch}", justify="right")
     table.add_column("stops paying at", justify="right")
     table.add_column("drafter cost")
-    for run, facts in runs:
-        own = drafter if run.key == "speculative" else None
-        projection = project(facts, lambda b, w: target[(b, w)], BATCHES,
-                             drafter_s=None if own is None else (lambda b: own[(b, 1)]),
-                             scaled_step=run.key == "speculative")
+    for label, projection in rows:
         stops = projection.stops_paying
-        table.add_row(run.label, *(f"{s:.2f}x" for s in projection.speedups),
-                      f"B={stops}" if stops else f"beyond {BATCHES[-1]}", projection.drafter_source)
-    table.caption = Text("forward costs only (sampling and host work left out); acceptance as this prompt's runs "
-                         "had it, in lockstep at every batch size (docs/why.md)", style="dim")
+        table.add_row(label, *(f"{s:.2f}x" for s in projection.speedups),
+                      f"B={stops}" if stops else f"beyond {batches[-1]}", projection.drafter_source)
+    table.caption = Text(caption, style="dim")
     return table
-
-
-def _drafter_costs(pair, context: int):
-    """The drafter model's forward by batch at width 1, where it is a model of its own that runs alone
-    on its own cache (not the target's weights drafting on the target's cache); None otherwise."""
-    from engine.run import decodes_alone
-    from kvcache.probe import runs_alone
-
-    drafter = pair.drafter
-    if (drafter is None or drafter is pair.target or pair.drafts_on_target_cache or not pair.shares_tokenizer
-            or not runs_alone(drafter) or not decodes_alone(drafter)):
-        return None
-    return time_shapes(drafter, BATCHES, (1,), context, pair.vocab_size)

@@ -1,0 +1,89 @@
+"""The advice projected over batch size (``--whatif batch``): each method's replayed rounds, priced by shape.
+
+What a method's rounds accept does not change with the load (every sequence of a batch runs the
+same rounds in lockstep); what changes is the price of a forward. The replay gave each method its
+tokens per target call, its verify widths and its drafter steps per round; the target's forwards
+(and a drafter model's of its own) are timed here by shape (``engine.shapes``) over a cache as
+long as the prompts and half their output, and ``analysis.whatif.project`` prices the rounds at
+each batch size. A drafter step at batch 1 is the cost table's (``Why.c`` target steps); a
+self-drafter's steps then scale as the target's step does, a storage's look-ups are paid once per
+sequence, and a drafter model of its own is timed by shape. Forward costs only: sampling and host
+work are left out of both sides, so batch 1 reads a little above the advice's own prediction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from analysis.whatif import Projection, RoundFacts, project
+from engine.shapes import BATCHES, PairShapes, time_pair_shapes
+
+ROWS = 12           # the advice's best methods projected (every width they verify is timed)
+
+
+@dataclass
+class BatchWhatIf:
+    """The projection of the best advice over ``batches``: (method, its projection) per row, the
+    shapes timed, and whether the machine was busy meanwhile."""
+
+    rows: list[tuple[str, Projection]]
+    shapes: PairShapes
+    where: str
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        return self.rows[0][1].batches if self.rows else BATCHES
+
+    def title(self) -> str:
+        return (f"projected speedup over target AR by batch size: each method's replayed rounds, forwards "
+                f"timed by shape on {self.where} (context {self.shapes.context} tokens)")
+
+    def to_dict(self) -> dict:
+        return {"projected": True, "from": f"forwards timed by shape on {self.where}",
+                "context": self.shapes.context, "other_load": self.shapes.other_load,
+                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows]}
+
+
+def facts_of_advice(advice, step_s: float) -> RoundFacts | None:
+    """An advice's rounds as ``analysis.whatif`` reads them: tokens per target call, the share of
+    rounds by verify width, drafter steps per round, and its drafting seconds per round at batch 1
+    (its steps at ``Why.c`` target steps of ``step_s`` each, and its look-ups); None without a round."""
+    replayed = advice.entry.replayed if advice.entry is not None else None
+    rounds = sum(replayed.widths.values()) if replayed is not None else 0
+    if not rounds:
+        return None
+    widths = {w: n / rounds for w, n in replayed.widths.items()}
+    why = advice.why
+    draft_s = why.draft_steps * (why.c or 0.0) * step_s + why.lookup_ms / 1e3
+    return RoundFacts(advice.tokens_per_call, widths, why.draft_steps, draft_s)
+
+
+def _pricing(advice, shapes: PairShapes):
+    """(drafter_s, scaled_step) for ``project``: a drafter model of its own timed by shape; the
+    target's weights (a self-drafter, or the pair's drafter drafting on the target's cache) scaled as
+    its step; a storage's look-ups per sequence."""
+    drafter = advice.entry.method.drafter
+    if drafter == "model" and shapes.drafter is not None:
+        own = shapes.drafter
+        return (lambda batch: own[(batch, 1)]), True
+    return None, drafter in ("model", "self")
+
+
+def project_advice(pair, advice: Sequence, context: int, where: str, *, rows: int = ROWS,
+                   batches: Sequence[int] = BATCHES, say=lambda line: None) -> BatchWhatIf:
+    """The best ``rows`` of ``advice`` (ranked, best first) projected over ``batches``, the pair's
+    forwards timed by shape over a cache of ``context`` tokens."""
+    chosen = [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())][:rows]
+    widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
+    say(f"timing the target by batch ({', '.join(map(str, batches))}) and width ({', '.join(map(str, widths))}) "
+        f"over a cache of {context} tokens")
+    shapes = time_pair_shapes(pair, widths, context, batches)
+    step = shapes.target[(1, 1)]
+    out = []
+    for a in chosen:
+        facts = facts_of_advice(a, step)
+        drafter_s, scaled = _pricing(a, shapes)
+        out.append((a.method, project(facts, lambda b, w: shapes.target[(b, w)], batches,
+                                      drafter_s=drafter_s, scaled_step=scaled)))
+    return BatchWhatIf(out, shapes, where)

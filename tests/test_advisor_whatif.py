@@ -1,0 +1,136 @@
+"""``--whatif batch`` on the advice (``advisor.whatif``): each method's replayed rounds priced by shape.
+
+The projection's arithmetic is checked against the formula written out by hand on forward costs
+that are given (compute-bound and memory-bound), with mutations (a drafter step left out, the
+widths' shares not summing to one) that the same checks catch; the front ends (``infer.py
+--advise --whatif batch`` through its script, ``bench.py --advise --whatif batch``) on the tiny
+word pair, whose projection and files are read back.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import advisor.replay
+import advisor.whatif
+from advisor.whatif import facts_of_advice, project_advice
+from analysis.whatif import project
+from engine.shapes import BATCHES, PairShapes
+from tests.test_advisor import tiny_grid, word_pair
+
+
+def _advice(widths: dict[int, int], tokens_per_call: float, c: float | None, steps: float, lookup_ms: float = 0.0,
+            drafter: str = "self"):
+    method = SimpleNamespace(drafter=drafter)
+    entry = SimpleNamespace(replayed=SimpleNamespace(widths=widths), method=method)
+    why = SimpleNamespace(c=c, draft_steps=steps, lookup_ms=lookup_ms)
+    return SimpleNamespace(method=f"m{drafter}", entry=entry, why=why, tokens_per_call=tokens_per_call)
+
+
+def _shapes(cost, drafter=None) -> PairShapes:
+    widths = range(1, 10)
+    return PairShapes({(b, w): cost(b, w) for b in BATCHES for w in widths}, drafter, 64, 0.0)
+
+
+def _projected(monkeypatch, advice, shapes):
+    monkeypatch.setattr(advisor.whatif, "time_pair_shapes", lambda pair, widths, context, batches: shapes)
+    return project_advice(None, advice, 64, "here").rows
+
+
+def test_a_self_drafters_rounds_are_priced_as_its_steps_scale_with_the_target(monkeypatch):
+    """3 tokens a round, verifies of 3 (three rounds in four) and 5, two drafter steps of a tenth of a
+    target step: speedup(B) = 3 T(B,1) / (0.75 T(B,3) + 0.25 T(B,5) + 2 x 0.1 T(B,1))."""
+    cost = lambda b, w: 0.01 * (1 + 0.1 * b * w)        # noqa: E731  (memory-bound at B=1, compute-bound later)
+    advice = _advice({3: 30, 5: 10}, 3.0, 0.1, 2.0)
+    [(_, projection)] = _projected(monkeypatch, [advice], _shapes(cost))
+    want = [3 * cost(b, 1) / (0.75 * cost(b, 3) + 0.25 * cost(b, 5) + 0.2 * cost(b, 1)) for b in BATCHES]
+    assert projection.speedups == pytest.approx(want)
+    assert projection.speedups[0] > 1 > projection.speedups[-1]           # it pays alone, not at 32
+    stops = projection.stops_paying
+    assert stops is not None and projection.speedups[BATCHES.index(stops)] < 1
+    assert all(s >= 1 for b, s in zip(BATCHES, projection.speedups) if b < stops)
+    # Mutation: the drafter's steps left out price the same rounds higher at every batch size.
+    free = _projected(monkeypatch, [_advice({3: 30, 5: 10}, 3.0, 0.0, 2.0)], _shapes(cost))[0][1]
+    assert all(f > s * 1.05 for f, s in zip(free.speedups, projection.speedups))
+
+
+def test_a_storage_pays_its_look_ups_per_sequence_and_a_drafter_model_its_own_forwards(monkeypatch):
+    flat = lambda b, w: 0.01                               # noqa: E731  (memory-bound: a forward costs the same)
+    storage = _advice({4: 10}, 1.5, None, 0.0, lookup_ms=1.0, drafter="ngram")
+    [(_, p)] = _projected(monkeypatch, [storage], _shapes(flat))
+    assert p.speedups == pytest.approx([1.5 * 0.01 / (0.01 + 0.001 * b) for b in BATCHES])
+    assert "once per sequence" in p.drafter_source
+    own = {(b, 1): 0.002 * b for b in BATCHES}
+    model = _advice({3: 10}, 2.0, 0.2, 2.0, drafter="model")
+    [(_, p)] = _projected(monkeypatch, [model], _shapes(flat, own))
+    assert p.speedups == pytest.approx([2 * 0.01 / (0.01 + 2 * 0.002 * b) for b in BATCHES])
+    assert p.drafter_source == "timed by shape"
+
+
+def test_the_rounds_shares_of_widths_sum_to_one():
+    facts = facts_of_advice(_advice({2: 3, 5: 1, 9: 4}, 1.8, 0.3, 1.0), 0.01)
+    assert sum(facts.widths.values()) == pytest.approx(1.0) and facts.widths[9] == pytest.approx(0.5)
+    assert facts.draft_s == pytest.approx(1.0 * 0.3 * 0.01)
+    assert facts_of_advice(_advice({}, 1.0, None, 0.0), 0.01) is None
+
+
+def test_scripted_advise_with_whatif_batch_prints_and_writes_the_projection(monkeypatch):
+    from repl.advice import advise_script
+    from repl.runner import Runner
+    from repl.scripted import Entry
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.repl import console
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    entries = [Entry("command", "/length 6", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2")]
+    c, out = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    assert advise_script(session, entries, as_json=False, stdout=io.StringIO(), whatif="batch") == 0, session.last_error
+    text = out.getvalue()
+    assert "projected speedup over target AR by batch size" in text and "stops paying at" in text
+    assert all(f"B={b}" in text for b in BATCHES)
+    c, _ = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    stdout = io.StringIO()
+    assert advise_script(session, entries, as_json=True, stdout=stdout, whatif="batch") == 0, session.last_error
+    batch = json.loads(stdout.getvalue())["whatif"]["batch"]
+    assert batch["projected"] is True and batch["from"].startswith("forwards timed by shape on ")
+    assert batch["methods"] and all(m["batches"] == list(BATCHES) and len(m["speedups"]) == len(BATCHES)
+                                    and all(s > 0 for s in m["speedups"]) for m in batch["methods"])
+    advised = {a["method"] for a in json.loads(stdout.getvalue())["advice"]}
+    assert {m["method"] for m in batch["methods"]} <= advised
+
+
+def test_infer_and_bench_refuse_whatif_without_advise_before_loading(tmp_path, capsys):
+    import infer
+    from bench.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        infer.main(["--prompt", "x", "--whatif", "batch"])
+    assert caught.value.code == 2 and "--whatif projects the advice" in capsys.readouterr().err
+    assert main(["--whatif", "batch", "--out", str(tmp_path / "o")], loader=lambda args: pytest.fail("loaded")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--whatif projects the advice" in err and "\n" not in err
+
+
+def test_bench_advise_with_whatif_batch_writes_the_projection_per_category(tmp_path, monkeypatch, capsys):
+    from bench.cli import main
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["the cat sat on the mat"]}),
+                       encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["--advise", "--whatif", "batch", "--prompts", str(prompts), "--length", "6", "--confirm", "1",
+            "--out", str(out), "--no-chat"]
+    pair = word_pair()
+    assert main(argv, loader=lambda args: pair) == 0
+    batch = json.loads((out / "advice.json").read_text())["advice"]["chat"]["whatif"]["batch"]
+    assert batch["projected"] and len(batch["methods"][0]["speedups"]) == len(BATCHES)
+    summary = (out / "advice.md").read_text()
+    assert "Projected, not run:" in summary and "| stops paying at |" in summary
