@@ -203,8 +203,10 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
     storage, the drafter model (a plain one or the pair's self-drafter), each self-drafter spec the
     pair's target takes (``self_specs``), and the hybrid (the drafter model beside ``sam``, L =
     :data:`HYBRID_MATCH`; where the pair's kind takes a hybrid). Lookahead and the model policy
-    (:func:`unreplayable`) are left out; a self-drafter copy in the target's own dtype too."""
-    from engine.kinds import variant_is_target
+    (:func:`unreplayable`) are left out; so is a self-drafter spec that repeats the pair's target (a
+    copy in its own dtype) or its drafter (the default pair's ``self:bf16``: its methods are the
+    ``model`` drafter's already)."""
+    from engine.kinds import variant_repeats
 
     sources: list[tuple[str, object]] = [("ngram", NGramOptions(storage=s)) for s in storages]
     model = pair.drafter is not None and _model_reason(pair) is None
@@ -212,7 +214,7 @@ def default_grid(pair, *, gammas=(1, 2, 3, 4, 6, 8), policies=("constant", "heur
         sources.append(("model", None))
     for spec in self_specs if pair.target is not None else ():
         label = _self_label(pair, spec)
-        if label is not None and not variant_is_target(pair, label):
+        if label is not None and not variant_repeats(pair, label):
             sources.append(("self", label))
     hybrid = model and (_kind(pair) is None or _kind(pair).hybrid is None)
     if hybrid:

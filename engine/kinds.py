@@ -69,11 +69,11 @@ def build_variant(pair, label: str, state):
     return variant_kind(label).variant_build(pair, label, state)
 
 
-def variant_is_target(pair, label: str) -> bool:
-    """Whether the drafter ``label`` built from ``pair`` would be its target over again (a copy in the
-    dtype the target already has): nothing to draft with."""
-    same = variant_kind(label).variant_is_target
-    return same is not None and same(pair.target, label)
+def variant_repeats(pair, label: str) -> bool:
+    """Whether the drafter ``label`` built from ``pair`` would repeat a model the pair has (its target
+    over again, or its own drafter): nothing new to draft with."""
+    repeats = variant_kind(label).variant_repeats
+    return repeats is not None and repeats(pair, label)
 
 
 def variant_drafter(label: str) -> str:

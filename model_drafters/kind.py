@@ -75,8 +75,9 @@ class DrafterKind:
     (one-line ``ValueError`` for a bad spec); ``variant_resolve(pair, spec, say, decode=...)``
     -> (the label to build, or None where there is nothing to run, and its lines; ``decode`` as
     for ``load``); ``variant_build(pair, label, state)`` builds it once (kept in
-    ``state``), before any clock starts, and returns its module; ``variant_is_target(target, label)``:
-    whether that module would be the target over again (a copy in the target's own dtype).
+    ``state``), before any clock starts, and returns its module; ``variant_repeats(pair, label)``:
+    whether that module would repeat a model the pair has: its target over again (a copy in the
+    target's own dtype) or its own drafter (the pair's drafter is that variant already).
 
     ``own_step``: whether a forward of its module is its drafter's step (False for a drafter that
     steps by a path of its own, a self-drafter's lean step on the target's cache: the advisor then
@@ -115,7 +116,7 @@ class DrafterKind:
     variant_label: Callable[[str], str] | None = None
     variant_resolve: Callable | None = None
     variant_build: Callable | None = None
-    variant_is_target: Callable[[object, str], bool] | None = None
+    variant_repeats: Callable[[object, str], bool] | None = None
     own_step: bool = True
     target_reads: str = "states"
     replay: str | None = UNKNOWN_REPLAY

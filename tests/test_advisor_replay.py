@@ -191,6 +191,15 @@ def test_the_grid_names_methods_as_the_benchmark_does(pair):
     assert offered == {"self:bf16", "self:int8"}
     bf16 = pair_of(tiny_llama(1, vocab_size=V, dtype=torch.bfloat16), None)     # a bf16 copy would be itself
     assert {m.options for m in default_grid(bf16, gammas=(2,), trees=(0,)) if m.drafter == "self"} == {"self:int8"}
+    # A pair whose drafter is a self-drafter already: that spec again would replay the same drafter under
+    # two names (the default pair's self:bf16); the other is offered. Mutation: with the pair's own drafter
+    # not recognised, both are offered.
+    from model_drafters.selfdraft import build_self_drafter, parse_self_draft
+
+    target = tiny_llama(1, vocab_size=V)
+    own = pair_of(target, build_self_drafter(target, parse_self_draft("self:bf16")))
+    assert {m.options for m in default_grid(own, gammas=(2,), trees=(0,)) if m.drafter == "self"} == {"self:int8"}
+    assert "speculative@2" in {m.key for m in default_grid(own, gammas=(2,), trees=(0,))}
     assert {replay_mode(pair, m) for m in grid} == {"teacher", "drafter"}
 
 

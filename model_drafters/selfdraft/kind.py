@@ -12,7 +12,7 @@ from model_drafters.kind import SERVED_WEIGHTS, DrafterKind
 from model_drafters.selfdraft.build import build_self_drafter
 from model_drafters.selfdraft.drafter import SelfDrafter
 from model_drafters.selfdraft.load import load_self_draft_pair, resolve_variant
-from model_drafters.selfdraft.mark import self_draft_target
+from model_drafters.selfdraft.mark import self_draft_label, self_draft_target
 from model_drafters.selfdraft.spec import PRECISIONS, PREFIX, is_self_draft, parse_self_draft
 
 
@@ -44,6 +44,11 @@ def self_draft_model(pair, spec: str, state):
     return state.for_pair(pair, spec, lambda: build_self_drafter(pair.target, parse_self_draft(spec)))
 
 
+def is_drafter(pair, label: str) -> bool:
+    """Whether ``pair``'s own drafter is the self-drafter ``label`` made from its target."""
+    return self_draft_target(pair.drafter) is pair.target and self_draft_label(pair.drafter) == label
+
+
 def same_precision(target, label: str) -> bool:
     """Whether the self-drafter ``label`` is a copy of ``target`` in the dtype it already has."""
     import torch
@@ -60,7 +65,7 @@ KIND = DrafterKind(
     factories=(("self", self_drafter),),
     variant_label=lambda spec: parse_self_draft(spec).label,
     variant_resolve=resolve_variant, variant_build=self_draft_model,
-    variant_is_target=lambda target, label: same_precision(target, label),
+    variant_repeats=lambda pair, label: same_precision(pair.target, label) or is_drafter(pair, label),
     own_step=False,
     target_reads="cache",
     replay=None,        # held to runs by tests/test_advisor_replay.py (its rounding is the target's)

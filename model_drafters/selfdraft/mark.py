@@ -14,3 +14,9 @@ def self_draft_target(model):
     """The target ``model`` (a drafter model) was made from, or None for an ordinary drafter model."""
     mark = getattr(model, SELF_DRAFT_ATTR, None)
     return mark[0] if mark else None
+
+
+def self_draft_label(model) -> str | None:
+    """The spec label ``model`` was built from (``self:bf16``), or None for an ordinary drafter model."""
+    mark = getattr(model, SELF_DRAFT_ATTR, None)
+    return mark[1] if mark else None
