@@ -10,7 +10,7 @@ from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
 from sampling import LogitsProcessor
 from kvcache.cache import tree_support
-from kvcache.static import loop_model, model_stats
+from kvcache.static import loop_model
 
 
 def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, generator, vocab_size,
@@ -68,7 +68,6 @@ class ModelDrafter(Drafter):
         self.generator = generator
         self.device = model_device(model)
         # ``compile``: its path (kvcache.static); ``capacity``: the positions a static cache must hold
-        self.compile = compile
         self.cached = loop_model(model, use_cache=use_cache, compile=compile, capacity=capacity, slot="drafter")
         self._logits: list[torch.Tensor] = []  # the last proposal's logits rows, (1, V) each
         self.committed = 0     # the committed sequence's length: begin's start plus every round's tokens
@@ -164,4 +163,4 @@ class ModelDrafter(Drafter):
         return self.cached.stats.to_dict()
 
     def compile_stats(self) -> dict:
-        return model_stats(self.cached, self.compile)
+        return self.cached.compile_stats()

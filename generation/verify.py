@@ -27,9 +27,9 @@ from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
 from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
-from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
+from kvcache.cache import CachedModel, UnsupportedCacheError, off_path, tree_support
 from kvcache.probe import not_causal
-from kvcache.static import capture_seconds, compile_report, loop_model, model_stats
+from kvcache.static import compile_report, loop_model
 
 
 @dataclass
@@ -85,7 +85,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         raise UnsupportedCacheError(reason)
     device = model_device(target.model if given else target)
     model = target if given else loop_model(
-        target, use_cache=options.use_cache, compile="off" if options.compile_refusal else options.compile,
+        target, use_cache=options.use_cache, compile=options.compile, refusal=options.compile_refusal,
         capacity=len(prompt) + options.max_gen_len + options.widest + 1)
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
@@ -123,14 +123,12 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
                 result.stop_reason = "rounds"
                 break
     network = model.network_stats()
-    target_stats, drafter_stats = model_stats(model, options.compile), drafter.compile_stats()
-    if options.compile_refusal and options.compile != "off":
-        target_stats["reason"] = options.compile_refusal
+    drafter_stats = drafter.compile_stats()
     if drafter_stats is None and drafter.kind == "model" and drafter.calls:   # a drafter kind on its own path
-        drafter_stats = model_stats(None, options.compile)
+        drafter_stats = off_path()
     if network is None:
-        result.compile = compile_report(options.compile, target_stats, drafter_stats)
-    captured = target_stats["capture_s"], drafter_stats["capture_s"] if drafter_stats else 0.0
+        result.compile = compile_report(options.compile, model.compile_stats(), drafter_stats)
+    captured = model.capture_s, drafter_stats["capture_s"] if drafter_stats else 0.0
     result.seconds -= loop.watch.paused_s + sum(captured)          # capturing is not decoding
     result.first_token_s, result.first_tokens = loop.watch.first_token(started)
     if result.first_token_s is not None:
@@ -157,7 +155,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
 def _captures(model, drafter: Drafter, requested: str) -> tuple[float, float]:
     """Seconds the target and the drafter have spent capturing forwards so far (``kvcache.static``)."""
     drafter_stats = drafter.compile_stats() if requested != "off" else None
-    return capture_seconds(model), drafter_stats["capture_s"] if drafter_stats else 0.0
+    return model.capture_s, drafter_stats["capture_s"] if drafter_stats else 0.0
 
 
 def _book_captures(result: GenerationResult, before: tuple[float, float], after: tuple[float, float]) -> None:

@@ -536,6 +536,11 @@ class StaticCachedModel(CachedModel):
                     tensor.narrow(-2, start, len(kept)).copy_(tensor.index_select(-2, index))
         self._set_length(start + len(kept))
 
+    @property
+    def capture_s(self) -> float:
+        """Seconds this generation has spent capturing forwards (left out of the run's time)."""
+        return self.record.capture_s
+
     def compile_stats(self) -> dict:
         """This generation's path and captures (the result's ``compile`` fields of one model)."""
         record = self.record
@@ -547,42 +552,24 @@ class StaticCachedModel(CachedModel):
 # ------------------------------------------------------------- entry point
 
 def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
-               slot: str = "target") -> CachedModel:
+               slot: str = "target", refusal: str = "") -> CachedModel:
     """``model`` as the decoding loops feed it: on ``compile`` "static" or "graphs" a
     :class:`StaticCachedModel` of ``capacity`` positions where :func:`static_refusal` allows,
-    else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path."""
+    else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path, whose ``compile_reason``
+    says why (``refusal`` first: why the caller keeps it dynamic, one line)."""
     if compile not in COMPILE_PATHS:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_PATHS)}, got {compile!r}")
-    if compile == "off" or not use_cache or capacity is None or static_refusal(model) is not None:
-        return probe.cached_model(model, use_cache=use_cache)
+    reason = ""
+    if compile != "off":
+        reason = refusal or ("the cache is off" if not use_cache else static_refusal(model)
+                             or ("no capacity was given" if capacity is None else ""))
+    if compile == "off" or reason:
+        cached = probe.cached_model(model, use_cache=use_cache)
+        cached.compile_reason = reason
+        return cached
     refused = _GRAPH_REFUSALS.get(model, "") if compile == "graphs" else ""
     return StaticCachedModel(model, capacity=static_capacity(capacity), graphs=compile == "graphs" and not refused,
                              slot=slot, fallback=refused)
-
-
-def capture_seconds(cached) -> float:
-    """Seconds ``cached`` has spent capturing forwards in this generation (0 off the static path):
-    read before and after a step, so that the step's own time leaves the capture out."""
-    return cached.record.capture_s if isinstance(cached, StaticCachedModel) else 0.0
-
-
-def model_stats(cached, requested: str) -> dict:
-    """One model's path under ``requested``: ``path``, ``reason`` (why it fell back, one line),
-    ``widths``, ``buckets``, ``captures``, ``capture_s``, ``recompiles``, ``eager``."""
-    if isinstance(cached, StaticCachedModel):
-        return cached.compile_stats()
-    reason = ""
-    if requested != "off":
-        if cached is None:
-            reason = "this drafter kind keeps a dynamic cache of its own"
-        elif not isinstance(cached, CachedModel):
-            reason = "its cache is the server's"
-        elif cached.cache_off:
-            reason = "the cache is off"
-        else:
-            reason = static_refusal(cached.model) or "no capacity was given"
-    return {"path": "off", "reason": reason, "widths": [], "buckets": [], "captures": 0, "capture_s": 0.0,
-            "recompiles": 0, "eager": 0}
 
 
 def compile_report(requested: str, target: dict, drafter: dict | None = None) -> dict:
