@@ -7,7 +7,6 @@ from dataclasses import replace
 import torch
 
 from analysis.hybrid import hybrid_summary
-from analysis.sources import fill_summary
 from engine.drafters import DRAFTERS, DraftContext
 from engine.kinds import kind_of_module, kind_of_pair
 from engine.pair import shared_vocab_size
@@ -93,14 +92,11 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
     options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy),
                       compile_refusal=ON_TARGET_CACHE if drafts_on_target_cache(pair, strategy) else "")
-    result = with_notes(verify_loop(prompt, drafter, model if target is None else target, options, observer=observer,
-                                    interruptible=interruptible), drafter.round_notes())
+    result = verify_loop(prompt, drafter, model if target is None else target, options, observer=observer,
+                         interruptible=interruptible)
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
         result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
-    costs = drafter.fill_costs()
-    if costs:
-        result.width_fill = fill_summary(result.trace, costs)
     return result
 
 
@@ -132,14 +128,6 @@ def decodes_alone_reason(drafter) -> str | None:
     """Why ``drafter`` cannot decode on its own (one line, its kind's), or None when it can."""
     kind = kind_of_module(drafter)
     return kind.alone if kind is not None else None
-
-
-def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:
-    """``result`` with the drafter's per-round notes in its rounds' ``note`` (unchanged when it kept none)."""
-    if notes:
-        result.trace = [replace(r, note=note) if note is not None else r
-                        for r, note in zip(result.trace, notes)] + result.trace[len(notes):]
-    return result
 
 
 def loop_vocab_size(pair) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from utils.devices import model_device
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
 from sampling import LogitsProcessor
@@ -159,8 +159,9 @@ class ModelDrafter(Drafter):
         logits = torch.cat(self._logits)                            # (k', V_drafter)
         return logits if self.vocab_size is None else logits[:, :self.vocab_size]
 
-    def rollback_stats(self) -> dict:
-        return self.cached.stats.to_dict()
+    @property
+    def capture_s(self) -> float:
+        return self.cached.capture_s
 
-    def compile_stats(self) -> dict:
-        return self.cached.compile_stats()
+    def report(self) -> DrafterReport:
+        return DrafterReport(rollback=self.cached.stats.to_dict(), compile=self.cached.compile_stats())

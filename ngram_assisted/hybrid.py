@@ -16,9 +16,11 @@ them; its next proposal feeds the tokens it missed in its first forward).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.tree import Tree
 from ngram_assisted.match_drafter import MatchDrafter
 from ngram_assisted.suffix import Draft
@@ -110,14 +112,10 @@ class HybridDrafter(Drafter):
         self.notes.append(self._pending)
         self._pending = None
 
-    def rollback_stats(self) -> dict | None:
-        return self.model.rollback_stats()
+    @property
+    def capture_s(self) -> float:
+        return self.model.capture_s
 
-    def compile_stats(self) -> dict | None:
-        return self.model.compile_stats()
-
-    def cross_tokenizer_stats(self) -> dict | None:
-        return self.model.cross_tokenizer_stats()
-
-    def round_notes(self) -> list[dict | None]:
-        return list(self.notes)
+    def report(self) -> DrafterReport:
+        """The drafter model's report, with each round's note (which side drafted, the match)."""
+        return replace(self.model.report(), round_notes=list(self.notes))

@@ -30,7 +30,7 @@ import random
 
 import torch
 
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.tree import ExtraRows, Tree
 
 WINDOW_SEED = 0    # the fixed seed of the window's first tokens
@@ -195,5 +195,5 @@ class LookaheadDrafter(Drafter):
         self.notes.append({**note, "pool": len(self.pool), "rows": self._rows})
         self._pending, self._rows = None, 0
 
-    def round_notes(self) -> list[dict | None]:
-        return list(self.notes)
+    def report(self) -> DrafterReport:
+        return DrafterReport(round_notes=list(self.notes))
