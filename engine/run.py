@@ -11,7 +11,7 @@ from engine.drafters import DRAFTERS, DraftContext
 from engine.kinds import kind_of_module, kind_of_pair
 from engine.pair import shared_vocab_size
 from engine.state import EngineState
-from engine.strategy import HybridOptions, LookaheadOptions, Strategy
+from engine.strategy import HybridOptions, Strategy
 from generation.autoregressive import autoregressive_generate
 from generation.common import check_gamma, check_request, end_tokens
 from generation.observer import Observer
@@ -76,7 +76,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         # The injected round trip is paid by every target forward, and only by those.
         target_delay_s=0.0 if on_drafter else strategy.target_delay_s,
         tree=strategy.tree, tree_branch=strategy.tree_branch, tree_sample=strategy.tree_sample,
-        verify=strategy.verify, prefills=tuple(prefills), compile=strategy.compile, widest=widest(strategy),
+        verify=strategy.verify, prefills=tuple(prefills), compile=strategy.compile,
         decisions=strategy.decisions and processor.is_greedy and not on_drafter,
         max_rounds=strategy.max_rounds,
     )
@@ -90,32 +90,13 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     if drafter is None:
         drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
-    options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy),
-                      compile_refusal=ON_TARGET_CACHE if drafts_on_target_cache(pair, strategy) else "")
+    options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
     result = verify_loop(prompt, drafter, model if target is None else target, options, observer=observer,
                          interruptible=interruptible)
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
         result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
     return result
-
-
-ON_TARGET_CACHE = "the self-drafter drafts on the target's own dynamic cache"
-
-
-def drafts_on_target_cache(pair, strategy: Strategy) -> bool:
-    """Whether the run's drafter is a self-drafter that drafts on the target's cache (the target then
-    keeps its dynamic cache: the self-drafters feed and crop it themselves)."""
-    return strategy.drafter == "self" or (strategy.drafter == "model" and bool(pair.drafts_on_target_cache))
-
-
-def widest(strategy: Strategy) -> int:
-    """The most positions one verify of ``strategy`` may feed past its length budget (a static
-    cache's capacity covers them): a tree's nodes and, for lookahead, its window rows."""
-    options = strategy.drafter_options
-    if isinstance(options, LookaheadOptions):
-        return strategy.tree + (options.window - 1) + (options.ngram - 2) * options.window
-    return strategy.tree
 
 
 def decodes_alone(drafter) -> bool:

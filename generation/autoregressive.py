@@ -12,7 +12,7 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from generation.served import ServedModel, served_generate
-from kvcache.static import compile_report, loop_model
+from kvcache.static import compile_report, loop_model, static_capacity
 
 
 @torch.inference_mode()
@@ -39,7 +39,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
     logits_processor, generator, eos = options.processor, options.generator, options.eos
     device = model_device(model)
     cached = loop_model(model, use_cache=options.use_cache, compile=options.compile,
-                        capacity=len(prompt) + options.max_gen_len + 1)
+                        capacity=static_capacity(len(prompt), options.max_gen_len))
     clock = PhaseClock(device)
     result = GenerationResult()
     watch = Watch(observer)

@@ -65,11 +65,16 @@ class Drafter(ABC):
     ``wants_top_k``: > 1 asks :meth:`update` for the target's top-k ids at each verified position.
     ``samples_trees``: True when :meth:`propose_sampled_tree` is implemented (sampled trees are
     verified by recursive rejection sampling, ``generation.accept.accept_tree_rrs``).
+    ``most_extra_rows``: the most rows :meth:`extra_rows` feeds in one verify (a static cache holds them).
+    ``target_stays_dynamic``: why the target keeps its dynamic cache (one line: a drafter that feeds
+    and crops that cache itself); "" when the target may take the static path.
     """
 
     kind: str = "model"
     wants_top_k: int = 0
     samples_trees: bool = False
+    most_extra_rows: int = 0
+    target_stays_dynamic: str = ""
 
     @property
     def calls(self) -> int:

@@ -30,7 +30,7 @@ from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
 from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
 from kvcache.probe import not_causal
-from kvcache.static import compile_report, loop_model
+from kvcache.static import compile_report, loop_model, static_capacity
 
 
 @dataclass
@@ -86,8 +86,8 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         raise UnsupportedCacheError(reason)
     device = model_device(target.model if given else target)
     model = target if given else loop_model(
-        target, use_cache=options.use_cache, compile=options.compile, refusal=options.compile_refusal,
-        capacity=len(prompt) + options.max_gen_len + options.widest + 1)
+        target, use_cache=options.use_cache, compile=options.compile, refusal=drafter.target_stays_dynamic,
+        capacity=static_capacity(len(prompt), options.max_gen_len, options.tree + drafter.most_extra_rows))
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
                  PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect,

@@ -114,9 +114,12 @@ def bucket_of(width: int, capacity: int) -> int | None:
     return next((b for b in BUCKETS if width <= b <= capacity), None)
 
 
-def static_capacity(positions: int) -> int:
-    """The capacity of a cache that must hold ``positions`` (prompt + budget + widest verify)."""
-    return max(CAPACITY_STEP, -(-int(positions) // CAPACITY_STEP) * CAPACITY_STEP)
+def static_capacity(prompt: int, max_gen_len: int, widest: int = 0) -> int:
+    """The capacity of one generation's static cache: a ``prompt`` of that many tokens, the length
+    budget, the most positions one verify feeds past it (``widest``: a tree's nodes, lookahead's
+    window rows) and one, rounded up to a multiple of :data:`CAPACITY_STEP`."""
+    positions = prompt + max_gen_len + widest + 1
+    return max(CAPACITY_STEP, -(-positions // CAPACITY_STEP) * CAPACITY_STEP)
 
 
 # ------------------------------------------------------------------ refusals
@@ -554,7 +557,7 @@ class StaticCachedModel(CachedModel):
 def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
                slot: str = "target", refusal: str = "") -> CachedModel:
     """``model`` as the decoding loops feed it: on ``compile`` "static" or "graphs" a
-    :class:`StaticCachedModel` of ``capacity`` positions where :func:`static_refusal` allows,
+    :class:`StaticCachedModel` of ``capacity`` positions (:func:`static_capacity`) where :func:`static_refusal` allows,
     else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path, whose ``compile_reason``
     says why (``refusal`` first: why the caller keeps it dynamic, one line)."""
     if compile not in COMPILE_PATHS:
@@ -568,7 +571,7 @@ def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity:
         cached.compile_reason = reason
         return cached
     refused = _GRAPH_REFUSALS.get(model, "") if compile == "graphs" else ""
-    return StaticCachedModel(model, capacity=static_capacity(capacity), graphs=compile == "graphs" and not refused,
+    return StaticCachedModel(model, capacity=capacity, graphs=compile == "graphs" and not refused,
                              slot=slot, fallback=refused)
 
 

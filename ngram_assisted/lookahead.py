@@ -148,6 +148,7 @@ class LookaheadDrafter(Drafter):
         if window < 1 or guesses < 1:
             raise ValueError(f"lookahead needs a window and a guess count of at least 1, got {window}, {guesses}")
         self.width, self.ngram, self.guesses = window, ngram, guesses
+        self.most_extra_rows = (window - 1) + (ngram - 2) * window    # the window: W - 1 rows, then W per level
         self.pool = pool if pool is not None else NGramPool(guesses)
         self.window: JacobiWindow | None = None
         self.last = -1

@@ -44,6 +44,7 @@ class SelfDrafter(Drafter):
 
     kind = "model"
     samples_trees = True
+    target_stays_dynamic = "the self-drafter drafts on the target's own dynamic cache"
 
     def __init__(self, model, processor, *, use_cache: bool = True, vocab_size: int | None = None,
                  generator: torch.Generator | None = None):
