@@ -44,9 +44,9 @@ class DrafterReport:
     its captures); None for a drafter that ran no model. ``cross_tokenizer``: for a drafter with a
     tokenizer of its own, how its drafts crossed to the target's ids (``cross_tokenizer.drafter``).
     ``round_notes``: one small JSON-ready dict (or None) per round, in order, saying why it drafted
-    what it did (the model-free drafters: ``{"source": ..., "match": ...}``); ``engine.run_strategy``
-    puts each in its round's ``Round.note``. ``fill_costs``: the target's verify seconds by width it
-    filled its chain rounds up to (``generation.widths``; the engine summarises the filling from them).
+    what it did (the model-free drafters: ``{"source": ..., "match": ...}``); the verify loop puts
+    each in its round's ``Round.note``. ``fill_costs``: the target's verify seconds by width it filled
+    its chain rounds up to (``generation.widths``; the verify loop summarises the filling from them).
     """
 
     rollback: dict | None = None
