@@ -30,7 +30,7 @@ import torch
 
 import analysis.ceiling
 from analysis.ceiling import accepted_prefix as _accepted
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from utils.method_name import storage_kind
 
 TOP_K = 8       # the target's top ids recorded per position: the widest a storage recycles
@@ -112,8 +112,8 @@ class _Cut(Drafter):
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         self.inner.update(new_tokens, top_k)
 
-    def fill_costs(self) -> dict[int, float] | None:
-        return self.inner.fill_costs()
+    def report(self) -> DrafterReport:
+        return replace(super().report(), fill_costs=self.inner.report().fill_costs)
 
 
 def replay(pair, make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,

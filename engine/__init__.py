@@ -23,7 +23,7 @@ from engine.run import decodes_alone, decodes_alone_reason, loop_vocab_size, run
 from engine.state import EngineState
 from engine.strategy import (DEFAULT_GAMMA, MAX_GAMMA, MAX_HYBRID_MATCH, CrossTokenizerOptions, HybridOptions,
                              LookaheadOptions, NGramOptions, Strategy, lookahead_strategy)
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.observer import NoObserver, Observer
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "DRAFTERS",
     "DraftContext",
     "Drafter",
+    "DrafterReport",
     "EngineState",
     "HybridOptions",
     "LookaheadOptions",

@@ -24,6 +24,7 @@ from generation.common import check_request
 from utils.devices import model_device
 from generation.drafter import Drafter
 from generation.model_drafter import ModelDrafter
+from kvcache.static import static_capacity
 from ngram_assisted import HybridDrafter, MatchDrafter, NGramDrafter
 from ngram_assisted.lookahead import LookaheadDrafter, NGramPool
 from ngram_assisted.sam import corpus_automaton, read_corpus
@@ -78,7 +79,7 @@ def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     return ModelDrafter(pair.drafter, context.processor, use_cache=strategy.use_cache,
                         vocab_size=context.vocab_size, generator=context.generator, prefills=context.prefills,
                         compile=strategy.compile,
-                        capacity=len(context.prompt) + context.max_gen_len + strategy.tree + 1)
+                        capacity=static_capacity(len(context.prompt), context.max_gen_len, strategy.tree))
 
 
 def hybrid_drafter(pair, options: HybridOptions, model: Drafter, state, context: DraftContext) -> HybridDrafter:

@@ -7,12 +7,11 @@ from dataclasses import replace
 import torch
 
 from analysis.hybrid import hybrid_summary
-from analysis.sources import fill_summary
 from engine.drafters import DRAFTERS, DraftContext
 from engine.kinds import kind_of_module, kind_of_pair
 from engine.pair import pair_of, shared_vocab_size
 from engine.state import EngineState
-from engine.strategy import HybridOptions, LookaheadOptions, Strategy
+from engine.strategy import HybridOptions, Strategy
 from generation.autoregressive import autoregressive_generate
 from generation.common import check_gamma, check_request, end_tokens
 from generation.observer import Observer
@@ -78,7 +77,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
         # The injected round trip is paid by every target forward, and only by those.
         target_delay_s=0.0 if on_drafter else strategy.target_delay_s,
         tree=strategy.tree, tree_branch=strategy.tree_branch, tree_sample=strategy.tree_sample,
-        verify=strategy.verify, prefills=tuple(prefills), compile=strategy.compile, widest=widest(strategy),
+        verify=strategy.verify, prefills=tuple(prefills), compile=strategy.compile,
         decisions=strategy.decisions and processor.is_greedy and not on_drafter,
         max_rounds=strategy.max_rounds,
     )
@@ -92,16 +91,12 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     context = DraftContext(processor, generator, vocab, prompt, strategy.max_gen_len, tuple(prefills))
     if drafter is None:
         drafter = DRAFTERS[strategy.drafter](pair, strategy, state, context)
-    options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy),
-                      compile_refusal=ON_TARGET_CACHE if drafts_on_target_cache(pair, strategy) else "")
-    result = with_notes(verify_loop(prompt, drafter, model if target is None else target, options, observer=observer,
-                                    interruptible=interruptible), drafter.round_notes())
+    options = replace(options, vocab_size=vocab, gamma_policy=state.gamma_policy(strategy))
+    result = verify_loop(prompt, drafter, model if target is None else target, options, observer=observer,
+                         interruptible=interruptible)
     hybrid = strategy.drafter_options
     if isinstance(hybrid, HybridOptions) and hybrid.min_match > 0:
         result.hybrid = hybrid_summary(result.trace, hybrid.min_match)
-    costs = drafter.fill_costs()
-    if costs:
-        result.width_fill = fill_summary(result.trace, costs)
     return result
 
 
@@ -116,24 +111,6 @@ def greedy_run(target, drafter, prompt: list[int], tokens: int, gamma: int = 0) 
     return run_strategy(strategy, pair_of(target, drafter), prompt)
 
 
-ON_TARGET_CACHE = "the self-drafter drafts on the target's own dynamic cache"
-
-
-def drafts_on_target_cache(pair, strategy: Strategy) -> bool:
-    """Whether the run's drafter is a self-drafter that drafts on the target's cache (the target then
-    keeps its dynamic cache: the self-drafters feed and crop it themselves)."""
-    return strategy.drafter == "self" or (strategy.drafter == "model" and bool(pair.drafts_on_target_cache))
-
-
-def widest(strategy: Strategy) -> int:
-    """The most positions one verify of ``strategy`` may feed past its length budget (a static
-    cache's capacity covers them): a tree's nodes and, for lookahead, its window rows."""
-    options = strategy.drafter_options
-    if isinstance(options, LookaheadOptions):
-        return strategy.tree + (options.window - 1) + (options.ngram - 2) * options.window
-    return strategy.tree
-
-
 def decodes_alone(drafter) -> bool:
     """Whether a pair's drafter model can decode on its own (drafter AR): not one of a kind that
     reads the target's state (the target's MTP layers, an EAGLE-3 head, a Gemma 4 assistant)."""
@@ -144,14 +121,6 @@ def decodes_alone_reason(drafter) -> str | None:
     """Why ``drafter`` cannot decode on its own (one line, its kind's), or None when it can."""
     kind = kind_of_module(drafter)
     return kind.alone if kind is not None else None
-
-
-def with_notes(result: GenerationResult, notes: list | None) -> GenerationResult:
-    """``result`` with the drafter's per-round notes in its rounds' ``note`` (unchanged when it kept none)."""
-    if notes:
-        result.trace = [replace(r, note=note) if note is not None else r
-                        for r, note in zip(result.trace, notes)] + result.trace[len(notes):]
-    return result
 
 
 def loop_vocab_size(pair) -> int:

@@ -12,7 +12,7 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, split_phases
 from generation.result import GenerationResult, Round
 from generation.served import ServedModel, served_generate
-from kvcache.static import capture_seconds, compile_report, loop_model, model_stats
+from kvcache.static import compile_report, loop_model, static_capacity
 
 
 @torch.inference_mode()
@@ -39,7 +39,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
     logits_processor, generator, eos = options.processor, options.generator, options.eos
     device = model_device(model)
     cached = loop_model(model, use_cache=options.use_cache, compile=options.compile,
-                          capacity=len(prompt) + options.max_gen_len + 1)
+                        capacity=static_capacity(len(prompt), options.max_gen_len))
     clock = PhaseClock(device)
     result = GenerationResult()
     watch = Watch(observer)
@@ -50,7 +50,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
         ids = torch.tensor([start], dtype=torch.long, device=device)     # (1, L)
         for _ in range(options.max_gen_len):
             t0 = clock.mark()
-            captured = capture_seconds(cached)
+            captured = cached.capture_s
             target_delay(options.target_delay_s, device)
             logits = cached.forward(ids, keep=1)                             # (1, V)
             token = logits_processor.sample(logits_processor(logits), generator)  # (1,)
@@ -60,7 +60,7 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
             value = token.item()                                         # one host sync per token
             # a capture during this step is booked in compile.capture_s, not as the step's cost
-            seconds = max(0.0, clock.seconds(t0, t1) - (capture_seconds(cached) - captured))
+            seconds = max(0.0, clock.seconds(t0, t1) - (cached.capture_s - captured))
             result.rounds += 1
             result.trace.append(Round(drafted=(), accepted=0, token=value, bonus=False, gamma=0,
                                       draft_s=seconds if phase == "draft" else 0.0,
@@ -69,9 +69,8 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
             if value in eos:
                 result.stop_reason = "eos"
                 break
-    stats = model_stats(cached, options.compile)
-    result.compile = compile_report(options.compile, stats)
-    result.seconds -= watch.paused_s + stats["capture_s"]          # capturing is not decoding
+    result.compile = compile_report(options.compile, cached.compile_stats())
+    result.seconds -= watch.paused_s + cached.capture_s            # capturing is not decoding
     result.first_token_s, result.first_tokens = watch.first_token(started)
     result.tokens = ids[0, len(start):].tolist() if start is not None else []
     if decisions is not None:

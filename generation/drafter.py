@@ -20,19 +20,40 @@ What a round does with a drafter, in order::
     extra_outputs(tokens)   tree rounds only, when extra rows were fed: the target's argmax at each
     draft_logits()          after a chain proposal, for the inspector (greedy: q is one-hot)
     update(new, top_k)      the tokens the round appended (and the target's top-k when asked)
-    rollback_stats()        once, at the end: how the drafter's own cache was rolled back
-    cross_tokenizer_stats() once, at the end: a drafter with another tokenizer reports its crossings
-    round_notes()           once, after the loop (engine.run_strategy): why each round drafted what it did
-    fill_costs()            once, after the loop: the verify seconds by width it filled rounds to, if any
+    report()                once, at the end: a :class:`DrafterReport` (its cache's rollbacks, its model's
+                            compile path, its tokenizer crossings, its round notes, its filling costs)
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import torch
 
 from generation.tree import ExtraRows, Tree
+from kvcache.cache import off_path
+
+
+@dataclass(frozen=True)
+class DrafterReport:
+    """What a drafter says of its generation once it ends; None: nothing to say.
+
+    ``rollback``: how its own cache was rolled back (``kvcache.cache.RollbackStats.to_dict()``).
+    ``compile``: how its own model ran (``CachedModel.compile_stats()``: its path, why it fell back,
+    its captures); None for a drafter that ran no model. ``cross_tokenizer``: for a drafter with a
+    tokenizer of its own, how its drafts crossed to the target's ids (``cross_tokenizer.drafter``).
+    ``round_notes``: one small JSON-ready dict (or None) per round, in order, saying why it drafted
+    what it did (the model-free drafters: ``{"source": ..., "match": ...}``); the verify loop puts
+    each in its round's ``Round.note``. ``fill_costs``: the target's verify seconds by width it filled
+    its chain rounds up to (``generation.widths``; the verify loop summarises the filling from them).
+    """
+
+    rollback: dict | None = None
+    compile: dict | None = None
+    cross_tokenizer: dict | None = None
+    round_notes: list[dict | None] | None = None
+    fill_costs: dict[int, float] | None = None
 
 
 class Drafter(ABC):
@@ -44,11 +65,16 @@ class Drafter(ABC):
     ``wants_top_k``: > 1 asks :meth:`update` for the target's top-k ids at each verified position.
     ``samples_trees``: True when :meth:`propose_sampled_tree` is implemented (sampled trees are
     verified by recursive rejection sampling, ``generation.accept.accept_tree_rrs``).
+    ``most_extra_rows``: the most rows :meth:`extra_rows` feeds in one verify (a static cache holds them).
+    ``target_stays_dynamic``: why the target keeps its dynamic cache (one line: a drafter that feeds
+    and crops that cache itself); "" when the target may take the static path.
     """
 
     kind: str = "model"
     wants_top_k: int = 0
     samples_trees: bool = False
+    most_extra_rows: int = 0
+    target_stays_dynamic: str = ""
 
     @property
     def calls(self) -> int:
@@ -130,29 +156,13 @@ class Drafter(ABC):
         each of their positions. Called every round, also a round another drafter drafted (a
         hybrid, ``ngram_assisted.hybrid``, tells both its sides). Default: nothing to learn."""
 
-    def rollback_stats(self) -> dict | None:
-        """How the drafter's own cache was rolled back (``kvcache.cache.RollbackStats.to_dict()``),
-        or None for a drafter without a cache."""
-        return None
+    @property
+    def capture_s(self) -> float:
+        """Seconds its own model has spent capturing forwards in this generation (the static path's,
+        ``CachedModel.capture_s``), read around each round to keep them out of its draft time."""
+        return 0.0
 
-    def compile_stats(self) -> dict | None:
-        """How the drafter's own model ran (``kvcache.static.model_stats``: its path, why it fell
-        back, its captures), or None for a drafter that runs no model of its own."""
-        return None
-
-    def cross_tokenizer_stats(self) -> dict | None:
-        """For a drafter with a tokenizer of its own: how its drafts crossed to the target's ids
-        (``cross_tokenizer.drafter``); None otherwise."""
-        return None
-
-    def round_notes(self) -> list[dict | None] | None:
-        """One small JSON-ready dict (or None) per round, in order, saying why the round drafted what
-        it did (the model-free drafters: ``{"source": ..., "match": ...}``); the engine puts each in
-        its round's ``Round.note``. Default: None, nothing to say."""
-        return None
-
-    def fill_costs(self) -> dict[int, float] | None:
-        """The target's verify seconds by width this drafter filled its chain rounds up to
-        (``generation.widths``; the engine summarises the filling from them), or None when it
-        drew its rounds as they came. Default: None."""
-        return None
+    def report(self) -> DrafterReport:
+        """What it says of the generation, once it ends. Default: a drafter that ran forwards of a
+        model of its own (a kind keeping its own dynamic cache) ran it ``off``; else nothing."""
+        return DrafterReport(compile=off_path() if self.calls else None)

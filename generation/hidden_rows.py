@@ -13,9 +13,11 @@ logits of the last proposal, and the count of its forwards.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.model_drafter import draft_tokens
 from kvcache.cache import RollbackStats
 from sampling import LogitsProcessor
@@ -103,8 +105,8 @@ class TargetHiddenStates(HeadDrafter):
         self.committed = len(prompt)
         self.stats = RollbackStats()
 
-    def rollback_stats(self) -> dict:
-        return self.stats.to_dict()
+    def report(self) -> DrafterReport:
+        return replace(super().report(), rollback=self.stats.to_dict())
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Make sure the target's hidden states of slots 0..n-2 are at hand: in the first round

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 
 from utils.devices import model_device
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
 from sampling import LogitsProcessor
 from kvcache.cache import tree_support
-from kvcache.static import loop_model, model_stats
+from kvcache.static import loop_model
 
 
 def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, generator, vocab_size,
@@ -68,7 +68,6 @@ class ModelDrafter(Drafter):
         self.generator = generator
         self.device = model_device(model)
         # ``compile``: its path (kvcache.static); ``capacity``: the positions a static cache must hold
-        self.compile = compile
         self.cached = loop_model(model, use_cache=use_cache, compile=compile, capacity=capacity, slot="drafter")
         self._logits: list[torch.Tensor] = []  # the last proposal's logits rows, (1, V) each
         self.committed = 0     # the committed sequence's length: begin's start plus every round's tokens
@@ -160,8 +159,9 @@ class ModelDrafter(Drafter):
         logits = torch.cat(self._logits)                            # (k', V_drafter)
         return logits if self.vocab_size is None else logits[:, :self.vocab_size]
 
-    def rollback_stats(self) -> dict:
-        return self.cached.stats.to_dict()
+    @property
+    def capture_s(self) -> float:
+        return self.cached.capture_s
 
-    def compile_stats(self) -> dict:
-        return model_stats(self.cached, self.compile)
+    def report(self) -> DrafterReport:
+        return DrafterReport(rollback=self.cached.stats.to_dict(), compile=self.cached.compile_stats())

@@ -28,10 +28,7 @@ class LoopOptions:
     numbers in each round. ``target_delay_s``: wait that long before every
     target forward (an injected network round trip, booked as verify).
     ``compile``: the forwards' path, ``off``, ``static`` or ``graphs``
-    (``kvcache.static``); ``widest``: the most positions one verify may add past
-    the length budget (a tree's nodes and extra rows), for the static capacity.
-    ``compile_refusal``: why the verify loop's target stays on ``off`` though a
-    compile path was asked (a drafter that drafts on the target's own cache).
+    (``kvcache.static``).
     ``tree`` > 0: verify token trees of at most that many nodes
     (``tree_branch`` children per expanded node; ``tree_sample``: children
     drawn from q, verified by recursive rejection sampling). ``verify``: the
@@ -60,7 +57,5 @@ class LoopOptions:
     verify: str = "residual"
     prefills: tuple = ()
     compile: str = "off"
-    widest: int = 0
-    compile_refusal: str = ""
     decisions: bool = False
     max_rounds: int = 0

@@ -43,7 +43,7 @@ class Round:
     tokens, p, q, acceptance probability, entropies; ``generation.inspection``),
     or None when it was not recorded (plain decoding, tree rounds, old traces).
 
-    ``note``: what the drafter said about this round's drafts (``Drafter.round_notes``),
+    ``note``: what the drafter said about this round's drafts (``Drafter.report().round_notes``),
     a small JSON-ready dict, or None. The model-free drafters say which text the drafts
     were copied from (``source``: ``prompt`` or ``global`` for SuffixDecoding's tries,
     ``context`` or ``corpus`` for the suffix automaton, ``""`` when nothing matched) and

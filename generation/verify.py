@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from analysis.sources import fill_summary
 from generation.common import cut_at_end, timed_run
 from generation.decisions import DecisionLog
 from utils.devices import model_device
@@ -29,7 +30,7 @@ from generation.verify_rules import Rule, block_details, verify_rule
 from sampling import LogitsProcessor
 from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
 from kvcache.probe import not_causal
-from kvcache.static import capture_seconds, compile_report, loop_model, model_stats
+from kvcache.static import compile_report, loop_model, static_capacity
 
 
 @dataclass
@@ -85,8 +86,8 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         raise UnsupportedCacheError(reason)
     device = model_device(target.model if given else target)
     model = target if given else loop_model(
-        target, use_cache=options.use_cache, compile="off" if options.compile_refusal else options.compile,
-        capacity=len(prompt) + options.max_gen_len + options.widest + 1)
+        target, use_cache=options.use_cache, compile=options.compile, refusal=drafter.target_stays_dynamic,
+        capacity=static_capacity(len(prompt), options.max_gen_len, options.tree + drafter.most_extra_rows))
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,
                  PhaseClock(device), result, Watch(observer), options.target_delay_s, options.inspect,
@@ -106,16 +107,16 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         first_capture = 0.0
         while generated < options.max_gen_len:
             k_max = min(policy.next_gamma(), options.max_gen_len - generated - 1)
-            before = _captures(model, drafter, options.compile)
+            before = model.capture_s, drafter.capture_s
             if trees:
                 ids, new, stop = tree_round(loop, ids, k_max, options.tree, options.tree_branch, sampled=sampled)
             else:
                 ids, new, stop = _round(loop, ids, k_max, policy.threshold)
-            _book_captures(result, before, _captures(model, drafter, options.compile))
+            _book_captures(result, before, (model.capture_s, drafter.capture_s))
             policy.observe(result.trace[-1])
             generated += len(new)
             if result.rounds == 1:          # captures inside the first round are not time to first token
-                first_capture = sum(_captures(model, drafter, options.compile))
+                first_capture = model.capture_s + drafter.capture_s
             if stop:
                 result.stop_reason = "eos"
                 break
@@ -123,15 +124,10 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
                 result.stop_reason = "rounds"
                 break
     network = model.network_stats()
-    target_stats, drafter_stats = model_stats(model, options.compile), drafter.compile_stats()
-    if options.compile_refusal and options.compile != "off":
-        target_stats["reason"] = options.compile_refusal
-    if drafter_stats is None and drafter.kind == "model" and drafter.calls:   # a drafter kind on its own path
-        drafter_stats = model_stats(None, options.compile)
+    report = drafter.report()
     if network is None:
-        result.compile = compile_report(options.compile, target_stats, drafter_stats)
-    captured = target_stats["capture_s"], drafter_stats["capture_s"] if drafter_stats else 0.0
-    result.seconds -= loop.watch.paused_s + sum(captured)          # capturing is not decoding
+        result.compile = compile_report(options.compile, model.compile_stats(), report.compile)
+    result.seconds -= loop.watch.paused_s + model.capture_s + drafter.capture_s    # capturing is not decoding
     result.first_token_s, result.first_tokens = loop.watch.first_token(started)
     if result.first_token_s is not None:
         result.first_token_s = max(0.0, result.first_token_s - first_capture)
@@ -145,19 +141,16 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
     result.rollback = {"target": model.stats.to_dict()}
     if network is not None:
         result.network = network
-    drafter_stats = drafter.rollback_stats()
-    if drafter_stats is not None:
-        result.rollback["drafter"] = drafter_stats
-    crossing = drafter.cross_tokenizer_stats()
-    if crossing is not None:
-        result.cross_tokenizer = crossing
+    if report.rollback is not None:
+        result.rollback["drafter"] = report.rollback
+    if report.cross_tokenizer is not None:
+        result.cross_tokenizer = report.cross_tokenizer
+    if report.round_notes:           # each round's note: why the drafter drafted what it did
+        result.trace = [replace(r, note=note) if note is not None else r
+                        for r, note in zip(result.trace, report.round_notes)] + result.trace[len(report.round_notes):]
+    if report.fill_costs:
+        result.width_fill = fill_summary(result.trace, report.fill_costs)
     return result
-
-
-def _captures(model, drafter: Drafter, requested: str) -> tuple[float, float]:
-    """Seconds the target and the drafter have spent capturing forwards so far (``kvcache.static``)."""
-    drafter_stats = drafter.compile_stats() if requested != "off" else None
-    return capture_seconds(model), drafter_stats["capture_s"] if drafter_stats else 0.0
 
 
 def _book_captures(result: GenerationResult, before: tuple[float, float], after: tuple[float, float]) -> None:

@@ -335,6 +335,13 @@ def _forward_kwargs(model) -> tuple[str, str | None]:
 
 
 PATHS = ("cached", "stepwise", "uncached", "refused")
+
+
+def off_path(reason: str = "") -> dict:
+    """One model's fields of a result's ``compile`` on the dynamic path: ``off``, nothing captured;
+    ``reason``: why, where a static path was asked (``kvcache.static``)."""
+    return {"path": "off", "reason": reason, "widths": [], "buckets": [], "captures": 0, "capture_s": 0.0,
+            "recompiles": 0, "eager": 0}
 # Which of a forward's ``hidden_states`` a model that keeps them (``CachedModel.keep_hidden``
 # True) keeps: the last, the final-normed state transformers' own MTP drafting reads
 # (``MTPCandidateGenerator``: ``output_hidden_states=-1``, ``hidden_states[-1]``).
@@ -405,7 +412,15 @@ class CachedModel:
     ``kvcache.probe.cached_model`` builds one on the path the probe measured
     for the model (the decoding loops' way), and a test or a timing that knows
     its model may name one. Building one runs nothing.
+
+    ``capture_s``: seconds this generation spent capturing forwards, left out of the run's
+    time (none here: the static path's ``kvcache.static.StaticCachedModel`` captures);
+    ``compile_reason``: why it runs this dynamic path where a static one was asked
+    (``kvcache.static.loop_model`` says), read by :meth:`compile_stats`.
     """
+
+    capture_s = 0.0
+    compile_reason = ""
 
     def __init__(self, model, *, use_cache: bool = True, path: str | None = None, reason: str = ""):
         self.model = model
@@ -533,6 +548,10 @@ class CachedModel:
     def network_stats(self) -> dict | None:
         """Requests and their times when the model is behind a server; a local model has none."""
         return None
+
+    def compile_stats(self) -> dict:
+        """This generation's path (one model's fields of the result's ``compile``): :func:`off_path`."""
+        return off_path(self.compile_reason)
 
     @property
     def length(self) -> int:

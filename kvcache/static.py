@@ -114,26 +114,63 @@ def bucket_of(width: int, capacity: int) -> int | None:
     return next((b for b in BUCKETS if width <= b <= capacity), None)
 
 
-def static_capacity(positions: int) -> int:
-    """The capacity of a cache that must hold ``positions`` (prompt + budget + widest verify)."""
-    return max(CAPACITY_STEP, -(-int(positions) // CAPACITY_STEP) * CAPACITY_STEP)
+def static_capacity(prompt: int, max_gen_len: int, widest: int = 0) -> int:
+    """The capacity of one generation's static cache: a ``prompt`` of that many tokens, the length
+    budget, the most positions one verify feeds past it (``widest``: a tree's nodes, lookahead's
+    window rows) and one, rounded up to a multiple of :data:`CAPACITY_STEP`."""
+    positions = prompt + max_gen_len + widest + 1
+    return max(CAPACITY_STEP, -(-positions // CAPACITY_STEP) * CAPACITY_STEP)
+
+
+# ------------------------------------------------------------ what a model keeps
+
+@dataclass
+class _Kept:
+    """What the process keeps of one model on the static path (:func:`kept`): decided and built once."""
+
+    refusal: str | None = None      # why it cannot take the static path ("": it can; None: not tried yet)
+    graphs_refusal: str = ""        # why its forwards cannot be captured (the backend failed once): static on
+    # (capacity, slot) -> StaticCache: one preallocated cache per capacity and slot ("target", "drafter"),
+    # reused by every run (captured forwards hold its tensors' addresses), the most recently used last
+    caches: dict = field(default_factory=dict)
+    captures: dict = field(default_factory=dict)    # (slot, capacity, bucket, masked, layers) -> _Capture
+
+    def cache_for(self, config, capacity: int, slot: str):
+        """The cache of ``capacity`` in ``slot``, now the most recently used; at most
+        :data:`KEEP_CAPACITIES` capacities are kept per slot: the least recently used goes, with its
+        captures (they read its tensors), so memory stays bounded when prompts grow."""
+        key = (capacity, slot)
+        cache = self.caches.pop(key, None)
+        if cache is None:
+            cache = StaticCache(config=config, max_cache_len=capacity)
+            held = [k for k in self.caches if k[1] == slot]
+            for old in held[:max(0, len(held) - KEEP_CAPACITIES + 1)]:
+                del self.caches[old]
+                for gone in [c for c in self.captures if c[:2] == (slot, old[0])]:
+                    del self.captures[gone]
+        self.caches[key] = cache            # dicts keep insertion order: the last is the most recent
+        return cache
+
+
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # model -> _Kept
+
+
+def kept(model) -> _Kept:
+    """What the process keeps of ``model`` on the static path (empty at first)."""
+    return _KEPT.setdefault(model, _Kept())
 
 
 # ------------------------------------------------------------------ refusals
-
-_REFUSALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# model -> why its forwards cannot be captured (the backend failed once): it runs static from then on
-_GRAPH_REFUSALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 def static_refusal(model) -> str | None:
     """None when ``model`` can take the static path, else why not (one line). Decided once per
     model, from what it reports and what a short static episode measures (:func:`_static_probe`)."""
     if isinstance(model, SessionModel):
         return "its cache is the server's"
-    if model not in _REFUSALS:
-        _REFUSALS[model] = _refusal(model) or ""
-    return _REFUSALS[model] or None
+    entry = kept(model)
+    if entry.refusal is None:
+        entry.refusal = _refusal(model) or ""
+    return entry.refusal or None
 
 
 def _refusal(model) -> str | None:
@@ -178,37 +215,11 @@ def _static_probe(model) -> str | None:
     try:
         found = probe.check_episode(model, StaticCachedModel(model, capacity=capacity, slot="probe"))
     finally:
-        _CACHES.get(model, {}).pop((capacity, "probe"), None)
+        kept(model).caches.pop((capacity, "probe"), None)
     return None if found is None else f"its static-cache forward on transformers {transformers.__version__} {found}"
 
 
-# ------------------------------------------------------------ caches, captures
-
-# model -> {(capacity, slot): StaticCache}: one preallocated cache per model, capacity and slot
-# ("target", "drafter"), reused by every run (captured forwards hold its tensors' addresses).
-_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# model -> {(slot, capacity, bucket, masked, layers): _Capture}
-_CAPTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _cache_for(model, capacity: int, slot: str):
-    """The model's cache of ``capacity`` in ``slot``, the most recently used; at most
-    :data:`KEEP_CAPACITIES` capacities are kept per slot: the least recently used goes, with its
-    captures (they read its tensors), so memory stays bounded when prompts grow."""
-    caches = _CACHES.setdefault(model, {})
-    key = (capacity, slot)
-    cache = caches.pop(key, None)
-    if cache is None:
-        cache = StaticCache(config=model.config, max_cache_len=capacity)
-        held = [k for k in caches if k[1] == slot]
-        for old in held[:max(0, len(held) - KEEP_CAPACITIES + 1)]:
-            del caches[old]
-            captures = _CAPTURES.get(model, {})
-            for gone in [c for c in captures if c[:2] == (slot, old[0])]:
-                del captures[gone]
-    caches[key] = cache            # dicts keep insertion order: the last is the most recent
-    return cache
-
+# ------------------------------------------------------------------ captures
 
 def _step(model, cache, cache_kw: str, tokens, positions, cache_position, mask, request, layers):
     """One forward over the static cache: every row's logits (1, w, V) and the kept hidden rows."""
@@ -298,7 +309,7 @@ class StaticCachedModel(CachedModel):
         self.hidden = None
         self.kv_states = None
         self.record = CompileRecord()
-        self.cache = _cache_for(self.model, self.capacity, self.slot)
+        self.cache = kept(self.model).cache_for(self.model.config, self.capacity, self.slot)
         self._length = self._cache_length()       # what the last generation on this cache left
         self._set_length(0)
         self.masked_chains = self.graphs and tree_support(self) is None
@@ -378,7 +389,7 @@ class StaticCachedModel(CachedModel):
 
     def _capture(self, bucket: int, masked: bool, layers: tuple) -> tuple[_Capture, bool]:
         """The capture of this bucket (made now if none is kept), and whether it is new."""
-        captures = _CAPTURES.setdefault(self.model, {})
+        captures = kept(self.model).captures
         key = self._capture_key(bucket, masked, layers)
         if key in captures:
             return captures[key], False
@@ -502,14 +513,14 @@ class StaticCachedModel(CachedModel):
         """The backend could not capture this forward: nothing half-made is kept, every layer is put
         back to ``seen`` positions, the model runs ``static`` (eager) from this forward on, in this
         run and the next ones, and its runs say why in one line."""
-        del _CAPTURES[self.model][self._capture_key(bucket, masked, layers)]
+        del kept(self.model).captures[self._capture_key(bucket, masked, layers)]
         if LENGTH_IN_CACHE:
             for layer in _layers(self.cache):        # a failure part-way may have moved some layers only
                 lower_layer(layer, int(layer.get_seq_length()) - seen)
         self._length = seen
         reason = (f"the {BACKEND!r} backend cannot capture {type(self.model).__name__}'s forward here "
                   f"({_first_line(error)}); it runs static (eager)")
-        _GRAPH_REFUSALS[self.model] = reason
+        kept(self.model).graphs_refusal = reason
         self.graphs, self.compile_path, self.fallback = False, "static", reason
         return self._eager(tokens, positions, mask, layers)
 
@@ -536,6 +547,11 @@ class StaticCachedModel(CachedModel):
                     tensor.narrow(-2, start, len(kept)).copy_(tensor.index_select(-2, index))
         self._set_length(start + len(kept))
 
+    @property
+    def capture_s(self) -> float:
+        """Seconds this generation has spent capturing forwards (left out of the run's time)."""
+        return self.record.capture_s
+
     def compile_stats(self) -> dict:
         """This generation's path and captures (the result's ``compile`` fields of one model)."""
         record = self.record
@@ -547,42 +563,24 @@ class StaticCachedModel(CachedModel):
 # ------------------------------------------------------------- entry point
 
 def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
-               slot: str = "target") -> CachedModel:
+               slot: str = "target", refusal: str = "") -> CachedModel:
     """``model`` as the decoding loops feed it: on ``compile`` "static" or "graphs" a
-    :class:`StaticCachedModel` of ``capacity`` positions where :func:`static_refusal` allows,
-    else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path."""
+    :class:`StaticCachedModel` of ``capacity`` positions (:func:`static_capacity`) where :func:`static_refusal` allows,
+    else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path, whose ``compile_reason``
+    says why (``refusal`` first: why the caller keeps it dynamic, one line)."""
     if compile not in COMPILE_PATHS:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_PATHS)}, got {compile!r}")
-    if compile == "off" or not use_cache or capacity is None or static_refusal(model) is not None:
-        return probe.cached_model(model, use_cache=use_cache)
-    refused = _GRAPH_REFUSALS.get(model, "") if compile == "graphs" else ""
-    return StaticCachedModel(model, capacity=static_capacity(capacity), graphs=compile == "graphs" and not refused,
-                             slot=slot, fallback=refused)
-
-
-def capture_seconds(cached) -> float:
-    """Seconds ``cached`` has spent capturing forwards in this generation (0 off the static path):
-    read before and after a step, so that the step's own time leaves the capture out."""
-    return cached.record.capture_s if isinstance(cached, StaticCachedModel) else 0.0
-
-
-def model_stats(cached, requested: str) -> dict:
-    """One model's path under ``requested``: ``path``, ``reason`` (why it fell back, one line),
-    ``widths``, ``buckets``, ``captures``, ``capture_s``, ``recompiles``, ``eager``."""
-    if isinstance(cached, StaticCachedModel):
-        return cached.compile_stats()
     reason = ""
-    if requested != "off":
-        if cached is None:
-            reason = "this drafter kind keeps a dynamic cache of its own"
-        elif not isinstance(cached, CachedModel):
-            reason = "its cache is the server's"
-        elif cached.cache_off:
-            reason = "the cache is off"
-        else:
-            reason = static_refusal(cached.model) or "no capacity was given"
-    return {"path": "off", "reason": reason, "widths": [], "buckets": [], "captures": 0, "capture_s": 0.0,
-            "recompiles": 0, "eager": 0}
+    if compile != "off":
+        reason = refusal or ("the cache is off" if not use_cache else static_refusal(model)
+                             or ("no capacity was given" if capacity is None else ""))
+    if compile == "off" or reason:
+        cached = probe.cached_model(model, use_cache=use_cache)
+        cached.compile_reason = reason
+        return cached
+    refused = kept(model).graphs_refusal if compile == "graphs" else ""
+    return StaticCachedModel(model, capacity=capacity, graphs=compile == "graphs" and not refused,
+                             slot=slot, fallback=refused)
 
 
 def compile_report(requested: str, target: dict, drafter: dict | None = None) -> dict:

@@ -16,9 +16,11 @@ them; its next proposal feeds the tokens it missed in its first forward).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.tree import Tree
 from ngram_assisted.match_drafter import MatchDrafter
 from ngram_assisted.suffix import Draft
@@ -44,6 +46,7 @@ class HybridDrafter(Drafter):
             raise ValueError(f"the hybrid's match length L must be an integer >= 1, got {min_match!r}")
         self.model = model
         self.retrieval = retrieval
+        self.target_stays_dynamic = model.target_stays_dynamic   # a self-drafter feeds the target's cache
         self.min_match = min_match
         self.notes: list[dict | None] = []
         self._pending: dict | None = None   # this round's note, closed by update
@@ -110,14 +113,10 @@ class HybridDrafter(Drafter):
         self.notes.append(self._pending)
         self._pending = None
 
-    def rollback_stats(self) -> dict | None:
-        return self.model.rollback_stats()
+    @property
+    def capture_s(self) -> float:
+        return self.model.capture_s
 
-    def compile_stats(self) -> dict | None:
-        return self.model.compile_stats()
-
-    def cross_tokenizer_stats(self) -> dict | None:
-        return self.model.cross_tokenizer_stats()
-
-    def round_notes(self) -> list[dict | None]:
-        return list(self.notes)
+    def report(self) -> DrafterReport:
+        """The drafter model's report, with each round's note (which side drafted, the match)."""
+        return replace(self.model.report(), round_notes=list(self.notes))

@@ -30,7 +30,7 @@ import random
 
 import torch
 
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.tree import ExtraRows, Tree
 
 WINDOW_SEED = 0    # the fixed seed of the window's first tokens
@@ -148,6 +148,7 @@ class LookaheadDrafter(Drafter):
         if window < 1 or guesses < 1:
             raise ValueError(f"lookahead needs a window and a guess count of at least 1, got {window}, {guesses}")
         self.width, self.ngram, self.guesses = window, ngram, guesses
+        self.most_extra_rows = (window - 1) + (ngram - 2) * window    # the window: W - 1 rows, then W per level
         self.pool = pool if pool is not None else NGramPool(guesses)
         self.window: JacobiWindow | None = None
         self.last = -1
@@ -195,5 +196,5 @@ class LookaheadDrafter(Drafter):
         self.notes.append({**note, "pool": len(self.pool), "rows": self._rows})
         self._pending, self._rows = None, 0
 
-    def round_notes(self) -> list[dict | None]:
-        return list(self.notes)
+    def report(self) -> DrafterReport:
+        return DrafterReport(round_notes=list(self.notes))

@@ -3,7 +3,7 @@
 It keeps no sequence of its own: the storage holds the prompt and the output so far
 (fed from the verify loop's one host sync per round), so drafting never reads the
 device. Each round it records where its drafts came from and how long the match was
-(:meth:`round_notes`, carried by ``Round.note``).
+(its :meth:`report`'s ``round_notes``, carried by ``Round.note``).
 
 Given the target's verify costs by width (``engine.widths.verify_costs``), a chain round
 is filled: when a wider verify is measured cheaper than the draft's own width
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.tree import Tree
 from generation.widths import fill_width
 from ngram_assisted.suffix import DEFAULT_FACTOR, Draft
@@ -43,9 +43,6 @@ class MatchDrafter(Drafter):
 
     def tree_support(self) -> str | None:
         return None
-
-    def fill_costs(self) -> dict[int, float] | None:
-        return self.verify_costs
 
     def begin(self, prompt: list[int]) -> None:
         self.storage.initialize(prompt)
@@ -83,5 +80,5 @@ class MatchDrafter(Drafter):
         self.notes.append(self._pending)
         self._pending = None
 
-    def round_notes(self) -> list[dict | None]:
-        return list(self.notes)
+    def report(self) -> DrafterReport:
+        return DrafterReport(round_notes=list(self.notes), fill_costs=self.verify_costs)

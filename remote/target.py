@@ -88,6 +88,7 @@ class ServedSession:
     keep_hidden = False
     hidden = None
     cache_off = False
+    capture_s = 0.0
     path = "served"
     reason = ""
     tree_reason = "the target is behind a server, whose API scores one chain position per request"

@@ -8,8 +8,6 @@ generated."""
 
 from __future__ import annotations
 
-import weakref
-
 import pytest
 import torch
 
@@ -20,6 +18,7 @@ from kvcache.static import StaticCachedModel
 from sampling import GreedyProcessor
 from tests.helpers import arch_zoo
 from tests.helpers.pairs import model_pair
+from tests.helpers.static import fresh_captures
 
 PROMPT = list(arch_zoo.PROMPTS[0])
 LENGTH = arch_zoo.LENGTH
@@ -34,7 +33,7 @@ def cheap_backend(monkeypatch):
     """The eager backend, and captures of this test's own: the zoo's models are shared with other
     files, which count their captures from none."""
     monkeypatch.setattr(static, "BACKEND", "eager")
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    fresh_captures(monkeypatch)
 
 
 def probed(target, drafter):
@@ -112,7 +111,7 @@ def test_padding_under_the_models_own_causal_mask(pair, monkeypatch):
     slots) hides the padded rows from the real ones."""
     monkeypatch.setattr(static, "tree_support", lambda cached: "no custom mask here")
     same_rows(pair, monkeypatch, **PADDED[1])
-    assert all(not key[3] for key in static._CAPTURES[pair.target])      # chain captures, no mask
+    assert all(not key[3] for key in static.kept(pair.target).captures)      # chain captures, no mask
 
 
 def test_mutation_padded_rows_not_rolled_back_fails(pair, monkeypatch):
@@ -164,7 +163,7 @@ def test_trees_and_the_heuristic_policy_stay_within_the_buckets(blended, monkeyp
     assert len(widths) > MOST_CAPTURES                  # a capture per width would pass the bound
     assert 0 < per_model["target"] <= MOST_CAPTURES and 0 < per_model["drafter"] <= MOST_CAPTURES, per_model
     for model in (blended.target, blended.drafter):     # what is kept: buckets only, one capture each
-        assert {key[2] for key in static._CAPTURES[model]} <= set(static.BUCKETS)
+        assert {key[2] for key in static.kept(model).captures} <= set(static.BUCKETS)
         assert one_capture_per_bucket(model)
     again, _, tokens_again = session_captures(blended)
     assert again == {"target": 0, "drafter": 0} and tokens_again == tokens
@@ -174,7 +173,7 @@ def test_trees_and_the_heuristic_policy_stay_within_the_buckets(blended, monkeyp
 
 def one_capture_per_bucket(model) -> bool:
     """Whether ``model`` keeps one capture per bucket: its chains run in the trees' captures."""
-    buckets = [key[2] for key in static._CAPTURES[model]]
+    buckets = [key[2] for key in static.kept(model).captures]
     return len(buckets) == len(set(buckets))
 
 
@@ -218,4 +217,4 @@ def test_padding_past_the_capacity_runs_eager(pair, monkeypatch):
         model.forward(ids, keep=5)                           # 5 rows at 10: bucket 8 would reach 18
         assert model.record.eager == 1 and model.record.captures == 0 and model.length == 15
     finally:
-        static._CACHES.get(pair.target, {}).pop((16, "edge"), None)
+        static.kept(pair.target).caches.pop((16, "edge"), None)

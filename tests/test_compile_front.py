@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import weakref
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from repl.settings import STRATEGIES, Settings
 from repl.trace import environment, prompt_record, read_trace, trace_document, write_trace
 from tests.helpers.models import tiny_llama
 from tests.helpers.pairs import model_pair
+from tests.helpers.static import fresh_captures
 from tests.helpers.tokenizers import word_tokenizer
 from utils.options import COMPILE_PATHS
 
@@ -173,13 +173,13 @@ def test_graphs_runs_report_their_captures(runner, monkeypatch):
     """dynamo's cheap "eager" backend, and no capture kept from an earlier test: the first run must
     capture. Mutation: compile_report dropping the captures' count fails the same check."""
     monkeypatch.setattr(static, "BACKEND", "eager")
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    fresh_captures(monkeypatch)
     assert _graphs_run_faults(runner) == []
     real = static.compile_report
 
     def uncounted(*args, **kwargs):
         return {**real(*args, **kwargs), "captures": 0}
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    fresh_captures(monkeypatch)
     for module in (autoregressive, verify):
         monkeypatch.setattr(module, "compile_report", uncounted)
     assert any("captures are not reported" in f for f in _graphs_run_faults(runner))

@@ -21,6 +21,7 @@ from sampling import GreedyProcessor
 from sampling.spec import ProcessorSpec
 from tests.helpers import arch_zoo
 from tests.helpers.pairs import model_pair
+from tests.helpers.static import fresh_captures
 
 PROMPT = list(arch_zoo.PROMPTS[0])
 LENGTH = arch_zoo.LENGTH
@@ -239,8 +240,7 @@ def test_a_layer_without_crop_rolls_back_by_its_own_length(pair, monkeypatch, co
 
     monkeypatch.setattr(static, "LAYER_CROPS", False)
     monkeypatch.setattr(StaticLayer, "crop", no_crop, raising=False)
-    for kept in ("_REFUSALS", "_CACHES", "_CAPTURES"):      # tried, built and captured here, dropped after
-        monkeypatch.setattr(static, kept, weakref.WeakKeyDictionary())
+    monkeypatch.setattr(static, "_KEPT", weakref.WeakKeyDictionary())   # tried, built and captured here, dropped after
     assert static_refusal(pair.target) is None and static_refusal(pair.drafter) is None   # tried without crop
     got = same_run(pair, monkeypatch, compile, drafter="model", gamma=3)
     assert got.compile["drafter_path"] == compile
@@ -254,7 +254,7 @@ def test_mutation_a_length_not_lowered_is_refused_in_one_line_naming_the_release
 
     monkeypatch.setattr(static, "lower_layer", lambda layer, n: None)
     monkeypatch.setattr(static, "LAYER_CROPS", False)
-    monkeypatch.setattr(static, "_REFUSALS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(static, "_KEPT", weakref.WeakKeyDictionary())     # tried here, dropped after
     model = arch_zoo.build("llama")
     reason = static_refusal(model)
     assert reason and "\n" not in reason and f"transformers {transformers.__version__}" in reason, reason
@@ -324,7 +324,7 @@ def test_capture_time_is_kept_out_of_the_run(pair, monkeypatch):
         return graph.forward
 
     monkeypatch.setattr(static, "BACKEND", slow_eager)
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())     # nothing captured yet
+    fresh_captures(monkeypatch)                                               # nothing captured yet
     first = run(pair, "graphs", max_gen_len=8)
     report = first.compile
     assert report["captures"] == 1 and report["widths"] == [1] and len(compiles) >= 1
@@ -346,7 +346,7 @@ def test_capture_time_is_kept_out_of_every_round(pair, monkeypatch):
         return graph.forward
 
     monkeypatch.setattr(static, "BACKEND", slow_eager)
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
+    fresh_captures(monkeypatch)
     result = run(pair, "graphs", drafter="model", gamma=3, max_gen_len=10)
     assert result.compile["captures"] >= 2 and result.compile["capture_s"] >= 4.0
     assert max(r.verify_s for r in result.trace) < 1.0 and max(r.draft_s for r in result.trace) < 1.0
@@ -386,9 +386,9 @@ def test_a_third_capacity_drops_the_least_recently_used_cache_and_its_captures(p
     target = pair.target
     for length in (10, LENGTH, 60):                     # capacities 32, 64 and 96
         assert run(pair, "graphs", max_gen_len=length).compile["path"] == "graphs"
-    kept = sorted(c for c, slot in static._CACHES[target] if slot == "target")
+    kept = sorted(c for c, slot in static.kept(target).caches if slot == "target")
     assert kept == [64, 96]
-    assert {key[1] for key in static._CAPTURES[target] if key[0] == "target"}.isdisjoint({32})
+    assert {key[1] for key in static.kept(target).captures if key[0] == "target"}.isdisjoint({32})
     again = run(pair, "graphs", max_gen_len=10)         # 32 again: made and captured anew, counted
     assert again.compile["captures"] == 1 and again.compile["recompiles"] == 0
 
@@ -417,14 +417,15 @@ def test_a_backend_that_cannot_compile_falls_back_to_static_in_one_line(pair, mo
         raise RuntimeError("no compiler here\nsecond line")
 
     monkeypatch.setattr(static, "BACKEND", broken)
-    monkeypatch.setattr(static, "_CAPTURES", weakref.WeakKeyDictionary())
-    monkeypatch.setattr(static, "_GRAPH_REFUSALS", weakref.WeakKeyDictionary())
+    fresh_captures(monkeypatch)
+    for model in (pair.target, pair.drafter):                   # no model refused graphs yet
+        monkeypatch.setattr(static.kept(model), "graphs_refusal", "")
     result = run(pair, "graphs", drafter="model", gamma=3, max_gen_len=8)
     report = result.compile
     assert report["path"] == "static" and report["requested"] == "graphs"
     assert "cannot capture LlamaForCausalLM's forward" in report["reason"] and "\n" not in report["reason"]
     assert result.tokens == run(pair, "off", drafter="model", gamma=3, max_gen_len=8).tokens
-    assert not static._CAPTURES[pair.target]          # nothing half-made is kept
+    assert not static.kept(pair.target).captures      # nothing half-made is kept
     tried = len(asked)
     again = run(pair, "graphs", max_gen_len=4)
     assert again.compile["path"] == "static" and again.compile["reason"] and len(asked) == tried

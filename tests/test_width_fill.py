@@ -85,11 +85,11 @@ def test_the_drafter_draws_its_chain_to_the_filled_width_and_notes_how_many_it_a
     filled, q = drafter.propose(ids, 8)
     assert q is None and filled.tolist() == [7, 8, 9, 10]           # width 5
     drafter.update([7, 11], None)
-    assert drafter.round_notes() == [{"source": "prompt", "match": 2, "filled": 2}]
+    assert drafter.report().round_notes == [{"source": "prompt", "match": 2, "filled": 2}]
     rising = _drafter(RISING)
     assert rising.propose(ids, 8)[0].tolist() == [7, 8]
     rising.update([7], None)
-    assert rising.round_notes() == [{"source": "prompt", "match": 2}]
+    assert rising.report().round_notes == [{"source": "prompt", "match": 2}]
 
 
 def test_the_drafter_fills_no_further_than_the_storage_can_continue():

@@ -36,13 +36,15 @@ from __future__ import annotations
 
 import time
 
+from dataclasses import replace
+
 import torch
 
 from model_drafters.cross_tokenizer.prompt import drafter_prompt
 from model_drafters.cross_tokenizer.text import REPLACEMENT, TextView, complete, continuation, cut_word_tail, longest_prefix
 from model_drafters.cross_tokenizer.vocab_map import VocabMap, special_ids
 from utils.devices import model_device
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from sampling import LogitsProcessor
 from kvcache.probe import cached_model
 
@@ -144,20 +146,13 @@ class CrossTokenizerDrafter(Drafter):
         self.t_gen.extend(new_tokens)
         self.t_raw = self.t_raw + added if added is not None else self.t_view.text(self.t_gen)
 
-    def rollback_stats(self) -> dict:
-        return self.cached.stats.to_dict()
-
-    def cross_tokenizer_stats(self) -> dict:
-        """What the panel, /stats and the JSON show about the tokenizer crossing."""
+    def report(self) -> DrafterReport:
+        """Its cache's rollbacks, and what the panel, /stats and the JSON show about the tokenizer crossing."""
         vmap = self.vocab_map
-        return {
-            "method": self.method,
-            "shared_tokens": vmap.shared,
-            "shared_of_drafter": vmap.share_of_drafter(),
-            "shared_of_target": vmap.share_of_target(),
-            "retokenize_s": self.retokenize_s,
-            "sync_misses": self.sync_misses,
-        }
+        crossing = {"method": self.method, "shared_tokens": vmap.shared, "shared_of_drafter": vmap.share_of_drafter(),
+                    "shared_of_target": vmap.share_of_target(), "retokenize_s": self.retokenize_s,
+                    "sync_misses": self.sync_misses}
+        return replace(super().report(), rollback=self.cached.stats.to_dict(), cross_tokenizer=crossing)
 
     # ------------------------------------------------------------ keeping in step
 

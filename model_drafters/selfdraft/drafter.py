@@ -24,11 +24,12 @@ drafts like a :class:`ModelDrafter`, on a cache of its own.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import torch
 
 from utils.devices import model_device
-from generation.drafter import Drafter
+from generation.drafter import Drafter, DrafterReport
 from generation.model_drafter import ModelDrafter, draft_tokens
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
@@ -43,6 +44,7 @@ class SelfDrafter(Drafter):
 
     kind = "model"
     samples_trees = True
+    target_stays_dynamic = "the self-drafter drafts on the target's own dynamic cache"
 
     def __init__(self, model, processor, *, use_cache: bool = True, vocab_size: int | None = None,
                  generator: torch.Generator | None = None):
@@ -170,8 +172,9 @@ class SelfDrafter(Drafter):
         if self.mode == "own":
             self.own.update(new_tokens, top_k)
 
-    def rollback_stats(self) -> dict:
-        return self.stats.to_dict() if self.mode != "own" else self.own.rollback_stats()
+    def report(self) -> DrafterReport:
+        own = self.mode == "own"
+        return replace(super().report(), rollback=self.own.report().rollback if own else self.stats.to_dict())
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Feed the target the committed tokens its cache lacks (the prompt, in the first round);
