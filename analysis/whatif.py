@@ -67,13 +67,14 @@ class Projection:
 
 
 def project(facts: RoundFacts, target_s: Callable[[int, int], float], batches: Sequence[int],
-            drafter_s: Callable[[int], float] | None = None, scaled_step: bool = True) -> Projection:
+            drafter_s: Callable[[int], float] | None = None, scaled_step: bool = True,
+            drafter_source: str = "timed by shape") -> Projection:
     """``facts`` priced at each batch size. ``target_s(B, w)``: the target's forward; ``drafter_s(B)``:
     the drafter's forward at width 1, where it was timed by shape. Without it the run's own drafting
     seconds per round are scaled as the target's step scales from batch 1 (``scaled_step``: a
     drafter that is the target's weights) or paid once per sequence (a storage's look-ups)."""
     speedups = []
-    source = ("timed by shape" if drafter_s is not None else "the run's drafting scaled as the target's step"
+    source = (drafter_source if drafter_s is not None else "the run's drafting scaled as the target's step"
               if scaled_step else "the run's look-ups, once per sequence")
     for batch in batches:
         verify = sum(share * target_s(batch, width) for width, share in facts.widths.items())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from analysis.roofline import ModelShape
 from generation.timing import timed
 from kvcache.cache import cache_keyword, drop_last, new_cache
 from utils.devices import model_device
@@ -87,3 +88,20 @@ def time_pair_shapes(pair, widths: Sequence[int], context: int, batches: Sequenc
     target = time_shapes(pair.target, batches, sorted({1, *widths}), context, pair.vocab_size)
     drafter = drafter_shape_costs(pair, batches, context)
     return PairShapes(target, drafter, context, other_load(before, read_load()))
+
+
+def model_shape(model) -> ModelShape:
+    """``model``'s shape as ``analysis.roofline`` prices it: its parameters and their bytes, its layers,
+    the width attention's products run at, and the bytes of keys and values a token keeps."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    params = [p for p in model.parameters()]
+    count = sum(p.numel() for p in params)
+    weight_bytes = sum(p.numel() * p.element_size() for p in params) / max(1, count)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 1) or 1)
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    head_dim = int(getattr(config, "head_dim", 0) or (hidden // heads if heads else 0))
+    kv_heads = int(getattr(config, "num_key_value_heads", heads) or heads)
+    floating = next((p.dtype for p in params if p.is_floating_point()), torch.float32)
+    kv_bytes = 2 * layers * kv_heads * head_dim * torch.finfo(floating).bits // 8
+    return ModelShape(count, weight_bytes, layers, heads * head_dim, kv_bytes, str(floating).removeprefix("torch."))

@@ -96,7 +96,7 @@ class Session:
         elif reply.action == "whatif":
             from repl.whatif_view import whatif_command
 
-            whatif_command(self, reply.topic)
+            whatif_command(self, reply.topic, reply.argument)
         elif reply.action == "clear":
             self.console.clear()
         return True

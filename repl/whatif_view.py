@@ -1,8 +1,10 @@
-"""``/whatif batch``: the last prompt's drafting runs projected over batch size (``analysis.whatif``).
+"""``/whatif batch`` and ``/whatif machine NAME``: the last prompt's drafting runs projected over
+batch size (``analysis.whatif``).
 
-The target's forwards (and a drafter model's of its own) are timed here by shape
-(``engine.shapes``) over a cache as long as the prompt and half its output; the rounds are the
-runs' own. Every figure says it is projected, and from what.
+The rounds are the runs' own; a forward's price is timed here by shape (``engine.shapes``) over a
+cache as long as the prompt and half its output (``batch``), or read off a machine's roofline
+(``analysis.roofline``: its published bandwidth and peak, the models' shapes as loaded here). Every
+figure says it is projected, and from what.
 """
 
 from __future__ import annotations
@@ -18,26 +20,27 @@ from generation.served import ServedModel
 DRAFTING = ("speculative", "ngram", "lookahead")
 
 
-def whatif_refusal(session) -> str | None:
-    """Why ``/whatif batch`` cannot run now (one line), or None."""
+def whatif_refusal(session, topic: str = "batch") -> str | None:
+    """Why ``/whatif TOPIC`` cannot run now (one line), or None."""
     pair = session.runner.pair
     if isinstance(pair.target, ServedModel):
-        return "/whatif batch needs a local target: a served target's forwards are the server's to batch"
+        return f"/whatif {topic} needs a local target: a served target's forwards are the server's to batch"
     if pair.is_encoder_decoder:
-        return "/whatif batch needs a decoder-only target"
+        return f"/whatif {topic} needs a decoder-only target"
     last = session.last_run
     if last is None or not [r for r in last.runs if r.key in DRAFTING and r.usable]:
-        return "/whatif batch projects the last prompt's drafting runs: run a prompt with speculative, NASD or lookahead on"
+        return (f"/whatif {topic} projects the last prompt's drafting runs: run a prompt with speculative, NASD or "
+                "lookahead on")
     return None
 
 
-def whatif_command(session, topic: str) -> None:
-    reason = whatif_refusal(session)
+def whatif_command(session, topic: str, machine: str | None = None) -> None:
+    reason = whatif_refusal(session, topic)
     if reason is not None:
         session.error(reason)
         return
     try:
-        session.console.print(whatif_table(session))
+        session.console.print(whatif_table(session) if topic == "batch" else machine_table(session, machine))
     except KeyboardInterrupt:
         session.say("what-if interrupted; the models are intact", "yellow")
     except Exception as e:      # the session outlives a failed what-if
@@ -68,6 +71,38 @@ def whatif_table(session) -> Table:
                             f"here on {pair.device} (context {context} tokens)", rows,
                             "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
                             "had it, in lockstep at every batch size (docs/why.md)")
+
+
+def machine_table(session, name: str) -> Table:
+    """The last prompt's drafting runs priced on the machine profile ``name``: the target's forward and
+    a drafter model's from their shapes as loaded here; a storage's look-ups as timed here."""
+    from analysis.roofline import profile_named
+    from engine.shapes import model_shape
+
+    pair, last = session.runner.pair, session.last_run
+    profile = profile_named(name)
+    runs = [(r, facts_of(r.result)) for r in last.runs if r.key in DRAFTING and r.usable]
+    runs = [(r, f) for r, f in runs if f is not None]
+    context = len(last.prompt_ids) + (max((len(r.result.tokens) for r, _ in runs), default=0) // 2)
+    target = model_shape(pair.target)
+    try:
+        drafter = model_shape(pair.drafter) if pair.drafter is not None else None
+    except (AttributeError, TypeError, ValueError):         # a drafter module with no model config
+        drafter = None
+    rows = []
+    for run, facts in runs:
+        own = drafter if run.key == "speculative" else None
+        if run.key == "speculative" and own is None:
+            session.say(f"{run.label}: left out, its drafter's shape cannot be read to price it", "yellow")
+            continue
+        rows.append((run.label, project(facts, lambda b, w: profile.forward_s(target, b, w, context), BATCHES,
+                                        drafter_s=None if own is None else (lambda b: profile.forward_s(own, b, 1, context)),
+                                        scaled_step=False, drafter_source="its shape on the profile")))
+    return projection_table(f"projected speedup over target AR by batch size on {profile.name}: this prompt's rounds, "
+                            f"forwards from the profile's roofline (context {context} tokens)", rows,
+                            f"projected, not run: {profile.source}; overhead {profile.overhead_s * 1e3:.1f} ms a "
+                            "forward; the models as loaded here (their dtypes); a storage's look-ups as timed here; "
+                            "sampling and host work left out (docs/why.md)")
 
 
 def projection_table(title: str, rows, caption: str) -> Table:

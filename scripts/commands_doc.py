@@ -34,7 +34,8 @@ DOC = REPO / "docs" / "commands.md"
 # A value for each placeholder of a usage, to try a documented form on the parser
 # (a placeholder whose parser carries bounds is tried at both ends instead).
 SAMPLES = {"N": "3", "L": "4", "K": "2", "W": "5", "G": "4", "T": "0.5", "P": "0.9", "A": "1.5", "MS": "10", "FILE": "trace.json",
-           "STRATEGY": "speculative", "ROUND": "1", "COMMAND": "gamma", "PROMPT": "tell me a story"}
+           "STRATEGY": "speculative", "ROUND": "1", "COMMAND": "gamma", "PROMPT": "tell me a story",
+           "NAME": "H100"}
 
 INTRO = """\
 # Command reference

@@ -70,6 +70,56 @@ def test_whatif_batch_through_the_repl(pair, tmp_path):
     assert "Traceback" not in text
     assert "/whatif batch projects the last prompt's drafting runs" in text           # before any prompt
     assert "projected speedup over target AR by batch size" in text and "B=32" in text
-    assert "/whatif: choose batch, got 'size'" in text
+    assert "/whatif: choose batch or machine NAME, got 'size'" in text
     table = done.stdout[done.stdout.index("projected speedup"):]
     assert "Speculative" in table and "NASD" in table
+
+
+def test_whatif_machine_through_the_repl(pair, tmp_path):
+    """``/whatif machine NAME`` prices the same rounds on a card's roofline; a bad name is one line and
+    the session goes on."""
+    target, drafter = pair
+    script = ("/whatif machine H100\n/length 12\nthe water is hot and the sun is\n/whatif machine h-100\n"
+              "/whatif machine TPU\n/whatif machine\n/quit\n")
+    done = infer(["--target", str(target), "--drafter", str(drafter)], tmp_path, stdin=script, timeout=600)
+    text = " ".join(done.stdout.split()) + " ".join(done.stderr.split())
+    assert "Traceback" not in text
+    assert "/whatif machine projects the last prompt's drafting runs" in text          # before any prompt
+    assert "projected speedup over target AR by batch size on H100" in text and "B=32" in text
+    assert "NVIDIA H100 datasheet" in text and "its shape on the profile" in text
+    assert "no machine profile 'TPU' (known: H200, H100, A100, L40S, RTX3090)" in text
+    assert "name one machine: /whatif machine NAME" in text
+    table = done.stdout[done.stdout.index("projected speedup"):]
+    assert "Speculative" in table and "NASD" in table
+
+
+def test_a_roofline_is_bound_by_memory_alone_then_by_arithmetic():
+    """On a profile, a decode step of one sequence costs the weights' bytes over the bandwidth (plus the
+    overhead); a wide enough batch costs its FLOPs over the peak; the crossover lands where the two
+    meet. Mutation: a profile that forgot the cache's bytes prices a long context like a short one."""
+    from analysis.roofline import MachineProfile, ModelShape
+
+    shape = ModelShape(parameters=1_000_000_000, weight_bytes=2, layers=16, hidden=2048, kv_bytes_per_token=32_768)
+    card = MachineProfile("card", 1e12, {"bfloat16": 100e12}, 1e-3, "made up")
+    assert card.forward_s(shape, 1, 1, 0) == pytest.approx(1e-3 + (2e9 + 32_768) / 1e12)
+    big = card.forward_s(shape, 256, 4, 0)
+    assert big == pytest.approx(1e-3 + 256 * 4 * (2e9 + 4 * 16 * 2048 * 4) / 100e12)
+    long = card.forward_s(shape, 8, 1, 16_000)
+    assert long > card.forward_s(shape, 8, 1, 100) * 1.5            # the caches dominate the bytes at 16k
+    no_cache = ModelShape(shape.parameters, 2, 16, 2048, 0)
+    assert card.forward_s(no_cache, 8, 1, 16_000) < long / 1.5
+
+
+def test_a_profile_fitted_to_timed_forwards_reproduces_them():
+    """Forwards timed on a machine that is a roofline (made up: 2 ms overhead, 50 GB/s, 1 TFLOP/s) are
+    fitted back within a few percent at every point; a shape off by 2x in its bytes is not."""
+    from analysis.roofline import MachineProfile, ModelShape, errors, fit_profile
+
+    shape = ModelShape(parameters=135_000_000, weight_bytes=4, layers=30, hidden=576, kv_bytes_per_token=46_080,
+                       dtype="float32")
+    truth = MachineProfile("truth", 50e9, {"float32": 1e12}, 2e-3, "made up")
+    timed = {(b, w): truth.forward_s(shape, b, w, 64) for b in (1, 2, 4, 8, 16, 32) for w in (1, 2, 4, 8)}
+    fitted = fit_profile(shape, timed, 64, "here")
+    assert max(errors(fitted, shape, timed, 64).values()) < 0.05
+    wrong = ModelShape(shape.parameters, 8, 30, 576, 46_080, "float32")
+    assert max(errors(fitted, wrong, timed, 64).values()) > 0.3

@@ -1,0 +1,132 @@
+"""A forward's cost on a machine that is not this one: a roofline with a per-forward overhead.
+
+A machine is its memory bandwidth, its peak FLOP/s per dtype and what one forward costs beyond its
+arithmetic and its memory traffic (launches, Python: ``overhead_s``). A model is its shape: the
+bytes of its weights, its FLOPs per token, its layers and the bytes of keys and values one token
+keeps. A forward of B sequences of w new tokens over a cache of L tokens each reads the weights
+once and every sequence's cache, writes the new tokens' keys and values, and does
+2 x parameters + 4 x layers x hidden x L FLOPs per new token (the matrix products, and attention's
+two products over the cache):
+
+    T(B, w, L) = overhead + max(bytes / bandwidth, FLOPs / peak)
+
+The cards' figures are their published ones (each profile names its source); what a forward
+reaches of them is less, which is why a profile of this machine is fitted to forwards timed here
+(:func:`fit_profile`) and checked against timed forwards it was not fitted to (:func:`errors`).
+Plain numbers, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a forward's cost depends on: ``parameters``, bytes per weight (``weight_bytes``: 4
+    float32, 2 bfloat16, 1 int8), ``layers``, ``hidden`` (the width attention's products run at),
+    ``kv_bytes_per_token`` (keys and values one token keeps in every layer) and the dtype the
+    arithmetic runs in (a key of :attr:`MachineProfile.peak_flops`)."""
+
+    parameters: int
+    weight_bytes: float
+    layers: int
+    hidden: int
+    kv_bytes_per_token: float
+    dtype: str = "bfloat16"
+
+    def bytes_moved(self, batch: int, width: int, context: int) -> float:
+        """Weights read once; every sequence's cache read; the new tokens' keys and values written."""
+        return (self.parameters * self.weight_bytes
+                + batch * (context + width) * self.kv_bytes_per_token)
+
+    def flops(self, batch: int, width: int, context: int) -> float:
+        tokens = batch * width
+        return tokens * (2.0 * self.parameters + 4.0 * self.layers * self.hidden * (context + width))
+
+    def as_dtype(self, dtype: str, weight_bytes: float) -> ModelShape:
+        """The same model with its weights (and arithmetic) in another dtype: a self-drafter's copy."""
+        return replace(self, dtype=dtype, weight_bytes=weight_bytes)
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    """A machine: ``bandwidth`` (bytes/s), ``peak_flops`` by dtype (FLOP/s), ``overhead_s`` per
+    forward, and where the figures come from (``source``: a datasheet, or "fitted to forwards
+    timed here")."""
+
+    name: str
+    bandwidth: float
+    peak_flops: Mapping[str, float]
+    overhead_s: float
+    source: str
+    notes: tuple[str, ...] = field(default=())
+
+    def forward_s(self, shape: ModelShape, batch: int, width: int, context: int) -> float:
+        peak = self.peak_flops.get(shape.dtype) or max(self.peak_flops.values())
+        return self.overhead_s + max(shape.bytes_moved(batch, width, context) / self.bandwidth,
+                                     shape.flops(batch, width, context) / peak)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "bandwidth_GBps": round(self.bandwidth / 1e9, 3),
+                "peak_TFLOPs": {k: round(v / 1e12, 3) for k, v in self.peak_flops.items()},
+                "overhead_us": round(self.overhead_s * 1e6, 2), "source": self.source}
+
+
+_TB = 1e12
+# Published dense (no sparsity) tensor-core figures; the per-forward overhead is an eager
+# transformers decode step's launches on a small model (tens of kernels a layer), about 4 ms on
+# any of these cards, and the captured path's about 0.3 ms; a profile says which it assumes.
+PROFILES: dict[str, MachineProfile] = {p.name: p for p in (
+    MachineProfile("H200", 4.8 * _TB, {"bfloat16": 989 * _TB, "float16": 989 * _TB, "float32": 67 * _TB},
+                   4e-3, "NVIDIA H200 datasheet (SXM: 4.8 TB/s HBM3e, 989 TFLOPS BF16 dense)"),
+    MachineProfile("H100", 3.35 * _TB, {"bfloat16": 989 * _TB, "float16": 989 * _TB, "float32": 67 * _TB},
+                   4e-3, "NVIDIA H100 datasheet (SXM: 3.35 TB/s HBM3, 989 TFLOPS BF16 dense)"),
+    MachineProfile("A100", 2.039 * _TB, {"bfloat16": 312 * _TB, "float16": 312 * _TB, "float32": 19.5 * _TB},
+                   4e-3, "NVIDIA A100 datasheet (80 GB SXM: 2,039 GB/s HBM2e, 312 TFLOPS BF16 dense)"),
+    MachineProfile("L40S", 0.864 * _TB, {"bfloat16": 362 * _TB, "float16": 362 * _TB, "float32": 91.6 * _TB},
+                   4e-3, "NVIDIA L40S datasheet (864 GB/s GDDR6, 362 TFLOPS BF16 dense)"),
+    MachineProfile("RTX3090", 0.936 * _TB, {"bfloat16": 71 * _TB, "float16": 71 * _TB, "float32": 35.6 * _TB},
+                   4e-3, "NVIDIA GA102 whitepaper (RTX 3090: 936 GB/s GDDR6X, 71 TFLOPS FP16 tensor with FP32 "
+                         "accumulate, dense)"),
+)}
+
+
+def profile_named(name: str) -> MachineProfile:
+    """The profile ``name`` (case and a "-" or "_" aside); ``ValueError`` naming the known ones."""
+    wanted = name.replace("-", "").replace("_", "").lower()
+    for key, profile in PROFILES.items():
+        if key.lower() == wanted:
+            return profile
+    raise ValueError(f"no machine profile {name!r} (known: {', '.join(PROFILES)})")
+
+
+def fit_profile(shape: ModelShape, timed: Mapping[tuple[int, int], float], context: int, name: str,
+                steps: int = 200) -> MachineProfile:
+    """This machine as a profile: the overhead, bandwidth and peak that price ``timed`` (``{(B, w):
+    seconds}`` of ``shape``'s forward over a cache of ``context``) with the smallest worst relative error.
+
+    For an overhead o each forward bounds the bandwidth from below by its bytes / (seconds - o) and
+    the peak by its FLOPs / (seconds - o); on a true roofline the largest bounds are the machine's
+    (reached where a forward is bound by memory and by arithmetic). Overheads from 0 to the fastest
+    forward are tried in ``steps``."""
+    fastest = min(timed.values(), default=0.0)
+    best: tuple[float, MachineProfile] | None = None
+    for i in range(steps):
+        overhead = fastest * i / steps
+        bandwidth = max(shape.bytes_moved(b, w, context) / (s - overhead) for (b, w), s in timed.items())
+        peak = max(shape.flops(b, w, context) / (s - overhead) for (b, w), s in timed.items())
+        candidate = MachineProfile(name, bandwidth, {shape.dtype: peak}, overhead, "fitted to forwards timed here")
+        worst = max(errors(candidate, shape, timed, context).values())
+        if best is None or worst < best[0]:
+            best = (worst, candidate)
+    if best is None:
+        raise ValueError("no timed forward to fit a profile to")
+    return best[1]
+
+
+def errors(profile: MachineProfile, shape: ModelShape, timed: Mapping[tuple[int, int], float],
+           context: int) -> dict[tuple[int, int], float]:
+    """The profile's relative error against each timed forward: |model - timed| / timed."""
+    return {(b, w): abs(profile.forward_s(shape, b, w, context) - s) / s for (b, w), s in timed.items()}
