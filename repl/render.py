@@ -44,6 +44,16 @@ def make_console(*, stderr: bool = False) -> Console:
     return Console(stderr=stderr, markup=False, emoji=False, highlight=False)
 
 
+def present(*items) -> list:
+    """The items that are not None."""
+    return [item for item in items if item is not None]
+
+
+def dim(*lines: str | None) -> list[Text]:
+    """The lines that are not None, as dim text."""
+    return [Text(line, style="dim") for line in lines if line is not None]
+
+
 # ------------------------------------------------------------------- metrics
 
 def _metrics(run: StrategyRun) -> Text:
@@ -169,14 +179,22 @@ def lookahead_text(result: GenerationResult) -> Text | None:
                 f"pool {stats['pool']} n-grams", style="dim")
 
 
+PHASES = ("draft", "verify", "other")
+
+
+def _phase_seconds(result: GenerationResult) -> list[float]:
+    """The run's seconds drafting, verifying and in other work (``PHASES``)."""
+    phases = result.phases or {}
+    return [phases.get(k, 0.0) for k in PHASES]
+
+
 def phases_text(result: GenerationResult) -> str:
     """``draft 0.10 s (8%) · verify 1.05 s (84%) · other 0.10 s (8%)``."""
-    phases = result.phases or {}
-    total = sum(phases.get(k, 0.0) for k in ("draft", "verify", "other"))
+    values = _phase_seconds(result)
+    total = sum(values)
     if total <= 0:
         return "phases: not measured"
-    return "phases: " + " · ".join(
-        f"{k} {phases.get(k, 0.0):.2f} s ({phases.get(k, 0.0) / total:.0%})" for k in ("draft", "verify", "other"))
+    return "phases: " + " · ".join(f"{k} {v:.2f} s ({v / total:.0%})" for k, v in zip(PHASES, values))
 
 
 def cross_tokenizer_text(result: GenerationResult) -> str | None:
@@ -197,8 +215,7 @@ def cross_tokenizer_text(result: GenerationResult) -> str | None:
 
 def phase_split(result: GenerationResult) -> str:
     """The compact ``8/84/8%`` draft/verify/other split of the comparison table."""
-    phases = result.phases or {}
-    values = [phases.get(k, 0.0) for k in ("draft", "verify", "other")]
+    values = _phase_seconds(result)
     total = sum(values)
     if total <= 0:
         return "-"
@@ -339,46 +356,25 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     title = Text(run.label, style=f"bold {colour}")
     if run.error is not None:
         return Panel(Text(run.error, style="red"), title=title, title_align="left", border_style="red")
+    r = run.result
     body: list = [Text(run.text or "(no text)", style="" if run.text else "dim")]
-    if run.result.interrupted:
+    if r.interrupted:
         title.append("  interrupted", style="bold yellow")
-        body.append(Text(f"interrupted after {len(run.result.tokens)} tokens", style="yellow"))
-    body.append(_metrics(run))
-    body.append(Text(phases_text(run.result), style="dim"))
-    acceptance = acceptance_text(run.result) if run.key in DRAFTING else None
-    if acceptance is not None:
-        body.append(acceptance)
-    if run.key == "lookahead":
-        tree = lookahead_text(run.result)
-    else:
-        tree = tree_text(run.result) if run.key in DRAFTING else None
-    if tree is not None:
-        body.append(tree)
-    hybrid = hybrid_text(run.result)
-    if hybrid is not None:
-        body.append(hybrid)
-    fill = fill_text(run.result)
-    if fill is not None:
-        body.append(fill)
-    body.append(Text(path_text(run.result.rollback), style="dim"))
-    compiled = compile_text(run.result)
-    if compiled is not None:
-        body.append(Text(compiled, style="dim"))
-    network = network_text(run.result)
-    if network is not None:
-        body.append(Text(network, style="dim"))
-    crossing = cross_tokenizer_text(run.result)
-    if crossing is not None:
-        body.append(Text(crossing, style="dim"))
+        body.append(Text(f"interrupted after {len(r.tokens)} tokens", style="yellow"))
+    body += [_metrics(run), Text(phases_text(r), style="dim")]
+    if run.key in DRAFTING:
+        body += present(acceptance_text(r), lookahead_text(r) if run.key == "lookahead" else tree_text(r))
+    body += present(hybrid_text(r), fill_text(r))
+    body += dim(path_text(r.rollback), compile_text(r), network_text(r), cross_tokenizer_text(r))
     prompt_run = prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run])
     why = why_text(prompt_run, run)
     if why is not None:
         body.append(why)
         body += sources_lines(prompt_run.why(run))
-    if debug and run.key in DRAFTING and run.result.trace is not None:
+    if debug and run.key in DRAFTING and r.trace is not None:
         if tokenizer is not None or run.pieces is not None:
-            body += [Text(""), rounds_view(run.result, prompt_ids, tokenizer, run.pieces)]
-    border = "yellow" if run.result.interrupted else colour
+            body += [Text(""), rounds_view(r, prompt_ids, tokenizer, run.pieces)]
+    border = "yellow" if r.interrupted else colour
     return Panel(Group(*body), title=title, title_align="left", border_style=border)
 
 
@@ -610,6 +606,15 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return ("█" * full + (BLOCKS[part] if part else "")).ljust(width)
 
 
+def chart(*columns: tuple[str, str], bars: tuple[str, ...] = (), overflow: str = "ellipsis") -> Table:
+    """A borderless table of ``columns`` (header, justification); those named in ``bars`` hold a :func:`bar`."""
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    for header, justify in columns:
+        table.add_column(Text(header), justify=justify, overflow=overflow,
+                         min_width=BAR_WIDTH if header in bars else None)
+    return table
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
@@ -709,7 +714,7 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
         else f"{why.acceptance.accepted}/{why.acceptance.drafted} ({why.acceptance.draft_acceptance_rate:.0%})")
     row("mean acceptance length", lambda run, why: f"{why.acceptance.mean_acceptance_length:.2f}")
     row("rounds that drafted", lambda run, why: f"{why.draft_share:.0%}")
-    for phase in ("draft", "verify", "other"):
+    for phase in PHASES:
         row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
     row("tokens/s (end to end)", lambda run, why: f"{run.result.tokens_per_second:.1f}")
     row("time to first token (ms)", lambda run, why: first_token_ms(run.result))
@@ -759,10 +764,8 @@ def _lengths_cell(lengths: dict) -> str:
 
 def sources_table(why: Why) -> Table:
     """Per source a match drafter drafted from: rounds, acceptance, mean match length."""
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header in ("source", "rounds", "drafting", "accepted/drafted", "acceptance", "mean acc. length",
-                   "mean match"):
-        table.add_column(Text(header), justify="left" if header == "source" else "right")
+    table = chart(("source", "left"), *((header, "right") for header in (
+        "rounds", "drafting", "accepted/drafted", "acceptance", "mean acc. length", "mean match")))
     for source, c in why.sources["draft_sources"].items():
         table.add_row(Text("no match" if source == NO_MATCH else source), Text(str(c["rounds"])),
                       Text(str(c["drafting_rounds"])), Text(f"{c['accepted']}/{c['drafted']}"),
@@ -774,10 +777,8 @@ def sources_table(why: Why) -> Table:
 def draft_length_chart(why: Why, trace: list) -> Table:
     """Row k: the rounds that drafted k tokens, with a bar, and the tokens such a round yielded
     on average: what the speedup model prices for a drafter that chose its lengths."""
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header, justify in (("k", "right"), ("rounds", "right"), ("rounds drafting k tokens", "left"),
-                            ("tokens/round", "right")):
-        table.add_column(Text(header), justify=justify, min_width=BAR_WIDTH if header.startswith("rounds ") else None)
+    table = chart(("k", "right"), ("rounds", "right"), ("rounds drafting k tokens", "left"), ("tokens/round", "right"),
+                  bars=("rounds drafting k tokens",))
     histogram = {int(k): c for k, c in why.sources["draft_lengths"]["rounds_by_length"].items()}
     tokens = measured_mix(trace).tokens if trace else {}
     top = max(histogram.values(), default=0)
@@ -793,10 +794,8 @@ def match_chart(why: Why) -> Table | None:
     by_match = why.sources.get("acceptance_by_match") or {}
     if not by_match:
         return None
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header, justify in (("match", "right"), ("rounds", "right"), ("accepted/drafted", "right"),
-                            ("acceptance", "left"), ("", "right"), ("first draft taken", "right")):
-        table.add_column(Text(header), justify=justify, min_width=BAR_WIDTH if header == "acceptance" else None)
+    table = chart(("match", "right"), ("rounds", "right"), ("accepted/drafted", "right"), ("acceptance", "left"),
+                  ("", "right"), ("first draft taken", "right"), bars=("acceptance",))
     for label, c in by_match.items():
         table.add_row(Text(label), Text(str(c["rounds"])), Text(f"{c['accepted']}/{c['drafted']}"),
                       Text(bar(c["acceptance"]), style="cyan"), Text(f"{c['acceptance']:.0%}"),
@@ -819,12 +818,10 @@ def acceptance_chart(why: Why) -> Table:
     """Row i: acceptance at draft position i, conditional (over the rounds that
     reached it, with a bar) and unconditional (over every drafting round), and the
     drafting rounds that accepted exactly i drafts, with a bar."""
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header, justify in (("i", "right"), ("accepted/reached", "right"), ("conditional", "right"),
-                            ("acceptance at position i", "left"), ("per drafting round", "right"),
-                            ("rounds", "right"), ("rounds accepting i drafts", "left")):
-        table.add_column(Text(header), justify=justify, overflow="fold",
-                         min_width=BAR_WIDTH if header.startswith(("acceptance", "rounds ")) else None)
+    table = chart(("i", "right"), ("accepted/reached", "right"), ("conditional", "right"),
+                  ("acceptance at position i", "left"), ("per drafting round", "right"), ("rounds", "right"),
+                  ("rounds accepting i drafts", "left"), bars=("acceptance at position i", "rounds accepting i drafts"),
+                  overflow="fold")
     a = why.acceptance
     unconditional = a.acceptance_rate_per_position
     top = max(a.histogram, default=0)
@@ -880,47 +877,29 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         if not why.acceptance.histogram:
             parts.append(Text("no round drafted anything", style="dim"))
         else:
-            parts.append(acceptance_chart(why))
-            parts.append(Text(f"mean acceptance length {why.acceptance.mean_acceptance_length:.2f} "
-                              f"over {why.acceptance.drafting_rounds} drafting rounds", style="dim"))
-            by_length = by_draft_length_text(why)
-            if by_length is not None:
-                parts.append(by_length)
+            parts += [acceptance_chart(why), Text(f"mean acceptance length {why.acceptance.mean_acceptance_length:.2f} "
+                                                  f"over {why.acceptance.drafting_rounds} drafting rounds", style="dim")]
+            parts += present(by_draft_length_text(why))
         if why.sources is not None:
             parts.append(Text("where the drafts came from, and their lengths (the speedup model prices "
                               "these lengths, not one γ)", style=f"bold {colour}"))
-            parts.append(sources_table(why))
-            parts.append(draft_length_chart(why, run.result.trace))
+            parts += [sources_table(why), draft_length_chart(why, run.result.trace)]
             by_match = match_chart(why)
             if by_match is not None:
-                parts.append(Text("acceptance by match length (tokens of the tail found where the drafts "
-                                  "were copied from)", style=f"bold {colour}"))
-                parts.append(by_match)
-        ceiling = ceiling_text(why, run.result, prompt_run.settings.get("ngram_storage", ""))
-        if ceiling is not None:
-            parts.append(ceiling)
-        if why.costs is not None:
-            parts.append(Text(_cost_text(why), style="dim"))
-        tree = lookahead_text(run.result) if run.key == "lookahead" else tree_text(run.result)
+                parts += [Text("acceptance by match length (tokens of the tail found where the drafts were "
+                               "copied from)", style=f"bold {colour}"), by_match]
+        r = run.result
+        parts += present(ceiling_text(why, r, prompt_run.settings.get("ngram_storage", "")))
+        parts += dim(None if why.costs is None else _cost_text(why))
+        tree = lookahead_text(r) if run.key == "lookahead" else tree_text(r)
         if tree is not None:
-            parts.append(tree)
-            parts.append(Text(_tree_depth_text(run.result), style="dim"))
-        hybrid = hybrid_text(run.result)
-        if hybrid is not None:
-            parts.append(hybrid)
-        fill = fill_text(run.result, widths=True)
-        if fill is not None:
-            parts.append(fill)
-        parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
+            parts += [tree, Text(_tree_depth_text(r), style="dim")]
+        parts += present(hybrid_text(r), fill_text(r, widths=True))
+        parts.append(Text(f"cache rollback: {_rollback_text(r.rollback)}", style="dim"))
         parted = divergence_text(prompt_run, run)
         if parted is not None:
             parts.append(Text(parted, style="yellow" if prompt_run.report(run).divergence.tie else "bold red"))
-        compiled = compile_text(run.result, detail=True)
-        if compiled is not None:
-            parts.append(Text(compiled, style="dim"))
-        crossing = cross_tokenizer_text(run.result)
-        if crossing is not None:
-            parts.append(Text(crossing, style="dim"))
+        parts += dim(compile_text(r, detail=True), cross_tokenizer_text(r))
     if len(parts) == 1:
         return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative, NASD or lookahead",
                           style="yellow"))
