@@ -71,6 +71,16 @@ class Advice:
         return (f"{self.method}: overlap {e.alpha:.2f}, {e.tokens_per_call:.2f} tok/call, "
                 f"{e.predicted_speedup:.2f}x (est.)")
 
+    def predicted_text(self) -> str:
+        """``1.23x``, with `` (est.)`` where the prediction rests on an estimate (:attr:`estimate`)."""
+        return f"{self.predicted_speedup:.2f}x" + (" (est.)" if self.estimate else "")
+
+    def measured_text(self) -> str:
+        """The confirmed run's speedup, ``failed`` where it failed, "" where none ran."""
+        if self.confirm_error:
+            return "failed"
+        return "" if self.measured_speedup is None else f"{self.measured_speedup:.2f}x"
+
     def decode_text(self) -> str:
         """The decode part in a cell: predicted (the steady state) / measured, where confirmed."""
         predicted = "" if self.predicted_decode_speedup is None else f"{self.predicted_decode_speedup:.2f}x"
