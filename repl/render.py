@@ -140,7 +140,8 @@ def fill_text(result: GenerationResult, *, widths: bool = False) -> Text | None:
 
 def ceiling_text(why: Why, result: GenerationResult, storage: str = "") -> Text | None:
     """``copy ceiling at γ 16: at most 3.79 tokens a target call ... after a 1-token match, 2.82 after
-    2 (...); this run 3.09`` (``PromptRun.copy_ceiling``), or why it was not computed; None without one."""
+    2 (...); this run 3.09`` (``Why.ceiling``: ``analysis.report.copy_ceiling_of``), or why it was not
+    computed; None without one."""
     ceiling = why.ceiling
     if not ceiling:
         return None
@@ -299,14 +300,15 @@ def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[
     priced = " (priced at the measured draft lengths)" if why.measured else ""
     decode = prompt_run.decode_speedup(run)
     if prompt_run.baseline() is None:   # no target AR run: the decode prediction is all there is
-        parts = [f"predicted {ratio_text(why.predicted_steady)}{est_note(why)}{interval_note(why)} (decode part; first round "
-                 f"{why.first_round_s:.2f} s left out){priced}"]
+        parts = [f"predicted {ratio_text(why.predicted_steady)}{est_note(why)}{interval_note(why)} (decode part; "
+                 f"first round {why.first_round_s:.2f} s left out){priced}"]
     else:
         measured = prompt_run.speedup(run)
-        parts = [f"predicted {ratio_text(why.predicted)}{est_note(why)}" + (f" vs measured {ratio_text(measured)}" if measured else "")
-                 + priced,
+        parts = [f"predicted {ratio_text(why.predicted)}{est_note(why)}"
+                 + (f" vs measured {ratio_text(measured)}" if measured else "") + priced,
                  f"decode part (first round {why.first_round_s:.2f} s left out): predicted "
-                 f"{ratio_text(why.predicted_steady)}{est_note(why)}" + (f" vs measured {ratio_text(decode)}" if decode else "")]
+                 f"{ratio_text(why.predicted_steady)}{est_note(why)}"
+                 + (f" vs measured {ratio_text(decode)}" if decode else "")]
     parts.append("best gamma -" if why.no_gamma else f"best gamma {why.best_gamma} ({ratio_text(why.best_speedup)})")
     if why.tree is not None:
         parts.append(tree_best_text(why.tree))

@@ -73,8 +73,8 @@ def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
     row("time to first token (ms)", lambda run, why: first_token_ms(run.result))
     row("decode tokens/s (after the first round)", lambda run, why: decode_rate_cell(run.result))
     row("measured speedup", lambda run, why: ratio_text(prompt_run.speedup(run)))
-    row("predicted speedup (this run)", lambda run, why: f"{ratio_text(why.predicted)}{est_note(why)}{interval_note(why)} "
-        + ("at measured draft lengths" if why.measured else f"at γ {why.gamma}"))
+    row("predicted speedup (this run)", lambda run, why: f"{ratio_text(why.predicted)}{est_note(why)}"
+        + f"{interval_note(why)} " + ("at measured draft lengths" if why.measured else f"at γ {why.gamma}"))
     row("first round (prefill) seconds", lambda run, why: "-" if why.first_round_s is None
         else f"{why.first_round_s:.3f}")
     row("predicted, decode part", lambda run, why: f"{ratio_text(why.predicted_steady)}{est_note(why)}")
@@ -230,8 +230,9 @@ def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
         if not why.acceptance.histogram:
             parts.append(Text("no round drafted anything", style="dim"))
         else:
-            parts += [acceptance_chart(why), Text(f"mean acceptance length {why.acceptance.mean_acceptance_length:.2f} "
-                                                  f"over {why.acceptance.drafting_rounds} drafting rounds", style="dim")]
+            a = why.acceptance
+            parts += [acceptance_chart(why), Text(f"mean acceptance length {a.mean_acceptance_length:.2f} over "
+                                                  f"{a.drafting_rounds} drafting rounds", style="dim")]
             parts += present(by_draft_length_text(why))
         if why.sources is not None:
             parts.append(Text("where the drafts came from, and their lengths (the speedup model prices "
