@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import analysis.ceiling
-from analysis.report import Why
+from analysis.report import Why, round_or_none
 from analysis.speedup import CostModel, RoundMix, mix_round, mix_speedup
 
 from advisor.costs import CostTable, drafter_key
@@ -29,10 +29,6 @@ from utils.options import MATCH_STORAGES
 # why where it is not exact (``advisor.replay``).
 EXACT, ROUNDING, ESTIMATED = "exact", "rounding", "estimated"
 EXACTNESS = (EXACT, ROUNDING, ESTIMATED)
-
-
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 @dataclass
@@ -103,10 +99,10 @@ class Advice:
         return {"method": self.method, "drafter": self.drafter, "gamma": self.gamma,
                 "gamma_policy": self.gamma_policy, "tree": self.tree,
                 "predicted_speedup": round(self.predicted_speedup, 4),
-                "predicted_decode_speedup": _round(self.predicted_decode_speedup),
+                "predicted_decode_speedup": round_or_none(self.predicted_decode_speedup),
                 "tokens_per_call": round(self.tokens_per_call, 4),
-                "measured_speedup": _round(self.measured_speedup),
-                "measured_decode_speedup": _round(self.measured_decode_speedup),
+                "measured_speedup": round_or_none(self.measured_speedup),
+                "measured_decode_speedup": round_or_none(self.measured_decode_speedup),
                 "identical": self.identical, "confirm_error": self.confirm_error,
                 "exactness": self.exactness, "exact": self.exact, "estimate": self.estimate, "note": self.note,
                 "why": self.why.to_dict(),

@@ -17,9 +17,8 @@ from analysis.divergence import Divergence
 from analysis.lookahead import lookahead_summary
 from analysis.sources import drafter_chose_lengths, source_numbers
 from analysis.speedup import (
-    SEARCH_GAMMA, CostModel, RoundMix, ar_step_from_result, best_cap, best_gamma, costs_from_result,
-    estimated_inputs, first_round, measured_mix, mix_run_speedup, mix_speedup, prediction_interval,
-    tokens_per_s_at_rtt,
+    SEARCH_GAMMA, CostModel, RoundMix, best_cap, best_gamma, costs_from_result, estimated_inputs, first_round,
+    measured_mix, mix_run_speedup, mix_speedup, prediction_interval, tokens_per_s_at_rtt,
 )
 from analysis.trees import tree_model, tree_summary
 
@@ -141,12 +140,12 @@ class Why:
 
     def to_dict(self) -> dict:
         """A replayed method's numbers, for the advisor's JSON."""
-        return {"rates": [round(r, 4) for r in self.yield_rates], "c": _round(self.c),
+        return {"rates": [round(r, 4) for r in self.yield_rates], "c": round_or_none(self.c),
                 "verify": {str(w): round(v, 4) for w, v in sorted(self.verify.items())},
                 "mean_width": round(self.mean_width, 3), "tokens_per_call": round(self.tokens_per_call, 4),
                 "draft_steps": round(self.draft_steps, 3), "host_ms": round(self.host_ms, 3),
-                "ceiling_tokens_per_call": _round(self.ceiling_tokens_per_call),
-                "ceiling_speedup": _round(self.ceiling_speedup), "estimated": list(self.estimated),
+                "ceiling_tokens_per_call": round_or_none(self.ceiling_tokens_per_call),
+                "ceiling_speedup": round_or_none(self.ceiling_speedup), "estimated": list(self.estimated),
                 "lookup_ms": round(self.lookup_ms, 4)}
 
     def line(self) -> str:
@@ -174,7 +173,8 @@ class Why:
         return " · ".join(parts)
 
 
-def _round(value: float | None, digits: int = 4) -> float | None:
+def round_or_none(value: float | None, digits: int = 4) -> float | None:
+    """``value`` rounded to ``digits`` places, None kept (for a JSON record)."""
     return None if value is None else round(value, digits)
 
 
