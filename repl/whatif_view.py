@@ -15,8 +15,6 @@ from utils.machine_load import is_busy, other_load, read_load
 from engine.shapes import BATCHES, time_shapes
 from generation.served import ServedModel
 
-DRAFTING = ("speculative", "ngram", "lookahead")
-
 
 def whatif_refusal(session) -> str | None:
     """Why ``/whatif batch`` cannot run now (one line), or None."""
@@ -26,7 +24,7 @@ def whatif_refusal(session) -> str | None:
     if pair.is_encoder_decoder:
         return "/whatif batch needs a decoder-only target"
     last = session.last_run
-    if last is None or not [r for r in last.runs if r.key in DRAFTING and r.usable]:
+    if last is None or not [r for r in last.runs if r.drafting and r.usable]:
         return "/whatif batch projects the last prompt's drafting runs: run a prompt with speculative, NASD or lookahead on"
     return None
 
@@ -46,7 +44,7 @@ def whatif_command(session, topic: str) -> None:
 
 def whatif_table(session) -> Table:
     pair, last = session.runner.pair, session.last_run
-    runs = [(r, facts_of(r.result)) for r in last.runs if r.key in DRAFTING and r.usable]
+    runs = [(r, facts_of(r.result)) for r in last.runs if r.drafting and r.usable]
     runs = [(r, f) for r, f in runs if f is not None]
     outputs = [len(r.result.tokens) for r, _ in runs]
     context = len(last.prompt_ids) + (max(outputs, default=0) // 2)
