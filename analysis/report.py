@@ -1,5 +1,6 @@
 """A run's report, computed once when a prompt's runs end and kept with each run: why a drafting
-strategy ran as fast as it did (:class:`Why`, docs/why.md), what a network round trip would do to it
+strategy ran as fast as it did (:class:`Why`, docs/why.md; the advisor's ranking, ``advisor.rank``,
+keeps a replayed method's numbers in one too), what a network round trip would do to it
 (:class:`WhatIf`), the copy ceiling of a greedy NASD output, and the JSON record of a strategy run.
 
 Pure arithmetic on the runs' results (``generation.result.GenerationResult``, read as data), no
