@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import analysis.ceiling
+from analysis.report import Why, round_or_none
 from analysis.speedup import CostModel, RoundMix, mix_round, mix_speedup
 
 from advisor.costs import CostTable, drafter_key
@@ -28,67 +29,6 @@ from utils.options import MATCH_STORAGES
 # why where it is not exact (``advisor.replay``).
 EXACT, ROUNDING, ESTIMATED = "exact", "rounding", "estimated"
 EXACTNESS = (EXACT, ROUNDING, ESTIMATED)
-
-
-@dataclass
-class Why:
-    """The numbers behind a prediction.
-
-    ``rates``: acceptance by draft position (the replay's); ``c``: one drafter step over one target
-    step (None: model-free); ``verify``: a verify forward's cost by width in target steps, for the
-    widths the rounds ran; ``mean_width``: tokens a verify fed on average; ``tokens_per_call``:
-    tokens per target call; ``draft_steps``: drafter forwards per round; ``host_ms``: host work
-    per round; ``ceiling_tokens_per_call`` / ``ceiling_speedup``: the copy ceiling (copiers only,
-    ``analysis.ceiling``), priced the same way; ``estimated``: the costs read off other widths;
-    ``lookup_ms``: the proposals that ran no drafter forward (a storage's look-ups), per round, as
-    the replay timed them."""
-
-    rates: list[float]
-    c: float | None
-    verify: dict[int, float]
-    mean_width: float
-    tokens_per_call: float
-    draft_steps: float
-    host_ms: float
-    ceiling_tokens_per_call: float | None = None
-    ceiling_speedup: float | None = None
-    estimated: list[str] = field(default_factory=list)
-    lookup_ms: float = 0.0
-
-    def to_dict(self) -> dict:
-        return {"rates": [round(r, 4) for r in self.rates], "c": None if self.c is None else round(self.c, 4),
-                "verify": {str(w): round(v, 4) for w, v in sorted(self.verify.items())},
-                "mean_width": round(self.mean_width, 3), "tokens_per_call": round(self.tokens_per_call, 4),
-                "draft_steps": round(self.draft_steps, 3), "host_ms": round(self.host_ms, 3),
-                "ceiling_tokens_per_call": _round(self.ceiling_tokens_per_call),
-                "ceiling_speedup": _round(self.ceiling_speedup), "estimated": list(self.estimated),
-                "lookup_ms": round(self.lookup_ms, 4)}
-
-    def line(self) -> str:
-        """One line: acceptance by position, c, the verify widths in steps, tokens per call, ceiling."""
-        parts = []
-        if self.rates:
-            shown = " ".join(f"{r:.2f}" for r in self.rates[:6]) + (" …" if len(self.rates) > 6 else "")
-            parts.append(f"accept {shown}")
-        if self.c is not None:
-            parts.append(f"c {self.c:.2f}")
-        wide = {w: v for w, v in self.verify.items() if w > 1}
-        if wide:
-            top = sorted(wide, key=lambda w: abs(w - self.mean_width))[:3]     # the widths near the mean
-            parts.append("verify " + ", ".join(f"w{w} {wide[w]:.2f}" for w in sorted(top)) + " steps")
-        parts.append(f"{self.tokens_per_call:.2f} tok/call")
-        if self.lookup_ms >= 0.05:
-            parts.append(f"look-up {self.lookup_ms:.1f} ms/round")
-        if self.ceiling_tokens_per_call is not None:
-            parts.append(f"copy ceiling {self.ceiling_tokens_per_call:.2f} tok/call"
-                         + (f" {self.ceiling_speedup:.2f}x" if self.ceiling_speedup else ""))
-        if self.estimated:
-            parts.append("(est.) " + ", ".join(self.estimated[:3]) + (" …" if len(self.estimated) > 3 else ""))
-        return " · ".join(parts)
-
-
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 @dataclass
@@ -127,6 +67,16 @@ class Advice:
         return (f"{self.method}: overlap {e.alpha:.2f}, {e.tokens_per_call:.2f} tok/call, "
                 f"{e.predicted_speedup:.2f}x (est.)")
 
+    def predicted_text(self) -> str:
+        """``1.23x``, with `` (est.)`` where the prediction rests on an estimate (:attr:`estimate`)."""
+        return f"{self.predicted_speedup:.2f}x" + (" (est.)" if self.estimate else "")
+
+    def measured_text(self) -> str:
+        """The confirmed run's speedup, ``failed`` where it failed, "" where none ran."""
+        if self.confirm_error:
+            return "failed"
+        return "" if self.measured_speedup is None else f"{self.measured_speedup:.2f}x"
+
     def decode_text(self) -> str:
         """The decode part in a cell: predicted (the steady state) / measured, where confirmed."""
         predicted = "" if self.predicted_decode_speedup is None else f"{self.predicted_decode_speedup:.2f}x"
@@ -149,10 +99,10 @@ class Advice:
         return {"method": self.method, "drafter": self.drafter, "gamma": self.gamma,
                 "gamma_policy": self.gamma_policy, "tree": self.tree,
                 "predicted_speedup": round(self.predicted_speedup, 4),
-                "predicted_decode_speedup": _round(self.predicted_decode_speedup),
+                "predicted_decode_speedup": round_or_none(self.predicted_decode_speedup),
                 "tokens_per_call": round(self.tokens_per_call, 4),
-                "measured_speedup": _round(self.measured_speedup),
-                "measured_decode_speedup": _round(self.measured_decode_speedup),
+                "measured_speedup": round_or_none(self.measured_speedup),
+                "measured_decode_speedup": round_or_none(self.measured_decode_speedup),
                 "identical": self.identical, "confirm_error": self.confirm_error,
                 "exactness": self.exactness, "exact": self.exact, "estimate": self.estimate, "note": self.note,
                 "why": self.why.to_dict(),
@@ -255,7 +205,7 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     if entry.draft_steps:
         c = costs.draft(drafter_key(method), 1)[0] / costs.target(1)[0]
     advice = Advice(method.key, method.gamma, method.gamma_policy, method.tree, 0.0, tokens_per_call,
-                    Why(list(entry.rates), c, {}, 0.0, tokens_per_call, 0.0, costs.host_s * 1e3),
+                    Why(list(entry.rates), c=c, tokens_per_call=tokens_per_call, host_ms=costs.host_s * 1e3),
                     exactness=entry.exactness, note=entry.note, drafter=drafter_key(method), entry=entry)
     if not rounds:
         advice.note = (advice.note + "; " if advice.note else "") + "no round after the prefill to price"

@@ -6,6 +6,8 @@ Torch-free, like the rest of ``analysis``: a replayed trace gives the same numbe
 
 from __future__ import annotations
 
+from analysis.acceptance import drafted_count
+
 KINDS = ("model", "retrieval")
 
 
@@ -15,14 +17,6 @@ def round_kind(note: dict | None) -> str | None:
     if not note:
         return None
     return "model" if note.get("source") == "model" else "retrieval"
-
-
-def drafted_count(rnd) -> int:
-    """The round's drafted tokens as the result counts them: every node of a tree round that
-    ended on the target's token, else the drafts (a chain's, or a tree's kept path)."""
-    if rnd.tree_tokens and rnd.token is not None:
-        return len(rnd.tree_tokens)
-    return len(rnd.drafted)
 
 
 def hybrid_summary(trace, min_match: int) -> dict:

@@ -1,5 +1,6 @@
 """A run's report, computed once when a prompt's runs end and kept with each run: why a drafting
-strategy ran as fast as it did (:class:`Why`, docs/why.md), what a network round trip would do to it
+strategy ran as fast as it did (:class:`Why`, docs/why.md; the advisor's ranking, ``advisor.rank``,
+keeps a replayed method's numbers in one too), what a network round trip would do to it
 (:class:`WhatIf`), the copy ceiling of a greedy NASD output, and the JSON record of a strategy run.
 
 Pure arithmetic on the runs' results (``generation.result.GenerationResult``, read as data), no
@@ -17,9 +18,8 @@ from analysis.divergence import Divergence
 from analysis.lookahead import lookahead_summary
 from analysis.sources import drafter_chose_lengths, source_numbers
 from analysis.speedup import (
-    SEARCH_GAMMA, CostModel, RoundMix, ar_step_from_result, best_cap, best_gamma, costs_from_result,
-    estimated_inputs, first_round, measured_mix, mix_run_speedup, mix_speedup, prediction_interval,
-    tokens_per_s_at_rtt,
+    SEARCH_GAMMA, CostModel, RoundMix, best_cap, best_gamma, costs_from_result, estimated_inputs, first_round,
+    measured_mix, mix_run_speedup, mix_speedup, prediction_interval, tokens_per_s_at_rtt,
 )
 from analysis.trees import tree_model, tree_summary
 
@@ -44,12 +44,17 @@ class WhatIf:
 
 @dataclass
 class Why:
-    """Why a drafting strategy ran as fast as it did (see docs/why.md).
+    """The numbers behind a speedup prediction (see docs/why.md): a drafting run's (:func:`why_of`)
+    or a replayed method's (``advisor.rank.price``, docs/advisor.md).
 
-    ``acceptance``: the run's acceptance counters, as the serving engines count
+    ``yield_rates``: acceptance by draft position, the rates the speedup model prices (a run's
+    count a draft asked for and not made as rejected; a replay's are the replay's). ``estimated``:
+    the inputs the prediction did not measure and the model filled in (a run's:
+    ``analysis.speedup.estimated_inputs``; a replay's: costs read off other widths); empty when
+    all were measured.
+
+    A run's: ``acceptance``: its acceptance counters, as the serving engines count
     them (``analysis.acceptance``): every acceptance number shown comes from it.
-    ``yield_rates``: the rates the
-    speedup model uses (a draft asked for and not made counts as rejected).
     ``predicted`` is the model's speedup for this run (its first round, the
     prompt's prefill, as measured; the rest priced by the model), comparable
     with the measured speedup; ``predicted_steady`` the decode part's prediction
@@ -58,12 +63,10 @@ class Why:
     ``best_speedup`` the steady-state optimum (None for lookahead, which has no γ
     to choose: ``no_gamma``). ``cost_source`` says where the plain step every
     prediction is a ratio to came from (:data:`PLAIN_STEP_SOURCES`), ``plain_step_s``
-    what it cost. ``estimated``: the inputs the prediction did not measure and the
-    model filled in (``analysis.speedup.estimated_inputs``); empty when all were measured.
+    what it cost.
     ``predicted_interval``: (low, high) of a prediction made without target AR on this prompt, over
     the spread of what it priced (the plain step's timings, the run's own rounds:
     ``analysis.speedup.prediction_interval``); None when target AR priced it.
-
     ``measured``: the run's drafter chose each round's draft length (a match
     drafter, docs/model_free.md); the model then prices the measured draft
     lengths (``mix``, ``analysis.speedup.measured_mix``) instead of one γ, and
@@ -71,12 +74,22 @@ class Why:
     from and the draft-length distribution (``analysis.sources.source_numbers``).
     ``ceiling``: for a greedy NASD run, the copy ceiling of its output
     (:func:`copy_ceiling_of`).
+
+    A replayed method's: ``c``: one drafter step over one target step (None: model-free);
+    ``verify``: a verify forward's cost by width in target steps, for the widths the rounds ran;
+    ``mean_width``: tokens a verify fed on average; ``tokens_per_call``: tokens per target call;
+    ``draft_steps``: drafter forwards per round; ``host_ms``: host work per round;
+    ``lookup_ms``: the proposals that ran no drafter forward (a storage's look-ups), per round, as
+    the replay timed them; ``ceiling_tokens_per_call`` / ``ceiling_speedup``: the copy ceiling
+    (copiers only, ``analysis.ceiling``), priced the same way.
     """
 
-    acceptance: AcceptanceCounts
     yield_rates: list[float]
-    draft_share: float
-    gamma: int
+    estimated: list[str] = field(default_factory=list)
+    # a drafting run's
+    acceptance: AcceptanceCounts = field(default_factory=AcceptanceCounts)
+    draft_share: float = 1.0
+    gamma: int = 0
     costs: CostModel | None = None
     predicted: float | None = None
     predicted_steady: float | None = None
@@ -90,9 +103,18 @@ class Why:
     sources: dict | None = None
     ceiling: dict | None = None
     plain_step_s: float | None = None
-    estimated: list[str] = field(default_factory=list)
     no_gamma: bool = False
     predicted_interval: tuple[float, float] | None = None
+    # a replayed method's
+    c: float | None = None
+    verify: dict[int, float] = field(default_factory=dict)
+    mean_width: float = 0.0
+    tokens_per_call: float = 0.0
+    draft_steps: float = 0.0
+    host_ms: float = 0.0
+    lookup_ms: float = 0.0
+    ceiling_tokens_per_call: float | None = None
+    ceiling_speedup: float | None = None
 
     def mix(self, trace: list) -> RoundMix:
         """The rounds the speedup model prices: the measured draft lengths, or γ."""
@@ -116,6 +138,45 @@ class Why:
         """(accepted, reached) at each draft position some round reached."""
         a = self.acceptance
         return [(p, n) for p, n in zip(a.accepted_by_position, a.reached_by_position) if n]
+
+    def to_dict(self) -> dict:
+        """A replayed method's numbers, for the advisor's JSON."""
+        return {"rates": [round(r, 4) for r in self.yield_rates], "c": round_or_none(self.c),
+                "verify": {str(w): round(v, 4) for w, v in sorted(self.verify.items())},
+                "mean_width": round(self.mean_width, 3), "tokens_per_call": round(self.tokens_per_call, 4),
+                "draft_steps": round(self.draft_steps, 3), "host_ms": round(self.host_ms, 3),
+                "ceiling_tokens_per_call": round_or_none(self.ceiling_tokens_per_call),
+                "ceiling_speedup": round_or_none(self.ceiling_speedup), "estimated": list(self.estimated),
+                "lookup_ms": round(self.lookup_ms, 4)}
+
+    def line(self) -> str:
+        """A replayed method's in one line: acceptance by position, c, the verify widths in steps,
+        tokens per call, ceiling."""
+        parts = []
+        if self.yield_rates:
+            rates = self.yield_rates
+            shown = " ".join(f"{r:.2f}" for r in rates[:6]) + (" …" if len(rates) > 6 else "")
+            parts.append(f"accept {shown}")
+        if self.c is not None:
+            parts.append(f"c {self.c:.2f}")
+        wide = {w: v for w, v in self.verify.items() if w > 1}
+        if wide:
+            top = sorted(wide, key=lambda w: abs(w - self.mean_width))[:3]     # the widths near the mean
+            parts.append("verify " + ", ".join(f"w{w} {wide[w]:.2f}" for w in sorted(top)) + " steps")
+        parts.append(f"{self.tokens_per_call:.2f} tok/call")
+        if self.lookup_ms >= 0.05:
+            parts.append(f"look-up {self.lookup_ms:.1f} ms/round")
+        if self.ceiling_tokens_per_call is not None:
+            parts.append(f"copy ceiling {self.ceiling_tokens_per_call:.2f} tok/call"
+                         + (f" {self.ceiling_speedup:.2f}x" if self.ceiling_speedup else ""))
+        if self.estimated:
+            parts.append("(est.) " + ", ".join(self.estimated[:3]) + (" …" if len(self.estimated) > 3 else ""))
+        return " · ".join(parts)
+
+
+def round_or_none(value: float | None, digits: int = 4) -> float | None:
+    """``value`` rounded to ``digits`` places, None kept (for a JSON record)."""
+    return None if value is None else round(value, digits)
 
 
 # Where the plain step came from (``Why.cost_source``, the JSON's ``prediction_cost_source``), and

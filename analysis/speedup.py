@@ -235,11 +235,6 @@ def mix_speedup(mix: RoundMix, costs: CostModel) -> float:
     return tokens * costs.target_call(1) / round_s
 
 
-def _round_mix(rates: Sequence[float], gamma: int, costs: CostModel, draft_share: float) -> tuple[float, float]:
-    """(expected tokens, expected seconds) of one round when a share of rounds drafts gamma."""
-    return mix_round(RoundMix.constant(rates, gamma, draft_share), costs)
-
-
 def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
                       draft_share: float = 1.0) -> float:
     """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round.
@@ -251,8 +246,7 @@ def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
     """
     if gamma == 0:
         return 1.0
-    tokens, round_s = _round_mix(rates, gamma, costs, draft_share)
-    return tokens * costs.target_call(1) / round_s
+    return mix_speedup(RoundMix.constant(rates, gamma, draft_share), costs)
 
 
 def throughput_by_gamma(accept: Sequence[float], propose: Sequence[float], verify: Sequence[float], *,
@@ -386,6 +380,19 @@ def _timed_rounds(rounds: list) -> list:
     return rounds[1:] if len(rounds) > 1 else rounds
 
 
+def _timed_costs(rounds: list) -> tuple[dict[int, list[float]], list[tuple[float, int]]]:
+    """Of the steady rounds (:func:`_timed_rounds`): the verify seconds measured at each width
+    (:func:`analysis.acceptance.verify_width`), and each round's (draft seconds, drafts)."""
+    by_width: dict[int, list[float]] = {}
+    drafts = []
+    for rnd in _timed_rounds(rounds):
+        verify = float(_get(rnd, "verify_s", 0.0) or 0.0)
+        if verify > 0:
+            by_width.setdefault(verify_width(rnd), []).append(verify)
+        drafts.append((float(_get(rnd, "draft_s", 0.0) or 0.0), round_counts(rnd)[0]))
+    return by_width, drafts
+
+
 def ar_step_from_result(result: Any) -> float | None:
     """Seconds per token of plain target decoding, prefill left out.
 
@@ -428,17 +435,10 @@ def costs_from_result(result: Any, ar_step_s: float | None = None, rtt_s: float 
     target call (``CostModel.rtt_s``). None when no round measured a verify time.
     """
     rounds = list(_get(result, "trace", None) or [])
-    by_width: dict[int, list[float]] = {}
-    draft_s, drafted_total = 0.0, 0
-    for rnd in _timed_rounds(rounds):
-        drafted, _ = round_counts(rnd)
-        verify = float(_get(rnd, "verify_s", 0.0) or 0.0)
-        draft_s += float(_get(rnd, "draft_s", 0.0) or 0.0)
-        drafted_total += drafted
-        if verify > 0:
-            by_width.setdefault(verify_width(rnd), []).append(verify)
+    by_width, drafts = _timed_costs(rounds)
     if not by_width:
         return None
+    draft_s, drafted_total = sum(s for s, _ in drafts), sum(n for _, n in drafts)
     verify_s = {w: sum(v) / len(v) for w, v in by_width.items()}
     if ar_step_s is not None and ar_step_s > 0:
         verify_s[1] = ar_step_s
@@ -500,15 +500,8 @@ def cost_bounds(result: Any, costs: CostModel, step_samples: Sequence[float] = (
     drafter step (the quartiles of the run's own rounds, the first left out as in the point
     prediction). The speedup grows with the plain step and falls with a round's cost, so the dear
     rounds over the cheapest plain step give the low end of the speedup, and the reverse the high."""
-    by_width: dict[int, list[float]] = {}
-    steps: list[float] = []
-    for rnd in _timed_rounds(list(_get(result, "trace", None) or [])):
-        drafted, _ = round_counts(rnd)
-        verify = float(_get(rnd, "verify_s", 0.0) or 0.0)
-        if verify > 0:
-            by_width.setdefault(verify_width(rnd), []).append(verify)
-        if drafted:
-            steps.append(float(_get(rnd, "draft_s", 0.0) or 0.0) / drafted)
+    by_width, drafts = _timed_costs(list(_get(result, "trace", None) or []))
+    steps = [seconds / drafted for seconds, drafted in drafts if drafted]
     dear: dict[int, float] = {}
     cheap: dict[int, float] = {}
     for width, cost in costs.verify_s.items():

@@ -49,10 +49,6 @@ def _by_category(encoded, length: int, context: int | None, err) -> dict[str, li
     return out
 
 
-def _ms(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}x"
-
-
 def summary_lines(reports: dict, costs: CostTable) -> list[str]:
     """The summary as Markdown: per category its best rows, predicted beside measured, and why."""
     lines = ["# Advice", "", f"Costs {costs.label()}." + "".join(f" {n}." for n in costs.notes), ""]
@@ -63,9 +59,7 @@ def summary_lines(reports: dict, costs: CostTable) -> list[str]:
                   "| # | method | predicted | measured | decode pred. / meas. | tok/call | replay | why |",
                   "|---|---|---|---|---|---|---|---|"]
         for i, a in enumerate(report.advice[:SHOWN], 1):
-            predicted = f"{a.predicted_speedup:.2f}x" + (" (est.)" if a.estimate else "")
-            measured = "failed" if a.confirm_error else _ms(a.measured_speedup)
-            lines.append(f"| {i} | {a.method} | {predicted} | {measured} | {a.decode_text()} | "
+            lines.append(f"| {i} | {a.method} | {a.predicted_text()} | {a.measured_text()} | {a.decode_text()} | "
                          f"{a.tokens_per_call:.2f} | {a.exactness} | {a.why.line()} |")
         estimated = [a.sampling_line() for a in report.advice if a.sampling is not None]
         if estimated:

@@ -230,14 +230,19 @@ def _acceptance_fields(records: Sequence[RunRecord]) -> dict:
     return out
 
 
+def first_repeat(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """The runs of ``records``' first repeat."""
+    first = min((r.repeat for r in records), default=0)
+    return [r for r in records if r.repeat == first]
+
+
 def output_agreement(records: Sequence[RunRecord],
                      reference: dict[str, list[int]]) -> tuple[int, list[int]]:
     """(prompts identical to the reference, first divergences of the others); first repeat, the
     prompts the reference has."""
-    first = min((r.repeat for r in records), default=0)
     identical, divergences = 0, []
-    for r in records:
-        if r.repeat != first or r.prompt_id not in reference:
+    for r in first_repeat(records):
+        if r.prompt_id not in reference:
             continue
         position = first_divergence(r.tokens, reference[r.prompt_id])
         if position is None:
@@ -252,11 +257,9 @@ def output_verdicts(records: Sequence[RunRecord], reference: dict[str, list[int]
     """The differences :func:`output_agreement` counts, each judged from the rows both runs kept
     (``analysis.divergence``: near-tie, unexplained, or no verdict where a run kept none, as a
     peer's); ``base``: target AR's runs, whose first repeat made the reference."""
-    first_base = min((r.repeat for r in base), default=0)
-    rows = {r.prompt_id: r.decisions for r in base if r.repeat == first_base}
-    first = min((r.repeat for r in records), default=0)
+    rows = {r.prompt_id: r.decisions for r in first_repeat(base)}
     judged = (explain(reference[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions, evidence=r.evidence)
-              for r in records if r.repeat == first and r.prompt_id in reference)
+              for r in first_repeat(records) if r.prompt_id in reference)
     return [d for d in judged if d is not None]
 
 
@@ -305,9 +308,7 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
 
 def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> dict[str, list[int]]:
     """Outputs of ``variant`` (target autoregressive) in its first repeat, by prompt."""
-    mine = [r for r in records if r.variant == variant]
-    first = min((r.repeat for r in mine), default=0)
-    return {r.prompt_id: r.tokens for r in mine if r.repeat == first}
+    return {r.prompt_id: r.tokens for r in first_repeat([r for r in records if r.variant == variant])}
 
 
 def judge_records(records: Sequence[RunRecord], reference) -> None:
@@ -317,9 +318,7 @@ def judge_records(records: Sequence[RunRecord], reference) -> None:
     if reference is None:
         return
     outputs = reference_outputs(records)
-    base = [r for r in records if r.variant == BASELINE]
-    first_base = min((r.repeat for r in base), default=0)
-    rows = {r.prompt_id: r.decisions for r in base if r.repeat == first_base}
+    rows = {r.prompt_id: r.decisions for r in first_repeat([r for r in records if r.variant == BASELINE])}
     for r in records:
         if r.decisions is None or r.prompt_ids is None or r.prompt_id not in outputs or r.variant == BASELINE:
             continue

@@ -126,11 +126,21 @@ def parse_policies(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def _policies(text: str) -> list[tuple[str, int]]:
-    try:
-        return parse_policies(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _argument_type(parse, errors=ValueError):
+    """``parse`` as an argparse type: the one-line message of its ``errors`` becomes argparse's."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except errors as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+_policies = _argument_type(parse_policies)
+_expectation = _argument_type(parse_expectation)
+_processor = _argument_type(parse_processor)
+_compile_path = _argument_type(lambda text: compile_path(text.strip()), OptionError)
 
 
 def parse_self_drafters(text: str) -> list[str]:
@@ -172,27 +182,6 @@ def _self_drafters(text: str) -> list[str]:
         return parse_self_drafters(text)
     except ValueError as exc:  # its message names --drafter, the flag it was written for
         raise argparse.ArgumentTypeError(str(exc).replace("--drafter ", "")) from None
-
-
-def _compile_path(text: str) -> str:
-    try:
-        return compile_path(text.strip())
-    except OptionError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _expectation(text: str):
-    try:
-        return parse_expectation(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _processor(text: str):
-    try:
-        return parse_processor(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:

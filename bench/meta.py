@@ -100,7 +100,7 @@ def header_lines(env: dict, settings: dict) -> list[str]:
         + (f" · compile {settings['compile']}" if settings.get("compile") else ""),
     ]
     if settings["processor"] == "greedy" and env.get("target_dtype") in HALF_DTYPES:
-        lines.append(half_precision_note(env["target_dtype"]))
+        lines.append(f"note: {half_precision_reason(env['target_dtype'])}")   # docs/benchmark.md
     if (line := defaults_line(settings)) is not None:
         lines.append(line)
     return lines
@@ -114,11 +114,6 @@ def defaults_line(settings: dict) -> str | None:
               for name, value in settings.items()}
     changed = differences(values)
     return "differs from the REPL's defaults: " + ", ".join(changed) if changed else None
-
-
-def half_precision_note(dtype: str) -> str:
-    """Why greedy outputs of a target in half precision may differ from its AR output (docs/benchmark.md)."""
-    return f"note: {half_precision_reason(dtype)}"
 
 
 def _session_text(settings: dict) -> str:

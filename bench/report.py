@@ -137,6 +137,15 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
     def texts(cells):
         return [Text(cell) for cell in cells]
 
+    def grid(title: str, header: list[str], body: list[list[str]]) -> Table:
+        """The first column left-justified and whole, the rest right-justified."""
+        table = Table(title=title, title_justify="left")
+        for i, name in enumerate(header):
+            table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        for cells in body:
+            table.add_row(*texts(cells))
+        return table
+
     for line in header_lines:
         console.print(Text(line, style="dim"), highlight=False)
     main = Table(title="All prompts", title_justify="left")
@@ -146,21 +155,9 @@ def print_report(console, header_lines: list[str], rows: list[SummaryRow],
         if row.category == ALL and row.position is None:
             main.add_row(*texts(overall_cells(row)), style="cyan" if row.family == "peer" else None)
     console.print(main)
-    header, body = category_table(rows)
-    per_cat = Table(title="Tokens/s (speedup over target AR) per category", title_justify="left")
-    for i, name in enumerate(header):
-        per_cat.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    for cells in body:
-        per_cat.add_row(*texts(cells))
-    console.print(per_cat)
+    console.print(grid("Tokens/s (speedup over target AR) per category", *category_table(rows)))
     if (per_position := position_table(rows, word)) is not None:
-        header, body = per_position
-        table = Table(title=position_title(word), title_justify="left")
-        for i, name in enumerate(header):
-            table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
-        for cells in body:
-            table.add_row(*texts(cells))
-        console.print(table)
+        console.print(grid(position_title(word), *per_position))
     if verdicts:
         table = Table(title="Expectations", title_justify="left")
         for name in EXPECT_COLUMNS:

@@ -182,15 +182,6 @@ def iter_session_runs(run: RunOne, sessions: Sequence[Session], variants: Sequen
                                    alone=alone, on_step=on_step)
 
 
-def iter_runs(run: RunOne, encoded: Sequence[EncodedPrompt], variants: Sequence[Variant], *,
-              repeats: int, warmup: int = 1, on_step: Callable[[str], None] | None = None,
-              more: Callable[[int], bool] | None = None) -> Iterator[RunRecord]:
-    """Every prompt alone (every run fresh): warm up, then the whole schedule (and the repeats
-    ``more`` asks for, as in :func:`iter_session_runs`)."""
-    return iter_session_runs(run, single_sessions(encoded), variants, repeats=repeats, warmup=warmup,
-                             alone=True, on_step=on_step, more=more)
-
-
 def run_count(n_prompts: int, n_variants: int, *, repeats: int, warmup: int,
               first_session: int = 1) -> int:
     """How many decodes a benchmark makes, warm-up included (for the progress bar).

@@ -61,12 +61,6 @@ class EngineState:
                 self.storage, self.storage_key = kept, key
         return kept
 
-    def reset_storage(self) -> None:
-        """Empty the n-gram storages (NASD's and the hybrid's), those there are yet."""
-        for storage in (self.storage, self.hybrid_storage):
-            if storage is not None:
-                storage.reset()
-
     def gamma_policy(self, strategy: Strategy):
         """The γ policy object of ``strategy.key`` for this strategy's policy, γ and threshold."""
         spec = (strategy.gamma_policy, strategy.gamma, strategy.gamma_threshold)

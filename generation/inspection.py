@@ -223,21 +223,6 @@ def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, rule: str =
     return torch.cat([torch.cat(ids).long(), bits])
 
 
-def record_size(k: int, vocab: int, *, has_q: bool, rule: str = "residual", top: int = TOP) -> int:
-    """How many ints :func:`record_round` returns for ``k`` drafts."""
-    t = min(top, vocab)
-    size = (k + 1) * t + (k + 1) * t + (k + 1) + 1
-    if k:
-        size += k + k
-        if rule != "strict":
-            size += t + t
-        if has_q:
-            size += k * t + k + k + k * t
-        if rule == "block":
-            size += k + k
-    return size
-
-
 # ------------------------------------------------------------- on the host
 
 def _floats(ints: list[int]) -> list[float]:

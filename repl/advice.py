@@ -19,10 +19,6 @@ from advisor.rank import ROUNDING
 CONFIRM = 3     # the best methods run for real to confirm their predictions
 
 
-def _speedup(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}x"
-
-
 def advice_table(report) -> Table:
     """The methods best first: predicted beside measured, tokens per call, how exact the replay
     is (``advisor.rank.EXACTNESS``), and why (a replay's reason to be exact only up to rounding
@@ -34,19 +30,15 @@ def advice_table(report) -> Table:
                           ("why", "left")):
         table.add_column(name, justify=justify, overflow="fold")
     for i, advice in enumerate(report.advice, 1):
-        predicted = f"{advice.predicted_speedup:.2f}x" + (" (est.)" if advice.estimate else "")
-        measured = _speedup(advice.measured_speedup)
-        if advice.confirm_error:
-            measured = "failed"
-        elif advice.identical is False:
+        measured = advice.measured_text()
+        if advice.identical is False and not advice.confirm_error:
             measured += " differs!"
         why = advice.why.line() + (f" · {advice.note}" if advice.note and advice.exactness != ROUNDING else "")
         if advice.confirm_error:
             why += f" · run failed: {advice.confirm_error}"
-        table.add_row(str(i), advice.method, predicted, measured, advice.decode_text(),
+        table.add_row(str(i), advice.method, advice.predicted_text(), measured, advice.decode_text(),
                       f"{advice.tokens_per_call:.2f}", advice.exactness, why)
     return table
-
 
 
 def costs_table(costs) -> Table:

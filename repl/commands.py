@@ -315,6 +315,12 @@ def _on_off_text(value: bool) -> str:
     return "on" if value else "off"
 
 
+def _int(name: str, what: str, bounds: tuple[int, int], help: str) -> Command:
+    """A whole-number setting: ``/name WHAT`` and ``--name WHAT``, ``WHAT`` within ``bounds``."""
+    return Command(name, what, help, _int_setting(name, what, bounds), show=lambda s: str(getattr(s, name)),
+                   flag=name.replace("_", "-"))
+
+
 def _toggle(name: str, help: str, flag: str | None = None) -> Command:
     return Command(
         name, "[on|off]", help, _toggle_setting(name),
@@ -330,10 +336,8 @@ def _show_storage(s: Settings) -> str:
 COMMANDS: dict[str, Command] = {
     c.name: c
     for c in [
-        Command("gamma", "N", f"drafts per speculative step ({GAMMA_RANGE[0]}-{GAMMA_RANGE[1]})",
-                _int_setting("gamma", "N", GAMMA_RANGE), show=lambda s: str(s.gamma), flag="gamma"),
-        Command("length", "N", "maximum number of new tokens per strategy",
-                _int_setting("length", "N", LENGTH_RANGE), show=lambda s: str(s.length), flag="length"),
+        _int("gamma", "N", GAMMA_RANGE, f"drafts per speculative step ({GAMMA_RANGE[0]}-{GAMMA_RANGE[1]})"),
+        _int("length", "N", LENGTH_RANGE, "maximum number of new tokens per strategy"),
         Command("processor", "greedy [T] | multinomial T | topk T K | nucleus T P | topknucleus T K P",
                 "sampling: T temperature (0 = greedy), K top-k >= 1, P top-p in (0, 1]",
                 parse_processor, show=lambda s: s.processor.describe(),
@@ -349,13 +353,12 @@ COMMANDS: dict[str, Command] = {
         _toggle("debug", "colour each round: accepted, rejected, target token"),
         _toggle("live", "draw each strategy's rounds as they run (drafts dim until verified) with a "
                 "status line; on in a terminal, off with --json or piped output"),
-        Command("tree", "N", "verify a token tree of at most N draft nodes per round, depth up to gamma "
-                f"(0 = a chain; {TREE_RANGE[0]}-{TREE_RANGE[1]}); models that cannot take a tree run chains",
-                _int_setting("tree", "N", TREE_RANGE), show=lambda s: str(s.tree), flag="tree"),
-        Command("tree_branch", "K", "token trees: children per expanded node (drafter's top-K, "
-                f"the storage's top-K continuations; {TREE_BRANCH_RANGE[0]}-{TREE_BRANCH_RANGE[1]})",
-                _int_setting("tree_branch", "K", TREE_BRANCH_RANGE), show=lambda s: str(s.tree_branch),
-                flag="tree-branch"),
+        _int("tree", "N", TREE_RANGE,
+             "verify a token tree of at most N draft nodes per round, depth up to gamma "
+             f"(0 = a chain; {TREE_RANGE[0]}-{TREE_RANGE[1]}); models that cannot take a tree run chains"),
+        _int("tree_branch", "K", TREE_BRANCH_RANGE,
+             "token trees: children per expanded node (drafter's top-K, "
+             f"the storage's top-K continuations; {TREE_BRANCH_RANGE[0]}-{TREE_BRANCH_RANGE[1]})"),
         _toggle("tree_sample", "token trees under sampling: draw each node's children from the drafter's q "
                 "and verify them by recursive rejection sampling (default; off: its top children, the target's "
                 "draw followed); the drafter model only, greedy always takes the top children"),
@@ -365,15 +368,13 @@ COMMANDS: dict[str, Command] = {
                 "sam (a suffix automaton over this prompt and output, and /corpus) take no N",
                 parse_ngram_storage, show=_show_storage, values=NGRAM_STORAGES, flag="ngram-storage",
                 fields=("ngram_storage", "ngram_n")),
-        Command("suffix_pattern", "P", "suffix storage: the longest tail of the sequence matched (P), in tokens "
-                f"({SUFFIX_PATTERN_RANGE[0]}-{SUFFIX_PATTERN_RANGE[1]}); its tries keep substrings of up to 2P",
-                _int_setting("suffix_pattern", "P", SUFFIX_PATTERN_RANGE), show=lambda s: str(s.suffix_pattern),
-                flag="suffix-pattern"),
-        Command("suffix_outputs", "N", "suffix storage: how many earlier outputs (M) its global trie keeps, the "
-                f"oldest out first ({SUFFIX_OUTPUTS_RANGE[0]}-{SUFFIX_OUTPUTS_RANGE[1]}; 0 = no global trie); "
-                "kept across prompts while /reset_in_between is off",
-                _int_setting("suffix_outputs", "N", SUFFIX_OUTPUTS_RANGE), show=lambda s: str(s.suffix_outputs),
-                flag="suffix-outputs"),
+        _int("suffix_pattern", "P", SUFFIX_PATTERN_RANGE,
+             "suffix storage: the longest tail of the sequence matched (P), in tokens "
+             f"({SUFFIX_PATTERN_RANGE[0]}-{SUFFIX_PATTERN_RANGE[1]}); its tries keep substrings of up to 2P"),
+        _int("suffix_outputs", "N", SUFFIX_OUTPUTS_RANGE,
+             "suffix storage: how many earlier outputs (M) its global trie keeps, the "
+             f"oldest out first ({SUFFIX_OUTPUTS_RANGE[0]}-{SUFFIX_OUTPUTS_RANGE[1]}; 0 = no global trie); "
+             "kept across prompts while /reset_in_between is off"),
         Command("match_factor", "A", "suffix and sam storages: a match of m tokens drafts at most A x m "
                 f"tokens (at least 1, at most gamma; A from {MATCH_FACTOR_RANGE[0]:g} to {MATCH_FACTOR_RANGE[1]:g})",
                 parse_match_factor, show=lambda s: fmt_number(s.match_factor), flag="match-factor"),
@@ -389,24 +390,18 @@ COMMANDS: dict[str, Command] = {
                 f"{HYBRID_RANGE[0]}-{HYBRID_RANGE[1]}, 0 = off)",
                 _int_setting("hybrid", "L", HYBRID_RANGE), show=lambda s: str(s.hybrid) if s.hybrid else "off",
                 flag="hybrid"),
-        Command("top_k_filler", "N", "NASD: how many top target tokens fill the storage per step",
-                _int_setting("top_k_filler", "N", FILLER_RANGE), show=lambda s: str(s.top_k_filler),
-                flag="top-k-filler"),
-        Command("lookahead_window", "W", "lookahead: columns of the Jacobi window (W); each round feeds "
-                f"(W - 1) + (N - 2) x W window tokens ({LOOKAHEAD_WINDOW_RANGE[0]}-{LOOKAHEAD_WINDOW_RANGE[1]})",
-                _int_setting("lookahead_window", "W", LOOKAHEAD_WINDOW_RANGE),
-                show=lambda s: str(s.lookahead_window), flag="lookahead-window"),
-        Command("lookahead_ngram", "N", "lookahead: n-gram size (N); the window has N - 1 levels and each "
-                f"candidate drafts N - 1 tokens ({LOOKAHEAD_NGRAM_RANGE[0]}-{LOOKAHEAD_NGRAM_RANGE[1]})",
-                _int_setting("lookahead_ngram", "N", LOOKAHEAD_NGRAM_RANGE),
-                show=lambda s: str(s.lookahead_ngram), flag="lookahead-ngram"),
-        Command("lookahead_guesses", "G", "lookahead: candidate n-grams verified per round, and how many the "
-                f"pool keeps per first token (G; {LOOKAHEAD_GUESSES_RANGE[0]}-{LOOKAHEAD_GUESSES_RANGE[1]})",
-                _int_setting("lookahead_guesses", "G", LOOKAHEAD_GUESSES_RANGE),
-                show=lambda s: str(s.lookahead_guesses), flag="lookahead-guesses"),
+        _int("top_k_filler", "N", FILLER_RANGE, "NASD: how many top target tokens fill the storage per step"),
+        _int("lookahead_window", "W", LOOKAHEAD_WINDOW_RANGE,
+             "lookahead: columns of the Jacobi window (W); each round feeds "
+             f"(W - 1) + (N - 2) x W window tokens ({LOOKAHEAD_WINDOW_RANGE[0]}-{LOOKAHEAD_WINDOW_RANGE[1]})"),
+        _int("lookahead_ngram", "N", LOOKAHEAD_NGRAM_RANGE,
+             "lookahead: n-gram size (N); the window has N - 1 levels and each "
+             f"candidate drafts N - 1 tokens ({LOOKAHEAD_NGRAM_RANGE[0]}-{LOOKAHEAD_NGRAM_RANGE[1]})"),
+        _int("lookahead_guesses", "G", LOOKAHEAD_GUESSES_RANGE,
+             "lookahead: candidate n-grams verified per round, and how many the "
+             f"pool keeps per first token (G; {LOOKAHEAD_GUESSES_RANGE[0]}-{LOOKAHEAD_GUESSES_RANGE[1]})"),
         _toggle("reset_in_between", "empty the n-gram storage (and lookahead's n-gram pool) before every prompt"),
-        Command("seed", "N", "random seed set before every strategy",
-                _int_setting("seed", "N", SEED_RANGE), show=lambda s: str(s.seed), flag="seed"),
+        _int("seed", "N", SEED_RANGE, "random seed set before every strategy"),
         Command("gamma_policy", "constant | heuristic | confidence T | model",
                 "how many drafts each round asks for: always gamma; +2/-1 after each round; up to gamma "
                 "until the drafter's confidence falls under T in (0, 1); or 0..max(gamma, 16) chosen "

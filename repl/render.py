@@ -1,4 +1,7 @@
-"""Everything the REPL shows, as rich renderables.
+"""What the REPL shows of a prompt's runs, as rich renderables: each strategy's panel, the debug
+view of its rounds, the comparison table, and the one-line texts on a run's numbers that ``/stats``
+(``repl.stats_view``) and the HTML report (``repl.report``) share. Settings, ``/help`` and the
+toolbar: ``repl.help_view``.
 
 Model text only ever enters rich as :class:`rich.text.Text` (never as a
 markup string), so brackets or colons in a model's output print as they are.
@@ -17,11 +20,9 @@ from rich.text import Text
 from analysis.acceptance import acceptance_counts
 from analysis.report import DRAFTING, Why, gamma_cap, plain_step_words
 from analysis.sources import NO_MATCH
-from analysis.speedup import measured_mix
 from generation.result import GenerationResult
-from repl.commands import COMMANDS
 from repl.runs import PromptRun, StrategyRun, round_pieces
-from repl.settings import Settings, settings_from_dict
+from repl.settings import settings_from_dict
 from utils.devices import HALF_DTYPES, half_precision_reason
 from utils.machine_load import busy_warning
 from utils.options import MATCH_STORAGES
@@ -35,8 +36,6 @@ BONUS = "bold magenta"
 GAMMA_MARK = "dim"
 LOSER = "dim strike"
 SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
-BLOCKS = " ▏▎▍▌▋▊▉█"  # eighths of a character cell, for the bar charts
-BAR_WIDTH = 16
 
 
 def make_console(*, stderr: bool = False) -> Console:
@@ -44,21 +43,24 @@ def make_console(*, stderr: bool = False) -> Console:
     return Console(stderr=stderr, markup=False, emoji=False, highlight=False)
 
 
+def present(*items) -> list:
+    """The items that are not None."""
+    return [item for item in items if item is not None]
+
+
+def dim(*lines: str | None) -> list[Text]:
+    """The lines that are not None, as dim text."""
+    return [Text(line, style="dim") for line in lines if line is not None]
+
+
 # ------------------------------------------------------------------- metrics
 
 def _metrics(run: StrategyRun) -> Text:
     r = run.result
-    parts = [
-        f"{len(r.tokens)} tokens",
-        f"{r.seconds:.2f} s",
-        f"{r.tokens_per_second:.1f} tokens/s",
-    ]
+    parts = [f"{len(r.tokens)} tokens", f"{r.seconds:.2f} s", f"{r.tokens_per_second:.1f} tokens/s"]
     if run.key in DRAFTING:
-        parts += [
-            # the result's own tallies: equal to analysis.acceptance's draft acceptance rate
-            acceptance_words(r),
-            f"{r.tokens_per_target_call:.2f} tokens/target call",
-        ]
+        # the result's own tallies: equal to analysis.acceptance's draft acceptance rate
+        parts += [acceptance_words(r), f"{r.tokens_per_target_call:.2f} tokens/target call"]
     calls = "drafter forward passes" if run.key == "drafter" else "target forward passes"
     parts.append(f"{r.target_calls} {calls}")
     if run.key == "speculative":
@@ -138,7 +140,8 @@ def fill_text(result: GenerationResult, *, widths: bool = False) -> Text | None:
 
 def ceiling_text(why: Why, result: GenerationResult, storage: str = "") -> Text | None:
     """``copy ceiling at γ 16: at most 3.79 tokens a target call ... after a 1-token match, 2.82 after
-    2 (...); this run 3.09`` (``PromptRun.copy_ceiling``), or why it was not computed; None without one."""
+    2 (...); this run 3.09`` (``Why.ceiling``: ``analysis.report.copy_ceiling_of``), or why it was not
+    computed; None without one."""
     ceiling = why.ceiling
     if not ceiling:
         return None
@@ -169,14 +172,22 @@ def lookahead_text(result: GenerationResult) -> Text | None:
                 f"pool {stats['pool']} n-grams", style="dim")
 
 
+PHASES = ("draft", "verify", "other")
+
+
+def _phase_seconds(result: GenerationResult) -> list[float]:
+    """The run's seconds drafting, verifying and in other work (``PHASES``)."""
+    phases = result.phases or {}
+    return [phases.get(k, 0.0) for k in PHASES]
+
+
 def phases_text(result: GenerationResult) -> str:
     """``draft 0.10 s (8%) · verify 1.05 s (84%) · other 0.10 s (8%)``."""
-    phases = result.phases or {}
-    total = sum(phases.get(k, 0.0) for k in ("draft", "verify", "other"))
+    values = _phase_seconds(result)
+    total = sum(values)
     if total <= 0:
         return "phases: not measured"
-    return "phases: " + " · ".join(
-        f"{k} {phases.get(k, 0.0):.2f} s ({phases.get(k, 0.0) / total:.0%})" for k in ("draft", "verify", "other"))
+    return "phases: " + " · ".join(f"{k} {v:.2f} s ({v / total:.0%})" for k, v in zip(PHASES, values))
 
 
 def cross_tokenizer_text(result: GenerationResult) -> str | None:
@@ -197,15 +208,15 @@ def cross_tokenizer_text(result: GenerationResult) -> str | None:
 
 def phase_split(result: GenerationResult) -> str:
     """The compact ``8/84/8%`` draft/verify/other split of the comparison table."""
-    phases = result.phases or {}
-    values = [phases.get(k, 0.0) for k in ("draft", "verify", "other")]
+    values = _phase_seconds(result)
     total = sum(values)
     if total <= 0:
         return "-"
     return "/".join(f"{v / total * 100:.0f}" for v in values) + "%"
 
 
-def _x(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
+    """``1.23x``, or ``n/a`` for None."""
     return "n/a" if value is None else f"{value:.2f}x"
 
 
@@ -268,12 +279,12 @@ def why_text(prompt_run: PromptRun, run: StrategyRun) -> Text | None:
     return Text(" · ".join(parts), style="dim")
 
 
-def _est(why: Why) -> str:
+def est_note(why: Why) -> str:
     """`` (est.)`` after a prediction some of whose inputs were estimated, else nothing."""
     return " (est.)" if why.estimated else ""
 
 
-def _range(why: Why) -> str:
+def interval_note(why: Why) -> str:
     """`` [1.30-1.62x]`` after a prediction made without target AR (the spread of what it priced,
     ``Why.predicted_interval``), else nothing."""
     if why.predicted_interval is None:
@@ -289,15 +300,16 @@ def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[
     priced = " (priced at the measured draft lengths)" if why.measured else ""
     decode = prompt_run.decode_speedup(run)
     if prompt_run.baseline() is None:   # no target AR run: the decode prediction is all there is
-        parts = [f"predicted {_x(why.predicted_steady)}{_est(why)}{_range(why)} (decode part; first round "
-                 f"{why.first_round_s:.2f} s left out){priced}"]
+        parts = [f"predicted {ratio_text(why.predicted_steady)}{est_note(why)}{interval_note(why)} (decode part; "
+                 f"first round {why.first_round_s:.2f} s left out){priced}"]
     else:
         measured = prompt_run.speedup(run)
-        parts = [f"predicted {_x(why.predicted)}{_est(why)}" + (f" vs measured {_x(measured)}" if measured else "")
-                 + priced,
+        parts = [f"predicted {ratio_text(why.predicted)}{est_note(why)}"
+                 + (f" vs measured {ratio_text(measured)}" if measured else "") + priced,
                  f"decode part (first round {why.first_round_s:.2f} s left out): predicted "
-                 f"{_x(why.predicted_steady)}{_est(why)}" + (f" vs measured {_x(decode)}" if decode else "")]
-    parts.append("best gamma -" if why.no_gamma else f"best gamma {why.best_gamma} ({_x(why.best_speedup)})")
+                 f"{ratio_text(why.predicted_steady)}{est_note(why)}"
+                 + (f" vs measured {ratio_text(decode)}" if decode else "")]
+    parts.append("best gamma -" if why.no_gamma else f"best gamma {why.best_gamma} ({ratio_text(why.best_speedup)})")
     if why.tree is not None:
         parts.append(tree_best_text(why.tree))
     parts.append(plain_step_words(why))
@@ -310,19 +322,19 @@ def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[
 def tree_best_text(tree: dict) -> str:
     """``best tree 8 nodes (1.31x; this run's budget 1.20x)``: the tree model's pick."""
     own = tree.get("predicted_speedup_at_budget")
-    return (f"best tree {tree['best_nodes']} nodes ({_x(tree['best_nodes_speedup'])}"
-            + (f"; this run's budget {_x(own)})" if own is not None else ")"))
+    return (f"best tree {tree['best_nodes']} nodes ({ratio_text(tree['best_nodes_speedup'])}"
+            + (f"; this run's budget {ratio_text(own)})" if own is not None else ")"))
 
 
 def what_if_text(what_if) -> str:
     """``at a 20 ms round trip per target call (/rtt): predicted 1.42x (long outputs
     1.55x), best gamma 7 (1.61x)``."""
     w = what_if
-    predicted = "" if w.predicted is None else f"predicted {_x(w.predicted)} ("
-    steady = f"long outputs {_x(w.predicted_steady)}" + (")" if predicted else "")
+    predicted = "" if w.predicted is None else f"predicted {ratio_text(w.predicted)} ("
+    steady = f"long outputs {ratio_text(w.predicted_steady)}" + (")" if predicted else "")
     where = ("per target call (/rtt)" if w.measured_ms is None else
              f"per request (/rtt; measured {w.measured_ms:.1f} ms)")
-    best = "" if w.best_gamma is None else f", best gamma {w.best_gamma} ({_x(w.best_speedup)})"
+    best = "" if w.best_gamma is None else f", best gamma {w.best_gamma} ({ratio_text(w.best_speedup)})"
     return f"at a {w.rtt_ms:g} ms round trip {where}: {predicted}{steady}{best}"
 
 
@@ -339,46 +351,25 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
     title = Text(run.label, style=f"bold {colour}")
     if run.error is not None:
         return Panel(Text(run.error, style="red"), title=title, title_align="left", border_style="red")
+    r = run.result
     body: list = [Text(run.text or "(no text)", style="" if run.text else "dim")]
-    if run.result.interrupted:
+    if r.interrupted:
         title.append("  interrupted", style="bold yellow")
-        body.append(Text(f"interrupted after {len(run.result.tokens)} tokens", style="yellow"))
-    body.append(_metrics(run))
-    body.append(Text(phases_text(run.result), style="dim"))
-    acceptance = acceptance_text(run.result) if run.key in DRAFTING else None
-    if acceptance is not None:
-        body.append(acceptance)
-    if run.key == "lookahead":
-        tree = lookahead_text(run.result)
-    else:
-        tree = tree_text(run.result) if run.key in DRAFTING else None
-    if tree is not None:
-        body.append(tree)
-    hybrid = hybrid_text(run.result)
-    if hybrid is not None:
-        body.append(hybrid)
-    fill = fill_text(run.result)
-    if fill is not None:
-        body.append(fill)
-    body.append(Text(path_text(run.result.rollback), style="dim"))
-    compiled = compile_text(run.result)
-    if compiled is not None:
-        body.append(Text(compiled, style="dim"))
-    network = network_text(run.result)
-    if network is not None:
-        body.append(Text(network, style="dim"))
-    crossing = cross_tokenizer_text(run.result)
-    if crossing is not None:
-        body.append(Text(crossing, style="dim"))
+        body.append(Text(f"interrupted after {len(r.tokens)} tokens", style="yellow"))
+    body += [_metrics(run), Text(phases_text(r), style="dim")]
+    if run.key in DRAFTING:
+        body += present(acceptance_text(r), lookahead_text(r) if run.key == "lookahead" else tree_text(r))
+    body += present(hybrid_text(r), fill_text(r))
+    body += dim(path_text(r.rollback), compile_text(r), network_text(r), cross_tokenizer_text(r))
     prompt_run = prompt_run or PromptRun("", list(prompt_ids), greedy=False, runs=[run])
     why = why_text(prompt_run, run)
     if why is not None:
         body.append(why)
         body += sources_lines(prompt_run.why(run))
-    if debug and run.key in DRAFTING and run.result.trace is not None:
+    if debug and run.key in DRAFTING and r.trace is not None:
         if tokenizer is not None or run.pieces is not None:
-            body += [Text(""), rounds_view(run.result, prompt_ids, tokenizer, run.pieces)]
-    border = "yellow" if run.result.interrupted else colour
+            body += [Text(""), rounds_view(r, prompt_ids, tokenizer, run.pieces)]
+    border = "yellow" if r.interrupted else colour
     return Panel(Group(*body), title=title, title_align="left", border_style=border)
 
 
@@ -539,7 +530,7 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
     if why is None:
         predicted, best = "-", "-"
     else:
-        predicted = _x(why.predicted) + ("" if why.predicted is None else _est(why) + _range(why))
+        predicted = ratio_text(why.predicted) + ("" if why.predicted is None else est_note(why) + interval_note(why))
         best = "-" if why.no_gamma else "n/a" if why.best_gamma is None else str(why.best_gamma)
     return [
         run.label + (" (interrupted)" if r.interrupted else ""),
@@ -547,9 +538,9 @@ def comparison_cells(prompt_run: PromptRun, run: StrategyRun) -> list[str]:
         f"{r.tokens_per_second:.1f}",
         first_token_ms(r),
         decode_rate_cell(r),
-        _x(prompt_run.speedup(run)),
+        ratio_text(prompt_run.speedup(run)),
         f"{r.tokens_per_target_call:.2f}" if r.target_calls else "-",
-        _x(prompt_run.call_cost(run)),
+        ratio_text(prompt_run.call_cost(run)),
         predicted,
         best,
         phase_split(r),
@@ -603,18 +594,12 @@ def _logit_pair(values, floor) -> str:
 
 # ------------------------------------------------------------------- /stats
 
-def bar(fraction: float, width: int = BAR_WIDTH) -> str:
-    """A horizontal bar of ``fraction`` (0..1) of ``width`` cells, in eighths."""
-    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
-    full, part = divmod(eighths, 8)
-    return ("█" * full + (BLOCKS[part] if part else "")).ljust(width)
-
-
-def _ms(seconds: float) -> str:
+def ms_text(seconds: float) -> str:
+    """``12.3 ms``."""
     return f"{seconds * 1000:.1f} ms"
 
 
-def _rollback_text(rollback: dict) -> str:
+def rollback_text(rollback: dict) -> str:
     """``target crop: restores 0, refed_tokens 0, 0.0 ms`` per model, every count shown."""
     parts = []
     for model, stats in (rollback or {}).items():
@@ -624,7 +609,7 @@ def _rollback_text(rollback: dict) -> str:
                            if k not in ("method", "seconds", "path", "reason", "step"))
         lean = " (lean step)" if stats.get("step") == "lean" else ""
         parts.append(f"{model} {stats.get('method', '?')}{lean}: {counts + ', ' if counts else ''}"
-                     f"{_ms(float(stats.get('seconds', 0.0) or 0.0))}")
+                     f"{ms_text(float(stats.get('seconds', 0.0) or 0.0))}")
     return "; ".join(parts) or "not recorded"
 
 
@@ -638,8 +623,8 @@ def network_text(result: GenerationResult) -> str | None:
     tokens = len(result.tokens)
     per_token = f" ({requests / tokens:.2f} per token)" if tokens else ""
     retries = int(net.get("retries", 0) or 0)
-    return (f"server: {requests} requests{per_token}, {_ms(float(net['request_s']))}: compute "
-            f"{_ms(float(net['server_s']))}, round trip {_ms(float(net['round_trip_s']))} "
+    return (f"server: {requests} requests{per_token}, {ms_text(float(net['request_s']))}: compute "
+            f"{ms_text(float(net['server_s']))}, round trip {ms_text(float(net['round_trip_s']))} "
             f"({float(net['round_trip_per_request_ms']):.1f} ms a request)"
             + (f", {retries} retried" if retries else ""))
 
@@ -682,260 +667,6 @@ def compile_text(result: GenerationResult, *, detail: bool = False) -> str | Non
     return text
 
 
-def _cost_text(why: Why) -> str:
-    costs = why.costs
-    widths = ", ".join(f"{w}: {_ms(c)}" for w, c in sorted(costs.verify_s.items()))
-    return (f"cost model: drafter step {_ms(costs.draft_step_s)} · verify by width {{{widths}}} · "
-            f"other {_ms(costs.other_per_round_s)}/round · {plain_step_words(why)}"
-            + (f" · estimated: {', '.join(why.estimated)}" if why.estimated else ""))
-
-
-def summary_table(prompt_run: PromptRun, rtt_ms: float | None = None) -> Table:
-    """One column per drafting strategy, one row per number behind its speed;
-    with a round trip (``rtt_ms``, default the prompt's /rtt) the what-if rows."""
-    whys = [(run, prompt_run.why(run, rtt_ms)) for run in prompt_run.runs]
-    whys = [(run, why) for run, why in whys if why is not None]
-    table = Table(title=Text("Why (last prompt)"), title_justify="left", show_edge=False, pad_edge=False)
-    table.add_column(Text(""))
-    for run, _ in whys:
-        table.add_column(Text(run.label, style=f"bold {STRATEGY_COLOURS[run.key]}"), justify="right",
-                         overflow="fold")
-
-    def row(name: str, cell) -> None:
-        table.add_row(Text(name), *(Text(cell(run, why)) for run, why in whys))
-
-    row("rounds", lambda run, why: str(len(run.result.trace)))
-    row("accepted / drafted", lambda run, why: "n/a (nothing drafted)" if not why.acceptance.drafted
-        else f"{why.acceptance.accepted}/{why.acceptance.drafted} ({why.acceptance.draft_acceptance_rate:.0%})")
-    row("mean acceptance length", lambda run, why: f"{why.acceptance.mean_acceptance_length:.2f}")
-    row("rounds that drafted", lambda run, why: f"{why.draft_share:.0%}")
-    for phase in ("draft", "verify", "other"):
-        row(f"{phase} seconds", lambda run, why, p=phase: f"{(run.result.phases or {}).get(p, 0.0):.3f}")
-    row("tokens/s (end to end)", lambda run, why: f"{run.result.tokens_per_second:.1f}")
-    row("time to first token (ms)", lambda run, why: first_token_ms(run.result))
-    row("decode tokens/s (after the first round)", lambda run, why: decode_rate_cell(run.result))
-    row("measured speedup", lambda run, why: _x(prompt_run.speedup(run)))
-    row("predicted speedup (this run)", lambda run, why: f"{_x(why.predicted)}{_est(why)}{_range(why)} "
-        + ("at measured draft lengths" if why.measured else f"at γ {why.gamma}"))
-    row("first round (prefill) seconds", lambda run, why: "-" if why.first_round_s is None
-        else f"{why.first_round_s:.3f}")
-    row("predicted, decode part", lambda run, why: f"{_x(why.predicted_steady)}{_est(why)}")
-    row("measured, decode part", lambda run, why: _x(prompt_run.decode_speedup(run)))
-    row("best γ (predicted)", lambda run, why: "-" if why.no_gamma else "n/a" if why.best_gamma is None
-        else f"{why.best_gamma} ({_x(why.best_speedup)})")
-    row("plain step", lambda run, why: plain_step_words(why).removeprefix("plain step: "))
-    if any(why.estimated for _, why in whys):
-        row("estimated inputs", lambda run, why: ", ".join(why.estimated) or "-")
-    if any(why.sources is not None for _, why in whys):
-        row("draft length: mean, p50/p90, max", lambda run, why: "-" if why.sources is None
-            else _lengths_cell(why.sources["draft_lengths"]))
-        row("mean match length", lambda run, why: "-" if why.sources is None
-            or why.sources["mean_match_length"] is None else f"{why.sources['mean_match_length']:.1f}")
-    if any(why.tree is not None for _, why in whys):
-        row("best tree nodes (predicted)", lambda run, why: "-" if why.tree is None
-            else f"{why.tree['best_nodes']} ({_x(why.tree['best_nodes_speedup'])})")
-    row("gamma policy", lambda run, why: run.result.gamma_policy or "-")
-    row("compile path", lambda run, why: (compile_text(run.result) or "-").removeprefix("compile: "))
-    row("verify rule", lambda run, why: run.result.verify_rule or (f"tree ({run.result.tree_rule})"
-                                                                   if run.result.tree_rule else "-"))
-    if any(why.what_if is not None for _, why in whys):
-        rtt = next(why.what_if.rtt_ms for _, why in whys if why.what_if is not None)
-        row(f"at a {rtt:g} ms round trip (/rtt): predicted",
-            lambda run, why: "-" if why.what_if is None else _x(why.what_if.predicted))
-        row(f"at a {rtt:g} ms round trip: long outputs",
-            lambda run, why: "-" if why.what_if is None else _x(why.what_if.predicted_steady))
-        row(f"at a {rtt:g} ms round trip: best γ",
-            lambda run, why: "-" if why.what_if is None or why.what_if.best_gamma is None
-            else f"{why.what_if.best_gamma} ({_x(why.what_if.best_speedup)})")
-    return table
-
-
-def _lengths_cell(lengths: dict) -> str:
-    """``3.25, 4/8, 8``: a draft-length distribution's mean, median and 90th percentile, and maximum."""
-    if "p50" not in lengths:
-        return "-"
-    return f"{lengths['mean']:.2f}, {lengths['p50']}/{lengths['p90']}, {lengths['max']}"
-
-
-def sources_table(why: Why) -> Table:
-    """Per source a match drafter drafted from: rounds, acceptance, mean match length."""
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header in ("source", "rounds", "drafting", "accepted/drafted", "acceptance", "mean acc. length",
-                   "mean match"):
-        table.add_column(Text(header), justify="left" if header == "source" else "right")
-    for source, c in why.sources["draft_sources"].items():
-        table.add_row(Text("no match" if source == NO_MATCH else source), Text(str(c["rounds"])),
-                      Text(str(c["drafting_rounds"])), Text(f"{c['accepted']}/{c['drafted']}"),
-                      Text(f"{c['acceptance_rate']:.0%}"), Text(f"{c['mean_acceptance_length']:.2f}"),
-                      Text(f"{c['mean_match_length']:.1f}"))
-    return table
-
-
-def draft_length_chart(why: Why, trace: list) -> Table:
-    """Row k: the rounds that drafted k tokens, with a bar, and the tokens such a round yielded
-    on average: what the speedup model prices for a drafter that chose its lengths."""
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header, justify in (("k", "right"), ("rounds", "right"), ("rounds drafting k tokens", "left"),
-                            ("tokens/round", "right")):
-        table.add_column(Text(header), justify=justify, min_width=BAR_WIDTH if header.startswith("rounds ") else None)
-    histogram = {int(k): c for k, c in why.sources["draft_lengths"]["rounds_by_length"].items()}
-    tokens = measured_mix(trace).tokens if trace else {}
-    top = max(histogram.values(), default=0)
-    for k, count in histogram.items():
-        table.add_row(Text(str(k)), Text(str(count)), Text(bar(count / top if top else 0.0), style="cyan"),
-                      Text(f"{tokens.get(k, 0.0):.2f}"))
-    return table
-
-
-def match_chart(why: Why) -> Table | None:
-    """Row per match length (grouped): the rounds that copied drafts after such a match, their
-    acceptance as a bar, and how often the first draft was taken; None without such rounds."""
-    by_match = why.sources.get("acceptance_by_match") or {}
-    if not by_match:
-        return None
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header, justify in (("match", "right"), ("rounds", "right"), ("accepted/drafted", "right"),
-                            ("acceptance", "left"), ("", "right"), ("first draft taken", "right")):
-        table.add_column(Text(header), justify=justify, min_width=BAR_WIDTH if header == "acceptance" else None)
-    for label, c in by_match.items():
-        table.add_row(Text(label), Text(str(c["rounds"])), Text(f"{c['accepted']}/{c['drafted']}"),
-                      Text(bar(c["acceptance"]), style="cyan"), Text(f"{c['acceptance']:.0%}"),
-                      Text(f"{c['first_taken']:.0%}"))
-    return table
-
-
-def _tree_depth_text(result: GenerationResult) -> str:
-    """``acceptance by tree depth: 0 12/20 60% · 1 ...`` and tokens per target call."""
-    from analysis.trees import tree_summary
-
-    stats = tree_summary(result.trace, tokens=len(result.tokens), target_calls=result.target_calls)
-    if stats is None:
-        return ""
-    depth = " · ".join(f"{i} {a}/{r} {a / r:.0%}" for i, (a, r) in enumerate(stats["acceptance_by_depth"]) if r)
-    return f"acceptance by tree depth: {depth}; {stats['tokens_per_target_call']:.2f} tokens/target call"
-
-
-def acceptance_chart(why: Why) -> Table:
-    """Row i: acceptance at draft position i, conditional (over the rounds that
-    reached it, with a bar) and unconditional (over every drafting round), and the
-    drafting rounds that accepted exactly i drafts, with a bar."""
-    table = Table(show_edge=False, pad_edge=False, box=None)
-    for header, justify in (("i", "right"), ("accepted/reached", "right"), ("conditional", "right"),
-                            ("acceptance at position i", "left"), ("per drafting round", "right"),
-                            ("rounds", "right"), ("rounds accepting i drafts", "left")):
-        table.add_column(Text(header), justify=justify, overflow="fold",
-                         min_width=BAR_WIDTH if header.startswith(("acceptance", "rounds ")) else None)
-    a = why.acceptance
-    unconditional = a.acceptance_rate_per_position
-    top = max(a.histogram, default=0)
-    for i in range(len(a.histogram)):
-        cells = [Text(""), Text(""), Text(""), Text("")]
-        if i < len(a.reached_by_position) and a.reached_by_position[i]:
-            passed, reached = a.accepted_by_position[i], a.reached_by_position[i]
-            cells[:3] = [Text(f"{passed}/{reached}"), Text(f"{passed / reached:.0%}"),
-                         Text(bar(passed / reached), style="green")]
-        if i < len(unconditional):
-            cells[3] = Text(f"{unconditional[i]:.0%}")
-        count = a.histogram[i]
-        table.add_row(Text(str(i)), *cells, Text(str(count)),
-                      Text(bar(count / top if top else 0.0), style="cyan"))
-    return table
-
-
-def by_draft_length_text(why: Why) -> Text | None:
-    """``drafting rounds by draft length (accepted 0, 1, ...): 2: 1 0 0 · 3: 0 1 0 1``,
-    when the rounds drafted different lengths (γ adapted); None otherwise."""
-    rows = why.acceptance.by_draft_length
-    if len(rows) < 2:
-        return None
-    text = " · ".join(f"{n}: " + " ".join(map(str, h)) for n, h in rows.items())
-    return Text(f"drafting rounds by draft length (accepting 0, 1, ... drafts): {text}", style="dim")
-
-
-def decode_line(prompt_run: PromptRun) -> Text | None:
-    """``Target AR: 9.7 tokens/s end to end · first token 123 ms · decode 8.4 tokens/s``, for the
-    runs without a column in the summary (no drafts); None when there is none."""
-    parts = [f"{run.label}: {run.result.tokens_per_second:.1f} tokens/s end to end · first token "
-             f"{first_token_ms(run.result)} ms · decode {decode_rate_cell(run.result)} tokens/s"
-             + (f" · {compile_text(run.result)}" if compile_text(run.result) else "")
-             for run in prompt_run.runs if not run.drafting and run.result is not None]
-    return Text("; ".join(parts), style="dim") if parts else None
-
-
-def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
-    """What /stats shows: the summary, then per drafting strategy its acceptance
-    by position and acceptance histogram as bar charts, the cost model
-    and the cache rollbacks. ``rtt_ms``: the /rtt what-if (default: the
-    prompt's own setting)."""
-    parts: list = [summary_table(prompt_run, rtt_ms)]
-    for run in prompt_run.runs:
-        why = prompt_run.why(run)
-        if why is None:
-            continue
-        colour = STRATEGY_COLOURS[run.key]
-        parts.append(Text(""))
-        rule = f" (verify {run.result.verify_rule})" if run.result.verify_rule else ""
-        parts.append(Text(f"{run.label}{rule}: acceptance by draft position, accepted drafts per round",
-                          style=f"bold {colour}"))
-        if not why.acceptance.histogram:
-            parts.append(Text("no round drafted anything", style="dim"))
-        else:
-            parts.append(acceptance_chart(why))
-            parts.append(Text(f"mean acceptance length {why.acceptance.mean_acceptance_length:.2f} "
-                              f"over {why.acceptance.drafting_rounds} drafting rounds", style="dim"))
-            by_length = by_draft_length_text(why)
-            if by_length is not None:
-                parts.append(by_length)
-        if why.sources is not None:
-            parts.append(Text("where the drafts came from, and their lengths (the speedup model prices "
-                              "these lengths, not one γ)", style=f"bold {colour}"))
-            parts.append(sources_table(why))
-            parts.append(draft_length_chart(why, run.result.trace))
-            by_match = match_chart(why)
-            if by_match is not None:
-                parts.append(Text("acceptance by match length (tokens of the tail found where the drafts "
-                                  "were copied from)", style=f"bold {colour}"))
-                parts.append(by_match)
-        ceiling = ceiling_text(why, run.result, prompt_run.settings.get("ngram_storage", ""))
-        if ceiling is not None:
-            parts.append(ceiling)
-        if why.costs is not None:
-            parts.append(Text(_cost_text(why), style="dim"))
-        tree = lookahead_text(run.result) if run.key == "lookahead" else tree_text(run.result)
-        if tree is not None:
-            parts.append(tree)
-            parts.append(Text(_tree_depth_text(run.result), style="dim"))
-        hybrid = hybrid_text(run.result)
-        if hybrid is not None:
-            parts.append(hybrid)
-        fill = fill_text(run.result, widths=True)
-        if fill is not None:
-            parts.append(fill)
-        parts.append(Text(f"cache rollback: {_rollback_text(run.result.rollback)}", style="dim"))
-        parted = divergence_text(prompt_run, run)
-        if parted is not None:
-            parts.append(Text(parted, style="yellow" if prompt_run.report(run).divergence.tie else "bold red"))
-        compiled = compile_text(run.result, detail=True)
-        if compiled is not None:
-            parts.append(Text(compiled, style="dim"))
-        crossing = cross_tokenizer_text(run.result)
-        if crossing is not None:
-            parts.append(Text(crossing, style="dim"))
-    if len(parts) == 1:
-        return Group(Text("no drafting strategy finished on the last prompt: /stats needs speculative, NASD or lookahead",
-                          style="yellow"))
-    plain = decode_line(prompt_run)
-    if plain is not None:
-        parts.insert(1, plain)
-    parts.append(Text(""))
-    parts.append(Text("conditional = drafts accepted at a position over the rounds that reached it; per drafting "
-                      "round = the same over every drafting round (vLLM's per-position rate); mean acceptance "
-                      "length = 1 + accepted / drafting rounds; predicted = the speedup model at the run's γ "
-                      "(at its measured draft lengths for a drafter that chose them); "
-                      "docs/why.md explains each number", style="dim"))
-    return Group(*parts)
-
-
 # ------------------------------------------------------------------- replay
 
 def prompt_line(prompt_run: PromptRun) -> str:
@@ -956,122 +687,3 @@ def environment_lines(env: dict) -> list[str]:
         lines.append(" · ".join(f"{k} {v}" for k, v in versions.items()))
     return lines
 
-
-# ---------------------------------------------------------- settings and help
-
-def settings_table(settings: Settings, pair=None) -> Table:
-    table = Table(title=Text("Settings"), title_justify="left", show_edge=False, pad_edge=False)
-    table.add_column(Text("command"))
-    table.add_column(Text("value"))
-    table.add_column(Text("what it does"))
-    for command in COMMANDS.values():
-        if command.show is not None:
-            table.add_row(Text(f"/{command.name}"), Text(command.show(settings), style="bold"),
-                          Text(command.help, style="dim"))
-    if pair is not None:
-        table.add_section()
-        for name, value in (("target model", pair.target_name), ("drafter model", pair.drafter_name),
-                            ("device", str(pair.device)), ("context length", str(pair.context_length or "unknown")),
-                            ("vocabulary", str(pair.vocab_size))):
-            table.add_row(Text(name), Text(str(value), style="bold"), Text(""))
-        probe = pair.probe
-        if probe is not None:
-            for name, result in (("target cache path", probe.target), ("drafter cache path", probe.drafter)):
-                table.add_row(Text(name), Text(result.path, style="bold"), Text(result.line(), style="dim"))
-    return table
-
-
-# The usage column of /help; a longer grammar gets a line of its own above its help.
-USAGE_WIDTH = 30
-
-
-def help_table(topic: str | None = None) -> Group:
-    """Every command (or ``topic``'s) with its grammar and help line. A grammar never wraps inside
-    itself: one longer than ``USAGE_WIDTH`` gets a line of its own above its help, and one wider than
-    the terminal breaks only between its ``|`` alternatives (:func:`usage_lines`)."""
-    commands = [COMMANDS[topic]] if topic else list(COMMANDS.values())
-    parts: list = []
-    rows: list[tuple[Text, Text]] = []
-
-    def flush() -> None:
-        if rows:
-            parts.append(_help_grid(rows[:]))
-            rows.clear()
-
-    for command in commands:
-        usage = Text(command.usage, style="bold")
-        if len(command.usage) > USAGE_WIDTH:
-            flush()
-            parts.append(UsageLine(command.usage))
-            usage = Text("")
-        rows.append((usage, Text(command.help)))
-        if topic and command.flag:
-            flush()
-            parts += [Text("also a command-line flag:", style="dim"), UsageLine(command.flag_usage)]
-    flush()
-    return Group(*parts)
-
-
-def _help_grid(rows: list[tuple[Text, Text]]) -> Table:
-    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
-    table.add_column(Text("usage"), width=USAGE_WIDTH, no_wrap=True)
-    table.add_column(Text("help"), ratio=1)
-    for usage, help_text in rows:
-        table.add_row(usage, help_text)
-    return table
-
-
-def usage_lines(usage: str, width: int) -> list[str]:
-    """``usage`` on one line when it fits in ``width``, else broken between its `` | ``
-    alternatives (never inside one), later lines indented two spaces."""
-    if len(usage) <= width:
-        return [usage]
-    lines: list[str] = []
-    for piece in usage.split(" | "):
-        if lines and len(lines[-1]) + 3 + len(piece) <= width:
-            lines[-1] += " | " + piece
-        else:
-            lines.append(("  | " if lines else "") + piece)
-    return lines
-
-
-class UsageLine:
-    """A command's grammar in bold, whole on one line where the terminal allows (rich renderable)."""
-
-    def __init__(self, usage: str):
-        self.usage = usage
-
-    def __rich_console__(self, console, options):
-        for line in usage_lines(self.usage, options.max_width):
-            yield Text(line, style="bold", no_wrap=True, overflow="fold")
-
-
-HELP_FOOTER = (
-    "Anything not starting with / is a prompt. End a line with \\ (or press Esc then Enter) "
-    "to continue on the next line; \\n in a prompt is a newline. Ctrl-C stops a generation; "
-    "Ctrl-D or /quit leaves."
-)
-
-
-def toolbar_text(settings: Settings) -> str:
-    """The one-line summary shown at the bottom of the prompt."""
-    def mark(flag: bool) -> str:
-        return "+" if flag else "-"
-
-    strategies = " ".join(f"{mark(getattr(settings, k))}{name}" for k, name in
-                          (("speculative", "spec"), ("ngram", "nasd"), ("lookahead", "lookahead"),
-                           ("target", "target"), ("drafter", "drafter")))
-    toggles = " ".join(f"{mark(getattr(settings, k))}{k}" for k in ("cache", "chat", "debug", "live"))
-    if settings.verify != Settings().verify:
-        toggles += f" | verify {settings.verify}"
-    if settings.compile != Settings().compile:
-        toggles += f" | compile {settings.compile}"
-    if settings.rtt:
-        toggles += f" | rtt {settings.rtt:g} ms"
-    if settings.rtt_inject:
-        toggles += f" | rtt-inject {settings.rtt_inject:g} ms"
-    reset = " reset" if settings.reset_in_between else " keep"
-    policy = "" if settings.gamma_policy == "constant" else f" ({settings.gamma_policy_text()})"
-    return (f" gamma {settings.gamma}{policy} | length {settings.length} | {settings.processor.describe()} | "
-            f"{strategies} | ngram {COMMANDS['set_ngramstorage'].show(settings)} filler "
-            f"{settings.top_k_filler}{reset} | {toggles} | seed {settings.seed}")

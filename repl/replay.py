@@ -16,6 +16,7 @@ from rich.text import Text
 from repl import render
 from repl.inspect_view import NO_NUMBERS, default_round, has_numbers, round_view
 from repl.runs import PromptRun
+from repl.stats_view import stats_view
 from repl.trace import Trace
 
 
@@ -58,7 +59,7 @@ def show_trace(trace: Trace, console: Console) -> None:
             busy = render.busy_line(prompt_run)
             if busy is not None:
                 console.print(Text(busy, style="yellow"))
-            console.print(render.stats_view(prompt_run))
+            console.print(stats_view(prompt_run))
             show_inspector(prompt_run, console)
         if prompt_run.interrupted:
             console.print(Text("this prompt was interrupted: later strategies did not run", style="yellow"))

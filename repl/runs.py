@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from analysis.divergence import Divergence, Evidence, Reference, explain
 from analysis.report import (
-    DRAFTING, PromptFacts, RunReport, Why, call_cost, copy_ceiling_of, decode_speedup, run_report, speedup,
+    DRAFTING, PromptFacts, RunReport, Why, call_cost, decode_speedup, run_report, speedup,
     strategy_record, usable, why_of,
 )
 from analysis.speedup import ar_step_from_result
@@ -128,7 +128,7 @@ class PromptRun:
     token_text: dict[int, str] = field(default_factory=dict)
     target_dtype: str = ""
     machine_load: dict | None = None
-    _ceilings: dict = field(default_factory=dict, repr=False, compare=False)   # copy_ceiling's, per run and γ
+    _ceilings: dict = field(default_factory=dict, repr=False, compare=False)   # copy_ceiling_of's, per run and γ
     # The target's one-token step (seconds) the runner timed at load (``Runner.warm_up``): the plain
     # step the predictions take when target AR did not run this prompt; None when not measured.
     load_step_s: float | None = None
@@ -232,10 +232,6 @@ class PromptRun:
         if rtt_ms is None or rtt_ms == self.rtt_ms():
             return self.report(run).why
         return why_of(run.key, run.result, self.facts(), rtt_ms, self._ceilings)
-
-    def copy_ceiling(self, run: StrategyRun, gamma: int) -> dict | None:
-        """The copy ceiling of a greedy run's output at ``gamma`` (``analysis.report.copy_ceiling_of``)."""
-        return copy_ceiling_of(run.key, run.result, self.facts(), gamma, self._ceilings)
 
     def strategy_dict(self, run: StrategyRun) -> dict:
         """One strategy's JSON entry (``analysis.report.strategy_record``)."""

@@ -14,13 +14,14 @@ from rich.console import Console
 from rich.text import Text
 
 import checks.selftest
-from repl import render
+from repl import help_view, render
 from repl.commands import completions, execute
 from repl.inspect_view import InspectError, has_numbers, pick, round_view
 from repl.report import write_report
 from repl.runner import PromptRefused, Runner
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
+from repl.stats_view import stats_view
 from repl.trace import TraceError, prompt_record, trace_document, write_trace
 from repl.trace import environment as trace_environment
 
@@ -73,11 +74,11 @@ class Session:
         if reply.action == "quit":
             return False
         if reply.action == "help":
-            self.console.print(render.help_table(reply.topic))
+            self.console.print(help_view.help_table(reply.topic))
             if reply.topic is None:
-                self.say(render.HELP_FOOTER, "dim")
+                self.say(help_view.HELP_FOOTER, "dim")
         elif reply.action == "config":
-            self.console.print(render.settings_table(self.settings, self.runner.pair))
+            self.console.print(help_view.settings_table(self.settings, self.runner.pair))
         elif reply.action == "stats":
             self.show_stats()
         elif reply.action == "inspect":
@@ -108,7 +109,7 @@ class Session:
             self.error("no prompt has run yet: /stats shows the last prompt's numbers")
             return
         if self.last_run is not None:
-            self.console.print(render.stats_view(self.last_run, rtt_ms=self.settings.rtt))
+            self.console.print(stats_view(self.last_run, rtt_ms=self.settings.rtt))
         if self.advisor_costs is not None:       # the advisor's cost table, kept for the next /advise
             from repl.advice import costs_table
 
@@ -291,7 +292,7 @@ def _prompt_session(settings: Settings):
         history=FileHistory(str(path)) if path else InMemoryHistory(),
         completer=SlashCompleter(),
         complete_while_typing=False,
-        bottom_toolbar=lambda: render.toolbar_text(settings),
+        bottom_toolbar=lambda: help_view.toolbar_text(settings),
         key_bindings=bindings,
     )
 

@@ -17,8 +17,6 @@ from utils.machine_load import is_busy
 from engine.shapes import BATCHES, time_pair_shapes
 from generation.served import ServedModel
 
-DRAFTING = ("speculative", "ngram", "lookahead")
-
 
 def whatif_refusal(session, topic: str = "batch") -> str | None:
     """Why ``/whatif TOPIC`` cannot run now (one line), or None."""
@@ -28,7 +26,7 @@ def whatif_refusal(session, topic: str = "batch") -> str | None:
     if pair.is_encoder_decoder:
         return f"/whatif {topic} needs a decoder-only target"
     last = session.last_run
-    if last is None or not [r for r in last.runs if r.key in DRAFTING and r.usable]:
+    if last is None or not [r for r in last.runs if r.drafting and r.usable]:
         return (f"/whatif {topic} projects the last prompt's drafting runs: run a prompt with speculative, NASD or "
                 "lookahead on")
     return None
@@ -49,7 +47,7 @@ def whatif_command(session, topic: str, machine: str | None = None) -> None:
 
 def whatif_table(session) -> Table:
     pair, last = session.runner.pair, session.last_run
-    runs = [(r, facts_of(r.result)) for r in last.runs if r.key in DRAFTING and r.usable]
+    runs = [(r, facts_of(r.result)) for r in last.runs if r.drafting and r.usable]
     runs = [(r, f) for r, f in runs if f is not None]
     outputs = [len(r.result.tokens) for r, _ in runs]
     context = len(last.prompt_ids) + (max(outputs, default=0) // 2)
@@ -81,7 +79,7 @@ def machine_table(session, name: str) -> Table:
 
     pair, last = session.runner.pair, session.last_run
     profile = profile_named(name)
-    runs = [(r, facts_of(r.result)) for r in last.runs if r.key in DRAFTING and r.usable]
+    runs = [(r, facts_of(r.result)) for r in last.runs if r.drafting and r.usable]
     runs = [(r, f) for r, f in runs if f is not None]
     context = len(last.prompt_ids) + (max((len(r.result.tokens) for r, _ in runs), default=0) // 2)
     target = model_shape(pair.target)

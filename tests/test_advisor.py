@@ -97,7 +97,7 @@ def test_the_ranking_orders_by_the_predicted_speedup_worked_by_hand():
     assert model.why.verify == {1: 1.0, 5: pytest.approx(1.4)}
     assert model.why.draft_steps == pytest.approx(4.0)       # the prefill's wide forward is not a round's step
     assert model.tokens_per_call == pytest.approx(4.0) and ngram.tokens_per_call == pytest.approx(2.5)
-    assert model.why.rates == [0.9, 0.8, 0.7, 0.6]
+    assert model.why.yield_rates == [0.9, 0.8, 0.7, 0.6]
     assert not model.estimate and model.why.estimated == []
     assert "c 0.20" in model.why.line() and "4.00 tok/call" in model.why.line()
 

@@ -20,7 +20,8 @@ from bench.prompts import (
 )
 from bench.records import RunRecord
 from bench.report import markdown_report
-from bench.runner import EncodedPrompt, iter_runs, run_count, schedule, single_sessions, split_fitting_sessions
+from bench.runner import (EncodedPrompt, iter_session_runs, run_count, schedule, single_sessions,
+                          split_fitting_sessions)
 from bench.expect import Expectation, check_expectations, parse_expectation
 from bench.ours import our_call, our_strategy
 from bench.variants import HF_DYNAMIC, Variant, parse_variant_name, plan_variants
@@ -207,7 +208,7 @@ def test_runner_warms_up_first_and_records_every_timed_run():
 
     encoded = [EncodedPrompt(Prompt("a", "chat", "x"), (1, 2)), EncodedPrompt(Prompt("b", "chat", "y"), (3,))]
     variants = [Variant("target"), Variant("hf_generate")]
-    records = list(iter_runs(fake_run, encoded, variants, repeats=2, warmup=1))
+    records = list(iter_session_runs(fake_run, single_sessions(encoded), variants, repeats=2, warmup=1, alone=True))
     assert calls[:2] == [("target", "a", -1), ("hf_generate", "a", -1)]
     assert len(records) == 8 and all(r.repeat >= 0 for r in records)
     assert run_count(2, 2, repeats=2, warmup=1) == len(calls) == 10
@@ -227,10 +228,11 @@ def test_runner_asks_before_each_repeat_past_the_planned_ones():
         asked.append(done)
         return done < 4
 
-    records = list(iter_runs(fake_run, encoded, [Variant("target")], repeats=2, warmup=0, more=more))
+    sessions, target = single_sessions(encoded), [Variant("target")]
+    records = list(iter_session_runs(fake_run, sessions, target, repeats=2, warmup=0, alone=True, more=more))
     assert asked == [2, 3, 4]                       # never asked within the planned repeats
     assert sorted({r.repeat for r in records}) == [0, 1, 2, 3]
-    assert len(list(iter_runs(fake_run, encoded, [Variant("target")], repeats=2, warmup=0))) == 2
+    assert len(list(iter_session_runs(fake_run, sessions, target, repeats=2, warmup=0, alone=True))) == 2
 
 
 def test_prompts_too_long_for_the_context_are_skipped():

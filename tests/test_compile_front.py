@@ -18,6 +18,7 @@ from repl.commands import COMMANDS, CommandError, add_flags, apply_flags, execut
 from repl.runner import Runner, strategy_for
 from repl.runs import StrategyRun
 from repl.settings import STRATEGIES, Settings
+from repl.stats_view import stats_view
 from repl.trace import environment, prompt_record, read_trace, trace_document, write_trace
 from tests.helpers.models import tiny_llama
 from tests.helpers.pairs import model_pair
@@ -139,7 +140,7 @@ def test_the_json_and_the_panels_say_which_path_each_strategy_ran(runner, monkey
     with panel.capture() as captured:
         panel.print(render.strategy_panel(run, prompt_run.prompt_ids, runner.pair.tokenizer, debug=False,
                                           prompt_run=prompt_run))
-        panel.print(render.stats_view(prompt_run))
+        panel.print(stats_view(prompt_run))
     text = captured.get()
     assert "compile: static (drafter static)" in text and "compile path" in text
     path = tmp_path / "trace.json"                            # the saved trace keeps it, and reads it back

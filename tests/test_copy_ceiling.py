@@ -11,9 +11,9 @@ import pytest
 import analysis.ceiling
 from analysis.ceiling import copy_ceiling
 from engine import NGramOptions, Strategy, pair_of, run_strategy
-from repl import render
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
+from repl.stats_view import stats_view
 from sampling import GreedyProcessor, MultinomialProcessor
 from tests.helpers.models import tiny_llama
 from tests.helpers.repl import console
@@ -139,7 +139,7 @@ def test_stats_and_json_give_the_ceiling_of_a_greedy_nasd_run(target):
     assert after[1] >= nasd.tokens_per_target_call and after[1] >= after[2]
     assert "copy_ceiling" not in json.loads(json.dumps(pr.to_dict()))["strategies"]["target"]
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     text = " ".join(out.getvalue().split())
     assert (f"copy ceiling at γ 4: at most {after[1]:.2f} tokens a target call for any drafter copying from this "
             f"prompt and output after a 1-token match, {after[2]:.2f} after 2") in text
@@ -148,7 +148,7 @@ def test_stats_and_json_give_the_ceiling_of_a_greedy_nasd_run(target):
 
 def test_a_table_is_told_it_can_pass_the_ceiling(target):
     c, out = console()
-    c.print(render.stats_view(prompt_run(target, "basic", GreedyProcessor())))
+    c.print(stats_view(prompt_run(target, "basic", GreedyProcessor())))
     assert "a table's chained look-ups can pass it" in " ".join(out.getvalue().split())
 
 
@@ -156,7 +156,7 @@ def test_no_ceiling_under_sampling(target):
     pr = prompt_run(target, "suffix", MultinomialProcessor(1.0))
     assert "copy_ceiling" not in pr.to_dict()["strategies"]["ngram"]
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     assert "copy ceiling" not in out.getvalue()
 
 
@@ -167,5 +167,5 @@ def test_a_long_prompt_says_why_it_has_no_ceiling(target, monkeypatch):
     assert pr.to_dict()["strategies"]["ngram"]["copy_ceiling"] == {
         "skipped": f"prompt and output hold {total} tokens (it is computed up to 20)"}
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     assert "copy ceiling: not computed: prompt and output hold" in " ".join(out.getvalue().split())

@@ -464,13 +464,14 @@ def _prompt_run():
 
 def test_the_identical_column_says_tie_or_no_at_the_position():
     from repl import render
+    from repl.stats_view import stats_view
     from tests.helpers.repl import console
 
     pr = _prompt_run()
     cells = {run.key: render.comparison_cells(pr, run)[-1] for run in pr.runs}
     assert cells == {"target": "baseline", "speculative": "tie@1", "ngram": "no@2"}
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     text = " ".join(out.getvalue().split())
     assert "differs from target AR at token 1 (AR 7, this run 8): near-tie" in text
     assert "differs from target AR at token 2 (AR 4, this run 9): unexplained" in text

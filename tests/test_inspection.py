@@ -15,7 +15,7 @@ import generation.inspection as inspection
 import generation.verify as verify
 from engine import NGramOptions, Strategy, run_strategy
 from generation.accept import residual_distributions
-from generation.inspection import Inspection, Position, decode, record_round, record_size
+from generation.inspection import TOP, Inspection, Position, decode, record_round
 from generation.verify_rules import block_details
 from ngram_assisted import NGramStorage
 from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
@@ -176,6 +176,21 @@ def test_recording_changes_no_output_and_the_strategy_switches_it_off(models, dr
     assert any(r.drafted for r in runs[True].trace)
     assert all(r.inspection is not None for r in runs[True].trace)
     assert all(r.inspection is None for r in runs[False].trace)
+
+
+def record_size(k: int, vocab: int, *, has_q: bool, rule: str = "residual", top: int = TOP) -> int:
+    """How many ints ``record_round`` returns for ``k`` drafts: its layout, counted apart from it."""
+    t = min(top, vocab)
+    size = (k + 1) * t + (k + 1) * t + (k + 1) + 1
+    if k:
+        size += k + k
+        if rule != "strict":
+            size += t + t
+        if has_q:
+            size += k * t + k + k + k * t
+        if rule == "block":
+            size += k + k
+    return size
 
 
 def test_record_size_matches_the_tensor():

@@ -18,7 +18,7 @@ import pytest
 from tests.helpers.mutations import own_time_counted
 from utils import machine_load
 from utils.machine_load import (BUSY_CORES, LoadReading, busy_warning, is_busy, load_record, other_load,
-                                read_load, sample_other_load)
+                                read_load)
 
 
 def reading(clock, system, own, loadavg=(0.5, 0.4, 0.3), cores=2) -> LoadReading:
@@ -65,7 +65,9 @@ def test_a_busy_process_beside_this_one_is_seen():
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         time.sleep(0.3)                                   # the spinners are running
-        load = sample_other_load(0.6)
+        before = read_load()
+        time.sleep(0.6)                                   # this process idle meanwhile
+        load = other_load(before, read_load())
     finally:
         for p in spinners:
             p.kill()

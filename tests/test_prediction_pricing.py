@@ -113,7 +113,7 @@ def test_the_panel_and_the_json_say_where_the_plain_step_came_from_and_what_was_
         c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
         text = " ".join(line.strip("│ ") for line in out.getvalue().splitlines())
         assert words in text
-        assert (f"{render._x(pr.why(pr.runs[0]).predicted_steady)} (est.)" in text) == bool(estimated)
+        assert (f"{render.ratio_text(pr.why(pr.runs[0]).predicted_steady)} (est.)" in text) == bool(estimated)
         cells = render.comparison_cells(pr, pr.runs[0])
         assert any("(est.)" in cell for cell in cells) == bool(estimated)
 

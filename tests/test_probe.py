@@ -252,13 +252,13 @@ def test_the_pair_carries_its_probe_to_the_banner_and_the_trace():
 
 
 def test_the_panel_line_names_each_models_path_and_why():
-    from repl.render import _rollback_text, path_text
+    from repl.render import path_text, rollback_text
 
     rollback = {"target": {"method": "restore", "restores": 2, "path": "stepwise", "reason": "cached: off by 0.67",
                            "seconds": 0.0},
                 "drafter": {"method": "crop", "restores": 0, "path": "cached", "reason": "", "seconds": 0.0}}
     assert path_text(rollback) == "cache path: target stepwise (cached: off by 0.67) · drafter cached"
-    assert "path" not in _rollback_text(rollback) and "restores 2" in _rollback_text(rollback)
+    assert "path" not in rollback_text(rollback) and "restores 2" in rollback_text(rollback)
 
 
 # ------------------------------------------------------------- a forward that is not causal

@@ -20,6 +20,7 @@ from repl.runner import Runner
 from repl.runs import PromptRun, StrategyRun
 from repl.session import Session
 from repl.settings import Settings
+from repl.stats_view import stats_view
 from repl.trace import prompt_record, read_trace, trace_document, write_trace
 from tests.helpers.repl import ENV, WordTokenizer, build_model, build_tokenizer, console, fake_pair, result
 from utils.machine_load import BUSY_CORES, LoadReading, busy_warning
@@ -211,7 +212,7 @@ def test_the_comparison_fits_the_terminal_and_keeps_the_decode_figures(width):
 def test_stats_shows_the_decode_figures_beside_the_end_to_end_ones():
     pr = decode_prompt_run()
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     rows = {line.split("│")[0].strip(): line.split("│")[1].strip() for line in out.getvalue().splitlines()
             if "│" in line}
     assert rows["tokens/s (end to end)"] == "9.6"

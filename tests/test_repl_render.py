@@ -12,11 +12,13 @@ from rich.console import Console
 import analysis.report
 from generation import Round
 from repl import render
-from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun, strategy_for
 from repl import runs
+from repl.help_view import help_table, toolbar_text
+from repl.runner import PromptRefused, PromptRun, Runner, StrategyRun, strategy_for
 from repl.runs import round_pieces
 from repl.session import Session, unescape
 from repl.settings import ProcessorSpec, Settings
+from repl.stats_view import bar, stats_view
 from tests.helpers.repl import WordTokenizer, console, fake_pair, match_prompt_run, result, why_prompt_run
 
 
@@ -202,7 +204,7 @@ def test_json_dict_has_every_metric():
 
 def test_toolbar_shows_the_settings():
     s = Settings(gamma=6, processor=ProcessorSpec("nucleus", 0.7, top_p=0.9), drafter=True)
-    text = render.toolbar_text(s)
+    text = toolbar_text(s)
     assert "gamma 6" in text and "nucleus(temperature=0.7, top_p=0.9)" in text and "+drafter" in text
 
 
@@ -342,16 +344,16 @@ def test_json_carries_the_why_numbers():
 
 
 def test_bar_uses_eighth_blocks():
-    assert render.bar(1.0, 4) == "████"
-    assert render.bar(0.0, 4) == "    "
-    assert render.bar(0.5, 3) == "█▌ "
-    assert render.bar(1 / 32, 4) == "▏   "
-    assert render.bar(7.0, 2) == "██"  # clamped
+    assert bar(1.0, 4) == "████"
+    assert bar(0.0, 4) == "    "
+    assert bar(0.5, 3) == "█▌ "
+    assert bar(1 / 32, 4) == "▏   "
+    assert bar(7.0, 2) == "██"  # clamped
 
 
 def test_stats_view():
     c, out = console()
-    c.print(render.stats_view(why_prompt_run()))
+    c.print(stats_view(why_prompt_run()))
     text = out.getvalue()
     lines = text.splitlines()
     assert any("mean acceptance length" in line and "2.33" in line for line in lines)
@@ -362,10 +364,10 @@ def test_stats_view():
     assert any("measured speedup" in line and "0.90x" in line for line in lines)
     # position 0: 2 of 3 judged drafts accepted; 1 round accepted 0 drafts, 2 rounds accepted 2
     chart = [line.split() for line in lines if line.strip()[:2] in ("0 ", "1 ", "2 ")]
-    assert chart[0][:4] == ["0", "2/3", "67%", render.bar(2 / 3).strip()]
+    assert chart[0][:4] == ["0", "2/3", "67%", bar(2 / 3).strip()]
     assert chart[0][4:6] == ["67%", "1"]  # unconditional: 2 of 3 drafting rounds; 1 round accepted 0
-    assert chart[1][:4] == ["1", "2/2", "100%", render.bar(1.0).strip()]
-    assert chart[2] == ["2", "2", render.bar(1.0).strip()]
+    assert chart[1][:4] == ["1", "2/2", "100%", bar(1.0).strip()]
+    assert chart[2] == ["2", "2", bar(1.0).strip()]
     assert "cost model: drafter step 10.0 ms · verify by width {1: 60.0 ms, 3: 100.0 ms}" in text
     assert "cache rollback: target crop: restores 3, refed_tokens 0, 2.0 ms" in text
 
@@ -374,7 +376,7 @@ def test_stats_without_a_drafting_run():
     pr = why_prompt_run()
     pr.runs = pr.runs[1:]
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     assert "no drafting strategy finished" in out.getvalue()
 
 
@@ -489,7 +491,7 @@ def test_panel_and_stats_show_the_round_trip_what_if():
     assert "at a 20 ms round trip per target call (/rtt): predicted" in out.getvalue()
     assert "long outputs 1.24x)" in out.getvalue()
     c2, out2 = console()
-    c2.print(render.stats_view(pr, rtt_ms=50))  # /stats reads the session's current /rtt
+    c2.print(stats_view(pr, rtt_ms=50))  # /stats reads the session's current /rtt
     assert "at a 50 ms round trip (/rtt): predicted" in out2.getvalue()
     assert "at a 50 ms round trip: best γ" in out2.getvalue()
 
@@ -517,7 +519,7 @@ def test_a_drafter_with_another_tokenizer_shows_its_shared_vocabulary_and_retoke
     pr = why_prompt_run()
     pr.runs[0].result.cross_tokenizer = crossing
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     assert "another tokenizer (slem): shared vocabulary 21% of the drafter's" in out.getvalue()
     # Any other run shows nothing of it.
     assert render.cross_tokenizer_text(result([1])) is None
@@ -586,7 +588,7 @@ def test_a_match_drafters_panel_and_stats_show_sources_lengths_and_the_measured_
     assert "mean accepted 2.00 per drafting round at draft lengths up to 4 (mean 1.75)" in text
     assert "predicted 1.40x (est.) vs measured 1.33x (priced at the measured draft lengths)" in text
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     lines = out.getvalue().splitlines()
     assert any("predicted speedup (this run)" in line and "1.40x (est.) at measured draft lengths" in line for line in lines)
     assert any("draft length: mean, p50/p90, max" in line and "1.75, 1/4, 4" in line for line in lines)
@@ -594,15 +596,15 @@ def test_a_match_drafters_panel_and_stats_show_sources_lengths_and_the_measured_
     assert any(line.split() == ["prompt", "2", "2", "6/6", "100%", "4.00", "5.0"] for line in lines)
     assert any(line.split() == ["no", "match", "1", "0", "0/0", "0%", "1.00", "0.0"] for line in lines)
     # the draft-length chart: k, rounds, a bar, the tokens such a round yielded
-    assert any(line.split() == ["4", "1", render.bar(1.0).strip(), "5.00"] for line in lines)
-    assert any(line.split() == ["0", "1", render.bar(1.0).strip(), "1.00"] for line in lines)
+    assert any(line.split() == ["4", "1", bar(1.0).strip(), "5.00"] for line in lines)
+    assert any(line.split() == ["0", "1", bar(1.0).strip(), "1.00"] for line in lines)
     # acceptance by match length: the rounds after each match, their acceptance, the first draft taken
     assert any("acceptance by match length" in line for line in lines)
-    assert any(line.split() == ["5-8", "1", "4/4", render.bar(1.0).strip(), "100%", "100%"] for line in lines)
+    assert any(line.split() == ["5-8", "1", "4/4", bar(1.0).strip(), "100%", "100%"] for line in lines)
     assert any(line.split() == ["1", "1", "0/1", "0%", "0%"] for line in lines)
     # a speculative run shows none of it
     c, out = console()
-    c.print(render.stats_view(why_prompt_run()))
+    c.print(stats_view(why_prompt_run()))
     assert "where the drafts came from" not in out.getvalue() and "0.97x at γ 2" in out.getvalue()
 
 # ------------------------------------------------------------------ the hybrid drafter
@@ -622,7 +624,7 @@ def test_the_hybrid_panel_counts_rounds_and_acceptance_of_each_kind():
     pr = why_prompt_run()
     pr.runs[0].result.hybrid = HYBRID
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     assert line in out.getvalue()
     # A kind that drafted nothing shows no share; a run without the hybrid shows no line.
     none = {**HYBRID, "rounds": {"model": 0, "retrieval": 3}, "drafted": {"model": 0, "retrieval": 3},
@@ -682,7 +684,7 @@ def test_a_run_that_drafted_nothing_shows_no_acceptance_rate():
     pr = PromptRun("p", [1], greedy=True, settings=Settings().to_dict())
     pr.runs = [StrategyRun("ngram", r, text="x")]
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     assert any("accepted / drafted" in line and "n/a (nothing drafted)" in line for line in out.getvalue().splitlines())
     c, out = console()
     c.print(render.strategy_panel(StrategyRun("ngram", result([1] * 4, drafted=4, accepted=1), text="x"), [],
@@ -719,7 +721,7 @@ def test_help_keeps_each_grammar_on_one_line(width):
     from repl.commands import COMMANDS
 
     out = io.StringIO()
-    Console(file=out, width=width, color_system=None).print(render.help_table())
+    Console(file=out, width=width, color_system=None).print(help_table())
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     assert all(len(line) <= width for line in lines)
     for command in COMMANDS.values():
@@ -731,5 +733,5 @@ def test_help_keeps_each_grammar_on_one_line(width):
     if width >= 100:
         assert any(line == COMMANDS["processor"].usage for line in lines)
     out = io.StringIO()
-    Console(file=out, width=width, color_system=None).print(render.help_table("processor"))
+    Console(file=out, width=width, color_system=None).print(help_table("processor"))
     assert COMMANDS["processor"].flag_usage.split(" | ")[-1] in out.getvalue()

@@ -13,6 +13,7 @@ import analysis.report
 from analysis.report import PromptFacts, run_report, strategy_record, why_of
 from repl import render
 from repl.settings import Settings
+from repl.stats_view import stats_view, summary_table
 from tests.helpers.repl import console, match_prompt_run, why_prompt_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,8 +42,8 @@ def test_finish_keeps_one_report_per_run_and_every_view_reads_it(monkeypatch):
     monkeypatch.setattr(analysis.report, "why_of", again)
     monkeypatch.setattr("repl.runs.run_report", again)
     c, out = console()
-    c.print(render.stats_view(pr))
-    c.print(render.summary_table(pr))
+    c.print(stats_view(pr))
+    c.print(summary_table(pr))
     c.print(render.comparison_table(pr))
     assert pr.to_dict() == before
     assert "speculative" in out.getvalue().lower()

@@ -269,10 +269,10 @@ def test_the_json_and_stats_numbers_are_the_rounds_own_counts(greedy_target):
     the JSON gives for the sources, the draft lengths and the model is recounted from the rounds,
     in tokens. The live view's status line follows the same rounds."""
     from analysis import RoundMix, ar_step_from_result, costs_from_result, mix_speedup
-    from repl import render
     from repl.live import LiveView
     from repl.runs import PromptRun, StrategyRun
     from repl.settings import Settings
+    from repl.stats_view import stats_view
     from tests.helpers.repl import console
 
     state = EngineState()
@@ -315,7 +315,7 @@ def test_the_json_and_stats_numbers_are_the_rounds_own_counts(greedy_target):
     costs = costs_from_result(result, ar_step_s=ar_step_from_result(ar))
     assert entry["predicted_speedup_steady"] == pytest.approx(mix_speedup(RoundMix(shares, tokens), costs))
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     assert "at measured draft lengths" in out.getvalue() and "where the drafts came from" in out.getvalue()
 
     # The live status line saw the same rounds.

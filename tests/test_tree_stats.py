@@ -113,6 +113,7 @@ def test_the_tree_model_in_stats_prices_the_measured_widths():
 
 def test_stats_json_and_panel_show_the_best_tree_beside_the_best_gamma():
     from repl import render
+    from repl.stats_view import stats_view
     from tests.helpers.repl import WordTokenizer, console
 
     pr = tree_prompt_run()
@@ -122,7 +123,7 @@ def test_stats_json_and_panel_show_the_best_tree_beside_the_best_gamma():
     assert stats["acceptance_by_depth"] == [[4, 5], [2, 3]] and "best_gamma" in entry
     assert "tree_stats" not in pr.to_dict()["strategies"]["target"]
     c, out = console()
-    c.print(render.stats_view(pr))
+    c.print(stats_view(pr))
     c.print(render.strategy_panel(pr.runs[0], pr.prompt_ids, WordTokenizer(), debug=False, prompt_run=pr))
     text = out.getvalue()
     assert any("best tree nodes (predicted)" in line and "4 (1.21x)" in line for line in text.splitlines())

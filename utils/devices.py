@@ -15,14 +15,9 @@ if TYPE_CHECKING:  # torch is imported lazily so that `infer.py --help` stays fa
 
 # Accepted spellings -> the torch attribute name.
 DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
 }
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")

@@ -85,14 +85,6 @@ def other_load(before: LoadReading, after: LoadReading) -> float | None:
     return max(0.0, others / wall)
 
 
-def sample_other_load(window_s: float = 0.25) -> float | None:
-    """The other processes' load over the next ``window_s`` seconds, this process idle meanwhile
-    (a check before a measurement starts)."""
-    before = read_load()
-    time.sleep(window_s)
-    return other_load(before, read_load())
-
-
 def is_busy(load: float | None) -> bool:
     """Whether other processes took more than one busy core's worth (:data:`BUSY_CORES`)."""
     return load is not None and load > BUSY_CORES

@@ -260,11 +260,6 @@ class ModelPair:
         """The tokenizer of the drafter's own ids (the target's when they share one)."""
         return self.tokenizer if self.drafter_tokenizer is None else self.drafter_tokenizer
 
-    @property
-    def drafter_device(self) -> torch.device:
-        """Where the drafter's inputs go (differs from ``device`` only with device maps)."""
-        return model_device(self.drafter)
-
     def banner_lines(self) -> list[str]:
         """Plain-text lines describing the pair, for the REPL's start-up banner."""
         lines = [f"target:  {self.target_name}", f"drafter: {self.drafter_name}", *self.notes]
