@@ -99,15 +99,12 @@ def advise_prompts(session, prompt_ids: list[list[int]]):
     settings = session.settings
     if not settings.processor.is_greedy:
         session.say(SAMPLING_NOTE, "yellow")
-    try:
-        report = advise(session.runner.pair, prompt_ids, length=settings.length, costs=session.advisor_costs,
-                        confirm=CONFIRM, state=session.runner.state, seed=settings.seed, processor=settings.processor,
-                        session_compile=settings.compile, say=lambda line: session.say(line, "dim"))
-    except KeyboardInterrupt:
-        session.say("advice interrupted; the models are intact", "yellow")
-        return None
-    except Exception as e:      # the session outlives a failed advice
-        session.error(f"/advise failed: {type(e).__name__}: {e}")
+    report = session.guarded(
+        lambda: advise(session.runner.pair, prompt_ids, length=settings.length, costs=session.advisor_costs,
+                       confirm=CONFIRM, state=session.runner.state, seed=settings.seed, processor=settings.processor,
+                       session_compile=settings.compile, say=lambda line: session.say(line, "dim")),
+        interrupted="advice interrupted", failed="/advise failed")
+    if report is None:
         return None
     session.advisor_costs = report.costs
     return report
@@ -179,14 +176,11 @@ def project_report(session, report, prompts: list[list[int]]) -> bool:
     if pair.is_encoder_decoder:
         session.error("--whatif batch needs a decoder-only target")
         return False
-    try:
-        report.whatif = project_advice(pair, report.advice, context_of(prompts, report.length),
-                                       where_measured(pair.device), say=lambda line: session.say(line, "dim"))
-    except KeyboardInterrupt:
-        session.say("what-if interrupted; the models are intact", "yellow")
-        return False
-    except Exception as e:      # the session outlives a failed projection
-        session.error(f"--whatif failed: {type(e).__name__}: {e}")
+    report.whatif = session.guarded(
+        lambda: project_advice(pair, report.advice, context_of(prompts, report.length), where_measured(pair.device),
+                               say=lambda line: session.say(line, "dim")),
+        interrupted="what-if interrupted", failed="--whatif failed")
+    if report.whatif is None:
         return False
     load = report.whatif.shapes.other_load
     if is_busy(load):

@@ -59,6 +59,17 @@ class Session:
         self.last_error = message
         self.say(message, "bold red")
 
+    def guarded(self, work, *, interrupted: str, failed: str):
+        """``work()``, or None where it did not finish: Ctrl-C says ``interrupted``, an error is one
+        line after ``failed``; the models and the session go on either way."""
+        try:
+            return work()
+        except KeyboardInterrupt:
+            self.say(f"{interrupted}; the models are intact", "yellow")
+        except Exception as e:      # the session outlives a failed command
+            self.error(f"{failed}: {type(e).__name__}: {e}")
+        return None
+
     # --------------------------------------------------------------- commands
 
     def command(self, line: str) -> bool:

@@ -37,12 +37,10 @@ def whatif_command(session, topic: str, machine: str | None = None) -> None:
     if reason is not None:
         session.error(reason)
         return
-    try:
-        session.console.print(whatif_table(session) if topic == "batch" else machine_table(session, machine))
-    except KeyboardInterrupt:
-        session.say("what-if interrupted; the models are intact", "yellow")
-    except Exception as e:      # the session outlives a failed what-if
-        session.error(f"/whatif failed: {type(e).__name__}: {e}")
+    table = session.guarded(lambda: whatif_table(session) if topic == "batch" else machine_table(session, machine),
+                            interrupted="what-if interrupted", failed="/whatif failed")
+    if table is not None:
+        session.console.print(table)
 
 
 def whatif_table(session) -> Table:
