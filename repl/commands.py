@@ -271,12 +271,13 @@ def parse_advise(words: list[str], settings: Settings | None = None) -> Update:
 
 def parse_whatif(words: list[str], settings: Settings | None = None) -> Update:
     """``batch``: the last prompt's drafting runs projected over batch size, their forwards timed here;
-    ``machine NAME``: the same priced on a machine profile (``analysis.roofline.PROFILES``)."""
+    ``context``: over context length at batch 1; ``machine NAME``: over batch size priced on a machine
+    profile (``analysis.roofline.PROFILES``)."""
     from analysis.roofline import PROFILES, profile_named
 
     lowered = [w.lower() for w in words]
-    if lowered == ["batch"]:
-        return Update(action="whatif", topic="batch")
+    if lowered in (["batch"], ["context"]):
+        return Update(action="whatif", topic=lowered[0])
     if lowered[:1] == ["machine"]:
         if len(words) != 2:
             raise CommandError(f"name one machine: /whatif machine NAME (one of {', '.join(PROFILES)})")
@@ -284,7 +285,7 @@ def parse_whatif(words: list[str], settings: Settings | None = None) -> Update:
             return Update(action="whatif", topic="machine", argument=profile_named(words[1]).name)
         except ValueError as e:
             raise CommandError(str(e)) from None
-    raise CommandError(f"choose batch or machine NAME, got {' '.join(words) or 'nothing'!r}")
+    raise CommandError(f"choose batch, context or machine NAME, got {' '.join(words) or 'nothing'!r}")
 
 
 def _parse_save(words: list[str], settings: Settings) -> Update:
@@ -444,11 +445,12 @@ COMMANDS: dict[str, Command] = {
                 "drafter replayed from target AR's greedy output on the last prompt (or PROMPT), ranked by "
                 "predicted speedup from this machine's forward costs (measured once, or --costs FILE), the "
                 "best 3 run for real to confirm (docs/advisor.md)", parse_advise),
-        Command("whatif", "batch | machine NAME", "the last prompt's drafting runs projected over batch sizes "
-                "1 to 32: their own rounds priced by the target's forwards timed here by batch and width "
-                "(batch), or by a machine's roofline (machine H100, A100, H200, L40S, RTX3090: its published "
-                "bandwidth and peak), and the batch size where speculation stops paying (docs/why.md)",
-                parse_whatif, values=("batch", "machine")),
+        Command("whatif", "batch | context | machine NAME", "the last prompt's drafting runs projected over "
+                "batch sizes 1 to 32: their own rounds priced by the target's forwards timed here by batch and "
+                "width (batch), or by a machine's roofline (machine H100, A100, H200, L40S, RTX3090: its "
+                "published bandwidth and peak); or at batch 1 over context lengths up to the model's window "
+                "(context); and where speculation stops paying (docs/why.md)",
+                parse_whatif, values=("batch", "context", "machine")),
         Command("inspect", "[STRATEGY] [ROUND]", "what both models thought at each drafted position of "
                 "a round of the last prompt: q(x), p(x), min(1, p/q), entropies, top-5 tokens, the "
                 "residual at a rejection (default: the first round with a rejection)", parse_inspect,

@@ -9,6 +9,8 @@ figure says it is projected, and from what.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rich.table import Table
 from rich.text import Text
 
@@ -37,8 +39,9 @@ def whatif_command(session, topic: str, machine: str | None = None) -> None:
     if reason is not None:
         session.error(reason)
         return
-    table = session.guarded(lambda: whatif_table(session) if topic == "batch" else machine_table(session, machine),
-                            interrupted="what-if interrupted", failed="/whatif failed")
+    tables = {"batch": lambda: whatif_table(session), "context": lambda: context_table(session),
+              "machine": lambda: machine_table(session, machine)}
+    table = session.guarded(tables[topic], interrupted="what-if interrupted", failed="/whatif failed")
     if table is not None:
         session.console.print(table)
 
@@ -67,6 +70,45 @@ def whatif_table(session) -> Table:
                             f"here on {pair.device} (context {context} tokens)", rows,
                             "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
                             "had it, in lockstep at every batch size (docs/why.md)")
+
+
+CONTEXTS = (128, 512, 2048, 8192, 32768)     # the contexts projected, up to the model's window
+
+
+def context_table(session) -> Table:
+    """The last prompt's drafting runs at batch size 1 over a cache of each of :data:`CONTEXTS` that
+    fits the model's window (and the prompt's own): the target's forwards (and a drafter model's of
+    its own) timed here at each; acceptance as the runs had it."""
+    from engine.shapes import drafter_shape_costs, time_shapes
+    from analysis.whatif import Projection
+
+    pair, last = session.runner.pair, session.last_run
+    runs = [(r, facts_of(r.result)) for r in last.runs if r.drafting and r.usable]
+    runs = [(r, f) for r, f in runs if f is not None]
+    widths = sorted({1} | {w for _, f in runs for w in f.widths})
+    own = len(last.prompt_ids) + (max((len(r.result.tokens) for r, _ in runs), default=0) // 2)
+    window = (pair.context_length or CONTEXTS[-1]) - max(widths)
+    contexts = sorted({own} | {c for c in CONTEXTS if c <= window})
+    session.say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
+                f"{', '.join(map(str, contexts))} tokens...", "dim")
+    target = {c: time_shapes(pair.target, (1,), widths, c, pair.vocab_size) for c in contexts}
+    drafter = {c: drafter_shape_costs(pair, (1,), c) for c in contexts}
+    rows = []
+    for run, facts in runs:
+        speedups, source = [], ""
+        for c in contexts:
+            mine = drafter[c] if run.key == "speculative" else None
+            # a drafter on the target's weights steps as the target does at this context, from its own
+            here = replace(facts, draft_s=facts.draft_s * target[c][(1, 1)] / target[own][(1, 1)])
+            p = project(here if run.key == "speculative" else facts, lambda b, w: target[c][(b, w)], (1,),
+                        drafter_s=None if mine is None else (lambda b: mine[(b, 1)]), scaled_step=run.key == "speculative")
+            speedups.append(p.speedups[0])
+            source = p.drafter_source
+        rows.append((run.label, Projection(tuple(contexts), tuple(speedups), source)))
+    return projection_table(f"projected speedup over target AR by context length at batch 1: this prompt's rounds, "
+                            f"forwards timed here on {pair.device} (this prompt's own context: {own} tokens)", rows,
+                            "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
+                            "had it at every context, which a long context may lower (docs/why.md)", axis="L")
 
 
 def machine_table(session, name: str) -> Table:
@@ -101,19 +143,19 @@ def machine_table(session, name: str) -> Table:
                             "sampling and host work left out (docs/why.md)")
 
 
-def projection_table(title: str, rows, caption: str) -> Table:
-    """One row per (label, ``analysis.whatif.Projection``): its speedup at each batch size, the batch
-    size where it stops paying, and where its drafter's cost came from."""
+def projection_table(title: str, rows, caption: str, axis: str = "B") -> Table:
+    """One row per (label, ``analysis.whatif.Projection``): its speedup at each batch size (``axis``
+    "L": at each context length), where it stops paying, and where its drafter's cost came from."""
     batches = rows[0][1].batches if rows else BATCHES
     table = Table(title=title, title_justify="left")
     table.add_column("strategy")
     for batch in batches:
-        table.add_column(f"B={batch}", justify="right")
+        table.add_column(f"{axis}={batch}", justify="right")
     table.add_column("stops paying at", justify="right")
     table.add_column("drafter cost")
     for label, projection in rows:
         stops = projection.stops_paying
         table.add_row(label, *(f"{s:.2f}x" for s in projection.speedups),
-                      f"B={stops}" if stops else f"beyond {batches[-1]}", projection.drafter_source)
+                      f"{axis}={stops}" if stops else f"beyond {batches[-1]}", projection.drafter_source)
     table.caption = Text(caption, style="dim")
     return table

@@ -102,7 +102,7 @@ def every_command(trace: str) -> list[str]:
         "/fill_width on", "/hybrid 2", "/top_k_filler 2", "/lookahead_window 3", "/lookahead_ngram 3",
         "/lookahead_guesses 3", "/gamma_policy heuristic", WORDS, "/fill_width off", "/hybrid 0",
         "/processor topk 0.8 5", WORDS, "/processor greedy", "/gamma_policy confidence 0.5", "/compile static",
-        WORDS, "/config", f"/save {trace}", "/help gamma", "/advise", "/whatif batch", "/whatif machine H100", "/selftest", "/clear",
+        WORDS, "/config", f"/save {trace}", "/help gamma", "/advise", "/whatif batch", "/whatif context", "/whatif machine H100", "/selftest", "/clear",
     ]
 
 
@@ -139,7 +139,7 @@ def test_the_repl_runs_every_command_on_a_fake_engine(fake, tmp_path):
     url, drafter, kind = fake
     text = drive_every_command(url, str(drafter), tmp_path, skip=("/selftest",) if kind == "sglang" else ())
     assert "Comparison" in text and "failed:" not in text and "/advise needs a local target" in text
-    assert "/whatif batch needs a local target" in text and "/whatif machine needs a local target" in text
+    assert all(f"/whatif {t} needs a local target" in text for t in ("batch", "context", "machine"))
     if kind == "vllm":
         assert "self-test passed" in text
     assert (tmp_path / "trace.json").exists()

@@ -70,7 +70,7 @@ def test_whatif_batch_through_the_repl(pair, tmp_path):
     assert "Traceback" not in text
     assert "/whatif batch projects the last prompt's drafting runs" in text           # before any prompt
     assert "projected speedup over target AR by batch size" in text and "B=32" in text
-    assert "/whatif: choose batch or machine NAME, got 'size'" in text
+    assert "/whatif: choose batch, context or machine NAME, got 'size'" in text
     table = done.stdout[done.stdout.index("projected speedup"):]
     assert "Speculative" in table and "NASD" in table
 
@@ -123,3 +123,43 @@ def test_a_profile_fitted_to_timed_forwards_reproduces_them():
     assert max(errors(fitted, shape, timed, 64).values()) < 0.05
     wrong = ModelShape(shape.parameters, 8, 30, 576, 46_080, "float32")
     assert max(errors(fitted, wrong, timed, 64).values()) > 0.3
+
+
+def test_whatif_context_through_the_repl(pair, tmp_path):
+    """``/whatif context`` projects the same rounds at batch 1 over the contexts the window holds (the
+    prompt's own and 128 on this 256-token model); nothing past the window is timed."""
+    target, drafter = pair
+    script = "/whatif context\n/length 12\nthe water is hot and the sun is\n/whatif context\n/quit\n"
+    done = infer(["--target", str(target), "--drafter", str(drafter)], tmp_path, stdin=script, timeout=600)
+    text = " ".join(done.stdout.split()) + " ".join(done.stderr.split())
+    assert "Traceback" not in text
+    assert "/whatif context projects the last prompt's drafting runs" in text         # before any prompt
+    assert "projected speedup over target AR by context length at batch 1" in text
+    table = done.stdout[done.stdout.index("projected speedup"):]
+    assert "L=128" in table and "L=512" not in table and "B=" not in table
+    assert "Speculative" in table and "NASD" in table
+
+
+def test_a_longer_context_prices_a_self_drafters_step_as_the_targets(monkeypatch):
+    """At a context where the target's forwards cost twice, a drafter on the target's weights steps at
+    twice its seconds too: the projection is the same, where a fixed draft would gain. Mutation: the
+    draft left at its own context's seconds projects a higher speedup at the long context."""
+    from types import SimpleNamespace
+
+    import repl.whatif_view as view
+    import engine.shapes as shapes
+
+    facts = RoundFacts(tokens_per_round=3.0, widths={5: 1.0}, drafter_steps=4.0, draft_s=0.02)
+    run = SimpleNamespace(key="speculative", drafting=True, usable=True, label="Speculative",
+                          result=SimpleNamespace(tokens=[0] * 40))
+    monkeypatch.setattr(view, "facts_of", lambda result: facts)
+    monkeypatch.setattr(shapes, "time_shapes", lambda model, batches, widths, context, vocab:
+                        {(1, w): (0.010 + 0.001 * w) * (2 if context >= 128 else 1) for w in widths})
+    monkeypatch.setattr(shapes, "drafter_shape_costs", lambda pair, batches, context: None)
+    pair = SimpleNamespace(context_length=256, target=None, vocab_size=10, device="cpu")
+    said = []
+    session = SimpleNamespace(runner=SimpleNamespace(pair=pair), say=lambda *a: said.append(a),
+                              last_run=SimpleNamespace(runs=[run], prompt_ids=[1] * 30))
+    table = view.context_table(session)
+    cells = [c for c in table.columns[1]._cells + table.columns[2]._cells]
+    assert [c.rstrip("x") for c in cells] == [f"{3 * 0.011 / (0.015 + 0.02):.2f}"] * 2
