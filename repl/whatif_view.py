@@ -46,12 +46,17 @@ def whatif_command(session, topic: str, machine: str | None = None) -> None:
         session.console.print(table)
 
 
-def whatif_table(session) -> Table:
-    pair, last = session.runner.pair, session.last_run
+def drafting_runs(last) -> tuple[list, int]:
+    """The last prompt's usable drafting runs with their rounds (``analysis.whatif.RoundFacts``), and the
+    context their forwards are priced over: the prompt and half the longest output."""
     runs = [(r, facts_of(r.result)) for r in last.runs if r.drafting and r.usable]
     runs = [(r, f) for r, f in runs if f is not None]
-    outputs = [len(r.result.tokens) for r, _ in runs]
-    context = len(last.prompt_ids) + (max(outputs, default=0) // 2)
+    return runs, len(last.prompt_ids) + (max((len(r.result.tokens) for r, _ in runs), default=0) // 2)
+
+
+def whatif_table(session) -> Table:
+    pair, last = session.runner.pair, session.last_run
+    runs, context = drafting_runs(last)
     widths = sorted({1} | {w for _, f in runs for w in f.widths})
     session.say(f"timing the target by batch ({', '.join(map(str, BATCHES))}) and width "
                 f"({', '.join(map(str, widths))}) over a cache of {context} tokens...", "dim")
@@ -83,10 +88,8 @@ def context_table(session) -> Table:
     from analysis.whatif import Projection
 
     pair, last = session.runner.pair, session.last_run
-    runs = [(r, facts_of(r.result)) for r in last.runs if r.drafting and r.usable]
-    runs = [(r, f) for r, f in runs if f is not None]
+    runs, own = drafting_runs(last)
     widths = sorted({1} | {w for _, f in runs for w in f.widths})
-    own = len(last.prompt_ids) + (max((len(r.result.tokens) for r, _ in runs), default=0) // 2)
     window = (pair.context_length or CONTEXTS[-1]) - max(widths)
     contexts = sorted({own} | {c for c in CONTEXTS if c <= window})
     session.say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
@@ -119,9 +122,7 @@ def machine_table(session, name: str) -> Table:
 
     pair, last = session.runner.pair, session.last_run
     profile = profile_named(name)
-    runs = [(r, facts_of(r.result)) for r in last.runs if r.drafting and r.usable]
-    runs = [(r, f) for r, f in runs if f is not None]
-    context = len(last.prompt_ids) + (max((len(r.result.tokens) for r, _ in runs), default=0) // 2)
+    runs, context = drafting_runs(last)
     target = model_shape(pair.target)
     try:
         drafter = model_shape(pair.drafter) if pair.drafter is not None else None
