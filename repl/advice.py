@@ -191,8 +191,8 @@ def project_report(session, report, prompts: list[list[int]]) -> bool:
 
 def whatif_view(whatif):
     """The projection's table (``repl.whatif_view.projection_table``)."""
-    from repl.whatif_view import projection_table
+    from repl.whatif_view import WhatIf, projection_table
 
-    return projection_table(whatif.title(), whatif.rows,
-                            "projected, not run: forward costs only (sampling and host work left out); "
-                            "acceptance as the replay had it, in lockstep at every batch size (docs/why.md)")
+    return projection_table(WhatIf(whatif.title(), whatif.rows,
+                                   "projected, not run: forward costs only (sampling and host work left out); "
+                                   "acceptance as the replay had it, in lockstep at every batch size (docs/why.md)"))

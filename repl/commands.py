@@ -449,7 +449,7 @@ COMMANDS: dict[str, Command] = {
                 "batch sizes 1 to 32: their own rounds priced by the target's forwards timed here by batch and "
                 "width (batch), or by a machine's roofline (machine H100, A100, H200, L40S, RTX3090: its "
                 "published bandwidth and peak); or at batch 1 over context lengths up to the model's window "
-                "(context); and where speculation stops paying (docs/why.md)",
+                "(context); and where speculation stops paying; /save NAME.html then charts it (docs/why.md)",
                 parse_whatif, values=("batch", "context", "machine")),
         Command("inspect", "[STRATEGY] [ROUND]", "what both models thought at each drafted position of "
                 "a round of the last prompt: q(x), p(x), min(1, p/q), entropies, top-5 tokens, the "

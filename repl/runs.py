@@ -135,6 +135,9 @@ class PromptRun:
     # The turns that step was timed over (``engine.widths.plain_step_timing``): a prediction priced
     # from it carries their spread (``Why.predicted_interval``); () when not kept (old traces).
     load_step_samples: tuple[float, ...] = ()
+    # The /whatif projections of these runs, by topic ("batch", "context", "machine H100"): the HTML
+    # report draws them (``repl.whatif_view.WhatIf``); not kept in a trace file.
+    whatifs: dict = field(default_factory=dict, repr=False, compare=False)
 
     def baseline(self) -> StrategyRun | None:
         """The target autoregressive run, when it ran to completion."""

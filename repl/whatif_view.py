@@ -9,7 +9,7 @@ figure says it is projected, and from what.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rich.table import Table
 from rich.text import Text
@@ -34,16 +34,29 @@ def whatif_refusal(session, topic: str = "batch") -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class WhatIf:
+    """One projection of the last prompt's runs: what ``/whatif`` printed, and what ``/save NAME.html``
+    draws (``repl.report.whatif_chart``). ``rows``: (label, ``analysis.whatif.Projection``); ``axis``:
+    "B" (batch sizes) or "L" (context lengths)."""
+
+    title: str
+    rows: list
+    caption: str
+    axis: str = "B"
+
+
 def whatif_command(session, topic: str, machine: str | None = None) -> None:
     reason = whatif_refusal(session, topic)
     if reason is not None:
         session.error(reason)
         return
-    tables = {"batch": lambda: whatif_table(session), "context": lambda: context_table(session),
-              "machine": lambda: machine_table(session, machine)}
-    table = session.guarded(tables[topic], interrupted="what-if interrupted", failed="/whatif failed")
-    if table is not None:
-        session.console.print(table)
+    views = {"batch": lambda: whatif_table(session), "context": lambda: context_table(session),
+             "machine": lambda: machine_table(session, machine)}
+    view = session.guarded(views[topic], interrupted="what-if interrupted", failed="/whatif failed")
+    if view is not None:
+        session.last_run.whatifs[topic if topic != "machine" else f"machine {machine}"] = view
+        session.console.print(projection_table(view))
 
 
 def drafting_runs(last) -> tuple[list, int]:
@@ -54,7 +67,7 @@ def drafting_runs(last) -> tuple[list, int]:
     return runs, len(last.prompt_ids) + (max((len(r.result.tokens) for r, _ in runs), default=0) // 2)
 
 
-def whatif_table(session) -> Table:
+def whatif_table(session) -> WhatIf:
     pair, last = session.runner.pair, session.last_run
     runs, context = drafting_runs(last)
     widths = sorted({1} | {w for _, f in runs for w in f.widths})
@@ -71,16 +84,16 @@ def whatif_table(session) -> Table:
         rows.append((run.label, project(facts, lambda b, w: target[(b, w)], BATCHES,
                                         drafter_s=None if own is None else (lambda b: own[(b, 1)]),
                                         scaled_step=run.key == "speculative")))
-    return projection_table(f"projected speedup over target AR by batch size: this prompt's rounds, forwards timed "
-                            f"here on {pair.device} (context {context} tokens)", rows,
-                            "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
-                            "had it, in lockstep at every batch size (docs/why.md)")
+    return WhatIf(f"projected speedup over target AR by batch size: this prompt's rounds, forwards timed "
+                  f"here on {pair.device} (context {context} tokens)", rows,
+                  "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
+                  "had it, in lockstep at every batch size (docs/why.md)")
 
 
 CONTEXTS = (128, 512, 2048, 8192, 32768)     # the contexts projected, up to the model's window
 
 
-def context_table(session) -> Table:
+def context_table(session) -> WhatIf:
     """The last prompt's drafting runs at batch size 1 over a cache of each of :data:`CONTEXTS` that
     fits the model's window (and the prompt's own): the target's forwards (and a drafter model's of
     its own) timed here at each; acceptance as the runs had it."""
@@ -108,13 +121,13 @@ def context_table(session) -> Table:
             speedups.append(p.speedups[0])
             source = p.drafter_source
         rows.append((run.label, Projection(tuple(contexts), tuple(speedups), source)))
-    return projection_table(f"projected speedup over target AR by context length at batch 1: this prompt's rounds, "
-                            f"forwards timed here on {pair.device} (this prompt's own context: {own} tokens)", rows,
-                            "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
-                            "had it at every context, which a long context may lower (docs/why.md)", axis="L")
+    return WhatIf(f"projected speedup over target AR by context length at batch 1: this prompt's rounds, "
+                  f"forwards timed here on {pair.device} (this prompt's own context: {own} tokens)", rows,
+                  "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
+                  "had it at every context, which a long context may lower (docs/why.md)", axis="L")
 
 
-def machine_table(session, name: str) -> Table:
+def machine_table(session, name: str) -> WhatIf:
     """The last prompt's drafting runs priced on the machine profile ``name``: the target's forward and
     a drafter model's from their shapes as loaded here; a storage's look-ups as timed here."""
     from analysis.roofline import profile_named
@@ -137,16 +150,17 @@ def machine_table(session, name: str) -> Table:
         rows.append((run.label, project(facts, lambda b, w: profile.forward_s(target, b, w, context), BATCHES,
                                         drafter_s=None if own is None else (lambda b: profile.forward_s(own, b, 1, context)),
                                         scaled_step=False, drafter_source="its shape on the profile")))
-    return projection_table(f"projected speedup over target AR by batch size on {profile.name}: this prompt's rounds, "
-                            f"forwards from the profile's roofline (context {context} tokens)", rows,
-                            f"projected, not run: {profile.source}; overhead {profile.overhead_s * 1e3:.1f} ms a "
-                            "forward; the models as loaded here (their dtypes); a storage's look-ups as timed here; "
-                            "sampling and host work left out (docs/why.md)")
+    return WhatIf(f"projected speedup over target AR by batch size on {profile.name}: this prompt's rounds, "
+                  f"forwards from the profile's roofline (context {context} tokens)", rows,
+                  f"projected, not run: {profile.source}; overhead {profile.overhead_s * 1e3:.1f} ms a "
+                  "forward; the models as loaded here (their dtypes); a storage's look-ups as timed here; "
+                  "sampling and host work left out (docs/why.md)")
 
 
-def projection_table(title: str, rows, caption: str, axis: str = "B") -> Table:
+def projection_table(view: WhatIf) -> Table:
     """One row per (label, ``analysis.whatif.Projection``): its speedup at each batch size (``axis``
     "L": at each context length), where it stops paying, and where its drafter's cost came from."""
+    title, rows, caption, axis = view.title, view.rows, view.caption, view.axis
     batches = rows[0][1].batches if rows else BATCHES
     table = Table(title=title, title_justify="left")
     table.add_column("strategy")

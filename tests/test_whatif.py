@@ -163,3 +163,96 @@ def test_a_longer_context_prices_a_self_drafters_step_as_the_targets(monkeypatch
     table = view.context_table(session)
     cells = [c for c in table.columns[1]._cells + table.columns[2]._cells]
     assert [c.rstrip("x") for c in cells] == [f"{3 * 0.011 / (0.015 + 0.02):.2f}"] * 2
+
+
+def chart_points(html: str) -> dict[str, list[tuple[int, float, float, float]]]:
+    """Per projected line of a saved report: (x, speedup, cx, cy) of each point, in order."""
+    import re
+
+    lines = {}
+    for label, body in re.findall(r'<polyline class="projected" data-label="([^"]*)"[^>]*/>(.*?)(?=<polyline|</svg>)',
+                                  html, flags=re.S):
+        lines[label] = [(int(x), float(s), float(cx), float(cy)) for cx, cy, x, s in re.findall(
+            r'<circle cx="([\d.]+)" cy="([\d.]+)" r="3" fill="[^"]*" data-x="(\d+)" data-speedup="([^"]+)">', body)]
+    return lines
+
+
+def rings(html: str) -> dict[str, tuple[int, float, float]]:
+    import re
+
+    return {label: (int(x), float(cx), float(cy)) for label, x, cx, cy in re.findall(
+        r'<circle class="stops-paying" data-label="([^"]*)" data-x="(\d+)" cx="([\d.]+)" cy="([\d.]+)"', html)}
+
+
+def check_chart(chart) -> None:
+    """Two hand-made projections: one falls below 1.0x at B=8 (and stays), one never does. Every
+    point is drawn at its own value, higher speedups higher up, and the ring sits on the first
+    batch below 1.0x, on that point; the line that always pays has none."""
+    from repl.whatif_view import WhatIf
+
+    view = WhatIf("projected by hand", [("falls", Projection((1, 2, 8, 32), (1.6, 1.2, 0.9, 0.7), "x")),
+                                        ("holds", Projection((1, 2, 8, 32), (2.0, 1.9, 1.5, 1.1), "x"))], "a caption")
+    html = chart(view)
+    points = chart_points(html)
+    assert [(x, s) for x, s, _, _ in points["falls"]] == [(1, 1.6), (2, 1.2), (8, 0.9), (32, 0.7)]
+    assert [(x, s) for x, s, _, _ in points["holds"]] == [(1, 2.0), (2, 1.9), (8, 1.5), (32, 1.1)]
+    ys = {(label, x): cy for label, pts in points.items() for x, _, _, cy in pts}
+    # 2.0 > 1.6 > 1.5 > 1.2 > 0.9: the higher the speedup, the higher the point (SVG: a smaller y)
+    assert ys[("holds", 1)] < ys[("falls", 1)] < ys[("holds", 8)] < ys[("falls", 2)] < ys[("falls", 8)]
+    xs = [cx for _, _, cx, _ in points["falls"]]
+    assert xs == sorted(xs) and xs[1] - xs[0] == pytest.approx((xs[2] - xs[1]) / 2, abs=0.2)   # log2 axis
+    found = rings(html)
+    assert set(found) == {"falls"}
+    x, cx, cy = found["falls"]
+    assert x == 8 and (cx, cy) == next((px, py) for bx, _, px, py in points["falls"] if bx == 8)
+    assert "falls: stops paying at B=8" in html and "holds: pays up to B=32" in html
+
+
+def test_the_report_charts_each_projection_and_rings_where_it_stops_paying():
+    from repl.report import whatif_chart
+
+    check_chart(whatif_chart)
+
+
+def test_mutation_a_ring_on_the_last_batch_below_one_fails(monkeypatch):
+    from repl import report
+
+    monkeypatch.setattr(Projection, "stops_paying", property(
+        lambda self: next((b for b, s in reversed(list(zip(self.batches, self.speedups))) if s < 1.0), None)))
+    with pytest.raises(AssertionError):
+        check_chart(report.whatif_chart)
+
+
+def test_mutation_points_drawn_on_a_flat_axis_fail(monkeypatch):
+    from repl import report
+
+    monkeypatch.setattr(report, "PLOT_H", 0)
+    with pytest.raises(AssertionError):
+        check_chart(report.whatif_chart)
+
+
+def test_whatif_then_save_draws_the_projection_in_the_report(pair, tmp_path):
+    """Through the REPL: a prompt, ``/whatif batch`` and ``/whatif context``, then ``/save NAME.html``: the
+    page charts both projections with the values the tables printed."""
+    import re
+
+    target, drafter = pair
+    page = tmp_path / "report.html"
+    script = f"/length 12\nthe water is hot and the sun is\n/whatif batch\n/whatif context\n/save {page}\n/quit\n"
+    done = infer(["--target", str(target), "--drafter", str(drafter)], tmp_path, stdin=script, timeout=600)
+    assert "Traceback" not in done.stdout + done.stderr
+    html = page.read_text()
+    assert "What if: batch (projected, not run)" in html and "What if: context (projected, not run)" in html
+    charts = html.split('<svg class="whatif"')[1:]
+    assert len(charts) == 2
+    batch = chart_points('<svg class="whatif"' + charts[0])
+    assert {"Speculative", "NASD"} <= {label.split(" ")[0] for label in batch}
+    printed = " ".join(done.stdout.split())
+    for label, points in batch.items():
+        assert [x for x, _, _, _ in points] == [1, 2, 4, 8, 16, 32]
+        cells = r"[ │┃]+".join(re.escape(f"{s:.2f}x") for _, s, _, _ in points)
+        assert re.search(re.escape(label) + r".{0,40}?" + cells, printed), (label, cells)
+        below = next((x for x, s, _, _ in points if s < 1.0), None)
+        assert rings('<svg class="whatif"' + charts[0]).get(label, (None,))[0] == below
+    context = chart_points('<svg class="whatif"' + charts[1])
+    assert all(points[0][0] < 128 and points[-1][0] == 128 for points in context.values())
