@@ -33,10 +33,10 @@ class RoundFacts:
     draft_s: float
 
 
-def facts_of(result) -> RoundFacts | None:
+def facts_of(result, rounds=None) -> RoundFacts | None:
     """The rounds of a finished drafting run (``GenerationResult``) after its first (which carries
-    the prefill); None when it has none."""
-    rounds = list(result.trace or [])[1:]
+    the prefill), or those of them given (``rounds``); None when there are none."""
+    rounds = list(result.trace or [])[1:] if rounds is None else list(rounds)
     if not rounds:
         return None
     widths: dict[int, float] = {}
@@ -46,6 +46,23 @@ def facts_of(result) -> RoundFacts | None:
     tokens = sum(r.accepted + (r.token is not None) for r in rounds) / len(rounds)
     steps = max(0, result.drafter_calls) / max(1, result.rounds or len(result.trace))
     return RoundFacts(tokens, widths, steps, sum(r.draft_s for r in rounds) / len(rounds))
+
+
+MIN_ROUNDS = 4      # rounds near a context that speak for its acceptance (fewer: the run's own is held)
+
+
+def facts_by_context(result, prompt: int, contexts: Sequence[int]) -> dict[int, RoundFacts | None]:
+    """The run's rounds after its first, split by where they ran: each round goes to the context of
+    ``contexts`` nearest its own position (the prompt and the tokens before it, on a log scale);
+    a context with fewer than :data:`MIN_ROUNDS` rounds gets None (its acceptance was not seen)."""
+    import math
+
+    near: dict[int, list] = {c: [] for c in contexts}
+    position = prompt + sum(r.accepted + (r.token is not None) for r in list(result.trace or [])[:1])
+    for r in list(result.trace or [])[1:]:
+        near[min(contexts, key=lambda c: abs(math.log(c / max(position, 1))))].append(r)
+        position += r.accepted + (r.token is not None)
+    return {c: facts_of(result, rounds) if len(rounds) >= MIN_ROUNDS else None for c, rounds in near.items()}
 
 
 @dataclass(frozen=True)

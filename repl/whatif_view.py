@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from rich.table import Table
 from rich.text import Text
 
-from analysis.whatif import facts_of, project
+from analysis.whatif import MIN_ROUNDS, facts_by_context, facts_of, project
 from utils.machine_load import is_busy
 from engine.shapes import BATCHES, time_pair_shapes
 from generation.served import ServedModel
@@ -109,22 +109,26 @@ def context_table(session) -> WhatIf:
                 f"{', '.join(map(str, contexts))} tokens...", "dim")
     target = {c: time_shapes(pair.target, (1,), widths, c, pair.vocab_size) for c in contexts}
     drafter = {c: drafter_shape_costs(pair, (1,), c) for c in contexts}
-    rows = []
+    rows, seen = [], []
     for run, facts in runs:
         speedups, source = [], ""
+        by_context = facts_by_context(run.result, len(last.prompt_ids), contexts)
+        seen += [f"{run.label} {f.tokens_per_round:.2f} tokens a round near L={c}" for c, f in by_context.items() if f]
         for c in contexts:
             mine = drafter[c] if run.key == "speculative" else None
+            at = by_context[c] or facts          # acceptance from the rounds near this context, else the run's own
             # a drafter on the target's weights steps as the target does at this context, from its own
-            here = replace(facts, draft_s=facts.draft_s * target[c][(1, 1)] / target[own][(1, 1)])
-            p = project(here if run.key == "speculative" else facts, lambda b, w: target[c][(b, w)], (1,),
+            here = replace(at, draft_s=at.draft_s * target[c][(1, 1)] / target[own][(1, 1)])
+            p = project(here if run.key == "speculative" else at, lambda b, w: target[c][(b, w)], (1,),
                         drafter_s=None if mine is None else (lambda b: mine[(b, 1)]), scaled_step=run.key == "speculative")
             speedups.append(p.speedups[0])
             source = p.drafter_source
         rows.append((run.label, Projection(tuple(contexts), tuple(speedups), source)))
     return WhatIf(f"projected speedup over target AR by context length at batch 1: this prompt's rounds, "
                   f"forwards timed here on {pair.device} (this prompt's own context: {own} tokens)", rows,
-                  "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
-                  "had it at every context, which a long context may lower (docs/why.md)", axis="L")
+                  "forward costs only (sampling and host work left out); acceptance at each L from this prompt's "
+                  f"rounds nearest it where there were {MIN_ROUNDS} or more ({'; '.join(seen) or 'none'}), elsewhere "
+                  "the run's own, which a long context may lower (docs/why.md)", axis="L")
 
 
 def machine_table(session, name: str) -> WhatIf:

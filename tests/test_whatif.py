@@ -3,6 +3,8 @@ by shape (engine.shapes), and the command driven through infer.py as a user type
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from analysis.whatif import Projection, RoundFacts, facts_of, project
@@ -137,6 +139,8 @@ def test_whatif_context_through_the_repl(pair, tmp_path):
     assert "projected speedup over target AR by context length at batch 1" in text
     table = done.stdout[done.stdout.index("projected speedup"):]
     assert "L=128" in table and "L=512" not in table and "B=" not in table
+    assert re.search(r"acceptance at each L from this prompt's rounds nearest it where there were 4 or more "
+                     r"\((none|.*tokens a round near L=\d+)", " ".join(table.split()))
     assert "Speculative" in table and "NASD" in table
 
 
@@ -151,7 +155,7 @@ def test_a_longer_context_prices_a_self_drafters_step_as_the_targets(monkeypatch
 
     facts = RoundFacts(tokens_per_round=3.0, widths={5: 1.0}, drafter_steps=4.0, draft_s=0.02)
     run = SimpleNamespace(key="speculative", drafting=True, usable=True, label="Speculative",
-                          result=SimpleNamespace(tokens=[0] * 40))
+                          result=SimpleNamespace(tokens=[0] * 40, trace=[]))       # no rounds: the run's own held
     monkeypatch.setattr(view, "facts_of", lambda result: facts)
     monkeypatch.setattr(shapes, "time_shapes", lambda model, batches, widths, context, vocab:
                         {(1, w): (0.010 + 0.001 * w) * (2 if context >= 128 else 1) for w in widths})
@@ -160,7 +164,7 @@ def test_a_longer_context_prices_a_self_drafters_step_as_the_targets(monkeypatch
     said = []
     session = SimpleNamespace(runner=SimpleNamespace(pair=pair), say=lambda *a: said.append(a),
                               last_run=SimpleNamespace(runs=[run], prompt_ids=[1] * 30))
-    table = view.context_table(session)
+    table = view.projection_table(view.context_table(session))
     cells = [c for c in table.columns[1]._cells + table.columns[2]._cells]
     assert [c.rstrip("x") for c in cells] == [f"{3 * 0.011 / (0.015 + 0.02):.2f}"] * 2
 
@@ -256,3 +260,35 @@ def test_whatif_then_save_draws_the_projection_in_the_report(pair, tmp_path):
         assert rings('<svg class="whatif"' + charts[0]).get(label, (None,))[0] == below
     context = chart_points('<svg class="whatif"' + charts[1])
     assert all(points[0][0] < 128 and points[-1][0] == 128 for points in context.values())
+
+
+
+def check_split(split_fn) -> None:
+    """A prompt of 100 tokens and a first round of 3: the later rounds start at position 103. Twenty
+    rounds of 4 tokens start at 103 ... 179; forty of 5 at 183 ... 378. On a log scale 128 and 512
+    part at 256: rounds starting at 183 ... 253 (15 of them) are nearer 128, those at 258 ... 378 (25)
+    nearer 512, none near 2048."""
+    from analysis.whatif import MIN_ROUNDS
+
+    trace = [Round((1, 2), 2, 3, True)] + [Round((1, 2, 3), 3, 4, True, draft_s=0.01)] * 20 \
+        + [Round((1, 2, 3, 5), 4, 6, True, draft_s=0.02)] * 40
+    result = GenerationResult(tokens=list(range(283)), seconds=1.0, target_calls=61, drafter_calls=180, trace=trace)
+    split = split_fn(result, 100, (128, 512, 2048))
+    assert split[128].tokens_per_round == pytest.approx((20 * 4 + 15 * 5) / 35)
+    assert split[128].widths == pytest.approx({4: 20 / 35, 5: 15 / 35})
+    assert split[512].tokens_per_round == pytest.approx(5.0) and split[512].widths == pytest.approx({5: 1.0})
+    assert split[512].draft_s == pytest.approx(0.02)
+    assert split[2048] is None and MIN_ROUNDS <= 15
+
+
+def test_rounds_are_split_by_the_context_they_ran_at():
+    from analysis.whatif import facts_by_context
+
+    check_split(facts_by_context)
+
+
+def test_mutation_rounds_placed_without_the_prompt_fail():
+    from analysis.whatif import facts_by_context
+
+    with pytest.raises(AssertionError):
+        check_split(lambda result, prompt, contexts: facts_by_context(result, 0, contexts))
