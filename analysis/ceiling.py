@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from utils.options import check_int
+
 # The REPL computes the ceiling only for a prompt and output of at most this many tokens
 # together: the search looks at every earlier occurrence of the last token at every position.
 MAX_TOKENS = 16384
@@ -71,8 +73,7 @@ def copy_ceiling(prompt: Sequence[int], output: Sequence[int], gamma: int, max_g
     tokens so far - 1) drafts, as the verify loop's do; a round of width w costs ``cost(w)``
     (None: 1, so the ceiling makes the fewest target calls)."""
     for name, value, low in (("gamma", gamma, 0), ("match length", match, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"the {name} must be an integer >= {low}, got {value!r}")
+        check_int(value, f"the {name}", low)
     price = cost if cost is not None else (lambda width: 1.0)
     n = len(output)
     sequence = list(prompt)

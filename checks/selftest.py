@@ -47,6 +47,7 @@ from utils.builtin_prompts import BUILTIN
 from generation.served import ServedModel
 from kvcache.prefill import prefill
 from kvcache.probe import forget, probe_pair, runs_alone
+from utils.options import check_int
 from utils.vocab import encode_prompt
 
 DEFAULT_LENGTH = 32
@@ -355,8 +356,7 @@ def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None
     ``gamma`` defaults to the engine's default. ``tree`` > 0 checks token
     trees of at most that many nodes (``tree_branch`` children per node) like chains.
     """
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    check_int(length, "length", 1)
     gamma = DEFAULT_GAMMA if gamma is None else gamma
     # Every check, in the order they run and print: the cache probe of each model first.
     pending = [

@@ -28,6 +28,7 @@ from kvcache.static import static_capacity
 from ngram_assisted import HybridDrafter, MatchDrafter, NGramDrafter
 from ngram_assisted.lookahead import LookaheadDrafter, NGramPool
 from ngram_assisted.sam import corpus_automaton, read_corpus
+from utils.options import check_int
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,7 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     storage = state.ngram_storage(options, context.vocab_size)
     if options.reset:
         storage.reset()
-    top_k = options.top_k_filler
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k_filler must be an integer >= 1, got {top_k!r}")
+    top_k = check_int(options.top_k_filler, "top_k_filler", 1)
     return NGramDrafter(storage, filler_top_k=top_k, stop_if_unknown=options.stop_if_unknown,
                         confident_start=options.confident_start, device=model_device(pair.target))
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import torch
 
 from utils.devices import synchronize
-from utils.options import MAX_GAMMA
+from utils.options import MAX_GAMMA, check_int
 from utils.vocab import context_length
 
 
@@ -41,8 +41,7 @@ def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *model
     prompt = inputs.tolist() if isinstance(inputs, torch.Tensor) else list(inputs)
     if not prompt:
         raise ValueError("the prompt is empty: at least one token is needed")
-    if isinstance(max_gen_len, bool) or not isinstance(max_gen_len, int) or max_gen_len < 0:
-        raise ValueError(f"max_gen_len must be an integer >= 0, got {max_gen_len!r}")
+    check_int(max_gen_len, "max_gen_len", 0)
     for model in models:
         limit = context_length(model)
         if limit is not None and len(prompt) + max_gen_len > limit:
@@ -53,9 +52,7 @@ def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *model
 def check_gamma(gamma: int) -> int:
     """``gamma``, an integer from 1 to ``MAX_GAMMA`` (``utils.options``: the front ends' ranges end
     there too); else a one-line ValueError."""
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    if gamma > MAX_GAMMA:
+    if check_int(gamma, "gamma", 1) > MAX_GAMMA:
         raise ValueError(f"gamma must be at most {MAX_GAMMA}, got {gamma}")
     return gamma
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from generation.tree import Tree
+from ngram_assisted.storage import check_token
 from ngram_assisted.suffix import DEFAULT_FACTOR, NO_DRAFT, Draft, draft_budget
+from utils.options import check_int
 
 
 class SuffixAutomaton:
@@ -148,8 +150,7 @@ class SAMStorage:
     wants_top_k = 0
 
     def __init__(self, vocab_size: int, *, corpus: SuffixAutomaton | None = None):
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        check_int(vocab_size, "vocab_size", 1)
         if corpus is not None and corpus.text and max(corpus.text) >= vocab_size:
             raise ValueError(f"the corpus has token id {max(corpus.text)}, outside the vocabulary (size {vocab_size})")
         self.vocab_size = vocab_size
@@ -169,7 +170,7 @@ class SAMStorage:
     def extend(self, tokens: Iterable[int]) -> None:
         """Append tokens to the context automaton (and move the corpus cursor)."""
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             self.match, self.match_end = self.context.append(token)
             if self.cursor is not None:
                 self.cursor.step(token)
@@ -189,11 +190,6 @@ class SAMStorage:
             if tokens:
                 return Draft(Tree.chain(tokens), source, match)
         return NO_DRAFT
-
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
 
     def __len__(self) -> int:
         return len(self.context.text)

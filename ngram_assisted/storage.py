@@ -20,7 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from utils.options import check_int
+
 FILLER_WEIGHT = 0.5
+
+
+def check_token(vocab_size: int, token: int) -> int:
+    """``token`` when it is an id of a vocabulary of ``vocab_size``; else a one-line ValueError."""
+    if not 0 <= token < vocab_size:
+        raise ValueError(f"token id {token} is outside the vocabulary (size {vocab_size})")
+    return token
 
 
 class _Table:
@@ -50,12 +59,8 @@ class NGramStorage:
     wants_top_k = 0  # the target's top-k is asked for by the drafter's filler, not by the storage
 
     def __init__(self, n: int, vocab_size: int):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-            raise ValueError(f"n must be an integer >= 2, got {n!r}")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
-        self.n = n
-        self.vocab_size = vocab_size
+        self.n = check_int(n, "n", 2)
+        self.vocab_size = check_int(vocab_size, "vocab_size", 1)
         self.reset()
 
     # Context lengths this storage counts, longest first.
@@ -79,7 +84,7 @@ class NGramStorage:
         """Count ``tokens`` as the continuation of ``context`` (only its tail matters)."""
         history = list(context[-(self.n - 1):]) if self.n > 1 else []
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             self._record(history, token, 1.0)
             self._unigrams.add((), token, 1.0)
             history.append(token)
@@ -90,7 +95,7 @@ class NGramStorage:
         """Register ranked candidate continuations of ``context`` with filler weights."""
         history = list(context[-(self.n - 1):])
         for rank, token in enumerate(candidates):
-            self._record(history, self._check(token), FILLER_WEIGHT / (rank + 1))
+            self._record(history, check_token(self.vocab_size, token), FILLER_WEIGHT / (rank + 1))
 
     def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
         """The most frequent continuation of the longest known context tail.
@@ -129,11 +134,6 @@ class NGramStorage:
             if len(history) >= c:
                 self._tables[c].add(tuple(history[-c:]), token, weight)
 
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, contexts={len(self)})"
 
@@ -162,12 +162,8 @@ class RecyclingStorage:
     n = 2
 
     def __init__(self, n: int, vocab_size: int, width: int = 8):
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"width must be an integer >= 1, got {width!r}")
-        self.vocab_size = vocab_size
-        self.width = width
+        self.vocab_size = check_int(vocab_size, "vocab_size", 1)
+        self.width = check_int(width, "width", 1)
         self.reset()
 
     @property
@@ -188,7 +184,7 @@ class RecyclingStorage:
     def update(self, context: Sequence[int], tokens: Iterable[int]) -> None:
         previous = context[-1] if len(context) else None
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             if self._first is None:
                 self._first = token
             if previous is not None and previous not in self.rows:
@@ -198,7 +194,7 @@ class RecyclingStorage:
     def fill(self, context: Sequence[int], candidates: Sequence[int]) -> None:
         """The target's ranked top-k after ``context``: the new row of its last token."""
         if len(context):
-            self.rows[self._check(context[-1])] = [self._check(t) for t in candidates[:self.width]]
+            self.rows[check_token(self.vocab_size, context[-1])] = [check_token(self.vocab_size, t) for t in candidates[:self.width]]
 
     def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
         row = self.rows.get(context[-1]) if len(context) else None
@@ -215,11 +211,6 @@ class RecyclingStorage:
         weights = [1.0 / (r + 1) for r in range(min(k, len(row)))]
         total = sum(weights)
         return [(t, w / total) for t, w in zip(row, weights)], True
-
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
 
     def __repr__(self) -> str:
         return f"RecyclingStorage(width={self.width}, rows={len(self)})"

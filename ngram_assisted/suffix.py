@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from generation.tree import Tree
+from ngram_assisted.storage import check_token
+from utils.options import check_int
 
 DEFAULT_MAX_PATTERN = 16
 DEFAULT_MAX_OUTPUTS = 64
@@ -226,8 +228,7 @@ class SuffixStorage:
                  max_outputs: int = DEFAULT_MAX_OUTPUTS, min_prob: float = MIN_PROB):
         for name, value, low in (("vocab_size", vocab_size, 1), ("max_pattern", max_pattern, 1),
                                  ("max_outputs", max_outputs, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            check_int(value, name, low)
         self.vocab_size = vocab_size
         self.max_pattern = max_pattern
         self.max_outputs = max_outputs
@@ -254,7 +255,7 @@ class SuffixStorage:
     def extend(self, tokens: Iterable[int]) -> None:
         """Append tokens to the sequence and to the per-prompt trie (O(P) each)."""
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             self.sequence.append(token)
             self.local.append(token)
 
@@ -283,11 +284,6 @@ class SuffixStorage:
             if len(tree) and score > best_score:
                 best, best_score = Draft(tree, source, match), score
         return best
-
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
 
     def __len__(self) -> int:
         return len(self.sequence)

@@ -59,6 +59,13 @@ class OptionError(ValueError):
     """An option's words were rejected; the message says why (one line)."""
 
 
+def check_int(value, what: str, low: int) -> int:
+    """``value`` when it is an int (not a bool) of at least ``low``; else a one-line ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
+
+
 def whole_number(word: str, what: str, lo: int, hi: int) -> int:
     """``word`` as an integer from ``lo`` to ``hi``; else OptionError naming ``what``."""
     try:

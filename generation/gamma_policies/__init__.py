@@ -28,11 +28,12 @@ Pure Python: no torch, no device syncs; the times arrive in the Round.
 
 from __future__ import annotations
 
-from generation.gamma_policies.base import DRAFTER_KINDS, GammaPolicy, check_gamma
+from generation.gamma_policies.base import DRAFTER_KINDS, GammaPolicy
 from generation.gamma_policies.confidence import DEFAULT_CONFIDENCE, ConfidencePolicy
 from generation.gamma_policies.constant import ConstantPolicy
 from generation.gamma_policies.heuristic import HeuristicPolicy
 from generation.gamma_policies.model import ModelPolicy
+from utils.options import check_int
 
 POLICIES = ("constant", "heuristic", "confidence", "model")
 
@@ -75,7 +76,7 @@ def make_policy(name: str, gamma: int, threshold: float | None = None):
     kind, threshold = _split_name(name, threshold)
     if kind not in POLICIES:
         raise ValueError(f"unknown gamma policy {kind!r} (choose from {', '.join(POLICIES)})")
-    gamma = check_gamma(gamma)
+    gamma = check_int(gamma, "gamma", 1)
     if kind != "confidence":
         if threshold is not None:
             raise ValueError(f"gamma policy {kind!r} takes no threshold (only confidence does)")

@@ -33,9 +33,3 @@ class GammaPolicy(Protocol):
 def check_kind(kind: str) -> None:
     if kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {kind!r} (expected model or ngram)")
-
-
-def check_gamma(gamma) -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    return gamma
