@@ -1,31 +1,13 @@
 """Acceptance statistics from a run's rounds, as the serving engines count them.
 
-Every function takes rounds as :class:`generation.result.Round` objects or as
-the dicts a trace file holds (``{"drafted": [...], "accepted": k, ...}``), so a
-replayed trace gives the same numbers as the live run.
+Rounds are :class:`generation.result.Round` objects or their trace-file dicts, so a replay gives
+the live run's numbers. The engines' numbers (vLLM, llama.cpp, SGLang; docs/why.md) come from one
+:class:`AcceptanceCounts`: mean acceptance length = 1 + accepted / drafting rounds; draft acceptance
+rate = accepted / drafted; per position (unconditional and conditional); histograms.
 
-The numbers the project shows (panels, ``/stats``, ``--json``, traces, the
-benchmark) are the engines' (vLLM's spec-decode metrics, llama.cpp's, SGLang's
-per-position ones; docs/why.md, "Acceptance, as the engines count it"), all
-read from one :class:`AcceptanceCounts`:
-
-- ``mean_acceptance_length`` = 1 + accepted / drafting rounds;
-- ``draft_acceptance_rate`` = accepted / drafted;
-- ``acceptance_rate_per_position[i]`` = rounds that accepted draft i / drafting rounds;
-- ``conditional_acceptance_per_position[i]`` = rounds that accepted draft i /
-  rounds that reached draft i;
-- ``acceptance_histogram[k]`` = drafting rounds that accepted exactly k drafts,
-  and the same per draft length (``acceptance_histogram_by_draft_length``).
-
-A *drafting round* is a round that drafted at least one token (a plain target
-step, an n-gram miss or a gamma policy's 0 is not one). A round cut short by an
-end token or the length budget (its ``token`` is None) is a drafting round: it
-counts the drafts it kept (the trace drops those after the cut, which were
-never needed), all of them accepted. Only a run's last round can be cut, so
-this moves a run's numbers by at most one round. A tree round counts every node
-of its tree as drafted (all of them went through the verify forward; a cut
-tree round, the nodes it kept), and its positions are depths along the
-accepted path.
+A *drafting round* drafted at least one token. A round cut by an end token or the length budget
+counts the drafts it kept, all accepted (only a run's last round can be cut). A tree round counts
+every node verified as drafted; its positions are depths along the accepted path.
 """
 
 from __future__ import annotations

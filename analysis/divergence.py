@@ -1,32 +1,17 @@
 """Why a strategy's greedy output differs from target AR's: a near-tie, or unexplained.
 
-Under greedy decoding every lossless strategy emits target AR's tokens, computed
-exactly. In bfloat16 a verify pass over k tokens rounds differently from a
-one-token step, so where the target's top two logits are nearly equal the two
-computations may rank them differently, and the outputs part there without a bug.
+In bfloat16 a verify pass over k tokens rounds differently from a one-token step, so where the
+target's top two logits are nearly equal the outputs may part without a bug. Each run records,
+per emitted position, the top-k of the logits row that decided it (:class:`Row`). At the first
+differing position, with a = AR's token and b = the strategy's, it is a ``near-tie`` when
 
-Each run of the target records, per emitted position, the top-k of the target
-logits row that decided it (:class:`Row`: target AR's step row; a verify pass's
-row at that position; for a tree, the kept node's row). At the first differing
-position p, with a = target AR's token and b = the strategy's:
+- each computation ranked its own token first;
+- (i) each row matches the reference (the model's uncached forward over the committed prefix in the
+  run's dtype) within the rounding correct computations show (``analysis.reference``);
+- (ii) the float32 reference's margin between a and b is within that rounding.
 
-- each computation must rank its own token first (AR's row a, the strategy's
-  row b): a strategy that emitted a token its own verify pass did not rank first
-  has a bug under greedy;
-- (i) each run's row must match the reference, the model's own uncached forward
-  over the committed prefix in the run's dtype, within the rounding that correct
-  computations of that dtype show (``tolerance``: measured once per model and
-  dtype on known-correct paths, ``analysis.reference``, never from the rows
-  judged): a row further off was computed from something else (a stale key, a
-  position off by one);
-- (ii) the float32 reference's margin between a and b must be within that
-  rounding: a wider one is no tie a correct computation could flip.
-
-All hold: ``near-tie``. Otherwise ``unexplained``, the note saying which failed.
-Without a reference (a served target, an encoder-decoder model, an old trace) the
-difference is given without a verdict. Under sampling the two runs draw, so no
-verdict applies. Plain numbers in, no torch (``infer.py --replay`` reads it too);
-:class:`Evidence` carries the reference's numbers.
+Otherwise ``unexplained``, the note saying which failed; without a reference, no verdict.
+Torch-free.
 """
 
 from __future__ import annotations

@@ -1,48 +1,23 @@
 """The speedup model: how fast speculative decoding should be, given what a run measured.
 
-Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
-Decoding", section 3) show that with an acceptance rate alpha and gamma drafts
-a round yields E = (1 - alpha^(gamma+1)) / (1 - alpha) tokens on average. With
-a rate a_i per draft position the same sum reads
+Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding", section 3):
+with a rate a_i per draft position a round of gamma drafts yields
 
     E(gamma) = sum_{i=0..gamma} prod_{j<i} a_j
 
-(the round yields token i+1 only when drafts 0..i were all accepted). A round
-costs gamma drafter steps, one target forward over gamma+1 tokens and some host
-work; a plain autoregressive step costs one target forward over 1 token, so
+tokens, and costs gamma drafter steps, one target forward over gamma+1 tokens and host work, so
 
     speedup(gamma) = E(gamma) * verify(1) / (gamma * draft_step + verify(gamma + 1) + other)
 
-and gamma = 0 (do not draft) is plain decoding: speedup 1 by definition.
-
-A target behind a network (the what-if of ``/rtt``) pays a round trip on
-every call: each verify and each plain step costs ``rtt`` more, so verify(w)
-reads verify(w) + rtt throughout (``CostModel.rtt_s``). Drafting gains from it:
-a round pays one round trip for E(gamma) tokens, plain decoding one per token.
-
-When only a share m of the rounds drafts (an n-gram drafter that does not know
-the context, a policy that chose not to draft), the other rounds are plain
-target steps: one token for verify(1). Tokens and cost per round are then the
-mixtures m * E(gamma) + (1 - m) and m * (gamma * draft_step + verify(gamma + 1))
-+ (1 - m) * verify(1) + other; m = 1 gives the formula above.
-
-A drafter that chooses each round's draft length itself (SuffixDecoding, the
-suffix automaton: the length follows the match) has no one gamma. Its rounds
-are priced as they were measured (:class:`RoundMix`): with s_k the share of
-rounds that drafted k tokens and t_k the tokens such a round yielded,
+(gamma = 0 is plain decoding: speedup 1). A network round trip (``/rtt``) adds ``rtt`` to every
+target call (``CostModel.rtt_s``). Rounds that chose their own draft length (SuffixDecoding, the
+suffix automaton), or only a share m of which drafted, are priced as measured: with s_k the share
+of rounds that drafted k tokens and t_k what such a round yielded (:class:`RoundMix`),
 
     speedup = sum_k s_k t_k * verify(1) / (sum_k s_k (k * draft_step + verify(k + 1)) + other)
 
-(k = 0 is a plain step: one token for verify(1)). A constant gamma is the mix
-{gamma: m, 0: 1 - m} with t_gamma = E(gamma), which is the formula above.
-
-Lookahead decoding feeds its Jacobi window (r rows) with every round's verify, drafting or not:
-a round of k candidate nodes costs verify(k + 1 + r), and one that found no candidate
-verify(1 + r), not a plain step (``RoundMix.rows``).
-
-Every number is priced from measured seconds where the run measured them; what the model had
-to fill in (a plain step no run timed, a verify width between or beyond the measured ones) is
-named by :func:`estimated_inputs`, so a prediction can say it rests on an estimate.
+Lookahead's window of r rows widens every verify to k + 1 + r (``RoundMix.rows``). What the model
+filled in rather than measured is named by :func:`estimated_inputs`.
 """
 
 from __future__ import annotations

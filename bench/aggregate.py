@@ -1,47 +1,9 @@
 """From run records to the numbers in the table. Pure functions, no I/O.
 
-Definitions (docs/benchmark.md repeats them):
-
-* tokens/s of a variant on a group of prompts, for one repeat: generated tokens
-  summed over the group divided by seconds summed over the group; the table
-  shows the median over repeats.
-* speedup: per repeat, that variant's tokens/s over target autoregressive's on
-  the same prompts; the median over repeats. "vs peer" is the same ratio against
-  the transformers decoder it is compared with (same gamma). Ratios are paired
-  per repeat, so drift between repeats cancels, and each takes only the runs
-  (prompt and repeat) both sides finished (:func:`common_runs`): a benchmark
-  stopped part-way compares like with like.
-* margins of the speedup and of "vs peer": how far the ratio could move on a
-  rerun of the same prompts, from how each prompt's runs varied over the repeats
-  (``bench.margin``): the 95% interval is ratio · exp(±margin); None with one repeat.
-* acceptance rate: accepted drafts over drafted tokens, summed over runs (the
-  serving engines' "draft acceptance rate").
-* mean acceptance length, acceptance rate per position (unconditional and
-  conditional), acceptance histograms: the engines' numbers
-  (``analysis.acceptance``) over the drafting rounds of every run pooled, as an
-  engine pools its requests: mean acceptance length = 1 + accepted / drafting rounds.
-* tokens per target call: generated tokens over target forward passes, summed.
-* call cost: seconds per target forward pass (drafting and host work included),
-  summed over the runs, over target AR's on the same runs. The speedup is
-  about tokens per target call divided by call cost: a drafter pays by making
-  more tokens a call, or loses by making each call dearer.
-* target calls: mean target forward passes per prompt (prefill included).
-* mean γ: the mean draft length the rounds asked for (a policy's choices).
-* identical (greedy only): share of the prompts both ran whose output equals
-  target autoregressive's (first repeat); first divergence: median position of
-  the first differing token among the prompts that differ; ties: how many of
-  those differ on a near-tie (the two computations' rounding ranks two nearly
-  equal tokens differently, ``analysis.divergence``), apart from the
-  unexplained ones (and the unjudged: a peer keeps no rows).
-* time to first token: the median over runs of our engine's seconds until the
-  first round's tokens were on the host (prefill included), in ms; None for peers.
-* decode tokens/s: as tokens/s, with each run's first round left out (tokens
-  after it over the engine's seconds after it); decode speedup: paired per
-  repeat against target AR's decode tokens/s, like the speedup.
-* per position (sessions: ``--multi-turn``, ``--session-size``): the same
-  numbers over all categories for the runs at one position of their session
-  (a conversation's turn), the speedup against target AR's runs at that same
-  position; ``position`` is None on the rows over every position.
+The definitions are docs/benchmark.md's. Ratios (speedup, "vs peer", decode speedup) are paired
+per repeat, so drift between repeats cancels, and each takes only the runs both sides finished
+(:func:`common_runs`), so a benchmark stopped part-way compares like with like. The engines'
+acceptance numbers pool the drafting rounds of every run, as an engine pools its requests.
 """
 
 from __future__ import annotations

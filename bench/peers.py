@@ -1,30 +1,15 @@
 """transformers' own decoders on the same loaded models, as the benchmark's peers.
 
-``hf_generate``: ``model.generate`` (autoregressive). ``hf_assisted``: assisted
-generation with the drafter as ``assistant_model``; with the constant policy it
-drafts exactly gamma tokens a round (no confidence early stop unless asked),
-with ``heuristic`` it runs transformers' heuristic schedule from gamma, and
-with ``confidence T`` it drafts at most gamma tokens and stops below top
-probability T (transformers 5.x's default is T = 0.4 with at most 20 tokens:
-"dynamic" assisted generation). ``hf_prompt_lookup``: prompt lookup decoding
-with ``prompt_lookup_num_tokens`` = gamma. Each of the three also runs on transformers' static cache
-(``cache_implementation="static"``, ``hf_generate+static`` ...), which transformers compiles on CUDA
-(``torch.compile`` of the forward, ``GenerationMixin.get_compiled_call``), where the release takes it
-(:func:`static_peer_refusal`). ``hf_mtp``: ``generate(use_mtp=True)``, transformers'
-own drafting with the target's MTP layers (it loads them from the target's checkpoint itself),
-one draft per MTP layer each round.
+``hf_generate`` (``model.generate``), ``hf_assisted`` (the drafter as ``assistant_model``; the
+constant, heuristic and confidence policies map to transformers' own), ``hf_prompt_lookup``
+(``prompt_lookup_num_tokens`` = gamma) and ``hf_mtp`` (``generate(use_mtp=True)``); the first three
+also on the static cache (:func:`static_peer_refusal`). With two tokenizers ``hf_assisted`` is
+universal assisted generation, whose token-level path prunes the assistant in place, so it gets a
+copy (``bench.executor``).
 
-On a pair with two tokenizers ``hf_assisted`` is transformers' universal
-assisted generation (both tokenizers passed to ``generate``): string-level
-matching under greedy decoding, token-level intersection under sampling. The
-latter prunes the assistant's LM head and embeddings in place, so it is given
-a copy of the drafter (see ``bench.executor``).
-
-Every call gets an explicit generation config, so no model default (a
-repetition penalty, a sampling flag) changes what is compared: transformers 4.x
-is told not to use the model's defaults (``use_model_defaults=False``); 5.x
-has no such switch and fills every unset field from the model's own config,
-so the fields that change greedy or sampled output are set explicitly.
+Every call gets an explicit generation config so no model default changes what is compared:
+4.x is told ``use_model_defaults=False``; 5.x has no switch, so the fields that change the output
+are set explicitly.
 """
 
 from __future__ import annotations

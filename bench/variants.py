@@ -1,54 +1,15 @@
 """What a benchmark runs: a strategy, its gamma when it drafts, and its gamma policy.
 
-Ours: ``target`` and ``drafter`` (autoregressive), ``speculative`` (drafter
-model) and ``ngram`` (NASD). Peers, transformers' own decoders on the same
-models: ``hf_generate``, ``hf_assisted`` (assisted generation with the drafter),
-``hf_prompt_lookup`` (prompt lookup decoding) and, on a pair whose drafter is the
-target's MTP layers (``--drafter mtp``), ``hf_mtp`` (``generate(use_mtp=True)``).
+Ours: ``target``, ``drafter``, ``speculative``, ``ngram`` (NASD), ``lookahead`` (opt-in) and
+``arctic_suffix`` (``bench.arctic``). Peers, transformers' own decoders on the same models:
+``hf_generate``, ``hf_assisted``, ``hf_prompt_lookup``, ``hf_mtp``, and with ``--peers`` their
+static-cache twins (``+static``); :func:`matching_peer` pairs a variant with the peer of the run's
+``--compile``. Tree, self-drafter, hybrid, lookahead and strict-rule variants have no peer.
 
-A drafting variant has a gamma policy (``generation.gamma_policies``):
-``constant`` (gamma drafts every round), ``heuristic`` (gamma is the start),
-``confidence T`` or ``model`` (gamma is the most drafts a round). Names:
-``speculative@4`` (constant), ``speculative:heuristic@4``,
-``speculative:confidence=0.4@20``, ``speculative:model@16``.
-
-A drafting variant may verify token trees of at most N nodes per round
-(``generation.tree``) instead of chains: ``speculative+tree16@4`` (depth up to
-gamma 4). Tree variants have no transformers peer.
-
-A speculative variant may draft with a self-drafter made from the target
-instead of the pair's drafter (``--self-drafters``): ``speculative[self:int8]@4``,
-``speculative[self:skip=3,5]+tree16@4``; constant gammas and trees only, no peer.
-
-A speculative variant may draft from the model-free storage in rounds whose match is at
-least L tokens (``--hybrid``; ``ngram_assisted.hybrid``): ``speculative+hybrid4@4``; no peer.
-
-A chain variant of ours verifies with the REPL's default rule (``utils.defaults``:
-block verification) unless ``--verify`` names others (``generation.verify_rules``):
-a variant with another rule carries it as the name's last part,
-``speculative@4~residual`` (the token rule), ``ngram@4~strict``. The default
-rule's variant and the token rule's have transformers' decoder as their peer
-(transformers verifies with the token rule; under greedy every rule keeps the
-same tokens); a strict variant has none.
-
-NASD may run several n-gram storages side by side (``--ngram-storage
-basic,suffix``): each of its variants then names its storage, ``ngram[suffix]@4``,
-``ngram[sam]:model@16``, and all share prompt lookup as their peer. With one
-storage the name stays ``ngram@4``.
-
-``arctic_suffix@4``: Snowflake ArcticInference's suffix-decoding cache drafting
-through our verify loop (``bench.arctic``), a peer of NASD's suffix storage.
-
-With ``--peers`` each transformers decoder that can also runs on a static cache
-(``cache_implementation="static"``, which transformers compiles on CUDA): ``hf_generate+static``,
-``hf_assisted+static@4``, ``hf_prompt_lookup+static@4``, a row of its own right after its eager
-twin. Our variants are paired with the peer that matches the run's ``--compile``
-(:func:`matching_peer`): the eager one under ``off``, the static one under ``static`` and ``graphs``.
-
-``lookahead[5,3,5]@2``: lookahead decoding (``engine.lookahead_strategy``) with window W,
-n-gram size N and G guesses (``--lookahead W:N:G``); its γ is N - 1, each candidate's
-drafts, and it verifies trees of at most G (N - 1) nodes; no peer. Opt-in
-(``--strategies ...,lookahead``): it is not among the default strategies.
+Names: ``speculative@4`` (constant), ``speculative:confidence=0.4@20``, ``speculative+tree16@4``,
+``speculative[self:int8]@4``, ``speculative+hybrid4@4``, ``speculative@4~residual`` (a verify rule
+other than the default), ``ngram[suffix]@4`` (one of several storages), ``lookahead[5,3,5]@2``
+(W, N, G; its γ is N - 1). docs/benchmark.md lists them all.
 """
 
 from __future__ import annotations

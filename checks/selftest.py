@@ -1,31 +1,12 @@
-"""A self-test for a loaded model pair: do speculative decoding and NASD keep
-the target's output on *this* pair, on this machine?
+"""A self-test for a loaded model pair: do speculative decoding and NASD keep the target's output on
+*this* pair, on this machine?
 
-Greedy: on a few built-in prompts, speculative decoding and NASD must give the
-target's autoregressive tokens exactly, with the KV cache on and with it off
-(without a cache every forward recomputes the whole sequence, so the cache-off
-checks use two short prompts and fewer tokens).
-Sampling: under top-k sampling (k = 3) the first token of speculative
-decoding and of NASD, drawn many times from one seeded generator, must follow
-the target's exact top-k distribution; a chi-square test decides, so the check
-is deterministic and can fail. The speculative draws take as their draft the
-drafter's most likely token (a one-hot q; the accept rule is exact for any q):
-then a draft is kept with probability p(draft) and the resample after a
-rejection decides the rest, on any pair. With the drafter's own q, a drafter
-that nearly always agrees with its target (a self-drafter in a lower precision
-accepted 197 of 200 drafts) leaves that resample almost untried, and a flat q
-biases a wrong resample too little to be seen in a few hundred draws. Both models are prefilled with the prompt once,
-and every draw begins from a copy of that cache (``kvcache.prefill``), then runs
-the real verify loop and accept rule. Every draw proposes the same drafts (the
-drafter's most likely token; the storage's n-gram), so a model's first forward on
-them runs once and later draws take its logits and a copy of the cache after it
-(``replay_first``): each draw still runs its drafter, the accept rule, its own
-generator draws and the rollback. The draws are still few (SAMPLING_RUNS),
-so the test catches gross errors (a zero-probability token, a strongly biased
-resample), not subtle ones.
-
-Every check yields one :class:`Check` with a one-line detail: what passed, or
-what differed and where, and the seconds it took.
+Greedy: on built-in prompts both must give target AR's tokens exactly, cache on and off.
+Sampling: under top-k sampling (k = 3) the first token, drawn many times from one seeded generator,
+must follow the target's exact top-k distribution (a chi-square test, so the check is deterministic
+and can fail). The speculative draws take the drafter's most likely token as a one-hot q: a drafter
+that nearly always agrees would otherwise leave the resample almost untried. Every draw starts from
+a copy of one prefilled cache (``kvcache.prefill``); the draws are few, so only gross errors show.
 """
 
 from __future__ import annotations

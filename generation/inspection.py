@@ -1,33 +1,15 @@
 """The per-token inspector's numbers: what both models thought at each drafted position.
 
-For each drafted position i of a round (Leviathan et al. 2023, Algorithm 1;
-p the target, q the drafter): p_i(x_i), q_i(x_i), the acceptance probability
-min(1, p_i(x_i) / q_i(x_i)), the entropies of p_i and q_i, and the top tokens
-of each; at the first rejection, the top tokens of the residual
-norm(max(0, p_n - q_n)) the replacement was drawn from.
+For each drafted position i (Leviathan et al. 2023, Algorithm 1; p the target, q the drafter):
+p_i(x_i), q_i(x_i), the acceptance probability min(1, p_i(x_i) / q_i(x_i)), both entropies and top
+tokens, and at the first rejection the top of the residual norm(max(0, p_n - q_n)). Under the
+``block`` rule (Sun et al. 2025) also the running ratio b_i and threshold h_i, and the scaled
+residual norm(max(0, b_n p_n - q_n)); under ``strict`` the acceptance is p_i(x_i) and no residual.
 
-The numbers follow the chain verify rule the round ran (``generation.verify_rules``):
-
-- ``residual``: as above.
-- ``block`` (Sun et al. 2025): also the running ratio b_i after draft i and the
-  threshold h_i its coin was compared with (``block_details``); the residual is
-  the scaled one the token was drawn from, norm(max(0, b_n p_n - q_n)).
-- ``strict``: a draft is kept iff it equals the target's own draw, so the
-  acceptance shown is p_i(x_i); the token after the stop is a plain draw from
-  p_n, so no residual is recorded.
-
-Everything is computed on the device inside the round, top-k only, and handed
-back as one flat integer tensor that rides along with the round's single host
-sync (floats travel as their float32 bit patterns, so nothing is rounded on
-the way). :func:`decode` turns the host list back into an :class:`Inspection`.
-
-Which distributions are shown: under sampling, the processed p and q the accept
-rule used (temperature, top-k, top-p applied). Under greedy those are one-hot
-and say nothing, so the top tokens, entropies, p(x) and q(x) are the models'
-own softmax at temperature 1, while ``accept`` stays the rule's (1 when the
-draft is p's argmax, else 0). N-gram drafts are deterministic: q is one-hot
-(q(x) = 1, entropy 0). This file imports torch only inside the functions that
-need it, so a trace can be read without it.
+Computed on the device, top-k only, and returned as one flat integer tensor that rides the round's
+single host sync (floats as their float32 bits, so nothing is rounded); :func:`decode` reads it.
+Under greedy the processed p and q are one-hot, so the models' own softmax at temperature 1 is
+shown, while ``accept`` stays the rule's. torch is imported only where needed.
 """
 
 from __future__ import annotations
