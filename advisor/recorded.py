@@ -1,24 +1,12 @@
 """Replay model-free drafters over a recorded greedy output, without the target.
 
-Under greedy decoding every lossless strategy produces target AR's tokens, whatever
-drafts it. So a model-free drafter's rounds on a prompt can be replayed from target
-AR's output alone: each round it proposes up to k tokens from the sequence so far,
-the target would keep the longest prefix that matches the output and add the next
-output token, and the drafter learns the tokens appended (and, for the storages
-that recycle the target's predictions, its recorded top-k at their positions). A
-round's cost is the target forward at its width (drafts + 1), read from a table of
-forward costs measured on the machine (``generation.timing.time_target``, as the
-self-drafter calibration measures them). What comes out is the run's target calls,
-acceptance and a predicted speedup over target AR from forward costs alone (no host
-work), in seconds for any number of drafters and γ, where running each costs
-minutes. :func:`replay` runs the engine's own drafters (``engine.Drafter``) through
-``engine.run_strategy`` with the target answered from the record, so what is replayed
-is what runs (``tests/test_replay.py`` holds the replay to the engine's counts).
-
-:class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
-same way, and :func:`oracle` cuts every draft to what the target
-would accept: an upper bound for any rule that picks draft lengths. :func:`copy_ceiling`
-bounds the drafters that copy a continuation from the text (``analysis.ceiling``).
+Under greedy decoding every lossless strategy produces target AR's tokens, so a model-free
+drafter's rounds can be replayed from that output alone and priced from forward costs measured on
+the machine (``generation.timing.time_target``): seconds for any number of drafters and γ, where
+running each costs minutes. :func:`replay` runs the engine's own drafters through
+``engine.run_strategy`` with the target answered from the record (``tests/test_replay.py`` holds it
+to the engine's counts); :class:`PromptLookup` wraps transformers' prompt lookup; :func:`oracle`
+cuts every draft to what the target would accept; :func:`copy_ceiling` bounds the copying drafters.
 """
 
 from __future__ import annotations

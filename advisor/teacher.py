@@ -1,24 +1,13 @@
 """Teacher forcing: a drafter model's greedy guesses along target AR's output, from one forward.
 
-Under greedy a drafter model drafts its argmax. In a round that starts at output position t,
-its i-th draft is the argmax given the sequence before t and its own drafts 0..i-1; while those
-drafts equal the output, that sequence is the output itself. So the round accepts as many
-drafts as there are consecutive positions from t where the drafter's argmax, given the target's
-own tokens before it, is the target's token, up to the γ asked; once one differs the round ends,
-and what the drafter would have drafted after it is never judged. One forward of the drafter
-over prompt + output gives that argmax at every position: the acceptance of every round start
-and every γ at once.
-
-That forward is the drafter's uncached pass over the whole sequence, where a run feeds the same
-tokens through its cache a few at a time. The two agree where the drafter's cached forward is
-exact (the engine's probe says so, ``kvcache.probe``; float32 models on a CPU are), which
-:func:`teachable` checks; a drafter that drafts from the target's state (MTP layers, EAGLE-3
-heads, Gemma 4 assistants) or on the target's cache (self-drafters sharing it), or with a
-tokenizer of its own, is not taught here: ``advisor.replay`` runs its own ``propose`` instead.
-
-:class:`TeacherDrafter` serves the guesses behind the drafter contract, so the replay drives it
-through the engine's own γ policy objects exactly as it drives an engine drafter, and counts the
-drafter forwards a :class:`generation.model_drafter.ModelDrafter` would run, by width.
+Under greedy, while a round's drafts equal the output the drafter's context is the output itself,
+so a round starting at t accepts as many drafts as there are consecutive positions from t where the
+drafter's argmax given the target's tokens is the target's token (up to γ). One uncached forward
+over prompt + output gives every round start and every γ at once. That forward agrees with a run's
+cached ones only where the drafter's cache is exact (:func:`teachable`, ``kvcache.probe``); drafters
+of the target's state or with their own tokenizer run their own ``propose`` in ``advisor.replay``.
+:class:`TeacherDrafter` serves the guesses behind the drafter contract and counts the forwards a
+``ModelDrafter`` would run.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """A forward's cost on a machine that is not this one: a roofline with a per-forward overhead.
 
-A machine is its memory bandwidth, its peak FLOP/s per dtype and what one forward costs beyond its
-arithmetic and its memory traffic (launches, Python: ``overhead_s``). A model is its shape: the
-bytes of its weights, its FLOPs per token, its layers and the bytes of keys and values one token
-keeps. A forward of B sequences of w new tokens over a cache of L tokens each reads the weights
-once and every sequence's cache, writes the new tokens' keys and values, and does
-2 x parameters + 4 x layers x hidden x L FLOPs per new token (the matrix products, and attention's
-two products over the cache):
+A forward of B sequences of w new tokens over a cache of L tokens reads the weights once and every
+sequence's cache and does 2 x parameters + 4 x layers x hidden x L FLOPs per new token:
 
     T(B, w, L) = overhead + max(bytes / bandwidth, FLOPs / peak)
 
-The cards' figures are their published ones (each profile names its source); what a forward
-reaches of them is less, which is why a profile of this machine is fitted to forwards timed here
-(:func:`fit_profile`) and checked against timed forwards it was not fitted to (:func:`errors`).
+The cards' figures are their published ones; a forward reaches less of them, so a profile of this
+machine is fitted to forwards timed here (:func:`fit_profile`) and checked on others (:func:`errors`).
 Plain numbers, no torch.
 """
 

