@@ -1,16 +1,9 @@
 """``advise``: which way of drafting this pair should use on this machine for these prompts, and why.
 
-Greedy only: under greedy decoding the output does not depend on the drafter, so target AR's
-output replays every chain drafter's rounds (exactly on a float32 target, up to rounding on a
-bfloat16 or float16 one: ``advisor.replay``). The steps: target AR
-on each prompt, once, warm (its output and the rows that decided it are the record the replay
-reads; its tokens/s is the denominator of every measured speedup, its decode step anchors the
-predictions and its time to first token is part of every end-to-end prediction); the cost
-table (measured once, or given); the replay of the grid; the ranking (``advisor.rank``); and the
-top few confirmed by running them for real through ``engine.run_strategy`` with the same seed.
-Every run of an advice takes one compile path, :data:`RANKED_COMPILE` (the replay and the cost
-table are eager forwards on the dynamic cache as well); the report names it, and says so where
-the session's own path differs.
+Greedy only: target AR's output replays every chain drafter's rounds (``advisor.replay``). The
+steps: target AR on each prompt, once, warm (the record, and the denominator of every speedup); the
+cost table; the replay of the grid; the ranking (``advisor.rank``); and the top few confirmed for
+real through ``engine.run_strategy``. Every run takes one compile path, :data:`RANKED_COMPILE`.
 """
 
 from __future__ import annotations

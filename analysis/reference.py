@@ -1,18 +1,9 @@
 """The reference a difference from target AR is judged against (``analysis.divergence``).
 
-At the first position p where a strategy's greedy output parts from target AR's, the
-reference is the model's own forward over the whole committed prefix (prompt and the
-p tokens both outputs share), without a cache: in the run's dtype, and in float32.
-
-What a correct computation of that dtype may differ from the reference by is measured
-once per model and dtype (:func:`rounding_tolerance`), on paths that are known to be
-right and that share nothing with the project's decoding: transformers' own cache, fed
-a probe sequence one token at a time (the shape of a decode step) and in chunks of 2 to
-8 (the shape of a verify pass), against the uncached forward. A bug's own deviation is
-never part of that measure, so it can never become its excuse.
-
-This module needs torch and the model; the verdict itself (``analysis.divergence``)
-reads only the numbers kept in :class:`~analysis.divergence.Evidence`.
+The model's own uncached forward over the committed prefix, in the run's dtype and in float32. What
+a correct computation may differ from it by is measured once per model and dtype
+(:func:`rounding_tolerance`) on paths that share nothing with the project's decoding (transformers'
+own cache, fed one token and 2 to 8 at a time), so a bug's own deviation can never become its excuse.
 """
 
 from __future__ import annotations

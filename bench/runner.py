@@ -1,18 +1,10 @@
 """The benchmark loop: warm-up, then every variant on every prompt, interleaved.
 
-Order within a repeat: prompt 1 through every variant, then prompt 2, and so
-on; then the next repeat, with the variants in reverse order (A B C A B C ...,
-then C B A C B A ...). Machine drift during a run therefore hits every variant
-alike, a variant and its peer run back to back, and which one goes first alternates.
-
-Prompts run in *sessions*: a prompt alone (the default), the turns of one
-conversation (``--multi-turn``: a later turn's prompt is built from the earlier
-turns and the variant's own answers to them), or K prompts of one category in a
-row (``--session-size``). A session's steps run in order, each step through
-every variant. Each run is told whether it is ``fresh``: the first step of a
-session (and every run outside one, warm-up included) starts from empty n-gram
-state; a later step keeps what that same variant's earlier steps left
-(``bench.executor``).
+Each repeat runs prompt 1 through every variant, then prompt 2, ...; the next repeat reverses the
+variants (A B C ..., then C B A ...), so drift hits every variant alike and a variant and its peer run
+back to back. Prompts run in *sessions* (one prompt, a conversation's turns with ``--multi-turn``,
+or K prompts with ``--session-size``); a session's first step starts from empty n-gram state, later
+steps keep the same variant's (``bench.executor``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The live view: a strategy's panel filling round by round while it runs.
 
-:class:`LiveView` is the engine's observer (``generation.observer``): the loop
-tells it each round's drafts (shown dim, pending) and then the round's outcome
-(the drafts take the debug view's colours: accepted, rejected, the target's
-token, the bonus token). It only records, and draws at most once every
-``interval`` seconds from inside those calls; the loop leaves the time spent
-in them out of the strategy's seconds, so drawing never counts as decoding.
-Text is decoded incrementally (``repl.stream``): several tokens a round never
-break a character. When the strategy ends the live panel is erased and the
-ordinary panel is printed, the same one as with the live view off.
+:class:`LiveView` is the engine's observer (``generation.observer``): it records each round's drafts
+and outcome and draws at most once every ``interval`` seconds; the loop leaves that time out of the
+strategy's seconds. When the strategy ends the ordinary panel replaces it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 ``load_model(spec)`` takes a hub id, a local directory, a ``.gguf`` file, or ``None`` for the offline
 default. ``load_pair`` loads a target and a drafter, checks they are of the same kind, compares their
 tokenizers and returns a ``ModelPair``. How the models load is one ``LoadOptions`` value, passed down
-whole.
+whole. Drafters made from the target load in ``model_drafters.selfdraft.load``.
+
+Every failure a user can cause or fix is a one-line ``ModelLoadError``. Neither torch nor
+transformers is imported at import time (``infer.py --help`` stays fast).
 """
 
 from __future__ import annotations
