@@ -1,27 +1,15 @@
 """A token tree: many candidate continuations verified in one target forward pass.
 
-The tree hangs from the last committed token (the *root*, not a node). Node i
-has a token, a parent (-1: the root) and a depth (0 for the root's children);
-siblings carry distinct tokens and a *rank* (0: the drafter's first choice).
-Nodes are stored parents-first, so ``parents[i] < i``.
+The tree hangs from the last committed token (the *root*, not a node). Node i has a token, a parent
+(-1: the root), a depth (0 for the root's children) and a *rank* among its siblings (0: the drafter's
+first choice); nodes are stored parents-first, so ``parents[i] < i``.
 
-Verifying a tree (SpecInfer, Miao et al. 2024; Medusa, Cai et al. 2024) feeds
-the root and every node in one forward pass. Two things make that pass equal to
-running each root-to-node path on its own:
-
-- the attention mask: a node sees the committed prefix, the root, its own
-  ancestors and itself, nothing else (:func:`visibility`);
-- the position ids: a node sits at ``prefix length + depth``, the position it
-  would have on its own path (:func:`tree_positions`).
-
-Sliding-window layers additionally hide keys ``window`` or more positions back
-(:func:`layer_mask`), as their causal mask would.
-
-A drafter may ask for *extra rows* in the same pass (:class:`ExtraRows`, e.g.
-lookahead decoding's Jacobi window): a second forest hanging from the root,
-fed after the nodes. An extra row sees the prefix, the root and its own
-ancestors among the extra rows; no node sees an extra row and no extra row
-sees a node, so their outputs are those of separate passes.
+Verifying a tree (SpecInfer, Miao et al. 2024; Medusa, Cai et al. 2024) feeds the root and every node
+in one pass, equal to running each path on its own because a node sees only the prefix, the root,
+its ancestors and itself (:func:`visibility`) and sits at ``prefix length + depth``
+(:func:`tree_positions`); sliding-window layers also hide keys ``window`` or more back
+(:func:`layer_mask`). *Extra rows* (:class:`ExtraRows`, lookahead's window) form a second forest
+from the root that neither sees nor is seen by a node.
 """
 
 from __future__ import annotations

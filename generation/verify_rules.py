@@ -4,24 +4,14 @@ Every rule has the signature of :func:`generation.accept.accept_drafts`::
 
     rule(p, q, draft, sample, generator=None) -> (n, token)
 
-p: (k + 1, V) target probabilities; row i is the distribution of the token
-after the first i drafts (row k is for the bonus token). q: (k, V) draft
-probabilities, or None for deterministic drafts (q_i = one-hot(draft_i), the
-n-gram drafter). draft: (k,) drafted ids, k >= 0; a model drafter's draft_i must
-have q_i(draft_i) > 0 (it was drawn from q_i). ``sample(rows, generator)`` draws
-one id per row of a (rows, V) tensor (``LogitsProcessor.sample``).
+p: (k + 1, V) target probabilities (row k is for the bonus token). q: (k, V) draft probabilities,
+or None for deterministic drafts (one-hot). draft: (k,) drafted ids, with q_i(draft_i) > 0.
+``sample(rows, generator)`` draws one id per row. Returns two 0-d long tensors on p's device: n
+drafts kept and the token after them. Nothing leaves the device: the caller pays the one host
+sync per round.
 
-Returns two 0-d long tensors on p's device: n, how many drafts are kept
-(0..k), and token, the one token emitted after them. The round emits
-draft[:n] + [token]. Nothing leaves the device (no ``.item()``, no Python
-branch on a tensor, no loop over positions or the vocabulary): the caller
-pays the one host sync per round.
-
-All three keep the target's distribution exactly: the tokens a loop of
-rounds emits are distributed as if sampled from p one by one, for any draft
-distribution q. Under greedy processing (one-hot p) all three accept the
-longest prefix of drafts equal to the target's argmaxes and emit the
-target's argmax after it, so they return the same (n, token).
+All three keep the target's distribution exactly, for any q; under greedy (one-hot p) they return
+the same (n, token).
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """Lookahead decoding (Fu et al., ICML 2024, "Break the Sequential Dependency of LLM Inference
 Using Lookahead Decoding"): n-grams made by Jacobi iteration, verified in the same forward pass.
 
-Each round is one target forward over three parts (``generation.tree_round``):
+Each round is one target forward (``generation.tree_round``) over the committed tokens the cache
+lacks (the last is the *root*), the *verification branch* (up to G pooled n-grams starting with the
+root, merged into a deterministic token tree) and the *lookahead branch*: a Jacobi window of N - 1
+levels by W columns fed as extra rows that never see a candidate. The target's argmax at the top
+level's column c closes an n-gram, which joins the pool; then the window moves one step.
 
-- the committed tokens the cache lacks, the last one being the *root*;
-- the *verification branch*: up to G n-grams from the pool whose first token is the root,
-  merged into a token tree (their other N - 1 tokens are the drafts) and verified like any
-  deterministic tree (``generation.accept.accept_tree``);
-- the *lookahead branch*: a Jacobi window of N - 1 levels by W columns, fed as extra rows
-  (``Drafter.extra_rows``) that see the prefix, the root and their own trajectory, never a
-  candidate. Level 0 is a causal line after the root (its column 0 is the root itself);
-  the token of level l >= 1 in column c sees level 0 up to column c, then levels 1..l of
-  column c, and sits at position root + c + l. The target's argmax at the top level's
-  column c closes the n-gram (level 0 column c, levels 1..N-2 column c, that argmax), which
-  joins the pool under its first token; then the window moves one step: level 0 becomes
-  level 1 less its first column, each level the one above it, and the argmaxes the top.
-
-The pool keeps, per first token, the G n-grams seen most recently (an n-gram seen again
-moves to the front), so it holds at most V x G of them. The reference starts each
-generation with an empty pool; here the engine may keep it across prompts (as NASD keeps
-its storage while ``/reset_in_between`` is off). The window starts from prompt
-tokens drawn by a fixed-seed generator (the reference draws them at random too), so a run
+The pool keeps, per first token, the G most recently seen n-grams, and may be kept across prompts
+(as NASD's storage). The window starts from prompt tokens drawn by a fixed-seed generator, so a run
 is reproducible and draws nothing from the run's own generator.
 """
 

@@ -1,25 +1,13 @@
 """SuffixDecoding's storage (Oliaro et al., NeurIPS 2025): suffix tries with counts.
 
-Two tries, as the engines ship it (Snowflake ArcticInference, vLLM ``method: "suffix"``):
-
-- a *per-prompt* trie over the prompt and the output so far, grown token by token;
-- a *global* trie over the outputs of earlier generations in the session, at most
-  ``max_outputs`` of them (the oldest leaves first).
-
-A trie here holds every substring of at most ``depth = 2 * max_pattern`` tokens of
-the text it was given, each node counting how often its substring occurred. Drafting
-finds, in each trie, the longest suffix of the sequence (at most ``max_pattern``
-tokens) that occurred before with a continuation, and follows the continuations
-below it, each weighted by how often it was seen: the chain takes the most frequent
-child at each step, the tree grows best first by path probability (the product of
-each step's count share). A draft after a match of m tokens has at most
-``floor(factor * m)`` tokens (at least 1), capped by the round's k and by the trie's
-depth. The trie whose draft has the larger expected accepted length (the sum of its
-nodes' path probabilities, ArcticInference's score) drafts; the per-prompt one on a
-tie. Children whose path probability falls below ``min_prob`` are not drafted.
-
-Costs: appending a token touches ``depth`` nodes (O(P)); a match is a binary search
-over the match length (O(P log P) dict look-ups); nothing touches the device.
+Two tries, as Snowflake ArcticInference and vLLM (``method: "suffix"``) ship it: a *per-prompt* trie
+over the prompt and output so far, and a *global* trie over at most ``max_outputs`` earlier outputs.
+A trie holds every substring of at most ``depth = 2 * max_pattern`` tokens with its count. Drafting
+finds the longest suffix of the sequence (at most ``max_pattern``) seen with a continuation and
+follows the children by count: the chain the most frequent, the tree best first by path
+probability. A draft after a match of m tokens has at most ``floor(factor * m)`` tokens (at least 1).
+The trie whose draft has the larger expected accepted length drafts (the per-prompt one on a tie);
+children below ``min_prob`` are not drafted. An append costs O(P), a match O(P log P) look-ups.
 """
 
 from __future__ import annotations
