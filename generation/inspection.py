@@ -26,12 +26,9 @@ Tops = tuple[tuple[int, float], ...]  # (token id, probability), most likely fir
 
 @dataclass(frozen=True)
 class Position:
-    """One drafted position: the draft x, p(x), q(x), the acceptance probability, entropies (nats), top tokens.
-
-    ``accept``: min(1, p/q) (the residual and block rules), p(x) under strict.
-    ``ratio`` / ``threshold``: only under block (None otherwise, and in traces
-    written before they existed): b_i, the running ratio after this draft, and
-    h_i, the probability its coin was compared with.
+    """One drafted position: the draft x, p(x), q(x), the acceptance probability, entropies (nats),
+    top tokens. ``accept``: min(1, p/q), p(x) under strict. ``ratio`` / ``threshold``: under block
+    only, b_i and h_i.
     """
 
     p: float
@@ -49,18 +46,11 @@ class Position:
 class Inspection:
     """What both models thought in one round.
 
-    ``positions``: one per drafted token (those after the first rejection
-    included: scored, never judged). ``token_p`` / ``token_entropy`` /
-    ``token_top``: the target's distribution at the row its own token came
-    from (the resample after a rejection, the bonus, or a plain step), with
-    that token's probability. ``residual``: at a rejection, the top tokens of
-    the distribution the token ``Round.token`` was drawn from: norm(max(0, p_n
-    - q_n)), under block norm(max(0, b_n p_n - q_n)); None under strict.
-    ``shown``: ``"rule"`` (the accept rule's processed p and q) or
-    ``"softmax"`` (greedy: the models' softmax at temperature 1).
-    ``one_hot_q``: the drafts were deterministic (an n-gram storage).
-    ``rule``: the chain verify rule whose numbers these are ("residual",
-    "block" or "strict"; "residual" for traces written before it was kept).
+    ``positions``: one per drafted token (those after the first rejection scored, never judged).
+    ``token_p`` / ``token_entropy`` / ``token_top``: the target's row its own token came from.
+    ``residual``: at a rejection, the top of the distribution ``Round.token`` was drawn from (None under
+    strict). ``shown``: ``"rule"`` (the processed p and q) or ``"softmax"`` (greedy: temperature 1).
+    ``one_hot_q``: deterministic drafts. ``rule``: the chain verify rule.
     """
 
     positions: tuple[Position, ...]
@@ -88,10 +78,8 @@ class Inspection:
 
     @staticmethod
     def from_dict(data: dict) -> "Inspection":
-        """Back from JSON (``dataclasses.asdict``); raises KeyError/TypeError/ValueError when damaged.
-
-        Fields added later (``ratio``, ``threshold``, ``rule``) may be missing: older traces read as
-        the residual rule's numbers, without block columns.
+        """Back from JSON (``dataclasses.asdict``); KeyError/TypeError/ValueError when damaged. Older traces
+        lack ``ratio``, ``threshold`` and ``rule``: they read as the residual rule's numbers.
         """
         def tops(rows) -> Tops:
             return tuple((int(t), float(v)) for t, v in rows)
@@ -119,10 +107,8 @@ class Inspection:
 # ------------------------------------------------------------- on the device
 
 def entropy(dist):
-    """-sum p log p in nats over the last dimension, 0 log 0 = 0: (..., V) -> (...).
-
-    Twice as fast on a CPU as ``torch.special.entr`` (which handles each
-    element's special cases one by one).
+    """-sum p log p in nats over the last dimension, 0 log 0 = 0: (..., V) -> (...). Twice as fast on
+    a CPU as ``torch.special.entr``.
     """
     import torch
 
@@ -130,12 +116,9 @@ def entropy(dist):
 
 
 def residual_at_stop(p_row, q_row, draft_x, scale):
-    """The distribution the token after a rejection was drawn from: (1, V).
-
-    norm(max(0, scale * p_n - q_n)) (``generation.accept.residual_distributions``):
-    scale 1 for the token rule, b_n for block (its residual is scaled by the
-    running ratio; b_0 = 1). p_row: (1, V); q_row: (1, V) or None (one-hot
-    draft); draft_x: (1,); scale: (1, 1).
+    """The distribution the token after a rejection was drawn from: (1, V), norm(max(0, scale * p_n -
+    q_n)) with scale b_n under block, 1 otherwise. p_row, q_row (or None): (1, V); draft_x: (1,);
+    scale: (1, 1).
     """
     from generation.accept import residual_distributions
 
@@ -155,15 +138,9 @@ def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, rule: str =
                  top: int = TOP):
     """The round's numbers as one flat int64 tensor (no host sync).
 
-    p_rule: (k+1, V) the target distributions the accept rule used;
-    q_rule: (k, V) the drafter's, or None for deterministic drafts;
-    draft: (k,); n, token: 0-d tensors from the verify rule.
-    p_view: (k+1, V) / q_view: (k, V) or None: the distributions to show
-    (the rule's under sampling, the models' softmax under greedy).
-    rule: the chain verify rule that ran ("residual", "block", "strict");
-    block: under block, ``generation.verify_rules.block_details(p_rule,
-    q_rule, draft)``, the (ratios (k,), thresholds (k,)) its coins used;
-    None under the other rules. Layout: see :func:`decode`.
+    p_rule: (k+1, V) and q_rule: (k, V) or None, the distributions the rule used; draft: (k,); n,
+    token: 0-d. p_view / q_view: the distributions to show. block: under block,
+    ``verify_rules.block_details``. Layout: see :func:`decode`.
     """
     import torch
 
@@ -219,13 +196,11 @@ def _tops(ids: list[int], probs: list[float]) -> Tops:
 
 def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool,
            shown: str, rule: str = "residual", top: int = TOP) -> Inspection:
-    """The host list from :func:`record_round` (same k, vocab, has_q, rule) as an Inspection.
+    """The host list from :func:`record_round` as an Inspection.
 
-    Layout: the ids (p's top tokens per row, the residual's when the rule
-    has one, q's per draft when it has q), then the float32 bits (p's top
-    probabilities, p's entropies, p_n(token), p(x) and the acceptance per
-    draft, the residual's probabilities, q(x), q's entropies and top
-    probabilities, then under block the ratios and the thresholds).
+    Layout: the ids (p's top tokens per row, the residual's, q's per draft), then the float32 bits
+    (p's top probabilities, entropies, p_n(token), p(x) and acceptance per draft, the residual's
+    probabilities, q(x), q's entropies and top probabilities, then block's ratios and thresholds).
     """
     k = len(draft)
     t = min(top, vocab)
