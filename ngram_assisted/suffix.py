@@ -29,12 +29,9 @@ MIN_PROB = 0.1
 
 @dataclass(frozen=True)
 class Draft:
-    """What a model-free storage proposes in one round, and why.
-
-    ``tree``: the drafts (a chain is a tree of one path); ``source``: which text they
-    were copied from (``prompt`` = the per-prompt trie, ``global`` = earlier outputs,
-    ``context`` / ``corpus`` for the suffix automaton, ``""`` when nothing matched);
-    ``match``: how many tokens of the sequence's tail matched there.
+    """What a model-free storage proposes in one round: ``tree`` (a chain is a tree of one path),
+    ``source`` (``prompt``, ``global``, ``context``, ``corpus``, ``""`` when nothing matched) and
+    ``match``, the tail tokens matched there.
     """
 
     tree: Tree
@@ -67,12 +64,8 @@ class _Node:
 
 
 class SuffixTrie:
-    """Every substring of at most ``depth`` tokens of the sequences given, with occurrence counts.
-
-    A sequence is streamed (:meth:`start`, then :meth:`append` per token: the node of
-    each suffix of up to ``depth - 1`` tokens gains the new token as a child) or added
-    and removed whole (:meth:`add`, :meth:`remove`: the same walk with +1 or -1; a
-    node whose count falls to 0 is dropped).
+    """Every substring of at most ``depth`` tokens of the sequences given, with occurrence counts;
+    streamed (:meth:`start`, :meth:`append`) or added and removed whole (a node at count 0 is dropped).
     """
 
     def __init__(self, depth: int):
@@ -128,12 +121,9 @@ class SuffixTrie:
         return node
 
     def longest_match(self, tail: Sequence[int], max_len: int) -> tuple[int, _Node]:
-        """The longest suffix of ``tail`` (at most ``max_len`` tokens) that occurred with a
-        continuation, and its node; (0, root) when none did.
-
-        Binary search: a suffix that occurred followed by a token implies its own
-        suffix did too (the same occurrence, one shorter), so the property only
-        weakens with length (while length + 1 fits in ``depth``).
+        """The longest suffix of ``tail`` (at most ``max_len`` tokens) that occurred with a continuation,
+        and its node; (0, root) when none did. Binary search: a suffix that occurred followed by a token
+        implies its own suffix did too, so the property only weakens with length.
         """
         lo, hi = 0, min(max_len, len(tail), self.depth - 1)
         best = self.root
@@ -166,11 +156,10 @@ def _ranked(node: _Node) -> list[tuple[int, float]]:
 
 
 def grow_tree(node: _Node, depth: int, nodes: int, branch: int, min_prob: float) -> tuple[Tree, float]:
-    """A best-first tree of continuations below ``node``: at most ``nodes`` nodes and ``depth``
-    levels, ``branch`` children per node, path probabilities at least ``min_prob``. With
-    ``branch`` 1 it is the chain of most frequent continuations. Returns the tree and its score,
-    the sum of its nodes' path probabilities (the expected accepted length if the counts were
-    the target's probabilities)."""
+    """A best-first tree of continuations below ``node`` (at most ``nodes`` nodes, ``depth`` levels,
+    ``branch`` children, path probabilities >= ``min_prob``; ``branch`` 1: the chain) and its score,
+    the sum of its nodes' path probabilities (ArcticInference's expected accepted length).
+    """
     heap: list[tuple[float, int, int, int, int, _Node, int]] = []
     counter = 0
 
@@ -200,13 +189,9 @@ def grow_tree(node: _Node, depth: int, nodes: int, branch: int, min_prob: float)
 
 
 class SuffixStorage:
-    """SuffixDecoding's two tries (see the module docstring).
-
-    ``max_pattern`` (P): the longest tail matched; the tries keep substrings of up to 2P
-    tokens, so a draft goes at most 2P - m tokens past a match of m. ``max_outputs`` (M):
-    how many earlier outputs the global trie keeps (0: no global trie). :meth:`reset`
-    forgets everything, the global trie included; :meth:`initialize` (a new prompt) moves
-    the previous generation's output into the global trie and starts a new per-prompt trie.
+    """SuffixDecoding's two tries. ``max_pattern`` (P): the longest tail matched (the tries keep 2P
+    tokens, so a draft goes at most 2P - m past a match of m); ``max_outputs`` (M): earlier outputs
+    kept (0: no global trie). :meth:`initialize` moves the previous output into the global trie.
     """
 
     kind = "suffix"
