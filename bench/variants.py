@@ -100,13 +100,9 @@ class Variant(MethodName):
 
     @property
     def peer(self) -> Variant | None:
-        """The transformers decoder this one is compared with.
-
-        Constant and heuristic: the same schedule at the same gamma. Confidence T:
-        assisted generation with assistant_confidence_threshold T at the same
-        maximum. Model: transformers' dynamic default (20 tokens at most,
-        threshold 0.4). Prompt lookup has only the constant schedule, so NASD's
-        policies have no peer.
+        """The transformers decoder this one is compared with: the same schedule at the same gamma;
+        confidence T as ``assistant_confidence_threshold`` T; the model policy as transformers' dynamic
+        default (20 tokens, threshold 0.4). Prompt lookup has only the constant schedule.
         """
         other = PEER_OF.get(self.strategy)
         if other is None or self.tree or self.drafter or self.hybrid or self.verify not in PEER_RULES:
@@ -121,9 +117,9 @@ class Variant(MethodName):
 
 
 def matching_peer(variant: Variant, compile: str = "off") -> Variant | None:
-    """The peer ``variant`` is compared with under the run's compile path: its eager peer
-    (:attr:`Variant.peer`) under ``off``, that peer on a static cache under ``static`` and
-    ``graphs`` (where transformers has one for it)."""
+    """The peer ``variant`` is compared with under the run's compile path: its eager peer under ``off``,
+    that peer on a static cache under ``static`` and ``graphs`` (where transformers has one).
+    """
     peer = variant.peer
     if peer is None or compile == "off" or peer.strategy not in STATIC_PEERS:
         return peer
@@ -157,28 +153,13 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   static_peers: frozenset[str] | set[str] = frozenset()) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
-    The baseline (target autoregressive) is always run: speedups need it. Each
-    drafting strategy runs every constant gamma, then every ``(policy, gamma)``
-    of ``policies``. Each of our variants is followed by its peer (once: two
-    variants may share one), so a pair is measured back to back. Each spec of
-    ``self_drafters`` runs speculative decoding with that self-drafter at every
-    constant gamma, chains and trees, right after the pair's own drafter.
-    ``verifies`` (default: the default rule alone, ``DEFAULT_RULE``) are the chain verify rules each
-    of our chain variants runs with, one variant per rule, side by side.
-    Each L of ``hybrids`` runs speculative decoding as a hybrid at every constant gamma.
-    ``model_peer`` (the pair's drafter kind's ``hf_peer``) is the peer of speculative decoding:
-    transformers' assisted generation (``hf_assisted``); ``hf_mtp``, ``generate(use_mtp=True)``,
-    for the target's MTP layers, which drafts one token per MTP layer whatever the gamma (so at
-    constant gammas only); None for a kind transformers cannot draft with (an EAGLE-3 head, which
-    reads the target's hidden states).
-    With more than one of ``storages`` every NASD variant runs once per storage,
-    side by side (``ngram[basic]@4``, ``ngram[suffix]@4``), all with prompt
-    lookup as their peer. ``arctic``: ArcticInference's suffix cache at every
-    constant gamma, right after NASD's suffix storage at that gamma (after the
-    first storage's when suffix is not among them). ``lookahead`` runs once per
-    ``(W, N, G)`` of ``lookaheads`` (default one, 5:3:5), whatever ``gammas``.
-    With ``peers``, each peer whose strategy is in ``static_peers`` also runs on transformers'
-    static cache, right after its eager twin (``hf_generate+static``).
+    Target AR always runs (speedups need it). Each drafting strategy runs every constant gamma, then
+    every ``(policy, gamma)``; each of our variants is followed by its peer (once), so a pair is
+    measured back to back. ``self_drafters``, ``hybrids`` and ``verifies`` (default ``DEFAULT_RULE``)
+    add speculative variants per spec, L and rule at every constant gamma; ``model_peer`` is the
+    pair's kind's ``hf_peer`` (``hf_mtp`` at constant gammas only; None: no peer). Several ``storages``
+    run NASD once each, side by side; ``arctic`` follows NASD's suffix storage; ``lookahead`` runs once
+    per ``(W, N, G)``; with ``peers`` each of ``static_peers`` also runs on the static cache.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:
