@@ -161,11 +161,8 @@ def _mean_of_rounds(records: Sequence[RunRecord]) -> float | None:
 
 
 def pooled_acceptance(records: Sequence[RunRecord]) -> tuple[AcceptanceCounts | None, bool]:
-    """(the acceptance counters of ``records`` pooled, whether every run carried its rounds' counters).
-
-    None when no run reports drafts (the peers). A run with only its drafted and
-    accepted totals (no ``acceptance``) adds to the acceptance rate alone, and the
-    per-round numbers are then left out (``False``).
+    """(the acceptance counters of ``records`` pooled, whether every run carried them); None when no
+    run reports drafts. A run with totals only adds to the acceptance rate alone.
     """
     known = [r for r in records if r.drafted is not None]
     if not known:
@@ -217,8 +214,8 @@ def output_agreement(records: Sequence[RunRecord],
 def output_verdicts(records: Sequence[RunRecord], reference: dict[str, list[int]],
                     base: Sequence[RunRecord]) -> list[Divergence]:
     """The differences :func:`output_agreement` counts, each judged from the rows both runs kept
-    (``analysis.divergence``: near-tie, unexplained, or no verdict where a run kept none, as a
-    peer's); ``base``: target AR's runs, whose first repeat made the reference."""
+    (``analysis.divergence``); ``base``: target AR's runs, whose first repeat is the reference.
+    """
     rows = {r.prompt_id: r.decisions for r in first_repeat(base)}
     judged = (explain(reference[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions, evidence=r.evidence)
               for r in first_repeat(records) if r.prompt_id in reference)
@@ -274,9 +271,9 @@ def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> 
 
 
 def judge_records(records: Sequence[RunRecord], reference) -> None:
-    """Compute the reference at each first-repeat difference from target AR (``reference``: an
-    ``analysis.reference.Referee``, or None for a served target) and keep it on the record, for
-    :func:`output_verdicts`. Called while the target is loaded, before the records are summarised."""
+    """Compute the reference at each first-repeat difference from target AR and keep it on the record,
+    while the target is loaded (``reference``: a ``Referee``, or None for a served target).
+    """
     if reference is None:
         return
     outputs = reference_outputs(records)
@@ -290,9 +287,9 @@ def judge_records(records: Sequence[RunRecord], reference) -> None:
 
 
 def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off") -> list[SummaryRow]:
-    """Every variant on every category group, in first-seen variant order; with sessions, then
-    every variant at each position over all categories (rows with ``position`` set). ``compile``:
-    the run's path, which says which peer ours are paired with (``bench.variants.matching_peer``)."""
+    """Every variant on every category group, in first-seen order; with sessions, also at each position.
+    ``compile`` chooses the peer ours are paired with (``bench.variants.matching_peer``).
+    """
     reference = reference_outputs(records) if greedy else None
     rows = []
     for category, members in category_groups(r.category for r in records).items():
@@ -306,9 +303,9 @@ def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off
 
 def _group_rows(records: Sequence[RunRecord], category: str,
                 reference: dict[str, list[int]] | None, compile: str = "off") -> list[SummaryRow]:
-    """One row per variant of ``records`` (one group of runs), in first-seen order; each of ours
-    paired with the peer matching ``compile``, or its eager peer where that one did not run (a
-    release that refuses it a static cache)."""
+    """One row per variant of ``records``, each of ours paired with the peer matching ``compile``, or its
+    eager peer where that one did not run.
+    """
     by_variant: dict[str, list[RunRecord]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r.category):   # the group's categories in name order
         by_variant[r.variant].append(r)

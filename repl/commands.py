@@ -32,9 +32,9 @@ CommandError = OptionError
 
 @dataclass(frozen=True)
 class Update:
-    """What a parsed command does: settings fields to set, notices to show,
-    and, for the session commands (/help, /config, /stats, /save, /clear,
-    /quit), the action and its argument (a help topic, a file path)."""
+    """What a parsed command does: settings fields to set, notices to show, and for a session command
+    its action and argument.
+    """
 
     changes: dict[str, Any] = field(default_factory=dict)
     notices: tuple[str, ...] = ()
@@ -237,10 +237,8 @@ STRATEGY_WORDS = {**{k: k for k in STRATEGIES}, "nasd": "ngram", "spec": "specul
 
 
 def parse_inspect(words: list[str], settings: Settings | None = None) -> Update:
-    """``[STRATEGY] [ROUND]``: a strategy name (or nasd) and/or a round number >= 1.
-
-    The session checks them against the last prompt (the round count, whether
-    the strategy drafted): this only checks their form.
+    """``[STRATEGY] [ROUND]``: a strategy name (or nasd) and/or a round number >= 1; only their form
+    (the session checks them against the last prompt).
     """
     if len(words) > 2:
         raise CommandError(f"expected at most a strategy and a round, got {len(words)} words")
@@ -270,9 +268,9 @@ def parse_advise(words: list[str], settings: Settings | None = None) -> Update:
 
 
 def parse_whatif(words: list[str], settings: Settings | None = None) -> Update:
-    """``batch``: the last prompt's drafting runs projected over batch size, their forwards timed here;
-    ``context``: over context length at batch 1; ``machine NAME``: over batch size priced on a machine
-    profile (``analysis.roofline.PROFILES``)."""
+    """``batch``, ``context`` or ``machine NAME`` (``analysis.roofline.PROFILES``): the last prompt's
+    drafting runs projected over batch size, context length, or another machine.
+    """
     from analysis.roofline import PROFILES, profile_named
 
     lowered = [w.lower() for w in words]
@@ -480,10 +478,8 @@ def describe_changes(settings: Settings, update: Update) -> str:
 
 
 def execute(line: str, settings: Settings) -> Reply:
-    """Run one slash command line against ``settings``.
-
-    On any error the settings are left exactly as they were and the reply's
-    message is one line with the usage.
+    """Run one slash command line against ``settings``; on any error they are left as they were and
+    the reply is one line with the usage.
     """
     words = line.strip().split()
     if not words or not words[0].startswith("/") or words[0] == "/":
@@ -540,10 +536,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_flags(namespace: argparse.Namespace, settings: Settings) -> list[str]:
-    """Write the given flags into ``settings`` through the command parsers.
-
-    Returns the notices to show; raises CommandError (message names the flag
-    and its usage) on the first bad flag, before anything is changed.
+    """Write the given flags into ``settings`` through the command parsers; return the notices. The
+    first bad flag raises CommandError, before anything is changed.
     """
     updates, notices = [], []
     for command in COMMANDS.values():
