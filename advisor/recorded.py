@@ -42,9 +42,9 @@ class Recorded:
 
 @dataclass
 class Replayed:
-    """What a drafter's replay over some prompts came to: target calls (rounds, prefill
-    included), drafted and accepted tokens as the engine counts them, tokens made, and
-    rounds by verify width (drafts + 1) with the prefill rounds left out."""
+    """What a drafter's replay came to: target calls (prefill included), drafted and accepted tokens as
+    the engine counts them, tokens made, and rounds by verify width (prefill rounds left out).
+    """
 
     calls: int = 0
     drafted: int = 0
@@ -106,10 +106,9 @@ class _Cut(Drafter):
 
 def replay(pair, make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,
            *, cut: Callable[[list[int], Sequence[int], int], list[int]] | None = None) -> Replayed:
-    """Replay a fresh ``make_drafter()`` per prompt over ``recorded``: ``engine.run_strategy`` with a
-    constant γ and a length budget of ``max_gen_len``, its target answered from the record
-    (``advisor.stored.RecordedTarget``). ``cut(draft, output, at)``, when given, shortens each
-    draft before it is judged (:func:`oracle`)."""
+    """Replay a fresh ``make_drafter()`` per prompt over ``recorded`` through ``engine.run_strategy``,
+    the target answered from the record; ``cut(draft, output, at)`` shortens each draft first.
+    """
     from advisor.stored import recorded_target
     from engine.run import loop_vocab_size, run_strategy
     from engine.strategy import Strategy
@@ -137,10 +136,9 @@ def oracle(draft: list[int], output: Sequence[int], at: int) -> list[int]:
 
 def copy_ceiling(recorded: Sequence[Recorded], gamma: int, max_gen_len: int, cost: Callable[[int], float],
                  *, match: int = 1) -> Replayed:
-    """The copy ceiling (``analysis.ceiling``) of every recorded output, summed as a replay's
-    counts: the least forward time, priced by ``cost`` per verify width, that any drafter copying
-    a continuation of an earlier occurrence of the last ``match`` tokens could spend. A bound
-    with hindsight, not a method; the n-gram tables are not bounded by it."""
+    """The copy ceiling (``analysis.ceiling``) of every recorded output, summed as a replay's counts,
+    priced by ``cost`` per verify width.
+    """
     out = Replayed()
     for record in recorded:
         ceiling = analysis.ceiling.copy_ceiling(record.prompt, record.output, gamma, max_gen_len, cost, match=match)
@@ -172,9 +170,9 @@ class PromptLookup(Drafter):
 
 
 def record(pair, prompts: list[list[int]], length: int, *, top_k: int = TOP_K) -> list[Recorded]:
-    """Target AR's greedy output on each prompt (``engine.run_strategy``, ``length`` new tokens at
-    most), with the target's top-k at each output position (:func:`recorded_from`).
-    ``ValueError`` (one line) for a served target, whose rows are on its server."""
+    """Target AR's greedy output on each prompt with the target's top-k at each position
+    (:func:`recorded_from`); ``ValueError`` for a served target.
+    """
     from engine import Strategy, run_strategy
     from sampling import GreedyProcessor
 
@@ -194,9 +192,9 @@ def refuse_served(pair) -> None:
 
 
 def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Recorded:
-    """``result`` (a greedy target AR run on ``prompt``) as a :class:`Recorded`: its tokens, and per
-    position the top-k of the row that decided it, as the run kept them (``generation.decisions``:
-    no forward more); where the run kept none, from one forward over the sequence."""
+    """``result`` (a greedy target AR run) as a :class:`Recorded`: its tokens and the rows that decided
+    them (``generation.decisions``), else from one forward over the sequence.
+    """
     tokens = list(result.tokens)
     rows = result.decisions
     if rows is not None and len(rows) >= len(tokens) and all(len(r.indices) >= top_k for r in rows[:len(tokens)]):
@@ -210,10 +208,9 @@ def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Record
 
 
 def drafter_factory(pair, storage: str, vocab_size: int, gamma: int = 4) -> Callable[[], Drafter]:
-    """A fresh engine drafter for ``storage`` (as ``Strategy(drafter="ngram")`` builds it, emptied
-    for each prompt), or transformers' prompt lookup for ``storage`` = ``prompt_lookup``. A
-    ``suffix+fill`` or ``sam+fill`` storage fills its verify widths (``/fill_width``), from widths
-    measured once up to ``gamma`` + 1 (``engine.widths.verify_costs``)."""
+    """A fresh engine drafter for ``storage`` (emptied for each prompt), or transformers' prompt lookup
+    for ``prompt_lookup``; ``+fill`` storages fill widths measured up to ``gamma`` + 1.
+    """
     from engine.drafters import DRAFTERS, DraftContext
     from engine.state import EngineState
     from engine.strategy import NGramOptions, Strategy

@@ -43,11 +43,10 @@ def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: l
                       pad_token_id: int | None, prompt_lookup: int | None = None,
                       max_matching_ngram_size: int | None = None, static: bool = False,
                       cache_len: int | None = None) -> GenerationConfig:
-    """The settings every peer call uses: same length, same end tokens, same rule. ``static``:
-    on transformers' static cache (``cache_implementation="static"``; on CUDA transformers then
-    compiles the forward itself, ``GenerationMixin._valid_auto_compile_criteria``). ``cache_len``:
-    the static cache's size when the call's own length would not hold it (prompt lookup verifies
-    candidates past ``max_new_tokens``: :func:`static_cache_len`)."""
+    """The settings every peer call uses: same length, same end tokens, same rule. ``static``: on
+    transformers' static cache (compiled by transformers on CUDA); ``cache_len``: its size when the
+    call's own length would not hold it (:func:`static_cache_len`).
+    """
     sized = {"max_cache_len": cache_len} if cache_len is not None else {}
     return GenerationConfig(
         cache_implementation="static" if static else None,
@@ -65,10 +64,8 @@ def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: l
 
 
 def assistant_schedule(policy: str, default_confidence: float) -> tuple[str, float]:
-    """(num_assistant_tokens_schedule, assistant_confidence_threshold) for one of our policies.
-
-    ``constant``: constant, with ``default_confidence`` (the --assisted-confidence
-    flag, 0 = none); ``heuristic``: heuristic, no threshold; ``confidence T``: constant, T.
+    """(num_assistant_tokens_schedule, assistant_confidence_threshold) for one of our policies;
+    ``default_confidence`` is --assisted-confidence (0 = none).
     """
     words = policy.split()
     if words[0] == "constant":
@@ -82,11 +79,8 @@ def assistant_schedule(policy: str, default_confidence: float) -> tuple[str, flo
 
 @contextlib.contextmanager
 def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "constant"):
-    """Set ``drafter``'s assisted-generation schedule for one call; restore its config after.
-
-    The heuristic schedule writes its last value back into the drafter's config
-    after each call; restoring the config makes every call start at ``gamma``,
-    as ours does.
+    """Set ``drafter``'s assisted-generation schedule for one call and restore its config after: the
+    heuristic schedule writes its last value back, and every call must start at ``gamma`` as ours does.
     """
     saved = copy.deepcopy(drafter.generation_config)
     config = drafter.generation_config
@@ -101,8 +95,8 @@ def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "
 
 def static_cache_len(strategy: str, prompt_tokens: int, max_new_tokens: int, gamma: int | None) -> int | None:
     """The static cache a drafting peer needs: the prompt, the budget and one round's drafts past it
-    (transformers' prompt lookup verifies candidates beyond ``max_new_tokens``; a cache sized to the
-    budget alone overflows); None for ``hf_generate`` (the call's own length holds it)."""
+    (prompt lookup verifies beyond ``max_new_tokens``); None for ``hf_generate``.
+    """
     if strategy not in ("hf_assisted", "hf_prompt_lookup"):
         return None
     return prompt_tokens + max_new_tokens + (gamma or 0) + 1
@@ -113,12 +107,10 @@ _STATIC_TRIALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def static_peer_refusal(strategy: str, target, drafter=None) -> str | None:
-    """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (and, for
-    ``hf_assisted``, ``drafter``: refused without one, there being nothing to try), in one line, or
-    None when it can. Decided by trying (:func:`_static_trial`), once a process for each model and
-    peer: no release number or attribute says it. transformers 4.x swaps a static cache for a dynamic
-    one in assisted generation and prompt lookup (the trial sees the swap), some 5.x releases raise
-    there, encoder-decoder models crop only a dynamic cache, and some models get no static cache."""
+    """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (and ``drafter``),
+    in one line, or None. Decided by trying once per process (:func:`_static_trial`): no release
+    number says it (4.x swaps in a dynamic cache, some 5.x releases raise, some models get none).
+    """
     helper = drafter if strategy == "hf_assisted" else None
     if strategy == "hf_assisted" and helper is None:
         return "no drafter model to try transformers' assisted generation with"
@@ -130,9 +122,9 @@ def static_peer_refusal(strategy: str, target, drafter=None) -> str | None:
 
 
 def _static_trial(strategy: str, target, drafter) -> str | None:
-    """One tiny greedy call of the peer on a static cache (a repeating 6-token prompt, so prompt lookup
-    drafts; 4 new tokens; drafts of 2; no compilation): why it failed, or why it did not run on a static
-    cache (the target's forwards were given none), or None."""
+    """One tiny greedy call of the peer on a static cache: why it failed or did not use the static
+    cache, or None.
+    """
     from transformers.cache_utils import Cache, StaticCache
 
     version, name = transformers.__version__, type(target).__name__
@@ -187,9 +179,8 @@ def _takes_use_model_defaults(generate) -> bool:
 
 def peer_call(strategy: str, target, drafter, input_ids: torch.Tensor, config: GenerationConfig,
               tokenizers: tuple | None = None):
-    """A zero-argument function that runs one peer decode and returns its output ids.
-
-    ``tokenizers``: (target's, drafter's) when they differ (universal assisted generation).
+    """A zero-argument function that runs one peer decode and returns its output ids; ``tokenizers``:
+    (target's, drafter's) when they differ.
     """
     mask = torch.ones_like(input_ids)
     kwargs = {"assistant_model": drafter} if strategy == "hf_assisted" else {}

@@ -120,8 +120,8 @@ register_drafter(ONE_HOT_DRAFTER, _one_hot_model_drafter)
 def _strategies(pair, ngram: NGramOptions, gamma: int, tree: int = 0, tree_branch: int = 2, *,
                 model: str = "model") -> dict[str, Callable]:
     """name -> run(ids, processor, use_cache, max_gen_len, generator, prefills, rounds) for the two
-    drafting strategies (verifying token trees of at most ``tree`` nodes when ``tree`` > 0; ``rounds``
-    > 0 ends a run after that many rounds)."""
+    drafting strategies (trees of at most ``tree`` nodes when ``tree`` > 0).
+    """
 
     def runner(key: str, drafter: str, options) -> Callable:
         def run(ids, processor, use_cache, length, generator=None, prefills=(), rounds=0):
@@ -153,9 +153,9 @@ def token_words(pair, tokens) -> str:
 
 
 def _difference(pair, prompt_no: int, result, reference, ids) -> str | None:
-    """'prompt 2 (near-tie): token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None
-    when the two results' tokens are equal; the verdict is ``analysis.divergence``'s, from the
-    rows both runs kept (``unexplained`` where it has none)."""
+    """'prompt 2 (near-tie): token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None when the
+    tokens are equal; the verdict is ``analysis.divergence``'s.
+    """
     got, want = result.tokens, reference.tokens
     index = first_divergence(got, want)
     if index is None:
@@ -195,9 +195,9 @@ def probe_check(pair) -> Check:
 
 def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None = None,
                   tree: int = 0, tree_branch: int = 2) -> list[Callable[[], Check]]:
-    """One deferred check per (strategy, cache setting): greedy output == target AR
-    (the same cache setting), ``length`` tokens on PROMPTS with the cache, and at
-    most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without."""
+    """One deferred check per (strategy, cache setting): greedy output == target AR, ``length`` tokens
+    on PROMPTS with the cache, at most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without.
+    """
     def budget(use_cache: bool) -> int:
         return length if use_cache else min(length, CACHE_OFF_LENGTH)
 
@@ -331,11 +331,8 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
 def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None,
                  sampling_runs: int = SAMPLING_RUNS, tree: int = 0, tree_branch: int = 2,
                  report: Callable[[Check], None] | None = None) -> list[Check]:
-    """Run every check on ``pair`` (a ``utils.models.ModelPair``); return them in order.
-
-    ``report`` is called with each check as soon as it is done (to print it).
-    ``gamma`` defaults to the engine's default. ``tree`` > 0 checks token
-    trees of at most that many nodes (``tree_branch`` children per node) like chains.
+    """Run every check on ``pair``; return them in order, each passed to ``report`` as soon as it is
+    done. ``tree`` > 0 checks token trees of at most that many nodes like chains.
     """
     check_int(length, "length", 1)
     gamma = DEFAULT_GAMMA if gamma is None else gamma

@@ -81,11 +81,8 @@ class Tree:
 
 @dataclass(frozen=True)
 class ExtraRows:
-    """Rows a drafter asks to have fed in a tree's verify pass, after the nodes.
-
-    ``parents[i]``: -1 (the root) or an earlier extra row. Unlike a tree's
-    nodes, siblings may carry equal tokens (the rows are not candidates, and
-    their outputs never enter acceptance).
+    """Rows a drafter asks to have fed in a tree's verify pass, after the nodes; ``parents[i]``: -1 (the
+    root) or an earlier extra row. Siblings may carry equal tokens: their outputs never enter acceptance.
     """
 
     tokens: tuple[int, ...]
@@ -132,14 +129,10 @@ def tree_positions(tree: Tree, prefix: int, device=None) -> torch.Tensor:
 
 
 def visibility(tree: Tree, past: int, chain: int, device=None, extra: ExtraRows = NO_EXTRA) -> torch.Tensor:
-    """Which keys each query of one tree-verify block may see, before windows.
-
-    The block feeds ``chain`` committed tokens the cache has not seen (the
-    last one is the root), then the n nodes, then the m ``extra`` rows; the
-    cache already holds ``past`` positions. Returns (chain + n + m,
-    past + chain + n + m) bool: the chain part is causal; a node sees the
-    prefix, the chain and its ancestors; an extra row the prefix, the chain
-    and its ancestors among the extra rows (never a node, and no node it).
+    """Which keys each query of one tree-verify block may see, before windows: (chain + n + m,
+    past + chain + n + m) bool, for ``chain`` committed tokens the cache lacks (the last is the root),
+    n nodes and m ``extra`` rows over ``past`` cached positions. The chain is causal; a node sees the
+    prefix, the chain and its ancestors; an extra row the same among the extra rows (never a node).
     """
     n, m = len(tree), len(extra)
     nodes = past + chain
@@ -159,14 +152,10 @@ def extra_positions(extra: ExtraRows, prefix: int, device=None) -> torch.Tensor:
 
 def layer_mask(visible: torch.Tensor, positions: torch.Tensor, *, window: int | None,
                dtype: torch.dtype) -> torch.Tensor:
-    """The additive 4D mask one kind of attention layer is given.
-
-    visible: (m, K) bool over every key fed so far (cache + block); positions:
-    (K,) their position ids, the last m being the queries'. A sliding layer
-    (``window``) sees a key only when ``q_pos - k_pos < window``, and is handed
-    only the keys its cache returns: the last ``window - 1`` cached ones plus
-    the block (``DynamicSlidingWindowLayer``). Returns (1, 1, m, K') with 0
-    where a query may look and the dtype's minimum elsewhere.
+    """The additive 4D mask one kind of attention layer is given: (1, 1, m, K'), 0 where a query may
+    look, the dtype's minimum elsewhere. visible: (m, K) bool; positions: (K,). A sliding layer sees a
+    key only when ``q_pos - k_pos < window`` and gets only the last ``window - 1`` cached keys plus the
+    block (``DynamicSlidingWindowLayer``).
     """
     m, keys = visible.shape
     allowed = visible
