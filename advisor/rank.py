@@ -1,13 +1,10 @@
 """Rank replayed drafting methods by their predicted speedup, each with its why in numbers.
 
-Each :class:`advisor.replay.ReplayEntry` holds a method's replayed rounds: target calls, tokens,
-rounds by verify width (the prefill rounds left out) and the drafter's forwards by width. They
-are priced by the speedup model (``analysis.speedup``: a :class:`RoundMix` of the rounds' widths,
-a :class:`CostModel` from the :class:`advisor.costs.CostTable`), so a prediction here and the
-REPL's ``/stats`` rest on the same formula. The table's forward costs are read as ratios to its
-own one-token step and anchored on target AR's measured decode step (``ar_step_s``): the table
-may come from a bare forward on a fixed cache, or from another machine, and the ratios carry
-over where the seconds do not (docs/advisor.md).
+A method's replayed rounds (:class:`advisor.replay.ReplayEntry`) are priced by the speedup model
+(``analysis.speedup``), so a prediction here and ``/stats`` rest on the same formula. The cost
+table's forwards are read as ratios to its own one-token step and anchored on target AR's measured
+decode step: the ratios carry over from a bare forward or another machine where seconds do not
+(docs/advisor.md).
 """
 
 from __future__ import annotations

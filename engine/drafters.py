@@ -1,12 +1,8 @@
 """The drafter registry: a drafting method is a ``generation.drafter.Drafter`` and a factory.
 
-A factory is called once per run as ``factory(pair, strategy, state, context)``
-and returns a fresh Drafter: ``pair`` has ``target``, ``drafter``,
-``end_tokens`` and ``vocab_size``; ``strategy`` is the
-:class:`engine.strategy.Strategy` (its ``drafter_options`` are the factory's
-to read); ``state`` the :class:`engine.state.EngineState` kept across prompts;
-``context`` the run's :class:`DraftContext`. Registering a factory under a
-new kind makes ``Strategy(drafter=kind)`` run it in every front end.
+``factory(pair, strategy, state, context)`` returns a fresh Drafter for one run (``strategy``'s
+``drafter_options`` are its to read; ``state`` the ``EngineState`` kept across prompts). Registering
+one under a new name makes ``Strategy(drafter=name)`` run it in every front end.
 """
 
 from __future__ import annotations

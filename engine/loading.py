@@ -1,12 +1,9 @@
 """The one model loader the front ends call: a drafter kind beside its target, or a pair of two models.
 
-A ``--drafter`` value that names a drafter kind (``engine.kinds.KINDS``: ``self:...``, ``mtp``,
-``eagle3:PATH``, ``gemma4-assistant:PATH``) loads through that kind's loader: its own (the
-self-drafters' ``model_drafters.selfdraft.load``, which also takes the call with neither a target nor a
-drafter: the offline default with the self-drafter measured fastest on this machine), or the one
-loader for a drafter attached beside its target (``engine.kinds.load_attached_pair``). Everything
-else (two models, or the ``--drafter self`` bfloat16 demo) goes to ``utils.models.load_pair``.
-Each attaches the cache probe (``kvcache.probe``).
+A ``--drafter`` naming a kind (``engine.kinds.KINDS``) loads through its own loader (the
+self-drafters', which also takes the call that names neither model) or
+``engine.kinds.load_attached_pair``; anything else goes to ``utils.models.load_pair``. Each attaches
+the cache probe (``kvcache.probe``).
 """
 
 from __future__ import annotations

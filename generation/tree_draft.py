@@ -1,13 +1,9 @@
 """A drafter model's dynamic token tree, in the style of EAGLE-2 (Li et al. 2024).
 
-Every candidate node is scored by its cumulative draft probability (the
-product of q along its path). Level by level, the ``branch`` best nodes of the
-newest level are expanded: they are fed to the drafter together, in one
-forward pass with their own tree mask, and each gets its ``branch`` most
-likely children. After ``depth`` levels the ``nodes`` best candidates overall
-form the tree (a child never scores above its parent, so the set keeps every
-ancestor). The tree depends on the drafter only, never on a random draw, so
-the accept rule that follows the target's draw stays exact.
+Candidates are scored by cumulative draft probability; level by level the ``branch`` best of the
+newest level are fed together (one forward, their own tree mask), each getting its ``branch`` most
+likely children; the ``nodes`` best overall form the tree (a child never outscores its parent, so
+every ancestor is kept). The tree depends on the drafter only, so the draw-following rule stays exact.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""One draft-and-verify round over a token tree, beside the chain round of
-``generation.verify``: the drafter proposes a tree of at most ``nodes`` nodes
-and depth ``k_max``; the target scores the root and every node in one forward
-pass (``generation.tree_forward``); ``accept_tree`` picks the path; the target
-cache keeps exactly that path (a gather); the drafter is told what was appended.
-A drafter may ask for extra rows in the same pass (``Drafter.extra_rows``:
-lookahead decoding's Jacobi window); they are scored beside the tree, never
-verified, their argmax handed back (``Drafter.extra_outputs``), and dropped
-from the cache with the rejected nodes.
+"""One draft-and-verify round over a token tree, beside the chain round of ``generation.verify``.
+
+The target scores the root and every node in one forward (``generation.tree_forward``),
+``accept_tree`` picks the path and the target cache keeps exactly that path (a gather). Extra rows
+(``Drafter.extra_rows``: lookahead's window) are scored in the same pass, never verified, their
+argmax handed back, and dropped from the cache with the rejected nodes.
 """
 
 from __future__ import annotations
