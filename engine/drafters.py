@@ -29,10 +29,9 @@ from utils.options import check_int
 
 @dataclass(frozen=True)
 class DraftContext:
-    """What one run gives its drafter: the built processor (the drafter's q
-    comes from it), the run's generator (drafts and the accept rule draw from
-    the same one), the vocabulary the loop compares over, the prompt, the
-    length budget and the prefills the run may begin from."""
+    """What one run gives its drafter: the processor its q comes from, the run's generator (shared with
+    the accept rule), the vocabulary compared over, the prompt, the budget and the prefills.
+    """
 
     processor: object
     generator: torch.Generator | None
@@ -55,12 +54,9 @@ def register_drafter(kind: str, factory: DrafterFactory) -> DrafterFactory:
 def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """Speculative decoding's drafter: the pair's drafter model (its context must fit too).
 
-    This is the one place the engine chooses how a drafter model drafts: the first kind of
-    ``engine.kinds.KINDS`` that owns the pair makes its drafter (the target's MTP layers, a Gemma 4
-    assistant or an EAGLE-3 head from the target's state; a drafter with its own tokenizer through the
-    ``cross_tokenizer`` drafter; a self-drafter on the target's own cache); any other drafter model
-    drafts through its own cache (``generation.model_drafter.ModelDrafter``). With
-    :class:`HybridOptions` whose L is above 0, that drafter drafts beside a model-free storage
+    The one place the engine chooses how a drafter model drafts: the first kind of
+    ``engine.kinds.KINDS`` that owns the pair makes it, else ``generation.model_drafter.ModelDrafter``.
+    With :class:`HybridOptions` whose L is above 0 it drafts beside a model-free storage
     (:func:`hybrid_drafter`); a kind that cannot says so in one line.
     """
     options = strategy.drafter_options
@@ -125,10 +121,9 @@ def corpus_of(pair, path: str, state):
 
 
 def lookahead_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
-    """Lookahead decoding's drafter (``ngram_assisted.lookahead``) with ``strategy.drafter_options``
-    (:class:`LookaheadOptions`). Its candidates are verified as a token tree, so the strategy
-    must ask for trees (``engine.lookahead_strategy`` builds one that does). The n-gram pool
-    lives in ``state`` for the pair (one per N and G), emptied first when ``reset``."""
+    """Lookahead decoding's drafter with ``strategy.drafter_options``; its candidates verify as a token
+    tree (``engine.lookahead_strategy``). The pool lives in ``state`` per (N, G), emptied when ``reset``.
+    """
     options = strategy.drafter_options or LookaheadOptions()
     if not isinstance(options, LookaheadOptions):
         raise ValueError(f"the lookahead drafter takes LookaheadOptions, got {type(options).__name__}")

@@ -89,11 +89,8 @@ class NGramStorage:
             self._record(history, check_token(self.vocab_size, token), FILLER_WEIGHT / (rank + 1))
 
     def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
-        """The most frequent continuation of the longest known context tail.
-
-        Only tails of at least ``min_context`` tokens count. Returns (token, True),
-        or (the most frequent token seen at all, False) when no such tail is known
-        (0 for an empty storage).
+        """(the most frequent continuation of the longest known tail of at least ``min_context`` tokens,
+        True), or (the most frequent token seen at all, or 0, False).
         """
         for c in self._orders():
             if c >= min_context and len(context) >= c:
@@ -105,10 +102,8 @@ class NGramStorage:
 
     def top_tokens(self, context: Sequence[int], k: int, *, min_context: int = 1
                    ) -> tuple[list[tuple[int, float]], bool]:
-        """Up to ``k`` continuations of the longest known context tail (of at least
-        ``min_context`` tokens), best first, each with its share of the context's
-        weight. Returns (candidates, True), or ([(fallback, 1.0)], False) when no
-        such tail is known (see :meth:`next_token`). Token trees branch on these.
+        """Up to ``k`` continuations of the longest known tail, best first, with their shares of its weight,
+        and True; or ([(fallback, 1.0)], False) as :meth:`next_token`. Token trees branch on these.
         """
         for c in self._orders():
             if c >= min_context and len(context) >= c:
@@ -139,14 +134,11 @@ class OneLevelNGramStorage(NGramStorage):
 
 
 class RecyclingStorage:
-    """Token Recycling (Luo et al. 2024): for each token, the target's latest top-k
-    next tokens.
+    """Token Recycling (Luo et al. 2024): for each token, the target's latest top-k next tokens.
 
-    A table of rows ``token -> [candidates, best first]``: every verified
-    position replaces the row of the token before it with the target's top-k
-    there (``fill``), so the table recycles what the target already computed.
-    A token seen in the text only starts a row when it has none yet. The
-    context is the last token (n = 2). Same interface as :class:`NGramStorage`.
+    Every verified position replaces the row of the token before it with the target's top-k there
+    (``fill``); a token seen in the text only starts a row when it has none. n = 2; the same interface
+    as :class:`NGramStorage`.
     """
 
     kind = "recycling"
