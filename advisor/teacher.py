@@ -46,10 +46,9 @@ def run_lengths(guess: Sequence[int], output: Sequence[int]) -> list[int]:
 
 
 def teachable(pair) -> str | None:
-    """None when the pair's drafter model can be teacher-forced exactly, else why not (one line):
-    a plain drafter model (no kind of ``engine.kinds`` owns the pair) whose cached forward the
-    probe found exact and whose cache is cropped (a snapshot restore re-feeds tokens, forwards
-    the teacher would not count)."""
+    """None when the pair's drafter model can be teacher-forced exactly (a plain drafter model whose
+    cached forward the probe found exact and whose cache is cropped), else why not (one line).
+    """
     from engine.kinds import kind_of_pair
     from kvcache.probe import cached_model
 
@@ -68,13 +67,10 @@ def teachable(pair) -> str | None:
 
 
 class TeacherDrafter(Drafter):
-    """A drafter model's greedy chains read from its teacher-forced guesses along one recorded
-    output (``prompt``, ``output``, ``guess``). It drafts what the model would have drafted up to
-    and including its first wrong draft, then :data:`NO_TOKEN` for the rest of the round (those
-    are drafted, never judged). ``steps`` counts the forwards a ``ModelDrafter`` with a cropped
-    cache runs meanwhile, by width: the first of a round feeds the tokens its cache lacks (the
-    prompt in the first round; the last draft and the target's token after a fully accepted one),
-    each later one a draft."""
+    """A drafter model's greedy chains read from its teacher-forced guesses along one recorded output:
+    up to and including its first wrong draft, then :data:`NO_TOKEN` (drafted, never judged).
+    ``steps`` counts, by width, the forwards a ``ModelDrafter`` with a cropped cache would run.
+    """
 
     kind = "model"
 
@@ -114,10 +110,9 @@ class TeacherDrafter(Drafter):
         return torch.tensor(drafts, dtype=torch.long), None
 
     def _count_steps(self, length: int, k: int) -> None:
-        """What ``ModelDrafter.propose`` runs for ``k`` drafts after a sequence of ``length``: a
-        rollback to ``length - 1`` (or to what a round another drafter drafted left trusted; never
-        longer than the cache), then k forwards, the first of every token the cache lacks, then
-        one draft each; the cache then holds all but the last draft."""
+        """What ``ModelDrafter.propose`` runs for ``k`` drafts after a sequence of ``length``: a rollback,
+        then k forwards (the first of every token the cache lacks, then one draft each).
+        """
         keep = length - 1 if self._trusted is None else min(length - 1, self._trusted)
         self._cached = min(self._cached, keep)
         self._drafted, self._trusted = True, None

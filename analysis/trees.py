@@ -109,10 +109,8 @@ def allot(rates: Sequence[Sequence[float]], nodes: int, depth: int) -> list[int]
 
 
 def predicted_tree(rates, nodes: int, depth: int, verify_s, draft_s: float) -> tuple[float, float]:
-    """(expected tokens per round, predicted speedup over one-token target steps).
-
-    ``verify_s(width)``: target forward seconds over width tokens; ``draft_s``:
-    drafting seconds per round (grows little with nodes: one drafter forward per level).
+    """(expected tokens per round, predicted speedup over one-token target steps); ``draft_s``:
+    drafting seconds per round (one drafter forward per level).
     """
     tokens = comb_tokens(rates, allot(rates, nodes, depth)) if nodes else 1.0
     round_s = verify_s(nodes + 1) + (draft_s if nodes else 0.0)
@@ -128,15 +126,10 @@ def best_tree(rates, depth: int, verify_s, draft_s: float,
 
 
 def tree_model(result: Any, ar_step_s: float | None = None) -> dict | None:
-    """The tree speedup model on a run's own numbers: its rank rates by depth, the
-    verify cost by width its rounds measured (a tree round at its nodes + 1,
-    ``analysis.speedup.costs_from_result``; width 1 from target AR's seconds per
-    token when given) and its drafting plus host seconds per tree round.
-
-    Returns ``best_nodes`` (0: plain steps pay best), ``best_nodes_speedup`` (the
-    prediction there, steady state), ``model_depth`` (the deepest round asked for)
-    and ``predicted_speedup_at_budget`` (the run's own budget); None without timed
-    tree rounds.
+    """The tree speedup model on a run's own rank rates, verify costs by width
+    (``analysis.speedup.costs_from_result``) and drafting seconds: ``best_nodes`` (0: plain steps pay
+    best), ``best_nodes_speedup``, ``model_depth`` and ``predicted_speedup_at_budget``; None without
+    timed tree rounds.
     """
     from analysis.speedup import costs_from_result
 

@@ -27,9 +27,8 @@ class ServedModelInfo:
 
 @dataclass(frozen=True)
 class SamplerFields:
-    """The sampling settings a request sends, every one explicitly (an engine's defaults never apply).
-
-    ``temperature`` 0 means greedy; ``top_k`` 0 and ``top_p`` 1 mean off.
+    """The sampling settings a request sends, every one explicitly; ``temperature`` 0 is greedy,
+    ``top_k`` 0 and ``top_p`` 1 are off.
     """
 
     temperature: float = 0.0
@@ -114,10 +113,9 @@ class ServerClient:
 
 
 class ScoringClient(ServerClient):
-    """An engine that scores a prompt's positions (vLLM, SGLang): a verify round is one request
-    whatever γ, so :meth:`next_token` is a round of one. Its model is the first that
-    ``/v1/models`` lists; ``/tokenize`` takes ``{model, prompt, add_special_tokens}`` and returns
-    ``{tokens}``. ``route`` is the path its scoring requests go to."""
+    """An engine that scores a prompt's positions (vLLM, SGLang): a verify round is one request whatever
+    γ. ``route`` is the path its scoring requests go to.
+    """
 
     route = ""
     server = ""          # how a refusal names the engine: "a vLLM server"

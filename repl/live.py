@@ -28,10 +28,8 @@ LIVE_MARK = "live"  # the status line starts with it (tests look for it)
 
 
 class LiveView:
-    """Records one running strategy and draws it, at most every ``interval`` seconds.
-
-    ``draw`` receives the renderable to show (a rich ``Live.update``); None
-    records without drawing. ``clock`` is injectable for tests.
+    """Records one running strategy and draws it, at most every ``interval`` seconds; ``draw`` receives
+    the renderable (None records without drawing).
     """
 
     def __init__(self, key: str, tokenizer, prompt_ids: list[int], *,
@@ -119,9 +117,8 @@ class LiveView:
         return " · ".join(parts)
 
     def body(self) -> Text:
-        """The text so far (its last lines, to fit the screen) and the pending drafts, dim.
-
-        Only the tail is rendered, so a draw costs the same at token 10 and 10,000.
+        """The text so far (its last lines, so a draw costs the same at token 10 and 10,000) and the
+        pending drafts, dim.
         """
         text = self.text[-self.tail_chars:] if len(self.text) > self.tail_chars else self.text.copy()
         if self.pending:
@@ -142,12 +139,8 @@ class LiveView:
 @contextmanager
 def live_panel(console: Console, key: str, tokenizer, prompt_ids: list[int],
                interval: float | None = None) -> Iterator[LiveView]:
-    """A :class:`LiveView` drawing into a transient rich ``Live`` on ``console``.
-
-    The ``Live`` never refreshes on its own (no drawing thread competes with
-    the decoding): the view draws from the observer calls, at most every
-    ``interval`` seconds (default ``REFRESH_S``), and the region is erased when
-    the strategy ends.
+    """A :class:`LiveView` drawing into a transient rich ``Live`` on ``console`` that never refreshes on
+    its own (no drawing thread competes with decoding); the region is erased when the strategy ends.
     """
     view = LiveView(key, tokenizer, prompt_ids, interval=REFRESH_S if interval is None else interval,
                     height=max(4, console.size.height - 8), width=console.size.width)

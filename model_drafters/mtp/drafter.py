@@ -76,11 +76,10 @@ class MtpDrafter(TargetHiddenStates):
         return None
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
-        """A dynamic tree from the MTP logits, as ``generation.tree_draft`` grows a drafter model's:
-        candidates scored by their cumulative q, the ``branch`` best of the newest level expanded,
-        the ``nodes`` best kept. A node at level L is expanded by depth L (past the MTP layers, the
-        last layer reused) over the L slots that read its path's tokens, one forward each; its
-        depth's cache is cropped back after it, so every depth keeps its committed slots only."""
+        """A dynamic tree from the MTP logits, grown as ``generation.tree_draft`` grows a drafter model's; a
+        node at level L is expanded by depth L over the slots that read its path, its cache cropped back
+        after it.
+        """
         n = ids.shape[1]
         self._logits, self._round = [], None
         if n < 2 or depth < 1 or nodes < 1:
@@ -137,12 +136,9 @@ class MtpDrafter(TargetHiddenStates):
     # ------------------------------------------------------------------ internals
 
     def _advance(self, d: int, seq: torch.Tensor, n: int, end: int | None = None) -> torch.Tensor | None:
-        """Run depth d over its slots [its length, end) (end: n-1); returns its outputs there,
-        (1, m, H), or None when it holds them all already.
-
-        Slot j reads token seq[j + d + 1] at position j + d + 1 (transformers' MTP
-        positions) and, at depth 0, the target's hidden state h_j, else depth d-1's
-        output at slot j.
+        """Run depth d over its slots [its length, end) (end: n-1); its outputs there (1, m, H), or None.
+        Slot j reads token seq[j + d + 1] at position j + d + 1 and the target's h_j (depth 0) or depth
+        d-1's output at slot j.
         """
         end = n - 1 if end is None else end
         if d == len(self.depths):
@@ -170,10 +166,10 @@ class MtpDrafter(TargetHiddenStates):
 
     def _expand(self, seq: torch.Tensor, n: int, path: list[int], parent: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Depth L = len(path) over slots n-1-L..n-2, which read the path's tokens t_1..t_L at
-        positions n..n+L-1 and depth L-1's outputs there (its committed slot n-1-L, then the
-        parent's path slots ``parent``, (1, L-1, H)). Returns its outputs there (1, L, H) and the
-        logits of the last, (1, V); the depth's cache is left with its committed slots."""
+        """Depth L = len(path) over slots n-1-L..n-2 (the path's tokens at positions n..n+L-1, depth L-1's
+        outputs there, ``parent`` (1, L-1, H)): its outputs (1, L, H) and the last one's logits (1, V);
+        the depth's cache is left with its committed slots.
+        """
         L = len(path)
         self._advance(L, seq, n, end=n - 1 - L)                             # its committed slots
         depth = self.depths[L]
