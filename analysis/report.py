@@ -1,11 +1,8 @@
-"""A run's report, computed once when a prompt's runs end and kept with each run: why a drafting
-strategy ran as fast as it did (:class:`Why`, docs/why.md; the advisor's ranking, ``advisor.rank``,
-keeps a replayed method's numbers in one too), what a network round trip would do to it
-(:class:`WhatIf`), the copy ceiling of a greedy NASD output, and the JSON record of a strategy run.
+"""A run's report, computed once when a prompt's runs end and kept with each run.
 
-Pure arithmetic on the runs' results (``generation.result.GenerationResult``, read as data), no
-torch: the REPL builds a report when a prompt ends (``repl.runs.PromptRun.finish``), ``infer.py
---replay`` when it reads a trace back, and every view renders the report it kept.
+Why a drafting strategy ran as fast as it did (:class:`Why`, docs/why.md; the advisor keeps a
+replayed method's numbers in one too), what a round trip would do (:class:`WhatIf`), the copy
+ceiling and the JSON record. Pure arithmetic on results read as data, no torch.
 """
 
 from __future__ import annotations

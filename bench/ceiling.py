@@ -1,11 +1,9 @@
-"""The copy ceiling over a benchmark's prompts (``analysis.ceiling``): beside the copying drafters'
-tokens per target call, the most any drafter copying from the prompt and output could have made.
+"""The copy ceiling over a benchmark's prompts (``analysis.ceiling``), beside the copying drafters'
+tokens per target call.
 
-Under greedy decoding every lossless variant makes target AR's output, so the ceiling is
-computed once per γ from target AR's first-repeat outputs and the prompts' ids, summed over
-the prompts (tokens over target calls, as the summary counts them). A conversation's later
-turn is the turn as target AR saw it: the conversation so far with target AR's own answers
-(every lossless variant's, under greedy); such runs also get the ceiling per turn.
+Under greedy every lossless variant makes target AR's output, so it is computed once per γ from
+target AR's first-repeat outputs, summed over the prompts; a conversation's later turn as target AR
+saw it, and per turn too.
 """
 
 from __future__ import annotations

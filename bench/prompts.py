@@ -1,10 +1,7 @@
 """Prompt sets: the built-in one and files in Spec-Bench's question format.
 
-Spec-Bench format: one JSON object per line with ``question_id``, ``category``
-and ``turns`` (a list of user messages). A benchmark run uses one turn of each
-item (the first by default); items without that turn are left out, or, with
-``--multi-turn``, every turn of each item with two or more as one conversation
-(:func:`load_conversations`, :func:`conversation_ids`).
+One JSON object per line with ``question_id``, ``category`` and ``turns``. A run uses one turn of each
+item, or with ``--multi-turn`` every item of two turns or more as a conversation.
 """
 
 from __future__ import annotations

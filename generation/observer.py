@@ -1,11 +1,8 @@
 """Watching a generation round by round, without the watching counting as its time.
 
-An observer is told what each round drafted (before the target verifies it)
-and what the round appended. The REPL's live view is one; the default does
-nothing. The loops call it through :class:`Watch`, which measures the time
-spent inside the observer's calls so the loop can leave it out of the result's
-``seconds`` (and hence out of tokens/s and the ``other`` phase): a live view
-may draw the screen from inside a call, and drawing is not decoding.
+An observer is told each round's drafts and what it appended (the REPL's live view is one). The
+loops call it through :class:`Watch`, which times the calls so the result's ``seconds`` leave them
+out: drawing is not decoding.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What every engine's client shares: the shape of a client, and of its answers.
 
-A client knows one engine's API: what the model is (vocabulary, context), how to tokenize a text
-on the server, how to ask for the distribution after a prefix (top-N logprobs), and how to decode
-with the server's own sampler. :class:`ServerClient` is that shape and the decode loop every engine
-runs; :class:`ScoringClient` adds what the engines that score a prompt's positions (vLLM, SGLang)
-share. Each engine's client is a module of its own (``remote.llamacpp``, ``remote.vllm``,
-``remote.sglang``); ``remote.connect`` picks one. Standard library only; no torch.
+:class:`ServerClient` is the shape (model facts, tokenizing on the server, the top-N after a prefix,
+decoding with the server's sampler) and the decode loop; :class:`ScoringClient` adds what vLLM and
+SGLang share. ``remote.connect`` picks a client. Standard library only.
 """
 
 from __future__ import annotations

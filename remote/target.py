@@ -1,11 +1,8 @@
 """The target model behind a server, in the shape the verify loop drives.
 
-:class:`ServedTarget` stands where a transformers model stands in a ``ModelPair``: it has a
-``config`` (the server's vocabulary and context), a device (the drafter's: where the loop's ids
-live) and, as a ``generation.served.ServedModel``, a session per generation
-(:class:`ServedSession`: ``forward(ids, keep)`` returns ``keep`` rows of logits built from the
-server's top-N log-probabilities, ``remote.rules``). ``bound(processor)`` fixes the sampling
-settings a run uses (what is exact, and how many log-probabilities to ask for).
+:class:`ServedTarget` stands where a transformers model stands in a ``ModelPair``; its
+:class:`ServedSession` per generation returns ``keep`` rows of logits built from the server's top-N
+log-probabilities (``remote.rules``). ``bound(processor)`` fixes a run's sampling settings.
 """
 
 from __future__ import annotations

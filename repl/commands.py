@@ -1,11 +1,8 @@
 """The command table: every setting a user can change, in one place.
 
-Each :class:`Command` has a parser (words -> an :class:`Update` of settings
-fields, with the range check inside it), a usage and a help line, the values
-tab completion offers, and the command-line flag it doubles as. A slash command
-(:func:`execute`) and a flag (:func:`apply_flags`) go through the same parser,
-so ``/gamma 6`` and ``--gamma 6`` cannot disagree. A failed parse changes
-nothing: the update is applied only once every word has been checked.
+Each :class:`Command` has a parser (words -> an :class:`Update`, range check inside), usage, help,
+completions and the flag it doubles as. ``/gamma 6`` (:func:`execute`) and ``--gamma 6``
+(:func:`apply_flags`) go through the same parser, and a failed parse changes nothing.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""What the REPL shows of a prompt's runs, as rich renderables: each strategy's panel, the debug
-view of its rounds, the comparison table, and the one-line texts on a run's numbers that ``/stats``
-(``repl.stats_view``) and the HTML report (``repl.report``) share. Settings, ``/help`` and the
-toolbar: ``repl.help_view``.
+"""What the REPL shows of a prompt's runs, as rich renderables: panels, the debug view, the comparison
+table, and the one-line texts ``/stats`` and the HTML report share.
 
-Model text only ever enters rich as :class:`rich.text.Text` (never as a
-markup string), so brackets or colons in a model's output print as they are.
-Nothing here imports torch: ``infer.py --replay`` renders a trace file with it.
+Model text only enters rich as :class:`rich.text.Text`, never markup, so brackets in a model's output
+print as they are. No torch: ``infer.py --replay`` renders with it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Run every enabled strategy on one prompt, the same way each time.
 
-The runner owns what a prompt needs besides the settings: the model pair, the
-n-gram storage (kept between prompts unless ``reset_in_between`` is on) and
-the warm-up. It never prints: it hands each finished strategy to a callback
-(the renderer), so printing is outside every timer, and returns a
-:class:`repl.runs.PromptRun` that the comparison table, the JSON output and
-trace files read.
+The runner owns the model pair, the n-gram storage and the warm-up. It never prints: each finished
+strategy goes to a callback, so printing is outside every timer, and it returns a
+:class:`repl.runs.PromptRun`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What one prompt produced, and the numbers read from it; no torch.
 
-:class:`StrategyRun` and :class:`PromptRun` are filled by the runner in a live
-session and rebuilt from a trace file by ``infer.py --replay``, so the
-renderer and the JSON output read the same objects either way. When a prompt's
-runs end, :meth:`PromptRun.finish` computes each run's report once
-(``analysis.report``: why, what-if, copy ceiling, the JSON record) and keeps it
-with the run; the views render it.
+:class:`StrategyRun` and :class:`PromptRun` are filled by the runner live and rebuilt from a trace by
+``infer.py --replay``, so every view reads the same objects; :meth:`PromptRun.finish` computes each
+run's report once (``analysis.report``).
 """
 
 from __future__ import annotations

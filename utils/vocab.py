@@ -1,11 +1,8 @@
-"""Tokenizer facts a decoding pair depends on: do target and drafter share a vocabulary, which ids end
-a turn, and how long a context the target takes.
+"""Tokenizer facts a decoding pair depends on: a shared vocabulary, the ids that end a turn, the context.
 
-(Named ``vocab`` rather than ``tokenizers`` so it can never shadow the ``tokenizers`` library.)
-
-A shared tokenizer is compared token by token, not through ``config.vocab_size``: pairs such as
-Qwen2.5-7B/3B share one tokenizer but pad their embedding matrices to different sizes, so logits
-are compared over the shared tokenizer length only.
+(Named ``vocab`` so it can never shadow the ``tokenizers`` library.) A shared tokenizer is compared
+token by token, not through ``config.vocab_size``: pairs such as Qwen2.5-7B/3B share one but pad
+their embeddings differently, so logits are compared over the shared length only.
 """
 
 from __future__ import annotations
