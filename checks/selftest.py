@@ -52,13 +52,9 @@ PROMPTS = (("code_editing", 0), ("chat", 0))
 # Raw text (no chat template) ending in a phrase it already holds, so NASD's
 # storage drafts from the first position on.
 SAMPLING_TEXT = "one two three four, one two three four, one two three"
-# The cache-off prompts: the open question and SAMPLING_TEXT, where n-gram drafts
-# start at once, both raw text. Without a cache every forward recomputes the whole
-# sequence, so its cost grows with the prompt: the code prompt (about 180 tokens
-# on the default pair) is left to the cache-on checks, and the open question goes
-# without the chat template (18 tokens, not 48: the template's system turn made a
-# float16 self-drafter's recomputed steps, with no half-precision matrix products
-# on an avx2 CPU, a quarter of the self-test's time).
+# The cache-off prompts: the open question and SAMPLING_TEXT, both raw text. Without a cache
+# every forward recomputes the whole sequence, so the long code prompt and the chat template
+# are left to the cache-on checks.
 CACHE_OFF_PROMPTS = ((("chat", 0), False), (SAMPLING_TEXT, False))
 
 
@@ -288,10 +284,8 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
             prefills.extend(prefill(model, ids, replay_first=True) for model in models
                             if model is not None and runs_alone(model) and not isinstance(model, ServedModel))
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
-        # One token more than compared: the first round drafts, so every
-        # compared token goes through the accept rule. Each round adds at least one
-        # token, so SAMPLING_STEPS rounds make every compared token: a round after a
-        # rejection in the first (a plain step whose token nobody reads) is not run.
+        # One token more than compared, so every compared token goes through the accept rule;
+        # SAMPLING_STEPS rounds make them all (no plain step after a rejection is run).
         return [run(ids, processor, True, SAMPLING_STEPS + 1, generator, prefills, SAMPLING_STEPS)
                 for _ in range(runs)]
 
