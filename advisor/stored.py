@@ -114,14 +114,13 @@ ROWS_ONLY, STORED, REAL = "rows", "stored", "real"
 
 
 class RecordedTarget(CachedModel):
-    """One recorded prompt's target for a replay through the verify loop (see the module's text).
+    """One recorded prompt's target for a replay through the verify loop.
 
-    ``base``: the target as the probe feeds it (its path and reason are kept, so a stepwise
-    target counts a forward per token as a run's does); ``output``: the output replayed (the
-    record's, cut to the budget); ``reads``: what the drafter reads of the target (``""``,
-    ``"cache"`` or ``"states"``); ``load``: () -> (cache, length), the prompt's store;
-    ``quiet``: a context in which the target's own forwards (a store's build, a real forward)
-    run, so that a hook counting a drafter's forwards does not see them."""
+    ``base``: the target as the probe feeds it (a stepwise target counts a forward per token, as in a
+    run); ``output``: the record's output, cut to the budget; ``reads``: ``""``, ``"cache"`` or
+    ``"states"``; ``load``: () -> (cache, length), the prompt's store; ``quiet``: a context that hides
+    the target's own forwards from a hook counting the drafter's.
+    """
 
     def __init__(self, base: CachedModel, record, output: Sequence[int], vocab_size: int, *, reads: str = "",
                  load: Callable[[], tuple[object, int]] | None = None,

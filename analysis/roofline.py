@@ -99,12 +99,10 @@ def profile_named(name: str) -> MachineProfile:
 def fit_profile(shape: ModelShape, timed: Mapping[tuple[int, int], float], context: int, name: str,
                 steps: int = 200) -> MachineProfile:
     """This machine as a profile: the overhead, bandwidth and peak that price ``timed`` (``{(B, w):
-    seconds}`` of ``shape``'s forward over a cache of ``context``) with the smallest worst relative error.
-
-    For an overhead o each forward bounds the bandwidth from below by its bytes / (seconds - o) and
-    the peak by its FLOPs / (seconds - o); on a true roofline the largest bounds are the machine's
-    (reached where a forward is bound by memory and by arithmetic). Overheads from 0 to the fastest
-    forward are tried in ``steps``."""
+    seconds}``) with the smallest worst relative error. For an overhead o each forward bounds the
+    bandwidth by bytes / (seconds - o) and the peak by FLOPs / (seconds - o), and on a roofline the
+    largest bounds are the machine's; ``steps`` overheads from 0 to the fastest forward are tried.
+    """
     fastest = min(timed.values(), default=0.0)
     best: tuple[float, MachineProfile] | None = None
     for i in range(steps):

@@ -53,11 +53,9 @@ class ArcticOptions:
 
 
 class ArcticSuffixDrafter(Drafter):
-    """Drafts a chain from a ``SuffixDecodingCache``; each generation is one request of it.
-
-    ``begin`` ends the cache's earlier requests (their responses stay in its
-    global tree) and starts one for this prompt; ``update`` appends the round's
-    tokens to the request's response. Deterministic drafts: q is one-hot.
+    """Drafts a chain from a ``SuffixDecodingCache``, one request per generation: ``begin`` ends the
+    earlier requests (their responses stay in its global tree), ``update`` appends the round's tokens.
+    Deterministic drafts: q is one-hot.
     """
 
     kind = "ngram"

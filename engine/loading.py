@@ -30,13 +30,9 @@ def kind_to_load(drafter: str | None) -> DrafterKind:
 
 def load_pair(target: str | None = None, drafter: str | None = None, options: LoadOptions | None = None,
               **keywords) -> ModelPair:
-    """Load the pair the user asked for: ``options``, or ``utils.models.LoadOptions``' fields as
-    keywords (``device="cpu"``, ``dtype``, ``quantize``, ...), as ``utils.models.load_pair`` takes them.
-
-    A drafter kind is loaded with the target, so ``drafter_dtype``, ``drafter_quantize`` and
-    ``device_map`` do not apply to it: a self-drafter's spec names its precision; the target's MTP
-    layers (``drafter="mtp"``), an EAGLE-3 head (``drafter="eagle3:PATH"``) and a Gemma 4 assistant
-    (``"gemma4-assistant:PATH"``) take the target's dtype and device.
+    """Load the pair the user asked for: ``options``, or ``utils.models.LoadOptions``' fields as keywords.
+    A drafter kind is loaded with the target and takes its dtype and device (a self-drafter's spec
+    names its own precision), so ``drafter_dtype``, ``drafter_quantize`` and ``device_map`` do not apply.
     """
     options = LoadOptions.of(options, **keywords)
     if wants_self_draft(target, drafter):

@@ -33,10 +33,8 @@ class ContextLengthError(StrategyRefused):
 
 
 def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *models) -> list[int]:
-    """Validate a generation request; return the prompt as a list of ints.
-
-    Raises ValueError for an empty prompt or a negative length, and
-    ContextLengthError when prompt + budget exceeds any model's context.
+    """Validate a generation request; return the prompt as a list of ints. ValueError for an empty
+    prompt or a negative length, ContextLengthError when prompt + budget exceeds a model's context.
     """
     prompt = inputs.tolist() if isinstance(inputs, torch.Tensor) else list(inputs)
     if not prompt:
@@ -82,13 +80,9 @@ def device_clock(device: torch.device) -> float:
 
 @contextmanager
 def timed_run(result, device: torch.device, *, interruptible: bool) -> Iterator[float]:
-    """Time the generation in the ``with`` body into ``result.seconds`` (device-synced).
-
-    Yields the start clock (``time.perf_counter()`` after the device sync), from which a loop
-    measures its time to first token (``Watch.first_token``). With ``interruptible`` a
-    KeyboardInterrupt ends the body and sets
-    ``result.stop_reason = "interrupted"``; the caller then reads whatever its
-    loop had completed. Without it the interrupt propagates.
+    """Time the ``with`` body into ``result.seconds`` (device-synced); yields the start clock, for the
+    time to first token. With ``interruptible`` a KeyboardInterrupt ends the body and sets
+    ``stop_reason = "interrupted"``; without it the interrupt propagates.
     """
     start = device_clock(device)
     try:

@@ -19,11 +19,9 @@ from sampling import LogitsProcessor
 
 
 class HeadDrafter(Drafter):
-    """A drafter made of ``module``, run on the target's own states, q from ``processor``.
-
-    ``target`` is the target's ``CachedModel`` (subclasses set it in ``attach_target``);
-    ``_logits`` holds the q logits of the last proposal's drafts (:meth:`draft_logits`), and each
-    forward of the module adds one to ``_forwards`` (:attr:`calls`). :meth:`begin` resets both.
+    """A drafter made of ``module``, run on the target's own states (``target``, set in
+    ``attach_target``), q from ``processor``; ``_logits`` holds the last proposal's draft logits and
+    ``_forwards`` counts the module's forwards, both reset by :meth:`begin`.
     """
 
     kind = "model"

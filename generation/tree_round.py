@@ -20,12 +20,9 @@ from generation.tree_forward import keep_path, tree_forward
 
 
 def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, sampled: bool = False):
-    """One tree round; returns (ids, tokens appended, whether an end token ended it).
-
-    ``sampled``: the drafter draws each node's children from q without
-    replacement (``propose_sampled_tree``) and recursive rejection sampling
-    verifies them (``accept_tree_rrs``); otherwise its top children, verified
-    by drawing the target's token and following the equal child (``accept_tree``).
+    """One tree round; returns (ids, tokens appended, whether an end token ended it). ``sampled``:
+    children drawn from q and verified by recursive rejection sampling (``accept_tree_rrs``); else the
+    top children, verified by following the target's draw (``accept_tree``).
     """
     clock, target, drafter = loop.clock, loop.target, loop.drafter
     filled = fill_target_first(drafter, ids, clock)                      # (start, end) marks

@@ -23,13 +23,9 @@ MODEL = "model"  # the note's source of a round the drafter model drafted
 
 class HybridDrafter(Drafter):
     """Drafts from ``retrieval`` (a :class:`MatchDrafter`) in a round whose match is at least
-    ``min_match`` tokens and it has a draft, from ``model`` (any model drafter) otherwise.
-
-    Each round's note is the storage's ``{"source": ..., "match": m}`` when it drafted and
-    ``{"source": "model", "match": m}`` when the model did (m: the storage's match that round).
-    Trees: both sides give top-children trees (``propose_tree``); sampled trees are not
-    offered (a storage's tree has no q to draw its children from), so under sampling the
-    loop verifies top-children trees.
+    ``min_match`` tokens and it has a draft, from ``model`` otherwise; each round's note names the
+    source and the storage's match. Trees: top-children trees only (a storage's tree has no q to draw
+    children from), so under sampling the loop verifies those.
     """
 
     kind = "model"  # γ policies: a drafter with a cost per drafted token

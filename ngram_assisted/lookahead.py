@@ -58,10 +58,8 @@ class NGramPool:
 
 
 class JacobiWindow:
-    """The lookahead branch's 2-D window: ``levels`` (N - 1) levels of ``width`` (W) columns.
-
-    ``lines[0]`` holds level 0's columns 1..W-1 (its column 0 is the root, fed as a
-    committed token); ``lines[l]`` for l >= 1 holds level l's W columns.
+    """The lookahead branch's window: ``levels`` (N - 1) levels of ``width`` (W) columns; ``lines[0]`` holds
+    level 0's columns 1..W-1 (column 0 is the root), ``lines[l]`` level l's W columns.
     """
 
     def __init__(self, width: int, levels: int, seed_tokens: list[int]):
@@ -119,13 +117,10 @@ def candidate_tree(candidates: list[tuple[int, ...]], depth: int, nodes: int) ->
 
 
 class LookaheadDrafter(Drafter):
-    """Lookahead decoding as a drafter: the pool's candidates as the tree, the Jacobi window as
-    extra rows of the same verify pass. ``window`` W, ``ngram`` N (>= 3), ``guesses`` G;
-    ``pool``: one kept from earlier generations (a new empty one when None).
-
-    Where the target cannot take a tree the loop runs chains: :meth:`propose` offers the
-    pool's latest n-gram for the last token, and with no window fed the pool stays empty,
-    so each round is one target forward of one token (target AR, and the result says why).
+    """Lookahead decoding as a drafter: the pool's candidates as the tree, the Jacobi window as extra
+    rows of the same verify pass; ``pool``: one kept from earlier generations (None: a new one).
+    Where the target cannot take a tree, no window is fed and the pool stays empty: target AR, and
+    the result says why.
     """
 
     kind = "ngram"     # deterministic drafts: q is one-hot

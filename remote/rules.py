@@ -79,11 +79,10 @@ def row_of(ids: list[int], logprobs: list[float], plan: ServedPlan) -> torch.Ten
 def nucleus_certified(logprobs: list[float], temperature: float, top_p: float, vocab_size: int) -> bool:
     """Whether the top-p kept set after ``temperature`` is decided by the returned ``logprobs``.
 
-    The tempered normaliser Z = Σ exp(lp/T) is known over the returned tokens (A) and bounded over
-    the rest, whose raw mass R = 1 - Σ exp(lp) is split among M tokens each at most exp(lp_min):
-    Σ x^α with α = 1/T lies between R·m^(α-1) and M·(R/M)^α (x^α convex or concave). The kept set
-    is certified when both bounds keep the same tokens and at least one returned token is dropped
-    (every token not returned ranks below it and is dropped too).
+    The tempered normaliser is known over the returned tokens and bounded over the rest, whose raw mass
+    R = 1 - Σ exp(lp) is split among M tokens each at most exp(lp_min): Σ x^α (α = 1/T) lies between
+    R·m^(α-1) and M·(R/M)^α. Certified when both bounds keep the same tokens and at least one returned
+    token is dropped (every unreturned token ranks below it).
     """
     lp = torch.tensor(sorted(logprobs, reverse=True), dtype=torch.float64)       # (N,)
     alpha = 1.0 / temperature

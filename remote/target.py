@@ -75,10 +75,8 @@ def sampler_fields(processor: LogitsProcessor, seed: int) -> SamplerFields:
 class ServedSession:
     """One generation against the server: the loop's ``CachedModel`` calls, each a set of requests.
 
-    The server keeps the prefix cache (``cache_prompt``): nothing is rolled back here, and the
-    next request's prompt is simply the kept sequence. A round of γ drafts is γ+1 requests on
-    llama.cpp (it returns the distribution after the last prompt token only) and one on an engine
-    that scores a prompt's positions (``client.rows``); ``forwards`` counts rounds,
+    The server keeps the prefix cache, so nothing is rolled back here. A round of γ drafts is γ+1
+    requests on llama.cpp and one on an engine that scores positions; ``forwards`` counts rounds,
     ``network_stats()`` the requests and their times.
     """
 

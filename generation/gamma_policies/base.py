@@ -10,14 +10,9 @@ DRAFTER_KINDS = ("model", "ngram")
 
 
 class GammaPolicy(Protocol):
-    """How many drafts each round asks for.
-
-    The verify loop calls ``begin(drafter_kind)`` once per generation
-    ("model" or "ngram"), ``next_gamma()`` before each round (it caps the
-    answer by the length budget) and ``observe(round)`` with each finished
-    ``generation.result.Round``. A model drafter stops a round early when its
-    top probability falls below ``threshold`` (None: never). ``name`` is what
-    results and traces record.
+    """How many drafts each round asks for: ``begin(drafter_kind)`` once per generation ("model" or
+    "ngram"), ``next_gamma()`` before each round (capped by the budget), ``observe(round)`` after it. A
+    model drafter stops early below ``threshold`` (None: never); ``name`` is what results record.
     """
 
     name: str
