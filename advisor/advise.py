@@ -95,8 +95,7 @@ class Timing:
 @dataclass
 class Baseline:
     """Target AR over the prompts: per prompt its output, tokens, seconds and time to first token from
-    the pass the replay reads; ``first`` that pass's timing and ``timing`` every pass's.
-    """
+    the pass the replay reads; ``first`` that pass's timing and ``timing`` every pass's."""
 
     outputs: list[list[int]] = field(default_factory=list)
     runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
@@ -148,8 +147,7 @@ def _target(length: int, seed: int):
 
 def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int = SEED) -> tuple[Baseline, list]:
     """Target AR, greedy, on every prompt after a short untimed run: the baseline, and each run as the
-    record the replay reads (``advisor.recorded.recorded_from``).
-    """
+    record the replay reads (``advisor.recorded.recorded_from``)."""
     from advisor.recorded import recorded_from, refuse_served
     from engine import run_strategy
 
@@ -200,8 +198,7 @@ class Confirming:
 def confirm_one(confirming: Confirming, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
                 warm: bool = True) -> None:
     """Run ``confirming.advice``'s method for real on every prompt (after an untimed run when ``warm``);
-    a failure is kept as the error, not raised.
-    """
+    a failure is kept as the error, not raised."""
     from engine import run_strategy
 
     if confirming.error:
@@ -221,8 +218,7 @@ def confirm_one(confirming: Confirming, pair, prompts, length: int, state, basel
 def confirm_top(top: list[Advice], pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
             repeats: int = CONFIRM_REPEATS, say: Callable[[str], None] = lambda line: None) -> None:
     """The ``top`` methods run for real ``repeats`` times, each repeat after a pass of target AR, so that
-    drift falls on both sides of every measured speedup; pooled by ``Confirming.finish``.
-    """
+    drift falls on both sides of every measured speedup; pooled by ``Confirming.finish``."""
     confirming = [Confirming(a) for a in top]
     for repeat in range(max(1, repeats) if top else 0):
         if repeat > 0:
@@ -265,8 +261,7 @@ def context_of(prompts: list[list[int]], length: int) -> int:
 def needed_costs(pair, entries, costs: CostTable | None, state, context: int | None = None,
                  anchor_s: float | None = None) -> CostTable:
     """``costs`` when read from a file or when it has every width needed on a cache within a quarter of
-    ``context``; else a table measured here (``anchor_s``: target AR's decode step).
-    """
+    ``context``; else a table measured here (``anchor_s``: target AR's decode step)."""
     target, drafters, methods, timed = _needs(entries)
     if costs is not None and costs.source:
         return costs
@@ -285,8 +280,7 @@ def _source(method) -> tuple[str, str]:
 
 def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tuple[list, list[tuple[str, str]]]:
     """Every method replayed (``advisor.replay.replay_grid``), one source at a time, so a source whose
-    replay fails is left out with its reason. ``state``: shared with the confirming runs.
-    """
+    replay fails is left out with its reason. ``state``: shared with the confirming runs."""
     from advisor.replay import replay_grid
     from advisor.stored import Stores
 
@@ -311,8 +305,7 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     """The advice for ``pair`` on ``prompts``, ``length`` new tokens each. ``costs``: a table to price
     with (only missing widths are measured); ``confirm``: how many to run for real; ``grid``: default
     ``advisor.replay.default_grid(pair)``; ``processor``: when it samples, chains are also estimated
-    under it (``advisor.sampling``); ``session_compile``: named where it is not :data:`RANKED_COMPILE`.
-    """
+    under it (``advisor.sampling``); ``session_compile``: named where it is not :data:`RANKED_COMPILE`."""
     from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 

@@ -33,8 +33,7 @@ class Advice:
     """One ranked method: the prediction, the measured speedup once a real run confirmed it, and why.
     ``predicted_speedup``: end to end (time to first token included) where target AR's runs were given,
     else the steady state; ``predicted_decode_speedup``: the steady state. ``exactness``
-    (:data:`EXACTNESS`) and ``note``: how far the replay's counts are a real run's. ``entry``: the replay.
-    """
+    (:data:`EXACTNESS`) and ``note``: how far the replay's counts are a real run's. ``entry``: the replay."""
 
     method: str
     gamma: int
@@ -133,8 +132,7 @@ def _anchor(costs: CostTable, ar_step_s: float | None) -> tuple[float, float]:
 
 def steady_steps(entry, widest: int) -> dict[int, int]:
     """The drafter's forwards by width outside each prompt's first round (the prefill, not priced):
-    ``prefill_steps`` taken out, else every step wider than the widest verify + 1.
-    """
+    ``prefill_steps`` taken out, else every step wider than the widest verify + 1."""
     prefill = getattr(entry, "prefill_steps", None)
     if prefill is None:
         return {w: n for w, n in entry.draft_steps.items() if w <= widest + 1}
@@ -188,8 +186,7 @@ def _ceiling(entry, recorded, max_gen_len: int, verify_s, costs, step, host_s, e
 def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),
           max_gen_len: int = 0, runs: Sequence | None = None) -> Advice:
     """One entry's prediction and why. ``recorded`` / ``max_gen_len``: for a copier's copy ceiling.
-    ``runs``: target AR's (tokens, seconds, time to first token) per prompt for :func:`end_to_end`.
-    """
+    ``runs``: target AR's (tokens, seconds, time to first token) per prompt for :func:`end_to_end`."""
     method, replayed = entry.method, entry.replayed
     step, scale = _anchor(costs, ar_step_s)
     estimated: list[str] = []
@@ -229,8 +226,7 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
 def price_chain(gamma: int, tokens_per_round: float, costs: CostTable, ar_step_s: float | None = None,
                 key: str = "model") -> float:
     """The steady-state speedup of chains of ``gamma`` drafts of drafter ``key`` making
-    ``tokens_per_round`` each, priced as :func:`price` prices a replayed round.
-    """
+    ``tokens_per_round`` each, priced as :func:`price` prices a replayed round."""
     step, scale = _anchor(costs, ar_step_s)
     verify_s = _verify_costs(costs, [gamma + 1], step, [])
     draft_s = gamma * costs.draft(key, 1)[0] * scale

@@ -43,8 +43,7 @@ class Recorded:
 @dataclass
 class Replayed:
     """What a drafter's replay came to: target calls (prefill included), drafted and accepted tokens as
-    the engine counts them, tokens made, and rounds by verify width (prefill rounds left out).
-    """
+    the engine counts them, tokens made, and rounds by verify width (prefill rounds left out)."""
 
     calls: int = 0
     drafted: int = 0
@@ -107,8 +106,7 @@ class _Cut(Drafter):
 def replay(pair, make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,
            *, cut: Callable[[list[int], Sequence[int], int], list[int]] | None = None) -> Replayed:
     """Replay a fresh ``make_drafter()`` per prompt over ``recorded`` through ``engine.run_strategy``,
-    the target answered from the record; ``cut(draft, output, at)`` shortens each draft first.
-    """
+    the target answered from the record; ``cut(draft, output, at)`` shortens each draft first."""
     from advisor.stored import recorded_target
     from engine.run import loop_vocab_size, run_strategy
     from engine.strategy import Strategy
@@ -137,8 +135,7 @@ def oracle(draft: list[int], output: Sequence[int], at: int) -> list[int]:
 def copy_ceiling(recorded: Sequence[Recorded], gamma: int, max_gen_len: int, cost: Callable[[int], float],
                  *, match: int = 1) -> Replayed:
     """The copy ceiling (``analysis.ceiling``) of every recorded output, summed as a replay's counts,
-    priced by ``cost`` per verify width.
-    """
+    priced by ``cost`` per verify width."""
     out = Replayed()
     for record in recorded:
         ceiling = analysis.ceiling.copy_ceiling(record.prompt, record.output, gamma, max_gen_len, cost, match=match)
@@ -171,8 +168,7 @@ class PromptLookup(Drafter):
 
 def record(pair, prompts: list[list[int]], length: int, *, top_k: int = TOP_K) -> list[Recorded]:
     """Target AR's greedy output on each prompt with the target's top-k at each position
-    (:func:`recorded_from`); ``ValueError`` for a served target.
-    """
+    (:func:`recorded_from`); ``ValueError`` for a served target."""
     from engine import Strategy, run_strategy
     from sampling import GreedyProcessor
 
@@ -193,8 +189,7 @@ def refuse_served(pair) -> None:
 
 def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Recorded:
     """``result`` (a greedy target AR run) as a :class:`Recorded`: its tokens and the rows that decided
-    them (``generation.decisions``), else from one forward over the sequence.
-    """
+    them (``generation.decisions``), else from one forward over the sequence."""
     tokens = list(result.tokens)
     rows = result.decisions
     if rows is not None and len(rows) >= len(tokens) and all(len(r.indices) >= top_k for r in rows[:len(tokens)]):
@@ -209,8 +204,7 @@ def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Record
 
 def drafter_factory(pair, storage: str, vocab_size: int, gamma: int = 4) -> Callable[[], Drafter]:
     """A fresh engine drafter for ``storage`` (emptied for each prompt), or transformers' prompt lookup
-    for ``prompt_lookup``; ``+fill`` storages fill widths measured up to ``gamma`` + 1.
-    """
+    for ``prompt_lookup``; ``+fill`` storages fill widths measured up to ``gamma`` + 1."""
     from engine.drafters import DRAFTERS, DraftContext
     from engine.state import EngineState
     from engine.strategy import NGramOptions, Strategy

@@ -47,8 +47,7 @@ def run_lengths(guess: Sequence[int], output: Sequence[int]) -> list[int]:
 
 def teachable(pair) -> str | None:
     """None when the pair's drafter model can be teacher-forced exactly (a plain drafter model whose
-    cached forward the probe found exact and whose cache is cropped), else why not (one line).
-    """
+    cached forward the probe found exact and whose cache is cropped), else why not (one line)."""
     from engine.kinds import kind_of_pair
     from kvcache.probe import cached_model
 
@@ -69,8 +68,7 @@ def teachable(pair) -> str | None:
 class TeacherDrafter(Drafter):
     """A drafter model's greedy chains read from its teacher-forced guesses along one recorded output:
     up to and including its first wrong draft, then :data:`NO_TOKEN` (drafted, never judged).
-    ``steps`` counts, by width, the forwards a ``ModelDrafter`` with a cropped cache would run.
-    """
+    ``steps`` counts, by width, the forwards a ``ModelDrafter`` with a cropped cache would run."""
 
     kind = "model"
 
@@ -111,8 +109,7 @@ class TeacherDrafter(Drafter):
 
     def _count_steps(self, length: int, k: int) -> None:
         """What ``ModelDrafter.propose`` runs for ``k`` drafts after a sequence of ``length``: a rollback,
-        then k forwards (the first of every token the cache lacks, then one draft each).
-        """
+        then k forwards (the first of every token the cache lacks, then one draft each)."""
         keep = length - 1 if self._trusted is None else min(length - 1, self._trusted)
         self._cached = min(self._cached, keep)
         self._drafted, self._trusted = True, None

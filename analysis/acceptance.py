@@ -30,16 +30,14 @@ def round_counts(rnd: Any) -> tuple[int, int]:
 
 def window_rows(rnd: Any) -> int:
     """Rows the round's verify fed besides its drafts and the last committed token: lookahead's
-    Jacobi window (its note's ``rows``; 0 for every other drafter).
-    """
+    Jacobi window (its note's ``rows``; 0 for every other drafter)."""
     note = _get(rnd, "note", None)
     return int(note.get("rows", 0) or 0) if isinstance(note, dict) else 0
 
 
 def verify_width(rnd: Any) -> int:
     """Tokens the target's verify forward took in this round: its drafts (a tree: every node) plus
-    the last committed token, and lookahead's window rows (:func:`window_rows`).
-    """
+    the last committed token, and lookahead's window rows (:func:`window_rows`)."""
     tree = _get(rnd, "tree_tokens", ()) or ()
     drafts = len(tree) if tree else len(_get(rnd, "drafted", ()) or ())
     return drafts + 1 + window_rows(rnd)
@@ -73,8 +71,7 @@ def position_counts(rounds: Iterable[Any], *, missing_is_rejection: bool = False
 
 def yield_by_position(rounds: Iterable[Any]) -> list[float]:
     """:func:`conditional_acceptance_per_position` over the drafting rounds, a draft asked for and not
-    made counted as rejected: the rates the speedup model uses.
-    """
+    made counted as rejected: the rates the speedup model uses."""
     drafting = [rnd for rnd in rounds if round_counts(rnd)[0] > 0]
     return [p / n for p, n in position_counts(drafting, missing_is_rejection=True) if n]
 
@@ -90,8 +87,7 @@ def draft_share(rounds: Iterable[Any]) -> float:
 
 def drafted_count(rnd: Any) -> int:
     """Draft tokens the target verified in this round, as the engines count them: a chain round's
-    drafts, every node of a tree, the kept drafts of a cut round. Summed: ``GenerationResult.drafted``.
-    """
+    drafts, every node of a tree, the kept drafts of a cut round. Summed: ``GenerationResult.drafted``."""
     tree = _get(rnd, "tree_tokens", ()) or ()
     if tree and _get(rnd, "token", 0) is not None:
         return len(tree)
@@ -167,8 +163,7 @@ class AcceptanceCounts:
     @property
     def conditional_acceptance_per_position(self) -> list[float]:
         """Rounds that accepted draft i / rounds that reached it (SGLang), over the positions some round
-        reached (an unobserved position is never a rejection).
-        """
+        reached (an unobserved position is never a rejection)."""
         return [a / r for a, r in zip(self.accepted_by_position, self.reached_by_position) if r]
 
     def to_dict(self) -> dict:
@@ -246,15 +241,13 @@ def acceptance_histogram(rounds: Iterable[Any]) -> list[int]:
 
 def acceptance_histogram_by_draft_length(rounds: Iterable[Any]) -> dict[int, list[int]]:
     """{draft length n: the histogram over the rounds that drafted n tokens}: one entry under a
-    constant γ, several when γ adapts.
-    """
+    constant γ, several when γ adapts."""
     return acceptance_counts(rounds).by_draft_length
 
 
 def engine_numbers(counts: AcceptanceCounts) -> dict:
     """Every engine number of ``counts``, JSON-ready (``--json``, traces, the benchmark); the draft
-    acceptance rate keeps the project's name, ``acceptance_rate``.
-    """
+    acceptance rate keeps the project's name, ``acceptance_rate``."""
     return dict(
         mean_acceptance_length=counts.mean_acceptance_length,
         acceptance_rate=counts.draft_acceptance_rate,  # the engines' "draft acceptance rate"

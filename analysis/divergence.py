@@ -62,8 +62,7 @@ def row_of(data) -> Row:
 class Evidence:
     """The reference's numbers at a difference (``analysis.reference.evidence``): the largest
     |recorded - reference| of AR's row (``ar_deviation``) and the strategy's (``deviation``), the
-    ``tolerance`` of that ``dtype``, and the float32 |logit(a) - logit(b)| (``margin32``, or None).
-    """
+    ``tolerance`` of that ``dtype``, and the float32 |logit(a) - logit(b)| (``margin32``, or None)."""
 
     ar_deviation: float
     deviation: float
@@ -163,8 +162,7 @@ def explain(ar_tokens: Sequence[int], ar_rows: Sequence[Row] | None, tokens: Seq
             evidence: Evidence | None = None) -> Divergence | None:
     """The first divergence of ``tokens`` (with its decision ``rows``) from ``ar_tokens`` (``ar_rows``),
     with its verdict; None when equal. No verdict when ``greedy`` is False or without ``reference``
-    (computed here) or ``evidence`` (read back).
-    """
+    (computed here) or ``evidence`` (read back)."""
     p = first_difference(ar_tokens, tokens)
     if p is None:
         return None
@@ -220,8 +218,7 @@ def judge(position: int, a: int, b: int, ar_row: Row, row: Row, evidence: Eviden
 
 def identity_counts(divergences: Sequence[Divergence | None]) -> dict[str, int]:
     """Of runs compared with target AR: ``identical``, ``ties``, ``unexplained`` and ``unjudged`` (no
-    rows recorded, as for a peer).
-    """
+    rows recorded, as for a peer)."""
     verdicts = [None if d is None else d.verdict or "" for d in divergences]
     return {"identical": verdicts.count(None), "ties": verdicts.count(NEAR_TIE),
             "unexplained": verdicts.count(UNEXPLAINED), "unjudged": verdicts.count("")}

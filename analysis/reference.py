@@ -51,8 +51,7 @@ def _unit(dtype: torch.dtype) -> float:
 def rounding_tolerance(model) -> float:
     """What correct computations of ``model`` in its dtype differ from its uncached forward by, on the
     top 8 of each row: twice the largest difference transformers' own cache shows, fed step by step and
-    in verify-sized chunks, at least one ulp of the largest logit. Measured once per model and dtype.
-    """
+    in verify-sized chunks, at least one ulp of the largest logit. Measured once per model and dtype."""
     dtype = _dtype(model)
     known = _tolerances.setdefault(model, {})
     if dtype not in known:
@@ -122,8 +121,7 @@ def evidence(model, prompt_ids: Sequence[int], shared: Sequence[int], a: int, b:
              rows: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> Evidence:
     """The reference at the first difference: ``shared`` the tokens both runs emitted before it, ``a`` and
     ``b`` the two tokens there, ``ar_values`` / ``values`` each recorded row's (token, logit) pairs,
-    ``rows`` the :func:`reference_rows` computed before, if any.
-    """
+    ``rows`` the :func:`reference_rows` computed before, if any."""
     ref, ref32 = rows if rows is not None else reference_rows(model, [*prompt_ids, *shared])
 
     def deviation(pairs):

@@ -27,8 +27,7 @@ DRAFTING = ("speculative", "ngram", "lookahead")
 @dataclass
 class WhatIf:
     """The speedup model with a round trip of ``rtt_ms`` on every target call (``/rtt``): ``predicted``
-    for this run, ``predicted_steady`` for long outputs, and the best γ there.
-    """
+    for this run, ``predicted_steady`` for long outputs, and the best γ there."""
 
     rtt_ms: float
     predicted: float | None
@@ -100,8 +99,7 @@ class Why:
 
     def best(self, trace: list, costs: CostModel) -> tuple[int, float]:
         """(γ, speedup) the model predicts best at ``costs``: over constant γ, or over a cap on the
-        lengths the drafter chose; (None, None) for lookahead.
-        """
+        lengths the drafter chose; (None, None) for lookahead."""
         if self.no_gamma:
             return None, None
         search = max(SEARCH_GAMMA, self.gamma)
@@ -209,8 +207,7 @@ def round_gamma(trace: list) -> int:
 class PromptFacts:
     """What a run's report reads besides the run itself: the prompt's ``settings``, target AR's complete
     result (``baseline``, or None), the plain step ``(seconds, source)`` the predictions are ratios to,
-    and ``plain_step_samples``, the turns a step timed at load took (its spread goes into the interval).
-    """
+    and ``plain_step_samples``, the turns a step timed at load took (its spread goes into the interval)."""
 
     prompt_ids: list[int]
     greedy: bool
@@ -239,8 +236,7 @@ def speedup(result, baseline) -> float | None:
 
 def decode_speedup(result, baseline) -> float | None:
     """Decode tokens/s of ``result`` over target AR's (time to first token left out of both), the
-    measured counterpart of ``Why.predicted_steady``; None where either is unknown.
-    """
+    measured counterpart of ``Why.predicted_steady``; None where either is unknown."""
     if baseline is None or not usable(result):
         return None
     ours, theirs = result.decode_tokens_per_second, baseline.decode_tokens_per_second
@@ -249,8 +245,7 @@ def decode_speedup(result, baseline) -> float | None:
 
 def call_cost(result, baseline) -> float | None:
     """Seconds per target call of ``result`` (drafting and host work included) over target AR's: the
-    speedup is tokens per target call divided by it. None without a baseline or a target call.
-    """
+    speedup is tokens per target call divided by it. None without a baseline or a target call."""
     if baseline is None or not usable(result) or not result.target_calls or not baseline.target_calls:
         return None
     theirs = baseline.seconds / baseline.target_calls
@@ -263,8 +258,7 @@ def why_of(key: str, result, facts: PromptFacts, rtt_ms: float | None = None,
            ceilings: dict | None = None) -> Why | None:
     """Acceptance statistics and the speedup model for a drafting run (None for the others).
     ``rtt_ms`` > 0 adds the prediction at that round trip (``Why.what_if``); ``ceilings`` caches copy
-    ceilings by (strategy, γ, output length).
-    """
+    ceilings by (strategy, γ, output length)."""
     if key not in DRAFTING or result is None:
         return None
     trace = result.trace
@@ -319,8 +313,7 @@ def why_of(key: str, result, facts: PromptFacts, rtt_ms: float | None = None,
 def copy_ceiling_of(key: str, result, facts: PromptFacts, gamma: int, ceilings: dict | None = None) -> dict | None:
     """The copy ceiling of a greedy run's output (``analysis.ceiling``) at this γ, after a match of 1
     token (``after_1``) and of 2 (``after_2``); ``skipped`` says why it was not computed; None under
-    sampling. ``ceilings``: those already computed.
-    """
+    sampling. ``ceilings``: those already computed."""
     if not facts.greedy or gamma < 1 or result is None:
         return None
     ceilings = {} if ceilings is None else ceilings
@@ -342,8 +335,7 @@ def copy_ceiling_of(key: str, result, facts: PromptFacts, gamma: int, ceilings: 
 
 def what_if(result, why: Why, rtt_ms: float, facts: PromptFacts) -> WhatIf:
     """The speedup model with a round trip of ``rtt_ms`` on every target call: added whole for a local
-    target, in place of the measured round trip for a served run.
-    """
+    target, in place of the measured round trip for a served run."""
     measured = measured_round_trip_s(result)
     costs = costs_from_result(result, ar_step_s=facts.plain_step[0], rtt_s=rtt_ms / 1000.0 - (measured or 0.0))
     if costs is not None and per_position_requests(result):
@@ -364,8 +356,7 @@ def what_if(result, why: Why, rtt_ms: float, facts: PromptFacts) -> WhatIf:
 class RunReport:
     """What a strategy run came to beside target AR, computed once when the prompt's runs end: its
     ``why`` (None unless drafting), and under greedy ``identical`` / ``first_divergence`` and the
-    ``divergence`` explained (None when identical or not compared).
-    """
+    ``divergence`` explained (None when identical or not compared)."""
 
     why: Why | None
     speedup: float | None
@@ -379,8 +370,7 @@ class RunReport:
 def run_report(key: str, result, facts: PromptFacts, divergence: tuple[bool | None, int | None],
                ceilings: dict | None = None, explained: Divergence | None = None) -> RunReport:
     """The report of strategy ``key``'s ``result`` on the prompt of ``facts``; ``divergence`` and
-    ``explained`` as ``repl.runs.PromptRun`` computes them.
-    """
+    ``explained`` as ``repl.runs.PromptRun`` computes them."""
     base = facts.baseline
     return RunReport(why=why_of(key, result, facts, ceilings=ceilings), speedup=speedup(result, base),
                      decode_speedup=decode_speedup(result, base), call_cost=call_cost(result, base),

@@ -101,8 +101,7 @@ def fit_profile(shape: ModelShape, timed: Mapping[tuple[int, int], float], conte
     """This machine as a profile: the overhead, bandwidth and peak that price ``timed`` (``{(B, w):
     seconds}``) with the smallest worst relative error. For an overhead o each forward bounds the
     bandwidth by bytes / (seconds - o) and the peak by FLOPs / (seconds - o), and on a roofline the
-    largest bounds are the machine's; ``steps`` overheads from 0 to the fastest forward are tried.
-    """
+    largest bounds are the machine's; ``steps`` overheads from 0 to the fastest forward are tried."""
     fastest = min(timed.values(), default=0.0)
     best: tuple[float, MachineProfile] | None = None
     for i in range(steps):

@@ -151,8 +151,7 @@ def _yield(rnd: Any, cap: int | None) -> tuple[int, int]:
 
 def measured_mix(rounds: Sequence[Any], cap: int | None = None) -> RoundMix:
     """The rounds' own draft lengths and yields; ``cap``: every chain cut to at most ``cap`` drafts (the
-    what-if of a smaller γ). The first round counts too, as in the acceptance rates.
-    """
+    what-if of a smaller γ). The first round counts too, as in the acceptance rates."""
     counts: dict[int, int] = {}
     tokens: dict[int, int] = {}
     for rnd in rounds:
@@ -190,8 +189,7 @@ def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
                       draft_share: float = 1.0) -> float:
     """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round, in the steady
     state (prefill left out; :func:`predicted_run_speedup`). ``draft_share``: the share of rounds that
-    draft at all.
-    """
+    draft at all."""
     if gamma == 0:
         return 1.0
     return mix_speedup(RoundMix.constant(rates, gamma, draft_share), costs)
@@ -225,8 +223,7 @@ def throughput_by_gamma(accept: Sequence[float], propose: Sequence[float], verif
 
 def first_round(result: Any) -> tuple[float, int]:
     """(seconds, tokens) of a run's first round, which carries the prefill: its measured time to first
-    token where there is one, else the first round's draft and verify seconds.
-    """
+    token where there is one, else the first round's draft and verify seconds."""
     measured = _get(result, "first_token_s", None)
     if measured is not None:
         return float(measured), int(_get(result, "first_tokens", 0) or 0)
@@ -244,8 +241,7 @@ def predicted_run_speedup(result: Any, rates: Sequence[float], gamma: int, costs
     """The model's speedup for this run, comparable with the measured one: the first round as measured,
     the rest priced by the model (it tends to :func:`predicted_speedup` for long outputs). None when the
     run is too short. With ``costs.rtt_s``, ``ar_tokens_per_s`` must be at that round trip too
-    (:func:`tokens_per_s_at_rtt`).
-    """
+    (:func:`tokens_per_s_at_rtt`)."""
     if gamma < 1:
         return None
     return mix_run_speedup(result, RoundMix.constant(rates, gamma, draft_share), costs, ar_tokens_per_s)
@@ -272,8 +268,7 @@ def tokens_per_s_at_rtt(result: Any, rtt_s: float) -> float:
 def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH_GAMMA, *,
                draft_share: float = 1.0) -> tuple[int, float]:
     """(gamma, predicted speedup) maximising the prediction over 0..max_gamma; 0: drafting does not
-    pay. Ties go to the smaller gamma.
-    """
+    pay. Ties go to the smaller gamma."""
     best = (0, 1.0)
     for gamma in range(1, max_gamma + 1):
         speedup = predicted_speedup(rates, gamma, costs, draft_share=draft_share)
@@ -285,8 +280,7 @@ def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH
 def best_cap(rounds: Sequence[Any], costs: CostModel, max_gamma: int = SEARCH_GAMMA) -> tuple[int, float]:
     """(cap, predicted speedup) for a drafter that chooses its own draft lengths: the cap on them the
     measured rounds predict fastest (:func:`measured_mix`); 0 when drafting does not pay. Never above
-    the longest measured draft (what a longer one would have held was never seen); ties to the smaller.
-    """
+    the longest measured draft (what a longer one would have held was never seen); ties to the smaller."""
     best = (0, 1.0)
     for cap in range(1, max_gamma + 1):
         speedup = mix_speedup(measured_mix(rounds, cap), costs)
@@ -298,8 +292,7 @@ def best_cap(rounds: Sequence[Any], costs: CostModel, max_gamma: int = SEARCH_GA
 def best_drafting_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH_GAMMA, *,
                         draft_share: float = 1.0) -> tuple[int, float]:
     """(gamma >= 1, predicted speedup) maximising the prediction when drafting at all: where
-    :func:`best_gamma` says 0, this still ranks drafters by how little they lose.
-    """
+    :func:`best_gamma` says 0, this still ranks drafters by how little they lose."""
     return max(((gamma, predicted_speedup(rates, gamma, costs, draft_share=draft_share))
                 for gamma in range(1, max_gamma + 1)), key=lambda item: item[1])
 
@@ -325,8 +318,7 @@ def _timed_costs(rounds: list) -> tuple[dict[int, list[float]], list[tuple[float
 
 def ar_step_from_result(result: Any) -> float | None:
     """Seconds per token of plain target decoding, prefill left out: the AR run's decode part where
-    measured, else its rounds' verify times (the first skipped), else its seconds over its tokens.
-    """
+    measured, else its rounds' verify times (the first skipped), else its seconds over its tokens."""
     tokens = len(_get(result, "tokens", None) or [])
     seconds = float(_get(result, "seconds", 0.0) or 0.0)
     first_s = _get(result, "first_token_s", None)
@@ -378,8 +370,7 @@ def needed_widths(mix: RoundMix) -> set[int]:
 
 def estimated_inputs(mix: RoundMix, costs: CostModel) -> list[str]:
     """What the prediction for ``mix`` did not measure and the model filled in ([] when nothing):
-    ``plain step``, and ``verify at width w`` for each width the rounds need and none measured.
-    """
+    ``plain step``, and ``verify at width w`` for each width the rounds need and none measured."""
     missing = sorted(w for w in needed_widths(mix) if w not in costs.verify_s)
     return [("plain step" if w == 1 else f"verify at width {w}") for w in missing]
 
@@ -413,8 +404,7 @@ def cost_bounds(result: Any, costs: CostModel, step_samples: Sequence[float] = (
     """(dear, cheap): ``costs`` with every priced piece at the high end of its spread, and at the low.
     The plain step spans ``step_samples`` (min to max); each verify width and the drafter step the
     quartiles of the run's rounds (the first left out). Dear rounds over the cheapest plain step give
-    the low end of the speedup.
-    """
+    the low end of the speedup."""
     by_width, drafts = _timed_costs(list(_get(result, "trace", None) or []))
     steps = [seconds / drafted for seconds, drafted in drafts if drafted]
     dear: dict[int, float] = {}

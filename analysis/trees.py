@@ -110,8 +110,7 @@ def allot(rates: Sequence[Sequence[float]], nodes: int, depth: int) -> list[int]
 
 def predicted_tree(rates, nodes: int, depth: int, verify_s, draft_s: float) -> tuple[float, float]:
     """(expected tokens per round, predicted speedup over one-token target steps); ``draft_s``:
-    drafting seconds per round (one drafter forward per level).
-    """
+    drafting seconds per round (one drafter forward per level)."""
     tokens = comb_tokens(rates, allot(rates, nodes, depth)) if nodes else 1.0
     round_s = verify_s(nodes + 1) + (draft_s if nodes else 0.0)
     return tokens, tokens * verify_s(1) / round_s
@@ -129,8 +128,7 @@ def tree_model(result: Any, ar_step_s: float | None = None) -> dict | None:
     """The tree speedup model on a run's own rank rates, verify costs by width
     (``analysis.speedup.costs_from_result``) and drafting seconds: ``best_nodes`` (0: plain steps pay
     best), ``best_nodes_speedup``, ``model_depth`` and ``predicted_speedup_at_budget``; None without
-    timed tree rounds.
-    """
+    timed tree rounds."""
     from analysis.speedup import costs_from_result
 
     rounds = tree_rounds(_get(result, "trace", None))

@@ -162,8 +162,7 @@ def _mean_of_rounds(records: Sequence[RunRecord]) -> float | None:
 
 def pooled_acceptance(records: Sequence[RunRecord]) -> tuple[AcceptanceCounts | None, bool]:
     """(the acceptance counters of ``records`` pooled, whether every run carried them); None when no
-    run reports drafts. A run with totals only adds to the acceptance rate alone.
-    """
+    run reports drafts. A run with totals only adds to the acceptance rate alone."""
     known = [r for r in records if r.drafted is not None]
     if not known:
         return None, False
@@ -214,8 +213,7 @@ def output_agreement(records: Sequence[RunRecord],
 def output_verdicts(records: Sequence[RunRecord], reference: dict[str, list[int]],
                     base: Sequence[RunRecord]) -> list[Divergence]:
     """The differences :func:`output_agreement` counts, each judged from the rows both runs kept
-    (``analysis.divergence``); ``base``: target AR's runs, whose first repeat is the reference.
-    """
+    (``analysis.divergence``); ``base``: target AR's runs, whose first repeat is the reference."""
     rows = {r.prompt_id: r.decisions for r in first_repeat(base)}
     judged = (explain(reference[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions, evidence=r.evidence)
               for r in first_repeat(records) if r.prompt_id in reference)
@@ -272,8 +270,7 @@ def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> 
 
 def judge_records(records: Sequence[RunRecord], reference) -> None:
     """Compute the reference at each first-repeat difference from target AR and keep it on the record,
-    while the target is loaded (``reference``: a ``Referee``, or None for a served target).
-    """
+    while the target is loaded (``reference``: a ``Referee``, or None for a served target)."""
     if reference is None:
         return
     outputs = reference_outputs(records)
@@ -288,8 +285,7 @@ def judge_records(records: Sequence[RunRecord], reference) -> None:
 
 def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off") -> list[SummaryRow]:
     """Every variant on every category group, in first-seen order; with sessions, also at each position.
-    ``compile`` chooses the peer ours are paired with (``bench.variants.matching_peer``).
-    """
+    ``compile`` chooses the peer ours are paired with (``bench.variants.matching_peer``)."""
     reference = reference_outputs(records) if greedy else None
     rows = []
     for category, members in category_groups(r.category for r in records).items():
@@ -304,8 +300,7 @@ def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off
 def _group_rows(records: Sequence[RunRecord], category: str,
                 reference: dict[str, list[int]] | None, compile: str = "off") -> list[SummaryRow]:
     """One row per variant of ``records``, each of ours paired with the peer matching ``compile``, or its
-    eager peer where that one did not run.
-    """
+    eager peer where that one did not run."""
     by_variant: dict[str, list[RunRecord]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r.category):   # the group's categories in name order
         by_variant[r.variant].append(r)

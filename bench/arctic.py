@@ -55,8 +55,7 @@ class ArcticOptions:
 class ArcticSuffixDrafter(Drafter):
     """Drafts a chain from a ``SuffixDecodingCache``, one request per generation: ``begin`` ends the
     earlier requests (their responses stay in its global tree), ``update`` appends the round's tokens.
-    Deterministic drafts: q is one-hot.
-    """
+    Deterministic drafts: q is one-hot."""
 
     kind = "ngram"
 

@@ -91,8 +91,7 @@ class Executor:
 
     def run(self, variant: Variant, ids: list[int], *, fresh: bool = True, **where) -> RunRecord:
         """Decode ``ids`` with ``variant``; ``where`` fills the record's prompt fields; ``fresh``: start from
-        empty drafting state.
-        """
+        empty drafting state."""
         record = RunRecord(variant=variant.name, strategy=variant.strategy, gamma=variant.gamma,
                            family=variant.family, prompt_tokens=len(ids),
                            gamma_policy=variant.policy if variant.gamma is not None else "",

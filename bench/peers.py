@@ -45,8 +45,7 @@ def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: l
                       cache_len: int | None = None) -> GenerationConfig:
     """The settings every peer call uses: same length, same end tokens, same rule. ``static``: on
     transformers' static cache (compiled by transformers on CUDA); ``cache_len``: its size when the
-    call's own length would not hold it (:func:`static_cache_len`).
-    """
+    call's own length would not hold it (:func:`static_cache_len`)."""
     sized = {"max_cache_len": cache_len} if cache_len is not None else {}
     return GenerationConfig(
         cache_implementation="static" if static else None,
@@ -65,8 +64,7 @@ def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: l
 
 def assistant_schedule(policy: str, default_confidence: float) -> tuple[str, float]:
     """(num_assistant_tokens_schedule, assistant_confidence_threshold) for one of our policies;
-    ``default_confidence`` is --assisted-confidence (0 = none).
-    """
+    ``default_confidence`` is --assisted-confidence (0 = none)."""
     words = policy.split()
     if words[0] == "constant":
         return "constant", default_confidence
@@ -80,8 +78,7 @@ def assistant_schedule(policy: str, default_confidence: float) -> tuple[str, flo
 @contextlib.contextmanager
 def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "constant"):
     """Set ``drafter``'s assisted-generation schedule for one call and restore its config after: the
-    heuristic schedule writes its last value back, and every call must start at ``gamma`` as ours does.
-    """
+    heuristic schedule writes its last value back, and every call must start at ``gamma`` as ours does."""
     saved = copy.deepcopy(drafter.generation_config)
     config = drafter.generation_config
     config.num_assistant_tokens = gamma
@@ -95,8 +92,7 @@ def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "
 
 def static_cache_len(strategy: str, prompt_tokens: int, max_new_tokens: int, gamma: int | None) -> int | None:
     """The static cache a drafting peer needs: the prompt, the budget and one round's drafts past it
-    (prompt lookup verifies beyond ``max_new_tokens``); None for ``hf_generate``.
-    """
+    (prompt lookup verifies beyond ``max_new_tokens``); None for ``hf_generate``."""
     if strategy not in ("hf_assisted", "hf_prompt_lookup"):
         return None
     return prompt_tokens + max_new_tokens + (gamma or 0) + 1
@@ -109,8 +105,7 @@ _STATIC_TRIALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def static_peer_refusal(strategy: str, target, drafter=None) -> str | None:
     """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (and ``drafter``),
     in one line, or None. Decided by trying once per process (:func:`_static_trial`): no release
-    number says it (4.x swaps in a dynamic cache, some 5.x releases raise, some models get none).
-    """
+    number says it (4.x swaps in a dynamic cache, some 5.x releases raise, some models get none)."""
     helper = drafter if strategy == "hf_assisted" else None
     if strategy == "hf_assisted" and helper is None:
         return "no drafter model to try transformers' assisted generation with"
@@ -123,8 +118,7 @@ def static_peer_refusal(strategy: str, target, drafter=None) -> str | None:
 
 def _static_trial(strategy: str, target, drafter) -> str | None:
     """One tiny greedy call of the peer on a static cache: why it failed or did not use the static
-    cache, or None.
-    """
+    cache, or None."""
     from transformers.cache_utils import Cache, StaticCache
 
     version, name = transformers.__version__, type(target).__name__
@@ -180,8 +174,7 @@ def _takes_use_model_defaults(generate) -> bool:
 def peer_call(strategy: str, target, drafter, input_ids: torch.Tensor, config: GenerationConfig,
               tokenizers: tuple | None = None):
     """A zero-argument function that runs one peer decode and returns its output ids; ``tokenizers``:
-    (target's, drafter's) when they differ.
-    """
+    (target's, drafter's) when they differ."""
     mask = torch.ones_like(input_ids)
     kwargs = {"assistant_model": drafter} if strategy == "hf_assisted" else {}
     if strategy == "hf_mtp":   # transformers reads the MTP layers from the target's checkpoint itself

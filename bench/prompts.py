@@ -137,8 +137,7 @@ def load_conversations(source: str, *, categories: list[str] | None = None,
 def conversation_ids(tokenizer, turns: list[str], answers: list[list[int]], *, chat: bool = True) -> list[int]:
     """Prompt ids of turn ``len(answers) + 1`` of a conversation: the chat template of [user, assistant,
     ..., user] with each answer decoded to text; without one, the ids concatenated (the first prompt,
-    each answer verbatim, then each later turn's text after a blank line).
-    """
+    each answer verbatim, then each later turn's text after a blank line)."""
     if len(turns) != len(answers) + 1:
         raise ValueError(f"{len(turns)} turns need {len(turns) - 1} answers, got {len(answers)}")
     from utils.vocab import has_chat_template, template_ids
@@ -160,8 +159,7 @@ def conversation_ids(tokenizer, turns: list[str], answers: list[list[int]], *, c
 
 def chat_ids(tokenizer, text: str, *, chat: bool = True) -> list[int]:
     """Prompt token ids as the REPL encodes them (``utils.vocab.encode_prompt``): every strategy and
-    peer gets the same ids.
-    """
+    peer gets the same ids."""
     from utils.vocab import encode_prompt
 
     return encode_prompt(tokenizer, text, chat=chat)

@@ -27,8 +27,7 @@ class EncodedPrompt:
 @dataclass(frozen=True)
 class Session:
     """Prompts run in a row with n-gram state kept across them. ``turns``: a conversation's user
-    messages; a later step's ids are then ``follow_up(turns[:i + 1], answers so far)``.
-    """
+    messages; a later step's ids are then ``follow_up(turns[:i + 1], answers so far)``."""
 
     id: str
     category: str
@@ -87,8 +86,7 @@ def conversation_sessions(conversations, first_ids: Callable[[str], list[int]]) 
 def split_fitting_sessions(sessions: Sequence[Session], *, length: int, context_length: int | None,
                            follow_up: FollowUp | None = None) -> tuple[list[Session], list[Skipped]]:
     """Sessions whose every step fits the context with ``length`` new tokens, and the others (a later
-    turn is bounded by its template plus ``length`` + 8 tokens per earlier answer).
-    """
+    turn is bounded by its template plus ``length`` + 8 tokens per earlier answer)."""
     kept, skipped = [], []
     for session in sessions:
         need = max(len(step.ids) for step in session.steps)
@@ -106,8 +104,7 @@ def split_fitting_sessions(sessions: Sequence[Session], *, length: int, context_
 def schedule(n_prompts: int, variants: Sequence[Variant],
              repeats: int) -> list[tuple[int, int, Variant]]:
     """(repeat, prompt index, variant) in run order; odd repeats reverse the variants, so pairs stay
-    back to back and which of a pair runs first alternates.
-    """
+    back to back and which of a pair runs first alternates."""
     order = [list(variants), list(reversed(variants))]
     return [(r, p, v) for r in range(repeats) for p in range(n_prompts) for v in order[r % 2]]
 
@@ -120,8 +117,7 @@ def run_session(run: RunOne, session: Session, variants: Sequence[Variant], repe
                 follow_up: FollowUp | None = None, alone: bool = False,
                 on_step: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
     """Every step of ``session`` in order, each through every variant; only the first step is fresh.
-    ``alone``: one prompt outside any session.
-    """
+    ``alone``: one prompt outside any session."""
     answers: dict[str, list[list[int]]] = {v.name: [] for v in variants}
     for position, step in enumerate(session.steps, start=1):
         for variant in variants:
@@ -145,8 +141,7 @@ def iter_session_runs(run: RunOne, sessions: Sequence[Session], variants: Sequen
                       alone: bool = False, on_step: Callable[[str], None] | None = None,
                       more: Callable[[int], bool] | None = None) -> Iterator[RunRecord]:
     """Warm up on the first session (``warmup`` times, untimed), then every session of every repeat in
-    :func:`schedule`'s order. After ``repeats``, ``more(done)`` decides each further repeat.
-    """
+    :func:`schedule`'s order. After ``repeats``, ``more(done)`` decides each further repeat."""
     for _ in range(warmup if sessions else 0):
         for _record in run_session(run, sessions[0], variants, -1, follow_up=follow_up, alone=alone,
                                    on_step=on_step):

@@ -1,6 +1,5 @@
 """The benchmark's settings as one value: its flags parsed once (``bench.cli.parse_settings``), never
-changed; what the session decides after loading is a new value (:meth:`BenchSettings.but`).
-"""
+changed; what the session decides after loading is a new value (:meth:`BenchSettings.but`)."""
 
 from __future__ import annotations
 

@@ -102,8 +102,7 @@ class Variant(MethodName):
     def peer(self) -> Variant | None:
         """The transformers decoder this one is compared with: the same schedule at the same gamma;
         confidence T as ``assistant_confidence_threshold`` T; the model policy as transformers' dynamic
-        default (20 tokens, threshold 0.4). Prompt lookup has only the constant schedule.
-        """
+        default (20 tokens, threshold 0.4). Prompt lookup has only the constant schedule."""
         other = PEER_OF.get(self.strategy)
         if other is None or self.tree or self.drafter or self.hybrid or self.verify not in PEER_RULES:
             return None
@@ -118,8 +117,7 @@ class Variant(MethodName):
 
 def matching_peer(variant: Variant, compile: str = "off") -> Variant | None:
     """The peer ``variant`` is compared with under the run's compile path: its eager peer under ``off``,
-    that peer on a static cache under ``static`` and ``graphs`` (where transformers has one).
-    """
+    that peer on a static cache under ``static`` and ``graphs`` (where transformers has one)."""
     peer = variant.peer
     if peer is None or compile == "off" or peer.strategy not in STATIC_PEERS:
         return peer

@@ -116,8 +116,7 @@ register_drafter(ONE_HOT_DRAFTER, _one_hot_model_drafter)
 def _strategies(pair, ngram: NGramOptions, gamma: int, tree: int = 0, tree_branch: int = 2, *,
                 model: str = "model") -> dict[str, Callable]:
     """name -> run(ids, processor, use_cache, max_gen_len, generator, prefills, rounds) for the two
-    drafting strategies (trees of at most ``tree`` nodes when ``tree`` > 0).
-    """
+    drafting strategies (trees of at most ``tree`` nodes when ``tree`` > 0)."""
 
     def runner(key: str, drafter: str, options) -> Callable:
         def run(ids, processor, use_cache, length, generator=None, prefills=(), rounds=0):
@@ -150,8 +149,7 @@ def token_words(pair, tokens) -> str:
 
 def _difference(pair, prompt_no: int, result, reference, ids) -> str | None:
     """'prompt 2 (near-tie): token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None when the
-    tokens are equal; the verdict is ``analysis.divergence``'s.
-    """
+    tokens are equal; the verdict is ``analysis.divergence``'s."""
     got, want = result.tokens, reference.tokens
     index = first_divergence(got, want)
     if index is None:
@@ -192,8 +190,7 @@ def probe_check(pair) -> Check:
 def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None = None,
                   tree: int = 0, tree_branch: int = 2) -> list[Callable[[], Check]]:
     """One deferred check per (strategy, cache setting): greedy output == target AR, ``length`` tokens
-    on PROMPTS with the cache, at most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without.
-    """
+    on PROMPTS with the cache, at most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without."""
     def budget(use_cache: bool) -> int:
         return length if use_cache else min(length, CACHE_OFF_LENGTH)
 
@@ -326,8 +323,7 @@ def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None
                  sampling_runs: int = SAMPLING_RUNS, tree: int = 0, tree_branch: int = 2,
                  report: Callable[[Check], None] | None = None) -> list[Check]:
     """Run every check on ``pair``; return them in order, each passed to ``report`` as soon as it is
-    done. ``tree`` > 0 checks token trees of at most that many nodes like chains.
-    """
+    done. ``tree`` > 0 checks token trees of at most that many nodes like chains."""
     check_int(length, "length", 1)
     gamma = DEFAULT_GAMMA if gamma is None else gamma
     # Every check, in the order they run and print: the cache probe of each model first.

@@ -21,8 +21,7 @@ MIN_EXPECTED = 5.0
 class FitResult:
     """The outcome of comparing sampled counts with exact probabilities. ``impossible``: outcomes
     sampled although their probability is 0 (proof of a wrong sampler: p-value 0); ``worst``: the
-    outcome furthest from its expectation in standard deviations, observed and expected.
-    """
+    outcome furthest from its expectation in standard deviations, observed and expected."""
 
     statistic: float
     dof: int
@@ -54,8 +53,7 @@ def chi_square_sf(statistic: float, dof: int) -> float:
 
 def goodness_of_fit(counts: Mapping[Hashable, int], exact: Mapping[Hashable, float]) -> FitResult:
     """Compare sampled ``counts`` with their ``exact`` probabilities; outcomes expected fewer than
-    MIN_EXPECTED times are pooled into one bin.
-    """
+    MIN_EXPECTED times are pooled into one bin."""
     n = sum(counts.values())
     if n == 0:
         raise ValueError("no samples to test")

@@ -30,8 +30,7 @@ from utils.options import check_int
 @dataclass(frozen=True)
 class DraftContext:
     """What one run gives its drafter: the processor its q comes from, the run's generator (shared with
-    the accept rule), the vocabulary compared over, the prompt, the budget and the prefills.
-    """
+    the accept rule), the vocabulary compared over, the prompt, the budget and the prefills."""
 
     processor: object
     generator: torch.Generator | None
@@ -122,8 +121,7 @@ def corpus_of(pair, path: str, state):
 
 def lookahead_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """Lookahead decoding's drafter with ``strategy.drafter_options``; its candidates verify as a token
-    tree (``engine.lookahead_strategy``). The pool lives in ``state`` per (N, G), emptied when ``reset``.
-    """
+    tree (``engine.lookahead_strategy``). The pool lives in ``state`` per (N, G), emptied when ``reset``."""
     options = strategy.drafter_options or LookaheadOptions()
     if not isinstance(options, LookaheadOptions):
         raise ValueError(f"the lookahead drafter takes LookaheadOptions, got {type(options).__name__}")

@@ -53,8 +53,7 @@ def variant_kind(spec: str) -> DrafterKind:
 
 def variant_labels(parts: list[str]) -> list[str]:
     """The labels of the drafters ``parts`` (a comma-split list) names, in order, once each; an item
-    that is no spec continues the one before (``self:skip=3,5``). ``ValueError`` for a bad spec.
-    """
+    that is no spec continues the one before (``self:skip=3,5``). ``ValueError`` for a bad spec."""
     items: list[str] = []
     for part in parts:
         if not items or variant_kind(part).is_spec(part):

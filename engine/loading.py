@@ -32,8 +32,7 @@ def load_pair(target: str | None = None, drafter: str | None = None, options: Lo
               **keywords) -> ModelPair:
     """Load the pair the user asked for: ``options``, or ``utils.models.LoadOptions``' fields as keywords.
     A drafter kind is loaded with the target and takes its dtype and device (a self-drafter's spec
-    names its own precision), so ``drafter_dtype``, ``drafter_quantize`` and ``device_map`` do not apply.
-    """
+    names its own precision), so ``drafter_dtype``, ``drafter_quantize`` and ``device_map`` do not apply."""
     options = LoadOptions.of(options, **keywords)
     if wants_self_draft(target, drafter):
         return pair_loader(kind_to_load(drafter))(target, drafter, options)

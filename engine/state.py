@@ -21,8 +21,7 @@ STORAGE_CLASSES = dict(zip(NGRAM_STORAGES, (NGramStorage, OneLevelNGramStorage, 
 class EngineState:
     """Kept by a front end across prompts and passed to every ``run_strategy``: NASD's and the hybrid's
     n-gram storages (rebuilt when kind, N or vocabulary change), one γ policy per strategy key (fresh
-    when its name, γ or threshold change) and what was built once for a pair (:meth:`for_pair`).
-    """
+    when its name, γ or threshold change) and what was built once for a pair (:meth:`for_pair`)."""
 
     storage: object = None
     storage_key: tuple | None = None
@@ -42,8 +41,7 @@ class EngineState:
 
     def ngram_storage(self, options: NGramOptions, vocab_size: int, corpus=None, *, hybrid: bool = False):
         """The storage of ``options`` over ``vocab_size`` tokens (``sam``: over the ``corpus`` automaton, if
-        any). ``hybrid``: the hybrid's own, so neither learns the other's outputs.
-        """
+        any). ``hybrid``: the hybrid's own, so neither learns the other's outputs."""
         kept, kept_key = (self.hybrid_storage, self.hybrid_storage_key) if hybrid else (self.storage, self.storage_key)
         key = storage_key(options, vocab_size, corpus)
         if kept is None or key != kept_key:

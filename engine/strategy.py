@@ -87,8 +87,7 @@ class LookaheadOptions:
 def lookahead_strategy(options: LookaheadOptions = LookaheadOptions(), *, key: str = "lookahead",
                        **fields) -> "Strategy":
     """The ``Strategy`` of lookahead decoding with ``options``: trees of at most G (N - 1) nodes and
-    N - 1 levels (γ = N - 1); ``fields``: any other ``Strategy`` field.
-    """
+    N - 1 levels (γ = N - 1); ``fields``: any other ``Strategy`` field."""
     return Strategy(key, drafter="lookahead", drafter_options=options, gamma=options.ngram - 1,
                     gamma_policy="constant", tree=options.nodes, **fields)
 

@@ -41,8 +41,7 @@ def residual_distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch
 
 def uniforms(k: int, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """k independent U[0, 1) coins on ``like``'s device and dtype: (k,). Every chain rule draws here,
-    so a test can substitute known coins (tests/test_verify_rules.py).
-    """
+    so a test can substitute known coins (tests/test_verify_rules.py)."""
     return torch.rand(k, generator=generator, device=like.device, dtype=like.dtype)
 
 
@@ -54,8 +53,7 @@ def accept_drafts(
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify k drafts against the target: (n_accepted, next_token) as 0-d tensors; shapes and
-    contract as ``generation.verify_rules``'s.
-    """
+    contract as ``generation.verify_rules``'s."""
     k = draft.shape[0]
     rows = torch.arange(k, device=draft.device)
     p_x = p[rows, draft]                                  # (k,)

@@ -34,8 +34,7 @@ class ContextLengthError(StrategyRefused):
 
 def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *models) -> list[int]:
     """Validate a generation request; return the prompt as a list of ints. ValueError for an empty
-    prompt or a negative length, ContextLengthError when prompt + budget exceeds a model's context.
-    """
+    prompt or a negative length, ContextLengthError when prompt + budget exceeds a model's context."""
     prompt = inputs.tolist() if isinstance(inputs, torch.Tensor) else list(inputs)
     if not prompt:
         raise ValueError("the prompt is empty: at least one token is needed")
@@ -82,8 +81,7 @@ def device_clock(device: torch.device) -> float:
 def timed_run(result, device: torch.device, *, interruptible: bool) -> Iterator[float]:
     """Time the ``with`` body into ``result.seconds`` (device-synced); yields the start clock, for the
     time to first token. With ``interruptible`` a KeyboardInterrupt ends the body and sets
-    ``stop_reason = "interrupted"``; without it the interrupt propagates.
-    """
+    ``stop_reason = "interrupted"``; without it the interrupt propagates."""
     start = device_clock(device)
     try:
         yield start

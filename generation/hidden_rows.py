@@ -21,8 +21,7 @@ from sampling import LogitsProcessor
 class HeadDrafter(Drafter):
     """A drafter made of ``module``, run on the target's own states (``target``, set in
     ``attach_target``), q from ``processor``; ``_logits`` holds the last proposal's draft logits and
-    ``_forwards`` counts the module's forwards, both reset by :meth:`begin`.
-    """
+    ``_forwards`` counts the module's forwards, both reset by :meth:`begin`."""
 
     kind = "model"
 

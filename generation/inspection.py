@@ -28,8 +28,7 @@ Tops = tuple[tuple[int, float], ...]  # (token id, probability), most likely fir
 class Position:
     """One drafted position: the draft x, p(x), q(x), the acceptance probability, entropies (nats),
     top tokens. ``accept``: min(1, p/q), p(x) under strict. ``ratio`` / ``threshold``: under block
-    only, b_i and h_i.
-    """
+    only, b_i and h_i."""
 
     p: float
     q: float
@@ -79,8 +78,7 @@ class Inspection:
     @staticmethod
     def from_dict(data: dict) -> "Inspection":
         """Back from JSON (``dataclasses.asdict``); KeyError/TypeError/ValueError when damaged. Older traces
-        lack ``ratio``, ``threshold`` and ``rule``: they read as the residual rule's numbers.
-        """
+        lack ``ratio``, ``threshold`` and ``rule``: they read as the residual rule's numbers."""
         def tops(rows) -> Tops:
             return tuple((int(t), float(v)) for t, v in rows)
 
@@ -108,8 +106,7 @@ class Inspection:
 
 def entropy(dist):
     """-sum p log p in nats over the last dimension, 0 log 0 = 0: (..., V) -> (...). Twice as fast on
-    a CPU as ``torch.special.entr``.
-    """
+    a CPU as ``torch.special.entr``."""
     import torch
 
     return -dist.clamp(min=torch.finfo(dist.dtype).tiny).log_().mul_(dist).sum(-1)
@@ -118,8 +115,7 @@ def entropy(dist):
 def residual_at_stop(p_row, q_row, draft_x, scale):
     """The distribution the token after a rejection was drawn from: (1, V), norm(max(0, scale * p_n -
     q_n)) with scale b_n under block, 1 otherwise. p_row, q_row (or None): (1, V); draft_x: (1,);
-    scale: (1, 1).
-    """
+    scale: (1, 1)."""
     from generation.accept import residual_distributions
 
     return residual_distributions(p_row * scale, q_row, draft_x)

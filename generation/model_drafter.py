@@ -17,8 +17,7 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
                  stop_below: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to k tokens drawn one by one from q = processor(step(seq)): ids (k',) and q (k', V).
     ``step(seq)``: the drafter's logits (1, V) for the token after ``seq`` (1, L). ``stop_below``
-    ends the round once the next token's top probability falls below it (a host sync per step).
-    """
+    ends the round once the next token's top probability falls below it (a host sync per step)."""
     drafts, probs = [], []
     for _ in range(k):
         logits = step(seq)                                      # (1, V)
@@ -74,8 +73,7 @@ class ModelDrafter(Drafter):
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
         """Count the round's tokens; after another drafter's round, keep no more of the cache than the
-        positions before its last committed token (past it may lie rejected drafts of its own).
-        """
+        positions before its last committed token (past it may lie rejected drafts of its own)."""
         if not self._drafted:
             cut = self.committed - 1
             self._trusted = cut if self._trusted is None else min(self._trusted, cut)
@@ -96,8 +94,7 @@ class ModelDrafter(Drafter):
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Up to k tokens drawn one by one from the drafter: ids (k',) and q (k', V); ``stop_below`` as
-        for :func:`draft_tokens`.
-        """
+        for :func:`draft_tokens`."""
         seq = ids.to(self.device)
         self._start_round(seq)
         self._logits = []
@@ -113,8 +110,7 @@ class ModelDrafter(Drafter):
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
         """A dynamic tree (``generation.tree_draft``) of at most ``nodes`` nodes and ``depth`` levels; a
-        chain of ``min(depth, nodes)`` drafts when this drafter cannot take a tree.
-        """
+        chain of ``min(depth, nodes)`` drafts when this drafter cannot take a tree."""
         seq = ids.to(self.device)
         self._start_round(seq)
         if tree_support(self.cached) is not None:
@@ -125,8 +121,7 @@ class ModelDrafter(Drafter):
     def propose_sampled_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int
                              ) -> tuple[Tree, torch.Tensor]:
         """A tree whose children are drawn from q without replacement (``generation.tree_draft.sample_tree``)
-        and q at the root and each node, (n + 1, V); a chain and its q when it cannot take a tree.
-        """
+        and q at the root and each node, (n + 1, V); a chain and its q when it cannot take a tree."""
         seq = ids.to(self.device)
         self._start_round(seq)
         if tree_support(self.cached) is not None:

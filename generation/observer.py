@@ -39,8 +39,7 @@ class Watch:
     """An observer plus the host seconds spent inside it (``paused_s``, taken out of the run's seconds;
     it is called after the round's host sync, so host time is the whole cost). ``active`` is False for
     no observer, so a loop can skip work done only to feed one. :meth:`first_token` gives the run's
-    time to first token, watched or not.
-    """
+    time to first token, watched or not."""
 
     def __init__(self, observer: Observer | None):
         self.observer = observer if observer is not None else NoObserver()
@@ -79,8 +78,7 @@ class Watch:
 
 def target_delay(seconds: float, device) -> None:
     """An injected network round trip before a target forward (``--rtt-inject``), after the device has
-    finished its queued work, so the wait never overlaps compute.
-    """
+    finished its queued work, so the wait never overlaps compute."""
     if seconds > 0:
         synchronize(device)
         time.sleep(seconds)

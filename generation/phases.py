@@ -35,16 +35,14 @@ class PhaseClock:
 
 def split_phases(seconds: float, draft: float, verify: float) -> dict[str, float]:
     """The record's ``phases``: draft, verify, and the rest of ``seconds`` as other, so the three add up
-    to ``seconds`` exactly.
-    """
+    to ``seconds`` exactly."""
     return {"draft": draft, "verify": verify, "other": seconds - draft - verify}
 
 
 def fill_target_first(drafter, ids: torch.Tensor, clock: PhaseClock):
     """Run the drafter's ``fill_target(ids)`` (a drafter on the target's own cache feeds it the tokens it
     lacks) and return its (start, end) marks; the round counts that span as verify: the target's
-    prefill is target work, wherever the drafter needs it done.
-    """
+    prefill is target work, wherever the drafter needs it done."""
     start = clock.mark()
     drafter.fill_target(ids)
     return start, clock.mark()

@@ -160,8 +160,7 @@ def decode_rate(tokens: int, seconds: float, first_token_s: float | None, first_
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """Index of the first position where two token lists differ (the shorter one's length when one is
-    a prefix of the other), or None if equal.
-    """
+    a prefix of the other), or None if equal."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i

@@ -20,8 +20,7 @@ from kvcache.cache import SessionModel
 class ServedModel(SessionModel):
     """A target whose cache lives in a serving engine (``remote.target.ServedTarget``): it makes a session
     per generation (:meth:`session`, shaped like ``kvcache.cache.CachedModel``) and decodes with the
-    engine's own sampler (:meth:`decode`); nothing is probed.
-    """
+    engine's own sampler (:meth:`decode`); nothing is probed."""
 
     def bound(self, processor):
         """This target with a run's sampling settings (they decide what a verify can take as exact)."""

@@ -82,8 +82,7 @@ class Tree:
 @dataclass(frozen=True)
 class ExtraRows:
     """Rows a drafter asks to have fed in a tree's verify pass, after the nodes; ``parents[i]``: -1 (the
-    root) or an earlier extra row. Siblings may carry equal tokens: their outputs never enter acceptance.
-    """
+    root) or an earlier extra row. Siblings may carry equal tokens: their outputs never enter acceptance."""
 
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
@@ -132,8 +131,7 @@ def visibility(tree: Tree, past: int, chain: int, device=None, extra: ExtraRows 
     """Which keys each query of one tree-verify block may see, before windows: (chain + n + m,
     past + chain + n + m) bool, for ``chain`` committed tokens the cache lacks (the last is the root),
     n nodes and m ``extra`` rows over ``past`` cached positions. The chain is causal; a node sees the
-    prefix, the chain and its ancestors; an extra row the same among the extra rows (never a node).
-    """
+    prefix, the chain and its ancestors; an extra row the same among the extra rows (never a node)."""
     n, m = len(tree), len(extra)
     nodes = past + chain
     rows = torch.zeros(chain + n + m, nodes + n + m, dtype=torch.bool)
@@ -155,8 +153,7 @@ def layer_mask(visible: torch.Tensor, positions: torch.Tensor, *, window: int | 
     """The additive 4D mask one kind of attention layer is given: (1, 1, m, K'), 0 where a query may
     look, the dtype's minimum elsewhere. visible: (m, K) bool; positions: (K,). A sliding layer sees a
     key only when ``q_pos - k_pos < window`` and gets only the last ``window - 1`` cached keys plus the
-    block (``DynamicSlidingWindowLayer``).
-    """
+    block (``DynamicSlidingWindowLayer``)."""
     m, keys = visible.shape
     allowed = visible
     if window is not None:

@@ -68,8 +68,7 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
 def _feed_level(cached: CachedModel, cand, fed: list[int], expand: list[int],
                 length: int, device) -> torch.Tensor:
     """Feed the candidates ``expand`` in one pass, each seeing the sequence (``length`` positions), its
-    fed ancestors and itself; returns their logits (E, V) and grows ``fed``.
-    """
+    fed ancestors and itself; returns their logits (E, V) and grows ``fed``."""
     tokens = torch.tensor([[cand[c][0] for c in expand]], dtype=torch.long, device=device)
     # Positions of every key: the sequence, the fed nodes, the new ones.
     positions = torch.tensor(list(range(length)) + [length + cand[c][3] for c in fed + expand],
@@ -96,8 +95,7 @@ def tree_visibility(cand, fed: list[int], expand: list[int], prefix: int) -> tor
 
 def draw_children(q: torch.Tensor, counts: list[int], generator) -> list[list[tuple[int, float]]]:
     """Per row of q (rows, V), ``counts[row]`` tokens drawn without replacement, in order, as (token,
-    log q): the Gumbel top-k of log q (Kool et al. 2019). Tokens with q = 0 are never drawn.
-    """
+    log q): the Gumbel top-k of log q (Kool et al. 2019). Tokens with q = 0 are never drawn."""
     u = torch.rand(q.shape, generator=generator, device=q.device).clamp_(min=1e-30)
     keys = q.float().log() - (-u.log()).log()
     top = keys.topk(min(max(counts, default=0), q.shape[-1]), dim=-1).indices        # (rows, k)

@@ -15,8 +15,7 @@ def model_dtype(model) -> torch.dtype:
 def masked_forward(cached: CachedModel, tokens: torch.Tensor, positions: torch.Tensor,
                    visible: torch.Tensor, keep: int) -> torch.Tensor:
     """Feed ``tokens`` (1, m) with every key's ``positions`` (K,) and ``visible`` (m, K), K counting cache
-    and block, each kind of attention layer given its own mask; returns (keep, V) logits.
-    """
+    and block, each kind of attention layer given its own mask; returns (keep, V) logits."""
     dtype = model_dtype(cached.model)
     kinds = cached.attention_kinds()
     masks = {name: layer_mask(visible, positions, window=window, dtype=dtype) for name, window in kinds.items()}
@@ -28,8 +27,7 @@ def masked_forward(cached: CachedModel, tokens: torch.Tensor, positions: torch.T
 def tree_forward(cached: CachedModel, ids: torch.Tensor, tree: Tree, extra: ExtraRows = NO_EXTRA) -> torch.Tensor:
     """Score every node of ``tree`` after ``ids`` (1, L) in one pass: (n + 1 + m, V), the root's logits,
     each node's, then each ``extra`` row's. The cache then holds ``ids``, every node and every extra
-    row; :func:`keep_path` keeps the accepted path.
-    """
+    row; :func:`keep_path` keeps the accepted path."""
     device = ids.device
     past, length = cached.length, ids.shape[1]
     chain = length - past

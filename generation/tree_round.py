@@ -22,8 +22,7 @@ from generation.tree_forward import keep_path, tree_forward
 def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, sampled: bool = False):
     """One tree round; returns (ids, tokens appended, whether an end token ended it). ``sampled``:
     children drawn from q and verified by recursive rejection sampling (``accept_tree_rrs``); else the
-    top children, verified by following the target's draw (``accept_tree``).
-    """
+    top children, verified by following the target's draw (``accept_tree``)."""
     clock, target, drafter = loop.clock, loop.target, loop.drafter
     filled = fill_target_first(drafter, ids, clock)                      # (start, end) marks
     t0 = filled[1]

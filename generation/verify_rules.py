@@ -49,8 +49,7 @@ def _running_ratios(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
 
 def _scaled_residuals(p: torch.Tensor, q: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
     """max(0, b_i * p_i - q_i) for rows i = 0..k-1, with b_0 = 1: (k, V). p: (k + 1, V) or (k, V);
-    q: (k, V); ratios: (k,) = b_1..b_k.
-    """
+    q: (k, V); ratios: (k,) = b_1..b_k."""
     k = q.shape[0]
     scale = torch.cat([ratios.new_ones(1), ratios])[:k]                      # (k,) b_0..b_{k-1}
     return (scale.unsqueeze(-1) * p[:k] - q).clamp_(min=0.0)
@@ -72,8 +71,7 @@ def _thresholds(ratios: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
 
 def _last_pass(passed: torch.Tensor) -> torch.Tensor:
     """The last position i (1-based) whose coin passed, or 0: 0-d long. passed: (k,) bool. Block
-    verification keeps the longest sub-block whose test passed.
-    """
+    verification keeps the longest sub-block whose test passed."""
     positions = torch.arange(1, passed.shape[0] + 1, device=passed.device)  # (k,)
     kept = torch.where(passed, positions, torch.zeros_like(positions))
     return torch.cat([kept.new_zeros(1), kept]).max()
@@ -81,8 +79,7 @@ def _last_pass(passed: torch.Tensor) -> torch.Tensor:
 
 def _corrections(p: torch.Tensor, residuals: torch.Tensor) -> torch.Tensor:
     """The emitted token's distribution for each stop: (k + 1, V): the scaled residual for i < k, p_k
-    for the bonus. A residual with no mass (a stop of probability 0) falls back to p_i.
-    """
+    for the bonus. A residual with no mass (a stop of probability 0) falls back to p_i."""
     k = residuals.shape[0]
     mass = residuals.sum(dim=-1, keepdim=True)                               # (k, 1)
     rows = torch.where(mass > 0, residuals / mass.clamp(min=torch.finfo(p.dtype).tiny), p[:k])
@@ -105,8 +102,7 @@ def block_details(
     p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Block verification's deterministic part, for an inspector: (ratios (k,), thresholds (k,)),
-    b_i and h_i after draft i.
-    """
+    b_i and h_i after draft i."""
     ratios, thresholds, _ = _block_terms(p, q, draft)
     return ratios, thresholds
 
@@ -142,8 +138,7 @@ def accept_strict(
     """Keep draft i while it equals the target's own draw y_i ~ p_i (k + 1 draws); the token is y_n;
     q is ignored. Each emitted token is the target's draw given the tokens before it, so the output
     follows p for drafts independent of the draws (SpecInfer's naive verification; Miao et al. 2024).
-    With p = q a draft is kept with probability sum_x p(x)^2, below the residual rule's 1.
-    """
+    With p = q a draft is kept with probability sum_x p(x)^2, below the residual rule's 1."""
     k = draft.shape[0]
     draws = sample(p, generator)                                             # (k+1,)
     n = (draws[:k] == draft).to(torch.long).cumprod(dim=0).sum()

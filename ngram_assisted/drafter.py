@@ -13,8 +13,7 @@ from ngram_assisted.storage import NGramStorage
 
 class NGramDrafter(Drafter):
     """Drafts deterministically from an n-gram storage and keeps it up to date; it mirrors the sequence
-    as a host list (fed from the loop's one sync per round), so drafting never reads the device.
-    """
+    as a host list (fed from the loop's one sync per round), so drafting never reads the device."""
 
     kind = "ngram"  # no model: no forward passes, no cache to roll back
 
@@ -58,8 +57,7 @@ class NGramDrafter(Drafter):
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
         """A trie of the storage's continuations, at most ``nodes`` nodes and ``depth`` levels, grown best
         first by the product of weight shares along each path; the first level obeys ``confident_start``,
-        and an unknown context ends a branch when ``stop_if_unknown``.
-        """
+        and an unknown context ends a branch when ``stop_if_unknown``."""
         width = self.storage.n - 1
         heap: list[tuple[float, int, int, int, int, int, tuple[int, ...]]] = []
         counter = 0

@@ -25,8 +25,7 @@ class HybridDrafter(Drafter):
     """Drafts from ``retrieval`` (a :class:`MatchDrafter`) in a round whose match is at least
     ``min_match`` tokens and it has a draft, from ``model`` otherwise; each round's note names the
     source and the storage's match. Trees: top-children trees only (a storage's tree has no q to draw
-    children from), so under sampling the loop verifies those.
-    """
+    children from), so under sampling the loop verifies those."""
 
     kind = "model"  # γ policies: a drafter with a cost per drafted token
 

@@ -59,8 +59,7 @@ class NGramPool:
 
 class JacobiWindow:
     """The lookahead branch's window: ``levels`` (N - 1) levels of ``width`` (W) columns; ``lines[0]`` holds
-    level 0's columns 1..W-1 (column 0 is the root), ``lines[l]`` level l's W columns.
-    """
+    level 0's columns 1..W-1 (column 0 is the root), ``lines[l]`` level l's W columns."""
 
     def __init__(self, width: int, levels: int, seed_tokens: list[int]):
         rng = random.Random(WINDOW_SEED)
@@ -120,8 +119,7 @@ class LookaheadDrafter(Drafter):
     """Lookahead decoding as a drafter: the pool's candidates as the tree, the Jacobi window as extra
     rows of the same verify pass; ``pool``: one kept from earlier generations (None: a new one).
     Where the target cannot take a tree, no window is fed and the pool stays empty: target AR, and
-    the result says why.
-    """
+    the result says why."""
 
     kind = "ngram"     # deterministic drafts: q is one-hot
 

@@ -90,8 +90,7 @@ class NGramStorage:
 
     def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
         """(the most frequent continuation of the longest known tail of at least ``min_context`` tokens,
-        True), or (the most frequent token seen at all, or 0, False).
-        """
+        True), or (the most frequent token seen at all, or 0, False)."""
         for c in self._orders():
             if c >= min_context and len(context) >= c:
                 best = self._tables[c].best.get(tuple(context[-c:]))
@@ -103,8 +102,7 @@ class NGramStorage:
     def top_tokens(self, context: Sequence[int], k: int, *, min_context: int = 1
                    ) -> tuple[list[tuple[int, float]], bool]:
         """Up to ``k`` continuations of the longest known tail, best first, with their shares of its weight,
-        and True; or ([(fallback, 1.0)], False) as :meth:`next_token`. Token trees branch on these.
-        """
+        and True; or ([(fallback, 1.0)], False) as :meth:`next_token`. Token trees branch on these."""
         for c in self._orders():
             if c >= min_context and len(context) >= c:
                 weights = self._tables[c].weights.get(tuple(context[-c:]))

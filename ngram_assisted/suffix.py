@@ -31,8 +31,7 @@ MIN_PROB = 0.1
 class Draft:
     """What a model-free storage proposes in one round: ``tree`` (a chain is a tree of one path),
     ``source`` (``prompt``, ``global``, ``context``, ``corpus``, ``""`` when nothing matched) and
-    ``match``, the tail tokens matched there.
-    """
+    ``match``, the tail tokens matched there."""
 
     tree: Tree
     source: str = ""
@@ -65,8 +64,7 @@ class _Node:
 
 class SuffixTrie:
     """Every substring of at most ``depth`` tokens of the sequences given, with occurrence counts;
-    streamed (:meth:`start`, :meth:`append`) or added and removed whole (a node at count 0 is dropped).
-    """
+    streamed (:meth:`start`, :meth:`append`) or added and removed whole (a node at count 0 is dropped)."""
 
     def __init__(self, depth: int):
         if depth < 2:
@@ -123,8 +121,7 @@ class SuffixTrie:
     def longest_match(self, tail: Sequence[int], max_len: int) -> tuple[int, _Node]:
         """The longest suffix of ``tail`` (at most ``max_len`` tokens) that occurred with a continuation,
         and its node; (0, root) when none did. Binary search: a suffix that occurred followed by a token
-        implies its own suffix did too, so the property only weakens with length.
-        """
+        implies its own suffix did too, so the property only weakens with length."""
         lo, hi = 0, min(max_len, len(tail), self.depth - 1)
         best = self.root
         while lo < hi:
@@ -158,8 +155,7 @@ def _ranked(node: _Node) -> list[tuple[int, float]]:
 def grow_tree(node: _Node, depth: int, nodes: int, branch: int, min_prob: float) -> tuple[Tree, float]:
     """A best-first tree of continuations below ``node`` (at most ``nodes`` nodes, ``depth`` levels,
     ``branch`` children, path probabilities >= ``min_prob``; ``branch`` 1: the chain) and its score,
-    the sum of its nodes' path probabilities (ArcticInference's expected accepted length).
-    """
+    the sum of its nodes' path probabilities (ArcticInference's expected accepted length)."""
     heap: list[tuple[float, int, int, int, int, _Node, int]] = []
     counter = 0
 
@@ -191,8 +187,7 @@ def grow_tree(node: _Node, depth: int, nodes: int, branch: int, min_prob: float)
 class SuffixStorage:
     """SuffixDecoding's two tries. ``max_pattern`` (P): the longest tail matched (the tries keep 2P
     tokens, so a draft goes at most 2P - m past a match of m); ``max_outputs`` (M): earlier outputs
-    kept (0: no global trie). :meth:`initialize` moves the previous output into the global trie.
-    """
+    kept (0: no global trie). :meth:`initialize` moves the previous output into the global trie."""
 
     kind = "suffix"
     wants_top_k = 0

@@ -25,8 +25,7 @@ class ServedModelInfo:
 @dataclass(frozen=True)
 class SamplerFields:
     """The sampling settings a request sends, every one explicitly; ``temperature`` 0 is greedy,
-    ``top_k`` 0 and ``top_p`` 1 are off.
-    """
+    ``top_k`` 0 and ``top_p`` 1 are off."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -111,8 +110,7 @@ class ServerClient:
 
 class ScoringClient(ServerClient):
     """An engine that scores a prompt's positions (vLLM, SGLang): a verify round is one request whatever
-    γ. ``route`` is the path its scoring requests go to.
-    """
+    γ. ``route`` is the path its scoring requests go to."""
 
     route = ""
     server = ""          # how a refusal names the engine: "a vLLM server"

@@ -43,8 +43,7 @@ class LlamaCppClient(ServerClient):
     def _body(self, prompt: list[int], n_predict: int, fields: SamplerFields, n_probs: int) -> dict:
         """Every sampling field, explicitly: the server's defaults (top_k 40, top_p 0.95, min_p 0.05) never
         apply. Greedy is top_k 1 then temperature 0. ``ignore_eos`` stays off: llama.cpp biases the end
-        tokens to -inf, so the sampler would never pick one its ``n_probs`` ranks first.
-        """
+        tokens to -inf, so the sampler would never pick one its ``n_probs`` ranks first."""
         if fields.greedy:
             samplers, top_k = ["top_k", "temperature"], 1
         else:   # the order of sampling.processors: temperature, then top-k, then top-p
@@ -64,8 +63,7 @@ class LlamaCppClient(ServerClient):
         """The top ``n_probs`` after ``prefix``. llama.cpp sends no probabilities with a token whose text
         ends inside a UTF-8 character, so such a position is asked again with that token banned
         (``logit_bias`` acts in the sampler; ``n_probs`` stays the raw softmax) until the token is whole;
-        each request is counted and timed.
-        """
+        each request is counted and timed."""
         banned: list[int] = []
         server_s = wall = 0.0
         while True:

@@ -44,8 +44,7 @@ class SglangClient(ScoringClient):
 
     def new_run(self) -> None:
         """A fresh ``extra_key`` for the run's requests (SGLang's radix cache keys prefixes by it), so a run
-        never reads another's prompt from the cache.
-        """
+        never reads another's prompt from the cache."""
         self._key = uuid.uuid4().hex
 
     def info(self) -> ServedModelInfo:
@@ -70,8 +69,7 @@ class SglangClient(ScoringClient):
     @staticmethod
     def _sampling(max_new_tokens: int, fields: SamplerFields) -> dict:
         """Every sampling field, explicitly (min-p and penalties off); ``ignore_eos`` off and end tokens
-        kept in the text (the loop stops at them itself).
-        """
+        kept in the text (the loop stops at them itself)."""
         return {"max_new_tokens": max_new_tokens, "temperature": fields.temperature,
                 "top_k": fields.top_k if fields.top_k > 0 else -1, "top_p": fields.top_p, "min_p": 0.0,
                 "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
@@ -97,8 +95,7 @@ class SglangClient(ScoringClient):
 
     def rows(self, sequence: list[int], keep: int, n_probs: int) -> list[NextToken]:
         """Every position of a verify round in one greedy request: ``logprob_start_len`` L - keep scores
-        the prompt tokens after it; the first output entry is the distribution after the whole sequence.
-        """
+        the prompt tokens after it; the first output entry is the distribution after the whole sequence."""
         answer = self._generate(sequence, SamplerFields(), logprob_start=len(sequence) - keep, n_probs=n_probs)
         meta, wall = answer["meta_info"], answer["_wall_s"]
         server_s = _server_seconds(answer)
@@ -111,8 +108,7 @@ class SglangClient(ScoringClient):
 
     def _input_rows(self, meta: dict, sequence: list[int], inside: int) -> list:
         """The top lists of the last ``inside`` prompt positions, each checked against the sequence's token
-        there.
-        """
+        there."""
         if not inside:
             return []
         tops, tokens = meta.get("input_top_logprobs"), meta.get("input_token_logprobs")

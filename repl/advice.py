@@ -21,8 +21,7 @@ CONFIRM = 3     # the best methods run for real to confirm their predictions
 
 def advice_table(report) -> Table:
     """The methods best first: predicted beside measured, tokens per call, the replay's exactness and
-    why (a rounding reason goes once below the table).
-    """
+    why (a rounding reason goes once below the table)."""
     table = Table(title=f"advice: best first, {report.ranked_on} (predicted from the replay, measured for "
                         "the confirmed)", title_justify="left", show_lines=False)
     for name, justify in (("#", "right"), ("method", "left"), ("predicted", "right"), ("measured", "right"),
@@ -132,8 +131,7 @@ def advise_command(session, text: str | None) -> None:
 
 def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None = None) -> int:
     """``infer.py --advise``: the commands applied in order, then one advice over every prompt (JSON with
-    ``as_json``; projected over batch size with ``whatif="batch"``). 0, or 1 when it could not run.
-    """
+    ``as_json``; projected over batch size with ``whatif="batch"``). 0, or 1 when it could not run."""
     from repl.runner import PromptRefused
 
     prompts = []

@@ -30,8 +30,7 @@ CommandError = OptionError
 @dataclass(frozen=True)
 class Update:
     """What a parsed command does: settings fields to set, notices to show, and for a session command
-    its action and argument.
-    """
+    its action and argument."""
 
     changes: dict[str, Any] = field(default_factory=dict)
     notices: tuple[str, ...] = ()
@@ -235,8 +234,7 @@ STRATEGY_WORDS = {**{k: k for k in STRATEGIES}, "nasd": "ngram", "spec": "specul
 
 def parse_inspect(words: list[str], settings: Settings | None = None) -> Update:
     """``[STRATEGY] [ROUND]``: a strategy name (or nasd) and/or a round number >= 1; only their form
-    (the session checks them against the last prompt).
-    """
+    (the session checks them against the last prompt)."""
     if len(words) > 2:
         raise CommandError(f"expected at most a strategy and a round, got {len(words)} words")
     strategy = round_word = None
@@ -266,8 +264,7 @@ def parse_advise(words: list[str], settings: Settings | None = None) -> Update:
 
 def parse_whatif(words: list[str], settings: Settings | None = None) -> Update:
     """``batch``, ``context`` or ``machine NAME`` (``analysis.roofline.PROFILES``): the last prompt's
-    drafting runs projected over batch size, context length, or another machine.
-    """
+    drafting runs projected over batch size, context length, or another machine."""
     from analysis.roofline import PROFILES, profile_named
 
     lowered = [w.lower() for w in words]
@@ -476,8 +473,7 @@ def describe_changes(settings: Settings, update: Update) -> str:
 
 def execute(line: str, settings: Settings) -> Reply:
     """Run one slash command line against ``settings``; on any error they are left as they were and
-    the reply is one line with the usage.
-    """
+    the reply is one line with the usage."""
     words = line.strip().split()
     if not words or not words[0].startswith("/") or words[0] == "/":
         return Reply(False, "commands start with / followed by a name; type /help for the list")
@@ -534,8 +530,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def apply_flags(namespace: argparse.Namespace, settings: Settings) -> list[str]:
     """Write the given flags into ``settings`` through the command parsers; return the notices. The
-    first bad flag raises CommandError, before anything is changed.
-    """
+    first bad flag raises CommandError, before anything is changed."""
     updates, notices = [], []
     for command in COMMANDS.values():
         if command.flag is None:

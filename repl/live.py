@@ -29,8 +29,7 @@ LIVE_MARK = "live"  # the status line starts with it (tests look for it)
 
 class LiveView:
     """Records one running strategy and draws it, at most every ``interval`` seconds; ``draw`` receives
-    the renderable (None records without drawing).
-    """
+    the renderable (None records without drawing)."""
 
     def __init__(self, key: str, tokenizer, prompt_ids: list[int], *,
                  draw: Callable[[Panel], None] | None = None, interval: float = REFRESH_S,
@@ -118,8 +117,7 @@ class LiveView:
 
     def body(self) -> Text:
         """The text so far (its last lines, so a draw costs the same at token 10 and 10,000) and the
-        pending drafts, dim.
-        """
+        pending drafts, dim."""
         text = self.text[-self.tail_chars:] if len(self.text) > self.tail_chars else self.text.copy()
         if self.pending:
             text.append("".join(self.decoder.preview(self.pending)), style=PENDING)
@@ -140,8 +138,7 @@ class LiveView:
 def live_panel(console: Console, key: str, tokenizer, prompt_ids: list[int],
                interval: float | None = None) -> Iterator[LiveView]:
     """A :class:`LiveView` drawing into a transient rich ``Live`` on ``console`` that never refreshes on
-    its own (no drawing thread competes with decoding); the region is erased when the strategy ends.
-    """
+    its own (no drawing thread competes with decoding); the region is erased when the strategy ends."""
     view = LiveView(key, tokenizer, prompt_ids, interval=REFRESH_S if interval is None else interval,
                     height=max(4, console.size.height - 8), width=console.size.width)
     with Live(view.panel(), console=console, auto_refresh=False, transient=True,

@@ -137,8 +137,7 @@ def fill_text(result: GenerationResult, *, widths: bool = False) -> Text | None:
 
 def ceiling_text(why: Why, result: GenerationResult, storage: str = "") -> Text | None:
     """``copy ceiling at γ 16: at most 3.79 tokens a target call ...; this run 3.09`` (``Why.ceiling``),
-    or why it was not computed; None without one.
-    """
+    or why it was not computed; None without one."""
     ceiling = why.ceiling
     if not ceiling:
         return None
@@ -245,8 +244,7 @@ def sources_lines(why: Why) -> list[Text]:
 
 def _at_gamma(why: Why, policy: str = "") -> str:
     """``at gamma 4``, or ``at draft lengths up to 16`` where the rounds chose their lengths (the
-    policy's maximum, ``analysis.report.gamma_cap``), with their mean when a match drafter chose them.
-    """
+    policy's maximum, ``analysis.report.gamma_cap``), with their mean when a match drafter chose them."""
     mean = (f" (mean {why.sources['draft_lengths']['mean']:.2f})"
             if why.measured and why.sources is not None else "")
     if mean or policy == "model":
@@ -292,8 +290,7 @@ def interval_note(why: Why) -> str:
 
 def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[str]:
     """The speedup model's pieces of a panel's why line: predictions against the measured speedups
-    (whole run and decode part), the best γ, the plain step's source and what was estimated.
-    """
+    (whole run and decode part), the best γ, the plain step's source and what was estimated."""
     priced = " (priced at the measured draft lengths)" if why.measured else ""
     decode = prompt_run.decode_speedup(run)
     if prompt_run.baseline() is None:   # no target AR run: the decode prediction is all there is
@@ -339,8 +336,7 @@ def what_if_text(what_if) -> str:
 def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug: bool,
                    prompt_run: PromptRun | None = None) -> Panel:
     """One strategy's output, its numbers and (in debug mode) its rounds. ``prompt_run`` gives the
-    speedup model target AR's plain step when it ran; ``tokenizer`` may be None for a replay.
-    """
+    speedup model target AR's plain step when it ran; ``tokenizer`` may be None for a replay."""
     colour = STRATEGY_COLOURS[run.key]
     title = Text(run.label, style=f"bold {colour}")
     if run.error is not None:
@@ -371,8 +367,7 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
 
 def rounds_view(result: GenerationResult, prompt_ids: list[int], tokenizer, pieces: list[dict] | None = None) -> Text:
     """The output rebuilt round by round in the debug colours, each round after its γ as a dim
-    superscript; ``pieces`` (:func:`repl.runs.round_pieces`) replace decoding with ``tokenizer``.
-    """
+    superscript; ``pieces`` (:func:`repl.runs.round_pieces`) replace decoding with ``tokenizer``."""
     if pieces is None:
         pieces = round_pieces(tokenizer, prompt_ids, result.trace)
     text = Text()
@@ -426,8 +421,7 @@ COMPARISON_LAYOUTS = (((), False), ((), True), (SPLIT_COLUMNS, False), (SPLIT_CO
 def comparison_table(prompt_run: PromptRun, width: int | None = None) -> Table:
     """Speedup over target AR per strategy, split into tokens per target call and call cost, beside
     TTFT, decode tokens/s, the prediction, the phase split and identity. ``width``: the terminal's
-    columns; a table wider than that tries the narrower ``COMPARISON_LAYOUTS`` in turn.
-    """
+    columns; a table wider than that tries the narrower ``COMPARISON_LAYOUTS`` in turn."""
     rows = [comparison_cells(prompt_run, run) for run in prompt_run.runs]
     for dropped, stacked in COMPARISON_LAYOUTS:
         table = _comparison(prompt_run, rows, dropped, stacked)
@@ -495,8 +489,7 @@ def _comparison(prompt_run: PromptRun, rows: list[list[str]], dropped: tuple[str
 
 def busy_line(prompt_run: PromptRun) -> str | None:
     """One warning line when other processes took more than ``BUSY_CORES`` over the prompt or, failing
-    that, the busiest strategy's run; None on a quiet machine or where nothing was measured.
-    """
+    that, the busiest strategy's run; None on a quiet machine or where nothing was measured."""
     load = prompt_run.machine_load
     if not load:
         return None
@@ -630,8 +623,7 @@ def path_text(rollback: dict) -> str:
 
 def compile_text(result: GenerationResult, *, detail: bool = False) -> str | None:
     """``compile: graphs (drafter graphs)`` or ``compile: off (asked static; fell back)``; None for a
-    served target. ``detail`` (/stats) adds widths, captures, their seconds, recompiles and the reason.
-    """
+    served target. ``detail`` (/stats) adds widths, captures, their seconds, recompiles and the reason."""
     compiled = getattr(result, "compile", None)     # None in a trace written before the field
     if not compiled:
         return None

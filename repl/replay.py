@@ -1,6 +1,5 @@
 """``infer.py --replay FILE``: show a trace file the way the session showed it (panels, comparison,
-/stats, the inspector). Imports neither torch nor a tokenizer: a trace carries everything it needs.
-"""
+/stats, the inspector). Imports neither torch nor a tokenizer: a trace carries everything it needs."""
 
 from __future__ import annotations
 

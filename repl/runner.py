@@ -78,8 +78,7 @@ class Runner:
 
     def warm_up(self, compile: str = "off") -> None:
         """One short run per model and one speculative run, so the first timed strategy does not pay for
-        lazy initialisation, on the session's ``compile`` path; then :meth:`time_plain_step`.
-        """
+        lazy initialisation, on the session's ``compile`` path; then :meth:`time_plain_step`."""
         settings = Settings(length=4, gamma=2, chat=False, compile=compile)
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         for key in ("target", "drafter", "speculative"):
@@ -91,8 +90,7 @@ class Runner:
     def time_plain_step(self) -> float | None:
         """Seconds of one target forward over one new token (``engine.widths.plain_step_timing``): the
         plain step a prompt's predictions take when target AR does not run (docs/why.md); None for a
-        served target.
-        """
+        served target."""
         from engine.widths import fill_refusal, plain_step_timing
 
         if fill_refusal(self.pair.target) is not None:
@@ -191,8 +189,7 @@ class Runner:
 
 def strategy_for(key: str, settings: Settings) -> Strategy:
     """The engine strategy ``key`` under ``settings``: the model policy chooses among 0..max(/gamma, 16)
-    drafts; /uag, /hybrid and lookahead's W, N, G map to their options (``engine.strategy``).
-    """
+    drafts; /uag, /hybrid and lookahead's W, N, G map to their options (``engine.strategy``)."""
     policy = settings.gamma_policy
     shape = f"{settings.lookahead_window},{settings.lookahead_ngram},{settings.lookahead_guesses}"
     method = MethodName(key, gamma_cap(settings.gamma, policy), policy, settings.tree, verify=settings.verify,

@@ -25,8 +25,7 @@ PIECE_WINDOW = 8  # tokens of left context used to decode one token's text
 
 def token_pieces(tokenizer, context: list[int], tokens: list[int]) -> list[str]:
     """The text each of ``tokens`` adds after ``context`` (special tokens shown): the difference between
-    decoding a short window with and without it, so multi-byte characters and spaces stay whole.
-    """
+    decoding a short window with and without it, so multi-byte characters and spaces stay whole."""
     pieces, seq = [], list(context[-PIECE_WINDOW:])
     for token in tokens:
         before = tokenizer.decode(seq, skip_special_tokens=False)
@@ -38,8 +37,7 @@ def token_pieces(tokenizer, context: list[int], tokens: list[int]) -> list[str]:
 
 def round_pieces(tokenizer, prompt_ids: list[int], trace: list[Round]) -> list[dict]:
     """Per round, ``{"drafted": [...], "token": str | None}``: accepted drafts decoded after the text so
-    far, rejected ones and the target's token after the accepted drafts. Traces store these.
-    """
+    far, rejected ones and the target's token after the accepted drafts. Traces store these."""
     out, context = [], list(prompt_ids)
     for rnd in trace:
         accepted = list(rnd.drafted[: rnd.accepted])
@@ -63,8 +61,7 @@ def round_pieces(tokenizer, prompt_ids: list[int], trace: list[Round]) -> list[d
 class StrategyRun:
     """One strategy's outcome: a result and its decoded text, or an error line. ``pieces``:
     :func:`round_pieces`; ``other_load``: other processes' load while it ran (None: unknown);
-    ``report``: what it came to beside target AR, set by :meth:`PromptRun.finish`.
-    """
+    ``report``: what it came to beside target AR, set by :meth:`PromptRun.finish`."""
 
     key: str
     result: GenerationResult | None = None
@@ -96,8 +93,7 @@ class PromptRun:
     """Every strategy's run on one prompt, and the comparisons between them. ``settings``:
     ``Settings.to_dict``; ``token_text``: the text of token ids the inspector names (in a trace);
     ``target_dtype``: "" when unknown; ``machine_load``: ``utils.machine_load.load_record`` over the
-    prompt, None when not measured.
-    """
+    prompt, None when not measured."""
 
     prompt: str
     prompt_ids: list[int]
@@ -141,8 +137,7 @@ class PromptRun:
 
     def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
         """(identical to target AR, first differing token index) under greedy; (None, None) when the check
-        does not apply (sampling, no baseline, an incomplete run).
-        """
+        does not apply (sampling, no baseline, an incomplete run)."""
         base = self.baseline()
         if not self.greedy or base is None or not run.usable:
             return None, None
@@ -151,8 +146,7 @@ class PromptRun:
 
     def explained(self, run: StrategyRun, reference: Reference | None = None) -> Divergence | None:
         """Where and why ``run``'s greedy output first differs from target AR's (``analysis.divergence``,
-        against ``reference`` or as read back from a trace); None when identical or not compared.
-        """
+        against ``reference`` or as read back from a trace); None when identical or not compared."""
         if self.divergence(run)[0] is not False:
             return None
         base = self.baseline().result
@@ -166,8 +160,7 @@ class PromptRun:
 
     def plain_step(self) -> tuple[float | None, str | None]:
         """(seconds, source) of the plain target step the predictions are ratios to: target AR's decode step
-        on this prompt (``"target AR"``), else the step timed at load (``"load"``), else (None, None).
-        """
+        on this prompt (``"target AR"``), else the step timed at load (``"load"``), else (None, None)."""
         ar_step = self.ar_step_s()
         if ar_step is not None:
             return ar_step, "target AR"
@@ -186,8 +179,7 @@ class PromptRun:
 
     def finish(self, reference: Reference | None = None) -> None:
         """Compute each run's report once the prompt's runs have ended (``reference``: the target's
-        ``analysis.reference``; None for a trace, whose evidence is in the file).
-        """
+        ``analysis.reference``; None for a trace, whose evidence is in the file)."""
         facts = self.facts()
         for run in self.runs:
             explained = self.explained(run, reference)

@@ -319,8 +319,7 @@ def read_entry(prompt_session) -> str:
 def ctrl_c_interrupts() -> None:
     """Make Ctrl-C stop a generation even when the REPL was started with SIGINT ignored (a shell starts
     a background job so, and Python then installs no KeyboardInterrupt handler): at a terminal the
-    user's Ctrl-C is meant for the REPL.
-    """
+    user's Ctrl-C is meant for the REPL."""
     import signal
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

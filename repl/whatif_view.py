@@ -1,7 +1,6 @@
 """``/whatif batch`` and ``/whatif machine NAME``: the last prompt's drafting runs projected over batch
 size (``analysis.whatif``), a forward's price timed here by shape or read off a machine's roofline
-(``analysis.roofline``). Every figure says it is projected, and from what.
-"""
+(``analysis.roofline``). Every figure says it is projected, and from what."""
 
 from __future__ import annotations
 

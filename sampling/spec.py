@@ -74,8 +74,7 @@ class ProcessorSpec:
 def parse_processor_words(words: list[str]) -> tuple[ProcessorSpec, tuple[str, ...]]:
     """The processor grammar, ``NAME [ARGS]`` (``nucleus 0.7 0.9``) -> the spec and its notices, one
     meaning for ``/processor`` and both front ends' ``--processor``. Temperature 0 with a sampling
-    processor becomes greedy, with a notice; ``utils.options.OptionError`` (one line) otherwise.
-    """
+    processor becomes greedy, with a notice; ``utils.options.OptionError`` (one line) otherwise."""
     if not words:
         raise OptionError("missing processor name")
     name, rest = words[0].lower(), words[1:]

@@ -1,7 +1,6 @@
 """The decoding defaults the REPL and the benchmark share, in one place: ``repl.settings.Settings``,
 the benchmark's flags and ``bench.executor.RunSettings`` take them, so either front end without
-flags decodes alike. Torch-free.
-"""
+flags decodes alike. Torch-free."""
 
 from __future__ import annotations
 

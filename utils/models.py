@@ -50,8 +50,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 def set_offline(offline: bool) -> None:
     """With ``offline=True``, forbid the Hugging Face libraries the network (HF_HUB_OFFLINE,
     TRANSFORMERS_OFFLINE, and huggingface_hub's switch if it is imported); call it before transformers
-    is imported. ``offline=False`` changes nothing, so a user's offline environment is respected.
-    """
+    is imported. ``offline=False`` changes nothing, so a user's offline environment is respected."""
     if not offline:
         return
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -215,8 +214,7 @@ def load_model(
 @dataclass
 class ModelPair:
     """A target and a drafter, with what the decoding loops need to know; ``drafter_tokenizer`` is None
-    when the drafter shares the target's tokenizer.
-    """
+    when the drafter shares the target's tokenizer."""
 
     target: Any
     drafter: Any
@@ -333,8 +331,7 @@ def _kind(config) -> str:
 
 def _check_same_kind(target: str | None, drafter: str | None, *, cache_dir=None, progress=None) -> bool:
     """Refuse a pair that mixes an encoder-decoder and a decoder-only model, before any weights are
-    read; True when both are encoder-decoder.
-    """
+    read; True when both are encoder-decoder."""
     from utils.hf_load import is_encoder_decoder
 
     say = progress or no_progress

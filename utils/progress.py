@@ -41,7 +41,6 @@ def quiet_hf_warnings() -> Iterator[None]:
 @contextlib.contextmanager
 def loading_status(console, message: str = "Loading models…") -> Iterator[Progress]:
     """Show a rich spinner on ``console`` while models load; yields the ``progress`` callback for
-    ``engine.load_pair``.
-    """
+    ``engine.load_pair``."""
     with console.status(message, spinner="dots") as status:
         yield lambda text: status.update(text)

@@ -57,8 +57,7 @@ def tokenizer_difference(target_tok, drafter_tok) -> str | None:
 def check_compatible(target_tok, drafter_tok, target_model, drafter_model) -> int:
     """Check that target and drafter share a tokenizer (same ids, same bos/eos/unk); return the
     vocabulary length to compare logits over: the shared tokenizer's, capped by the narrower model
-    (embeddings may be padded differently). A real mismatch raises ``ModelLoadError`` naming both sizes.
-    """
+    (embeddings may be padded differently). A real mismatch raises ``ModelLoadError`` naming both sizes."""
     t_len, d_len = len(target_tok), len(drafter_tok)
     t_width, d_width = logits_width(target_model), logits_width(drafter_model)
     detail = tokenizer_difference(target_tok, drafter_tok)
@@ -72,8 +71,7 @@ def check_compatible(target_tok, drafter_tok, target_model, drafter_model) -> in
 
 def pair_vocabulary(target_tok, drafter_tok, target_model, drafter_model) -> tuple[int, str | None]:
     """The vocabulary length the target's distributions cover, and how the tokenizers differ in words
-    (None when they are one; with two, the drafter drafts through text, ``cross_tokenizer``).
-    """
+    (None when they are one; with two, the drafter drafts through text, ``cross_tokenizer``)."""
     detail = tokenizer_difference(target_tok, drafter_tok)
     if detail is None:
         return check_compatible(target_tok, drafter_tok, target_model, drafter_model), None
@@ -136,8 +134,7 @@ def chat_template_end_ids(tokenizer) -> list[int]:
 
 def end_token_ids(tokenizer, model) -> list[int]:
     """Sorted unique ids that end generation: the tokenizer's eos, the generation config's (else the
-    model config's) and the chat template's end-of-turn tokens present in the vocabulary.
-    """
+    model config's) and the chat template's end-of-turn tokens present in the vocabulary."""
     ids = _as_ids(tokenizer.eos_token_id)
     generation = getattr(model, "generation_config", None)
     generation_eos = getattr(generation, "eos_token_id", None) if generation is not None else None
@@ -167,8 +164,7 @@ def has_chat_template(tokenizer) -> bool:
 
 def _flat_ids(encoded) -> list[int]:
     """Token ids of one sequence from ``apply_chat_template(tokenize=True)``: a list in transformers
-    4.x, a BatchEncoding in 5.x, whose ``input_ids`` may hold one list per conversation.
-    """
+    4.x, a BatchEncoding in 5.x, whose ``input_ids`` may hold one list per conversation."""
     if hasattr(encoded, "keys"):
         encoded = encoded["input_ids"]
     if hasattr(encoded, "tolist"):
@@ -182,8 +178,7 @@ def _flat_ids(encoded) -> list[int]:
 def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
     """Prompt token ids: one user turn through the chat template (with the assistant header) when
     ``chat`` is on and there is a template, else the plain text. Every front end and peer encodes
-    here, so every strategy gets the same ids.
-    """
+    here, so every strategy gets the same ids."""
     if chat and has_chat_template(tokenizer):
         return template_ids(tokenizer, [{"role": "user", "content": text}])
     return [int(i) for i in tokenizer(text).input_ids]

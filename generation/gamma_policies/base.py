@@ -12,8 +12,7 @@ DRAFTER_KINDS = ("model", "ngram")
 class GammaPolicy(Protocol):
     """How many drafts each round asks for: ``begin(drafter_kind)`` once per generation ("model" or
     "ngram"), ``next_gamma()`` before each round (capped by the budget), ``observe(round)`` after it. A
-    model drafter stops early below ``threshold`` (None: never); ``name`` is what results record.
-    """
+    model drafter stops early below ``threshold`` (None: never); ``name`` is what results record."""
 
     name: str
     threshold: float | None

@@ -84,8 +84,7 @@ class Costs:
 
     def verify_table(self, max_gamma: int) -> list[float]:
         """Verify seconds of a round of k drafts, k = 0..max_gamma, priced at the width such rounds fed
-        (k + 1, or the whole tree).
-        """
+        (k + 1, or the whole tree)."""
         if self._table is None:
             costs = self.model()
             self._table = [costs.verify(self.width(k)) for k in range(max_gamma + 1)]

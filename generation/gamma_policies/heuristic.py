@@ -9,8 +9,7 @@ from generation.result import Round
 class HeuristicPolicy:
     """transformers' heuristic schedule: +2 after a fully accepted round, else -1 (min 1), restarting at
     ``gamma`` every generation (``heuristic_transient``), without an upper bound. A round with no
-    drafts says nothing about acceptance and leaves the value as it was.
-    """
+    drafts says nothing about acceptance and leaves the value as it was."""
 
     name = "heuristic"
     threshold = None

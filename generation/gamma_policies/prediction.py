@@ -10,8 +10,7 @@ from generation.gamma_policies.costs import Costs
 def predicted(acceptance: Acceptance, costs: Costs, max_gamma: int) -> list[float]:
     """Predicted tokens per second for gamma = 0..max_gamma ([] before any cost is known): E(gamma) per
     round (Leviathan et al. 2023, sec. 3, a rate per position) over its expected cost
-    (``analysis.speedup.throughput_by_gamma``).
-    """
+    (``analysis.speedup.throughput_by_gamma``)."""
     if not costs.verify_s:
         return []
     return throughput_by_gamma(acceptance.rates(), acceptance.propose_rates(),

@@ -1,6 +1,5 @@
 """Building a cross-tokenizer drafter for a loaded pair, and drafter AR's inputs on the drafter's own
-ids (:func:`drafter_inputs`); what is worth building once per pair the engine keeps and hands in.
-"""
+ids (:func:`drafter_inputs`); what is worth building once per pair the engine keeps and hands in."""
 
 from __future__ import annotations
 

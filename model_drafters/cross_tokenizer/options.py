@@ -9,7 +9,6 @@ from dataclasses import dataclass
 class CrossTokenizerOptions:
     """How a drafter model with a tokenizer of its own drafts: ``method`` ``slem`` (through text, any
     processor) or ``tli`` (over the shared vocabulary). The ``model`` drafter takes them too and ignores
-    them when the pair shares one tokenizer.
-    """
+    them when the pair shares one tokenizer."""
 
     method: str = "slem"

@@ -78,8 +78,7 @@ class MtpDrafter(TargetHiddenStates):
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
         """A dynamic tree from the MTP logits, grown as ``generation.tree_draft`` grows a drafter model's; a
         node at level L is expanded by depth L over the slots that read its path, its cache cropped back
-        after it.
-        """
+        after it."""
         n = ids.shape[1]
         self._logits, self._round = [], None
         if n < 2 or depth < 1 or nodes < 1:
@@ -138,8 +137,7 @@ class MtpDrafter(TargetHiddenStates):
     def _advance(self, d: int, seq: torch.Tensor, n: int, end: int | None = None) -> torch.Tensor | None:
         """Run depth d over its slots [its length, end) (end: n-1); its outputs there (1, m, H), or None.
         Slot j reads token seq[j + d + 1] at position j + d + 1 and the target's h_j (depth 0) or depth
-        d-1's output at slot j.
-        """
+        d-1's output at slot j."""
         end = n - 1 if end is None else end
         if d == len(self.depths):
             self.depths.append(_Depth(self.mtp, min(d, self.num_layers - 1)))
@@ -168,8 +166,7 @@ class MtpDrafter(TargetHiddenStates):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Depth L = len(path) over slots n-1-L..n-2 (the path's tokens at positions n..n+L-1, depth L-1's
         outputs there, ``parent`` (1, L-1, H)): its outputs (1, L, H) and the last one's logits (1, V);
-        the depth's cache is left with its committed slots.
-        """
+        the depth's cache is left with its committed slots."""
         L = len(path)
         self._advance(L, seq, n, end=n - 1 - L)                             # its committed slots
         depth = self.depths[L]
