@@ -175,7 +175,8 @@ class RecyclingStorage:
     def fill(self, context: Sequence[int], candidates: Sequence[int]) -> None:
         """The target's ranked top-k after ``context``: the new row of its last token."""
         if len(context):
-            self.rows[check_token(self.vocab_size, context[-1])] = [check_token(self.vocab_size, t) for t in candidates[:self.width]]
+            row = [check_token(self.vocab_size, t) for t in candidates[:self.width]]
+            self.rows[check_token(self.vocab_size, context[-1])] = row
 
     def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
         row = self.rows.get(context[-1]) if len(context) else None
