@@ -36,15 +36,6 @@ def guesses(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int
     return tuple(rows_along(model, prompt, output, vocab_size).argmax(dim=-1).tolist())
 
 
-def run_lengths(guess: Sequence[int], output: Sequence[int]) -> list[int]:
-    """Per output position t, how many consecutive positions from t the guesses equal the output:
-    the drafts a round starting at t accepts with γ at least that."""
-    runs = [0] * (len(output) + 1)
-    for t in range(len(output) - 1, -1, -1):
-        runs[t] = runs[t + 1] + 1 if guess[t] == output[t] else 0
-    return runs[:len(output)]
-
-
 def teachable(pair) -> str | None:
     """None when the pair's drafter model can be teacher-forced exactly (a plain drafter model whose
     cached forward the probe found exact and whose cache is cropped), else why not (one line)."""

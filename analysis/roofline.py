@@ -13,7 +13,7 @@ Plain numbers, no torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,6 @@ class ModelShape:
     def flops(self, batch: int, width: int, context: int) -> float:
         tokens = batch * width
         return tokens * (2.0 * self.parameters + 4.0 * self.layers * self.hidden * (context + width))
-
-    def as_dtype(self, dtype: str, weight_bytes: float) -> ModelShape:
-        """The same model with its weights (and arithmetic) in another dtype: a self-drafter's copy."""
-        return replace(self, dtype=dtype, weight_bytes=weight_bytes)
 
 
 @dataclass(frozen=True)
