@@ -18,8 +18,7 @@ def named_strategy(method: MethodName, *, ngram: NGramOptions = NGramOptions(), 
                    fresh: bool = True, key: str | None = None, **fields) -> Strategy:
     """The strategy ``method`` names, keyed ``key`` (default: its name). ``ngram``, ``cross`` and
     ``arctic``: the storage's, the drafter model's and the ``arctic_suffix`` peer's options; lookahead's
-    pool is emptied when ``fresh``; ``fields``: other ``Strategy`` fields, less :data:`SHAPED`.
-    """
+    pool is emptied when ``fresh``; ``fields``: other ``Strategy`` fields, less :data:`SHAPED`."""
     if method.strategy not in NAMED:
         raise ValueError(f"unknown strategy {method.strategy!r}")
     key = method.name if key is None else key
