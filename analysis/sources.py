@@ -95,11 +95,9 @@ def _match_bucket(match: int) -> str:
 
 
 def by_match_length(rounds: Iterable[Any]) -> dict[str, dict]:
-    """{match-length bucket (:data:`MATCH_BUCKETS`): counts} over the rounds that drafted
-    copied tokens after a match (a hybrid's model rounds and rounds without a draft left
-    out), buckets in order: ``rounds``, ``drafted`` / ``accepted`` tokens, ``acceptance``
-    (accepted over drafted) and ``first_taken`` (the share of rounds whose first draft was
-    accepted)."""
+    """{match-length bucket (:data:`MATCH_BUCKETS`): ``rounds``, ``drafted`` / ``accepted``, ``acceptance``
+    and ``first_taken``} over the rounds that drafted copied tokens after a match, buckets in order.
+    """
     raw: dict[str, list[int]] = {}
     for rnd in rounds:
         note = match_note(rnd)

@@ -90,10 +90,8 @@ def parse_lookaheads(text: str) -> list[tuple[int, int, int]]:
 
 
 def parse_policies(text: str) -> list[tuple[str, int]]:
-    """``"heuristic@4,confidence 0.4@20,model@16"`` -> [(policy name, gamma)]; ``none`` -> [].
-
-    Without ``@G`` a policy takes its default gamma (heuristic 4, confidence 20,
-    model 16). ValueError with a one-line message for a bad item.
+    """``"heuristic@4,confidence 0.4@20,model@16"`` -> [(policy name, gamma)], ``none`` -> []; without
+    ``@G`` a policy's default gamma. ValueError with a one-line message for a bad item.
     """
     if text.strip().lower() == "none":
         return []
@@ -136,11 +134,8 @@ _compile_path = _argument_type(lambda text: compile_path(text.strip()), OptionEr
 
 
 def parse_self_drafters(text: str) -> list[str]:
-    """``"self:bf16,self:skip=3,5,self:int8"`` -> their labels, in order, once each.
-
-    A comma separates specs, except inside a ``self:skip=`` layer list (an item
-    that is no drafter spec continues the one before; ``engine.kinds.variant_labels``).
-    ValueError with a one-line message for a bad spec.
+    """``"self:bf16,self:skip=3,5,self:int8"`` -> their labels, in order, once each (a comma inside a
+    ``self:skip=`` layer list continues it; ``engine.kinds.variant_labels``). ValueError for a bad spec.
     """
     return variant_labels(_name_list(text))
 

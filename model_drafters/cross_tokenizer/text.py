@@ -31,11 +31,8 @@ def joins(char: str) -> bool:
 
 
 def cut_word_tail(text: str) -> str:
-    """``text`` without its trailing run of word characters (and the spaces before it).
-
-    A draft that ends in letters may end inside a word (the drafter's next token
-    could continue it), and a partial word tokenises differently from the whole
-    one. When the whole text is one word, it is kept.
+    """``text`` without its trailing run of word characters (and the spaces before it), unless the whole
+    text is one word: a partial word tokenises differently from the whole one.
     """
     end = len(text)
     while end > 0 and joins(text[end - 1]):
