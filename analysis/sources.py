@@ -96,8 +96,7 @@ def _match_bucket(match: int) -> str:
 
 def by_match_length(rounds: Iterable[Any]) -> dict[str, dict]:
     """{match-length bucket (:data:`MATCH_BUCKETS`): ``rounds``, ``drafted`` / ``accepted``, ``acceptance``
-    and ``first_taken``} over the rounds that drafted copied tokens after a match, buckets in order.
-    """
+    and ``first_taken``} over the rounds that drafted copied tokens after a match, buckets in order."""
     raw: dict[str, list[int]] = {}
     for rnd in rounds:
         note = match_note(rnd)

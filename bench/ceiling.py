@@ -46,8 +46,7 @@ def copy_ceilings(records: Sequence[RunRecord], sessions: Sequence[Session], len
                   follow_up: FollowUp | None = None) -> dict[int, dict]:
     """Per γ of a copying variant: ``prompts`` counted and the ceiling's tokens per target call after a
     1- and a 2-token match (``after_1``, ``after_2``), per turn too under ``by_turn``; prompts over
-    ``analysis.ceiling.MAX_TOKENS`` left out. Empty without target AR's outputs or a copying variant.
-    """
+    ``analysis.ceiling.MAX_TOKENS`` left out. Empty without target AR's outputs or a copying variant."""
     gammas = sorted({r.gamma for r in records if r.gamma and r.strategy in COPYING})
     steps = [(turn, ids, output) for turn, ids, output in target_prompts(records, sessions, follow_up)
              if len(ids) + len(output) <= MAX_TOKENS]

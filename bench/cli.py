@@ -91,8 +91,7 @@ def parse_lookaheads(text: str) -> list[tuple[int, int, int]]:
 
 def parse_policies(text: str) -> list[tuple[str, int]]:
     """``"heuristic@4,confidence 0.4@20,model@16"`` -> [(policy name, gamma)], ``none`` -> []; without
-    ``@G`` a policy's default gamma. ValueError with a one-line message for a bad item.
-    """
+    ``@G`` a policy's default gamma. ValueError with a one-line message for a bad item."""
     if text.strip().lower() == "none":
         return []
     out = []
@@ -135,8 +134,7 @@ _compile_path = _argument_type(lambda text: compile_path(text.strip()), OptionEr
 
 def parse_self_drafters(text: str) -> list[str]:
     """``"self:bf16,self:skip=3,5,self:int8"`` -> their labels, in order, once each (a comma inside a
-    ``self:skip=`` layer list continues it; ``engine.kinds.variant_labels``). ValueError for a bad spec.
-    """
+    ``self:skip=`` layer list continues it; ``engine.kinds.variant_labels``). ValueError for a bad spec."""
     return variant_labels(_name_list(text))
 
 

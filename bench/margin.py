@@ -48,8 +48,7 @@ def t_within(t: float, df: int) -> float:
 @functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
     """The p-quantile of Student's t with ``df`` degrees of freedom (0.5 < p < 1): :func:`t_within`
-    inverted by bisection up to 300 (exact to 1e-9), beyond it the Cornish-Fisher expansion in 1/df.
-    """
+    inverted by bisection up to 300 (exact to 1e-9), beyond it the Cornish-Fisher expansion in 1/df."""
     if not 0.5 < p < 1 or df < 1:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
     if df <= _EXPANSION_DF:

@@ -32,8 +32,7 @@ def joins(char: str) -> bool:
 
 def cut_word_tail(text: str) -> str:
     """``text`` without its trailing run of word characters (and the spaces before it), unless the whole
-    text is one word: a partial word tokenises differently from the whole one.
-    """
+    text is one word: a partial word tokenises differently from the whole one."""
     end = len(text)
     while end > 0 and joins(text[end - 1]):
         end -= 1

@@ -23,8 +23,7 @@ _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 @lru_cache(maxsize=1)
 def byte_level_alphabet() -> dict[str, int]:
     """Byte-level BPE's printable stand-in character for each byte, inverted (char -> byte): printable
-    Latin-1 bytes stand for themselves, the others are shifted to code points from 256 up.
-    """
+    Latin-1 bytes stand for themselves, the others are shifted to code points from 256 up."""
     kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars, shift = {}, 0
     for b in range(256):
@@ -80,8 +79,7 @@ def token_surfaces(tokenizer, size: int) -> list[bytes | None]:
 @dataclass(frozen=True)
 class VocabMap:
     """Shared tokens: ``drafter_ids[i]`` and ``target_ids[i]`` (S,) are the same token, sorted by drafter id;
-    ``drafter_size`` / ``target_size``: the widths of the distributions they index.
-    """
+    ``drafter_size`` / ``target_size``: the widths of the distributions they index."""
 
     drafter_ids: torch.Tensor
     target_ids: torch.Tensor
