@@ -1,16 +1,9 @@
 """``advise``: which way of drafting this pair should use on this machine for these prompts, and why.
 
-Greedy only: under greedy decoding the output does not depend on the drafter, so target AR's
-output replays every chain drafter's rounds (exactly on a float32 target, up to rounding on a
-bfloat16 or float16 one: ``advisor.replay``). The steps: target AR
-on each prompt, once, warm (its output and the rows that decided it are the record the replay
-reads; its tokens/s is the denominator of every measured speedup, its decode step anchors the
-predictions and its time to first token is part of every end-to-end prediction); the cost
-table (measured once, or given); the replay of the grid; the ranking (``advisor.rank``); and the
-top few confirmed by running them for real through ``engine.run_strategy`` with the same seed.
-Every run of an advice takes one compile path, :data:`RANKED_COMPILE` (the replay and the cost
-table are eager forwards on the dynamic cache as well); the report names it, and says so where
-the session's own path differs.
+Greedy only: target AR's output replays every chain drafter's rounds (``advisor.replay``). The
+steps: target AR on each prompt, once, warm (the record, and the denominator of every speedup); the
+cost table; the replay of the grid; the ranking (``advisor.rank``); and the top few confirmed for
+real through ``engine.run_strategy``. Every run takes one compile path, :data:`RANKED_COMPILE`.
 """
 
 from __future__ import annotations
@@ -101,10 +94,8 @@ class Timing:
 
 @dataclass
 class Baseline:
-    """Target AR over the prompts: per prompt its output, tokens, seconds and time to first token
-    from the pass the replay reads (what an end-to-end prediction adds to its decode); ``first``
-    that pass's timing (the predictions' anchor) and ``timing`` every pass's (the measured
-    speedups' denominator: a pass before each repeat of the confirming runs)."""
+    """Target AR over the prompts: per prompt its output, tokens, seconds and time to first token from
+    the pass the replay reads; ``first`` that pass's timing and ``timing`` every pass's."""
 
     outputs: list[list[int]] = field(default_factory=list)
     runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
@@ -155,9 +146,8 @@ def _target(length: int, seed: int):
 
 
 def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int = SEED) -> tuple[Baseline, list]:
-    """Target AR, greedy, on every prompt, through ``engine.run_strategy``, after a short untimed
-    run (the first forwards warm): the baseline, and each run as the record the replay reads
-    (``advisor.recorded.recorded_from``: its tokens and the rows that decided them)."""
+    """Target AR, greedy, on every prompt after a short untimed run: the baseline, and each run as the
+    record the replay reads (``advisor.recorded.recorded_from``)."""
     from advisor.recorded import recorded_from, refuse_served
     from engine import run_strategy
 
@@ -207,9 +197,8 @@ class Confirming:
 
 def confirm_one(confirming: Confirming, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
                 warm: bool = True) -> None:
-    """Run the method of ``confirming.advice`` for real on every prompt (after a short untimed run
-    when ``warm``: its first forwards), its timing and identity added to ``confirming``; a run
-    that fails is kept as the error, not raised (the rest of the advice stands)."""
+    """Run ``confirming.advice``'s method for real on every prompt (after an untimed run when ``warm``);
+    a failure is kept as the error, not raised."""
     from engine import run_strategy
 
     if confirming.error:
@@ -228,10 +217,8 @@ def confirm_one(confirming: Confirming, pair, prompts, length: int, state, basel
 
 def confirm_top(top: list[Advice], pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
             repeats: int = CONFIRM_REPEATS, say: Callable[[str], None] = lambda line: None) -> None:
-    """The ``top`` methods run for real ``repeats`` times over the prompts, each repeat after a
-    pass of target AR (the first is the one the replay read), so that a drift of the machine's
-    speed over the advice falls on both sides of every measured speedup; the speedups are pooled
-    over the repeats (``Confirming.finish``)."""
+    """The ``top`` methods run for real ``repeats`` times, each repeat after a pass of target AR, so that
+    drift falls on both sides of every measured speedup; pooled by ``Confirming.finish``."""
     confirming = [Confirming(a) for a in top]
     for repeat in range(max(1, repeats) if top else 0):
         if repeat > 0:
@@ -273,10 +260,8 @@ def context_of(prompts: list[list[int]], length: int) -> int:
 
 def needed_costs(pair, entries, costs: CostTable | None, state, context: int | None = None,
                  anchor_s: float | None = None) -> CostTable:
-    """``costs`` when given from a file (never remeasured: it says where it was measured) or when it
-    has every width the entries need, timed on a cache within a quarter of ``context`` tokens; else
-    a table measured here (keeping ``costs``' widths where its cache was near, else on ``context``;
-    ``anchor_s``: target AR's decode step, which the replay's timed drafter steps are read against)."""
+    """``costs`` when read from a file or when it has every width needed on a cache within a quarter of
+    ``context``; else a table measured here (``anchor_s``: target AR's decode step)."""
     target, drafters, methods, timed = _needs(entries)
     if costs is not None and costs.source:
         return costs
@@ -294,10 +279,8 @@ def _source(method) -> tuple[str, str]:
 
 
 def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tuple[list, list[tuple[str, str]]]:
-    """Every method replayed (``advisor.replay.replay_grid``), one source at a time (the methods of
-    one drafter and its options: they share its build and its guesses), so that a source whose
-    replay fails is left out with its reason and the others are still advised on. ``state``: the
-    session's ``EngineState``, whose built drafters the replay shares with the confirming runs."""
+    """Every method replayed (``advisor.replay.replay_grid``), one source at a time, so a source whose
+    replay fails is left out with its reason. ``state``: shared with the confirming runs."""
     from advisor.replay import replay_grid
     from advisor.stored import Stores
 
@@ -319,14 +302,10 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tup
 def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
            grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None,
            processor=None, session_compile: str | None = None) -> AdviceReport:
-    """The advice for ``pair`` on ``prompts`` (token ids), ``length`` new tokens each (module
-    docstring). ``costs``: a table to price with (from a file, or measured before: only the widths
-    it lacks are measured); ``confirm``: how many of the best to run for real; ``grid``: the methods
-    (default ``advisor.replay.default_grid(pair)``); ``state``: the ``EngineState`` the runs share;
-    ``say``: progress lines; ``processor``: the session's: when it samples, the drafter model's
-    chains are also estimated under it (``advisor.sampling``: each advice's ``sampling``);
-    ``session_compile``: the session's compile path, named in a note where it is not
-    :data:`RANKED_COMPILE`."""
+    """The advice for ``pair`` on ``prompts``, ``length`` new tokens each. ``costs``: a table to price
+    with (only missing widths are measured); ``confirm``: how many to run for real; ``grid``: default
+    ``advisor.replay.default_grid(pair)``; ``processor``: when it samples, chains are also estimated
+    under it (``advisor.sampling``); ``session_compile``: named where it is not :data:`RANKED_COMPILE`."""
     from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 

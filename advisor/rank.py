@@ -1,13 +1,10 @@
 """Rank replayed drafting methods by their predicted speedup, each with its why in numbers.
 
-Each :class:`advisor.replay.ReplayEntry` holds a method's replayed rounds: target calls, tokens,
-rounds by verify width (the prefill rounds left out) and the drafter's forwards by width. They
-are priced by the speedup model (``analysis.speedup``: a :class:`RoundMix` of the rounds' widths,
-a :class:`CostModel` from the :class:`advisor.costs.CostTable`), so a prediction here and the
-REPL's ``/stats`` rest on the same formula. The table's forward costs are read as ratios to its
-own one-token step and anchored on target AR's measured decode step (``ar_step_s``): the table
-may come from a bare forward on a fixed cache, or from another machine, and the ratios carry
-over where the seconds do not (docs/advisor.md).
+A method's replayed rounds (:class:`advisor.replay.ReplayEntry`) are priced by the speedup model
+(``analysis.speedup``), so a prediction here and ``/stats`` rest on the same formula. The cost
+table's forwards are read as ratios to its own one-token step and anchored on target AR's measured
+decode step: the ratios carry over from a bare forward or another machine where seconds do not
+(docs/advisor.md).
 """
 
 from __future__ import annotations
@@ -33,13 +30,10 @@ EXACTNESS = (EXACT, ROUNDING, ESTIMATED)
 
 @dataclass
 class Advice:
-    """One ranked method: the prediction, the measured speedup once a real run confirmed it
-    (None until then), and why. ``predicted_speedup``: end to end over target AR (each prompt's
-    time to first token included, as the measured speedup is) where the baseline's runs were
-    given, else the steady state; ``predicted_decode_speedup``: the steady state, which the
-    decode part of a run (after its first round) is compared with. ``exactness`` (one of
-    :data:`EXACTNESS`): how far the replay's counts are a real greedy run's; ``note`` says why
-    where it is not ``exact``. ``entry``: the replay it came from."""
+    """One ranked method: the prediction, the measured speedup once a real run confirmed it, and why.
+    ``predicted_speedup``: end to end (time to first token included) where target AR's runs were given,
+    else the steady state; ``predicted_decode_speedup``: the steady state. ``exactness``
+    (:data:`EXACTNESS`) and ``note``: how far the replay's counts are a real run's. ``entry``: the replay."""
 
     method: str
     gamma: int
@@ -137,9 +131,8 @@ def _anchor(costs: CostTable, ar_step_s: float | None) -> tuple[float, float]:
 
 
 def steady_steps(entry, widest: int) -> dict[int, int]:
-    """The drafter's forwards by width outside each prompt's first round, which holds the prefill
-    and is not priced, as the target's is not: the entry's ``prefill_steps`` taken out where the
-    replay counted them, else every step wider than the widest verify + 1 (it fed a prompt)."""
+    """The drafter's forwards by width outside each prompt's first round (the prefill, not priced):
+    ``prefill_steps`` taken out, else every step wider than the widest verify + 1."""
     prefill = getattr(entry, "prefill_steps", None)
     if prefill is None:
         return {w: n for w, n in entry.draft_steps.items() if w <= widest + 1}
@@ -192,10 +185,8 @@ def _ceiling(entry, recorded, max_gen_len: int, verify_s, costs, step, host_s, e
 
 def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),
           max_gen_len: int = 0, runs: Sequence | None = None) -> Advice:
-    """One entry's prediction and why (module docstring). ``recorded`` and ``max_gen_len``: the
-    outputs the entry was replayed over, for the copy ceiling of a copier (else no ceiling).
-    ``runs``: target AR's run on each of those prompts, (tokens, seconds, time to first token),
-    for the end-to-end prediction (:func:`end_to_end`); None: the steady state alone."""
+    """One entry's prediction and why. ``recorded`` / ``max_gen_len``: for a copier's copy ceiling.
+    ``runs``: target AR's (tokens, seconds, time to first token) per prompt for :func:`end_to_end`."""
     method, replayed = entry.method, entry.replayed
     step, scale = _anchor(costs, ar_step_s)
     estimated: list[str] = []
@@ -234,9 +225,8 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
 
 def price_chain(gamma: int, tokens_per_round: float, costs: CostTable, ar_step_s: float | None = None,
                 key: str = "model") -> float:
-    """The steady-state speedup of chains of ``gamma`` drafts of drafter ``key`` that make
-    ``tokens_per_round`` each: ``gamma`` steps and a verify of ``gamma`` + 1, as :func:`price`
-    prices a replayed round (an estimate's, ``advisor.sampling``)."""
+    """The steady-state speedup of chains of ``gamma`` drafts of drafter ``key`` making
+    ``tokens_per_round`` each, priced as :func:`price` prices a replayed round."""
     step, scale = _anchor(costs, ar_step_s)
     verify_s = _verify_costs(costs, [gamma + 1], step, [])
     draft_s = gamma * costs.draft(key, 1)[0] * scale
@@ -246,17 +236,13 @@ def price_chain(gamma: int, tokens_per_round: float, costs: CostTable, ar_step_s
 
 def end_to_end(entry, runs: Sequence, mix: RoundMix, model: CostModel, costs: CostTable, step: float,
                scale: float, c: float | None) -> float | None:
-    """Target AR's seconds over the method's predicted seconds, summed over the prompts: what a
-    run's tokens/s over target AR's measures (the outputs are the same tokens under greedy).
+    """Target AR's seconds over the method's predicted seconds, summed over the prompts.
 
-    Per prompt, as ``analysis.speedup.mix_run_speedup`` splits a run: its first round costs
-    target AR's time to first token (the target's prefill) plus what the method adds to it (the
-    verify of its first drafts where that is a forward apart from the prefill, the drafter's
-    forwards in it, one round's host work), and every later token the rounds' mean cost per token,
-    scaled by that prompt's decode step over the mean one (a longer prompt steps slower). A drafter
-    forward wider than the table's (a drafter model's own prefill of the prompt) is priced as ``c``
-    times target AR's time to first token. None where a prompt's time to first token or first
-    round is unknown."""
+    Per prompt, as ``analysis.speedup.mix_run_speedup`` splits a run: the first round costs target AR's
+    time to first token plus what the method adds to it, every later token the rounds' mean cost,
+    scaled by that prompt's decode step over the mean one. A drafter forward wider than the table's
+    (its own prefill) costs ``c`` times the time to first token. None where a prompt's is unknown.
+    """
     firsts = list(getattr(entry, "firsts", None) or [])
     if len(firsts) != len(runs) or step <= 0:
         return None

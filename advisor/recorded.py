@@ -1,24 +1,12 @@
 """Replay model-free drafters over a recorded greedy output, without the target.
 
-Under greedy decoding every lossless strategy produces target AR's tokens, whatever
-drafts it. So a model-free drafter's rounds on a prompt can be replayed from target
-AR's output alone: each round it proposes up to k tokens from the sequence so far,
-the target would keep the longest prefix that matches the output and add the next
-output token, and the drafter learns the tokens appended (and, for the storages
-that recycle the target's predictions, its recorded top-k at their positions). A
-round's cost is the target forward at its width (drafts + 1), read from a table of
-forward costs measured on the machine (``generation.timing.time_target``, as the
-self-drafter calibration measures them). What comes out is the run's target calls,
-acceptance and a predicted speedup over target AR from forward costs alone (no host
-work), in seconds for any number of drafters and γ, where running each costs
-minutes. :func:`replay` runs the engine's own drafters (``engine.Drafter``) through
-``engine.run_strategy`` with the target answered from the record, so what is replayed
-is what runs (``tests/test_replay.py`` holds the replay to the engine's counts).
-
-:class:`PromptLookup` wraps transformers' own prompt lookup candidate generator the
-same way, and :func:`oracle` cuts every draft to what the target
-would accept: an upper bound for any rule that picks draft lengths. :func:`copy_ceiling`
-bounds the drafters that copy a continuation from the text (``analysis.ceiling``).
+Under greedy decoding every lossless strategy produces target AR's tokens, so a model-free
+drafter's rounds can be replayed from that output alone and priced from forward costs measured on
+the machine (``generation.timing.time_target``): seconds for any number of drafters and γ, where
+running each costs minutes. :func:`replay` runs the engine's own drafters through
+``engine.run_strategy`` with the target answered from the record (``tests/test_replay.py`` holds it
+to the engine's counts); :class:`PromptLookup` wraps transformers' prompt lookup; :func:`oracle`
+cuts every draft to what the target would accept; :func:`copy_ceiling` bounds the copying drafters.
 """
 
 from __future__ import annotations
@@ -54,9 +42,8 @@ class Recorded:
 
 @dataclass
 class Replayed:
-    """What a drafter's replay over some prompts came to: target calls (rounds, prefill
-    included), drafted and accepted tokens as the engine counts them, tokens made, and
-    rounds by verify width (drafts + 1) with the prefill rounds left out."""
+    """What a drafter's replay came to: target calls (prefill included), drafted and accepted tokens as
+    the engine counts them, tokens made, and rounds by verify width (prefill rounds left out)."""
 
     calls: int = 0
     drafted: int = 0
@@ -118,10 +105,8 @@ class _Cut(Drafter):
 
 def replay(pair, make_drafter: Callable[[], Drafter], recorded: Sequence[Recorded], gamma: int, max_gen_len: int,
            *, cut: Callable[[list[int], Sequence[int], int], list[int]] | None = None) -> Replayed:
-    """Replay a fresh ``make_drafter()`` per prompt over ``recorded``: ``engine.run_strategy`` with a
-    constant γ and a length budget of ``max_gen_len``, its target answered from the record
-    (``advisor.stored.RecordedTarget``). ``cut(draft, output, at)``, when given, shortens each
-    draft before it is judged (:func:`oracle`)."""
+    """Replay a fresh ``make_drafter()`` per prompt over ``recorded`` through ``engine.run_strategy``,
+    the target answered from the record; ``cut(draft, output, at)`` shortens each draft first."""
     from advisor.stored import recorded_target
     from engine.run import loop_vocab_size, run_strategy
     from engine.strategy import Strategy
@@ -149,10 +134,8 @@ def oracle(draft: list[int], output: Sequence[int], at: int) -> list[int]:
 
 def copy_ceiling(recorded: Sequence[Recorded], gamma: int, max_gen_len: int, cost: Callable[[int], float],
                  *, match: int = 1) -> Replayed:
-    """The copy ceiling (``analysis.ceiling``) of every recorded output, summed as a replay's
-    counts: the least forward time, priced by ``cost`` per verify width, that any drafter copying
-    a continuation of an earlier occurrence of the last ``match`` tokens could spend. A bound
-    with hindsight, not a method; the n-gram tables are not bounded by it."""
+    """The copy ceiling (``analysis.ceiling``) of every recorded output, summed as a replay's counts,
+    priced by ``cost`` per verify width."""
     out = Replayed()
     for record in recorded:
         ceiling = analysis.ceiling.copy_ceiling(record.prompt, record.output, gamma, max_gen_len, cost, match=match)
@@ -184,9 +167,8 @@ class PromptLookup(Drafter):
 
 
 def record(pair, prompts: list[list[int]], length: int, *, top_k: int = TOP_K) -> list[Recorded]:
-    """Target AR's greedy output on each prompt (``engine.run_strategy``, ``length`` new tokens at
-    most), with the target's top-k at each output position (:func:`recorded_from`).
-    ``ValueError`` (one line) for a served target, whose rows are on its server."""
+    """Target AR's greedy output on each prompt with the target's top-k at each position
+    (:func:`recorded_from`); ``ValueError`` for a served target."""
     from engine import Strategy, run_strategy
     from sampling import GreedyProcessor
 
@@ -206,9 +188,8 @@ def refuse_served(pair) -> None:
 
 
 def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Recorded:
-    """``result`` (a greedy target AR run on ``prompt``) as a :class:`Recorded`: its tokens, and per
-    position the top-k of the row that decided it, as the run kept them (``generation.decisions``:
-    no forward more); where the run kept none, from one forward over the sequence."""
+    """``result`` (a greedy target AR run) as a :class:`Recorded`: its tokens and the rows that decided
+    them (``generation.decisions``), else from one forward over the sequence."""
     tokens = list(result.tokens)
     rows = result.decisions
     if rows is not None and len(rows) >= len(tokens) and all(len(r.indices) >= top_k for r in rows[:len(tokens)]):
@@ -222,10 +203,8 @@ def recorded_from(pair, prompt: list[int], result, top_k: int = TOP_K) -> Record
 
 
 def drafter_factory(pair, storage: str, vocab_size: int, gamma: int = 4) -> Callable[[], Drafter]:
-    """A fresh engine drafter for ``storage`` (as ``Strategy(drafter="ngram")`` builds it, emptied
-    for each prompt), or transformers' prompt lookup for ``storage`` = ``prompt_lookup``. A
-    ``suffix+fill`` or ``sam+fill`` storage fills its verify widths (``/fill_width``), from widths
-    measured once up to ``gamma`` + 1 (``engine.widths.verify_costs``)."""
+    """A fresh engine drafter for ``storage`` (emptied for each prompt), or transformers' prompt lookup
+    for ``prompt_lookup``; ``+fill`` storages fill widths measured up to ``gamma`` + 1."""
     from engine.drafters import DRAFTERS, DraftContext
     from engine.state import EngineState
     from engine.strategy import NGramOptions, Strategy

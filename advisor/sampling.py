@@ -1,21 +1,11 @@
 """Under sampling: a drafter model's acceptance estimated from the target's and its distributions.
 
-A sampled run's output depends on the draws, so it cannot be replayed as a greedy one is. What can
-be read off one forward of each model along target AR's path is how far apart the two
-distributions are: with the rejection rule of speculative sampling (Leviathan et al. 2023; Chen et
-al. 2023) a draft drawn from q at a position is kept with probability Σ_x min(p(x), q(x)), the
-overlap of the target's p and the drafter's q there, both under the session's processor
-(temperature, top-k, top-p). A round that starts at position t keeps its i-th draft only if it
-kept every one before, so it makes 1 + Σ_{i=1..γ} Π_{j<i} α_{t+j} tokens on average; averaged
-over every start along the path, that is the tokens per call the estimate prices with the same
-cost model as the greedy advice.
-
-It is an estimate, and says so: the path is target AR's greedy output, where a sampled run walks
-its own, and the drafter's distribution comes from one pass over the path (as teacher forcing's
-guesses do). Only a drafter model that runs a forward of its own is estimated (a plain drafter
-model, a self-drafter's copy); drafters of the target's state (MTP layers, EAGLE-3 heads, Gemma 4
-assistants), a drafter with its own tokenizer and the model-free storages are left out with the
-reason.
+With the rejection rule of speculative sampling (Leviathan et al. 2023; Chen et al. 2023) a draft
+from q is kept with probability α = Σ_x min(p(x), q(x)), both under the session's processor. A
+round from position t then makes 1 + Σ_{i=1..γ} Π_{j<i} α_{t+j} tokens, averaged over every start
+along target AR's greedy path, and priced with the greedy advice's cost model. An estimate: a
+sampled run walks its own path. Only a drafter model with a forward of its own is estimated; the
+others are left out with the reason.
 """
 
 from __future__ import annotations

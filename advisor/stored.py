@@ -1,33 +1,14 @@
 """The target of a replay: a cached model whose verifies are answered from target AR's recorded output.
 
-Under greedy decoding every lossless strategy commits target AR's tokens, so a drafter's run can
-be replayed without the target's verify forwards: :class:`RecordedTarget` is a
-``kvcache.CachedModel`` that ``engine.run_strategy`` feeds like the real one (``target=``), and
-whose forward returns, at each position it is fed, a logits row built from the record: the
-output token there first, then the rest of the target's recorded top-k (``advisor.recorded``),
-all else zero. A position whose prefix has left the output (a rejected draft, a tree node off the
-path) gets a zero row: no rule reads it past the first rejection. The verify loop, the accept
-rule, the γ policy, the drafter and every count are the run's own.
+Under greedy decoding every lossless strategy commits target AR's tokens, so a drafter's run can be
+replayed without the target's verify forwards: :class:`RecordedTarget` returns, at each position it
+is fed, a logits row built from the record (the output token first, then the recorded top-k, else
+zero; a zero row off the output, which no rule reads past the first rejection).
 
-What the target keeps between rounds depends on what the drafter reads of it (its kind's
-``target_reads``, ``model_drafters.kind``):
-
-* nothing (a drafter model with a cache of its own, the n-gram storages, a drafter with another
-  tokenizer): only its length is kept;
-* its cache (a self-drafter drafting on the target's keys and values): each position fed gets
-  the keys and values the target computes for it over the recorded output, copied from a store
-  made once per prompt (:class:`Stores`: the prompt but its last token in one forward, as a run's
-  prefill feeds it, then the rest of prompt and output in one more), zeros for a position off the
-  output (rolled back before anything reads it). One store serves every γ, policy, tree and
-  hybrid of every drafter on that prompt. A store's values come from one wide forward where a
-  run computes them in its verifies (a few positions a forward): the same up to the rounding of
-  a wider matrix product, so such a replay is labelled ``rounding``, not ``exact``;
-* its hidden states or shared keys (MTP layers, EAGLE-3 heads, Gemma 4 assistants), or a cache
-  the store cannot serve (recurrent or sliding layers): the real forward runs on what a run
-  feeds, and only its logits are replaced by the recorded rows.
-
-``verify_widths`` lists the tokens each verify fed (None for a first verify that fed the whole
-prompt: the prefill, not priced as a verify).
+What it keeps between rounds follows what the drafter reads (its kind's ``target_reads``): only its
+length; or its cache, filled from a store made once per prompt (:class:`Stores`; one wide forward,
+so such a replay is labelled ``rounding``, not ``exact``); or, for hidden states, shared keys or a
+cache the store cannot serve, the real forward with only its logits replaced.
 """
 
 from __future__ import annotations
@@ -133,14 +114,13 @@ ROWS_ONLY, STORED, REAL = "rows", "stored", "real"
 
 
 class RecordedTarget(CachedModel):
-    """One recorded prompt's target for a replay through the verify loop (see the module's text).
+    """One recorded prompt's target for a replay through the verify loop.
 
-    ``base``: the target as the probe feeds it (its path and reason are kept, so a stepwise
-    target counts a forward per token as a run's does); ``output``: the output replayed (the
-    record's, cut to the budget); ``reads``: what the drafter reads of the target (``""``,
-    ``"cache"`` or ``"states"``); ``load``: () -> (cache, length), the prompt's store;
-    ``quiet``: a context in which the target's own forwards (a store's build, a real forward)
-    run, so that a hook counting a drafter's forwards does not see them."""
+    ``base``: the target as the probe feeds it (a stepwise target counts a forward per token, as in a
+    run); ``output``: the record's output, cut to the budget; ``reads``: ``""``, ``"cache"`` or
+    ``"states"``; ``load``: () -> (cache, length), the prompt's store; ``quiet``: a context that hides
+    the target's own forwards from a hook counting the drafter's.
+    """
 
     def __init__(self, base: CachedModel, record, output: Sequence[int], vocab_size: int, *, reads: str = "",
                  load: Callable[[], tuple[object, int]] | None = None,

@@ -1,24 +1,13 @@
 """Teacher forcing: a drafter model's greedy guesses along target AR's output, from one forward.
 
-Under greedy a drafter model drafts its argmax. In a round that starts at output position t,
-its i-th draft is the argmax given the sequence before t and its own drafts 0..i-1; while those
-drafts equal the output, that sequence is the output itself. So the round accepts as many
-drafts as there are consecutive positions from t where the drafter's argmax, given the target's
-own tokens before it, is the target's token, up to the γ asked; once one differs the round ends,
-and what the drafter would have drafted after it is never judged. One forward of the drafter
-over prompt + output gives that argmax at every position: the acceptance of every round start
-and every γ at once.
-
-That forward is the drafter's uncached pass over the whole sequence, where a run feeds the same
-tokens through its cache a few at a time. The two agree where the drafter's cached forward is
-exact (the engine's probe says so, ``kvcache.probe``; float32 models on a CPU are), which
-:func:`teachable` checks; a drafter that drafts from the target's state (MTP layers, EAGLE-3
-heads, Gemma 4 assistants) or on the target's cache (self-drafters sharing it), or with a
-tokenizer of its own, is not taught here: ``advisor.replay`` runs its own ``propose`` instead.
-
-:class:`TeacherDrafter` serves the guesses behind the drafter contract, so the replay drives it
-through the engine's own γ policy objects exactly as it drives an engine drafter, and counts the
-drafter forwards a :class:`generation.model_drafter.ModelDrafter` would run, by width.
+Under greedy, while a round's drafts equal the output the drafter's context is the output itself,
+so a round starting at t accepts as many drafts as there are consecutive positions from t where the
+drafter's argmax given the target's tokens is the target's token (up to γ). One uncached forward
+over prompt + output gives every round start and every γ at once. That forward agrees with a run's
+cached ones only where the drafter's cache is exact (:func:`teachable`, ``kvcache.probe``); drafters
+of the target's state or with their own tokenizer run their own ``propose`` in ``advisor.replay``.
+:class:`TeacherDrafter` serves the guesses behind the drafter contract and counts the forwards a
+``ModelDrafter`` would run.
 """
 
 from __future__ import annotations
@@ -47,20 +36,9 @@ def guesses(model, prompt: Sequence[int], output: Sequence[int], vocab_size: int
     return tuple(rows_along(model, prompt, output, vocab_size).argmax(dim=-1).tolist())
 
 
-def run_lengths(guess: Sequence[int], output: Sequence[int]) -> list[int]:
-    """Per output position t, how many consecutive positions from t the guesses equal the output:
-    the drafts a round starting at t accepts with γ at least that."""
-    runs = [0] * (len(output) + 1)
-    for t in range(len(output) - 1, -1, -1):
-        runs[t] = runs[t + 1] + 1 if guess[t] == output[t] else 0
-    return runs[:len(output)]
-
-
 def teachable(pair) -> str | None:
-    """None when the pair's drafter model can be teacher-forced exactly, else why not (one line):
-    a plain drafter model (no kind of ``engine.kinds`` owns the pair) whose cached forward the
-    probe found exact and whose cache is cropped (a snapshot restore re-feeds tokens, forwards
-    the teacher would not count)."""
+    """None when the pair's drafter model can be teacher-forced exactly (a plain drafter model whose
+    cached forward the probe found exact and whose cache is cropped), else why not (one line)."""
     from engine.kinds import kind_of_pair
     from kvcache.probe import cached_model
 
@@ -79,13 +57,9 @@ def teachable(pair) -> str | None:
 
 
 class TeacherDrafter(Drafter):
-    """A drafter model's greedy chains read from its teacher-forced guesses along one recorded
-    output (``prompt``, ``output``, ``guess``). It drafts what the model would have drafted up to
-    and including its first wrong draft, then :data:`NO_TOKEN` for the rest of the round (those
-    are drafted, never judged). ``steps`` counts the forwards a ``ModelDrafter`` with a cropped
-    cache runs meanwhile, by width: the first of a round feeds the tokens its cache lacks (the
-    prompt in the first round; the last draft and the target's token after a fully accepted one),
-    each later one a draft."""
+    """A drafter model's greedy chains read from its teacher-forced guesses along one recorded output:
+    up to and including its first wrong draft, then :data:`NO_TOKEN` (drafted, never judged).
+    ``steps`` counts, by width, the forwards a ``ModelDrafter`` with a cropped cache would run."""
 
     kind = "model"
 
@@ -125,10 +99,8 @@ class TeacherDrafter(Drafter):
         return torch.tensor(drafts, dtype=torch.long), None
 
     def _count_steps(self, length: int, k: int) -> None:
-        """What ``ModelDrafter.propose`` runs for ``k`` drafts after a sequence of ``length``: a
-        rollback to ``length - 1`` (or to what a round another drafter drafted left trusted; never
-        longer than the cache), then k forwards, the first of every token the cache lacks, then
-        one draft each; the cache then holds all but the last draft."""
+        """What ``ModelDrafter.propose`` runs for ``k`` drafts after a sequence of ``length``: a rollback,
+        then k forwards (the first of every token the cache lacks, then one draft each)."""
         keep = length - 1 if self._trusted is None else min(length - 1, self._trusted)
         self._cached = min(self._cached, keep)
         self._drafted, self._trusted = True, None

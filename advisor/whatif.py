@@ -1,14 +1,8 @@
 """The advice projected over batch size (``--whatif batch``): each method's replayed rounds, priced by shape.
 
-What a method's rounds accept does not change with the load (every sequence of a batch runs the
-same rounds in lockstep); what changes is the price of a forward. The replay gave each method its
-tokens per target call, its verify widths and its drafter steps per round; the target's forwards
-(and a drafter model's of its own) are timed here by shape (``engine.shapes``) over a cache as
-long as the prompts and half their output, and ``analysis.whatif.project`` prices the rounds at
-each batch size. A drafter step at batch 1 is the cost table's (``Why.c`` target steps); a
-self-drafter's steps then scale as the target's step does, a storage's look-ups are paid once per
-sequence, and a drafter model of its own is timed by shape. Forward costs only: sampling and host
-work are left out of both sides, so batch 1 reads a little above the advice's own prediction.
+A method's acceptance does not change with the load; the target's (and a drafter model's) forwards
+are timed here by shape (``engine.shapes``) and ``analysis.whatif.project`` prices the replayed rounds
+at each batch size. Forward costs only, so batch 1 reads a little above the advice's own prediction.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """Acceptance statistics from a run's rounds, as the serving engines count them.
 
-Every function takes rounds as :class:`generation.result.Round` objects or as
-the dicts a trace file holds (``{"drafted": [...], "accepted": k, ...}``), so a
-replayed trace gives the same numbers as the live run.
+Rounds are :class:`generation.result.Round` objects or their trace-file dicts, so a replay gives
+the live run's numbers. The engines' numbers (vLLM, llama.cpp, SGLang; docs/why.md) come from one
+:class:`AcceptanceCounts`: mean acceptance length = 1 + accepted / drafting rounds; draft acceptance
+rate = accepted / drafted; per position (unconditional and conditional); histograms.
 
-The numbers the project shows (panels, ``/stats``, ``--json``, traces, the
-benchmark) are the engines' (vLLM's spec-decode metrics, llama.cpp's, SGLang's
-per-position ones; docs/why.md, "Acceptance, as the engines count it"), all
-read from one :class:`AcceptanceCounts`:
-
-- ``mean_acceptance_length`` = 1 + accepted / drafting rounds;
-- ``draft_acceptance_rate`` = accepted / drafted;
-- ``acceptance_rate_per_position[i]`` = rounds that accepted draft i / drafting rounds;
-- ``conditional_acceptance_per_position[i]`` = rounds that accepted draft i /
-  rounds that reached draft i;
-- ``acceptance_histogram[k]`` = drafting rounds that accepted exactly k drafts,
-  and the same per draft length (``acceptance_histogram_by_draft_length``).
-
-A *drafting round* is a round that drafted at least one token (a plain target
-step, an n-gram miss or a gamma policy's 0 is not one). A round cut short by an
-end token or the length budget (its ``token`` is None) is a drafting round: it
-counts the drafts it kept (the trace drops those after the cut, which were
-never needed), all of them accepted. Only a run's last round can be cut, so
-this moves a run's numbers by at most one round. A tree round counts every node
-of its tree as drafted (all of them went through the verify forward; a cut
-tree round, the nodes it kept), and its positions are depths along the
-accepted path.
+A *drafting round* drafted at least one token. A round cut by an end token or the length budget
+counts the drafts it kept, all accepted (only a run's last round can be cut). A tree round counts
+every node verified as drafted; its positions are depths along the accepted path.
 """
 
 from __future__ import annotations
@@ -48,18 +30,14 @@ def round_counts(rnd: Any) -> tuple[int, int]:
 
 def window_rows(rnd: Any) -> int:
     """Rows the round's verify fed besides its drafts and the last committed token: lookahead's
-    Jacobi window, which rides in every round's forward, drafting or not (its note's ``rows``;
-    0 for every other drafter, and for lookahead traces written before the note had it)."""
+    Jacobi window (its note's ``rows``; 0 for every other drafter)."""
     note = _get(rnd, "note", None)
     return int(note.get("rows", 0) or 0) if isinstance(note, dict) else 0
 
 
 def verify_width(rnd: Any) -> int:
-    """Tokens the target's verify forward took in this round: a chain round feeds
-    its drafts plus the last committed token (``len(drafted) + 1``); a tree round
-    feeds every node of its tree plus that token (``tree_size + 1``), although its
-    ``drafted`` records only the accepted path and the first-choice line below it;
-    a lookahead round its window's rows as well (:func:`window_rows`)."""
+    """Tokens the target's verify forward took in this round: its drafts (a tree: every node) plus
+    the last committed token, and lookahead's window rows (:func:`window_rows`)."""
     tree = _get(rnd, "tree_tokens", ()) or ()
     drafts = len(tree) if tree else len(_get(rnd, "drafted", ()) or ())
     return drafts + 1 + window_rows(rnd)
@@ -68,15 +46,10 @@ def verify_width(rnd: Any) -> int:
 def position_counts(rounds: Iterable[Any], *, missing_is_rejection: bool = False) -> list[tuple[int, int]]:
     """(passed, reached) per draft position.
 
-    Position i is reached when the target judged draft i: the round drafted it
-    and accepted drafts 0..i-1 (a round cut short inside its accepted drafts,
-    by an end token or the length budget, token None, never judged the drafts
-    after the cut). It passed when draft i was accepted.
-
-    ``missing_is_rejection``: a position the round asked for (its ``gamma``)
-    but the drafter did not fill (an n-gram drafter with no match, a drafter
-    that stopped early) counts as reached and not passed. That is what the
-    speedup model needs: the chance that a round yields its (i+1)-th draft.
+    Position i is reached when the target judged draft i (drafted, and 0..i-1 accepted; a round cut
+    short never judged the drafts after the cut); it passed when draft i was accepted.
+    ``missing_is_rejection``: a position the round asked for (``gamma``) but the drafter did not fill
+    counts as reached and not passed, the chance the speedup model needs.
     """
     reached: list[int] = []
     passed: list[int] = []
@@ -97,20 +70,14 @@ def position_counts(rounds: Iterable[Any], *, missing_is_rejection: bool = False
 
 
 def yield_by_position(rounds: Iterable[Any]) -> list[float]:
-    """Like :func:`conditional_acceptance_per_position`, over the rounds that drafted, but a
-    draft the round asked for (its ``gamma``) and did not get counts as
-    rejected: the chance that a drafting round yields its (i+1)-th draft, the
-    rates the speedup model uses."""
+    """:func:`conditional_acceptance_per_position` over the drafting rounds, a draft asked for and not
+    made counted as rejected: the rates the speedup model uses."""
     drafting = [rnd for rnd in rounds if round_counts(rnd)[0] > 0]
     return [p / n for p, n in position_counts(drafting, missing_is_rejection=True) if n]
 
 
 def draft_share(rounds: Iterable[Any]) -> float:
-    """The share of rounds that drafted at least one token (1.0 when there are no rounds).
-
-    A model drafter drafts every round; an n-gram drafter only when its
-    storage knows the context, and a gamma policy may choose not to draft.
-    """
+    """The share of rounds that drafted at least one token (1.0 when there are no rounds)."""
     counts = [round_counts(rnd)[0] > 0 for rnd in rounds]
     return sum(counts) / len(counts) if counts else 1.0
 
@@ -119,13 +86,8 @@ def draft_share(rounds: Iterable[Any]) -> float:
 # ------------------------------------------------------------ the engines' numbers
 
 def drafted_count(rnd: Any) -> int:
-    """Draft tokens the target verified in this round, as the engines count them.
-
-    A chain round: its drafts. A tree round: every node of its tree (all went
-    through the verify forward), although its ``drafted`` records only the
-    accepted path and the first-choice line below it. A round cut short (token
-    None): the drafts it kept. Summed over a run this is ``GenerationResult.drafted``.
-    """
+    """Draft tokens the target verified in this round, as the engines count them: a chain round's
+    drafts, every node of a tree, the kept drafts of a cut round. Summed: ``GenerationResult.drafted``."""
     tree = _get(rnd, "tree_tokens", ()) or ()
     if tree and _get(rnd, "token", 0) is not None:
         return len(tree)
@@ -151,17 +113,12 @@ def _bump(counts: list[int], k: int) -> None:
 
 @dataclass
 class AcceptanceCounts:
-    """The counters behind every acceptance number: over the drafting rounds of
-    one run or, added together (``+``), of many runs (pooled, as the engines do).
+    """The counters behind every acceptance number, over one run's drafting rounds or, added (``+``),
+    many runs' (pooled, as the engines do).
 
-    ``accepted_by_position[i]``: drafting rounds that accepted draft i (depth i
-    along a tree's accepted path); ``reached_by_position[i]``: rounds in which
-    the target judged draft i (it was drafted and drafts 0..i-1 were accepted;
-    a tree: the path reached depth i with candidates there). Both run to the
-    longest chain a round offered. ``histogram[k]``: drafting rounds that
-    accepted exactly k drafts, k = 0 .. that longest chain;
-    ``by_draft_length[n]``: the same over the rounds that drafted n tokens (a
-    tree round: n nodes), k = 0 .. n.
+    ``accepted_by_position[i]`` / ``reached_by_position[i]``: rounds that accepted / judged draft i
+    (depth i along a tree's path), up to the longest chain offered. ``histogram[k]``: rounds that
+    accepted exactly k drafts; ``by_draft_length[n]``: the same over rounds that drafted n tokens.
     """
 
     drafting_rounds: int = 0
@@ -205,9 +162,8 @@ class AcceptanceCounts:
 
     @property
     def conditional_acceptance_per_position(self) -> list[float]:
-        """Rounds that accepted draft i / rounds that reached draft i (SGLang), over
-        the positions some round reached (a position no round reached is unobserved,
-        never a rejection)."""
+        """Rounds that accepted draft i / rounds that reached it (SGLang), over the positions some round
+        reached (an unobserved position is never a rejection)."""
         return [a / r for a, r in zip(self.accepted_by_position, self.reached_by_position) if r]
 
     def to_dict(self) -> dict:
@@ -284,16 +240,14 @@ def acceptance_histogram(rounds: Iterable[Any]) -> list[int]:
 
 
 def acceptance_histogram_by_draft_length(rounds: Iterable[Any]) -> dict[int, list[int]]:
-    """{draft length n: the histogram over the rounds that drafted n tokens, k = 0 .. n}:
-    one entry under a constant γ, several when γ adapts; together they sum to the
-    drafting rounds."""
+    """{draft length n: the histogram over the rounds that drafted n tokens}: one entry under a
+    constant γ, several when γ adapts."""
     return acceptance_counts(rounds).by_draft_length
 
 
 def engine_numbers(counts: AcceptanceCounts) -> dict:
-    """Every engine number of ``counts``, JSON-ready: what ``--json``, trace files and
-    the benchmark's summary carry. The draft acceptance rate keeps the project's
-    name, ``acceptance_rate`` (its definition was already the engines')."""
+    """Every engine number of ``counts``, JSON-ready (``--json``, traces, the benchmark); the draft
+    acceptance rate keeps the project's name, ``acceptance_rate``."""
     return dict(
         mean_acceptance_length=counts.mean_acceptance_length,
         acceptance_rate=counts.draft_acceptance_rate,  # the engines' "draft acceptance rate"

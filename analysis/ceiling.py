@@ -1,33 +1,23 @@
 """The copy ceiling: the most any drafter that copies from the text could have made of an output.
 
-Under greedy decoding the output does not depend on the drafter, so once it is known
-one can ask what a perfect copier would have done with it. At each output position,
-look at every earlier occurrence, in the prompt and the output so far, of the
-sequence's last ``match`` tokens, and at the continuation there that the target would
-have kept furthest (up to the round's k). A round at that position may keep any number
-of drafts up to that many, and the target adds one token of its own. The ceiling then
-places the rounds for the least cost over the whole output: a shortest path over output
-positions, each round costing ``cost`` of its verify width (by default 1 a round: the
-fewest target calls), at the width of least cost from its own up to k + 1, since drafts
-the target rejects are free to add. The first round, which holds the prompt's prefill,
-is counted but not priced.
+Under greedy the output does not depend on the drafter. At each output position, every earlier
+occurrence of the sequence's last ``match`` tokens offers its continuation; a round there may keep
+up to the longest one the target would keep (at most k) and adds one target token. The rounds are
+then placed for the least total ``cost`` of their verify widths (default 1 a round: the fewest target
+calls), a shortest path over output positions; the first round (the prefill) is counted, not priced.
 
-That is hindsight three times over (where to copy from, how much, where rounds fall),
-so it is not a method but a bound. It bounds every drafter whose draft continues an
-earlier occurrence of the sequence's tail in the same text: the suffix trie's chains
-(every node of a trie is a substring that occurred), the suffix automaton, prompt
-lookup. It does not bound the n-gram tables, whose chained look-ups can join
-continuations of two occurrences, nor drafts copied from other texts (the suffix
-storage's earlier outputs, the automaton's corpus).
-
-Torch-free: the REPL's ``/stats`` and ``--json`` show it for a greedy NASD run, and
-``advisor.recorded.copy_ceiling`` replays it over the benchmark's prompts.
+Hindsight three times over, so a bound, not a method: it bounds drafters that continue an earlier
+occurrence of the tail in the same text (the suffix trie's chains, the suffix automaton, prompt
+lookup), not the n-gram tables (whose chained look-ups can join two occurrences) nor drafts copied
+from other texts. Torch-free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from utils.options import check_int
 
 # The REPL computes the ceiling only for a prompt and output of at most this many tokens
 # together: the search looks at every earlier occurrence of the last token at every position.
@@ -71,8 +61,7 @@ def copy_ceiling(prompt: Sequence[int], output: Sequence[int], gamma: int, max_g
     tokens so far - 1) drafts, as the verify loop's do; a round of width w costs ``cost(w)``
     (None: 1, so the ceiling makes the fewest target calls)."""
     for name, value, low in (("gamma", gamma, 0), ("match length", match, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"the {name} must be an integer >= {low}, got {value!r}")
+        check_int(value, f"the {name}", low)
     price = cost if cost is not None else (lambda width: 1.0)
     n = len(output)
     sequence = list(prompt)

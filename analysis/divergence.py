@@ -1,32 +1,17 @@
 """Why a strategy's greedy output differs from target AR's: a near-tie, or unexplained.
 
-Under greedy decoding every lossless strategy emits target AR's tokens, computed
-exactly. In bfloat16 a verify pass over k tokens rounds differently from a
-one-token step, so where the target's top two logits are nearly equal the two
-computations may rank them differently, and the outputs part there without a bug.
+In bfloat16 a verify pass over k tokens rounds differently from a one-token step, so where the
+target's top two logits are nearly equal the outputs may part without a bug. Each run records,
+per emitted position, the top-k of the logits row that decided it (:class:`Row`). At the first
+differing position, with a = AR's token and b = the strategy's, it is a ``near-tie`` when
 
-Each run of the target records, per emitted position, the top-k of the target
-logits row that decided it (:class:`Row`: target AR's step row; a verify pass's
-row at that position; for a tree, the kept node's row). At the first differing
-position p, with a = target AR's token and b = the strategy's:
+- each computation ranked its own token first;
+- (i) each row matches the reference (the model's uncached forward over the committed prefix in the
+  run's dtype) within the rounding correct computations show (``analysis.reference``);
+- (ii) the float32 reference's margin between a and b is within that rounding.
 
-- each computation must rank its own token first (AR's row a, the strategy's
-  row b): a strategy that emitted a token its own verify pass did not rank first
-  has a bug under greedy;
-- (i) each run's row must match the reference, the model's own uncached forward
-  over the committed prefix in the run's dtype, within the rounding that correct
-  computations of that dtype show (``tolerance``: measured once per model and
-  dtype on known-correct paths, ``analysis.reference``, never from the rows
-  judged): a row further off was computed from something else (a stale key, a
-  position off by one);
-- (ii) the float32 reference's margin between a and b must be within that
-  rounding: a wider one is no tie a correct computation could flip.
-
-All hold: ``near-tie``. Otherwise ``unexplained``, the note saying which failed.
-Without a reference (a served target, an encoder-decoder model, an old trace) the
-difference is given without a verdict. Under sampling the two runs draw, so no
-verdict applies. Plain numbers in, no torch (``infer.py --replay`` reads it too);
-:class:`Evidence` carries the reference's numbers.
+Otherwise ``unexplained``, the note saying which failed; without a reference, no verdict.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -76,10 +61,8 @@ def row_of(data) -> Row:
 @dataclass(frozen=True)
 class Evidence:
     """The reference's numbers at a difference (``analysis.reference.evidence``): the largest
-    |recorded - reference| over the recorded tokens of target AR's row (``ar_deviation``) and of
-    the strategy's (``deviation``), the rounding a correct computation of that ``dtype`` shows
-    (``tolerance``), and the float32 reference's |logit(a) - logit(b)| (``margin32``; None where
-    the model could not be cast to float32)."""
+    |recorded - reference| of AR's row (``ar_deviation``) and the strategy's (``deviation``), the
+    ``tolerance`` of that ``dtype``, and the float32 |logit(a) - logit(b)| (``margin32``, or None)."""
 
     ar_deviation: float
     deviation: float
@@ -102,16 +85,11 @@ class Evidence:
 class Divergence:
     """Where and why a strategy's output first differs from target AR's.
 
-    ``position``: the first differing index; ``ar_token`` (a) and ``token`` (b):
-    the two outputs' tokens there (None past an output's end). ``ar_logits`` and
-    ``logits``: (logit of a, logit of b) in target AR's row and in the strategy's
-    row, None for a token outside that row's recorded top-k (its logit is at most
-    ``ar_floor`` / ``floor``, the k-th value). ``ar_margin``: logit_AR(a) -
-    logit_AR(b); ``margin``: logit_S(b) - logit_S(a); ``difference``: max over
-    t in {a, b} of |logit_AR(t) - logit_S(t)| (None where a logit is unknown).
-    ``verdict``: ``near-tie``, ``unexplained`` or None (no verdict: sampling,
-    rows not recorded, no reference, one output ended first); ``note``: one line saying why;
-    ``evidence``: the reference's numbers (:class:`Evidence`), None where none was computed.
+    ``ar_token`` (a) and ``token`` (b) at ``position``; ``ar_logits`` / ``logits``: (logit of a, logit
+    of b) in each row, None outside the recorded top-k (at most ``ar_floor`` / ``floor``);
+    ``ar_margin`` = logit_AR(a) - logit_AR(b); ``margin`` = logit_S(b) - logit_S(a); ``difference`` =
+    max over t in {a, b} of |logit_AR(t) - logit_S(t)|. ``verdict``: ``near-tie``, ``unexplained`` or
+    None; ``note`` says why; ``evidence``: :class:`Evidence` or None.
     """
 
     position: int
@@ -182,11 +160,9 @@ Reference = Callable[[int, Sequence[int], int, int, Row, Row], "Evidence | None"
 def explain(ar_tokens: Sequence[int], ar_rows: Sequence[Row] | None, tokens: Sequence[int],
             rows: Sequence[Row] | None, *, greedy: bool = True, reference: Reference | None = None,
             evidence: Evidence | None = None) -> Divergence | None:
-    """The first divergence of ``tokens`` (a strategy's output, its decision ``rows``) from
-    ``ar_tokens`` (target AR's, with ``ar_rows``), with its verdict; None when the outputs are equal.
-    ``greedy`` False: the runs sampled, so the position is given without a verdict. The reference
-    comes from ``reference`` (computed here) or ``evidence`` (computed before: a trace read back);
-    with neither the difference gets no verdict."""
+    """The first divergence of ``tokens`` (with its decision ``rows``) from ``ar_tokens`` (``ar_rows``),
+    with its verdict; None when equal. No verdict when ``greedy`` is False or without ``reference``
+    (computed here) or ``evidence`` (read back)."""
     p = first_difference(ar_tokens, tokens)
     if p is None:
         return None
@@ -241,9 +217,8 @@ def judge(position: int, a: int, b: int, ar_row: Row, row: Row, evidence: Eviden
 
 
 def identity_counts(divergences: Sequence[Divergence | None]) -> dict[str, int]:
-    """Of runs compared with target AR: how many are ``identical``, how many differ by a
-    ``near-tie``, how many ``unexplained``, and how many differ without a verdict (``unjudged``:
-    no rows recorded, as for a peer decoder)."""
+    """Of runs compared with target AR: ``identical``, ``ties``, ``unexplained`` and ``unjudged`` (no
+    rows recorded, as for a peer)."""
     verdicts = [None if d is None else d.verdict or "" for d in divergences]
     return {"identical": verdicts.count(None), "ties": verdicts.count(NEAR_TIE),
             "unexplained": verdicts.count(UNEXPLAINED), "unjudged": verdicts.count("")}

@@ -1,18 +1,9 @@
 """The reference a difference from target AR is judged against (``analysis.divergence``).
 
-At the first position p where a strategy's greedy output parts from target AR's, the
-reference is the model's own forward over the whole committed prefix (prompt and the
-p tokens both outputs share), without a cache: in the run's dtype, and in float32.
-
-What a correct computation of that dtype may differ from the reference by is measured
-once per model and dtype (:func:`rounding_tolerance`), on paths that are known to be
-right and that share nothing with the project's decoding: transformers' own cache, fed
-a probe sequence one token at a time (the shape of a decode step) and in chunks of 2 to
-8 (the shape of a verify pass), against the uncached forward. A bug's own deviation is
-never part of that measure, so it can never become its excuse.
-
-This module needs torch and the model; the verdict itself (``analysis.divergence``)
-reads only the numbers kept in :class:`~analysis.divergence.Evidence`.
+The model's own uncached forward over the committed prefix, in the run's dtype and in float32. What
+a correct computation may differ from it by is measured once per model and dtype
+(:func:`rounding_tolerance`) on paths that share nothing with the project's decoding (transformers'
+own cache, fed one token and 2 to 8 at a time), so a bug's own deviation can never become its excuse.
 """
 
 from __future__ import annotations
@@ -58,10 +49,9 @@ def _unit(dtype: torch.dtype) -> float:
 
 
 def rounding_tolerance(model) -> float:
-    """What correct computations of ``model`` in its dtype differ from its uncached forward by, on
-    the tokens a decision records (the top 8 of each row): twice the largest difference seen when
-    transformers' own cache is fed two probe sequences step by step and in verify-sized chunks, at
-    least one unit in the last place of the largest logit. Measured once per model and dtype."""
+    """What correct computations of ``model`` in its dtype differ from its uncached forward by, on the
+    top 8 of each row: twice the largest difference transformers' own cache shows, fed step by step and
+    in verify-sized chunks, at least one ulp of the largest logit. Measured once per model and dtype."""
     dtype = _dtype(model)
     known = _tolerances.setdefault(model, {})
     if dtype not in known:
@@ -129,13 +119,9 @@ def reference_rows(model, prefix: Sequence[int]) -> tuple[torch.Tensor, torch.Te
 def evidence(model, prompt_ids: Sequence[int], shared: Sequence[int], a: int, b: int,
              ar_values: Sequence[tuple[int, float]], values: Sequence[tuple[int, float]],
              rows: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> Evidence:
-    """The reference at the first difference: ``shared`` are the output tokens both runs emitted
-    before it, ``a`` and ``b`` target AR's and the strategy's tokens there, ``ar_values`` and
-    ``values`` the (token, logit) pairs each run's recorded row kept; ``rows``: the
-    :func:`reference_rows` of that prefix, when computed before.
-
-    Deviations are the largest |recorded - reference| over each row's recorded tokens; the float32
-    margin is |logit(a) - logit(b)| of the float32 reference (None where the model cannot be cast)."""
+    """The reference at the first difference: ``shared`` the tokens both runs emitted before it, ``a`` and
+    ``b`` the two tokens there, ``ar_values`` / ``values`` each recorded row's (token, logit) pairs,
+    ``rows`` the :func:`reference_rows` computed before, if any."""
     ref, ref32 = rows if rows is not None else reference_rows(model, [*prompt_ids, *shared])
 
     def deviation(pairs):

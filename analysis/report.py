@@ -1,11 +1,8 @@
-"""A run's report, computed once when a prompt's runs end and kept with each run: why a drafting
-strategy ran as fast as it did (:class:`Why`, docs/why.md; the advisor's ranking, ``advisor.rank``,
-keeps a replayed method's numbers in one too), what a network round trip would do to it
-(:class:`WhatIf`), the copy ceiling of a greedy NASD output, and the JSON record of a strategy run.
+"""A run's report, computed once when a prompt's runs end and kept with each run.
 
-Pure arithmetic on the runs' results (``generation.result.GenerationResult``, read as data), no
-torch: the REPL builds a report when a prompt ends (``repl.runs.PromptRun.finish``), ``infer.py
---replay`` when it reads a trace back, and every view renders the report it kept.
+Why a drafting strategy ran as fast as it did (:class:`Why`, docs/why.md; the advisor keeps a
+replayed method's numbers in one too), what a round trip would do (:class:`WhatIf`), the copy
+ceiling and the JSON record. Pure arithmetic on results read as data, no torch.
 """
 
 from __future__ import annotations
@@ -29,10 +26,8 @@ DRAFTING = ("speculative", "ngram", "lookahead")
 
 @dataclass
 class WhatIf:
-    """The speedup model with a network round trip of ``rtt_ms`` on every target
-    call (``/rtt``), from the run's own acceptance and costs: ``predicted`` for
-    this run (target AR's rate at that round trip as the baseline),
-    ``predicted_steady`` for long outputs, and the best γ there."""
+    """The speedup model with a round trip of ``rtt_ms`` on every target call (``/rtt``): ``predicted``
+    for this run, ``predicted_steady`` for long outputs, and the best γ there."""
 
     rtt_ms: float
     predicted: float | None
@@ -44,44 +39,24 @@ class WhatIf:
 
 @dataclass
 class Why:
-    """The numbers behind a speedup prediction (see docs/why.md): a drafting run's (:func:`why_of`)
-    or a replayed method's (``advisor.rank.price``, docs/advisor.md).
+    """The numbers behind a speedup prediction (docs/why.md): a drafting run's (:func:`why_of`) or a
+    replayed method's (``advisor.rank.price``, docs/advisor.md).
 
-    ``yield_rates``: acceptance by draft position, the rates the speedup model prices (a run's
-    count a draft asked for and not made as rejected; a replay's are the replay's). ``estimated``:
-    the inputs the prediction did not measure and the model filled in (a run's:
-    ``analysis.speedup.estimated_inputs``; a replay's: costs read off other widths); empty when
-    all were measured.
+    ``yield_rates``: acceptance by draft position, as the model prices it. ``estimated``: the inputs
+    the model filled in rather than measured.
 
-    A run's: ``acceptance``: its acceptance counters, as the serving engines count
-    them (``analysis.acceptance``): every acceptance number shown comes from it.
-    ``predicted`` is the model's speedup for this run (its first round, the
-    prompt's prefill, as measured; the rest priced by the model), comparable
-    with the measured speedup; ``predicted_steady`` the decode part's prediction
-    (no prefill: the long-output limit), comparable with :func:`decode_speedup`;
-    ``first_round_s`` what the prefill round took. ``best_gamma`` /
-    ``best_speedup`` the steady-state optimum (None for lookahead, which has no γ
-    to choose: ``no_gamma``). ``cost_source`` says where the plain step every
-    prediction is a ratio to came from (:data:`PLAIN_STEP_SOURCES`), ``plain_step_s``
-    what it cost.
-    ``predicted_interval``: (low, high) of a prediction made without target AR on this prompt, over
-    the spread of what it priced (the plain step's timings, the run's own rounds:
-    ``analysis.speedup.prediction_interval``); None when target AR priced it.
-    ``measured``: the run's drafter chose each round's draft length (a match
-    drafter, docs/model_free.md); the model then prices the measured draft
-    lengths (``mix``, ``analysis.speedup.measured_mix``) instead of one γ, and
-    ``best_gamma`` is the best cap on them. ``sources``: where its drafts came
-    from and the draft-length distribution (``analysis.sources.source_numbers``).
-    ``ceiling``: for a greedy NASD run, the copy ceiling of its output
+    A run's: ``acceptance`` (``analysis.acceptance``: every acceptance number shown comes from it);
+    ``predicted`` (the first round as measured, the rest priced), comparable with the measured speedup,
+    and ``predicted_steady`` (no prefill), comparable with :func:`decode_speedup`; ``first_round_s``;
+    ``best_gamma`` / ``best_speedup`` (``no_gamma`` for lookahead); ``cost_source`` and ``plain_step_s``,
+    the plain step every prediction is a ratio to (:data:`PLAIN_STEP_SOURCES`); ``predicted_interval``
+    for a prediction made without target AR; ``measured`` when the drafter chose its own draft lengths
+    (then priced as measured, ``mix``, and ``best_gamma`` is the best cap); ``sources``; ``ceiling``
     (:func:`copy_ceiling_of`).
 
-    A replayed method's: ``c``: one drafter step over one target step (None: model-free);
-    ``verify``: a verify forward's cost by width in target steps, for the widths the rounds ran;
-    ``mean_width``: tokens a verify fed on average; ``tokens_per_call``: tokens per target call;
-    ``draft_steps``: drafter forwards per round; ``host_ms``: host work per round;
-    ``lookup_ms``: the proposals that ran no drafter forward (a storage's look-ups), per round, as
-    the replay timed them; ``ceiling_tokens_per_call`` / ``ceiling_speedup``: the copy ceiling
-    (copiers only, ``analysis.ceiling``), priced the same way.
+    A replayed method's, in target steps: ``c`` (a drafter step; None: model-free), ``verify`` by width,
+    ``mean_width``, ``tokens_per_call``, ``draft_steps`` and ``host_ms`` / ``lookup_ms`` per round, and
+    the copy ceiling (``ceiling_tokens_per_call``, ``ceiling_speedup``).
     """
 
     yield_rates: list[float]
@@ -123,9 +98,8 @@ class Why:
         return RoundMix.constant(self.yield_rates, self.gamma, self.draft_share)
 
     def best(self, trace: list, costs: CostModel) -> tuple[int, float]:
-        """(γ, speedup) the model predicts best at ``costs``: over constant γ, or, when
-        the drafter chose its lengths (chains), over a cap on them; (None, None) for a
-        strategy with no γ to choose (lookahead)."""
+        """(γ, speedup) the model predicts best at ``costs``: over constant γ, or over a cap on the
+        lengths the drafter chose; (None, None) for lookahead."""
         if self.no_gamma:
             return None, None
         search = max(SEARCH_GAMMA, self.gamma)
@@ -231,14 +205,9 @@ def round_gamma(trace: list) -> int:
 
 @dataclass(frozen=True)
 class PromptFacts:
-    """What a run's report reads besides the run itself.
-
-    ``settings``: the prompt's settings (``repl.settings.Settings.to_dict``; read: ``gamma``,
-    ``lookahead_ngram``, ``length``, ``rtt``). ``baseline``: target AR's complete result on
-    this prompt, or None. ``plain_step``: (seconds, source) of the plain target step the
-    predictions are ratios to (``repl.runs.PromptRun.plain_step``); ``plain_step_samples``: the
-    turns a step timed at load was measured over (their spread goes into the prediction's interval).
-    """
+    """What a run's report reads besides the run itself: the prompt's ``settings``, target AR's complete
+    result (``baseline``, or None), the plain step ``(seconds, source)`` the predictions are ratios to,
+    and ``plain_step_samples``, the turns a step timed at load took (its spread goes into the interval)."""
 
     prompt_ids: list[int]
     greedy: bool
@@ -266,9 +235,8 @@ def speedup(result, baseline) -> float | None:
 
 
 def decode_speedup(result, baseline) -> float | None:
-    """Decode tokens/s of ``result`` over target AR's (``GenerationResult.decode_tokens_per_second``:
-    the time to first token left out of both), the measured counterpart of the decode prediction
-    (``Why.predicted_steady``). None where either is unknown."""
+    """Decode tokens/s of ``result`` over target AR's (time to first token left out of both), the
+    measured counterpart of ``Why.predicted_steady``; None where either is unknown."""
     if baseline is None or not usable(result):
         return None
     ours, theirs = result.decode_tokens_per_second, baseline.decode_tokens_per_second
@@ -276,9 +244,8 @@ def decode_speedup(result, baseline) -> float | None:
 
 
 def call_cost(result, baseline) -> float | None:
-    """Seconds per target call of ``result`` (its drafting and host work included) over target
-    AR's, the benchmark's ``call cost``: the speedup is tokens per target call divided by it.
-    None without a baseline or for a run that made no target call (drafter AR)."""
+    """Seconds per target call of ``result`` (drafting and host work included) over target AR's: the
+    speedup is tokens per target call divided by it. None without a baseline or a target call."""
     if baseline is None or not usable(result) or not result.target_calls or not baseline.target_calls:
         return None
     theirs = baseline.seconds / baseline.target_calls
@@ -290,11 +257,8 @@ def call_cost(result, baseline) -> float | None:
 def why_of(key: str, result, facts: PromptFacts, rtt_ms: float | None = None,
            ceilings: dict | None = None) -> Why | None:
     """Acceptance statistics and the speedup model for a drafting run (None for the others).
-
-    ``rtt_ms`` (default: the prompt's ``/rtt``) > 0 adds the model's prediction with that round
-    trip on every target call (``Why.what_if``). ``ceilings`` keeps copy ceilings already computed
-    (keyed by strategy, γ and output length).
-    """
+    ``rtt_ms`` > 0 adds the prediction at that round trip (``Why.what_if``); ``ceilings`` caches copy
+    ceilings by (strategy, γ, output length)."""
     if key not in DRAFTING or result is None:
         return None
     trace = result.trace
@@ -347,11 +311,9 @@ def why_of(key: str, result, facts: PromptFacts, rtt_ms: float | None = None,
 
 
 def copy_ceiling_of(key: str, result, facts: PromptFacts, gamma: int, ceilings: dict | None = None) -> dict | None:
-    """The copy ceiling of a greedy run's output (``analysis.ceiling``): the most tokens per
-    target call any drafter copying from this prompt and output could have made at this γ,
-    after a match of 1 token (``after_1``) and of 2 (``after_2``); with hindsight, so a bound,
-    not a method. ``skipped`` says why it was not computed (one line); None under sampling.
-    ``ceilings``: those already computed, keyed by (strategy, γ, output length)."""
+    """The copy ceiling of a greedy run's output (``analysis.ceiling``) at this γ, after a match of 1
+    token (``after_1``) and of 2 (``after_2``); ``skipped`` says why it was not computed; None under
+    sampling. ``ceilings``: those already computed."""
     if not facts.greedy or gamma < 1 or result is None:
         return None
     ceilings = {} if ceilings is None else ceilings
@@ -372,9 +334,8 @@ def copy_ceiling_of(key: str, result, facts: PromptFacts, gamma: int, ceilings: 
 
 
 def what_if(result, why: Why, rtt_ms: float, facts: PromptFacts) -> WhatIf:
-    """The speedup model with a round trip of ``rtt_ms`` on every target call. A local target
-    has none, so all of it is added; a served run measured its own, so the model swaps the
-    measured round trip per request for ``rtt_ms`` (each run, target AR included, its own)."""
+    """The speedup model with a round trip of ``rtt_ms`` on every target call: added whole for a local
+    target, in place of the measured round trip for a served run."""
     measured = measured_round_trip_s(result)
     costs = costs_from_result(result, ar_step_s=facts.plain_step[0], rtt_s=rtt_ms / 1000.0 - (measured or 0.0))
     if costs is not None and per_position_requests(result):
@@ -393,14 +354,9 @@ def what_if(result, why: Why, rtt_ms: float, facts: PromptFacts) -> WhatIf:
 
 @dataclass(frozen=True)
 class RunReport:
-    """What a strategy run came to beside target AR, computed once when the prompt's runs end.
-
-    ``why``: a drafting run's :class:`Why` at the prompt's ``/rtt`` (None for the others);
-    ``identical`` / ``first_divergence``: under greedy, whether its output equals target AR's
-    and where it first differs (None where the check does not apply); ``divergence``: that
-    difference explained (``analysis.divergence.Divergence``: a near-tie or unexplained), None
-    when identical or not compared.
-    """
+    """What a strategy run came to beside target AR, computed once when the prompt's runs end: its
+    ``why`` (None unless drafting), and under greedy ``identical`` / ``first_divergence`` and the
+    ``divergence`` explained (None when identical or not compared)."""
 
     why: Why | None
     speedup: float | None
@@ -413,9 +369,8 @@ class RunReport:
 
 def run_report(key: str, result, facts: PromptFacts, divergence: tuple[bool | None, int | None],
                ceilings: dict | None = None, explained: Divergence | None = None) -> RunReport:
-    """The report of strategy ``key``'s ``result`` on the prompt of ``facts``; ``divergence``:
-    (identical, first differing index) against target AR (``repl.runs.PromptRun.divergence``);
-    ``explained``: the difference with its verdict (``repl.runs.PromptRun.explained``)."""
+    """The report of strategy ``key``'s ``result`` on the prompt of ``facts``; ``divergence`` and
+    ``explained`` as ``repl.runs.PromptRun`` computes them."""
     base = facts.baseline
     return RunReport(why=why_of(key, result, facts, ceilings=ceilings), speedup=speedup(result, base),
                      decode_speedup=decode_speedup(result, base), call_cost=call_cost(result, base),

@@ -1,25 +1,19 @@
 """A forward's cost on a machine that is not this one: a roofline with a per-forward overhead.
 
-A machine is its memory bandwidth, its peak FLOP/s per dtype and what one forward costs beyond its
-arithmetic and its memory traffic (launches, Python: ``overhead_s``). A model is its shape: the
-bytes of its weights, its FLOPs per token, its layers and the bytes of keys and values one token
-keeps. A forward of B sequences of w new tokens over a cache of L tokens each reads the weights
-once and every sequence's cache, writes the new tokens' keys and values, and does
-2 x parameters + 4 x layers x hidden x L FLOPs per new token (the matrix products, and attention's
-two products over the cache):
+A forward of B sequences of w new tokens over a cache of L tokens reads the weights once and every
+sequence's cache and does 2 x parameters + 4 x layers x hidden x L FLOPs per new token:
 
     T(B, w, L) = overhead + max(bytes / bandwidth, FLOPs / peak)
 
-The cards' figures are their published ones (each profile names its source); what a forward
-reaches of them is less, which is why a profile of this machine is fitted to forwards timed here
-(:func:`fit_profile`) and checked against timed forwards it was not fitted to (:func:`errors`).
+The cards' figures are their published ones; a forward reaches less of them, so a profile of this
+machine is fitted to forwards timed here (:func:`fit_profile`) and checked on others (:func:`errors`).
 Plain numbers, no torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -44,10 +38,6 @@ class ModelShape:
     def flops(self, batch: int, width: int, context: int) -> float:
         tokens = batch * width
         return tokens * (2.0 * self.parameters + 4.0 * self.layers * self.hidden * (context + width))
-
-    def as_dtype(self, dtype: str, weight_bytes: float) -> ModelShape:
-        """The same model with its weights (and arithmetic) in another dtype: a self-drafter's copy."""
-        return replace(self, dtype=dtype, weight_bytes=weight_bytes)
 
 
 @dataclass(frozen=True)
@@ -105,12 +95,9 @@ def profile_named(name: str) -> MachineProfile:
 def fit_profile(shape: ModelShape, timed: Mapping[tuple[int, int], float], context: int, name: str,
                 steps: int = 200) -> MachineProfile:
     """This machine as a profile: the overhead, bandwidth and peak that price ``timed`` (``{(B, w):
-    seconds}`` of ``shape``'s forward over a cache of ``context``) with the smallest worst relative error.
-
-    For an overhead o each forward bounds the bandwidth from below by its bytes / (seconds - o) and
-    the peak by its FLOPs / (seconds - o); on a true roofline the largest bounds are the machine's
-    (reached where a forward is bound by memory and by arithmetic). Overheads from 0 to the fastest
-    forward are tried in ``steps``."""
+    seconds}``) with the smallest worst relative error. For an overhead o each forward bounds the
+    bandwidth by bytes / (seconds - o) and the peak by FLOPs / (seconds - o), and on a roofline the
+    largest bounds are the machine's; ``steps`` overheads from 0 to the fastest forward are tried."""
     fastest = min(timed.values(), default=0.0)
     best: tuple[float, MachineProfile] | None = None
     for i in range(steps):

@@ -1,25 +1,11 @@
 """Where a model-free drafter's drafts came from, and how long they were.
 
-The match drafters (SuffixDecoding's tries, the suffix automaton; see
-docs/model_free.md) choose each round's draft length from their match, and
-say per round which text they drafted from: ``Round.note = {"source": ...,
-"match": m}``. Read here, from a run's rounds (``Round`` objects or their trace
-dicts, so a replay gives the same numbers):
-
-- per source (``prompt``, ``global``, ``context``, ``corpus``, and ``none`` for
-  a round where nothing matched): its rounds, drafting rounds, drafted and
-  accepted tokens, acceptance and mean match length;
-- the distribution of draft lengths over every round of the run (0 for a
-  round that drafted nothing), which the speedup model prices
-  (``analysis.speedup.measured_mix``);
-- acceptance by match length (:func:`by_match_length`): how much a copied draft
-  was worth after a match of m tokens, the number that decides whether copying
-  pays (a 1-token match's draft is a guess, a 16-token match's nearly sure).
-
-A round that asked for no drafts (the length budget's last token) carries no
-note and counts under no source; it is in the draft lengths, at 0. Tokens are
-counted as the engines count them (``analysis.acceptance``): a tree round drafted
-every node it verified.
+The match drafters (docs/model_free.md) say per round which text they drafted from
+(``Round.note = {"source": ..., "match": m}``). Read here: per source (``prompt``, ``global``,
+``context``, ``corpus``, ``none``) the rounds, drafts, acceptance and mean match length; the
+distribution of draft lengths the speedup model prices (``analysis.speedup.measured_mix``); and
+acceptance by match length (:func:`by_match_length`), which decides whether copying pays. A round
+that asked for no drafts counts under no source, at length 0; a tree round drafted every node.
 """
 
 from __future__ import annotations
@@ -109,11 +95,8 @@ def _match_bucket(match: int) -> str:
 
 
 def by_match_length(rounds: Iterable[Any]) -> dict[str, dict]:
-    """{match-length bucket (:data:`MATCH_BUCKETS`): counts} over the rounds that drafted
-    copied tokens after a match (a hybrid's model rounds and rounds without a draft left
-    out), buckets in order: ``rounds``, ``drafted`` / ``accepted`` tokens, ``acceptance``
-    (accepted over drafted) and ``first_taken`` (the share of rounds whose first draft was
-    accepted)."""
+    """{match-length bucket (:data:`MATCH_BUCKETS`): ``rounds``, ``drafted`` / ``accepted``, ``acceptance``
+    and ``first_taken``} over the rounds that drafted copied tokens after a match, buckets in order."""
     raw: dict[str, list[int]] = {}
     for rnd in rounds:
         note = match_note(rnd)

@@ -1,48 +1,23 @@
 """The speedup model: how fast speculative decoding should be, given what a run measured.
 
-Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
-Decoding", section 3) show that with an acceptance rate alpha and gamma drafts
-a round yields E = (1 - alpha^(gamma+1)) / (1 - alpha) tokens on average. With
-a rate a_i per draft position the same sum reads
+Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding", section 3):
+with a rate a_i per draft position a round of gamma drafts yields
 
     E(gamma) = sum_{i=0..gamma} prod_{j<i} a_j
 
-(the round yields token i+1 only when drafts 0..i were all accepted). A round
-costs gamma drafter steps, one target forward over gamma+1 tokens and some host
-work; a plain autoregressive step costs one target forward over 1 token, so
+tokens, and costs gamma drafter steps, one target forward over gamma+1 tokens and host work, so
 
     speedup(gamma) = E(gamma) * verify(1) / (gamma * draft_step + verify(gamma + 1) + other)
 
-and gamma = 0 (do not draft) is plain decoding: speedup 1 by definition.
-
-A target behind a network (the what-if of ``/rtt``) pays a round trip on
-every call: each verify and each plain step costs ``rtt`` more, so verify(w)
-reads verify(w) + rtt throughout (``CostModel.rtt_s``). Drafting gains from it:
-a round pays one round trip for E(gamma) tokens, plain decoding one per token.
-
-When only a share m of the rounds drafts (an n-gram drafter that does not know
-the context, a policy that chose not to draft), the other rounds are plain
-target steps: one token for verify(1). Tokens and cost per round are then the
-mixtures m * E(gamma) + (1 - m) and m * (gamma * draft_step + verify(gamma + 1))
-+ (1 - m) * verify(1) + other; m = 1 gives the formula above.
-
-A drafter that chooses each round's draft length itself (SuffixDecoding, the
-suffix automaton: the length follows the match) has no one gamma. Its rounds
-are priced as they were measured (:class:`RoundMix`): with s_k the share of
-rounds that drafted k tokens and t_k the tokens such a round yielded,
+(gamma = 0 is plain decoding: speedup 1). A network round trip (``/rtt``) adds ``rtt`` to every
+target call (``CostModel.rtt_s``). Rounds that chose their own draft length (SuffixDecoding, the
+suffix automaton), or only a share m of which drafted, are priced as measured: with s_k the share
+of rounds that drafted k tokens and t_k what such a round yielded (:class:`RoundMix`),
 
     speedup = sum_k s_k t_k * verify(1) / (sum_k s_k (k * draft_step + verify(k + 1)) + other)
 
-(k = 0 is a plain step: one token for verify(1)). A constant gamma is the mix
-{gamma: m, 0: 1 - m} with t_gamma = E(gamma), which is the formula above.
-
-Lookahead decoding feeds its Jacobi window (r rows) with every round's verify, drafting or not:
-a round of k candidate nodes costs verify(k + 1 + r), and one that found no candidate
-verify(1 + r), not a plain step (``RoundMix.rows``).
-
-Every number is priced from measured seconds where the run measured them; what the model had
-to fill in (a plain step no run timed, a verify width between or beyond the measured ones) is
-named by :func:`estimated_inputs`, so a prediction can say it rests on an estimate.
+Lookahead's window of r rows widens every verify to k + 1 + r (``RoundMix.rows``). What the model
+filled in rather than measured is named by :func:`estimated_inputs`.
 """
 
 from __future__ import annotations
@@ -78,14 +53,10 @@ def expected_tokens(rates: Sequence[float], gamma: int) -> float:
 class CostModel:
     """What one round's pieces cost, in seconds.
 
-    ``draft_step_s``: one drafter step (one model forward; about 0 for n-gram
-    look-ups). ``verify_s``: measured target forward seconds by width (the
-    tokens fed at once: k drafts + 1). ``other_per_round_s``: host work per round
-    outside both (sampling, acceptance, cache rollback). ``rtt_s``: a network
-    round trip added to every target call (0: the target is local).
-    ``trip_per_position``: each position a call scores is a request of its own,
-    so a call of width w pays w round trips (a target behind llama.cpp's
-    server, which returns the distribution after the last prompt token only).
+    ``draft_step_s``: one drafter step (about 0 for n-gram look-ups). ``verify_s``: target forward
+    seconds by width (k drafts + 1). ``other_per_round_s``: host work per round. ``rtt_s``: a network
+    round trip added to every target call. ``trip_per_position``: each scored position is a request of
+    its own (llama.cpp's server), so a call of width w pays w round trips.
     """
 
     draft_step_s: float
@@ -101,14 +72,9 @@ class CostModel:
     def verify(self, width: int) -> float:
         """Target forward seconds at ``width`` tokens.
 
-        Between measured widths: linear interpolation. Above the widest: the
-        line through the two widest (never falling, so extrapolation never
-        predicts a wider forward to be cheaper). Below the narrowest: the line
-        through the two narrowest, but never under the narrowest cost scaled by
-        width (a forward costs at least its share of compute). With a single
-        measured width the cost is taken as flat: every width costs what the
-        measured one did, the paper's assumption that a forward over a few
-        tokens costs one target step on a memory-bound device.
+        Between measured widths: linear interpolation; above the widest: the line through the two widest,
+        never falling; below the narrowest: that line, but never under the narrowest cost scaled by width.
+        One measured width is taken as flat (the paper's memory-bound assumption).
         """
         if width < 1:
             raise ValueError(f"width must be >= 1, got {width}")
@@ -140,13 +106,9 @@ class CostModel:
 class RoundMix:
     """Rounds by the number of tokens they drafted, and what such a round yields.
 
-    ``shares[k]``: the share of rounds that drafted k tokens (they sum to 1; k = 0
-    is a plain target step); ``tokens[k]``: the tokens a round of k drafts yields
-    on average (its accepted drafts and the target's own token; 1.0 at k = 0).
-    A tree round counts its nodes as k (its verify forward is k + 1 wide).
-    ``rows``: rows every round's verify feeds besides its drafts (lookahead's
-    window): a round of k drafts is then k + 1 + rows wide, and k = 0 is no
-    plain step but a verify of 1 + rows.
+    ``shares[k]``: the share of rounds that drafted k tokens (k = 0: a plain step); ``tokens[k]``: the
+    tokens such a round yields on average (a tree round counts its nodes as k). ``rows``: rows every
+    verify feeds besides its drafts (lookahead's window), so a round is k + 1 + rows wide.
     """
 
     shares: dict[int, float]
@@ -175,10 +137,8 @@ class RoundMix:
 def _yield(rnd: Any, cap: int | None) -> tuple[int, int]:
     """(draft length, tokens yielded) of one round, its chain cut to ``cap`` drafts.
 
-    A round yields its accepted drafts and the target's token after them (none
-    when an end token or the length budget cut it inside its drafts). Cut to c
-    drafts, a chain round would have accepted min(accepted, c) of the same drafts
-    and then taken the target's token: a round's drafts do not depend on the cap.
+    Cut to c drafts, a chain round would have accepted min(accepted, c) of the same drafts and then
+    taken the target's token: a round's drafts do not depend on the cap.
     """
     length, accepted = drafted_count(rnd), round_counts(rnd)[1]
     own = _get(rnd, "token", None) is not None
@@ -190,13 +150,8 @@ def _yield(rnd: Any, cap: int | None) -> tuple[int, int]:
 
 
 def measured_mix(rounds: Sequence[Any], cap: int | None = None) -> RoundMix:
-    """The rounds' own draft lengths and yields (a Round or its trace dict each);
-    ``cap``: every chain cut to at most ``cap`` drafts (the what-if of a smaller γ).
-
-    Every round counts, the first (the prefill's) too, as the acceptance rates of
-    the constant-gamma model count it. ``rows``: the most window rows a round fed
-    (lookahead's; the same every round of a run).
-    """
+    """The rounds' own draft lengths and yields; ``cap``: every chain cut to at most ``cap`` drafts (the
+    what-if of a smaller γ). The first round counts too, as in the acceptance rates."""
     counts: dict[int, int] = {}
     tokens: dict[int, int] = {}
     for rnd in rounds:
@@ -212,12 +167,7 @@ def measured_mix(rounds: Sequence[Any], cap: int | None = None) -> RoundMix:
 
 
 def mix_round(mix: RoundMix, costs: CostModel) -> tuple[float, float]:
-    """(expected tokens, expected seconds) of one round drawn from ``mix``.
-
-    A round of k drafts costs k drafter steps and one target call k + 1 wide (k + 1 +
-    ``mix.rows`` with a window); a plain step (k = 0) one target call 1 wide; every
-    round the host's ``other``.
-    """
+    """(expected tokens, expected seconds) of one round drawn from ``mix``."""
     tokens, round_s = 0.0, 0.0
     for k, share in mix.shares.items():
         tokens += share * mix.tokens[k]
@@ -237,13 +187,9 @@ def mix_speedup(mix: RoundMix, costs: CostModel) -> float:
 
 def predicted_speedup(rates: Sequence[float], gamma: int, costs: CostModel, *,
                       draft_share: float = 1.0) -> float:
-    """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round.
-
-    ``rates``: per-position acceptance of the rounds that draft; ``draft_share``:
-    the share of rounds that draft at all (the rest are plain target steps).
-    This is the steady state, the limit for long outputs: one-time costs such
-    as the prompt's prefill are left out (see :func:`predicted_run_speedup`).
-    """
+    """Predicted tokens/s over plain target decoding for ``gamma`` drafts per round, in the steady
+    state (prefill left out; :func:`predicted_run_speedup`). ``draft_share``: the share of rounds that
+    draft at all."""
     if gamma == 0:
         return 1.0
     return mix_speedup(RoundMix.constant(rates, gamma, draft_share), costs)
@@ -253,13 +199,9 @@ def throughput_by_gamma(accept: Sequence[float], propose: Sequence[float], verif
                         draft_step_s: float, other_s: float) -> list[float]:
     """Predicted tokens per second for gamma = 0..len(accept), when the drafter may stop early.
 
-    ``accept[i]``: P(draft i is proposed and accepted | drafts 0..i-1 were);
-    ``propose[i]``: P(the drafter proposes draft i | it proposed 0..i-1);
-    ``verify[w - 1]``: target forward seconds at width w (1..len(accept) + 1).
-    A round of gamma drafts yields E(gamma) tokens (as :func:`expected_tokens`)
-    and costs draft_step * E[drafted] + E[verify(1 + drafted)] + other, the
-    drafted count capped at gamma and distributed as ``propose`` says. With
-    every ``propose`` at 1 this is :meth:`CostModel.round_s`'s price.
+    ``accept[i]``: P(draft i proposed and accepted | drafts 0..i-1 were); ``propose[i]``: P(draft i
+    proposed | 0..i-1 were); ``verify[w - 1]``: target forward seconds at width w. A round costs
+    draft_step * E[drafted] + E[verify(1 + drafted)] + other, drafted capped at gamma.
     """
     out = []
     tokens, reach = 1.0, 1.0        # E(gamma); P(drafts 0..gamma-1 all accepted)
@@ -280,10 +222,8 @@ def throughput_by_gamma(accept: Sequence[float], propose: Sequence[float], verif
 
 
 def first_round(result: Any) -> tuple[float, int]:
-    """(seconds, tokens) of a run's first round: it carries the prompt's prefill
-    (both models' prefill in speculative decoding). The run's time to first token
-    (``first_token_s``, ``first_tokens``) where it was measured: it holds the host
-    work around the prefill too; else the first round's draft and verify seconds."""
+    """(seconds, tokens) of a run's first round, which carries the prefill: its measured time to first
+    token where there is one, else the first round's draft and verify seconds."""
     measured = _get(result, "first_token_s", None)
     if measured is not None:
         return float(measured), int(_get(result, "first_tokens", 0) or 0)
@@ -298,17 +238,10 @@ def first_round(result: Any) -> tuple[float, int]:
 
 def predicted_run_speedup(result: Any, rates: Sequence[float], gamma: int, costs: CostModel,
                           ar_tokens_per_s: float, *, draft_share: float = 1.0) -> float | None:
-    """The model's speedup for this run, comparable with the measured one.
-
-    The first round (the prompt's prefill) is taken as measured; the other
-    tokens are priced by the model: ``first_s + rest * round_s / tokens_per_round``.
-    Against target AR's measured tokens/s (which carries its own prefill), this
-    predicts the speedup a run of this length shows; for long outputs it tends
-    to :func:`predicted_speedup`. None when the run is too short to say.
-    With ``costs.rtt_s`` the first round pays one round trip more, and
-    ``ar_tokens_per_s`` must be target AR's rate at that round trip too
-    (:func:`tokens_per_s_at_rtt`).
-    """
+    """The model's speedup for this run, comparable with the measured one: the first round as measured,
+    the rest priced by the model (it tends to :func:`predicted_speedup` for long outputs). None when the
+    run is too short. With ``costs.rtt_s``, ``ar_tokens_per_s`` must be at that round trip too
+    (:func:`tokens_per_s_at_rtt`)."""
     if gamma < 1:
         return None
     return mix_run_speedup(result, RoundMix.constant(rates, gamma, draft_share), costs, ar_tokens_per_s)
@@ -334,10 +267,8 @@ def tokens_per_s_at_rtt(result: Any, rtt_s: float) -> float:
 
 def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH_GAMMA, *,
                draft_share: float = 1.0) -> tuple[int, float]:
-    """(gamma, predicted speedup) maximising the prediction over 0..max_gamma.
-
-    0 means drafting does not pay. Ties go to the smaller gamma.
-    """
+    """(gamma, predicted speedup) maximising the prediction over 0..max_gamma; 0: drafting does not
+    pay. Ties go to the smaller gamma."""
     best = (0, 1.0)
     for gamma in range(1, max_gamma + 1):
         speedup = predicted_speedup(rates, gamma, costs, draft_share=draft_share)
@@ -347,14 +278,9 @@ def best_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH
 
 
 def best_cap(rounds: Sequence[Any], costs: CostModel, max_gamma: int = SEARCH_GAMMA) -> tuple[int, float]:
-    """(gamma, predicted speedup) for a drafter that chooses its own draft lengths:
-    the cap on them that the measured rounds, each chain cut to the cap
-    (:func:`measured_mix`), predict fastest; 0 when drafting does not pay.
-
-    A cap above the longest measured draft changes nothing (what a longer
-    draft would have held was never seen), so the answer is never above it.
-    Ties go to the smaller cap.
-    """
+    """(cap, predicted speedup) for a drafter that chooses its own draft lengths: the cap on them the
+    measured rounds predict fastest (:func:`measured_mix`); 0 when drafting does not pay. Never above
+    the longest measured draft (what a longer one would have held was never seen); ties to the smaller."""
     best = (0, 1.0)
     for cap in range(1, max_gamma + 1):
         speedup = mix_speedup(measured_mix(rounds, cap), costs)
@@ -365,11 +291,8 @@ def best_cap(rounds: Sequence[Any], costs: CostModel, max_gamma: int = SEARCH_GA
 
 def best_drafting_gamma(rates: Sequence[float], costs: CostModel, max_gamma: int = SEARCH_GAMMA, *,
                         draft_share: float = 1.0) -> tuple[int, float]:
-    """(gamma >= 1, predicted speedup) maximising the prediction when drafting at all.
-
-    Where :func:`best_gamma` says 0 (drafting does not pay), this still ranks
-    drafters by how close they come: the best of them loses least.
-    """
+    """(gamma >= 1, predicted speedup) maximising the prediction when drafting at all: where
+    :func:`best_gamma` says 0, this still ranks drafters by how little they lose."""
     return max(((gamma, predicted_speedup(rates, gamma, costs, draft_share=draft_share))
                 for gamma in range(1, max_gamma + 1)), key=lambda item: item[1])
 
@@ -394,14 +317,8 @@ def _timed_costs(rounds: list) -> tuple[dict[int, list[float]], list[tuple[float
 
 
 def ar_step_from_result(result: Any) -> float | None:
-    """Seconds per token of plain target decoding, prefill left out.
-
-    The AR run's decode part where it was measured (its seconds after the first
-    round over the tokens after it: ``GenerationResult.decode_seconds``), so the
-    model compares decode with decode; else from its rounds when they carry
-    verify times (the first, with the prefill, skipped); else its seconds over
-    its tokens. None when the run produced nothing.
-    """
+    """Seconds per token of plain target decoding, prefill left out: the AR run's decode part where
+    measured, else its rounds' verify times (the first skipped), else its seconds over its tokens."""
     tokens = len(_get(result, "tokens", None) or [])
     seconds = float(_get(result, "seconds", 0.0) or 0.0)
     first_s = _get(result, "first_token_s", None)
@@ -422,17 +339,10 @@ def ar_step_from_result(result: Any) -> float | None:
 def costs_from_result(result: Any, ar_step_s: float | None = None, rtt_s: float = 0.0) -> CostModel | None:
     """A CostModel from a run's rounds (a GenerationResult, or its trace-file dict).
 
-    ``draft_step_s``: draft seconds over drafted tokens. ``verify_s``: the mean
-    verify seconds of the rounds at each width (the tokens the verify fed:
-    drafted + 1 for a chain round, tree_size + 1 for a tree round, lookahead's
-    window rows added, see :func:`analysis.acceptance.verify_width`). ``other``: the
-    result's ``other`` phase over its rounds. The first round carries the
-    prompt's prefill and is left out of the draft and verify costs when there
-    are others. ``ar_step_s``, the plain step (target AR's seconds per token,
-    see :func:`ar_step_from_result`, or the target's step measured at load),
-    replaces the width-1 cost, since that is what plain decoding pays per
-    token. ``rtt_s``: the what-if round trip per
-    target call (``CostModel.rtt_s``). None when no round measured a verify time.
+    Draft seconds over drafted tokens; the mean verify seconds at each width
+    (:func:`analysis.acceptance.verify_width`); ``other`` over the rounds; the first round (the
+    prefill) left out when there are others. ``ar_step_s``, the plain step, replaces the width-1 cost.
+    None when no round measured a verify time.
     """
     rounds = list(_get(result, "trace", None) or [])
     by_width, drafts = _timed_costs(rounds)
@@ -459,11 +369,8 @@ def needed_widths(mix: RoundMix) -> set[int]:
 
 
 def estimated_inputs(mix: RoundMix, costs: CostModel) -> list[str]:
-    """What the prediction for ``mix`` at ``costs`` did not measure and the model filled in,
-    one short name each ([] when every input was measured): ``plain step`` when no plain step
-    was timed (it is then read off the wider verifies: flat with one measured width), and
-    ``verify at width w`` for each other width the rounds need and no round measured
-    (interpolated or extrapolated, :meth:`CostModel.verify`)."""
+    """What the prediction for ``mix`` did not measure and the model filled in ([] when nothing):
+    ``plain step``, and ``verify at width w`` for each width the rounds need and none measured."""
     missing = sorted(w for w in needed_widths(mix) if w not in costs.verify_s)
     return [("plain step" if w == 1 else f"verify at width {w}") for w in missing]
 
@@ -494,12 +401,10 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
 
 
 def cost_bounds(result: Any, costs: CostModel, step_samples: Sequence[float] = ()) -> tuple[CostModel, CostModel]:
-    """(dear, cheap): ``costs`` (the run's, :func:`costs_from_result`) with every priced piece at
-    the high end of its spread, and at the low end. The pieces: the plain step (``step_samples``,
-    the turns it was timed over, min to max; none: the step as priced), each verify width and the
-    drafter step (the quartiles of the run's own rounds, the first left out as in the point
-    prediction). The speedup grows with the plain step and falls with a round's cost, so the dear
-    rounds over the cheapest plain step give the low end of the speedup, and the reverse the high."""
+    """(dear, cheap): ``costs`` with every priced piece at the high end of its spread, and at the low.
+    The plain step spans ``step_samples`` (min to max); each verify width and the drafter step the
+    quartiles of the run's rounds (the first left out). Dear rounds over the cheapest plain step give
+    the low end of the speedup."""
     by_width, drafts = _timed_costs(list(_get(result, "trace", None) or []))
     steps = [seconds / drafted for seconds, drafted in drafts if drafted]
     dear: dict[int, float] = {}

@@ -1,22 +1,10 @@
-"""What a token tree bought: per-depth acceptance, which ranked child was taken,
-and a speedup model that picks the best tree budget.
+"""What a token tree bought: per-depth acceptance, which ranked child was taken, and the best budget.
 
-A tree round (``generation.result.Round`` with ``tree_tokens``) records the
-accepted path and the rank of the child taken at each depth (0: the drafter's
-first choice). From a run's tree rounds:
-
-- acceptance by depth i: rounds whose path went on past depth i over rounds
-  whose path reached depth i with candidates there;
-- rank rates r[i][k]: the share of those rounds that took the rank-k child;
-  the rounds a rank > 0 child *saved* are the ones a chain would have stopped.
-
-The model (a comb, after SpecInfer's and Sequoia's analysis of tree shapes):
-a tree offering k_i ranked children at depth i along the likely path continues
-there with probability c_i(k_i) = r[i][0] + ... + r[i][k_i - 1], so a round
-yields E = 1 + sum_i prod_{j<=i} c_j(k_j) tokens, for sum_i k_i nodes. Nodes
-are handed out one at a time where they add most to E. A round costs the
-drafting plus a target forward over nodes + 1 tokens (measured by width), and
-the best budget maximises E per second.
+From a run's tree rounds: acceptance by depth, and the share of rounds r[i][k] that took the rank-k
+child at depth i (a rank > 0 child *saved* a round a chain would have stopped). The model (a comb,
+after SpecInfer's and Sequoia's analysis): k_i children at depth i continue with probability
+c_i(k_i) = r[i][0] + ... + r[i][k_i - 1], so a round yields E = 1 + sum_i prod_{j<=i} c_j(k_j) for
+sum_i k_i nodes; nodes go where they add most to E, and the best budget maximises E per second.
 """
 
 from __future__ import annotations
@@ -121,11 +109,8 @@ def allot(rates: Sequence[Sequence[float]], nodes: int, depth: int) -> list[int]
 
 
 def predicted_tree(rates, nodes: int, depth: int, verify_s, draft_s: float) -> tuple[float, float]:
-    """(expected tokens per round, predicted speedup over one-token target steps).
-
-    ``verify_s(width)``: target forward seconds over width tokens; ``draft_s``:
-    drafting seconds per round (grows little with nodes: one drafter forward per level).
-    """
+    """(expected tokens per round, predicted speedup over one-token target steps); ``draft_s``:
+    drafting seconds per round (one drafter forward per level)."""
     tokens = comb_tokens(rates, allot(rates, nodes, depth)) if nodes else 1.0
     round_s = verify_s(nodes + 1) + (draft_s if nodes else 0.0)
     return tokens, tokens * verify_s(1) / round_s
@@ -140,16 +125,10 @@ def best_tree(rates, depth: int, verify_s, draft_s: float,
 
 
 def tree_model(result: Any, ar_step_s: float | None = None) -> dict | None:
-    """The tree speedup model on a run's own numbers: its rank rates by depth, the
-    verify cost by width its rounds measured (a tree round at its nodes + 1,
-    ``analysis.speedup.costs_from_result``; width 1 from target AR's seconds per
-    token when given) and its drafting plus host seconds per tree round.
-
-    Returns ``best_nodes`` (0: plain steps pay best), ``best_nodes_speedup`` (the
-    prediction there, steady state), ``model_depth`` (the deepest round asked for)
-    and ``predicted_speedup_at_budget`` (the run's own budget); None without timed
-    tree rounds.
-    """
+    """The tree speedup model on a run's own rank rates, verify costs by width
+    (``analysis.speedup.costs_from_result``) and drafting seconds: ``best_nodes`` (0: plain steps pay
+    best), ``best_nodes_speedup``, ``model_depth`` and ``predicted_speedup_at_budget``; None without
+    timed tree rounds."""
     from analysis.speedup import costs_from_result
 
     rounds = tree_rounds(_get(result, "trace", None))

@@ -1,18 +1,13 @@
 """What a drafting run would gain at another batch size: its own rounds, priced by shape.
 
-Acceptance does not change with the load; what changes is the price of a forward. A run's
-rounds give, per round, the tokens it kept, the verify width it paid (drafts + 1, or a tree's
-nodes + 1) and the drafter forwards it made. At batch size B every sequence runs the same
-rounds in lockstep, so one round costs a target forward of B x w tokens plus the drafter's
-forwards at B, and target AR costs a forward of B x 1 per token:
+Acceptance does not change with the load; the price of a forward does. At batch size B every
+sequence runs the same rounds in lockstep, so
 
     speedup(B) = tokens per round x T(B, 1) / (sum over widths w of share(w) T(B, w) + f D(B))
 
-with T the target's forward by shape (``engine.shapes``), f the drafter forwards per round and D
-the drafter's forward at B: timed by shape where the drafter is a model of its own, else the
-run's own drafting seconds per round scaled as the target's step scales from batch 1 (a
-self-drafter is the target's weights) or, for a storage's look-ups, paid per sequence. Sampling
-and host work are left out of both sides. Plain numbers, no torch.
+with T the target's forward by shape (``engine.shapes``), f the drafter forwards per round and D the
+drafter's forward at B (timed by shape, scaled as the target's step for a self-drafter, paid per
+sequence for a storage). Sampling and host work are left out of both sides. No torch.
 """
 
 from __future__ import annotations

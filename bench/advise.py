@@ -1,12 +1,8 @@
 """``bench.py --advise``: the advisor over the benchmark's prompt set, one advice per category.
 
-The prompts are the benchmark's own (``--prompts``, ``--categories``, ``--limit``, ``--turn``,
-chat or not); each category gets its advice (``advisor.advise.advise``: every drafter replayed from
-target AR's greedy output, ranked, the best ``--confirm`` run for real), all priced by one cost
-table, measured once on the first category (or read with ``--costs FILE``). Written to ``--out``:
-``advice.json`` (per category the advisor's JSON object), ``advice.md`` (the summary printed) and
-``costs.json`` (the table, for ``--costs`` elsewhere). With ``--whatif batch`` each category's best
-methods are projected over batch size too (``advisor.whatif``), in both files.
+Each category gets ``advisor.advise.advise``, all priced by one cost table (measured on the first
+category, or ``--costs FILE``). Written to ``--out``: ``advice.json``, ``advice.md`` and ``costs.json``;
+with ``--whatif batch`` each category's best methods projected over batch size too.
 """
 
 from __future__ import annotations

@@ -1,47 +1,9 @@
 """From run records to the numbers in the table. Pure functions, no I/O.
 
-Definitions (docs/benchmark.md repeats them):
-
-* tokens/s of a variant on a group of prompts, for one repeat: generated tokens
-  summed over the group divided by seconds summed over the group; the table
-  shows the median over repeats.
-* speedup: per repeat, that variant's tokens/s over target autoregressive's on
-  the same prompts; the median over repeats. "vs peer" is the same ratio against
-  the transformers decoder it is compared with (same gamma). Ratios are paired
-  per repeat, so drift between repeats cancels, and each takes only the runs
-  (prompt and repeat) both sides finished (:func:`common_runs`): a benchmark
-  stopped part-way compares like with like.
-* margins of the speedup and of "vs peer": how far the ratio could move on a
-  rerun of the same prompts, from how each prompt's runs varied over the repeats
-  (``bench.margin``): the 95% interval is ratio · exp(±margin); None with one repeat.
-* acceptance rate: accepted drafts over drafted tokens, summed over runs (the
-  serving engines' "draft acceptance rate").
-* mean acceptance length, acceptance rate per position (unconditional and
-  conditional), acceptance histograms: the engines' numbers
-  (``analysis.acceptance``) over the drafting rounds of every run pooled, as an
-  engine pools its requests: mean acceptance length = 1 + accepted / drafting rounds.
-* tokens per target call: generated tokens over target forward passes, summed.
-* call cost: seconds per target forward pass (drafting and host work included),
-  summed over the runs, over target AR's on the same runs. The speedup is
-  about tokens per target call divided by call cost: a drafter pays by making
-  more tokens a call, or loses by making each call dearer.
-* target calls: mean target forward passes per prompt (prefill included).
-* mean γ: the mean draft length the rounds asked for (a policy's choices).
-* identical (greedy only): share of the prompts both ran whose output equals
-  target autoregressive's (first repeat); first divergence: median position of
-  the first differing token among the prompts that differ; ties: how many of
-  those differ on a near-tie (the two computations' rounding ranks two nearly
-  equal tokens differently, ``analysis.divergence``), apart from the
-  unexplained ones (and the unjudged: a peer keeps no rows).
-* time to first token: the median over runs of our engine's seconds until the
-  first round's tokens were on the host (prefill included), in ms; None for peers.
-* decode tokens/s: as tokens/s, with each run's first round left out (tokens
-  after it over the engine's seconds after it); decode speedup: paired per
-  repeat against target AR's decode tokens/s, like the speedup.
-* per position (sessions: ``--multi-turn``, ``--session-size``): the same
-  numbers over all categories for the runs at one position of their session
-  (a conversation's turn), the speedup against target AR's runs at that same
-  position; ``position`` is None on the rows over every position.
+The definitions are docs/benchmark.md's. Ratios (speedup, "vs peer", decode speedup) are paired
+per repeat, so drift between repeats cancels, and each takes only the runs both sides finished
+(:func:`common_runs`), so a benchmark stopped part-way compares like with like. The engines'
+acceptance numbers pool the drafting rounds of every run, as an engine pools its requests.
 """
 
 from __future__ import annotations
@@ -199,12 +161,8 @@ def _mean_of_rounds(records: Sequence[RunRecord]) -> float | None:
 
 
 def pooled_acceptance(records: Sequence[RunRecord]) -> tuple[AcceptanceCounts | None, bool]:
-    """(the acceptance counters of ``records`` pooled, whether every run carried its rounds' counters).
-
-    None when no run reports drafts (the peers). A run with only its drafted and
-    accepted totals (no ``acceptance``) adds to the acceptance rate alone, and the
-    per-round numbers are then left out (``False``).
-    """
+    """(the acceptance counters of ``records`` pooled, whether every run carried them); None when no
+    run reports drafts. A run with totals only adds to the acceptance rate alone."""
     known = [r for r in records if r.drafted is not None]
     if not known:
         return None, False
@@ -255,8 +213,7 @@ def output_agreement(records: Sequence[RunRecord],
 def output_verdicts(records: Sequence[RunRecord], reference: dict[str, list[int]],
                     base: Sequence[RunRecord]) -> list[Divergence]:
     """The differences :func:`output_agreement` counts, each judged from the rows both runs kept
-    (``analysis.divergence``: near-tie, unexplained, or no verdict where a run kept none, as a
-    peer's); ``base``: target AR's runs, whose first repeat made the reference."""
+    (``analysis.divergence``); ``base``: target AR's runs, whose first repeat is the reference."""
     rows = {r.prompt_id: r.decisions for r in first_repeat(base)}
     judged = (explain(reference[r.prompt_id], rows.get(r.prompt_id), r.tokens, r.decisions, evidence=r.evidence)
               for r in first_repeat(records) if r.prompt_id in reference)
@@ -312,9 +269,8 @@ def reference_outputs(records: Sequence[RunRecord], variant: str = BASELINE) -> 
 
 
 def judge_records(records: Sequence[RunRecord], reference) -> None:
-    """Compute the reference at each first-repeat difference from target AR (``reference``: an
-    ``analysis.reference.Referee``, or None for a served target) and keep it on the record, for
-    :func:`output_verdicts`. Called while the target is loaded, before the records are summarised."""
+    """Compute the reference at each first-repeat difference from target AR and keep it on the record,
+    while the target is loaded (``reference``: a ``Referee``, or None for a served target)."""
     if reference is None:
         return
     outputs = reference_outputs(records)
@@ -328,9 +284,8 @@ def judge_records(records: Sequence[RunRecord], reference) -> None:
 
 
 def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off") -> list[SummaryRow]:
-    """Every variant on every category group, in first-seen variant order; with sessions, then
-    every variant at each position over all categories (rows with ``position`` set). ``compile``:
-    the run's path, which says which peer ours are paired with (``bench.variants.matching_peer``)."""
+    """Every variant on every category group, in first-seen order; with sessions, also at each position.
+    ``compile`` chooses the peer ours are paired with (``bench.variants.matching_peer``)."""
     reference = reference_outputs(records) if greedy else None
     rows = []
     for category, members in category_groups(r.category for r in records).items():
@@ -344,9 +299,8 @@ def summarize(records: Sequence[RunRecord], *, greedy: bool, compile: str = "off
 
 def _group_rows(records: Sequence[RunRecord], category: str,
                 reference: dict[str, list[int]] | None, compile: str = "off") -> list[SummaryRow]:
-    """One row per variant of ``records`` (one group of runs), in first-seen order; each of ours
-    paired with the peer matching ``compile``, or its eager peer where that one did not run (a
-    release that refuses it a static cache)."""
+    """One row per variant of ``records``, each of ours paired with the peer matching ``compile``, or its
+    eager peer where that one did not run."""
     by_variant: dict[str, list[RunRecord]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r.category):   # the group's categories in name order
         by_variant[r.variant].append(r)

@@ -1,17 +1,9 @@
 """Snowflake ArcticInference's suffix-decoding cache as a peer of NASD's suffix storage.
 
-ArcticInference (pip package ``arctic-inference``) ships SuffixDecoding
-(Oliaro et al., NeurIPS 2025) as ``arctic_inference.suffix_decoding.
-SuffixDecodingCache``: a per-request suffix tree over the prompt and the
-response so far, and a global tree over earlier responses. Here that cache
-only drafts: :class:`ArcticSuffixDrafter` is a ``Drafter``, so our verify loop
-verifies its chains and the output stays lossless, and the run is timed like
-every other. The cache is the run's state, like an n-gram storage: fresh for
-every run outside a session, kept across a session's steps (``bench.executor``).
-
-It is set up as our suffix storage's defaults are: trees of depth 2P = 32,
-at most M = 64 earlier responses, drafts capped at 1 x the match length,
-continuations below probability 0.1 not drafted.
+``arctic_inference.suffix_decoding.SuffixDecodingCache`` (SuffixDecoding, Oliaro et al., NeurIPS
+2025) only drafts here: :class:`ArcticSuffixDrafter` is a ``Drafter``, so our verify loop keeps the
+output lossless. Its cache is run state like an n-gram storage's, set up as our suffix storage's
+defaults (depth 32, 64 earlier responses, factor 1, min probability 0.1).
 """
 
 from __future__ import annotations
@@ -61,12 +53,9 @@ class ArcticOptions:
 
 
 class ArcticSuffixDrafter(Drafter):
-    """Drafts a chain from a ``SuffixDecodingCache``; each generation is one request of it.
-
-    ``begin`` ends the cache's earlier requests (their responses stay in its
-    global tree) and starts one for this prompt; ``update`` appends the round's
-    tokens to the request's response. Deterministic drafts: q is one-hot.
-    """
+    """Drafts a chain from a ``SuffixDecodingCache``, one request per generation: ``begin`` ends the
+    earlier requests (their responses stay in its global tree), ``update`` appends the round's tokens.
+    Deterministic drafts: q is one-hot."""
 
     kind = "ngram"
 

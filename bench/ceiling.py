@@ -1,11 +1,9 @@
-"""The copy ceiling over a benchmark's prompts (``analysis.ceiling``): beside the copying drafters'
-tokens per target call, the most any drafter copying from the prompt and output could have made.
+"""The copy ceiling over a benchmark's prompts (``analysis.ceiling``), beside the copying drafters'
+tokens per target call.
 
-Under greedy decoding every lossless variant makes target AR's output, so the ceiling is
-computed once per γ from target AR's first-repeat outputs and the prompts' ids, summed over
-the prompts (tokens over target calls, as the summary counts them). A conversation's later
-turn is the turn as target AR saw it: the conversation so far with target AR's own answers
-(every lossless variant's, under greedy); such runs also get the ceiling per turn.
+Under greedy every lossless variant makes target AR's output, so it is computed once per γ from
+target AR's first-repeat outputs, summed over the prompts; a conversation's later turn as target AR
+saw it, and per turn too.
 """
 
 from __future__ import annotations
@@ -46,11 +44,9 @@ def target_prompts(records: Sequence[RunRecord], sessions: Sequence[Session],
 
 def copy_ceilings(records: Sequence[RunRecord], sessions: Sequence[Session], length: int,
                   follow_up: FollowUp | None = None) -> dict[int, dict]:
-    """Per γ of a copying variant: ``prompts`` counted and the ceiling's tokens per target call
-    after a 1-token match (``after_1``) and a 2-token one (``after_2``) over them; with turns past
-    the first, the same per turn under ``by_turn``. Empty without target AR's outputs or a
-    copying variant (the caller asks only under greedy). A prompt and output over
-    ``analysis.ceiling.MAX_TOKENS`` are left out."""
+    """Per γ of a copying variant: ``prompts`` counted and the ceiling's tokens per target call after a
+    1- and a 2-token match (``after_1``, ``after_2``), per turn too under ``by_turn``; prompts over
+    ``analysis.ceiling.MAX_TOKENS`` left out. Empty without target AR's outputs or a copying variant."""
     gammas = sorted({r.gamma for r in records if r.gamma and r.strategy in COPYING})
     steps = [(turn, ids, output) for turn, ids, output in target_prompts(records, sessions, follow_up)
              if len(ids) + len(output) <= MAX_TOKENS]

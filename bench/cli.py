@@ -41,21 +41,19 @@ def _int_list(text: str) -> list[int]:
     return sorted(dict.fromkeys(values))
 
 
-def _gamma_list(text: str) -> list[int]:
-    """Constant gammas, each 1 to the engine's MAX_GAMMA (the REPL's /gamma range)."""
-    values = _int_list(text)
-    if max(values) > GAMMA_RANGE[1]:
-        raise argparse.ArgumentTypeError(f"a gamma is at most {GAMMA_RANGE[1]}, got {text!r}")
-    return values
+def _capped_list(what: str, high: int):
+    """:func:`_int_list` with each value at most ``high`` (the REPL command's range)."""
+    def convert(text: str) -> list[int]:
+        values = _int_list(text)
+        if max(values) > high:
+            raise argparse.ArgumentTypeError(f"{what} is at most {high}, got {text!r}")
+        return values
+
+    return convert
 
 
-def _hybrid_list(text: str) -> list[int]:
-    """Match lengths L for the hybrid variants, each 1 to the engine's MAX_HYBRID_MATCH (the REPL's
-    /hybrid range, whose 0 is off)."""
-    values = _int_list(text)
-    if max(values) > HYBRID_RANGE[1]:
-        raise argparse.ArgumentTypeError(f"a hybrid's L is at most {HYBRID_RANGE[1]}, got {text!r}")
-    return values
+_gamma_list = _capped_list("a gamma", GAMMA_RANGE[1])
+_hybrid_list = _capped_list("a hybrid's L", HYBRID_RANGE[1])   # the REPL's /hybrid range, whose 0 is off
 
 
 def _name_list(text: str) -> list[str]:
@@ -91,19 +89,9 @@ def parse_lookaheads(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def _lookaheads(text: str) -> list[tuple[int, int, int]]:
-    try:
-        return parse_lookaheads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def parse_policies(text: str) -> list[tuple[str, int]]:
-    """``"heuristic@4,confidence 0.4@20,model@16"`` -> [(policy name, gamma)]; ``none`` -> [].
-
-    Without ``@G`` a policy takes its default gamma (heuristic 4, confidence 20,
-    model 16). ValueError with a one-line message for a bad item.
-    """
+    """``"heuristic@4,confidence 0.4@20,model@16"`` -> [(policy name, gamma)], ``none`` -> []; without
+    ``@G`` a policy's default gamma. ValueError with a one-line message for a bad item."""
     if text.strip().lower() == "none":
         return []
     out = []
@@ -138,18 +126,15 @@ def _argument_type(parse, errors=ValueError):
 
 
 _policies = _argument_type(parse_policies)
+_lookaheads = _argument_type(parse_lookaheads)
 _expectation = _argument_type(parse_expectation)
 _processor = _argument_type(parse_processor)
 _compile_path = _argument_type(lambda text: compile_path(text.strip()), OptionError)
 
 
 def parse_self_drafters(text: str) -> list[str]:
-    """``"self:bf16,self:skip=3,5,self:int8"`` -> their labels, in order, once each.
-
-    A comma separates specs, except inside a ``self:skip=`` layer list (an item
-    that is no drafter spec continues the one before; ``engine.kinds.variant_labels``).
-    ValueError with a one-line message for a bad spec.
-    """
+    """``"self:bf16,self:skip=3,5,self:int8"`` -> their labels, in order, once each (a comma inside a
+    ``self:skip=`` layer list continues it; ``engine.kinds.variant_labels``). ValueError for a bad spec."""
     return variant_labels(_name_list(text))
 
 
@@ -191,24 +176,24 @@ def _positive(text: str) -> int:
     return value
 
 
-def _suffix_pattern(text: str) -> int:
-    return _in_range(text, SUFFIX_PATTERN_RANGE)
-
-
-def _ngram_n(text: str) -> int:
-    return _in_range(text, NGRAM_N_RANGE)
-
-
-def _in_range(text: str, bounds: tuple[int, int]) -> int:
+def _in_range(bounds: tuple[int, int]):
     """An integer within the REPL command's range (the same bound on both front ends)."""
     low, high = bounds
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, got {text!r}") from None
-    if not low <= value <= high:
-        raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, got {text!r}")
-    return value
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, got {text!r}")
+        return value
+
+    return convert
+
+
+_suffix_pattern = _in_range(SUFFIX_PATTERN_RANGE)
+_ngram_n = _in_range(NGRAM_N_RANGE)
 
 
 def _non_negative(text: str) -> int:

@@ -54,23 +54,13 @@ class RunSettings:
 
 
 class Executor:
-    """Holds the models, the processor, the engine state (one gamma policy object per
-    variant), each variant's own drafting state (an n-gram storage, or the
-    ``arctic_suffix`` peer's cache) and the call counters.
+    """Holds the models, the processor, the engine state (one gamma policy per variant, living for the
+    whole benchmark, so the model policy's costs carry over), each variant's drafting state and the
+    call counters.
 
-    A variant's policy object lives for the whole benchmark (warm-up included):
-    ``begin`` starts each generation, and what the model policy learns about
-    this machine's costs carries over from prompt to prompt (the heuristic
-    policy starts again at its gamma every generation; see
-    ``generation.gamma_policies``).
-
-    Drafting state is honest: a ``fresh`` run (every run outside a session,
-    warm-up included, and a session's first step) starts from an empty storage,
-    so no repeat drafts from an earlier repeat's output; a later step of a
-    session continues from what the same variant's earlier steps left
-    (SuffixDecoding's global trie of earlier outputs, the basic storage's
-    counts). Each variant has its own, so interleaved variants never share
-    state, and it is emptied or built before the clock starts.
+    Drafting state is honest: a ``fresh`` run (outside a session, warm-up, a session's first step)
+    starts empty, so no repeat drafts from an earlier repeat's output; each variant has its own, so
+    interleaved variants never share state, emptied or built before the clock starts.
     """
 
     def __init__(self, models, settings: RunSettings, state: EngineState | None = None):
@@ -100,10 +90,8 @@ class Executor:
             self.peer_counter.detach()
 
     def run(self, variant: Variant, ids: list[int], *, fresh: bool = True, **where) -> RunRecord:
-        """Decode ``ids`` with ``variant``; ``where`` fills the record's prompt fields.
-
-        ``fresh``: start from empty drafting state (else the variant's state as its
-        last run left it: a session's later step)."""
+        """Decode ``ids`` with ``variant``; ``where`` fills the record's prompt fields; ``fresh``: start from
+        empty drafting state."""
         record = RunRecord(variant=variant.name, strategy=variant.strategy, gamma=variant.gamma,
                            family=variant.family, prompt_tokens=len(ids),
                            gamma_policy=variant.policy if variant.gamma is not None else "",

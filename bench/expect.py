@@ -1,17 +1,9 @@
 """Expectations a user states about a benchmark's speed, checked on its numbers.
 
-``--expect A/B=X`` (repeatable) says variant A should run at least X times as
-fast as variant B: ``speculative@4/target=1.2``, ``ngram@4/hf_prompt_lookup@4=1.0``.
-``@CATEGORY`` after the ratio restricts it to one category or to ``grounded``
-(``ngram@4/target=1.8@grounded``). B may be ``best``: the fastest constant γ
-of A's strategy in this very run (``speculative:model@16/best=0.95``). The
-ratio is paired per repeat (the median of per-repeat tokens/s ratios) on the
-runs both variants finished, like every other ratio of the report. With two repeats or more the ratio carries its
-95% margin (``bench.margin``): the expectation is met when the whole interval
-clears X, missed when the whole interval falls short, and "within the margin"
-when X lies inside it (this run cannot tell). With one repeat the ratio alone
-decides. An expectation whose variants the run lacks is reported as not checked
-rather than passed. There are no built-in thresholds.
+``--expect A/B=X[@CATEGORY]`` (repeatable): variant A runs at least X times as fast as B (``best``:
+the fastest constant γ of A's strategy in this run), paired per repeat like every ratio. With two
+repeats or more the 95% margin (``bench.margin``) decides: met, missed, or "within the margin". An
+expectation whose variants did not run is not checked. No built-in thresholds.
 """
 
 from __future__ import annotations

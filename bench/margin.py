@@ -1,20 +1,13 @@
 """How far a measured speed ratio could move on a rerun of the same prompts: a margin from the repeats.
 
-A ratio of two variants' tokens/s on a fixed set of prompts varies from run to
-run only through timing (and, under sampling, through the tokens drawn). Each
-prompt's repeats are independent draws of that noise, and a variant's run and
-its partner's run of the same prompt and repeat sit back to back, so they are
-kept as one pair. With the ratio R = (N_A / S_A) / (N_B / S_B) over all paired
-runs (N tokens, S seconds, summed), the delta method gives
+A variant's run and its partner's of the same prompt and repeat form one pair. With the ratio
+R = (N_A / S_A) / (N_B / S_B) over all paired runs, the delta method gives
 
     log R - log R_true ≈ Σ_runs z,   z = n_A / N_A - s_A / S_A - n_B / N_B + s_B / S_B,
 
-and the prompts' repeats estimate its variance: Σ_prompts K_p · var_p(z), with
-var_p the sample variance of z over the prompt's K_p repeats. The margin is a
-Student-t quantile (degrees of freedom Σ (K_p - 1)) times its square root, on
-the log scale: the interval is ratio · exp(±margin). It needs at least two
-repeats of some prompt; with one it is unknown (None). It says nothing about
-another machine, another load, or other prompts.
+with variance Σ_prompts K_p · var_p(z) over each prompt's K_p repeats. The margin is a Student-t
+quantile (Σ (K_p - 1) degrees of freedom) times its square root: the interval is
+ratio · exp(±margin); None with one repeat. It says nothing about other machines or prompts.
 """
 
 from __future__ import annotations
@@ -54,12 +47,8 @@ def t_within(t: float, df: int) -> float:
 
 @functools.lru_cache(maxsize=1024)
 def t_quantile(p: float, df: int) -> float:
-    """The p-quantile of Student's t with ``df`` degrees of freedom (0.5 < p < 1).
-
-    Up to 300 degrees of freedom, :func:`t_within` inverted by bisection
-    (exact to 1e-9); beyond, the Cornish-Fisher expansion in 1/df to its
-    fourth term.
-    """
+    """The p-quantile of Student's t with ``df`` degrees of freedom (0.5 < p < 1): :func:`t_within`
+    inverted by bisection up to 300 (exact to 1e-9), beyond it the Cornish-Fisher expansion in 1/df."""
     if not 0.5 < p < 1 or df < 1:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
     if df <= _EXPANSION_DF:

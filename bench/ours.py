@@ -12,19 +12,13 @@ from utils.defaults import DEFAULTS
 
 def our_strategy(variant: Variant, *, cross: CrossTokenizerOptions = CrossTokenizerOptions(),
                  tree_sample: bool = DEFAULTS.tree_sample, **options) -> Strategy:
-    """The strategy of one of our variants keyed by its name (``engine.named``), inspector off: the
-    benchmark never shows its numbers. The executor puts the variant's own storage in the engine
-    state before the clock starts (``ngram.reset`` is False); self-drafters are built once per pair
-    (:func:`bench.session.prepare_self_drafters`)."""
+    """The strategy of one of our variants keyed by its name (``engine.named``), inspector off; its
+    storage is put in the engine state by the executor, and self-drafters are built once per pair."""
     return named_strategy(variant, cross=cross, tree_sample=tree_sample, inspect=False, **options)
 
 
 def our_call(strategy: Strategy, models, ids: list[int], *, state: EngineState,
              generator: torch.Generator):
-    """A zero-argument function that runs ``strategy`` on ``ids`` and returns its GenerationResult.
-
-    For NASD the engine feeds the prompt to the storage that ``state`` holds
-    (inside the timed call, as its own cost); what else the storage holds is
-    the caller's choice (``bench.executor``: empty, or a session's earlier steps).
-    """
+    """A zero-argument function that runs ``strategy`` on ``ids`` and returns its GenerationResult; for
+    NASD the engine feeds the prompt to ``state``'s storage inside the timed call, as its own cost."""
     return lambda: run_strategy(strategy, models, ids, state=state, generator=generator)

@@ -1,30 +1,15 @@
 """transformers' own decoders on the same loaded models, as the benchmark's peers.
 
-``hf_generate``: ``model.generate`` (autoregressive). ``hf_assisted``: assisted
-generation with the drafter as ``assistant_model``; with the constant policy it
-drafts exactly gamma tokens a round (no confidence early stop unless asked),
-with ``heuristic`` it runs transformers' heuristic schedule from gamma, and
-with ``confidence T`` it drafts at most gamma tokens and stops below top
-probability T (transformers 5.x's default is T = 0.4 with at most 20 tokens:
-"dynamic" assisted generation). ``hf_prompt_lookup``: prompt lookup decoding
-with ``prompt_lookup_num_tokens`` = gamma. Each of the three also runs on transformers' static cache
-(``cache_implementation="static"``, ``hf_generate+static`` ...), which transformers compiles on CUDA
-(``torch.compile`` of the forward, ``GenerationMixin.get_compiled_call``), where the release takes it
-(:func:`static_peer_refusal`). ``hf_mtp``: ``generate(use_mtp=True)``, transformers'
-own drafting with the target's MTP layers (it loads them from the target's checkpoint itself),
-one draft per MTP layer each round.
+``hf_generate`` (``model.generate``), ``hf_assisted`` (the drafter as ``assistant_model``; the
+constant, heuristic and confidence policies map to transformers' own), ``hf_prompt_lookup``
+(``prompt_lookup_num_tokens`` = gamma) and ``hf_mtp`` (``generate(use_mtp=True)``); the first three
+also on the static cache (:func:`static_peer_refusal`). With two tokenizers ``hf_assisted`` is
+universal assisted generation, whose token-level path prunes the assistant in place, so it gets a
+copy (``bench.executor``).
 
-On a pair with two tokenizers ``hf_assisted`` is transformers' universal
-assisted generation (both tokenizers passed to ``generate``): string-level
-matching under greedy decoding, token-level intersection under sampling. The
-latter prunes the assistant's LM head and embeddings in place, so it is given
-a copy of the drafter (see ``bench.executor``).
-
-Every call gets an explicit generation config, so no model default (a
-repetition penalty, a sampling flag) changes what is compared: transformers 4.x
-is told not to use the model's defaults (``use_model_defaults=False``); 5.x
-has no such switch and fills every unset field from the model's own config,
-so the fields that change greedy or sampled output are set explicitly.
+Every call gets an explicit generation config so no model default changes what is compared:
+4.x is told ``use_model_defaults=False``; 5.x has no switch, so the fields that change the output
+are set explicitly.
 """
 
 from __future__ import annotations
@@ -58,11 +43,9 @@ def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: l
                       pad_token_id: int | None, prompt_lookup: int | None = None,
                       max_matching_ngram_size: int | None = None, static: bool = False,
                       cache_len: int | None = None) -> GenerationConfig:
-    """The settings every peer call uses: same length, same end tokens, same rule. ``static``:
-    on transformers' static cache (``cache_implementation="static"``; on CUDA transformers then
-    compiles the forward itself, ``GenerationMixin._valid_auto_compile_criteria``). ``cache_len``:
-    the static cache's size when the call's own length would not hold it (prompt lookup verifies
-    candidates past ``max_new_tokens``: :func:`static_cache_len`)."""
+    """The settings every peer call uses: same length, same end tokens, same rule. ``static``: on
+    transformers' static cache (compiled by transformers on CUDA); ``cache_len``: its size when the
+    call's own length would not hold it (:func:`static_cache_len`)."""
     sized = {"max_cache_len": cache_len} if cache_len is not None else {}
     return GenerationConfig(
         cache_implementation="static" if static else None,
@@ -80,11 +63,8 @@ def generation_config(spec: ProcessorSpec, *, max_new_tokens: int, end_tokens: l
 
 
 def assistant_schedule(policy: str, default_confidence: float) -> tuple[str, float]:
-    """(num_assistant_tokens_schedule, assistant_confidence_threshold) for one of our policies.
-
-    ``constant``: constant, with ``default_confidence`` (the --assisted-confidence
-    flag, 0 = none); ``heuristic``: heuristic, no threshold; ``confidence T``: constant, T.
-    """
+    """(num_assistant_tokens_schedule, assistant_confidence_threshold) for one of our policies;
+    ``default_confidence`` is --assisted-confidence (0 = none)."""
     words = policy.split()
     if words[0] == "constant":
         return "constant", default_confidence
@@ -97,12 +77,8 @@ def assistant_schedule(policy: str, default_confidence: float) -> tuple[str, flo
 
 @contextlib.contextmanager
 def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "constant"):
-    """Set ``drafter``'s assisted-generation schedule for one call; restore its config after.
-
-    The heuristic schedule writes its last value back into the drafter's config
-    after each call; restoring the config makes every call start at ``gamma``,
-    as ours does.
-    """
+    """Set ``drafter``'s assisted-generation schedule for one call and restore its config after: the
+    heuristic schedule writes its last value back, and every call must start at ``gamma`` as ours does."""
     saved = copy.deepcopy(drafter.generation_config)
     config = drafter.generation_config
     config.num_assistant_tokens = gamma
@@ -116,8 +92,7 @@ def assistant_settings(drafter, gamma: int, confidence: float, schedule: str = "
 
 def static_cache_len(strategy: str, prompt_tokens: int, max_new_tokens: int, gamma: int | None) -> int | None:
     """The static cache a drafting peer needs: the prompt, the budget and one round's drafts past it
-    (transformers' prompt lookup verifies candidates beyond ``max_new_tokens``; a cache sized to the
-    budget alone overflows); None for ``hf_generate`` (the call's own length holds it)."""
+    (prompt lookup verifies beyond ``max_new_tokens``); None for ``hf_generate``."""
     if strategy not in ("hf_assisted", "hf_prompt_lookup"):
         return None
     return prompt_tokens + max_new_tokens + (gamma or 0) + 1
@@ -128,12 +103,9 @@ _STATIC_TRIALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def static_peer_refusal(strategy: str, target, drafter=None) -> str | None:
-    """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (and, for
-    ``hf_assisted``, ``drafter``: refused without one, there being nothing to try), in one line, or
-    None when it can. Decided by trying (:func:`_static_trial`), once a process for each model and
-    peer: no release number or attribute says it. transformers 4.x swaps a static cache for a dynamic
-    one in assisted generation and prompt lookup (the trial sees the swap), some 5.x releases raise
-    there, encoder-decoder models crop only a dynamic cache, and some models get no static cache."""
+    """Why peer ``strategy`` cannot run on transformers' static cache with ``target`` (and ``drafter``),
+    in one line, or None. Decided by trying once per process (:func:`_static_trial`): no release
+    number says it (4.x swaps in a dynamic cache, some 5.x releases raise, some models get none)."""
     helper = drafter if strategy == "hf_assisted" else None
     if strategy == "hf_assisted" and helper is None:
         return "no drafter model to try transformers' assisted generation with"
@@ -145,9 +117,8 @@ def static_peer_refusal(strategy: str, target, drafter=None) -> str | None:
 
 
 def _static_trial(strategy: str, target, drafter) -> str | None:
-    """One tiny greedy call of the peer on a static cache (a repeating 6-token prompt, so prompt lookup
-    drafts; 4 new tokens; drafts of 2; no compilation): why it failed, or why it did not run on a static
-    cache (the target's forwards were given none), or None."""
+    """One tiny greedy call of the peer on a static cache: why it failed or did not use the static
+    cache, or None."""
     from transformers.cache_utils import Cache, StaticCache
 
     version, name = transformers.__version__, type(target).__name__
@@ -202,10 +173,8 @@ def _takes_use_model_defaults(generate) -> bool:
 
 def peer_call(strategy: str, target, drafter, input_ids: torch.Tensor, config: GenerationConfig,
               tokenizers: tuple | None = None):
-    """A zero-argument function that runs one peer decode and returns its output ids.
-
-    ``tokenizers``: (target's, drafter's) when they differ (universal assisted generation).
-    """
+    """A zero-argument function that runs one peer decode and returns its output ids; ``tokenizers``:
+    (target's, drafter's) when they differ."""
     mask = torch.ones_like(input_ids)
     kwargs = {"assistant_model": drafter} if strategy == "hf_assisted" else {}
     if strategy == "hf_mtp":   # transformers reads the MTP layers from the target's checkpoint itself

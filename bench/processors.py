@@ -13,11 +13,8 @@ __all__ = ["ProcessorSpec", "hf_sampling_kwargs", "make_processor", "parse_proce
 
 
 def parse_processor(text: str) -> ProcessorSpec:
-    """``"nucleus 0.7 0.9"`` -> ProcessorSpec; ValueError (``utils.options.OptionError``) with a
-    one-line message.
-
-    Temperature 0 with a sampling processor becomes greedy, as in the REPL.
-    """
+    """``"nucleus 0.7 0.9"`` -> ProcessorSpec, temperature 0 with a sampling processor becoming greedy as
+    in the REPL; ``utils.options.OptionError`` with a one-line message."""
     return parse_processor_words(text.replace(",", " ").split())[0]
 
 

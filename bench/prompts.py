@@ -1,10 +1,7 @@
 """Prompt sets: the built-in one and files in Spec-Bench's question format.
 
-Spec-Bench format: one JSON object per line with ``question_id``, ``category``
-and ``turns`` (a list of user messages). A benchmark run uses one turn of each
-item (the first by default); items without that turn are left out, or, with
-``--multi-turn``, every turn of each item with two or more as one conversation
-(:func:`load_conversations`, :func:`conversation_ids`).
+One JSON object per line with ``question_id``, ``category`` and ``turns``. A run uses one turn of each
+item, or with ``--multi-turn`` every item of two turns or more as a conversation.
 """
 
 from __future__ import annotations
@@ -103,10 +100,7 @@ def expand_categories(categories: list[str] | None) -> set[str] | None:
 
 def select(prompts: list[Prompt], *, categories: list[str] | None = None,
            limit: int | None = None) -> list[Prompt]:
-    """Keep the prompts of ``categories`` (all if None), at most ``limit`` per category.
-
-    The file order is kept, so ``limit`` takes the first items of each category.
-    """
+    """Keep the prompts of ``categories`` (all if None), the first ``limit`` per category in file order."""
     wanted = expand_categories(categories)
     counts: dict[str, int] = {}
     out = []
@@ -141,15 +135,9 @@ def load_conversations(source: str, *, categories: list[str] | None = None,
 
 
 def conversation_ids(tokenizer, turns: list[str], answers: list[list[int]], *, chat: bool = True) -> list[int]:
-    """Prompt ids of turn ``len(answers) + 1`` of a conversation: the user ``turns`` so far and
-    the ``answers`` (generated ids) given to all but the last.
-
-    With a chat template: the template of [user, assistant, ..., user] with the
-    assistant header, each answer decoded to text (special tokens left out).
-    Without one (or with ``chat`` off): a plain concatenation of ids, the first
-    turn's prompt ids, its answer's ids verbatim, then each later turn's text
-    after a blank line.
-    """
+    """Prompt ids of turn ``len(answers) + 1`` of a conversation: the chat template of [user, assistant,
+    ..., user] with each answer decoded to text; without one, the ids concatenated (the first prompt,
+    each answer verbatim, then each later turn's text after a blank line)."""
     if len(turns) != len(answers) + 1:
         raise ValueError(f"{len(turns)} turns need {len(turns) - 1} answers, got {len(answers)}")
     from utils.vocab import has_chat_template, template_ids
@@ -170,10 +158,8 @@ def conversation_ids(tokenizer, turns: list[str], answers: list[list[int]], *, c
 
 
 def chat_ids(tokenizer, text: str, *, chat: bool = True) -> list[int]:
-    """Prompt token ids, encoded as the REPL encodes them (``utils.vocab.encode_prompt``).
-
-    Every strategy and every peer gets these same ids.
-    """
+    """Prompt token ids as the REPL encodes them (``utils.vocab.encode_prompt``): every strategy and
+    peer gets the same ids."""
     from utils.vocab import encode_prompt
 
     return encode_prompt(tokenizer, text, chat=chat)

@@ -12,41 +12,15 @@ from generation.result import decode_rate
 class RunRecord:
     """What one run produced and cost.
 
-    ``seconds`` is the benchmark's own timer (device sync on both sides), the
-    same for ours and the peers'. ``engine_seconds`` is the engine's own
-    measurement, kept for reference (None for peers). ``drafted``/``accepted``
-    are None where the decoder does not report them (the peers). ``overshoot``
-    counts tokens a decoder produced beyond the length budget; they are cut from
-    ``tokens`` and not counted (transformers' prompt lookup can overshoot
-    ``max_new_tokens``: its candidate length cap does not bind).
-    ``gamma_policy``: the draft-length policy (``constant``, ``heuristic``,
-    ``confidence 0.4``, ``model``; "" for autoregressive decoding).
-    ``phases``: our engine's split of its time into ``draft``, ``verify`` and
-    ``other`` seconds (None for peers). ``rounds`` and ``mean_gamma``: draft
-    rounds and the mean draft length they asked for (ours, drafting only).
-    ``tree_fallback``: why a tree variant verified chains instead ("" otherwise).
-    ``decisions``: our greedy run of the target's rows that decided each token
-    (``GenerationResult.decisions``), from which a difference from target AR is judged a
-    near-tie or unexplained (``analysis.divergence``); first repeat only (the one the identity
-    counts read); None for peers and under sampling; kept in memory only (not in ``row``).
-    ``acceptance``: the run's acceptance counters (``AcceptanceCounts.to_dict`` of
-    ``analysis.acceptance``: drafting rounds, accepted and reached per position,
-    the histograms), pooled over runs for the summary; None where the decoder
-    does not report rounds (the peers).
-    ``hybrid``: a hybrid variant's rounds, drafts and acceptance per kind (``model``,
-    ``retrieval``; ``GenerationResult.hybrid``); None for every other run.
-    ``session`` and ``position``: the session the run belongs to (a conversation,
-    or K prompts of one category in a row) and its 1-based step there (for a
-    conversation, the turn); "" and 0 for a prompt run alone.
-    ``first_token_s`` and ``first_tokens``: our engine's time to first token (seconds from its
-    start until the first round's tokens were on the host) and the tokens that round made
-    (``GenerationResult``); None for peers. The rest of the run is its decode part
-    (:attr:`decode_tokens_per_s`).
-    ``other_load``: cores' worth of CPU that other processes used while the run ran
-    (``utils.machine_load.other_load``; None where unknown); ``busy``: above
-    ``utils.machine_load.BUSY_CORES``, so its time is slower than this machine's own.
-    ``compile``: the compile path our run took (``GenerationResult.compile``: requested, path,
-    reason, captures...); None for peers.
+    ``seconds``: the benchmark's own timer (device sync on both sides), the same for ours and the
+    peers'; ``engine_seconds`` the engine's (None for peers, as are ``drafted``, ``accepted``,
+    ``phases``, ``acceptance``, ``first_token_s`` and ``compile``). ``overshoot``: tokens beyond the
+    length budget, cut from ``tokens`` (transformers' prompt lookup can overshoot ``max_new_tokens``).
+    ``rounds`` / ``mean_gamma``: draft rounds and the mean length they asked for. ``decisions``: our
+    greedy run's deciding rows (first repeat only, in memory only). ``acceptance``:
+    ``AcceptanceCounts.to_dict``, pooled for the summary. ``session`` / ``position``: the session and
+    1-based step ("" and 0 alone). ``other_load`` / ``busy``: other processes' load while it ran, and
+    whether it passed ``utils.machine_load.BUSY_CORES``.
     """
 
     variant: str

@@ -1,18 +1,10 @@
 """The benchmark loop: warm-up, then every variant on every prompt, interleaved.
 
-Order within a repeat: prompt 1 through every variant, then prompt 2, and so
-on; then the next repeat, with the variants in reverse order (A B C A B C ...,
-then C B A C B A ...). Machine drift during a run therefore hits every variant
-alike, a variant and its peer run back to back, and which one goes first alternates.
-
-Prompts run in *sessions*: a prompt alone (the default), the turns of one
-conversation (``--multi-turn``: a later turn's prompt is built from the earlier
-turns and the variant's own answers to them), or K prompts of one category in a
-row (``--session-size``). A session's steps run in order, each step through
-every variant. Each run is told whether it is ``fresh``: the first step of a
-session (and every run outside one, warm-up included) starts from empty n-gram
-state; a later step keeps what that same variant's earlier steps left
-(``bench.executor``).
+Each repeat runs prompt 1 through every variant, then prompt 2, ...; the next repeat reverses the
+variants (A B C ..., then C B A ...), so drift hits every variant alike and a variant and its peer run
+back to back. Prompts run in *sessions* (one prompt, a conversation's turns with ``--multi-turn``,
+or K prompts with ``--session-size``); a session's first step starts from empty n-gram state, later
+steps keep the same variant's (``bench.executor``).
 """
 
 from __future__ import annotations
@@ -34,12 +26,8 @@ class EncodedPrompt:
 
 @dataclass(frozen=True)
 class Session:
-    """Prompts run in a row with n-gram state kept across them (one prompt alone: no state kept).
-
-    ``turns``: the user messages of a conversation; then only the first step's
-    ids are fixed, and a later step's ids are ``follow_up(turns[:i + 1],
-    answers so far)`` for each variant's own answers.
-    """
+    """Prompts run in a row with n-gram state kept across them. ``turns``: a conversation's user
+    messages; a later step's ids are then ``follow_up(turns[:i + 1], answers so far)``."""
 
     id: str
     category: str
@@ -97,12 +85,8 @@ def conversation_sessions(conversations, first_ids: Callable[[str], list[int]]) 
 
 def split_fitting_sessions(sessions: Sequence[Session], *, length: int, context_length: int | None,
                            follow_up: FollowUp | None = None) -> tuple[list[Session], list[Skipped]]:
-    """Sessions whose every step fits the context with ``length`` new tokens, and the others.
-
-    A conversation's last turn is bounded by its template with empty answers
-    plus ``length`` tokens per earlier answer (and 8 more each: a decoded
-    answer may re-encode to a few more tokens).
-    """
+    """Sessions whose every step fits the context with ``length`` new tokens, and the others (a later
+    turn is bounded by its template plus ``length`` + 8 tokens per earlier answer)."""
     kept, skipped = [], []
     for session in sessions:
         need = max(len(step.ids) for step in session.steps)
@@ -119,11 +103,8 @@ def split_fitting_sessions(sessions: Sequence[Session], *, length: int, context_
 
 def schedule(n_prompts: int, variants: Sequence[Variant],
              repeats: int) -> list[tuple[int, int, Variant]]:
-    """(repeat, prompt index, variant) in run order: repeat, then prompt, then variant.
-
-    Odd repeats take the variants in reverse order: pairs stay back to back, and
-    which of a pair runs first alternates, so neither gains from its position.
-    """
+    """(repeat, prompt index, variant) in run order; odd repeats reverse the variants, so pairs stay
+    back to back and which of a pair runs first alternates."""
     order = [list(variants), list(reversed(variants))]
     return [(r, p, v) for r in range(repeats) for p in range(n_prompts) for v in order[r % 2]]
 
@@ -135,12 +116,8 @@ RunOne = Callable[..., RunRecord]
 def run_session(run: RunOne, session: Session, variants: Sequence[Variant], repeat: int, *,
                 follow_up: FollowUp | None = None, alone: bool = False,
                 on_step: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
-    """Every step of ``session`` in order, each through every variant; one record per run.
-
-    Only a session's first step is fresh; a conversation's later turn is built
-    from the turns so far and that variant's own answers. ``alone``: the session
-    is one prompt outside any session (records carry no session and position 0).
-    """
+    """Every step of ``session`` in order, each through every variant; only the first step is fresh.
+    ``alone``: one prompt outside any session."""
     answers: dict[str, list[list[int]]] = {v.name: [] for v in variants}
     for position, step in enumerate(session.steps, start=1):
         for variant in variants:
@@ -163,12 +140,8 @@ def iter_session_runs(run: RunOne, sessions: Sequence[Session], variants: Sequen
                       repeats: int, warmup: int = 1, follow_up: FollowUp | None = None,
                       alone: bool = False, on_step: Callable[[str], None] | None = None,
                       more: Callable[[int], bool] | None = None) -> Iterator[RunRecord]:
-    """Warm up on the first session (``warmup`` times, untimed), then every session of every
-    repeat, variants in the order of :func:`schedule`; one record per timed run.
-
-    After ``repeats`` repeats, ``more(done)`` (when given) is asked before each
-    further repeat, with the number of repeats done: True runs one more.
-    """
+    """Warm up on the first session (``warmup`` times, untimed), then every session of every repeat in
+    :func:`schedule`'s order. After ``repeats``, ``more(done)`` decides each further repeat."""
     for _ in range(warmup if sessions else 0):
         for _record in run_session(run, sessions[0], variants, -1, follow_up=follow_up, alone=alone,
                                    on_step=on_step):
@@ -184,9 +157,5 @@ def iter_session_runs(run: RunOne, sessions: Sequence[Session], variants: Sequen
 
 def run_count(n_prompts: int, n_variants: int, *, repeats: int, warmup: int,
               first_session: int = 1) -> int:
-    """How many decodes a benchmark makes, warm-up included (for the progress bar).
-
-    ``n_prompts``: every step of every session; ``first_session``: the steps of
-    the first one (what a warm-up runs).
-    """
+    """How many decodes a benchmark makes, warm-up included (for the progress bar)."""
     return n_variants * (warmup * first_session * (n_prompts > 0) + n_prompts * repeats)

@@ -129,9 +129,8 @@ def build_sessions(args, prompts, models):
 
 
 def run_session(args: BenchSettings, loader, settings_dict) -> int:
-    """The benchmark of ``args`` (``bench.settings.BenchSettings``; what is decided after loading
-    makes a new value, ``args.but(...)``): 0, 1 (no run finished, files unwritable, a run failed),
-    2 (refused before any run) or 130 (interrupted)."""
+    """The benchmark of ``args``: 0, 1 (no run finished, files unwritable, a run failed), 2 (refused
+    before any run) or 130 (interrupted)."""
     out, err = _consoles()
     problem = _flag_conflict(args) or _out_problem(args.out) or _arctic_ready(args)
     if problem:
@@ -246,15 +245,9 @@ def _marks(records, sessions, variants, planned: int, stopped: str | None, load:
 
 
 def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> tuple[list[str], list[str]]:
-    """Build each self-drafter of ``--self-drafters`` once, before any clock starts (kept in ``state``).
-
-    ``self:skip=auto`` is resolved first by the layer search on this machine.
-    Returns the resolved labels (the variants' names use them) and the
-    search's lines for the report's header (a search that keeps every layer
-    leaves its spec out, with a line). Each spec is its kind's to resolve and build
-    (``engine.loading.resolve_variant``, ``build_variant``). Raises ``ValueError`` (one line)
-    where a spec does not apply to the target.
-    """
+    """Build each self-drafter of ``--self-drafters`` once, before any clock starts (kept in ``state``),
+    ``self:skip=auto`` resolved by the layer search here. Returns the resolved labels and the search's
+    lines for the header; ``ValueError`` (one line) where a spec does not apply to the target."""
     labels, notes = [], []
     for text in specs:
         label, lines = resolve_variant(models, text, say=lambda message: err.print(message, highlight=False))
@@ -271,9 +264,8 @@ def prepare_self_drafters(models, specs: list[str], err, state: EngineState) -> 
 
 
 def _run_all(executor, sessions, follow_up, variants, args, err):
-    """Every run, with a progress bar (a line per run where stderr is no terminal). Ctrl-C, or a run
-    that fails, stops early and keeps what finished. Returns (the records, the timed runs planned,
-    None or why it stopped: ``interrupted`` or ``failed``)."""
+    """Every run, with a progress bar; Ctrl-C or a failed run stops early, keeping what finished.
+    Returns (records, timed runs planned, None or ``interrupted`` / ``failed``)."""
     records = []
     steps = sum(len(s.steps) for s in sessions)
     total = run_count(steps, len(variants), repeats=args.repeats, warmup=args.warmup,

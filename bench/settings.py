@@ -1,11 +1,5 @@
-"""The benchmark's settings as one value: its flags parsed once, never changed afterwards.
-
-``bench.cli.build_parser`` builds the flags (their ranges, choices and defaults from
-``utils.options`` and ``utils.defaults``, the facts the REPL's command table reads too);
-``bench.cli.parse_settings`` turns them into a :class:`BenchSettings`. What the session decides
-after loading (the self-drafters a layer search resolved, drafter AR left out for a drafter that
-cannot decode alone) is a new value made with :meth:`BenchSettings.but`, not a changed one.
-"""
+"""The benchmark's settings as one value: its flags parsed once (``bench.cli.parse_settings``), never
+changed; what the session decides after loading is a new value (:meth:`BenchSettings.but`)."""
 
 from __future__ import annotations
 

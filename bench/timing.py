@@ -11,12 +11,9 @@ from utils.devices import synchronize
 def timed(fn, device) -> tuple[object, float]:
     """Call ``fn()`` between two syncs; returns (its value, wall seconds).
 
-    Garbage is collected before the clock starts and the collector is paused
-    while it runs (as ``timeit`` does), so no run pays for another's garbage.
-    The collection is of the young generations: the last run's objects are all
-    there, since none is promoted while the collector is paused. A full one walks
-    every object the process holds (0.24 s a call in the test process, three
-    quarters of a tiny benchmark's wall time), and no run's time depends on it.
+    The young generations are collected before the clock starts and the collector is paused while it
+    runs (as ``timeit`` does), so no run pays for another's garbage; a full collection would walk every
+    object the process holds, which no run's time depends on.
     """
     gc.collect(1)
     was_enabled = gc.isenabled()

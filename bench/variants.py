@@ -1,54 +1,15 @@
 """What a benchmark runs: a strategy, its gamma when it drafts, and its gamma policy.
 
-Ours: ``target`` and ``drafter`` (autoregressive), ``speculative`` (drafter
-model) and ``ngram`` (NASD). Peers, transformers' own decoders on the same
-models: ``hf_generate``, ``hf_assisted`` (assisted generation with the drafter),
-``hf_prompt_lookup`` (prompt lookup decoding) and, on a pair whose drafter is the
-target's MTP layers (``--drafter mtp``), ``hf_mtp`` (``generate(use_mtp=True)``).
+Ours: ``target``, ``drafter``, ``speculative``, ``ngram`` (NASD), ``lookahead`` (opt-in) and
+``arctic_suffix`` (``bench.arctic``). Peers, transformers' own decoders on the same models:
+``hf_generate``, ``hf_assisted``, ``hf_prompt_lookup``, ``hf_mtp``, and with ``--peers`` their
+static-cache twins (``+static``); :func:`matching_peer` pairs a variant with the peer of the run's
+``--compile``. Tree, self-drafter, hybrid, lookahead and strict-rule variants have no peer.
 
-A drafting variant has a gamma policy (``generation.gamma_policies``):
-``constant`` (gamma drafts every round), ``heuristic`` (gamma is the start),
-``confidence T`` or ``model`` (gamma is the most drafts a round). Names:
-``speculative@4`` (constant), ``speculative:heuristic@4``,
-``speculative:confidence=0.4@20``, ``speculative:model@16``.
-
-A drafting variant may verify token trees of at most N nodes per round
-(``generation.tree``) instead of chains: ``speculative+tree16@4`` (depth up to
-gamma 4). Tree variants have no transformers peer.
-
-A speculative variant may draft with a self-drafter made from the target
-instead of the pair's drafter (``--self-drafters``): ``speculative[self:int8]@4``,
-``speculative[self:skip=3,5]+tree16@4``; constant gammas and trees only, no peer.
-
-A speculative variant may draft from the model-free storage in rounds whose match is at
-least L tokens (``--hybrid``; ``ngram_assisted.hybrid``): ``speculative+hybrid4@4``; no peer.
-
-A chain variant of ours verifies with the REPL's default rule (``utils.defaults``:
-block verification) unless ``--verify`` names others (``generation.verify_rules``):
-a variant with another rule carries it as the name's last part,
-``speculative@4~residual`` (the token rule), ``ngram@4~strict``. The default
-rule's variant and the token rule's have transformers' decoder as their peer
-(transformers verifies with the token rule; under greedy every rule keeps the
-same tokens); a strict variant has none.
-
-NASD may run several n-gram storages side by side (``--ngram-storage
-basic,suffix``): each of its variants then names its storage, ``ngram[suffix]@4``,
-``ngram[sam]:model@16``, and all share prompt lookup as their peer. With one
-storage the name stays ``ngram@4``.
-
-``arctic_suffix@4``: Snowflake ArcticInference's suffix-decoding cache drafting
-through our verify loop (``bench.arctic``), a peer of NASD's suffix storage.
-
-With ``--peers`` each transformers decoder that can also runs on a static cache
-(``cache_implementation="static"``, which transformers compiles on CUDA): ``hf_generate+static``,
-``hf_assisted+static@4``, ``hf_prompt_lookup+static@4``, a row of its own right after its eager
-twin. Our variants are paired with the peer that matches the run's ``--compile``
-(:func:`matching_peer`): the eager one under ``off``, the static one under ``static`` and ``graphs``.
-
-``lookahead[5,3,5]@2``: lookahead decoding (``engine.lookahead_strategy``) with window W,
-n-gram size N and G guesses (``--lookahead W:N:G``); its γ is N - 1, each candidate's
-drafts, and it verifies trees of at most G (N - 1) nodes; no peer. Opt-in
-(``--strategies ...,lookahead``): it is not among the default strategies.
+Names: ``speculative@4`` (constant), ``speculative:confidence=0.4@20``, ``speculative+tree16@4``,
+``speculative[self:int8]@4``, ``speculative+hybrid4@4``, ``speculative@4~residual`` (a verify rule
+other than the default), ``ngram[suffix]@4`` (one of several storages), ``lookahead[5,3,5]@2``
+(W, N, G; its γ is N - 1). docs/benchmark.md lists them all.
 """
 
 from __future__ import annotations
@@ -139,14 +100,9 @@ class Variant(MethodName):
 
     @property
     def peer(self) -> Variant | None:
-        """The transformers decoder this one is compared with.
-
-        Constant and heuristic: the same schedule at the same gamma. Confidence T:
-        assisted generation with assistant_confidence_threshold T at the same
-        maximum. Model: transformers' dynamic default (20 tokens at most,
-        threshold 0.4). Prompt lookup has only the constant schedule, so NASD's
-        policies have no peer.
-        """
+        """The transformers decoder this one is compared with: the same schedule at the same gamma;
+        confidence T as ``assistant_confidence_threshold`` T; the model policy as transformers' dynamic
+        default (20 tokens, threshold 0.4). Prompt lookup has only the constant schedule."""
         other = PEER_OF.get(self.strategy)
         if other is None or self.tree or self.drafter or self.hybrid or self.verify not in PEER_RULES:
             return None
@@ -160,9 +116,8 @@ class Variant(MethodName):
 
 
 def matching_peer(variant: Variant, compile: str = "off") -> Variant | None:
-    """The peer ``variant`` is compared with under the run's compile path: its eager peer
-    (:attr:`Variant.peer`) under ``off``, that peer on a static cache under ``static`` and
-    ``graphs`` (where transformers has one for it)."""
+    """The peer ``variant`` is compared with under the run's compile path: its eager peer under ``off``,
+    that peer on a static cache under ``static`` and ``graphs`` (where transformers has one)."""
     peer = variant.peer
     if peer is None or compile == "off" or peer.strategy not in STATIC_PEERS:
         return peer
@@ -196,28 +151,13 @@ def plan_variants(strategies: list[str], gammas: list[int], *, peers: bool,
                   static_peers: frozenset[str] | set[str] = frozenset()) -> list[Variant]:
     """Every variant to run, in the interleaving order of one prompt.
 
-    The baseline (target autoregressive) is always run: speedups need it. Each
-    drafting strategy runs every constant gamma, then every ``(policy, gamma)``
-    of ``policies``. Each of our variants is followed by its peer (once: two
-    variants may share one), so a pair is measured back to back. Each spec of
-    ``self_drafters`` runs speculative decoding with that self-drafter at every
-    constant gamma, chains and trees, right after the pair's own drafter.
-    ``verifies`` (default: the default rule alone, ``DEFAULT_RULE``) are the chain verify rules each
-    of our chain variants runs with, one variant per rule, side by side.
-    Each L of ``hybrids`` runs speculative decoding as a hybrid at every constant gamma.
-    ``model_peer`` (the pair's drafter kind's ``hf_peer``) is the peer of speculative decoding:
-    transformers' assisted generation (``hf_assisted``); ``hf_mtp``, ``generate(use_mtp=True)``,
-    for the target's MTP layers, which drafts one token per MTP layer whatever the gamma (so at
-    constant gammas only); None for a kind transformers cannot draft with (an EAGLE-3 head, which
-    reads the target's hidden states).
-    With more than one of ``storages`` every NASD variant runs once per storage,
-    side by side (``ngram[basic]@4``, ``ngram[suffix]@4``), all with prompt
-    lookup as their peer. ``arctic``: ArcticInference's suffix cache at every
-    constant gamma, right after NASD's suffix storage at that gamma (after the
-    first storage's when suffix is not among them). ``lookahead`` runs once per
-    ``(W, N, G)`` of ``lookaheads`` (default one, 5:3:5), whatever ``gammas``.
-    With ``peers``, each peer whose strategy is in ``static_peers`` also runs on transformers'
-    static cache, right after its eager twin (``hf_generate+static``).
+    Target AR always runs (speedups need it). Each drafting strategy runs every constant gamma, then
+    every ``(policy, gamma)``; each of our variants is followed by its peer (once), so a pair is
+    measured back to back. ``self_drafters``, ``hybrids`` and ``verifies`` (default ``DEFAULT_RULE``)
+    add speculative variants per spec, L and rule at every constant gamma; ``model_peer`` is the
+    pair's kind's ``hf_peer`` (``hf_mtp`` at constant gammas only; None: no peer). Several ``storages``
+    run NASD once each, side by side; ``arctic`` follows NASD's suffix storage; ``lookahead`` runs once
+    per ``(W, N, G)``; with ``peers`` each of ``static_peers`` also runs on the static cache.
     """
     unknown = [s for s in strategies if s not in OURS]
     if unknown:

@@ -67,10 +67,8 @@ def flat_row(row: dict) -> dict:
 
 
 def write_csv(path: Path, rows: list[dict]) -> Path:
-    """``rows`` as CSV; lists joined by spaces, nested dicts spread over columns.
-
-    Columns: every key in first-seen order (a row without one leaves it empty).
-    """
+    """``rows`` as CSV, every key a column in first-seen order; lists joined by spaces, nested dicts
+    spread over columns."""
     flat = [flat_row(r) for r in rows]
     with path.open("w", newline="", encoding="utf-8") as f:
         if not flat:

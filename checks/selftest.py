@@ -1,31 +1,12 @@
-"""A self-test for a loaded model pair: do speculative decoding and NASD keep
-the target's output on *this* pair, on this machine?
+"""A self-test for a loaded model pair: do speculative decoding and NASD keep the target's output on
+*this* pair, on this machine?
 
-Greedy: on a few built-in prompts, speculative decoding and NASD must give the
-target's autoregressive tokens exactly, with the KV cache on and with it off
-(without a cache every forward recomputes the whole sequence, so the cache-off
-checks use two short prompts and fewer tokens).
-Sampling: under top-k sampling (k = 3) the first token of speculative
-decoding and of NASD, drawn many times from one seeded generator, must follow
-the target's exact top-k distribution; a chi-square test decides, so the check
-is deterministic and can fail. The speculative draws take as their draft the
-drafter's most likely token (a one-hot q; the accept rule is exact for any q):
-then a draft is kept with probability p(draft) and the resample after a
-rejection decides the rest, on any pair. With the drafter's own q, a drafter
-that nearly always agrees with its target (a self-drafter in a lower precision
-accepted 197 of 200 drafts) leaves that resample almost untried, and a flat q
-biases a wrong resample too little to be seen in a few hundred draws. Both models are prefilled with the prompt once,
-and every draw begins from a copy of that cache (``kvcache.prefill``), then runs
-the real verify loop and accept rule. Every draw proposes the same drafts (the
-drafter's most likely token; the storage's n-gram), so a model's first forward on
-them runs once and later draws take its logits and a copy of the cache after it
-(``replay_first``): each draw still runs its drafter, the accept rule, its own
-generator draws and the rollback. The draws are still few (SAMPLING_RUNS),
-so the test catches gross errors (a zero-probability token, a strongly biased
-resample), not subtle ones.
-
-Every check yields one :class:`Check` with a one-line detail: what passed, or
-what differed and where, and the seconds it took.
+Greedy: on built-in prompts both must give target AR's tokens exactly, cache on and off.
+Sampling: under top-k sampling (k = 3) the first token, drawn many times from one seeded generator,
+must follow the target's exact top-k distribution (a chi-square test, so the check is deterministic
+and can fail). The speculative draws take the drafter's most likely token as a one-hot q: a drafter
+that nearly always agrees would otherwise leave the resample almost untried. Every draw starts from
+a copy of one prefilled cache (``kvcache.prefill``); the draws are few, so only gross errors show.
 """
 
 from __future__ import annotations
@@ -47,6 +28,7 @@ from utils.builtin_prompts import BUILTIN
 from generation.served import ServedModel
 from kvcache.prefill import prefill
 from kvcache.probe import forget, probe_pair, runs_alone
+from utils.options import check_int
 from utils.vocab import encode_prompt
 
 DEFAULT_LENGTH = 32
@@ -70,13 +52,9 @@ PROMPTS = (("code_editing", 0), ("chat", 0))
 # Raw text (no chat template) ending in a phrase it already holds, so NASD's
 # storage drafts from the first position on.
 SAMPLING_TEXT = "one two three four, one two three four, one two three"
-# The cache-off prompts: the open question and SAMPLING_TEXT, where n-gram drafts
-# start at once, both raw text. Without a cache every forward recomputes the whole
-# sequence, so its cost grows with the prompt: the code prompt (about 180 tokens
-# on the default pair) is left to the cache-on checks, and the open question goes
-# without the chat template (18 tokens, not 48: the template's system turn made a
-# float16 self-drafter's recomputed steps, with no half-precision matrix products
-# on an avx2 CPU, a quarter of the self-test's time).
+# The cache-off prompts: the open question and SAMPLING_TEXT, both raw text. Without a cache
+# every forward recomputes the whole sequence, so the long code prompt and the chat template
+# are left to the cache-on checks.
 CACHE_OFF_PROMPTS = ((("chat", 0), False), (SAMPLING_TEXT, False))
 
 
@@ -138,8 +116,7 @@ register_drafter(ONE_HOT_DRAFTER, _one_hot_model_drafter)
 def _strategies(pair, ngram: NGramOptions, gamma: int, tree: int = 0, tree_branch: int = 2, *,
                 model: str = "model") -> dict[str, Callable]:
     """name -> run(ids, processor, use_cache, max_gen_len, generator, prefills, rounds) for the two
-    drafting strategies (verifying token trees of at most ``tree`` nodes when ``tree`` > 0; ``rounds``
-    > 0 ends a run after that many rounds)."""
+    drafting strategies (trees of at most ``tree`` nodes when ``tree`` > 0)."""
 
     def runner(key: str, drafter: str, options) -> Callable:
         def run(ids, processor, use_cache, length, generator=None, prefills=(), rounds=0):
@@ -171,9 +148,8 @@ def token_words(pair, tokens) -> str:
 
 
 def _difference(pair, prompt_no: int, result, reference, ids) -> str | None:
-    """'prompt 2 (near-tie): token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None
-    when the two results' tokens are equal; the verdict is ``analysis.divergence``'s, from the
-    rows both runs kept (``unexplained`` where it has none)."""
+    """'prompt 2 (near-tie): token 17 is ' water' (345,), target AR gave ' hot' (12,)', or None when the
+    tokens are equal; the verdict is ``analysis.divergence``'s."""
     got, want = result.tokens, reference.tokens
     index = first_divergence(got, want)
     if index is None:
@@ -213,9 +189,8 @@ def probe_check(pair) -> Check:
 
 def greedy_checks(pair, *, length: int, gamma: int, ngram: NGramOptions | None = None,
                   tree: int = 0, tree_branch: int = 2) -> list[Callable[[], Check]]:
-    """One deferred check per (strategy, cache setting): greedy output == target AR
-    (the same cache setting), ``length`` tokens on PROMPTS with the cache, and at
-    most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without."""
+    """One deferred check per (strategy, cache setting): greedy output == target AR, ``length`` tokens
+    on PROMPTS with the cache, at most CACHE_OFF_LENGTH on CACHE_OFF_PROMPTS without."""
     def budget(use_cache: bool) -> int:
         return length if use_cache else min(length, CACHE_OFF_LENGTH)
 
@@ -306,10 +281,8 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
             prefills.extend(prefill(model, ids, replay_first=True) for model in models
                             if model is not None and runs_alone(model) and not isinstance(model, ServedModel))
         generator = torch.Generator(device=pair.device).manual_seed(SAMPLING_SEED)
-        # One token more than compared: the first round drafts, so every
-        # compared token goes through the accept rule. Each round adds at least one
-        # token, so SAMPLING_STEPS rounds make every compared token: a round after a
-        # rejection in the first (a plain step whose token nobody reads) is not run.
+        # One token more than compared, so every compared token goes through the accept rule;
+        # SAMPLING_STEPS rounds make them all (no plain step after a rejection is run).
         return [run(ids, processor, True, SAMPLING_STEPS + 1, generator, prefills, SAMPLING_STEPS)
                 for _ in range(runs)]
 
@@ -349,14 +322,9 @@ def sampling_checks(pair, *, gamma: int, runs: int = SAMPLING_RUNS, ngram: NGram
 def run_selftest(pair, *, length: int = DEFAULT_LENGTH, gamma: int | None = None,
                  sampling_runs: int = SAMPLING_RUNS, tree: int = 0, tree_branch: int = 2,
                  report: Callable[[Check], None] | None = None) -> list[Check]:
-    """Run every check on ``pair`` (a ``utils.models.ModelPair``); return them in order.
-
-    ``report`` is called with each check as soon as it is done (to print it).
-    ``gamma`` defaults to the engine's default. ``tree`` > 0 checks token
-    trees of at most that many nodes (``tree_branch`` children per node) like chains.
-    """
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    """Run every check on ``pair``; return them in order, each passed to ``report`` as soon as it is
+    done. ``tree`` > 0 checks token trees of at most that many nodes like chains."""
+    check_int(length, "length", 1)
     gamma = DEFAULT_GAMMA if gamma is None else gamma
     # Every check, in the order they run and print: the cache probe of each model first.
     pending = [

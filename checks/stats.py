@@ -19,13 +19,9 @@ MIN_EXPECTED = 5.0
 
 @dataclass(frozen=True)
 class FitResult:
-    """The outcome of comparing sampled counts with exact probabilities.
-
-    ``impossible``: outcomes that were sampled although their exact probability
-    is 0 (any one of them is proof of a wrong sampler: p-value 0).
-    ``worst``: the outcome whose count is furthest from its expectation, in
-    standard deviations, with its observed and expected counts.
-    """
+    """The outcome of comparing sampled counts with exact probabilities. ``impossible``: outcomes
+    sampled although their probability is 0 (proof of a wrong sampler: p-value 0); ``worst``: the
+    outcome furthest from its expectation in standard deviations, observed and expected."""
 
     statistic: float
     dof: int
@@ -56,10 +52,8 @@ def chi_square_sf(statistic: float, dof: int) -> float:
 
 
 def goodness_of_fit(counts: Mapping[Hashable, int], exact: Mapping[Hashable, float]) -> FitResult:
-    """Compare sampled ``counts`` of outcomes with their ``exact`` probabilities.
-
-    Outcomes expected fewer than MIN_EXPECTED times are pooled into one bin.
-    """
+    """Compare sampled ``counts`` with their ``exact`` probabilities; outcomes expected fewer than
+    MIN_EXPECTED times are pooled into one bin."""
     n = sum(counts.values())
     if n == 0:
         raise ValueError("no samples to test")

@@ -1,12 +1,8 @@
 """The drafter registry: a drafting method is a ``generation.drafter.Drafter`` and a factory.
 
-A factory is called once per run as ``factory(pair, strategy, state, context)``
-and returns a fresh Drafter: ``pair`` has ``target``, ``drafter``,
-``end_tokens`` and ``vocab_size``; ``strategy`` is the
-:class:`engine.strategy.Strategy` (its ``drafter_options`` are the factory's
-to read); ``state`` the :class:`engine.state.EngineState` kept across prompts;
-``context`` the run's :class:`DraftContext`. Registering a factory under a
-new kind makes ``Strategy(drafter=kind)`` run it in every front end.
+``factory(pair, strategy, state, context)`` returns a fresh Drafter for one run (``strategy``'s
+``drafter_options`` are its to read; ``state`` the ``EngineState`` kept across prompts). Registering
+one under a new name makes ``Strategy(drafter=name)`` run it in every front end.
 """
 
 from __future__ import annotations
@@ -28,14 +24,13 @@ from kvcache.static import static_capacity
 from ngram_assisted import HybridDrafter, MatchDrafter, NGramDrafter
 from ngram_assisted.lookahead import LookaheadDrafter, NGramPool
 from ngram_assisted.sam import corpus_automaton, read_corpus
+from utils.options import check_int
 
 
 @dataclass(frozen=True)
 class DraftContext:
-    """What one run gives its drafter: the built processor (the drafter's q
-    comes from it), the run's generator (drafts and the accept rule draw from
-    the same one), the vocabulary the loop compares over, the prompt, the
-    length budget and the prefills the run may begin from."""
+    """What one run gives its drafter: the processor its q comes from, the run's generator (shared with
+    the accept rule), the vocabulary compared over, the prompt, the budget and the prefills."""
 
     processor: object
     generator: torch.Generator | None
@@ -58,12 +53,9 @@ def register_drafter(kind: str, factory: DrafterFactory) -> DrafterFactory:
 def model_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     """Speculative decoding's drafter: the pair's drafter model (its context must fit too).
 
-    This is the one place the engine chooses how a drafter model drafts: the first kind of
-    ``engine.kinds.KINDS`` that owns the pair makes its drafter (the target's MTP layers, a Gemma 4
-    assistant or an EAGLE-3 head from the target's state; a drafter with its own tokenizer through the
-    ``cross_tokenizer`` drafter; a self-drafter on the target's own cache); any other drafter model
-    drafts through its own cache (``generation.model_drafter.ModelDrafter``). With
-    :class:`HybridOptions` whose L is above 0, that drafter drafts beside a model-free storage
+    The one place the engine chooses how a drafter model drafts: the first kind of
+    ``engine.kinds.KINDS`` that owns the pair makes it, else ``generation.model_drafter.ModelDrafter``.
+    With :class:`HybridOptions` whose L is above 0 it drafts beside a model-free storage
     (:func:`hybrid_drafter`); a kind that cannot says so in one line.
     """
     options = strategy.drafter_options
@@ -102,9 +94,7 @@ def ngram_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
     storage = state.ngram_storage(options, context.vocab_size)
     if options.reset:
         storage.reset()
-    top_k = options.top_k_filler
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k_filler must be an integer >= 1, got {top_k!r}")
+    top_k = check_int(options.top_k_filler, "top_k_filler", 1)
     return NGramDrafter(storage, filler_top_k=top_k, stop_if_unknown=options.stop_if_unknown,
                         confident_start=options.confident_start, device=model_device(pair.target))
 
@@ -130,10 +120,8 @@ def corpus_of(pair, path: str, state):
 
 
 def lookahead_drafter(pair, strategy, state, context: DraftContext) -> Drafter:
-    """Lookahead decoding's drafter (``ngram_assisted.lookahead``) with ``strategy.drafter_options``
-    (:class:`LookaheadOptions`). Its candidates are verified as a token tree, so the strategy
-    must ask for trees (``engine.lookahead_strategy`` builds one that does). The n-gram pool
-    lives in ``state`` for the pair (one per N and G), emptied first when ``reset``."""
+    """Lookahead decoding's drafter with ``strategy.drafter_options``; its candidates verify as a token
+    tree (``engine.lookahead_strategy``). The pool lives in ``state`` per (N, G), emptied when ``reset``."""
     options = strategy.drafter_options or LookaheadOptions()
     if not isinstance(options, LookaheadOptions):
         raise ValueError(f"the lookahead drafter takes LookaheadOptions, got {type(options).__name__}")

@@ -52,9 +52,8 @@ def variant_kind(spec: str) -> DrafterKind:
 
 
 def variant_labels(parts: list[str]) -> list[str]:
-    """The labels of the drafters ``parts`` (a comma-split list) names to build beside a loaded pair, in
-    order, once each. An item that is no such spec continues the one before (``self:skip=3,5``).
-    ``ValueError`` (one line) for a bad spec."""
+    """The labels of the drafters ``parts`` (a comma-split list) names, in order, once each; an item
+    that is no spec continues the one before (``self:skip=3,5``). ``ValueError`` for a bad spec."""
     items: list[str] = []
     for part in parts:
         if not items or variant_kind(part).is_spec(part):

@@ -1,12 +1,9 @@
 """The one model loader the front ends call: a drafter kind beside its target, or a pair of two models.
 
-A ``--drafter`` value that names a drafter kind (``engine.kinds.KINDS``: ``self:...``, ``mtp``,
-``eagle3:PATH``, ``gemma4-assistant:PATH``) loads through that kind's loader: its own (the
-self-drafters' ``model_drafters.selfdraft.load``, which also takes the call with neither a target nor a
-drafter: the offline default with the self-drafter measured fastest on this machine), or the one
-loader for a drafter attached beside its target (``engine.kinds.load_attached_pair``). Everything
-else (two models, or the ``--drafter self`` bfloat16 demo) goes to ``utils.models.load_pair``.
-Each attaches the cache probe (``kvcache.probe``).
+A ``--drafter`` naming a kind (``engine.kinds.KINDS``) loads through its own loader (the
+self-drafters', which also takes the call that names neither model) or
+``engine.kinds.load_attached_pair``; anything else goes to ``utils.models.load_pair``. Each attaches
+the cache probe (``kvcache.probe``).
 """
 
 from __future__ import annotations
@@ -33,14 +30,9 @@ def kind_to_load(drafter: str | None) -> DrafterKind:
 
 def load_pair(target: str | None = None, drafter: str | None = None, options: LoadOptions | None = None,
               **keywords) -> ModelPair:
-    """Load the pair the user asked for: ``options``, or ``utils.models.LoadOptions``' fields as
-    keywords (``device="cpu"``, ``dtype``, ``quantize``, ...), as ``utils.models.load_pair`` takes them.
-
-    A drafter kind is loaded with the target, so ``drafter_dtype``, ``drafter_quantize`` and
-    ``device_map`` do not apply to it: a self-drafter's spec names its precision; the target's MTP
-    layers (``drafter="mtp"``), an EAGLE-3 head (``drafter="eagle3:PATH"``) and a Gemma 4 assistant
-    (``"gemma4-assistant:PATH"``) take the target's dtype and device.
-    """
+    """Load the pair the user asked for: ``options``, or ``utils.models.LoadOptions``' fields as keywords.
+    A drafter kind is loaded with the target and takes its dtype and device (a self-drafter's spec
+    names its own precision), so ``drafter_dtype``, ``drafter_quantize`` and ``device_map`` do not apply."""
     options = LoadOptions.of(options, **keywords)
     if wants_self_draft(target, drafter):
         return pair_loader(kind_to_load(drafter))(target, drafter, options)

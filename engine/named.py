@@ -16,11 +16,9 @@ SHAPED = frozenset({"tree_branch", "tree_sample", "gamma_threshold"})
 
 def named_strategy(method: MethodName, *, ngram: NGramOptions = NGramOptions(), cross=None, arctic=None,
                    fresh: bool = True, key: str | None = None, **fields) -> Strategy:
-    """The strategy ``method`` names, keyed ``key`` (default: its name). ``ngram``: NASD's (and a
-    hybrid's) storage; ``cross``: the drafter model's ``CrossTokenizerOptions`` (None: the engine's);
-    ``arctic``: the ``arctic_suffix`` peer's options. A self-drafter spec drafts with the drafter its
-    kind names (``engine.kinds.variant_drafter``); lookahead's pool is emptied when ``fresh``.
-    ``fields``: other ``Strategy`` fields, less those lookahead's shape decides (:data:`SHAPED`)."""
+    """The strategy ``method`` names, keyed ``key`` (default: its name). ``ngram``, ``cross`` and
+    ``arctic``: the storage's, the drafter model's and the ``arctic_suffix`` peer's options; lookahead's
+    pool is emptied when ``fresh``; ``fields``: other ``Strategy`` fields, less :data:`SHAPED`."""
     if method.strategy not in NAMED:
         raise ValueError(f"unknown strategy {method.strategy!r}")
     key = method.name if key is None else key

@@ -18,11 +18,8 @@ def shared_vocab_size(*models) -> int:
 
 
 def pair_of(target, drafter=None, *, end_tokens=(), vocab_size: int | None = None, tokenizer=None) -> ModelPair:
-    """A ``ModelPair`` over ``target`` and ``drafter`` (None: no strategy drafts with a model).
-
-    ``end_tokens``: the ids that end a generation (none: run to the length budget);
-    ``vocab_size``: the vocabulary the two models share (None: the shorter of their configs').
-    """
+    """A ``ModelPair`` over ``target`` and ``drafter`` (None: no strategy drafts with a model);
+    ``end_tokens`` (none: run to the budget); ``vocab_size`` (None: the shorter of their configs')."""
     from utils.vocab import context_length
 
     config = target.config

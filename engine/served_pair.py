@@ -1,12 +1,8 @@
 """A pair whose target is behind a serving engine: the drafter and the tokenizer load here.
 
-``load_served_pair(url, kind, drafter)``: connect (the kind detected when not given), read what
-the server says of its model, load the drafter model (the offline default when none is named)
-and its tokenizer, and check that the server's model reads the same vocabulary: the same length,
-and the same ids for a probe text tokenized on both sides. A drafter kind that cannot draft beside
-a served target says why (``DrafterKind.served``: one made from the target's weights, which are on
-the server, or one that reads the target's hidden states or keys, when the server returns
-log-probabilities only). Every failure is one line (``ModelLoadError``).
+``load_served_pair`` connects, loads the drafter and its tokenizer, and checks that the server's
+model reads the same vocabulary (length, and ids of a probe text on both sides). A drafter kind that
+cannot draft beside a served target says why (``DrafterKind.served``). Every failure is one line.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A model's forward timed by shape: B sequences of w new tokens over a cache of L tokens.
 
-What changes with the load is the price of a forward, not what a drafter's rounds accept:
-``analysis.whatif`` projects a run's speedup over batch size from its own rounds and these
-prices. Each forward runs on transformers' own cache (``kvcache.cache.new_cache``), filled
-once per batch size with L random tokens per sequence; each timed forward is rolled back
-(``kvcache.cache.drop_last``), and every timer waits for the device on both sides
-(``generation.timing.timed``). The first turn warms up; a cost is the median of the rest.
+The prices ``analysis.whatif`` projects a run's rounds with. Each forward runs on transformers' own
+cache, filled once per batch size, rolled back after each timed forward, timed behind device syncs;
+the first turn warms up and a cost is the median of the rest.
 """
 
 from __future__ import annotations

@@ -19,16 +19,9 @@ STORAGE_CLASSES = dict(zip(NGRAM_STORAGES, (NGramStorage, OneLevelNGramStorage, 
 
 @dataclass
 class EngineState:
-    """Kept by a front end across prompts and passed to every ``run_strategy``.
-
-    One n-gram storage for NASD and one for the hybrid drafter (each rebuilt
-    when its kind, N or vocabulary changes, else kept with what it learned),
-    one γ policy per strategy key (a policy that learns, heuristic or model,
-    carries what it learned to the next prompt; a changed policy name, γ or
-    threshold starts a fresh one), and
-    what was built once for a pair (:meth:`for_pair`: kept while the same
-    pair object is passed, rebuilt for another).
-    """
+    """Kept by a front end across prompts and passed to every ``run_strategy``: NASD's and the hybrid's
+    n-gram storages (rebuilt when kind, N or vocabulary change), one γ policy per strategy key (fresh
+    when its name, γ or threshold change) and what was built once for a pair (:meth:`for_pair`)."""
 
     storage: object = None
     storage_key: tuple | None = None
@@ -47,10 +40,8 @@ class EngineState:
         return self.built[name][1]
 
     def ngram_storage(self, options: NGramOptions, vocab_size: int, corpus=None, *, hybrid: bool = False):
-        """The storage of ``options``' kind and N over ``vocab_size`` tokens (``suffix``: of its P
-        and M; ``sam``: over the ``corpus`` automaton given, if any). ``hybrid``: the hybrid
-        drafter's storage, kept apart from NASD's, so that neither learns the other's outputs
-        nor rebuilds the other's when the two differ."""
+        """The storage of ``options`` over ``vocab_size`` tokens (``sam``: over the ``corpus`` automaton, if
+        any). ``hybrid``: the hybrid's own, so neither learns the other's outputs."""
         kept, kept_key = (self.hybrid_storage, self.hybrid_storage_key) if hybrid else (self.storage, self.storage_key)
         key = storage_key(options, vocab_size, corpus)
         if kept is None or key != kept_key:

@@ -19,23 +19,14 @@ MODELS = ("target", "drafter")
 class NGramOptions:
     """How NASD's n-gram drafter and its storage are set up.
 
-    ``storage`` is ``basic`` (every order up to n), ``onelevel`` (n-grams
-    only), ``recycling`` (Token Recycling), ``suffix`` (SuffixDecoding's
-    tries, ``ngram_assisted.suffix``) or ``sam`` (a suffix automaton,
-    ``ngram_assisted.sam``). ``reset`` empties the storage before the run;
-    without it the storage keeps what earlier runs taught it (it lives in the
-    :class:`engine.state.EngineState`): for ``suffix``, the global trie of
-    earlier outputs.
+    ``storage``: ``basic``, ``onelevel``, ``recycling`` (Token Recycling), ``suffix`` (SuffixDecoding)
+    or ``sam`` (a suffix automaton). ``reset`` empties it before the run; otherwise it keeps what earlier
+    runs taught it (it lives in the :class:`engine.state.EngineState`).
 
-    ``suffix`` and ``sam`` ignore ``n``, the filler and the two stop flags:
-    ``max_pattern`` (P) is the longest tail ``suffix`` matches,
-    ``max_outputs`` (M) how many earlier outputs its global trie keeps, and
-    ``factor`` (α) caps both storages' drafts at α x the match length.
-    ``corpus`` (``sam`` only): a text file tokenised once with the target's
-    tokenizer, whose automaton is built once and matched beside the context.
-    ``fill_width`` (``suffix`` and ``sam``, chain rounds): measure the target's
-    verify forward by width once (``engine.widths``) and draw a round's chain
-    longer when a wider verify is measured cheaper (``generation.widths``).
+    ``suffix`` and ``sam`` ignore ``n``, the filler and the stop flags: ``max_pattern`` (P) is the longest
+    tail ``suffix`` matches, ``max_outputs`` (M) how many earlier outputs it keeps, ``factor`` (α) caps
+    drafts at α x the match length; ``corpus`` (``sam``): a text file matched beside the context;
+    ``fill_width``: draw a chain longer when a wider verify is measured cheaper (``generation.widths``).
     """
 
     storage: str = "basic"
@@ -55,14 +46,10 @@ class NGramOptions:
 class HybridOptions:
     """Speculative decoding that drafts from a model-free storage in a round whose match is long.
 
-    The ``model`` drafter takes these options: in a round where the storage's match is at
-    least ``min_match`` (L) tokens its draft is verified, otherwise the drafter model's
-    (``ngram_assisted.hybrid``). 0 turns the hybrid off: the drafter model drafts every
-    round. ``retrieval`` sets up the storage as for NASD: ``suffix`` or ``sam`` with their
-    settings; an n-gram table (``basic``, ``onelevel``, ``recycling``) carries no match
-    length, so ``sam`` over the context, with its defaults, drafts in its place.
-    ``model``: how the drafter model drafts should its tokenizer differ
-    (:class:`CrossTokenizerOptions`; None: SLEM).
+    In a round whose storage match is at least ``min_match`` (L) tokens the storage's draft is verified,
+    otherwise the drafter model's (``ngram_assisted.hybrid``); 0 turns it off. ``retrieval``: the storage,
+    as for NASD (an n-gram table has no match length, so ``sam`` with its defaults stands in).
+    ``model``: how the drafter drafts should its tokenizer differ (None: SLEM).
     """
 
     min_match: int = 0
@@ -80,14 +67,10 @@ class HybridOptions:
 class LookaheadOptions:
     """Lookahead decoding's shape (``ngram_assisted.lookahead``; Fu et al., ICML 2024).
 
-    ``window`` (W): columns of the Jacobi window; ``ngram`` (N, at least 3): the n-gram
-    size, so the window has N - 1 levels and each candidate drafts N - 1 tokens;
-    ``guesses`` (G): candidate n-grams verified per round, and how many the pool keeps
-    per first token. A round feeds (W - 1) + (N - 2) W window rows and at most
-    G (N - 1) candidate nodes. The defaults are sized for a CPU, where every row
-    fed costs time (docs/lookahead.md). The n-gram pool lives in the
-    :class:`engine.state.EngineState`; ``reset`` empties it before the run (the
-    paper's way); without it the pool keeps what earlier runs found.
+    ``window`` (W) columns; ``ngram`` (N >= 3), so N - 1 levels and N - 1 drafts per candidate;
+    ``guesses`` (G) candidates verified per round and kept per first token. A round feeds
+    (W - 1) + (N - 2) W window rows and at most G (N - 1) nodes; the defaults are sized for a CPU
+    (docs/lookahead.md). ``reset`` empties the pool (in the ``EngineState``) before the run.
     """
 
     window: int = 5
@@ -103,65 +86,33 @@ class LookaheadOptions:
 
 def lookahead_strategy(options: LookaheadOptions = LookaheadOptions(), *, key: str = "lookahead",
                        **fields) -> "Strategy":
-    """The ``Strategy`` of lookahead decoding with ``options``: the ``lookahead`` drafter, trees
-    of at most G (N - 1) nodes and N - 1 levels (γ = N - 1 under the constant policy).
-    ``fields``: any other ``Strategy`` field (processor, max_gen_len, seed, ...)."""
+    """The ``Strategy`` of lookahead decoding with ``options``: trees of at most G (N - 1) nodes and
+    N - 1 levels (γ = N - 1); ``fields``: any other ``Strategy`` field."""
     return Strategy(key, drafter="lookahead", drafter_options=options, gamma=options.ngram - 1,
                     gamma_policy="constant", tree=options.nodes, **fields)
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """One way to decode a prompt.
+    """One way to decode a prompt (docs/engine.md).
 
-    ``key`` is a label: it names the strategy as a front end shows it
-    ("speculative", "ngram", "target", "drafter", or a benchmark variant's
-    name), and the engine's persistent state keeps one γ policy per key; it
-    never changes what runs. ``drafter`` is a key of
-    :data:`engine.drafters.DRAFTERS` ("model", "ngram", ...) or None for
-    autoregressive decoding of ``model``: "target" (the default) or
-    "drafter" (the pair's drafter model on its own, which never pays an
-    injected round trip). ``drafter_options`` belongs to the
-    drafter kind (:class:`NGramOptions` for "ngram"; None,
-    :class:`CrossTokenizerOptions` or :class:`HybridOptions` for "model";
-    None or :class:`CrossTokenizerOptions` for "cross_tokenizer"); a new
-    drafter brings its own options type. On a pair whose drafter has a
-    tokenizer of its own, "model" drafts through the cross-tokenizer drafter and
-    drafter AR (``model="drafter"``) runs on the drafter's own ids (its tokens
-    are then drafter ids).
+    ``key`` is a label (the engine keeps one γ policy per key); it never changes what runs. ``drafter``
+    is a key of :data:`engine.drafters.DRAFTERS`, or None for autoregressive decoding of ``model``
+    ("target" or "drafter"; drafter AR never pays an injected round trip and, with a tokenizer of its
+    own, runs on its own ids). ``drafter_options`` belongs to the drafter (:class:`NGramOptions`,
+    :class:`CrossTokenizerOptions`, :class:`HybridOptions`, or a new drafter's own type).
 
-    ``gamma_policy`` is a name ``generation.gamma_policies.make_policy``
-    takes ("constant", "heuristic", "confidence", "model"; "confidence 0.4"
-    carries its threshold), ``gamma_threshold`` the confidence threshold.
-    ``processor`` is a :class:`ProcessorSpec` or a built processor. With a
-    ``seed`` the run seeds torch's global generator and a ``torch.Generator``
-    on the decoding model's device; with None it seeds nothing.
-    ``target_delay_s`` waits that long before every target forward (an
-    injected network round trip, the REPL's ``/rtt_inject``); the drafter
-    model decoding on its own never waits. ``tree`` > 0
-    verifies token trees of at most that many draft nodes per round
-    (``tree_branch`` children per expanded node; ``generation.tree``); models
-    that cannot take a tree run chains and the result says why.
-    ``tree_sample``: under sampling, a drafter model draws each node's
-    children from q and recursive rejection sampling verifies them
-    (``generation.accept.accept_tree_rrs``); otherwise its top children.
-    ``compile`` (``utils.options.COMPILE_PATHS``): ``off`` (the dynamic cache, eager),
-    ``static`` (a preallocated cache rolled back by length, eager) or ``graphs`` (the
-    static path with captured fixed-width forwards); a model the static path refuses
-    runs ``off`` and the result's ``compile`` says why (``kvcache.static``, docs/static.md).
-    ``inspect`` records the per-token inspector's numbers in each round of
-    a drafting strategy (``generation.inspection``; read back in the round's
-    one host sync); False leaves ``Round.inspection`` None. ``verify`` is the
-    chain verify rule (``generation.verify_rules``): ``residual`` (the token
-    rule of Leviathan et al. / Chen et al.), ``block`` (block verification,
-    Sun et al. 2025) or ``strict`` (a draft is kept iff it equals the
-    target's own draw); all three lossless. ``decisions``: under greedy, a run
-    of the target (target AR, every drafting strategy) keeps the top-k of the
-    target row that decided each token (``generation.decisions``), which
-    ``analysis.divergence`` reads to explain a difference from target AR;
-    drafter AR and sampled runs never keep them. ``max_rounds`` > 0 ends a drafting run after
-    that many rounds (``stop_reason`` ``"rounds"``): a caller that reads only the first round's
-    tokens (the self-test's sampling draws) pays for no other.
+    ``gamma_policy`` / ``gamma_threshold``: for ``generation.gamma_policies.make_policy``.
+    ``processor``: a :class:`ProcessorSpec` or a built processor. ``seed``: seeds torch's global
+    generator and a ``torch.Generator`` on the decoding device (None: nothing). ``target_delay_s``:
+    an injected wait before every target forward (``/rtt_inject``). ``tree`` > 0: token trees of at most
+    that many nodes (``tree_branch`` children per node; a model that cannot take one runs chains and
+    says why); ``tree_sample``: under sampling, children drawn from q and verified by recursive
+    rejection sampling. ``compile``: ``off``, ``static`` or ``graphs`` (``kvcache.static``; a refused
+    model runs ``off`` and says why). ``inspect``: record the inspector's numbers per round.
+    ``verify``: the chain rule, ``residual`` (Leviathan et al. / Chen et al.), ``block`` (Sun et al.
+    2025) or ``strict``, all lossless. ``decisions``: under greedy, keep the target row that decided
+    each token (``analysis.divergence``). ``max_rounds`` > 0 ends a drafting run after that many rounds.
     """
 
     key: str

@@ -1,10 +1,6 @@
 """Decoding loops: autoregressive, the verify loop, the drafter contract and the model drafter.
 
-Front ends decode through ``engine.run_strategy``; these are its parts.
-
-Names are imported lazily (PEP 562), so ``from generation.result import ...``
-works without importing torch: ``infer.py --replay`` renders a saved trace
-through the same result types without loading a model or torch.
+Names are imported lazily (PEP 562), so ``infer.py --replay`` reads the result types without torch.
 """
 
 from utils.lazy import lazy_exports

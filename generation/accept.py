@@ -26,12 +26,10 @@ def pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def residual_distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p_i - q_i)) for each drafted position.
+    """norm(max(0, p_i - q_i)) for each drafted position: (k, V).
 
-    p: (k, V) target probabilities at the drafted positions; q: (k, V) draft
-    probabilities, or None for deterministic drafts (q_i = one-hot(draft_i));
-    draft: (k,). Returns (k, V). A row whose residual has no mass (p_i == q_i,
-    where rejection cannot happen) falls back to p_i.
+    p: (k, V); q: (k, V), or None for deterministic drafts (one-hot); draft: (k,). A row with no
+    residual mass (p_i == q_i, where rejection cannot happen) falls back to p_i.
     """
     if q is None:
         residual = p.scatter(-1, draft.unsqueeze(-1), 0.0)
@@ -42,11 +40,8 @@ def residual_distributions(p: torch.Tensor, q: torch.Tensor | None, draft: torch
 
 
 def uniforms(k: int, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """k independent U[0, 1) coins on ``like``'s device and dtype: (k,).
-
-    Every chain rule draws its coins here, so a test can put known coins in
-    their place and integrate over them exactly (tests/test_verify_rules.py).
-    """
+    """k independent U[0, 1) coins on ``like``'s device and dtype: (k,). Every chain rule draws here,
+    so a test can substitute known coins (tests/test_verify_rules.py)."""
     return torch.rand(k, generator=generator, device=like.device, dtype=like.dtype)
 
 
@@ -57,15 +52,8 @@ def accept_drafts(
     sample: Sampler,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Verify k drafts against the target; return (n_accepted, next_token) as 0-d tensors.
-
-    p: (k + 1, V) target probabilities; row i is the distribution of the token
-    after the first i drafts (row k is for the bonus token).
-    q: (k, V) draft probabilities, or None for deterministic drafts.
-    draft: (k,) drafted ids. ``sample`` draws one id per row of a (rows, V) tensor.
-
-    Nothing here leaves the device: the caller pays one host sync per round.
-    """
+    """Verify k drafts against the target: (n_accepted, next_token) as 0-d tensors; shapes and
+    contract as ``generation.verify_rules``'s."""
     k = draft.shape[0]
     rows = torch.arange(k, device=draft.device)
     p_x = p[rows, draft]                                  # (k,)
@@ -87,22 +75,15 @@ def accept_tree(
     sample: Sampler,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Verify a token tree; return (accepted depth, deepest accepted node, next token).
+    """Verify a token tree; return (accepted depth, deepest accepted node or -1, next token).
 
-    p: (n + 1, V) target probabilities; row 0 is the root's (the last committed
-    token), row 1 + i node i's. tokens, parents: (n,) the nodes' ids and parent
-    nodes (-1: the root). ancestors: (n, n) bool, [i, j] when j is i or above it.
-    The deepest node is -1 when nothing was accepted.
+    p: (n + 1, V), row 0 the root's, row 1 + i node i's. tokens, parents: (n,) (-1: the root).
+    ancestors: (n, n) bool, [i, j] when j is i or above it.
 
-    The rule draws the target's own token at every node, then walks down from
-    the root following the child equal to the draw, and stops at the first
-    draw no child carries: that draw is the round's token. Along the walk each
-    token is drawn from p given the path so far, so the output is distributed
-    exactly as p for any tree that does not depend on the draws (SpecInfer's
-    "naive" multi-candidate verification; Miao et al. 2024). Under greedy the
-    draw is the argmax: the longest path of argmaxes, plus the target's next
-    token. Siblings must carry distinct tokens, so at most one child matches.
-    Nothing leaves the device.
+    The target's token is drawn at every node; the walk follows the child equal to the draw and stops
+    at the first draw no child carries, which is the round's token. Each token is drawn from p given
+    the path, so the output follows p for any tree independent of the draws (SpecInfer's naive
+    multi-candidate verification; Miao et al. 2024). Siblings carry distinct tokens. On the device.
     """
     draws = sample(p, generator)                                   # (n + 1,)
     if tokens.numel() == 0:
@@ -124,25 +105,15 @@ def accept_tree_rrs(
     sample: Sampler,
     generator: torch.Generator | None = None,
 ) -> tuple[int, int, int]:
-    """Verify a sampled token tree by recursive rejection sampling; return
-    (accepted depth, deepest accepted node, next token) as ints.
+    """Verify a sampled token tree by recursive rejection sampling; return (accepted depth, deepest
+    accepted node, next token) as ints.
 
-    p, q: (n + 1, V) target and draft probabilities; row 0 is the root's, row
-    1 + i node i's (q only matters at nodes with children). ``tree``: a
-    ``generation.tree.Tree`` whose children of each node were drawn from that
-    node's q *without replacement*, in rank order (``generation.tree_draft.sample_tree``).
-
-    At each node, starting from the root, with r = p and q' = q: the children are
-    tried in the order they were drawn; child t is kept with probability
-    min(1, r(t) / q'(t)), and the walk goes on below it; on a rejection
-    r becomes norm(max(0, r - q')) and q' loses t (renormalised), as the next
-    child was drawn from q without the ones before it. When every child is
-    rejected the next token is drawn from r; below a leaf, from p. Each step is
-    standard speculative sampling with the residual carried over, so the token
-    at each depth follows p exactly (multi-draft speculative sampling: Jeon et
-    al. 2024; SpecInfer, Miao et al. 2024), and a second child is tried where
-    the first was rejected, which the draw-and-follow rule of :func:`accept_tree`
-    cannot do with children drawn at random. Several small host syncs per round.
+    p, q: (n + 1, V), row 0 the root's. ``tree``: each node's children drawn from its q *without
+    replacement*, in rank order (``generation.tree_draft.sample_tree``). At each node, with r = p and
+    q' = q, child t is kept with probability min(1, r(t) / q'(t)); on a rejection r becomes
+    norm(max(0, r - q')) and q' loses t (renormalised); every child rejected: draw from r (below a
+    leaf, from p). So each depth follows p exactly (Jeon et al. 2024; SpecInfer, Miao et al. 2024),
+    and a second child is tried where the first was rejected. Several small host syncs per round.
     """
     node, depth = -1, 0
     while True:

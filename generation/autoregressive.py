@@ -20,17 +20,10 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
                             observer: Observer | None = None, interruptible: bool = False) -> GenerationResult:
     """One token per forward pass, feeding only the newest token when the cache is on.
 
-    ``prompt``: the checked prompt ids (the encoder's for a seq2seq model);
-    ``options``: see :class:`generation.options.LoopOptions` (the γ policy and
-    tree settings do not apply). Stops after an end token (kept in the output)
-    or ``max_gen_len`` tokens. With ``interruptible`` a KeyboardInterrupt ends
-    generation and returns what was made. Each step's forward and sampling time
-    is booked under ``phase``: "verify" for the target (its forward is what
-    speculative rounds call verifying), "draft" when the model is a drafter
-    running on its own. ``tokens`` are the generated (decoder) ids, without a
-    decoder start token. ``observer`` is told each step (its time is left out
-    of ``seconds``); ``options.target_delay_s`` waits that long before every
-    forward (an injected network round trip, booked under ``phase``).
+    ``prompt``: the checked prompt ids (the encoder's for a seq2seq model); ``options``:
+    :class:`generation.options.LoopOptions` (γ policy and trees do not apply). Stops after an end token
+    (kept) or ``max_gen_len`` tokens; with ``interruptible`` a KeyboardInterrupt returns what was made.
+    Time is booked under ``phase``: "verify" for the target, "draft" for a drafter on its own.
     """
     if phase not in ("draft", "verify"):
         raise ValueError(f"phase must be 'draft' or 'verify', got {phase!r}")

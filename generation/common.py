@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import torch
 
 from utils.devices import synchronize
-from utils.options import MAX_GAMMA
+from utils.options import MAX_GAMMA, check_int
 from utils.vocab import context_length
 
 
@@ -33,16 +33,12 @@ class ContextLengthError(StrategyRefused):
 
 
 def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *models) -> list[int]:
-    """Validate a generation request; return the prompt as a list of ints.
-
-    Raises ValueError for an empty prompt or a negative length, and
-    ContextLengthError when prompt + budget exceeds any model's context.
-    """
+    """Validate a generation request; return the prompt as a list of ints. ValueError for an empty
+    prompt or a negative length, ContextLengthError when prompt + budget exceeds a model's context."""
     prompt = inputs.tolist() if isinstance(inputs, torch.Tensor) else list(inputs)
     if not prompt:
         raise ValueError("the prompt is empty: at least one token is needed")
-    if isinstance(max_gen_len, bool) or not isinstance(max_gen_len, int) or max_gen_len < 0:
-        raise ValueError(f"max_gen_len must be an integer >= 0, got {max_gen_len!r}")
+    check_int(max_gen_len, "max_gen_len", 0)
     for model in models:
         limit = context_length(model)
         if limit is not None and len(prompt) + max_gen_len > limit:
@@ -53,9 +49,7 @@ def check_request(inputs: Sequence[int] | torch.Tensor, max_gen_len: int, *model
 def check_gamma(gamma: int) -> int:
     """``gamma``, an integer from 1 to ``MAX_GAMMA`` (``utils.options``: the front ends' ranges end
     there too); else a one-line ValueError."""
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    if gamma > MAX_GAMMA:
+    if check_int(gamma, "gamma", 1) > MAX_GAMMA:
         raise ValueError(f"gamma must be at most {MAX_GAMMA}, got {gamma}")
     return gamma
 
@@ -85,14 +79,9 @@ def device_clock(device: torch.device) -> float:
 
 @contextmanager
 def timed_run(result, device: torch.device, *, interruptible: bool) -> Iterator[float]:
-    """Time the generation in the ``with`` body into ``result.seconds`` (device-synced).
-
-    Yields the start clock (``time.perf_counter()`` after the device sync), from which a loop
-    measures its time to first token (``Watch.first_token``). With ``interruptible`` a
-    KeyboardInterrupt ends the body and sets
-    ``result.stop_reason = "interrupted"``; the caller then reads whatever its
-    loop had completed. Without it the interrupt propagates.
-    """
+    """Time the ``with`` body into ``result.seconds`` (device-synced); yields the start clock, for the
+    time to first token. With ``interruptible`` a KeyboardInterrupt ends the body and sets
+    ``stop_reason = "interrupted"``; without it the interrupt propagates."""
     start = device_clock(device)
     try:
         yield start

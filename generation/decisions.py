@@ -1,12 +1,8 @@
 """The target logits rows that decided each emitted token, kept small and on the device.
 
-A greedy run of the target (target AR, every drafting strategy) can keep, per
-emitted position, the top-k of the row that decided it: target AR's step row; a
-chain round's verify row at that position; a tree round's row of the kept node.
-``analysis.divergence`` reads them to explain a difference from target AR (a
-near-tie, or unexplained). Each round appends its top-k as device tensors (no
-host sync); the run reads them all back once, when it ends (one sync). Memory is
-``width`` values and ids per row, never a vocabulary-wide row.
+A greedy run of the target keeps, per emitted position, the top-k of the row that decided it
+(``analysis.divergence`` reads them). Each round appends device tensors (no host sync) and the run
+reads them back once at its end; memory is ``width`` values and ids per row.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """What a drafter that drafts from its target's hidden states shares: taking them from the target.
 
-The target's ``CachedModel`` keeps each forward's hidden states (``keep_hidden``; the verify
-pass's included) as ``target.hidden = (start, rows)``. A drafter built on
-:class:`TargetHiddenStates` (the MTP layers, an EAGLE-3 head) gathers them position by position
-into ``rows`` (tensors of consecutive positions from 0) up to ``rows_end``, and trims them itself
-when the sequence is rolled back.
-
-:class:`HeadDrafter` is what every drafter made of a module that runs on the target's own states
-shares (the MTP layers, an EAGLE-3 head, a Gemma 4 assistant): its q processor, the draft
-logits of the last proposal, and the count of its forwards.
+The target's ``CachedModel`` keeps each forward's hidden states (``keep_hidden``) as
+``target.hidden = (start, rows)``; :class:`TargetHiddenStates` gathers them into ``rows`` up to
+``rows_end`` and trims them on rollback. :class:`HeadDrafter` holds what every such drafter shares:
+its q processor, the last proposal's draft logits and its forward count.
 """
 
 from __future__ import annotations
@@ -24,12 +19,9 @@ from sampling import LogitsProcessor
 
 
 class HeadDrafter(Drafter):
-    """A drafter made of ``module``, run on the target's own states, q from ``processor``.
-
-    ``target`` is the target's ``CachedModel`` (subclasses set it in ``attach_target``);
-    ``_logits`` holds the q logits of the last proposal's drafts (:meth:`draft_logits`), and each
-    forward of the module adds one to ``_forwards`` (:attr:`calls`). :meth:`begin` resets both.
-    """
+    """A drafter made of ``module``, run on the target's own states (``target``, set in
+    ``attach_target``), q from ``processor``; ``_logits`` holds the last proposal's draft logits and
+    ``_forwards`` counts the module's forwards, both reset by :meth:`begin`."""
 
     kind = "model"
 

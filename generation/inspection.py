@@ -1,33 +1,15 @@
 """The per-token inspector's numbers: what both models thought at each drafted position.
 
-For each drafted position i of a round (Leviathan et al. 2023, Algorithm 1;
-p the target, q the drafter): p_i(x_i), q_i(x_i), the acceptance probability
-min(1, p_i(x_i) / q_i(x_i)), the entropies of p_i and q_i, and the top tokens
-of each; at the first rejection, the top tokens of the residual
-norm(max(0, p_n - q_n)) the replacement was drawn from.
+For each drafted position i (Leviathan et al. 2023, Algorithm 1; p the target, q the drafter):
+p_i(x_i), q_i(x_i), the acceptance probability min(1, p_i(x_i) / q_i(x_i)), both entropies and top
+tokens, and at the first rejection the top of the residual norm(max(0, p_n - q_n)). Under the
+``block`` rule (Sun et al. 2025) also the running ratio b_i and threshold h_i, and the scaled
+residual norm(max(0, b_n p_n - q_n)); under ``strict`` the acceptance is p_i(x_i) and no residual.
 
-The numbers follow the chain verify rule the round ran (``generation.verify_rules``):
-
-- ``residual``: as above.
-- ``block`` (Sun et al. 2025): also the running ratio b_i after draft i and the
-  threshold h_i its coin was compared with (``block_details``); the residual is
-  the scaled one the token was drawn from, norm(max(0, b_n p_n - q_n)).
-- ``strict``: a draft is kept iff it equals the target's own draw, so the
-  acceptance shown is p_i(x_i); the token after the stop is a plain draw from
-  p_n, so no residual is recorded.
-
-Everything is computed on the device inside the round, top-k only, and handed
-back as one flat integer tensor that rides along with the round's single host
-sync (floats travel as their float32 bit patterns, so nothing is rounded on
-the way). :func:`decode` turns the host list back into an :class:`Inspection`.
-
-Which distributions are shown: under sampling, the processed p and q the accept
-rule used (temperature, top-k, top-p applied). Under greedy those are one-hot
-and say nothing, so the top tokens, entropies, p(x) and q(x) are the models'
-own softmax at temperature 1, while ``accept`` stays the rule's (1 when the
-draft is p's argmax, else 0). N-gram drafts are deterministic: q is one-hot
-(q(x) = 1, entropy 0). This file imports torch only inside the functions that
-need it, so a trace can be read without it.
+Computed on the device, top-k only, and returned as one flat integer tensor that rides the round's
+single host sync (floats as their float32 bits, so nothing is rounded); :func:`decode` reads it.
+Under greedy the processed p and q are one-hot, so the models' own softmax at temperature 1 is
+shown, while ``accept`` stays the rule's. torch is imported only where needed.
 """
 
 from __future__ import annotations
@@ -44,13 +26,9 @@ Tops = tuple[tuple[int, float], ...]  # (token id, probability), most likely fir
 
 @dataclass(frozen=True)
 class Position:
-    """One drafted position: the draft x, p(x), q(x), the acceptance probability, entropies (nats), top tokens.
-
-    ``accept``: min(1, p/q) (the residual and block rules), p(x) under strict.
-    ``ratio`` / ``threshold``: only under block (None otherwise, and in traces
-    written before they existed): b_i, the running ratio after this draft, and
-    h_i, the probability its coin was compared with.
-    """
+    """One drafted position: the draft x, p(x), q(x), the acceptance probability, entropies (nats),
+    top tokens. ``accept``: min(1, p/q), p(x) under strict. ``ratio`` / ``threshold``: under block
+    only, b_i and h_i."""
 
     p: float
     q: float
@@ -67,18 +45,11 @@ class Position:
 class Inspection:
     """What both models thought in one round.
 
-    ``positions``: one per drafted token (those after the first rejection
-    included: scored, never judged). ``token_p`` / ``token_entropy`` /
-    ``token_top``: the target's distribution at the row its own token came
-    from (the resample after a rejection, the bonus, or a plain step), with
-    that token's probability. ``residual``: at a rejection, the top tokens of
-    the distribution the token ``Round.token`` was drawn from: norm(max(0, p_n
-    - q_n)), under block norm(max(0, b_n p_n - q_n)); None under strict.
-    ``shown``: ``"rule"`` (the accept rule's processed p and q) or
-    ``"softmax"`` (greedy: the models' softmax at temperature 1).
-    ``one_hot_q``: the drafts were deterministic (an n-gram storage).
-    ``rule``: the chain verify rule whose numbers these are ("residual",
-    "block" or "strict"; "residual" for traces written before it was kept).
+    ``positions``: one per drafted token (those after the first rejection scored, never judged).
+    ``token_p`` / ``token_entropy`` / ``token_top``: the target's row its own token came from.
+    ``residual``: at a rejection, the top of the distribution ``Round.token`` was drawn from (None under
+    strict). ``shown``: ``"rule"`` (the processed p and q) or ``"softmax"`` (greedy: temperature 1).
+    ``one_hot_q``: deterministic drafts. ``rule``: the chain verify rule.
     """
 
     positions: tuple[Position, ...]
@@ -106,11 +77,8 @@ class Inspection:
 
     @staticmethod
     def from_dict(data: dict) -> "Inspection":
-        """Back from JSON (``dataclasses.asdict``); raises KeyError/TypeError/ValueError when damaged.
-
-        Fields added later (``ratio``, ``threshold``, ``rule``) may be missing: older traces read as
-        the residual rule's numbers, without block columns.
-        """
+        """Back from JSON (``dataclasses.asdict``); KeyError/TypeError/ValueError when damaged. Older traces
+        lack ``ratio``, ``threshold`` and ``rule``: they read as the residual rule's numbers."""
         def tops(rows) -> Tops:
             return tuple((int(t), float(v)) for t, v in rows)
 
@@ -137,24 +105,17 @@ class Inspection:
 # ------------------------------------------------------------- on the device
 
 def entropy(dist):
-    """-sum p log p in nats over the last dimension, 0 log 0 = 0: (..., V) -> (...).
-
-    Twice as fast on a CPU as ``torch.special.entr`` (which handles each
-    element's special cases one by one).
-    """
+    """-sum p log p in nats over the last dimension, 0 log 0 = 0: (..., V) -> (...). Twice as fast on
+    a CPU as ``torch.special.entr``."""
     import torch
 
     return -dist.clamp(min=torch.finfo(dist.dtype).tiny).log_().mul_(dist).sum(-1)
 
 
 def residual_at_stop(p_row, q_row, draft_x, scale):
-    """The distribution the token after a rejection was drawn from: (1, V).
-
-    norm(max(0, scale * p_n - q_n)) (``generation.accept.residual_distributions``):
-    scale 1 for the token rule, b_n for block (its residual is scaled by the
-    running ratio; b_0 = 1). p_row: (1, V); q_row: (1, V) or None (one-hot
-    draft); draft_x: (1,); scale: (1, 1).
-    """
+    """The distribution the token after a rejection was drawn from: (1, V), norm(max(0, scale * p_n -
+    q_n)) with scale b_n under block, 1 otherwise. p_row, q_row (or None): (1, V); draft_x: (1,);
+    scale: (1, 1)."""
     from generation.accept import residual_distributions
 
     return residual_distributions(p_row * scale, q_row, draft_x)
@@ -173,15 +134,9 @@ def record_round(p_rule, q_rule, draft, n, token, *, p_view, q_view, rule: str =
                  top: int = TOP):
     """The round's numbers as one flat int64 tensor (no host sync).
 
-    p_rule: (k+1, V) the target distributions the accept rule used;
-    q_rule: (k, V) the drafter's, or None for deterministic drafts;
-    draft: (k,); n, token: 0-d tensors from the verify rule.
-    p_view: (k+1, V) / q_view: (k, V) or None: the distributions to show
-    (the rule's under sampling, the models' softmax under greedy).
-    rule: the chain verify rule that ran ("residual", "block", "strict");
-    block: under block, ``generation.verify_rules.block_details(p_rule,
-    q_rule, draft)``, the (ratios (k,), thresholds (k,)) its coins used;
-    None under the other rules. Layout: see :func:`decode`.
+    p_rule: (k+1, V) and q_rule: (k, V) or None, the distributions the rule used; draft: (k,); n,
+    token: 0-d. p_view / q_view: the distributions to show. block: under block,
+    ``verify_rules.block_details``. Layout: see :func:`decode`.
     """
     import torch
 
@@ -237,13 +192,11 @@ def _tops(ids: list[int], probs: list[float]) -> Tops:
 
 def decode(flat: list[int], draft: list[int], n: int, *, vocab: int, has_q: bool,
            shown: str, rule: str = "residual", top: int = TOP) -> Inspection:
-    """The host list from :func:`record_round` (same k, vocab, has_q, rule) as an Inspection.
+    """The host list from :func:`record_round` as an Inspection.
 
-    Layout: the ids (p's top tokens per row, the residual's when the rule
-    has one, q's per draft when it has q), then the float32 bits (p's top
-    probabilities, p's entropies, p_n(token), p(x) and the acceptance per
-    draft, the residual's probabilities, q(x), q's entropies and top
-    probabilities, then under block the ratios and the thresholds).
+    Layout: the ids (p's top tokens per row, the residual's, q's per draft), then the float32 bits
+    (p's top probabilities, entropies, p_n(token), p(x) and acceptance per draft, the residual's
+    probabilities, q(x), q's entropies and top probabilities, then block's ratios and thresholds).
     """
     k = len(draft)
     t = min(top, vocab)

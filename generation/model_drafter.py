@@ -16,11 +16,8 @@ from kvcache.static import loop_model
 def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, generator, vocab_size,
                  stop_below: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to k tokens drawn one by one from q = processor(step(seq)): ids (k',) and q (k', V).
-
-    ``step(seq)`` returns the drafter's logits for the token after ``seq`` (1, L),
-    shape (1, V). With ``stop_below`` the round ends early once the top
-    probability for the next token falls below it (one host sync per step).
-    """
+    ``step(seq)``: the drafter's logits (1, V) for the token after ``seq`` (1, L). ``stop_below``
+    ends the round once the next token's top probability falls below it (a host sync per step)."""
     drafts, probs = [], []
     for _ in range(k):
         logits = step(seq)                                      # (1, V)
@@ -39,20 +36,11 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
 class ModelDrafter(Drafter):
     """Drafts with a smaller model, sampling each token from q = processor(drafter logits).
 
-    Keeps its own cache (a :class:`kvcache.cache.CachedModel`): every step feeds
-    only the tokens it has not seen, and at the start of each round the cache
-    is rolled back to a prefix of the kept sequence. It proposes chains, trees
-    of its top children and sampled trees (a chain where its model cannot take
-    a tree).
-
-    That rollback trusts the positions the cache holds below the sequence's
-    last token, which holds after a round it drafted itself: its drafts past
-    the accepted ones lie at or beyond that token. After a round another
-    drafter drafted (a hybrid's other side), the positions past that round's
-    start may hold drafts of its own earlier round that were rejected, so
-    :meth:`update` of such a round lowers what the next proposal keeps to the
-    round's start less its last token; that proposal then feeds what the cache
-    lacks, the tokens appended meanwhile, in its first forward.
+    Keeps its own cache, fed only what it has not seen and rolled back at each round's start to a
+    prefix of the kept sequence. That trusts the cached positions below the last token, which holds
+    after its own round; after a round another drafter drafted (a hybrid's other side), rejected
+    drafts of its own may lie past that round's start, so :meth:`update` lowers what the next
+    proposal keeps to that round's start less its last token.
     """
 
     kind = "model"
@@ -84,9 +72,8 @@ class ModelDrafter(Drafter):
         self._drafted, self._trusted = False, None
 
     def update(self, new_tokens: list[int], top_k: list[list[int]] | None) -> None:
-        """Count the round's tokens. After a round another drafter drafted, the next proposal keeps
-        no more of the cache than the positions before that round's last committed token (what a
-        proposal of this round would have kept): past it may lie rejected drafts of its own."""
+        """Count the round's tokens; after another drafter's round, keep no more of the cache than the
+        positions before its last committed token (past it may lie rejected drafts of its own)."""
         if not self._drafted:
             cut = self.committed - 1
             self._trusted = cut if self._trusted is None else min(self._trusted, cut)
@@ -106,12 +93,8 @@ class ModelDrafter(Drafter):
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Up to k tokens drawn one by one from the drafter: ids (k',) and q (k', V).
-
-        With ``stop_below`` the round ends early once the drafter's top
-        probability for the next token falls below it (that check costs one
-        host sync per step).
-        """
+        """Up to k tokens drawn one by one from the drafter: ids (k',) and q (k', V); ``stop_below`` as
+        for :func:`draft_tokens`."""
         seq = ids.to(self.device)
         self._start_round(seq)
         self._logits = []
@@ -126,9 +109,8 @@ class ModelDrafter(Drafter):
         return drafts.to(ids.device), probs.to(ids.device)
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
-        """A dynamic tree (``generation.tree_draft``) of at most ``nodes`` nodes and
-        ``depth`` levels; a chain of ``min(depth, nodes)`` drafts when this drafter
-        cannot take a tree (recurrent layers, no custom masks)."""
+        """A dynamic tree (``generation.tree_draft``) of at most ``nodes`` nodes and ``depth`` levels; a
+        chain of ``min(depth, nodes)`` drafts when this drafter cannot take a tree."""
         seq = ids.to(self.device)
         self._start_round(seq)
         if tree_support(self.cached) is not None:
@@ -138,10 +120,8 @@ class ModelDrafter(Drafter):
 
     def propose_sampled_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int
                              ) -> tuple[Tree, torch.Tensor]:
-        """A tree whose children are drawn from q without replacement
-        (``generation.tree_draft.sample_tree``) and q at the root and each node,
-        (n + 1, V); a chain of ``min(depth, nodes)`` drafts and their q when this
-        drafter cannot take a tree."""
+        """A tree whose children are drawn from q without replacement (``generation.tree_draft.sample_tree``)
+        and q at the root and each node, (n + 1, V); a chain and its q when it cannot take a tree."""
         seq = ids.to(self.device)
         self._start_round(seq)
         if tree_support(self.cached) is not None:

@@ -1,11 +1,8 @@
 """Watching a generation round by round, without the watching counting as its time.
 
-An observer is told what each round drafted (before the target verifies it)
-and what the round appended. The REPL's live view is one; the default does
-nothing. The loops call it through :class:`Watch`, which measures the time
-spent inside the observer's calls so the loop can leave it out of the result's
-``seconds`` (and hence out of tokens/s and the ``other`` phase): a live view
-may draw the screen from inside a call, and drawing is not decoding.
+An observer is told each round's drafts and what it appended (the REPL's live view is one). The
+loops call it through :class:`Watch`, which times the calls so the result's ``seconds`` leave them
+out: drawing is not decoding.
 """
 
 from __future__ import annotations
@@ -39,16 +36,10 @@ class NoObserver:
 
 
 class Watch:
-    """An observer plus the host seconds spent inside it.
-
-    ``active`` is False for no observer, so a loop can skip work done only to
-    feed one (such as copying the drafts to the host). ``paused_s`` is the
-    time to take out of the run's seconds. The observer is called after the
-    round's host sync, when the device is idle, so host time is the whole cost.
-
-    Watched or not, it notes when the first round ended and what it appended:
-    :meth:`first_token` turns that into the run's time to first token.
-    """
+    """An observer plus the host seconds spent inside it (``paused_s``, taken out of the run's seconds;
+    it is called after the round's host sync, so host time is the whole cost). ``active`` is False for
+    no observer, so a loop can skip work done only to feed one. :meth:`first_token` gives the run's
+    time to first token, watched or not."""
 
     def __init__(self, observer: Observer | None):
         self.observer = observer if observer is not None else NoObserver()
@@ -86,12 +77,8 @@ class Watch:
 
 
 def target_delay(seconds: float, device) -> None:
-    """An injected network round trip before a target forward (``--rtt-inject``).
-
-    The device first finishes the work queued before it (a request leaves only
-    once its drafts are known), so the wait never overlaps with compute and
-    lands whole in the phase that contains it.
-    """
+    """An injected network round trip before a target forward (``--rtt-inject``), after the device has
+    finished its queued work, so the wait never overlaps compute."""
     if seconds > 0:
         synchronize(device)
         time.sleep(seconds)

@@ -15,31 +15,15 @@ from sampling import LogitsProcessor
 
 @dataclass(frozen=True)
 class LoopOptions:
-    """The settings a decoding loop reads.
+    """The settings a decoding loop reads (``engine.Strategy`` explains the ones they come from).
 
-    ``processor``: turns logits into the distributions both models draw from.
-    ``max_gen_len``: the length budget in new tokens. ``eos``: ids that end the
-    output (kept in it). ``use_cache``: False recomputes the whole sequence each
-    step (same tokens). ``vocab_size``: compare distributions over the first
-    ``vocab_size`` ids (the vocabulary both models share; None: the whole
-    logits). ``generator``: every random draw (drafts and the accept rule)
-    comes from it. ``gamma_policy``: the object that picks each round's draft
-    length (``generation.gamma_policies``). ``inspect``: record the inspector's
-    numbers in each round. ``target_delay_s``: wait that long before every
-    target forward (an injected network round trip, booked as verify).
-    ``compile``: the forwards' path, ``off``, ``static`` or ``graphs``
-    (``kvcache.static``).
-    ``tree`` > 0: verify token trees of at most that many nodes
-    (``tree_branch`` children per expanded node; ``tree_sample``: children
-    drawn from q, verified by recursive rejection sampling). ``verify``: the
-    chain verify rule, a name of ``generation.verify_rules.VERIFY_RULES``
-    (``residual``, ``block``, ``strict``; trees keep their own rules). ``prefills``:
-    ``kvcache.cache.Prefill`` s a model begins from when one is of it and the
-    prompt (many generations from one prompt share its prefill). ``decisions``:
-    keep the top-k of the target logits row that decided each emitted token
-    (``generation.decisions``; read back once when the run ends) in
-    ``GenerationResult.decisions``. ``max_rounds`` > 0: the verify loop stops after that many
-    rounds (``stop_reason`` ``"rounds"``).
+    ``eos``: ids that end the output (kept in it). ``use_cache`` False recomputes the whole sequence
+    each step (same tokens). ``vocab_size``: compare distributions over the first ``vocab_size`` ids
+    (None: the whole logits). ``generator``: every random draw comes from it. ``gamma_policy``: picks
+    each round's draft length. ``target_delay_s``: an injected wait before every target forward, booked
+    as verify. ``verify``: a name of ``generation.verify_rules.VERIFY_RULES`` (trees keep their own).
+    ``prefills``: ``kvcache.cache.Prefill`` s a model may begin from. ``decisions``: keep the deciding
+    rows (``generation.decisions``). ``max_rounds`` > 0: stop after that many rounds.
     """
 
     processor: LogitsProcessor

@@ -34,22 +34,15 @@ class PhaseClock:
 
 
 def split_phases(seconds: float, draft: float, verify: float) -> dict[str, float]:
-    """The record's ``phases``: draft, verify, and the rest of ``seconds`` as other.
-
-    The three add up to ``seconds`` exactly (draft and verify are sub-intervals
-    of the timed run, so other is the host work between them).
-    """
+    """The record's ``phases``: draft, verify, and the rest of ``seconds`` as other, so the three add up
+    to ``seconds`` exactly."""
     return {"draft": draft, "verify": verify, "other": seconds - draft - verify}
 
 
 def fill_target_first(drafter, ids: torch.Tensor, clock: PhaseClock):
-    """Run the drafter's ``fill_target(ids)`` (a drafter that drafts on the target's own cache
-    feeds the target the committed tokens it lacks: the prompt, in the first round; others do
-    nothing) and return its (start, end) marks.
-
-    The round starts its draft clock at the end mark and counts the seconds between the two
-    as verify: the target's prefill is target work, wherever the drafter needs it done.
-    """
+    """Run the drafter's ``fill_target(ids)`` (a drafter on the target's own cache feeds it the tokens it
+    lacks) and return its (start, end) marks; the round counts that span as verify: the target's
+    prefill is target work, wherever the drafter needs it done."""
     start = clock.mark()
     drafter.fill_target(ids)
     return start, clock.mark()

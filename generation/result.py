@@ -17,37 +17,17 @@ from generation.inspection import Inspection
 class Round:
     """One draft-and-verify round (or one plain target step when nothing was drafted).
 
-    ``drafted``: the draft tokens proposed this round (possibly empty).
-    ``accepted``: how many of them the target accepted (a prefix of ``drafted``).
-    ``token``: the token the target put in after the accepted drafts (a resample
-    at the first rejected position, or the bonus token when every draft was
-    accepted); ``None`` when the round ended inside the accepted drafts
-    (an end token or the length budget came first).
-    ``bonus``: True when ``token`` is the bonus token after a fully accepted round
-    with at least one draft.
-    ``gamma``: the draft length the round asked for (its gamma policy's choice,
-    capped by the length budget); ``len(drafted)`` can be shorter (a drafter
-    stopped early: unknown n-gram context, low confidence).
-    ``draft_s`` / ``verify_s``: seconds spent drafting and in the target's
-    verify forward this round (device-timed, see ``generation.phases``).
+    ``drafted``: the drafts proposed; ``accepted``: how many were kept (a prefix); ``token``: the
+    target's token after them (a resample at the first rejection, or the bonus token; ``bonus`` says
+    which), None when an end token or the length budget came first; ``gamma``: the length asked for
+    (``drafted`` may be shorter); ``draft_s`` / ``verify_s``: device-timed seconds.
 
-    A tree round (see ``generation.tree``) also keeps its tree: ``tree_tokens``
-    and ``tree_parents`` (one entry per node, parents first; -1 is the last
-    committed token), ``path`` (the accepted nodes, one per accepted depth) and
-    ``ranks`` (each accepted node's rank among its siblings: 0 is the drafter's
-    first choice). Its ``drafted`` is the accepted path followed by the
-    first-choice line below where it stopped, so ``accepted`` stays a prefix.
-    Chain rounds leave these empty.
-
-    ``inspection``: what both models thought at each drafted position (top
-    tokens, p, q, acceptance probability, entropies; ``generation.inspection``),
-    or None when it was not recorded (plain decoding, tree rounds, old traces).
-
-    ``note``: what the drafter said about this round's drafts (``Drafter.report().round_notes``),
-    a small JSON-ready dict, or None. The model-free drafters say which text the drafts
-    were copied from (``source``: ``prompt`` or ``global`` for SuffixDecoding's tries,
-    ``context`` or ``corpus`` for the suffix automaton, ``""`` when nothing matched) and
-    how many tail tokens matched there (``match``).
+    A tree round (``generation.tree``) keeps ``tree_tokens`` and ``tree_parents`` (parents first; -1
+    is the last committed token), ``path`` (the accepted nodes) and ``ranks`` (each one's rank among
+    its siblings); its ``drafted`` is the path followed by the first-choice line below it, so
+    ``accepted`` stays a prefix. ``inspection``: what both models thought at each drafted position
+    (``generation.inspection``), or None. ``note``: the drafter's JSON-ready note on the round (a
+    match drafter's ``source`` and ``match``), or None.
     """
 
     drafted: tuple[int, ...]
@@ -78,57 +58,21 @@ class Round:
 class GenerationResult:
     """What a strategy produced and what it cost.
 
-    ``tokens`` holds the generated ids only (no prompt), ending with the end token
-    when one was produced, never longer than the length budget.
-    ``drafted`` / ``accepted`` count draft tokens proposed / accepted over all rounds.
-    ``target_calls`` / ``drafter_calls`` count forward passes of each model.
-    ``seconds`` is wall time of the whole generation (prefill included), measured
-    behind a device synchronisation.
-    ``decisions``: per emitted token, the top-k of the target logits row that decided it
-    (``analysis.divergence.Row``; ``generation.decisions``), kept for greedy runs of the
-    target; None when not recorded. ``analysis.divergence.explain`` reads them.
-    ``first_token_s``: seconds from the start until the first round's tokens were on
-    the host (time to first token: the prefill and, when drafting, the first round's
-    drafts and verify); ``first_tokens``: how many tokens that round appended. The
-    rest is the decode part (:attr:`decode_seconds`, :attr:`decode_tokens_per_second`).
-    None and 0 when no round ended (an empty budget, an interrupted prefill, old traces).
-    ``stop_reason`` is ``"eos"``, ``"length"``, ``"rounds"`` (``LoopOptions.max_rounds``) or
-    ``"interrupted"``.
-    ``compile`` (None for a served target): ``requested`` (the strategy's compile path),
-    ``path`` (what the target ran: off, static or graphs), ``reason`` (why it fell back,
-    "" when it did not), ``drafter_path`` (the drafter model's, None when none ran),
-    ``widths`` (the widths run captured), ``buckets`` (the capture widths they ran in, padded),
-    ``captures`` (``model_captures``: per model), ``capture_s`` (seconds capturing, left out of
-    ``seconds``), ``recompiles`` (0 is right) and ``eager`` (forwards no bucket held);
-    ``kvcache.static``.
-    ``trace`` is the per-round record (always kept: a few ints per round).
-    ``phases`` splits ``seconds`` into ``draft`` (drafter forwards or n-gram
-    look-ups), ``verify`` (target forwards) and ``other`` (host work between
-    them); the three add up to ``seconds``.
-    ``rollback`` says, per model (``"target"``, ``"drafter"``), how its cache
-    was rolled back and what that cost (see ``kvcache.cache.RollbackStats``).
-    ``gamma_policy`` names the draft-length policy of the run ("" for AR).
-    ``tree``: the tree budget the run verified with (0: chains);
-    ``tree_fallback``: why a run asked for trees verified chains (one line, "" otherwise);
-    ``tree_rule``: how its trees were drafted and verified: "top" (each node's top
-    children, the target's draw followed) or "sampled" (children drawn from q,
-    recursive rejection sampling); "" without trees.
-    ``verify_rule``: the chain verify rule that ran (``residual``, ``block`` or
-    ``strict``; ``generation.verify_rules``); "" for AR and for tree rounds.
-    With trees, ``drafted`` counts every node verified.
-    ``cross_tokenizer`` (empty unless the drafter has another tokenizer): the
-    method (``slem``/``tli``), the shared vocabulary (``shared_tokens``,
-    ``shared_of_drafter``, ``shared_of_target``), ``retokenize_s`` (seconds of
-    host work moving text between the vocabularies, part of the draft phase)
-    and ``sync_misses`` (rounds whose text the drafter could not spell exactly).
-    ``hybrid`` (empty unless speculative decoding ran a hybrid drafter,
-    ``engine.strategy.HybridOptions``): its ``L`` and, per kind of round
-    (``model``, ``retrieval``), the ``rounds``, ``drafted`` and ``accepted``
-    counts and the ``acceptance`` (``analysis.hybrid.hybrid_summary``).
-    ``width_fill`` (empty unless NASD's suffix or sam storage filled verify widths,
-    ``engine.strategy.NGramOptions.fill_width``): the ``rounds`` filled, the ``drafts``
-    added and ``accepted`` of them, and the measured ``verify_ms`` by width
-    (``analysis.sources.fill_summary``).
+    ``tokens``: the generated ids only, ending with the end token when one was produced, never longer
+    than the length budget. ``drafted`` / ``accepted``: draft tokens over all rounds (with trees, every
+    node verified). ``target_calls`` / ``drafter_calls``: forward passes. ``seconds``: wall time of the
+    whole generation, prefill included, behind a device sync; ``phases`` splits it into ``draft``,
+    ``verify`` and ``other``. ``first_token_s`` / ``first_tokens``: time to first token and what the
+    first round appended (None and 0 when no round ended). ``stop_reason``: ``"eos"``, ``"length"``,
+    ``"rounds"`` or ``"interrupted"``. ``trace``: the per-round record.
+
+    ``decisions``: per emitted token, the top-k row that decided it (``analysis.divergence.Row``), kept
+    for greedy target runs. ``compile``: how the forwards ran (``kvcache.static``; None for a served
+    target). ``rollback``: per model, how its cache was rolled back and what it cost.
+    ``gamma_policy``, ``tree`` (0: chains), ``tree_fallback``, ``tree_rule`` (``top`` or ``sampled``),
+    ``verify_rule`` (``""`` for AR and trees): what ran. ``cross_tokenizer``, ``hybrid``, ``width_fill``,
+    ``network``: the numbers of a drafter with another tokenizer, a hybrid drafter, filled verify widths
+    and a served target, empty otherwise.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -215,11 +159,8 @@ def decode_rate(tokens: int, seconds: float, first_token_s: float | None, first_
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first position where two token lists differ, or None if equal.
-
-    When one list is a strict prefix of the other, the divergence is at the
-    shorter one's length.
-    """
+    """Index of the first position where two token lists differ (the shorter one's length when one is
+    a prefix of the other), or None if equal."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i

@@ -18,13 +18,9 @@ from kvcache.cache import SessionModel
 
 
 class ServedModel(SessionModel):
-    """A target whose cache lives in a serving engine, not in this process (``remote.target.ServedTarget``
-    is the one): the contract the engine decodes a served target through.
-
-    It makes its own session for each generation (:meth:`session`, shaped like
-    ``kvcache.cache.CachedModel``) and decodes with the engine's own sampler (:meth:`decode`).
-    ``kvcache.probe.cached_model`` hands out the session; nothing is probed.
-    """
+    """A target whose cache lives in a serving engine (``remote.target.ServedTarget``): it makes a session
+    per generation (:meth:`session`, shaped like ``kvcache.cache.CachedModel``) and decodes with the
+    engine's own sampler (:meth:`decode`); nothing is probed."""
 
     def bound(self, processor):
         """This target with a run's sampling settings (they decide what a verify can take as exact)."""

@@ -24,9 +24,8 @@ REPEATS = 5
 
 @dataclass
 class TargetTiming:
-    """Seconds of the target's forwards: ``verify_s`` by width (1 = a plain decode step), and the prefill.
-    ``step_samples``: the one-token step of each timed turn (``verify_s[1]`` is their median), the
-    spread a prediction priced from this step carries (``analysis.speedup.prediction_interval``)."""
+    """Seconds of the target's forwards: ``verify_s`` by width (1 = a plain decode step) and the prefill;
+    ``step_samples``: each turn's one-token step (their spread goes into a prediction's interval)."""
 
     verify_s: dict[int, float]
     prefill_s: float
@@ -54,13 +53,9 @@ def timed(fn, model) -> float:
 
 @torch.inference_mode()
 def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = REPEATS) -> TargetTiming:
-    """Seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width.
-
-    The widths are timed in turn, ``repeats`` times over: each width's cost is
-    its median ratio to the one-token step of the same turn, times the median
-    step. A load that comes and goes between turns then moves the step, not
-    the ratios the speedup model rests on.
-    """
+    """Seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width: each
+    width's median ratio to the same turn's one-token step, times the median step, so a load that
+    comes and goes moves the step, not the ratios the speedup model rests on."""
     cached = cached_model(target)
     cached.begin(ids[0].tolist())
     prefill = timed(lambda: cached.forward(ids, keep=1), target)

@@ -1,27 +1,15 @@
 """A token tree: many candidate continuations verified in one target forward pass.
 
-The tree hangs from the last committed token (the *root*, not a node). Node i
-has a token, a parent (-1: the root) and a depth (0 for the root's children);
-siblings carry distinct tokens and a *rank* (0: the drafter's first choice).
-Nodes are stored parents-first, so ``parents[i] < i``.
+The tree hangs from the last committed token (the *root*, not a node). Node i has a token, a parent
+(-1: the root), a depth (0 for the root's children) and a *rank* among its siblings (0: the drafter's
+first choice); nodes are stored parents-first, so ``parents[i] < i``.
 
-Verifying a tree (SpecInfer, Miao et al. 2024; Medusa, Cai et al. 2024) feeds
-the root and every node in one forward pass. Two things make that pass equal to
-running each root-to-node path on its own:
-
-- the attention mask: a node sees the committed prefix, the root, its own
-  ancestors and itself, nothing else (:func:`visibility`);
-- the position ids: a node sits at ``prefix length + depth``, the position it
-  would have on its own path (:func:`tree_positions`).
-
-Sliding-window layers additionally hide keys ``window`` or more positions back
-(:func:`layer_mask`), as their causal mask would.
-
-A drafter may ask for *extra rows* in the same pass (:class:`ExtraRows`, e.g.
-lookahead decoding's Jacobi window): a second forest hanging from the root,
-fed after the nodes. An extra row sees the prefix, the root and its own
-ancestors among the extra rows; no node sees an extra row and no extra row
-sees a node, so their outputs are those of separate passes.
+Verifying a tree (SpecInfer, Miao et al. 2024; Medusa, Cai et al. 2024) feeds the root and every node
+in one pass, equal to running each path on its own because a node sees only the prefix, the root,
+its ancestors and itself (:func:`visibility`) and sits at ``prefix length + depth``
+(:func:`tree_positions`); sliding-window layers also hide keys ``window`` or more back
+(:func:`layer_mask`). *Extra rows* (:class:`ExtraRows`, lookahead's window) form a second forest
+from the root that neither sees nor is seen by a node.
 """
 
 from __future__ import annotations
@@ -93,12 +81,8 @@ class Tree:
 
 @dataclass(frozen=True)
 class ExtraRows:
-    """Rows a drafter asks to have fed in a tree's verify pass, after the nodes.
-
-    ``parents[i]``: -1 (the root) or an earlier extra row. Unlike a tree's
-    nodes, siblings may carry equal tokens (the rows are not candidates, and
-    their outputs never enter acceptance).
-    """
+    """Rows a drafter asks to have fed in a tree's verify pass, after the nodes; ``parents[i]``: -1 (the
+    root) or an earlier extra row. Siblings may carry equal tokens: their outputs never enter acceptance."""
 
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
@@ -144,15 +128,10 @@ def tree_positions(tree: Tree, prefix: int, device=None) -> torch.Tensor:
 
 
 def visibility(tree: Tree, past: int, chain: int, device=None, extra: ExtraRows = NO_EXTRA) -> torch.Tensor:
-    """Which keys each query of one tree-verify block may see, before windows.
-
-    The block feeds ``chain`` committed tokens the cache has not seen (the
-    last one is the root), then the n nodes, then the m ``extra`` rows; the
-    cache already holds ``past`` positions. Returns (chain + n + m,
-    past + chain + n + m) bool: the chain part is causal; a node sees the
-    prefix, the chain and its ancestors; an extra row the prefix, the chain
-    and its ancestors among the extra rows (never a node, and no node it).
-    """
+    """Which keys each query of one tree-verify block may see, before windows: (chain + n + m,
+    past + chain + n + m) bool, for ``chain`` committed tokens the cache lacks (the last is the root),
+    n nodes and m ``extra`` rows over ``past`` cached positions. The chain is causal; a node sees the
+    prefix, the chain and its ancestors; an extra row the same among the extra rows (never a node)."""
     n, m = len(tree), len(extra)
     nodes = past + chain
     rows = torch.zeros(chain + n + m, nodes + n + m, dtype=torch.bool)
@@ -171,15 +150,10 @@ def extra_positions(extra: ExtraRows, prefix: int, device=None) -> torch.Tensor:
 
 def layer_mask(visible: torch.Tensor, positions: torch.Tensor, *, window: int | None,
                dtype: torch.dtype) -> torch.Tensor:
-    """The additive 4D mask one kind of attention layer is given.
-
-    visible: (m, K) bool over every key fed so far (cache + block); positions:
-    (K,) their position ids, the last m being the queries'. A sliding layer
-    (``window``) sees a key only when ``q_pos - k_pos < window``, and is handed
-    only the keys its cache returns: the last ``window - 1`` cached ones plus
-    the block (``DynamicSlidingWindowLayer``). Returns (1, 1, m, K') with 0
-    where a query may look and the dtype's minimum elsewhere.
-    """
+    """The additive 4D mask one kind of attention layer is given: (1, 1, m, K'), 0 where a query may
+    look, the dtype's minimum elsewhere. visible: (m, K) bool; positions: (K,). A sliding layer sees a
+    key only when ``q_pos - k_pos < window`` and gets only the last ``window - 1`` cached keys plus the
+    block (``DynamicSlidingWindowLayer``)."""
     m, keys = visible.shape
     allowed = visible
     if window is not None:

@@ -1,13 +1,9 @@
 """A drafter model's dynamic token tree, in the style of EAGLE-2 (Li et al. 2024).
 
-Every candidate node is scored by its cumulative draft probability (the
-product of q along its path). Level by level, the ``branch`` best nodes of the
-newest level are expanded: they are fed to the drafter together, in one
-forward pass with their own tree mask, and each gets its ``branch`` most
-likely children. After ``depth`` levels the ``nodes`` best candidates overall
-form the tree (a child never scores above its parent, so the set keeps every
-ancestor). The tree depends on the drafter only, never on a random draw, so
-the accept rule that follows the target's draw stays exact.
+Candidates are scored by cumulative draft probability; level by level the ``branch`` best of the
+newest level are fed together (one forward, their own tree mask), each getting its ``branch`` most
+likely children; the ``nodes`` best overall form the tree (a child never outscores its parent, so
+every ancestor is kept). The tree depends on the drafter only, so the draw-following rule stays exact.
 """
 
 from __future__ import annotations
@@ -37,15 +33,12 @@ def child_scores(processor, logits: torch.Tensor, vocab_size: int | None) -> tor
 
 def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor,
                depth: int, nodes: int, branch: int, *, drop_root: bool = False) -> Tree:
-    """Grow a tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L).
-
-    The drafter's cache must hold a prefix of ``ids``; on return it holds ``ids``
-    exactly (the tree's nodes are dropped again), or a shorter prefix where
-    snapshotted layers were restored (sliding layers that record no past); with
-    ``drop_root`` ``ids`` but its last token (a cache shared with the target,
-    which feeds the root itself). Nodes and root go in one crop: a sliding-window
-    layer cropped twice in a row would lose a position of its window. ``depth``
+    """Grow a tree of at most ``nodes`` nodes and ``depth`` levels after ``ids`` (1, L), ``depth``
     drafter forwards.
+
+    The drafter's cache must hold a prefix of ``ids``; on return it holds ``ids`` (or a shorter prefix
+    where snapshotted layers were restored; with ``drop_root`` ``ids`` but its last token). Nodes and
+    root go in one crop: a sliding-window layer cropped twice in a row would lose a position.
     """
     device = ids.device
     length = ids.shape[1]
@@ -74,9 +67,8 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
 
 def _feed_level(cached: CachedModel, cand, fed: list[int], expand: list[int],
                 length: int, device) -> torch.Tensor:
-    """Feed the candidates ``expand`` to the drafter in one pass, each seeing the
-    sequence (``length`` positions), its fed ancestors and itself; returns their
-    logits (E, V). ``fed`` (the candidates fed so far, in cache order) grows."""
+    """Feed the candidates ``expand`` in one pass, each seeing the sequence (``length`` positions), its
+    fed ancestors and itself; returns their logits (E, V) and grows ``fed``."""
     tokens = torch.tensor([[cand[c][0] for c in expand]], dtype=torch.long, device=device)
     # Positions of every key: the sequence, the fed nodes, the new ones.
     positions = torch.tensor(list(range(length)) + [length + cand[c][3] for c in fed + expand],
@@ -102,10 +94,8 @@ def tree_visibility(cand, fed: list[int], expand: list[int], prefix: int) -> tor
 
 
 def draw_children(q: torch.Tensor, counts: list[int], generator) -> list[list[tuple[int, float]]]:
-    """Per row of q (rows, V), ``counts[row]`` tokens drawn without replacement, in
-    the order drawn, as (token, log q): the Gumbel top-k of log q (sorting
-    log q + Gumbel noise orders tokens as successive draws without replacement
-    would; Kool et al. 2019). Tokens with q = 0 are never drawn."""
+    """Per row of q (rows, V), ``counts[row]`` tokens drawn without replacement, in order, as (token,
+    log q): the Gumbel top-k of log q (Kool et al. 2019). Tokens with q = 0 are never drawn."""
     u = torch.rand(q.shape, generator=generator, device=q.device).clamp_(min=1e-30)
     keys = q.float().log() - (-u.log()).log()
     top = keys.topk(min(max(counts, default=0), q.shape[-1]), dim=-1).indices        # (rows, k)
@@ -121,20 +111,14 @@ def _share(budget: int, levels: int) -> int:
 
 def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torch.Tensor, depth: int,
                 nodes: int, branch: int, generator, *, drop_root: bool = False) -> tuple[Tree, torch.Tensor]:
-    """A tree of at most ``nodes`` nodes whose children are *drawn* from q without
-    replacement, for :func:`generation.accept.accept_tree_rrs`; returns the tree
-    and q at the root and at every node (n + 1, V; zero rows at leaves).
+    """A tree of at most ``nodes`` nodes whose children are *drawn* from q without replacement, for
+    :func:`generation.accept.accept_tree_rrs`, and q at the root and every node (n + 1, V).
 
-    Nothing can be pruned afterwards (the children a node keeps must be the
-    first ones drawn, whatever their values, for the accept rule to stay
-    exact), so the budget is shared out as the tree grows: each level gets an
-    equal share of what is left over the levels to come, and gives it to the
-    nodes of the level before, up to ``branch`` children each, one drafter
-    forward per level: first-drawn lines first (a first child is kept as often
-    as a chain's draft), then by cumulative q. The tree then holds the chain a
-    chain round would have drawn, and more: 16 nodes of depth 4 with branch 3
-    grow 3 + 5 + 4 + 4 nodes.
-    The cache is left as by :func:`draft_tree` (``drop_root`` likewise).
+    Nothing can be pruned afterwards (a node must keep its first-drawn children for the rule to stay
+    exact), so each level gets an equal share of the budget left over the levels to come, given to the
+    nodes before it (first-drawn lines first, then by cumulative q), one drafter forward per level.
+    It holds the chain a chain round would have drawn, and more. The cache is left as by
+    :func:`draft_tree`.
     """
     device = ids.device
     length = ids.shape[1]

@@ -14,11 +14,8 @@ def model_dtype(model) -> torch.dtype:
 
 def masked_forward(cached: CachedModel, tokens: torch.Tensor, positions: torch.Tensor,
                    visible: torch.Tensor, keep: int) -> torch.Tensor:
-    """Feed ``tokens`` (1, m) with every key's ``positions`` (K,) and ``visible`` (m, K).
-
-    K counts the cache and the block. Each kind of attention layer gets its own
-    mask (sliding windows applied inside it). Returns (keep, V) logits.
-    """
+    """Feed ``tokens`` (1, m) with every key's ``positions`` (K,) and ``visible`` (m, K), K counting cache
+    and block, each kind of attention layer given its own mask; returns (keep, V) logits."""
     dtype = model_dtype(cached.model)
     kinds = cached.attention_kinds()
     masks = {name: layer_mask(visible, positions, window=window, dtype=dtype) for name, window in kinds.items()}
@@ -28,14 +25,9 @@ def masked_forward(cached: CachedModel, tokens: torch.Tensor, positions: torch.T
 
 
 def tree_forward(cached: CachedModel, ids: torch.Tensor, tree: Tree, extra: ExtraRows = NO_EXTRA) -> torch.Tensor:
-    """Score every node of ``tree`` after the committed sequence ``ids`` (1, L).
-
-    Feeds the tokens of ``ids`` the cache has not seen (the last one is the
-    root), the nodes and the ``extra`` rows, in one pass. Returns
-    (n + 1 + m, V): the root's logits, each node's, then each extra row's.
-    The cache then holds ``ids``, every node and every extra row; keep the
-    accepted path (and drop the extra rows) with :func:`keep_path`.
-    """
+    """Score every node of ``tree`` after ``ids`` (1, L) in one pass: (n + 1 + m, V), the root's logits,
+    each node's, then each ``extra`` row's. The cache then holds ``ids``, every node and every extra
+    row; :func:`keep_path` keeps the accepted path."""
     device = ids.device
     past, length = cached.length, ids.shape[1]
     chain = length - past

@@ -1,12 +1,9 @@
-"""One draft-and-verify round over a token tree, beside the chain round of
-``generation.verify``: the drafter proposes a tree of at most ``nodes`` nodes
-and depth ``k_max``; the target scores the root and every node in one forward
-pass (``generation.tree_forward``); ``accept_tree`` picks the path; the target
-cache keeps exactly that path (a gather); the drafter is told what was appended.
-A drafter may ask for extra rows in the same pass (``Drafter.extra_rows``:
-lookahead decoding's Jacobi window); they are scored beside the tree, never
-verified, their argmax handed back (``Drafter.extra_outputs``), and dropped
-from the cache with the rejected nodes.
+"""One draft-and-verify round over a token tree, beside the chain round of ``generation.verify``.
+
+The target scores the root and every node in one forward (``generation.tree_forward``),
+``accept_tree`` picks the path and the target cache keeps exactly that path (a gather). Extra rows
+(``Drafter.extra_rows``: lookahead's window) are scored in the same pass, never verified, their
+argmax handed back, and dropped from the cache with the rejected nodes.
 """
 
 from __future__ import annotations
@@ -23,13 +20,9 @@ from generation.tree_forward import keep_path, tree_forward
 
 
 def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, sampled: bool = False):
-    """One tree round; returns (ids, tokens appended, whether an end token ended it).
-
-    ``sampled``: the drafter draws each node's children from q without
-    replacement (``propose_sampled_tree``) and recursive rejection sampling
-    verifies them (``accept_tree_rrs``); otherwise its top children, verified
-    by drawing the target's token and following the equal child (``accept_tree``).
-    """
+    """One tree round; returns (ids, tokens appended, whether an end token ended it). ``sampled``:
+    children drawn from q and verified by recursive rejection sampling (``accept_tree_rrs``); else the
+    top children, verified by following the target's draw (``accept_tree``)."""
     clock, target, drafter = loop.clock, loop.target, loop.drafter
     filled = fill_target_first(drafter, ids, clock)                      # (start, end) marks
     t0 = filled[1]

@@ -4,24 +4,14 @@ Every rule has the signature of :func:`generation.accept.accept_drafts`::
 
     rule(p, q, draft, sample, generator=None) -> (n, token)
 
-p: (k + 1, V) target probabilities; row i is the distribution of the token
-after the first i drafts (row k is for the bonus token). q: (k, V) draft
-probabilities, or None for deterministic drafts (q_i = one-hot(draft_i), the
-n-gram drafter). draft: (k,) drafted ids, k >= 0; a model drafter's draft_i must
-have q_i(draft_i) > 0 (it was drawn from q_i). ``sample(rows, generator)`` draws
-one id per row of a (rows, V) tensor (``LogitsProcessor.sample``).
+p: (k + 1, V) target probabilities (row k is for the bonus token). q: (k, V) draft probabilities,
+or None for deterministic drafts (one-hot). draft: (k,) drafted ids, with q_i(draft_i) > 0.
+``sample(rows, generator)`` draws one id per row. Returns two 0-d long tensors on p's device: n
+drafts kept and the token after them. Nothing leaves the device: the caller pays the one host
+sync per round.
 
-Returns two 0-d long tensors on p's device: n, how many drafts are kept
-(0..k), and token, the one token emitted after them. The round emits
-draft[:n] + [token]. Nothing leaves the device (no ``.item()``, no Python
-branch on a tensor, no loop over positions or the vocabulary): the caller
-pays the one host sync per round.
-
-All three keep the target's distribution exactly: the tokens a loop of
-rounds emits are distributed as if sampled from p one by one, for any draft
-distribution q. Under greedy processing (one-hot p) all three accept the
-longest prefix of drafts equal to the target's argmaxes and emit the
-target's argmax after it, so they return the same (n, token).
+All three keep the target's distribution exactly, for any q; under greedy (one-hot p) they return
+the same (n, token).
 """
 
 from __future__ import annotations
@@ -48,12 +38,9 @@ def _draft_rows(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor) ->
 def _running_ratios(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
     """b_i = min(1, b_{i-1} * p_i(x_i) / q_i(x_i)) for i = 1..k, with b_0 = 1: (k,).
 
-    p_x, q_x: (k,) the target's and the drafter's probabilities of the drafts.
-    The clipped running product is a walk reflected below 0 in log space:
-    log b_i = S_i - max_{0<=j<=i} S_j with S_j the sum of the first j log
-    ratios (S_0 = 0), so a cumsum and a cummax replace the loop over
-    positions. A draft the target cannot produce (p_x = 0) gives b = 0 from
-    there on; b is exactly 1 wherever the walk is at its running maximum.
+    p_x, q_x: (k,). The clipped running product is a walk reflected below 0 in log space,
+    log b_i = S_i - max_{0<=j<=i} S_j (S_j the sum of the first j log ratios), so a cumsum and a
+    cummax replace the loop over positions. p_x = 0 gives b = 0 from there on.
     """
     log_ratio = p_x.log() - q_x.log()                                        # (k,)
     walk = torch.cat([log_ratio.new_zeros(1), log_ratio.cumsum(dim=0)])     # (k+1,) S_0..S_k
@@ -61,11 +48,8 @@ def _running_ratios(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
 
 
 def _scaled_residuals(p: torch.Tensor, q: torch.Tensor, ratios: torch.Tensor) -> torch.Tensor:
-    """max(0, b_i * p_i - q_i) for rows i = 0..k-1, with b_0 = 1: (k, V).
-
-    p: (k + 1, V) or (k, V), only rows 0..k-1 are read; q: (k, V); ratios: (k,)
-    = b_1..b_k. Row i is the residual of the token after i accepted drafts.
-    """
+    """max(0, b_i * p_i - q_i) for rows i = 0..k-1, with b_0 = 1: (k, V). p: (k + 1, V) or (k, V);
+    q: (k, V); ratios: (k,) = b_1..b_k."""
     k = q.shape[0]
     scale = torch.cat([ratios.new_ones(1), ratios])[:k]                      # (k,) b_0..b_{k-1}
     return (scale.unsqueeze(-1) * p[:k] - q).clamp_(min=0.0)
@@ -74,12 +58,9 @@ def _scaled_residuals(p: torch.Tensor, q: torch.Tensor, ratios: torch.Tensor) ->
 def _thresholds(ratios: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
     """Block verification's h_1..h_k, the probabilities its coins are compared with: (k,).
 
-    h_i = m_i / (m_i + 1 - b_i) for i < k, with m_i the mass of row i of the
-    scaled residual (the distributions of the token *after* x_i); h_k = b_k.
-    ratios: (k,) b_1..b_k; mass: (k,) m_0..m_{k-1} (m_0 is not used).
-    m_i + 1 - b_i = 0 only where b_i = 1 and p_i = q_i; then every later b
-    is 1 and h_k = 1, so the value there does not change the outcome: take
-    the limit m / (m + 0) = 1.
+    h_i = m_i / (m_i + 1 - b_i) for i < k, with m_i the mass of row i of the scaled residual; h_k = b_k.
+    The denominator is 0 only where b_i = 1 and p_i = q_i, where every later b is 1 and h_k = 1, so
+    the limit 1 is taken.
     """
     after = mass[1:]                                                         # (k-1,) m_1..m_{k-1}
     denominator = after + (1.0 - ratios[:-1])
@@ -89,23 +70,16 @@ def _thresholds(ratios: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
 
 
 def _last_pass(passed: torch.Tensor) -> torch.Tensor:
-    """The last position i (1-based) whose coin passed, or 0 when none did: 0-d long.
-
-    passed: (k,) bool. Later passes override earlier failures: block
-    verification keeps the longest sub-block whose test passed.
-    """
+    """The last position i (1-based) whose coin passed, or 0: 0-d long. passed: (k,) bool. Block
+    verification keeps the longest sub-block whose test passed."""
     positions = torch.arange(1, passed.shape[0] + 1, device=passed.device)  # (k,)
     kept = torch.where(passed, positions, torch.zeros_like(positions))
     return torch.cat([kept.new_zeros(1), kept]).max()
 
 
 def _corrections(p: torch.Tensor, residuals: torch.Tensor) -> torch.Tensor:
-    """The emitted token's distribution for each stop: (k + 1, V).
-
-    Row i < k: norm(max(0, b_i p_i - q_i)), the scaled residual; row k: p_k
-    (every draft kept, the bonus token). A residual with no mass is never
-    drawn from (its stop has probability 0); it falls back to p_i.
-    """
+    """The emitted token's distribution for each stop: (k + 1, V): the scaled residual for i < k, p_k
+    for the bonus. A residual with no mass (a stop of probability 0) falls back to p_i."""
     k = residuals.shape[0]
     mass = residuals.sum(dim=-1, keepdim=True)                               # (k, 1)
     rows = torch.where(mass > 0, residuals / mass.clamp(min=torch.finfo(p.dtype).tiny), p[:k])
@@ -127,12 +101,8 @@ def _block_terms(
 def block_details(
     p: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block verification's deterministic part, for an inspector: (ratios (k,), thresholds (k,)).
-
-    ratios[i - 1] = b_i, the running ratio after draft i; thresholds[i - 1] =
-    h_i, the probability that the test at position i passes (its coin is
-    below h_i). p, q, draft as for :func:`accept_block`.
-    """
+    """Block verification's deterministic part, for an inspector: (ratios (k,), thresholds (k,)),
+    b_i and h_i after draft i."""
     ratios, thresholds, _ = _block_terms(p, q, draft)
     return ratios, thresholds
 
@@ -146,14 +116,10 @@ def accept_block(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Block verification (Sun et al., ICLR 2025, arXiv 2403.10444, Algorithm 2).
 
-    With b_0 = 1 and b_i = min(1, b_{i-1} p_i(x_i) / q_i(x_i)), position i
-    passes when its coin eta_i ~ U[0, 1) is below h_i (see :func:`_thresholds`);
-    n is the *last* position that passed (0 if none). The token is drawn from
-    norm(max(0, b_n p_n - q_n)), or from p_k when n = k. One coin per position,
-    one draw per row. Keeps the target distribution exactly and keeps at least
-    as many drafts in expectation as :func:`accept_drafts` (both proved in the
-    paper; it is optimal among rules that see only the drafted path's
-    probabilities). Contract: see the module docstring.
+    Position i passes when its coin eta_i ~ U[0, 1) is below h_i (:func:`_thresholds`); n is the
+    *last* position that passed. The token is drawn from norm(max(0, b_n p_n - q_n)), or p_k when
+    n = k. Exact, and keeps at least as many drafts in expectation as :func:`accept_drafts` (proved in
+    the paper; optimal among rules that see only the drafted path's probabilities).
     """
     k = draft.shape[0]
     _, thresholds, residuals = _block_terms(p, q, draft)
@@ -169,16 +135,10 @@ def accept_strict(
     sample: Sampler,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep draft i while it equals the target's own draw at its position.
-
-    One token y_i ~ p_i is drawn for every row (k + 1 draws); n is the length
-    of the prefix where y_i == draft_i, and the token is y_n. q is ignored.
-    Each emitted token is the target's draw given the tokens before it, so
-    the output is distributed as p for any drafts that do not depend on the
-    draws (SpecInfer's naive verification on a chain; Miao et al. 2024). With
-    p = q a draft is kept with probability sum_x p(x)^2, below the residual
-    rule's 1. Contract: see the module docstring.
-    """
+    """Keep draft i while it equals the target's own draw y_i ~ p_i (k + 1 draws); the token is y_n;
+    q is ignored. Each emitted token is the target's draw given the tokens before it, so the output
+    follows p for drafts independent of the draws (SpecInfer's naive verification; Miao et al. 2024).
+    With p = q a draft is kept with probability sum_x p(x)^2, below the residual rule's 1."""
     k = draft.shape[0]
     draws = sample(p, generator)                                             # (k+1,)
     n = (draws[:k] == draft).to(torch.long).cumprod(dim=0).sum()

@@ -1,18 +1,10 @@
 """The width a verify round is filled to, from the target's forward costs by width.
 
-A verify forward over w tokens need not cost more than one over fewer. On some CPUs
-the BLAS library runs a matrix product of 2 or 3 rows as separate vector products
-and one of 4 or more as a blocked kernel (measured on a 2-core AMD EPYC: 55 ms for
-1 token, 92 for 2, 114 for 3, 82 for 4, 74 for 5; docs/model_free.md), and on a GPU a
-forward costs about the same up to a tile's width. A drafter that drafted d tokens
-and can cheaply go on can then verify more of its continuation for less: extra
-drafts never lower how many tokens the round keeps, and a forward that costs less
-makes the round cheaper. A deterministic draft is lossless under every verify rule
-(its q is one-hot), so a widened round of a model-free drafter gives the same tokens
-under greedy and the same distribution under sampling.
-
-The costs are measured by ``engine.widths.verify_costs``; the drafter that fills is
-``ngram_assisted.MatchDrafter``.
+A verify over w tokens need not cost more than one over fewer: some CPU BLAS libraries run 2 or 3
+rows as vector products and 4 or more as a blocked kernel (a 2-core EPYC: 55 ms for 1 token, 114 for
+3, 82 for 4; docs/model_free.md), and a GPU forward costs about the same up to a tile. Extra drafts
+never lower what a round keeps, and a deterministic draft is lossless under every rule, so a
+model-free drafter may widen a round to a cheaper width (costs: ``engine.widths.verify_costs``).
 """
 
 from __future__ import annotations

@@ -44,56 +44,33 @@ def never(_module) -> None:
 
 @dataclass(frozen=True)
 class DrafterKind:
-    """One kind of drafter model.
+    """One kind of drafter model: what the engine needs of it.
 
-    ``name``: a label (``"mtp"``); ``prefix``: the ``--drafter`` spec it answers to (``"self:"``,
-    ``"mtp"``, ``"eagle3:"``; None for a kind the pair decides, as a drafter with its own tokenizer);
-    ``is_spec(spec)``: whether a ``--drafter`` value names this kind; ``made_for(module)``: the
-    target a loaded module of this kind was made for, None for any other module; ``draft(pair,
-    strategy, state, context)``: its ``Drafter`` for one run (``engine.drafters`` passes the run's
-    ``DraftContext``).
+    ``name``; ``prefix``: the ``--drafter`` spec it answers to (None for a kind the pair decides);
+    ``is_spec(spec)``; ``made_for(module)``: the target a module of this kind was made for, else None;
+    ``draft(pair, strategy, state, context)``: its ``Drafter`` for one run.
 
-    Loading, one of two ways: ``attach(model, spec, *, target_name, label, cache_dir, say)``
-    loads the module beside a target already loaded (``Attached``; one-line refusals raise
-    ``refused``, and ``check(spec)`` may refuse before the target loads), for
-    ``engine.kinds.load_attached_pair``; or ``load``, a loader of its own for the whole pair, called as
-    ``load(target, spec, options, decode=...)`` (``options`` a ``utils.models.LoadOptions``; ``decode``
-    the engine's greedy run, ``engine.run.greedy_run``, for a loader that decodes to measure).
-    ``default``: this kind's ``load`` also takes the call that names neither model.
+    Loading: ``attach(model, spec, *, target_name, label, cache_dir, say)`` loads the module beside a
+    loaded target (``Attached``; refusals raise ``refused``; ``check(spec)`` may refuse before the target
+    loads), for ``engine.kinds.load_attached_pair``; or ``load(target, spec, options, decode=...)``, a
+    loader for the whole pair (``decode``: ``engine.run.greedy_run``, for a loader that measures);
+    ``default``: ``load`` also takes the call that names neither model.
 
-    Refusals, each one line or None: ``alone`` (why its module cannot decode on its own),
-    ``hybrid`` (why it cannot draft inside the hybrid), ``served`` (why it cannot draft beside a
-    served target; ``--drafter SPEC`` is put before it). ``hf_peer``: the benchmark's peer of
-    speculative decoding with it (``"hf_assisted"``; ``"hf_mtp"``, at constant gammas only; None: none).
-    ``alone_inputs(pair, prompt_ids, state)``: the prompt ids and end tokens its module decodes
-    alone from, when they are not the target's (a drafter with its own tokenizer); None: the target's.
-    ``factories``: ``(name, factory)`` pairs the engine registers as strategy drafters of their own
-    (``Strategy(drafter=name)``), beside the ``model`` drafter that reaches ``draft``.
+    One-line refusals or None: ``alone`` (cannot decode on its own), ``hybrid``, ``served``.
+    ``hf_peer``: the benchmark's peer of speculative decoding with it. ``alone_inputs(pair, prompt_ids,
+    state)``: the ids and end tokens its module decodes alone from, when not the target's.
+    ``factories``: ``(name, factory)`` pairs registered as drafters of their own.
 
-    Drafters built beside a loaded pair (the benchmark's ``--self-drafters``), for a kind whose
-    first factory drafts with such a spec (``drafter_options``): ``variant_label(spec)`` its label
-    (one-line ``ValueError`` for a bad spec); ``variant_resolve(pair, spec, say, decode=...)``
-    -> (the label to build, or None where there is nothing to run, and its lines; ``decode`` as
-    for ``load``); ``variant_build(pair, label, state)`` builds it once (kept in
-    ``state``), before any clock starts, and returns its module; ``variant_repeats(pair, label)``:
-    whether that module would repeat a model the pair has: its target over again (a copy in the
-    target's own dtype) or its own drafter (the pair's drafter is that variant already).
+    Variants built beside a loaded pair (``--self-drafters``): ``variant_label(spec)``,
+    ``variant_resolve(pair, spec, say, decode=...)`` -> (label or None, lines), ``variant_build(pair,
+    label, state)`` (once, before any clock) and ``variant_repeats(pair, label)``: whether it would repeat
+    the pair's target or drafter.
 
-    ``own_step``: whether a forward of its module is its drafter's step (False for a drafter that
-    steps by a path of its own, a self-drafter's lean step on the target's cache: the advisor then
-    times its step in a short run).
-
-    ``target_reads``: what its drafter reads of the target between verifies: ``""`` nothing (a
-    cache of its own), ``"cache"`` the target's keys and values of the committed tokens (they must
-    be there when it drafts), ``"states"`` what a verify forward returns besides its logits (hidden
-    states, shared keys: the default, which the advisor's replay serves with real forwards).
-
-    What the advisor may claim of it: ``replay``, why a replay of its drafts over target AR's output
-    is an estimate (its label, ``advisor.rank.EXACTNESS``), or None where the replay computes what a
-    run computes; by default a kind is an estimate, since its drafter may read the target's state,
-    which a replay takes from other forwards than a run's verifies. ``rows``, why its q along an
-    output cannot be read from a forward of its own module over the tokens (the advisor's sampling
-    estimate), or None where it can.
+    ``own_step``: a forward of its module is its drafter's step (False for a lean step on the target's
+    cache). ``target_reads``: what it reads of the target between verifies, ``""``, ``"cache"`` or
+    ``"states"`` (the default). For the advisor: ``replay``, why a replay of its drafts is an estimate
+    (None where it computes what a run does); ``rows``, why its q cannot be read from a forward of its
+    own module (None where it can).
     """
 
     name: str

@@ -12,11 +12,8 @@ from ngram_assisted.storage import NGramStorage
 
 
 class NGramDrafter(Drafter):
-    """Drafts deterministically from an n-gram storage and keeps it up to date.
-
-    It mirrors the sequence as a host-side list (fed from the verify loop's one
-    sync per round), so drafting never reads the device.
-    """
+    """Drafts deterministically from an n-gram storage and keeps it up to date; it mirrors the sequence
+    as a host list (fed from the loop's one sync per round), so drafting never reads the device."""
 
     kind = "ngram"  # no model: no forward passes, no cache to roll back
 
@@ -38,15 +35,12 @@ class NGramDrafter(Drafter):
         self.storage.initialize(prompt)
 
     def propose(self, ids: torch.Tensor, k: int, stop_below: float | None = None) -> tuple[torch.Tensor, None]:
-        """Up to k tokens, following the storage's best continuation of the tail.
+        """Up to k tokens, following the storage's best continuation of the tail (deterministic: q is
+        one-hot, so ``stop_below`` does not apply).
 
-        Stops early at an unknown context when ``stop_if_unknown``. With
-        ``confident_start`` the first token must come from a full (n-1)-token
-        context: a draft resting on a backed-off context is rarely accepted, and
-        where verifying even one draft costs nearly as much as verifying several
-        (CPUs: a forward of 2..9 new tokens costs ~1.7x one of 1), a round
-        without drafts is cheaper. No probabilities: the drafts are
-        deterministic (q is one-hot), so ``stop_below`` does not apply.
+        Stops at an unknown context when ``stop_if_unknown``. With ``confident_start`` the first token must
+        come from a full (n-1)-token context: a backed-off draft is rarely accepted, and where verifying one
+        draft costs nearly as much as several (CPUs: ~1.7x one token), a round without drafts is cheaper.
         """
         width = self.storage.n - 1
         context = self.history[-width:]
@@ -61,14 +55,9 @@ class NGramDrafter(Drafter):
         return torch.tensor(drafts, dtype=torch.long, device=ids.device), None
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
-        """A trie of the storage's continuations: at most ``nodes`` nodes, ``depth`` levels.
-
-        Best first: a node's score is the product of its continuations' weight
-        shares along the path; the best unexpanded candidate joins the trie and
-        offers its own ``branch`` best continuations, until the budget is
-        spent. The first level obeys ``confident_start`` and, like the chain,
-        an unknown context ends a branch when ``stop_if_unknown``.
-        """
+        """A trie of the storage's continuations, at most ``nodes`` nodes and ``depth`` levels, grown best
+        first by the product of weight shares along each path; the first level obeys ``confident_start``,
+        and an unknown context ends a branch when ``stop_if_unknown``."""
         width = self.storage.n - 1
         heap: list[tuple[float, int, int, int, int, int, tuple[int, ...]]] = []
         counter = 0

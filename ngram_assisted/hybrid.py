@@ -1,17 +1,10 @@
 """The hybrid drafter: a model-free storage's draft when its match is long, the drafter model's otherwise.
 
-As SAM-Decoding (Hu et al., ACL 2025) pairs its suffix automaton with a drafter
-model, Arctic Inference its suffix cache with a speculator, and TensorRT-LLM its
-suffix automaton with MTP heads: each round the storage is asked first (a few
-look-ups on the host); when the tail of the sequence matched at least L tokens
-there, its draft is verified (q one-hot: deterministic), otherwise the drafter
-model drafts (its real q). The choice rests only on the sequence so far, so each
-round is a valid speculative step of its own and the output stays the target's.
-
-Both sides see every round's tokens (``update``), whichever drafted: the storage
-must hold the whole text, and the drafter model must know that its cache may now
-hold drafts of an earlier round that were rejected (``ModelDrafter.update`` cuts
-them; its next proposal feeds the tokens it missed in its first forward).
+As SAM-Decoding (Hu et al., ACL 2025), Arctic Inference and TensorRT-LLM pair a suffix structure with
+a drafter model: the storage is asked first, and when the sequence's tail matched at least L tokens
+its draft is verified (q one-hot), else the model drafts (its real q). The choice rests only on the
+sequence so far, so each round is a valid speculative step. Both sides see every round's tokens
+(``update``), whichever drafted.
 """
 
 from __future__ import annotations
@@ -30,14 +23,9 @@ MODEL = "model"  # the note's source of a round the drafter model drafted
 
 class HybridDrafter(Drafter):
     """Drafts from ``retrieval`` (a :class:`MatchDrafter`) in a round whose match is at least
-    ``min_match`` tokens and it has a draft, from ``model`` (any model drafter) otherwise.
-
-    Each round's note is the storage's ``{"source": ..., "match": m}`` when it drafted and
-    ``{"source": "model", "match": m}`` when the model did (m: the storage's match that round).
-    Trees: both sides give top-children trees (``propose_tree``); sampled trees are not
-    offered (a storage's tree has no q to draw its children from), so under sampling the
-    loop verifies top-children trees.
-    """
+    ``min_match`` tokens and it has a draft, from ``model`` otherwise; each round's note names the
+    source and the storage's match. Trees: top-children trees only (a storage's tree has no q to draw
+    children from), so under sampling the loop verifies those."""
 
     kind = "model"  # γ policies: a drafter with a cost per drafted token
 

@@ -1,26 +1,14 @@
 """Lookahead decoding (Fu et al., ICML 2024, "Break the Sequential Dependency of LLM Inference
 Using Lookahead Decoding"): n-grams made by Jacobi iteration, verified in the same forward pass.
 
-Each round is one target forward over three parts (``generation.tree_round``):
+Each round is one target forward (``generation.tree_round``) over the committed tokens the cache
+lacks (the last is the *root*), the *verification branch* (up to G pooled n-grams starting with the
+root, merged into a deterministic token tree) and the *lookahead branch*: a Jacobi window of N - 1
+levels by W columns fed as extra rows that never see a candidate. The target's argmax at the top
+level's column c closes an n-gram, which joins the pool; then the window moves one step.
 
-- the committed tokens the cache lacks, the last one being the *root*;
-- the *verification branch*: up to G n-grams from the pool whose first token is the root,
-  merged into a token tree (their other N - 1 tokens are the drafts) and verified like any
-  deterministic tree (``generation.accept.accept_tree``);
-- the *lookahead branch*: a Jacobi window of N - 1 levels by W columns, fed as extra rows
-  (``Drafter.extra_rows``) that see the prefix, the root and their own trajectory, never a
-  candidate. Level 0 is a causal line after the root (its column 0 is the root itself);
-  the token of level l >= 1 in column c sees level 0 up to column c, then levels 1..l of
-  column c, and sits at position root + c + l. The target's argmax at the top level's
-  column c closes the n-gram (level 0 column c, levels 1..N-2 column c, that argmax), which
-  joins the pool under its first token; then the window moves one step: level 0 becomes
-  level 1 less its first column, each level the one above it, and the argmaxes the top.
-
-The pool keeps, per first token, the G n-grams seen most recently (an n-gram seen again
-moves to the front), so it holds at most V x G of them. The reference starts each
-generation with an empty pool; here the engine may keep it across prompts (as NASD keeps
-its storage while ``/reset_in_between`` is off). The window starts from prompt
-tokens drawn by a fixed-seed generator (the reference draws them at random too), so a run
+The pool keeps, per first token, the G most recently seen n-grams, and may be kept across prompts
+(as NASD's storage). The window starts from prompt tokens drawn by a fixed-seed generator, so a run
 is reproducible and draws nothing from the run's own generator.
 """
 
@@ -70,11 +58,8 @@ class NGramPool:
 
 
 class JacobiWindow:
-    """The lookahead branch's 2-D window: ``levels`` (N - 1) levels of ``width`` (W) columns.
-
-    ``lines[0]`` holds level 0's columns 1..W-1 (its column 0 is the root, fed as a
-    committed token); ``lines[l]`` for l >= 1 holds level l's W columns.
-    """
+    """The lookahead branch's window: ``levels`` (N - 1) levels of ``width`` (W) columns; ``lines[0]`` holds
+    level 0's columns 1..W-1 (column 0 is the root), ``lines[l]`` level l's W columns."""
 
     def __init__(self, width: int, levels: int, seed_tokens: list[int]):
         rng = random.Random(WINDOW_SEED)
@@ -131,14 +116,10 @@ def candidate_tree(candidates: list[tuple[int, ...]], depth: int, nodes: int) ->
 
 
 class LookaheadDrafter(Drafter):
-    """Lookahead decoding as a drafter: the pool's candidates as the tree, the Jacobi window as
-    extra rows of the same verify pass. ``window`` W, ``ngram`` N (>= 3), ``guesses`` G;
-    ``pool``: one kept from earlier generations (a new empty one when None).
-
-    Where the target cannot take a tree the loop runs chains: :meth:`propose` offers the
-    pool's latest n-gram for the last token, and with no window fed the pool stays empty,
-    so each round is one target forward of one token (target AR, and the result says why).
-    """
+    """Lookahead decoding as a drafter: the pool's candidates as the tree, the Jacobi window as extra
+    rows of the same verify pass; ``pool``: one kept from earlier generations (None: a new one).
+    Where the target cannot take a tree, no window is fed and the pool stays empty: target AR, and
+    the result says why."""
 
     kind = "ngram"     # deterministic drafts: q is one-hot
 

@@ -1,14 +1,8 @@
 """The drafter of the model-free match storages: SuffixDecoding's tries and the suffix automaton.
 
-It keeps no sequence of its own: the storage holds the prompt and the output so far
-(fed from the verify loop's one host sync per round), so drafting never reads the
-device. Each round it records where its drafts came from and how long the match was
-(its :meth:`report`'s ``round_notes``, carried by ``Round.note``).
-
-Given the target's verify costs by width (``engine.widths.verify_costs``), a chain round
-is filled: when a wider verify is measured cheaper than the draft's own width
-(``generation.widths.fill_width``), the storage's chain is drawn longer to reach it, and the
-round's note says by how many tokens (``filled``).
+The storage holds the sequence, so drafting never reads the device; each round's note says where its
+drafts came from and how long the match was. Given the target's verify costs by width, a chain is
+drawn longer to reach a cheaper width (``generation.widths.fill_width``).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """A suffix-automaton storage (SAM-Decoding, Hu et al., ACL 2025).
 
-The suffix automaton of a text (Blumer et al. 1985) has one state per class of
-substrings that end at the same set of positions; it is built online, one token at a
-time, in amortised constant time per token. When a token is appended, the new state's
-*suffix link* is the state of the longest suffix of the text that also occurred
-earlier: the longest match of the sequence's tail comes for free with each append.
-
-Each state keeps one end position of its substrings: a new state its own position, a
-clone its original's, and the matched state, each time it is matched, the position
-just appended. Drafting copies the tokens that followed the match's recorded end
-before that (the match's latest recorded occurrence: the most recent one whenever the
-match was last seen as a match too, which repeated text makes the usual case).
-
-With a corpus (``--corpus FILE``: a text tokenised once with the target's tokenizer)
-a second, static automaton is built once and shared across prompts; the sequence is
-matched against it with a cursor (amortised constant time per token), each of its
-states knowing its substrings' last end in the corpus exactly (a pass over the
-suffix-link tree after building). The longer match drafts (the context on a tie).
-A draft after a match of m tokens has at most ``floor(factor * m)`` tokens (at least
-1), capped by the round's k, as in SuffixDecoding.
+The suffix automaton of a text (Blumer et al. 1985) is built online in amortised constant time per
+token; each append's *suffix link* gives the longest match of the sequence's tail for free. Each
+state keeps one end position of its substrings (the latest one matched), and a draft copies the
+tokens that followed it. With a corpus (``--corpus FILE``) a second, static automaton is shared
+across prompts and matched with a cursor; the longer match drafts (the context on a tie). A draft
+after a match of m tokens has at most ``floor(factor * m)`` tokens, as in SuffixDecoding.
 """
 
 from __future__ import annotations
@@ -26,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from generation.tree import Tree
+from ngram_assisted.storage import check_token
 from ngram_assisted.suffix import DEFAULT_FACTOR, NO_DRAFT, Draft, draft_budget
+from utils.options import check_int
 
 
 class SuffixAutomaton:
@@ -148,8 +137,7 @@ class SAMStorage:
     wants_top_k = 0
 
     def __init__(self, vocab_size: int, *, corpus: SuffixAutomaton | None = None):
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        check_int(vocab_size, "vocab_size", 1)
         if corpus is not None and corpus.text and max(corpus.text) >= vocab_size:
             raise ValueError(f"the corpus has token id {max(corpus.text)}, outside the vocabulary (size {vocab_size})")
         self.vocab_size = vocab_size
@@ -169,7 +157,7 @@ class SAMStorage:
     def extend(self, tokens: Iterable[int]) -> None:
         """Append tokens to the context automaton (and move the corpus cursor)."""
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             self.match, self.match_end = self.context.append(token)
             if self.cursor is not None:
                 self.cursor.step(token)
@@ -189,11 +177,6 @@ class SAMStorage:
             if tokens:
                 return Draft(Tree.chain(tokens), source, match)
         return NO_DRAFT
-
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
 
     def __len__(self) -> int:
         return len(self.context.text)

@@ -1,26 +1,26 @@
 """N-gram storages: the draft source of NASD.
 
-An n-gram storage counts which token followed which context. ``NGramStorage``
-(basic) counts every k-gram for k = 2..n, i.e. contexts of 1..n-1 tokens, and
-predicts from the longest context it has seen; ``OneLevelNGramStorage`` counts
-only n-grams (contexts of exactly n-1 tokens).
-
-Every operation works on plain Python ints and touches only the last n-1
-tokens of a context, so drafting costs a few dict look-ups per token and never
-a device sync. For each context the storage keeps the running best
-continuation, so a prediction is O(1).
-
-Weights: a token seen in the text adds 1. A *filler* candidate (the target's
-top-k prediction at a verified position, see NASD) of rank r adds
-``FILLER_WEIGHT / (r + 1)``, so a filler never outweighs a real observation.
-Ties keep the continuation that reached the count first.
+``NGramStorage`` (basic) counts every k-gram for k = 2..n and predicts from the longest context it
+has seen; ``OneLevelNGramStorage`` counts only n-grams. Plain Python ints, the last n-1 tokens of a
+context, the running best continuation per context: a prediction is O(1) and never syncs the device.
+A token seen in the text adds 1; a *filler* (the target's top-k at a verified position) of rank r
+adds ``FILLER_WEIGHT / (r + 1)``, so it never outweighs a real observation. Ties keep the first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from utils.options import check_int
+
 FILLER_WEIGHT = 0.5
+
+
+def check_token(vocab_size: int, token: int) -> int:
+    """``token`` when it is an id of a vocabulary of ``vocab_size``; else a one-line ValueError."""
+    if not 0 <= token < vocab_size:
+        raise ValueError(f"token id {token} is outside the vocabulary (size {vocab_size})")
+    return token
 
 
 class _Table:
@@ -50,12 +50,8 @@ class NGramStorage:
     wants_top_k = 0  # the target's top-k is asked for by the drafter's filler, not by the storage
 
     def __init__(self, n: int, vocab_size: int):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-            raise ValueError(f"n must be an integer >= 2, got {n!r}")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
-        self.n = n
-        self.vocab_size = vocab_size
+        self.n = check_int(n, "n", 2)
+        self.vocab_size = check_int(vocab_size, "vocab_size", 1)
         self.reset()
 
     # Context lengths this storage counts, longest first.
@@ -79,7 +75,7 @@ class NGramStorage:
         """Count ``tokens`` as the continuation of ``context`` (only its tail matters)."""
         history = list(context[-(self.n - 1):]) if self.n > 1 else []
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             self._record(history, token, 1.0)
             self._unigrams.add((), token, 1.0)
             history.append(token)
@@ -90,15 +86,11 @@ class NGramStorage:
         """Register ranked candidate continuations of ``context`` with filler weights."""
         history = list(context[-(self.n - 1):])
         for rank, token in enumerate(candidates):
-            self._record(history, self._check(token), FILLER_WEIGHT / (rank + 1))
+            self._record(history, check_token(self.vocab_size, token), FILLER_WEIGHT / (rank + 1))
 
     def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
-        """The most frequent continuation of the longest known context tail.
-
-        Only tails of at least ``min_context`` tokens count. Returns (token, True),
-        or (the most frequent token seen at all, False) when no such tail is known
-        (0 for an empty storage).
-        """
+        """(the most frequent continuation of the longest known tail of at least ``min_context`` tokens,
+        True), or (the most frequent token seen at all, or 0, False)."""
         for c in self._orders():
             if c >= min_context and len(context) >= c:
                 best = self._tables[c].best.get(tuple(context[-c:]))
@@ -109,11 +101,8 @@ class NGramStorage:
 
     def top_tokens(self, context: Sequence[int], k: int, *, min_context: int = 1
                    ) -> tuple[list[tuple[int, float]], bool]:
-        """Up to ``k`` continuations of the longest known context tail (of at least
-        ``min_context`` tokens), best first, each with its share of the context's
-        weight. Returns (candidates, True), or ([(fallback, 1.0)], False) when no
-        such tail is known (see :meth:`next_token`). Token trees branch on these.
-        """
+        """Up to ``k`` continuations of the longest known tail, best first, with their shares of its weight,
+        and True; or ([(fallback, 1.0)], False) as :meth:`next_token`. Token trees branch on these."""
         for c in self._orders():
             if c >= min_context and len(context) >= c:
                 weights = self._tables[c].weights.get(tuple(context[-c:]))
@@ -129,11 +118,6 @@ class NGramStorage:
             if len(history) >= c:
                 self._tables[c].add(tuple(history[-c:]), token, weight)
 
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, contexts={len(self)})"
 
@@ -148,26 +132,19 @@ class OneLevelNGramStorage(NGramStorage):
 
 
 class RecyclingStorage:
-    """Token Recycling (Luo et al. 2024): for each token, the target's latest top-k
-    next tokens.
+    """Token Recycling (Luo et al. 2024): for each token, the target's latest top-k next tokens.
 
-    A table of rows ``token -> [candidates, best first]``: every verified
-    position replaces the row of the token before it with the target's top-k
-    there (``fill``), so the table recycles what the target already computed.
-    A token seen in the text only starts a row when it has none yet. The
-    context is the last token (n = 2). Same interface as :class:`NGramStorage`.
+    Every verified position replaces the row of the token before it with the target's top-k there
+    (``fill``); a token seen in the text only starts a row when it has none. n = 2; the same interface
+    as :class:`NGramStorage`.
     """
 
     kind = "recycling"
     n = 2
 
     def __init__(self, n: int, vocab_size: int, width: int = 8):
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"width must be an integer >= 1, got {width!r}")
-        self.vocab_size = vocab_size
-        self.width = width
+        self.vocab_size = check_int(vocab_size, "vocab_size", 1)
+        self.width = check_int(width, "width", 1)
         self.reset()
 
     @property
@@ -188,7 +165,7 @@ class RecyclingStorage:
     def update(self, context: Sequence[int], tokens: Iterable[int]) -> None:
         previous = context[-1] if len(context) else None
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             if self._first is None:
                 self._first = token
             if previous is not None and previous not in self.rows:
@@ -198,7 +175,8 @@ class RecyclingStorage:
     def fill(self, context: Sequence[int], candidates: Sequence[int]) -> None:
         """The target's ranked top-k after ``context``: the new row of its last token."""
         if len(context):
-            self.rows[self._check(context[-1])] = [self._check(t) for t in candidates[:self.width]]
+            row = [check_token(self.vocab_size, t) for t in candidates[:self.width]]
+            self.rows[check_token(self.vocab_size, context[-1])] = row
 
     def next_token(self, context: Sequence[int], *, min_context: int = 1) -> tuple[int, bool]:
         row = self.rows.get(context[-1]) if len(context) else None
@@ -215,11 +193,6 @@ class RecyclingStorage:
         weights = [1.0 / (r + 1) for r in range(min(k, len(row)))]
         total = sum(weights)
         return [(t, w / total) for t, w in zip(row, weights)], True
-
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
 
     def __repr__(self) -> str:
         return f"RecyclingStorage(width={self.width}, rows={len(self)})"

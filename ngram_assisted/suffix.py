@@ -1,25 +1,13 @@
 """SuffixDecoding's storage (Oliaro et al., NeurIPS 2025): suffix tries with counts.
 
-Two tries, as the engines ship it (Snowflake ArcticInference, vLLM ``method: "suffix"``):
-
-- a *per-prompt* trie over the prompt and the output so far, grown token by token;
-- a *global* trie over the outputs of earlier generations in the session, at most
-  ``max_outputs`` of them (the oldest leaves first).
-
-A trie here holds every substring of at most ``depth = 2 * max_pattern`` tokens of
-the text it was given, each node counting how often its substring occurred. Drafting
-finds, in each trie, the longest suffix of the sequence (at most ``max_pattern``
-tokens) that occurred before with a continuation, and follows the continuations
-below it, each weighted by how often it was seen: the chain takes the most frequent
-child at each step, the tree grows best first by path probability (the product of
-each step's count share). A draft after a match of m tokens has at most
-``floor(factor * m)`` tokens (at least 1), capped by the round's k and by the trie's
-depth. The trie whose draft has the larger expected accepted length (the sum of its
-nodes' path probabilities, ArcticInference's score) drafts; the per-prompt one on a
-tie. Children whose path probability falls below ``min_prob`` are not drafted.
-
-Costs: appending a token touches ``depth`` nodes (O(P)); a match is a binary search
-over the match length (O(P log P) dict look-ups); nothing touches the device.
+Two tries, as Snowflake ArcticInference and vLLM (``method: "suffix"``) ship it: a *per-prompt* trie
+over the prompt and output so far, and a *global* trie over at most ``max_outputs`` earlier outputs.
+A trie holds every substring of at most ``depth = 2 * max_pattern`` tokens with its count. Drafting
+finds the longest suffix of the sequence (at most ``max_pattern``) seen with a continuation and
+follows the children by count: the chain the most frequent, the tree best first by path
+probability. A draft after a match of m tokens has at most ``floor(factor * m)`` tokens (at least 1).
+The trie whose draft has the larger expected accepted length drafts (the per-prompt one on a tie);
+children below ``min_prob`` are not drafted. An append costs O(P), a match O(P log P) look-ups.
 """
 
 from __future__ import annotations
@@ -30,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from generation.tree import Tree
+from ngram_assisted.storage import check_token
+from utils.options import check_int
 
 DEFAULT_MAX_PATTERN = 16
 DEFAULT_MAX_OUTPUTS = 64
@@ -39,13 +29,9 @@ MIN_PROB = 0.1
 
 @dataclass(frozen=True)
 class Draft:
-    """What a model-free storage proposes in one round, and why.
-
-    ``tree``: the drafts (a chain is a tree of one path); ``source``: which text they
-    were copied from (``prompt`` = the per-prompt trie, ``global`` = earlier outputs,
-    ``context`` / ``corpus`` for the suffix automaton, ``""`` when nothing matched);
-    ``match``: how many tokens of the sequence's tail matched there.
-    """
+    """What a model-free storage proposes in one round: ``tree`` (a chain is a tree of one path),
+    ``source`` (``prompt``, ``global``, ``context``, ``corpus``, ``""`` when nothing matched) and
+    ``match``, the tail tokens matched there."""
 
     tree: Tree
     source: str = ""
@@ -77,13 +63,8 @@ class _Node:
 
 
 class SuffixTrie:
-    """Every substring of at most ``depth`` tokens of the sequences given, with occurrence counts.
-
-    A sequence is streamed (:meth:`start`, then :meth:`append` per token: the node of
-    each suffix of up to ``depth - 1`` tokens gains the new token as a child) or added
-    and removed whole (:meth:`add`, :meth:`remove`: the same walk with +1 or -1; a
-    node whose count falls to 0 is dropped).
-    """
+    """Every substring of at most ``depth`` tokens of the sequences given, with occurrence counts;
+    streamed (:meth:`start`, :meth:`append`) or added and removed whole (a node at count 0 is dropped)."""
 
     def __init__(self, depth: int):
         if depth < 2:
@@ -138,13 +119,9 @@ class SuffixTrie:
         return node
 
     def longest_match(self, tail: Sequence[int], max_len: int) -> tuple[int, _Node]:
-        """The longest suffix of ``tail`` (at most ``max_len`` tokens) that occurred with a
-        continuation, and its node; (0, root) when none did.
-
-        Binary search: a suffix that occurred followed by a token implies its own
-        suffix did too (the same occurrence, one shorter), so the property only
-        weakens with length (while length + 1 fits in ``depth``).
-        """
+        """The longest suffix of ``tail`` (at most ``max_len`` tokens) that occurred with a continuation,
+        and its node; (0, root) when none did. Binary search: a suffix that occurred followed by a token
+        implies its own suffix did too, so the property only weakens with length."""
         lo, hi = 0, min(max_len, len(tail), self.depth - 1)
         best = self.root
         while lo < hi:
@@ -176,11 +153,9 @@ def _ranked(node: _Node) -> list[tuple[int, float]]:
 
 
 def grow_tree(node: _Node, depth: int, nodes: int, branch: int, min_prob: float) -> tuple[Tree, float]:
-    """A best-first tree of continuations below ``node``: at most ``nodes`` nodes and ``depth``
-    levels, ``branch`` children per node, path probabilities at least ``min_prob``. With
-    ``branch`` 1 it is the chain of most frequent continuations. Returns the tree and its score,
-    the sum of its nodes' path probabilities (the expected accepted length if the counts were
-    the target's probabilities)."""
+    """A best-first tree of continuations below ``node`` (at most ``nodes`` nodes, ``depth`` levels,
+    ``branch`` children, path probabilities >= ``min_prob``; ``branch`` 1: the chain) and its score,
+    the sum of its nodes' path probabilities (ArcticInference's expected accepted length)."""
     heap: list[tuple[float, int, int, int, int, _Node, int]] = []
     counter = 0
 
@@ -210,14 +185,9 @@ def grow_tree(node: _Node, depth: int, nodes: int, branch: int, min_prob: float)
 
 
 class SuffixStorage:
-    """SuffixDecoding's two tries (see the module docstring).
-
-    ``max_pattern`` (P): the longest tail matched; the tries keep substrings of up to 2P
-    tokens, so a draft goes at most 2P - m tokens past a match of m. ``max_outputs`` (M):
-    how many earlier outputs the global trie keeps (0: no global trie). :meth:`reset`
-    forgets everything, the global trie included; :meth:`initialize` (a new prompt) moves
-    the previous generation's output into the global trie and starts a new per-prompt trie.
-    """
+    """SuffixDecoding's two tries. ``max_pattern`` (P): the longest tail matched (the tries keep 2P
+    tokens, so a draft goes at most 2P - m past a match of m); ``max_outputs`` (M): earlier outputs
+    kept (0: no global trie). :meth:`initialize` moves the previous output into the global trie."""
 
     kind = "suffix"
     wants_top_k = 0
@@ -226,8 +196,7 @@ class SuffixStorage:
                  max_outputs: int = DEFAULT_MAX_OUTPUTS, min_prob: float = MIN_PROB):
         for name, value, low in (("vocab_size", vocab_size, 1), ("max_pattern", max_pattern, 1),
                                  ("max_outputs", max_outputs, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            check_int(value, name, low)
         self.vocab_size = vocab_size
         self.max_pattern = max_pattern
         self.max_outputs = max_outputs
@@ -254,7 +223,7 @@ class SuffixStorage:
     def extend(self, tokens: Iterable[int]) -> None:
         """Append tokens to the sequence and to the per-prompt trie (O(P) each)."""
         for token in tokens:
-            token = self._check(token)
+            token = check_token(self.vocab_size, token)
             self.sequence.append(token)
             self.local.append(token)
 
@@ -283,11 +252,6 @@ class SuffixStorage:
             if len(tree) and score > best_score:
                 best, best_score = Draft(tree, source, match), score
         return best
-
-    def _check(self, token: int) -> int:
-        if not 0 <= token < self.vocab_size:
-            raise ValueError(f"token id {token} is outside the vocabulary (size {self.vocab_size})")
-        return token
 
     def __len__(self) -> int:
         return len(self.sequence)

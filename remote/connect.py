@@ -15,10 +15,9 @@ PLANNED: tuple[str, ...] = ()
 
 
 def detect_kind(transport: Transport) -> str:
-    """The engine behind ``transport``: llama.cpp answers ``/props`` with
-    ``default_generation_settings``; vLLM and SGLang list their models as ``owned_by: vllm`` or
-    ``sglang``; an SGLang whose ``/v1/models`` says nothing answers ``/get_model_info`` with
-    ``model_path`` and ``is_generation``."""
+    """The engine behind ``transport``: llama.cpp answers ``/props`` with ``default_generation_settings``;
+    vLLM and SGLang list their models as ``owned_by``; an SGLang that does not answers
+    ``/get_model_info`` with ``model_path`` and ``is_generation``."""
     props = _get_or_empty(transport, "/props")
     if "default_generation_settings" in props:
         return "llamacpp"

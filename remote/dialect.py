@@ -1,11 +1,8 @@
 """What every engine's client shares: the shape of a client, and of its answers.
 
-A client knows one engine's API: what the model is (vocabulary, context), how to tokenize a text
-on the server, how to ask for the distribution after a prefix (top-N logprobs), and how to decode
-with the server's own sampler. :class:`ServerClient` is that shape and the decode loop every engine
-runs; :class:`ScoringClient` adds what the engines that score a prompt's positions (vLLM, SGLang)
-share. Each engine's client is a module of its own (``remote.llamacpp``, ``remote.vllm``,
-``remote.sglang``); ``remote.connect`` picks one. Standard library only; no torch.
+:class:`ServerClient` is the shape (model facts, tokenizing on the server, the top-N after a prefix,
+decoding with the server's sampler) and the decode loop; :class:`ScoringClient` adds what vLLM and
+SGLang share. ``remote.connect`` picks a client. Standard library only.
 """
 
 from __future__ import annotations
@@ -27,10 +24,8 @@ class ServedModelInfo:
 
 @dataclass(frozen=True)
 class SamplerFields:
-    """The sampling settings a request sends, every one explicitly (an engine's defaults never apply).
-
-    ``temperature`` 0 means greedy; ``top_k`` 0 and ``top_p`` 1 mean off.
-    """
+    """The sampling settings a request sends, every one explicitly; ``temperature`` 0 is greedy,
+    ``top_k`` 0 and ``top_p`` 1 are off."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -114,10 +109,8 @@ class ServerClient:
 
 
 class ScoringClient(ServerClient):
-    """An engine that scores a prompt's positions (vLLM, SGLang): a verify round is one request
-    whatever γ, so :meth:`next_token` is a round of one. Its model is the first that
-    ``/v1/models`` lists; ``/tokenize`` takes ``{model, prompt, add_special_tokens}`` and returns
-    ``{tokens}``. ``route`` is the path its scoring requests go to."""
+    """An engine that scores a prompt's positions (vLLM, SGLang): a verify round is one request whatever
+    γ. ``route`` is the path its scoring requests go to."""
 
     route = ""
     server = ""          # how a refusal names the engine: "a vLLM server"

@@ -9,10 +9,9 @@ from remote.transport import ServerError, Transport
 class LlamaCppClient(ServerClient):
     """llama.cpp's ``llama-server`` (also ``xllamacpp.Server``): ``/completion`` with token ids.
 
-    ``/completion`` returns the distribution after the last prompt token only, so a verify round
-    of γ drafts costs γ+1 requests (``cache_prompt`` reuses the prefix each time). ``n_probs``
-    gives the top-N of the model's raw softmax, before temperature and the sampler chain (checked
-    in tests/test_served.py: the same numbers at every temperature; ``post_sampling_probs`` off).
+    It returns the distribution after the last prompt token only, so a round of γ drafts costs γ+1
+    requests (``cache_prompt`` reuses the prefix). ``n_probs`` gives the top-N of the raw softmax,
+    before temperature and the sampler chain (tests/test_served.py checks it).
     """
 
     kind = "llamacpp"
@@ -42,10 +41,9 @@ class LlamaCppClient(ServerClient):
         return self.token_list(answer, "/tokenize")
 
     def _body(self, prompt: list[int], n_predict: int, fields: SamplerFields, n_probs: int) -> dict:
-        """Every sampling field, explicitly: the server's defaults (top_k 40, top_p 0.95, min_p 0.05,
-        temperature last) never apply. Greedy is top_k 1 then temperature 0. ``ignore_eos`` stays off:
-        llama.cpp implements it as a -inf bias on the end tokens, so the sampler would never pick
-        one that its ``n_probs`` still ranks first."""
+        """Every sampling field, explicitly: the server's defaults (top_k 40, top_p 0.95, min_p 0.05) never
+        apply. Greedy is top_k 1 then temperature 0. ``ignore_eos`` stays off: llama.cpp biases the end
+        tokens to -inf, so the sampler would never pick one its ``n_probs`` ranks first."""
         if fields.greedy:
             samplers, top_k = ["top_k", "temperature"], 1
         else:   # the order of sampling.processors: temperature, then top-k, then top-p
@@ -62,12 +60,10 @@ class LlamaCppClient(ServerClient):
     MAX_BANNED = 8
 
     def next_token(self, prefix: list[int], n_probs: int) -> NextToken:
-        """The top ``n_probs`` after ``prefix``. llama.cpp sends no probabilities with a token
-        whose text ends inside a UTF-8 character (a byte-level piece: it holds the text back, and
-        the probabilities with it), so a position whose greedy token is one is asked again with
-        that token banned (``logit_bias``, which acts in the sampler: ``n_probs`` stays the raw
-        softmax, the banned token in it) until the picked token is a whole one; each such request
-        is counted and timed like any other."""
+        """The top ``n_probs`` after ``prefix``. llama.cpp sends no probabilities with a token whose text
+        ends inside a UTF-8 character, so such a position is asked again with that token banned
+        (``logit_bias`` acts in the sampler; ``n_probs`` stays the raw softmax) until the token is whole;
+        each request is counted and timed."""
         banned: list[int] = []
         server_s = wall = 0.0
         while True:

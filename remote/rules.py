@@ -1,19 +1,10 @@
 """Which sampling settings a served target decodes losslessly, and the logits rows it hands the loop.
 
-An engine returns the top N log-probabilities at a position, not the whole distribution. A row
-of logits is built from them (:func:`row_of`): the returned log-probabilities, and -inf for every
-other token. Exact from such a row:
-
-- greedy: the argmax is the top-1;
-- top-k with K <= N (and top-k then top-p): the kept set lies inside the returned set, and the
-  processor renormalises over that set by definition;
-- nucleus (top-p alone): only where the returned mass certifies the kept set
-  (:func:`nucleus_certified`); the row then carries the mass not returned, spread evenly over the
-  tokens not returned (each below the smallest returned), so the processor's cumulative mass is
-  the true one; an uncertified position is asked again with more log-probabilities;
-- plain multinomial: only when the whole vocabulary is returned (slow); otherwise refused.
-
-Never renormalised over a top-N: a row is either exact or refused.
+An engine returns the top N log-probabilities; a row holds them and -inf elsewhere (:func:`row_of`).
+Exact from such a row: greedy; top-k with K <= N (then top-p too); nucleus alone only where the
+returned mass certifies the kept set (:func:`nucleus_certified`; the missing mass spread over the
+tokens not returned, else asked again with more); plain multinomial only with the whole
+vocabulary. Never renormalised over a top-N: a row is either exact or refused.
 """
 
 from __future__ import annotations
@@ -88,11 +79,10 @@ def row_of(ids: list[int], logprobs: list[float], plan: ServedPlan) -> torch.Ten
 def nucleus_certified(logprobs: list[float], temperature: float, top_p: float, vocab_size: int) -> bool:
     """Whether the top-p kept set after ``temperature`` is decided by the returned ``logprobs``.
 
-    The tempered normaliser Z = Σ exp(lp/T) is known over the returned tokens (A) and bounded over
-    the rest, whose raw mass R = 1 - Σ exp(lp) is split among M tokens each at most exp(lp_min):
-    Σ x^α with α = 1/T lies between R·m^(α-1) and M·(R/M)^α (x^α convex or concave). The kept set
-    is certified when both bounds keep the same tokens and at least one returned token is dropped
-    (every token not returned ranks below it and is dropped too).
+    The tempered normaliser is known over the returned tokens and bounded over the rest, whose raw mass
+    R = 1 - Σ exp(lp) is split among M tokens each at most exp(lp_min): Σ x^α (α = 1/T) lies between
+    R·m^(α-1) and M·(R/M)^α. Certified when both bounds keep the same tokens and at least one returned
+    token is dropped (every unreturned token ranks below it).
     """
     lp = torch.tensor(sorted(logprobs, reverse=True), dtype=torch.float64)       # (N,)
     alpha = 1.0 / temperature

@@ -12,39 +12,24 @@ from remote.transport import ServerError, Transport
 class SglangClient(ScoringClient):
     """SGLang's native API: ``/generate`` with ``input_ids``.
 
-    ``return_logprob`` with ``logprob_start_len: S`` and ``top_logprobs_num: N`` returns in
-    ``meta_info.input_top_logprobs`` the top N of the distribution that predicts each prompt token
-    from position S on, and ``output_top_logprobs`` the top N after the whole prompt: a verify round
-    is one request whatever γ. SGLang reuses its radix (prefix) cache up to S (the matched prefix is
-    capped there: python/sglang/srt/managers/schedule_batch.py), so a request recomputes only the
-    positions it scores. The facts it rests on, from sgl-project/sglang:
+    ``return_logprob`` with ``logprob_start_len: S`` and ``top_logprobs_num: N`` returns the top N
+    predicting each prompt token from S on (``meta_info.input_top_logprobs``) and after the whole prompt
+    (``output_top_logprobs``): one request per verify round, the radix cache reused up to S. From
+    sgl-project/sglang (python/sglang/srt/):
 
-    - request fields: ``GenerateReqInput`` (python/sglang/srt/managers/io_struct.py) and
-      ``SamplingParams`` (python/sglang/srt/sampling/sampling_params.py: temperature 0 becomes
-      top_k 1 at temperature 1, top_k -1 means the whole vocabulary, every field has a default and
-      ``--preferred-sampling-params`` fills the ones a request leaves out (tokenizer_manager.py,
-      ``_create_tokenized_object``), so all are sent);
-    - the input entries (``add_input_logprob_return_values`` in
-      python/sglang/srt/managers/scheduler_output_processor_mixin.py): the first is None, entry j
-      is the token at position S + j with the distribution after the prefix before it; the
-      distribution after the last prompt token is the first output entry, not an input one;
-    - each entry is ``[logprob, token_id, text]`` (text None without ``return_text_in_logprobs``),
-      a position's top list None when it has none (``detokenize_top_logprobs_tokens`` in
-      python/sglang/srt/managers/tokenizer_manager.py);
-    - the logprobs of a greedy request are the raw model's: python/sglang/srt/layers/sampler.py takes
-      ``log_softmax`` of the logits before any processing when a batch is all greedy, and otherwise
-      divides by the request's temperature (1 for a greedy request, whatever
-      ``SGLANG_RETURN_ORIGINAL_LOGPROB`` says) and renormalises over its top-p (1 here). The client
-      reads logprobs from greedy requests only;
-    - ``meta_info.e2e_latency`` (tokenizer_manager.py: from the request's arrival to its end on the
-      server) is taken as the server's seconds; ``/v1/models`` is owned by ``sglang`` and gives
-      ``max_model_len`` (python/sglang/srt/entrypoints/openai/protocol.py, ``ModelCard``);
-      ``/tokenize`` takes ``prompt`` and ``add_special_tokens`` and returns ``tokens``.
+    - ``managers/io_struct.py`` ``GenerateReqInput`` and ``sampling/sampling_params.py``: temperature 0
+    is top_k 1, top_k -1 the whole vocabulary, and ``--preferred-sampling-params`` fills what a
+    request leaves out, so every field is sent;
+    - ``managers/scheduler_output_processor_mixin.py``: the first input entry is None, entry j is the
+    token at S + j; each entry is ``[logprob, token_id, text]``, a missing top list None;
+    - ``layers/sampler.py``: a greedy request's logprobs are the raw model's, so only greedy requests
+    are read;
+    - ``meta_info.e2e_latency`` is the server's seconds; ``/v1/models`` gives ``max_model_len``;
+    ``/tokenize`` returns ``tokens``.
 
-    SGLang publishes its vocabulary size nowhere (``/get_model_info`` has no such field). It states
-    it in one refusal: ``SamplingParams.verify`` bounds ``logit_bias`` keys by the model's vocabulary
-    ("logit_bias must has keys in [0, V-1]"), checked before the request is scheduled; ``info()``
-    sends one request built to be refused that way and reads V from the answer, or refuses.
+    SGLang publishes no vocabulary size; ``SamplingParams.verify`` states it when it refuses a
+    ``logit_bias`` key ("logit_bias must has keys in [0, V-1]"), so ``info()`` sends one request built
+    to be refused that way and reads V from the answer.
     """
 
     kind = "sglang"
@@ -58,9 +43,8 @@ class SglangClient(ScoringClient):
         self._key = ""
 
     def new_run(self) -> None:
-        """A fresh ``extra_key`` for the run's requests: SGLang's radix cache keys prefixes by it
-        (``GenerateReqInput.extra_key``, the field its ``cache_salt`` feeds), so a run never reads
-        another's prompt from the cache."""
+        """A fresh ``extra_key`` for the run's requests (SGLang's radix cache keys prefixes by it), so a run
+        never reads another's prompt from the cache."""
         self._key = uuid.uuid4().hex
 
     def info(self) -> ServedModelInfo:
@@ -84,9 +68,8 @@ class SglangClient(ScoringClient):
 
     @staticmethod
     def _sampling(max_new_tokens: int, fields: SamplerFields) -> dict:
-        """Every sampling field, explicitly (SGLang's order: temperature, then top-k and top-p on the
-        softmax; min-p and every penalty off). ``ignore_eos`` stays off and end tokens are kept in the
-        text, not trimmed (the loop stops at end tokens itself)."""
+        """Every sampling field, explicitly (min-p and penalties off); ``ignore_eos`` off and end tokens
+        kept in the text (the loop stops at them itself)."""
         return {"max_new_tokens": max_new_tokens, "temperature": fields.temperature,
                 "top_k": fields.top_k if fields.top_k > 0 else -1, "top_p": fields.top_p, "min_p": 0.0,
                 "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
@@ -111,9 +94,8 @@ class SglangClient(ScoringClient):
         return answer
 
     def rows(self, sequence: list[int], keep: int, n_probs: int) -> list[NextToken]:
-        """Every position of a verify round in one greedy request: ``logprob_start_len`` L - keep
-        scores the prompt tokens after it (the prefixes inside the sequence), the first output entry
-        is the distribution after the whole sequence."""
+        """Every position of a verify round in one greedy request: ``logprob_start_len`` L - keep scores
+        the prompt tokens after it; the first output entry is the distribution after the whole sequence."""
         answer = self._generate(sequence, SamplerFields(), logprob_start=len(sequence) - keep, n_probs=n_probs)
         meta, wall = answer["meta_info"], answer["_wall_s"]
         server_s = _server_seconds(answer)
@@ -125,9 +107,8 @@ class SglangClient(ScoringClient):
         return tops + [self._last_row(meta, n_probs, server_s, wall)]
 
     def _input_rows(self, meta: dict, sequence: list[int], inside: int) -> list:
-        """The top lists of the last ``inside`` prompt positions; each entry's token (in
-        ``input_token_logprobs``) must be the sequence's token there, or the rows are not where they
-        are read."""
+        """The top lists of the last ``inside`` prompt positions, each checked against the sequence's token
+        there."""
         if not inside:
             return []
         tops, tokens = meta.get("input_top_logprobs"), meta.get("input_token_logprobs")

@@ -1,11 +1,8 @@
 """The target model behind a server, in the shape the verify loop drives.
 
-:class:`ServedTarget` stands where a transformers model stands in a ``ModelPair``: it has a
-``config`` (the server's vocabulary and context), a device (the drafter's: where the loop's ids
-live) and, as a ``generation.served.ServedModel``, a session per generation
-(:class:`ServedSession`: ``forward(ids, keep)`` returns ``keep`` rows of logits built from the
-server's top-N log-probabilities, ``remote.rules``). ``bound(processor)`` fixes the sampling
-settings a run uses (what is exact, and how many log-probabilities to ask for).
+:class:`ServedTarget` stands where a transformers model stands in a ``ModelPair``; its
+:class:`ServedSession` per generation returns ``keep`` rows of logits built from the server's top-N
+log-probabilities (``remote.rules``). ``bound(processor)`` fixes a run's sampling settings.
 """
 
 from __future__ import annotations
@@ -78,10 +75,8 @@ def sampler_fields(processor: LogitsProcessor, seed: int) -> SamplerFields:
 class ServedSession:
     """One generation against the server: the loop's ``CachedModel`` calls, each a set of requests.
 
-    The server keeps the prefix cache (``cache_prompt``): nothing is rolled back here, and the
-    next request's prompt is simply the kept sequence. A round of γ drafts is γ+1 requests on
-    llama.cpp (it returns the distribution after the last prompt token only) and one on an engine
-    that scores a prompt's positions (``client.rows``); ``forwards`` counts rounds,
+    The server keeps the prefix cache, so nothing is rolled back here. A round of γ drafts is γ+1
+    requests on llama.cpp and one on an engine that scores positions; ``forwards`` counts rounds,
     ``network_stats()`` the requests and their times.
     """
 

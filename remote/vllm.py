@@ -11,14 +11,11 @@ from remote.transport import ServerError, Transport
 class VllmClient(ScoringClient):
     """vLLM's OpenAI server: ``/v1/completions`` with a prompt of token ids.
 
-    ``prompt_logprobs: N`` returns, for every prompt position, the top N of the distribution that
-    predicts it (the position's own token added with its rank), and ``logprobs: N`` the top N after
-    the last: a verify round is one request whatever γ. Such a request skips vLLM's prefix cache,
-    so each recomputes its context. The logprobs are the raw model's (vLLM's default
-    ``logprobs_mode``, before temperature and the sampler). The compute the server spent is read
-    from the response's ``metrics`` when vLLM runs with ``--enable-per-request-metrics`` (queue plus
-    time to the first token); otherwise the whole request time counts as round trip. The
-    vocabulary size is read once with ``logprobs: -1``, which needs ``--max-logprobs -1``.
+    ``prompt_logprobs: N`` returns the top N predicting every prompt position and ``logprobs: N`` after
+    the last: one request per verify round, which skips the prefix cache. The logprobs are the raw
+    model's (the default ``logprobs_mode``). The server's compute comes from ``metrics`` with
+    ``--enable-per-request-metrics``, else the whole request counts as round trip. The vocabulary size
+    is read once with ``logprobs: -1`` (needs ``--max-logprobs -1``).
     """
 
     kind = "vllm"

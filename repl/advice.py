@@ -20,9 +20,8 @@ CONFIRM = 3     # the best methods run for real to confirm their predictions
 
 
 def advice_table(report) -> Table:
-    """The methods best first: predicted beside measured, tokens per call, how exact the replay
-    is (``advisor.rank.EXACTNESS``), and why (a replay's reason to be exact only up to rounding
-    goes once below the table, ``AdviceReport.rounding_line``)."""
+    """The methods best first: predicted beside measured, tokens per call, the replay's exactness and
+    why (a rounding reason goes once below the table)."""
     table = Table(title=f"advice: best first, {report.ranked_on} (predicted from the replay, measured for "
                         "the confirmed)", title_justify="left", show_lines=False)
     for name, justify in (("#", "right"), ("method", "left"), ("predicted", "right"), ("measured", "right"),
@@ -131,9 +130,8 @@ def advise_command(session, text: str | None) -> None:
 
 
 def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None = None) -> int:
-    """``infer.py --advise``: the commands applied in order, then one advice over every prompt;
-    with ``as_json`` its JSON object on stdout; with ``whatif="batch"`` the best methods projected
-    over batch size too (``advisor.whatif``). 0, or 1 when it could not run."""
+    """``infer.py --advise``: the commands applied in order, then one advice over every prompt (JSON with
+    ``as_json``; projected over batch size with ``whatif="batch"``). 0, or 1 when it could not run."""
     from repl.runner import PromptRefused
 
     prompts = []

@@ -1,11 +1,8 @@
 """The command table: every setting a user can change, in one place.
 
-Each :class:`Command` has a parser (words -> an :class:`Update` of settings
-fields, with the range check inside it), a usage and a help line, the values
-tab completion offers, and the command-line flag it doubles as. A slash command
-(:func:`execute`) and a flag (:func:`apply_flags`) go through the same parser,
-so ``/gamma 6`` and ``--gamma 6`` cannot disagree. A failed parse changes
-nothing: the update is applied only once every word has been checked.
+Each :class:`Command` has a parser (words -> an :class:`Update`, range check inside), usage, help,
+completions and the flag it doubles as. ``/gamma 6`` (:func:`execute`) and ``--gamma 6``
+(:func:`apply_flags`) go through the same parser, and a failed parse changes nothing.
 """
 
 from __future__ import annotations
@@ -32,9 +29,8 @@ CommandError = OptionError
 
 @dataclass(frozen=True)
 class Update:
-    """What a parsed command does: settings fields to set, notices to show,
-    and, for the session commands (/help, /config, /stats, /save, /clear,
-    /quit), the action and its argument (a help topic, a file path)."""
+    """What a parsed command does: settings fields to set, notices to show, and for a session command
+    its action and argument."""
 
     changes: dict[str, Any] = field(default_factory=dict)
     notices: tuple[str, ...] = ()
@@ -237,11 +233,8 @@ STRATEGY_WORDS = {**{k: k for k in STRATEGIES}, "nasd": "ngram", "spec": "specul
 
 
 def parse_inspect(words: list[str], settings: Settings | None = None) -> Update:
-    """``[STRATEGY] [ROUND]``: a strategy name (or nasd) and/or a round number >= 1.
-
-    The session checks them against the last prompt (the round count, whether
-    the strategy drafted): this only checks their form.
-    """
+    """``[STRATEGY] [ROUND]``: a strategy name (or nasd) and/or a round number >= 1; only their form
+    (the session checks them against the last prompt)."""
     if len(words) > 2:
         raise CommandError(f"expected at most a strategy and a round, got {len(words)} words")
     strategy = round_word = None
@@ -270,9 +263,8 @@ def parse_advise(words: list[str], settings: Settings | None = None) -> Update:
 
 
 def parse_whatif(words: list[str], settings: Settings | None = None) -> Update:
-    """``batch``: the last prompt's drafting runs projected over batch size, their forwards timed here;
-    ``context``: over context length at batch 1; ``machine NAME``: over batch size priced on a machine
-    profile (``analysis.roofline.PROFILES``)."""
+    """``batch``, ``context`` or ``machine NAME`` (``analysis.roofline.PROFILES``): the last prompt's
+    drafting runs projected over batch size, context length, or another machine."""
     from analysis.roofline import PROFILES, profile_named
 
     lowered = [w.lower() for w in words]
@@ -480,11 +472,8 @@ def describe_changes(settings: Settings, update: Update) -> str:
 
 
 def execute(line: str, settings: Settings) -> Reply:
-    """Run one slash command line against ``settings``.
-
-    On any error the settings are left exactly as they were and the reply's
-    message is one line with the usage.
-    """
+    """Run one slash command line against ``settings``; on any error they are left as they were and
+    the reply is one line with the usage."""
     words = line.strip().split()
     if not words or not words[0].startswith("/") or words[0] == "/":
         return Reply(False, "commands start with / followed by a name; type /help for the list")
@@ -540,11 +529,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_flags(namespace: argparse.Namespace, settings: Settings) -> list[str]:
-    """Write the given flags into ``settings`` through the command parsers.
-
-    Returns the notices to show; raises CommandError (message names the flag
-    and its usage) on the first bad flag, before anything is changed.
-    """
+    """Write the given flags into ``settings`` through the command parsers; return the notices. The
+    first bad flag raises CommandError, before anything is changed."""
     updates, notices = [], []
     for command in COMMANDS.values():
         if command.flag is None:

@@ -1,11 +1,7 @@
-"""``/inspect``: what both models thought at each drafted position of one round.
+"""``/inspect``: what both models thought at each drafted position of one round (``generation.inspection``).
 
-Reads the numbers a round recorded (``generation.inspection``); no torch.
-Token ids become text through ``text_of`` (a live tokenizer, or a trace's
-``token_text``), shown quoted so spaces and newlines are visible. The
-numbers follow the chain verify rule the round ran (``Inspection.rule``):
-block adds its running ratio b and threshold h per position, strict shows
-P(keep) = p(x) and no residual.
+Token ids become text through ``text_of`` (a tokenizer, or a trace's ``token_text``), quoted so
+spaces and newlines show; block adds b and h per position, strict shows P(keep) = p(x). No torch.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The live view: a strategy's panel filling round by round while it runs.
 
-:class:`LiveView` is the engine's observer (``generation.observer``): the loop
-tells it each round's drafts (shown dim, pending) and then the round's outcome
-(the drafts take the debug view's colours: accepted, rejected, the target's
-token, the bonus token). It only records, and draws at most once every
-``interval`` seconds from inside those calls; the loop leaves the time spent
-in them out of the strategy's seconds, so drawing never counts as decoding.
-Text is decoded incrementally (``repl.stream``): several tokens a round never
-break a character. When the strategy ends the live panel is erased and the
-ordinary panel is printed, the same one as with the live view off.
+:class:`LiveView` is the engine's observer (``generation.observer``): it records each round's drafts
+and outcome and draws at most once every ``interval`` seconds; the loop leaves that time out of the
+strategy's seconds. When the strategy ends the ordinary panel replaces it.
 """
 
 from __future__ import annotations
@@ -34,11 +28,8 @@ LIVE_MARK = "live"  # the status line starts with it (tests look for it)
 
 
 class LiveView:
-    """Records one running strategy and draws it, at most every ``interval`` seconds.
-
-    ``draw`` receives the renderable to show (a rich ``Live.update``); None
-    records without drawing. ``clock`` is injectable for tests.
-    """
+    """Records one running strategy and draws it, at most every ``interval`` seconds; ``draw`` receives
+    the renderable (None records without drawing)."""
 
     def __init__(self, key: str, tokenizer, prompt_ids: list[int], *,
                  draw: Callable[[Panel], None] | None = None, interval: float = REFRESH_S,
@@ -125,10 +116,8 @@ class LiveView:
         return " · ".join(parts)
 
     def body(self) -> Text:
-        """The text so far (its last lines, to fit the screen) and the pending drafts, dim.
-
-        Only the tail is rendered, so a draw costs the same at token 10 and 10,000.
-        """
+        """The text so far (its last lines, so a draw costs the same at token 10 and 10,000) and the
+        pending drafts, dim."""
         text = self.text[-self.tail_chars:] if len(self.text) > self.tail_chars else self.text.copy()
         if self.pending:
             text.append("".join(self.decoder.preview(self.pending)), style=PENDING)
@@ -148,13 +137,8 @@ class LiveView:
 @contextmanager
 def live_panel(console: Console, key: str, tokenizer, prompt_ids: list[int],
                interval: float | None = None) -> Iterator[LiveView]:
-    """A :class:`LiveView` drawing into a transient rich ``Live`` on ``console``.
-
-    The ``Live`` never refreshes on its own (no drawing thread competes with
-    the decoding): the view draws from the observer calls, at most every
-    ``interval`` seconds (default ``REFRESH_S``), and the region is erased when
-    the strategy ends.
-    """
+    """A :class:`LiveView` drawing into a transient rich ``Live`` on ``console`` that never refreshes on
+    its own (no drawing thread competes with decoding); the region is erased when the strategy ends."""
     view = LiveView(key, tokenizer, prompt_ids, interval=REFRESH_S if interval is None else interval,
                     height=max(4, console.size.height - 8), width=console.size.width)
     with Live(view.panel(), console=console, auto_refresh=False, transient=True,

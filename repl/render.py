@@ -1,11 +1,8 @@
-"""What the REPL shows of a prompt's runs, as rich renderables: each strategy's panel, the debug
-view of its rounds, the comparison table, and the one-line texts on a run's numbers that ``/stats``
-(``repl.stats_view``) and the HTML report (``repl.report``) share. Settings, ``/help`` and the
-toolbar: ``repl.help_view``.
+"""What the REPL shows of a prompt's runs, as rich renderables: panels, the debug view, the comparison
+table, and the one-line texts ``/stats`` and the HTML report share.
 
-Model text only ever enters rich as :class:`rich.text.Text` (never as a
-markup string), so brackets or colons in a model's output print as they are.
-Nothing here imports torch: ``infer.py --replay`` renders a trace file with it.
+Model text only enters rich as :class:`rich.text.Text`, never markup, so brackets in a model's output
+print as they are. No torch: ``infer.py --replay`` renders with it.
 """
 
 from __future__ import annotations
@@ -139,9 +136,8 @@ def fill_text(result: GenerationResult, *, widths: bool = False) -> Text | None:
 
 
 def ceiling_text(why: Why, result: GenerationResult, storage: str = "") -> Text | None:
-    """``copy ceiling at γ 16: at most 3.79 tokens a target call ... after a 1-token match, 2.82 after
-    2 (...); this run 3.09`` (``Why.ceiling``: ``analysis.report.copy_ceiling_of``), or why it was not
-    computed; None without one."""
+    """``copy ceiling at γ 16: at most 3.79 tokens a target call ...; this run 3.09`` (``Why.ceiling``),
+    or why it was not computed; None without one."""
     ceiling = why.ceiling
     if not ceiling:
         return None
@@ -247,9 +243,8 @@ def sources_lines(why: Why) -> list[Text]:
 
 
 def _at_gamma(why: Why, policy: str = "") -> str:
-    """``at gamma 4``, or where the rounds chose their lengths ``at draft lengths up to 16``: the
-    most a round could ask for (the model policy's maximum, ``analysis.report.gamma_cap``), with their
-    mean when a match drafter chose them (``(mean 3.25)``)."""
+    """``at gamma 4``, or ``at draft lengths up to 16`` where the rounds chose their lengths (the
+    policy's maximum, ``analysis.report.gamma_cap``), with their mean when a match drafter chose them."""
     mean = (f" (mean {why.sources['draft_lengths']['mean']:.2f})"
             if why.measured and why.sources is not None else "")
     if mean or policy == "model":
@@ -294,9 +289,8 @@ def interval_note(why: Why) -> str:
 
 
 def prediction_parts(prompt_run: PromptRun, run: StrategyRun, why: Why) -> list[str]:
-    """The speedup model's pieces of a panel's why line: the prediction for this run against the
-    measured speedup, the decode part's (first round left out) against the measured decode
-    speedup, the best γ, where the plain step came from, and what was estimated."""
+    """The speedup model's pieces of a panel's why line: predictions against the measured speedups
+    (whole run and decode part), the best γ, the plain step's source and what was estimated."""
     priced = " (priced at the measured draft lengths)" if why.measured else ""
     decode = prompt_run.decode_speedup(run)
     if prompt_run.baseline() is None:   # no target AR run: the decode prediction is all there is
@@ -341,12 +335,8 @@ def what_if_text(what_if) -> str:
 
 def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug: bool,
                    prompt_run: PromptRun | None = None) -> Panel:
-    """One strategy's output, its numbers and (in debug mode) its rounds.
-
-    ``prompt_run`` (the prompt so far) gives the speedup model its plain-step
-    cost when target AR has already run; without it the run's own rounds do.
-    ``tokenizer`` may be None when the run carries its decoded pieces (a replay).
-    """
+    """One strategy's output, its numbers and (in debug mode) its rounds. ``prompt_run`` gives the
+    speedup model target AR's plain step when it ran; ``tokenizer`` may be None for a replay."""
     colour = STRATEGY_COLOURS[run.key]
     title = Text(run.label, style=f"bold {colour}")
     if run.error is not None:
@@ -376,12 +366,8 @@ def strategy_panel(run: StrategyRun, prompt_ids: list[int], tokenizer, *, debug:
 # ---------------------------------------------------------------- debug view
 
 def rounds_view(result: GenerationResult, prompt_ids: list[int], tokenizer, pieces: list[dict] | None = None) -> Text:
-    """The output rebuilt round by round in the debug colours.
-
-    Each round starts with its gamma as a dim superscript (when the engine
-    recorded one). ``pieces`` (from :func:`repl.runs.round_pieces`, e.g. out
-    of a trace file) replaces decoding with ``tokenizer``.
-    """
+    """The output rebuilt round by round in the debug colours, each round after its γ as a dim
+    superscript; ``pieces`` (:func:`repl.runs.round_pieces`) replace decoding with ``tokenizer``."""
     if pieces is None:
         pieces = round_pieces(tokenizer, prompt_ids, result.trace)
     text = Text()
@@ -433,12 +419,9 @@ COMPARISON_LAYOUTS = (((), False), ((), True), (SPLIT_COLUMNS, False), (SPLIT_CO
 
 
 def comparison_table(prompt_run: PromptRun, width: int | None = None) -> Table:
-    """Speedup over target AR for each strategy, split into tokens per target call and the cost
-    of a call, time to first token and decode-only tokens/s beside the end-to-end tokens/s, what
-    the speedup model predicts, the phase split and, under greedy, identity.
-    ``width``: the terminal's columns (None: as wide as it takes); where the whole table is wider,
-    the decode headers go on two lines, then the split columns, then the decode columns become
-    caption sentences (``COMPARISON_LAYOUTS``)."""
+    """Speedup over target AR per strategy, split into tokens per target call and call cost, beside
+    TTFT, decode tokens/s, the prediction, the phase split and identity. ``width``: the terminal's
+    columns; a table wider than that tries the narrower ``COMPARISON_LAYOUTS`` in turn."""
     rows = [comparison_cells(prompt_run, run) for run in prompt_run.runs]
     for dropped, stacked in COMPARISON_LAYOUTS:
         table = _comparison(prompt_run, rows, dropped, stacked)
@@ -505,9 +488,8 @@ def _comparison(prompt_run: PromptRun, rows: list[list[str]], dropped: tuple[str
 
 
 def busy_line(prompt_run: PromptRun) -> str | None:
-    """One warning line when other processes took more than ``BUSY_CORES`` while the prompt ran
-    (``utils.machine_load.busy_warning``), over the whole prompt or, failing that, during the
-    busiest strategy's run; None on a quiet machine or where nothing was measured (old traces)."""
+    """One warning line when other processes took more than ``BUSY_CORES`` over the prompt or, failing
+    that, the busiest strategy's run; None on a quiet machine or where nothing was measured."""
     load = prompt_run.machine_load
     if not load:
         return None
@@ -640,10 +622,8 @@ def path_text(rollback: dict) -> str:
 
 
 def compile_text(result: GenerationResult, *, detail: bool = False) -> str | None:
-    """``compile: graphs (drafter graphs)``, or ``compile: off (asked static; fell back)``: the path
-    the run's forwards took (``GenerationResult.compile``); None for a served target. ``detail``
-    (/stats) adds the captured widths, captures, the seconds they took (outside the run's time) and
-    recompilations. A fallback's reason is told once by the runner, not on every panel."""
+    """``compile: graphs (drafter graphs)`` or ``compile: off (asked static; fell back)``; None for a
+    served target. ``detail`` (/stats) adds widths, captures, their seconds, recompiles and the reason."""
     compiled = getattr(result, "compile", None)     # None in a trace written before the field
     if not compiled:
         return None

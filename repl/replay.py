@@ -1,11 +1,5 @@
-"""``infer.py --replay FILE``: show a trace file the way the session showed it.
-
-Every prompt gets its panels (with the debug view, from the token pieces the
-trace stores), the comparison table, the /stats view and, per drafting
-strategy, the inspector on the round ``/inspect`` shows by default (or one
-line saying the trace lacks the numbers). Imports neither torch nor a
-tokenizer: a trace carries everything it needs.
-"""
+"""``infer.py --replay FILE``: show a trace file the way the session showed it (panels, comparison,
+/stats, the inspector). Imports neither torch nor a tokenizer: a trace carries everything it needs."""
 
 from __future__ import annotations
 

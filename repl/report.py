@@ -1,17 +1,9 @@
 """A report to share: one prompt's (or a trace's) runs as one self-contained HTML page.
 
-``infer.py --replay FILE --html OUT.html`` and ``/save NAME.html`` write it.
-The page carries everything inline (CSS, SVG charts; no script) and loads
-nothing from the network. It shows the prompt, each strategy's text with
-every token coloured by how it was produced (accepted draft, rejected draft
-struck through, the target's own token, the bonus token), a tooltip on each
-token (round, position, p, q, acceptance probability, entropies, and under
-the block verify rule its running ratio and threshold: the ``title``
-attribute, also kept as ``data-*`` attributes), per-round stacked
-bars of draft and verify time, acceptance by draft position, the
-comparison table, and a chart of each ``/whatif`` the session ran on that
-prompt (speedup against batch size or context, where each run stops
-paying). Every piece of text is escaped. No torch.
+``infer.py --replay FILE --html OUT.html`` and ``/save NAME.html`` write it: inline CSS and SVG, no
+script, nothing from the network. Every token is coloured by how it was produced, with the
+inspector's numbers in its tooltip; each ``/whatif`` run on the prompt is charted (speedup against
+batch size or context, where each run stops paying); every piece of text is escaped. No torch.
 """
 
 from __future__ import annotations

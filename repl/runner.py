@@ -1,11 +1,8 @@
 """Run every enabled strategy on one prompt, the same way each time.
 
-The runner owns what a prompt needs besides the settings: the model pair, the
-n-gram storage (kept between prompts unless ``reset_in_between`` is on) and
-the warm-up. It never prints: it hands each finished strategy to a callback
-(the renderer), so printing is outside every timer, and returns a
-:class:`repl.runs.PromptRun` that the comparison table, the JSON output and
-trace files read.
+The runner owns the model pair, the n-gram storage and the warm-up. It never prints: each finished
+strategy goes to a callback, so printing is outside every timer, and it returns a
+:class:`repl.runs.PromptRun`.
 """
 
 from __future__ import annotations
@@ -80,10 +77,8 @@ class Runner:
     # ------------------------------------------------------------------ running
 
     def warm_up(self, compile: str = "off") -> None:
-        """One short run per model and one speculative run, so the first timed
-        strategy does not pay for lazy initialisation; then the target's one-token
-        step is timed (:meth:`time_plain_step`). ``compile``: the path the session
-        starts on (``Settings.compile``), so its one-time set-up is paid here."""
+        """One short run per model and one speculative run, so the first timed strategy does not pay for
+        lazy initialisation, on the session's ``compile`` path; then :meth:`time_plain_step`."""
         settings = Settings(length=4, gamma=2, chat=False, compile=compile)
         ids = self.pair.tokenizer(WARMUP_TEXT).input_ids or [0]
         for key in ("target", "drafter", "speculative"):
@@ -93,11 +88,9 @@ class Runner:
         self.load_step_s = self.time_plain_step()
 
     def time_plain_step(self) -> float | None:
-        """Seconds of one target forward over one new token (``engine.widths.plain_step_timing``:
-        the median of a few, on a cache of 64 tokens; the turns kept in ``load_step_samples``): the
-        plain step a prompt's predictions take when target AR does not run on it (docs/why.md).
-        None for a target that cannot be timed locally (a served one: each request is priced as
-        measured)."""
+        """Seconds of one target forward over one new token (``engine.widths.plain_step_timing``): the
+        plain step a prompt's predictions take when target AR does not run (docs/why.md); None for a
+        served target."""
         from engine.widths import fill_refusal, plain_step_timing
 
         if fill_refusal(self.pair.target) is not None:
@@ -163,16 +156,9 @@ class Runner:
             watch: Callable[[str], ContextManager] | None = None) -> PromptRun:
         """Run each enabled strategy in order on a prepared prompt.
 
-        The n-gram storage is emptied first when ``reset_in_between`` is on.
-        A Ctrl-C ends the current strategy (its partial output is kept, marked
-        interrupted) and skips the rest. ``watch(key)`` (the live view) is a
-        context manager around one strategy that gives its observer; it ends
-        before ``on_run`` shows the finished strategy. When the last one ends, each run's
-        report is computed once (``PromptRun.finish``).
-
-        The machine's state is part of every figure: readings (``utils.machine_load``)
-        around each strategy give its ``other_load``, and around the whole prompt the
-        prompt's ``machine_load`` record.
+        A Ctrl-C ends the current strategy (its partial output kept, marked interrupted) and skips the
+        rest. ``watch(key)`` gives a strategy's observer (the live view). Machine-load readings around each
+        strategy and the whole prompt go into the figures; each run's report is computed at the end.
         """
         start = read_load()
         try:
@@ -202,16 +188,8 @@ class Runner:
 
 
 def strategy_for(key: str, settings: Settings) -> Strategy:
-    """The engine strategy ``key`` ("speculative", "ngram", "lookahead", "target", "drafter")
-    under ``settings``.
-
-    The model policy chooses among 0..max(/gamma, 16) drafts; the confidence
-    policy alone takes /gamma_policy's threshold. /uag says how the drafter
-    model drafts should its tokenizer differ (the engine decides when it does); /hybrid L
-    above 0 makes speculative decoding draft from NASD's storage settings in a round whose
-    match is at least L tokens (``engine.strategy.HybridOptions``).
-    Lookahead takes its own γ (N - 1) and tree (G (N - 1) nodes) from its W, N and G.
-    """
+    """The engine strategy ``key`` under ``settings``: the model policy chooses among 0..max(/gamma, 16)
+    drafts; /uag, /hybrid and lookahead's W, N, G map to their options (``engine.strategy``)."""
     policy = settings.gamma_policy
     shape = f"{settings.lookahead_window},{settings.lookahead_ngram},{settings.lookahead_guesses}"
     method = MethodName(key, gamma_cap(settings.gamma, policy), policy, settings.tree, verify=settings.verify,

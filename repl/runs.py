@@ -1,11 +1,8 @@
 """What one prompt produced, and the numbers read from it; no torch.
 
-:class:`StrategyRun` and :class:`PromptRun` are filled by the runner in a live
-session and rebuilt from a trace file by ``infer.py --replay``, so the
-renderer and the JSON output read the same objects either way. When a prompt's
-runs end, :meth:`PromptRun.finish` computes each run's report once
-(``analysis.report``: why, what-if, copy ceiling, the JSON record) and keeps it
-with the run; the views render it.
+:class:`StrategyRun` and :class:`PromptRun` are filled by the runner live and rebuilt from a trace by
+``infer.py --replay``, so every view reads the same objects; :meth:`PromptRun.finish` computes each
+run's report once (``analysis.report``).
 """
 
 from __future__ import annotations
@@ -27,12 +24,8 @@ PIECE_WINDOW = 8  # tokens of left context used to decode one token's text
 # ------------------------------------------------------------ token pieces
 
 def token_pieces(tokenizer, context: list[int], tokens: list[int]) -> list[str]:
-    """The text each of ``tokens`` adds after ``context`` (special tokens shown).
-
-    Decoding a token alone breaks multi-byte characters and leading spaces, so
-    each piece is the difference between decoding a short window with and
-    without the token.
-    """
+    """The text each of ``tokens`` adds after ``context`` (special tokens shown): the difference between
+    decoding a short window with and without it, so multi-byte characters and spaces stay whole."""
     pieces, seq = [], list(context[-PIECE_WINDOW:])
     for token in tokens:
         before = tokenizer.decode(seq, skip_special_tokens=False)
@@ -43,12 +36,8 @@ def token_pieces(tokenizer, context: list[int], tokens: list[int]) -> list[str]:
 
 
 def round_pieces(tokenizer, prompt_ids: list[int], trace: list[Round]) -> list[dict]:
-    """Per round, the text of each drafted token and of the target's token.
-
-    ``{"drafted": [...], "token": str | None}``: accepted drafts are decoded
-    after the text so far, rejected ones and the target's token after the
-    accepted drafts. A trace file stores these, since a replay has no tokenizer.
-    """
+    """Per round, ``{"drafted": [...], "token": str | None}``: accepted drafts decoded after the text so
+    far, rejected ones and the target's token after the accepted drafts. Traces store these."""
     out, context = [], list(prompt_ids)
     for rnd in trace:
         accepted = list(rnd.drafted[: rnd.accepted])
@@ -70,15 +59,9 @@ def round_pieces(tokenizer, prompt_ids: list[int], trace: list[Round]) -> list[d
 
 @dataclass
 class StrategyRun:
-    """One strategy's outcome: a result and its decoded text, or an error line.
-
-    ``pieces``: per round, the decoded text of its tokens (see
-    :func:`round_pieces`); filled when a trace is written or read back.
-    ``other_load``: the cores' worth of CPU other processes used while it ran
-    (``utils.machine_load.other_load``; None when unknown or not measured).
-    ``report``: what it came to beside target AR (``analysis.report.RunReport``), set once the
-    prompt's runs end (:meth:`PromptRun.finish`); None before.
-    """
+    """One strategy's outcome: a result and its decoded text, or an error line. ``pieces``:
+    :func:`round_pieces`; ``other_load``: other processes' load while it ran (None: unknown);
+    ``report``: what it came to beside target AR, set by :meth:`PromptRun.finish`."""
 
     key: str
     result: GenerationResult | None = None
@@ -107,17 +90,10 @@ class StrategyRun:
 
 @dataclass
 class PromptRun:
-    """Every strategy's run on one prompt, and the comparisons between them.
-
-    ``settings``: the session settings the prompt ran with (``Settings.to_dict``).
-    ``token_text``: the text of token ids the inspector names (filled when a
-    trace is written or read back; a live session decodes with its tokenizer).
-    ``target_dtype``: the target's dtype ("bfloat16", ...; "" when unknown, as
-    for a served target).
-    ``machine_load``: the machine's state over the whole prompt
-    (``utils.machine_load.load_record``: cores, load averages at its start and end, the
-    other processes' load and whether that was busy); None when not measured (old traces).
-    """
+    """Every strategy's run on one prompt, and the comparisons between them. ``settings``:
+    ``Settings.to_dict``; ``token_text``: the text of token ids the inspector names (in a trace);
+    ``target_dtype``: "" when unknown; ``machine_load``: ``utils.machine_load.load_record`` over the
+    prompt, None when not measured."""
 
     prompt: str
     prompt_ids: list[int]
@@ -163,11 +139,8 @@ class PromptRun:
         return None if base is None else base.result
 
     def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
-        """(identical to target AR, first differing token index) under greedy.
-
-        (None, None) when the check does not apply: sampling, no baseline, or
-        an incomplete run.
-        """
+        """(identical to target AR, first differing token index) under greedy; (None, None) when the check
+        does not apply (sampling, no baseline, an incomplete run)."""
         base = self.baseline()
         if not self.greedy or base is None or not run.usable:
             return None, None
@@ -175,10 +148,8 @@ class PromptRun:
         return index is None, index
 
     def explained(self, run: StrategyRun, reference: Reference | None = None) -> Divergence | None:
-        """Where and why ``run``'s greedy output first differs from target AR's, from the rows both
-        recorded and the reference (``analysis.divergence``: a near-tie or unexplained; computed by
-        ``reference``, or read back with a trace); None when it is identical or the check does not
-        apply (sampling, no baseline, an incomplete run)."""
+        """Where and why ``run``'s greedy output first differs from target AR's (``analysis.divergence``,
+        against ``reference`` or as read back from a trace); None when identical or not compared."""
         if self.divergence(run)[0] is not False:
             return None
         base = self.baseline().result
@@ -191,9 +162,8 @@ class PromptRun:
         return None if base is None else ar_step_from_result(base.result)
 
     def plain_step(self) -> tuple[float | None, str | None]:
-        """(seconds, source) of the plain target step the predictions are ratios to: target AR's
-        decode seconds per token when it ran this prompt (``"target AR"``), else the step timed at
-        load (``"load"``), else (None, None): each run then reads it off its own rounds."""
+        """(seconds, source) of the plain target step the predictions are ratios to: target AR's decode step
+        on this prompt (``"target AR"``), else the step timed at load (``"load"``), else (None, None)."""
         ar_step = self.ar_step_s()
         if ar_step is not None:
             return ar_step, "target AR"
@@ -211,9 +181,8 @@ class PromptRun:
                            tuple(self.load_step_samples))
 
     def finish(self, reference: Reference | None = None) -> None:
-        """The prompt's runs have ended: compute each run's report once and keep it with the run
-        (the runner calls this with the target's ``reference``, ``analysis.reference``; a trace
-        read back calls it with none, its runs' evidence read from the file)."""
+        """Compute each run's report once the prompt's runs have ended (``reference``: the target's
+        ``analysis.reference``; None for a trace, whose evidence is in the file)."""
         facts = self.facts()
         for run in self.runs:
             explained = self.explained(run, reference)

@@ -1,14 +1,8 @@
 """Scripted mode: run a list of prompts (and commands) without a terminal, then exit.
 
-Sources: ``--prompt TEXT`` (repeatable), ``--prompts-file FILE`` and, when
-neither is given, a non-terminal stdin. A file or stdin holds plain lines (a
-line starting with ``/`` is a command, any other non-empty line a prompt with
-``\\n`` escapes) or JSON lines (a ``prompt`` field, or Spec-Bench's ``turns``
-list, whose first turn is used). With ``--json`` each prompt prints one JSON
-object on stdout and every human message goes to stderr.
-
-Everything is read and checked before the models load, so a bad file fails
-in a second, not after the load.
+Sources: ``--prompt TEXT``, ``--prompts-file FILE`` or a non-terminal stdin, as plain lines (``/``
+starts a command; ``\n`` escapes) or JSON lines (``prompt``, or Spec-Bench's ``turns``). With
+``--json`` each prompt prints one JSON object on stdout. Everything is checked before the models load.
 """
 
 from __future__ import annotations

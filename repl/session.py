@@ -317,10 +317,9 @@ def read_entry(prompt_session) -> str:
 
 
 def ctrl_c_interrupts() -> None:
-    """Make Ctrl-C stop a generation even when the REPL was started with SIGINT ignored (a shell
-    starts a background job so, and Python then installs no KeyboardInterrupt handler): at a
-    terminal the user's Ctrl-C is meant for the REPL. Seen when a test suite run from a background
-    job drove the REPL through a pty: its Ctrl-C did nothing and target AR ran on."""
+    """Make Ctrl-C stop a generation even when the REPL was started with SIGINT ignored (a shell starts
+    a background job so, and Python then installs no KeyboardInterrupt handler): at a terminal the
+    user's Ctrl-C is meant for the REPL."""
     import signal
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

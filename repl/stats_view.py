@@ -168,9 +168,8 @@ def _tree_depth_text(result: GenerationResult) -> str:
 
 
 def acceptance_chart(why: Why) -> Table:
-    """Row i: acceptance at draft position i, conditional (over the rounds that
-    reached it, with a bar) and unconditional (over every drafting round), and the
-    drafting rounds that accepted exactly i drafts, with a bar."""
+    """Row i: acceptance at draft position i, conditional (with a bar) and unconditional, and the
+    drafting rounds that accepted exactly i drafts (with a bar)."""
     table = chart(("i", "right"), ("accepted/reached", "right"), ("conditional", "right"),
                   ("acceptance at position i", "left"), ("per drafting round", "right"), ("rounds", "right"),
                   ("rounds accepting i drafts", "left"), bars=("acceptance at position i", "rounds accepting i drafts"),
@@ -213,10 +212,8 @@ def decode_line(prompt_run: PromptRun) -> Text | None:
 
 
 def stats_view(prompt_run: PromptRun, rtt_ms: float | None = None) -> Group:
-    """What /stats shows: the summary, then per drafting strategy its acceptance
-    by position and acceptance histogram as bar charts, the cost model
-    and the cache rollbacks. ``rtt_ms``: the /rtt what-if (default: the
-    prompt's own setting)."""
+    """What /stats shows: the summary, then per drafting strategy its acceptance charts, the cost model
+    and the cache rollbacks; ``rtt_ms``: the /rtt what-if (default: the prompt's own)."""
     parts: list = [summary_table(prompt_run, rtt_ms)]
     for run in prompt_run.runs:
         why = prompt_run.why(run)

@@ -1,16 +1,9 @@
 """Incremental detokenizing: text that is final, token by token.
 
-Decoding one token at a time breaks text: a byte-level BPE splits an emoji or
-a CJK character over several tokens (each alone decodes to U+FFFD), and a
-SentencePiece token's leading space depends on what came before. Streaming
-detokenizers (vLLM's ``detokenize_incrementally``, transformers'
-``TextStreamer``) keep two offsets into the ids instead: ``prefix`` (where the
-decode window starts: some already shown tokens, for context) and ``read``
-(the tokens shown so far). A new token's text is decode(window + token) minus
-decode(window), and it is emitted only once it has grown and does not end in
-U+FFFD (an incomplete multi-byte character); otherwise it waits for the next
-token. So the concatenation of what :meth:`IncrementalDecoder.push` returns is
-the decoded text, whatever the steps, and never shows a broken character.
+As vLLM's ``detokenize_incrementally`` and transformers' ``TextStreamer``: two offsets into the ids,
+``prefix`` (where the decode window starts) and ``read`` (what was shown). A token's text is
+decode(window + token) minus decode(window), emitted only once it does not end in U+FFFD, so the
+pushed pieces concatenate to the decoded text and never show a broken character.
 """
 
 from __future__ import annotations

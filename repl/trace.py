@@ -1,16 +1,8 @@
 """Trace files: everything a prompt produced, as JSON, and reading it back.
 
-A trace holds the environment (models, dtypes, device, library versions) and,
-per prompt, the settings and, per strategy, the output ids and text, every
-round (gamma, drafted ids, accepted count, target token, bonus, phase times,
-the text of each token, and the inspector's numbers: what both models thought at
-each drafted position) and every metric the REPL shows; a
-prompt's ``token_text`` gives the text of every token id the inspector names. ``infer.py --replay
-FILE`` renders it again without torch or a model, which makes a trace the way
-to file a bug report: it shows exactly what the engine did.
-
-Reading never imports torch; only :func:`environment` (called in a live
-session, where torch is loaded anyway) looks at torch.
+A trace holds the environment and, per prompt, the settings, every strategy's output, rounds,
+inspector numbers and metrics; ``infer.py --replay FILE`` renders it again without torch or a model,
+which makes it the way to file a bug report. Only :func:`environment` looks at torch.
 """
 
 from __future__ import annotations

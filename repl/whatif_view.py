@@ -1,11 +1,6 @@
-"""``/whatif batch`` and ``/whatif machine NAME``: the last prompt's drafting runs projected over
-batch size (``analysis.whatif``).
-
-The rounds are the runs' own; a forward's price is timed here by shape (``engine.shapes``) over a
-cache as long as the prompt and half its output (``batch``), or read off a machine's roofline
-(``analysis.roofline``: its published bandwidth and peak, the models' shapes as loaded here). Every
-figure says it is projected, and from what.
-"""
+"""``/whatif batch`` and ``/whatif machine NAME``: the last prompt's drafting runs projected over batch
+size (``analysis.whatif``), a forward's price timed here by shape or read off a machine's roofline
+(``analysis.roofline``). Every figure says it is projected, and from what."""
 
 from __future__ import annotations
 

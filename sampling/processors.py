@@ -17,6 +17,8 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from utils.options import check_int
+
 
 def _widen(logits: torch.Tensor) -> torch.Tensor:
     """Half-precision logits are processed in float32; float32/float64 stay as they are."""
@@ -27,12 +29,6 @@ def _check_temperature(temperature: float) -> float:
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)) or temperature <= 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
     return float(temperature)
-
-
-def _check_top_k(top_k: int) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
-    return top_k
 
 
 def _check_top_p(top_p: float) -> float:
@@ -129,7 +125,7 @@ class TopKProcessor(MultinomialProcessor):
 
     def __init__(self, temperature: float = 1.0, top_k: int = 50):
         super().__init__(temperature)
-        self.top_k = _check_top_k(top_k)
+        self.top_k = check_int(top_k, "top_k", 1)
 
     def _filter(self, logits: torch.Tensor) -> torch.Tensor:
         return _top_k_filter(super()._filter(logits), self.top_k)
@@ -157,7 +153,7 @@ class TopKNucleusProcessor(MultinomialProcessor):
 
     def __init__(self, temperature: float = 1.0, top_k: int = 50, top_p: float = 0.9):
         super().__init__(temperature)
-        self.top_k = _check_top_k(top_k)
+        self.top_k = check_int(top_k, "top_k", 1)
         self.top_p = _check_top_p(top_p)
 
     def _filter(self, logits: torch.Tensor) -> torch.Tensor:

@@ -33,10 +33,7 @@ _CLASSES = {
 
 @dataclass(frozen=True)
 class ProcessorSpec:
-    """Which logits processor to build, and with what arguments.
-
-    ``top_k`` and ``top_p`` are None for the processors that do not take them.
-    """
+    """Which logits processor to build, and with what arguments (``top_k``, ``top_p`` None where unused)."""
 
     name: str = "greedy"
     temperature: float = 1.0
@@ -75,12 +72,9 @@ class ProcessorSpec:
 
 
 def parse_processor_words(words: list[str]) -> tuple[ProcessorSpec, tuple[str, ...]]:
-    """The processor grammar, ``NAME [ARGS]`` (``nucleus 0.7 0.9``) -> the spec and its notices.
-
-    One meaning everywhere: the REPL's ``/processor`` and ``--processor``, and the benchmark's
-    ``--processor``. Temperature 0 with a sampling processor becomes greedy (with a notice
-    saying so). Raises ``utils.options.OptionError`` with a one-line message.
-    """
+    """The processor grammar, ``NAME [ARGS]`` (``nucleus 0.7 0.9``) -> the spec and its notices, one
+    meaning for ``/processor`` and both front ends' ``--processor``. Temperature 0 with a sampling
+    processor becomes greedy, with a notice; ``utils.options.OptionError`` (one line) otherwise."""
     if not words:
         raise OptionError("missing processor name")
     name, rest = words[0].lower(), words[1:]

@@ -21,7 +21,6 @@ from advisor.recorded import Replayed, record
 from advisor.replay import (
     Method, ReplayEntry, default_grid, method, replay_grid, replay_mode, unreplayable,
 )
-from advisor.teacher import run_lengths
 from engine import HybridOptions, NGramOptions, pair_of, run_strategy
 from tests.helpers.models import tiny_llama
 
@@ -130,10 +129,6 @@ def test_a_teacher_reading_one_position_off_is_caught(pair, recorded, monkeypatc
     real = advisor.replay.guesses
     monkeypatch.setattr(advisor.replay, "guesses", lambda *args: real(*args)[1:] + (0,))
     assert counts(replay_one(pair, recorded, m).replayed) != want
-
-
-def test_run_lengths_count_consecutive_matches():
-    assert run_lengths([1, 2, 9, 4, 5], [1, 2, 3, 4, 5]) == [2, 1, 0, 2, 1]
 
 
 SELF = "self:skip=1"

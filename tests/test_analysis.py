@@ -4,21 +4,16 @@ import random
 
 import pytest
 
-from analysis import (
-    CostModel,
+from analysis.acceptance import (
     acceptance_histogram,
-    ar_step_from_result,
-    best_gamma,
-    costs_from_result,
     conditional_acceptance_per_position,
     draft_share,
-    expected_tokens,
     mean_acceptance_length,
     position_counts,
-    predicted_speedup,
+    verify_width,
     yield_by_position,
 )
-from analysis.acceptance import verify_width
+from analysis.speedup import CostModel, ar_step_from_result, best_gamma, costs_from_result, expected_tokens, predicted_speedup
 from generation.result import GenerationResult, Round
 
 
@@ -310,7 +305,7 @@ def test_a_long_round_trip_favours_longer_drafts():
 
 
 def test_tokens_per_s_at_a_round_trip():
-    from analysis import tokens_per_s_at_rtt
+    from analysis.speedup import tokens_per_s_at_rtt
 
     ar = GenerationResult(tokens=list(range(10)), seconds=1.0, target_calls=10)
     assert tokens_per_s_at_rtt(ar, 0.0) == pytest.approx(10.0)
@@ -353,7 +348,7 @@ def test_the_what_if_predicts_what_an_injected_round_trip_measures(monkeypatch):
 
 # ---------------------------------------------------------------- draft lengths that vary per round
 
-from analysis import RoundMix, best_cap, measured_mix, mix_run_speedup, mix_speedup  # noqa: E402
+from analysis.speedup import RoundMix, best_cap, measured_mix, mix_run_speedup, mix_speedup  # noqa: E402
 from analysis.speedup import predicted_run_speedup  # noqa: E402
 
 

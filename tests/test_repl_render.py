@@ -556,7 +556,7 @@ def test_a_match_drafters_json_says_where_its_drafts_came_from_and_prices_its_le
     assert why_prompt_run().to_dict()["strategies"]["speculative"]["prediction_draft_lengths"] == "gamma"
     assert "draft_sources" not in why_prompt_run().to_dict()["strategies"]["speculative"]
     # Mutation check: the model fed the mean draft length (2) instead of the distribution is wrong.
-    from analysis import RoundMix, measured_mix
+    from analysis.speedup import RoundMix, measured_mix
 
     def mean_length(rounds, cap=None):
         mix = measured_mix(rounds, cap)

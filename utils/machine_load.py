@@ -1,15 +1,9 @@
 """How busy the machine was while a figure was measured, apart from this process.
 
-A run's seconds are only this machine's seconds when nothing else competed for its cores. Two
-readings bracket a measurement: :func:`read_load` before and after. Between them,
-:func:`other_load` is the CPU time every *other* process used (the system's busy time from
-``/proc/stat``, less this process's own from ``os.times()``: every thread of it), in cores' worth
-per second of wall time. It is exact in kind, unlike a load average, which also counts this
-process and lags by a minute. Steal time (a hypervisor running other guests on our virtual cores)
-counts as other load: it slows a run the same way.
-
-Where ``/proc/stat`` cannot be read (not Linux) the other load is None and only the load average
-is kept. Torch-free: the benchmark, the REPL and the calibration all use it.
+:func:`read_load` before and after a measurement; :func:`other_load` is the CPU time every *other*
+process used between them (``/proc/stat``'s busy time, steal included, less this process's
+``os.times()``), in cores per second of wall time: exact in kind, unlike a load average. None where
+``/proc/stat`` cannot be read. Torch-free.
 """
 
 from __future__ import annotations

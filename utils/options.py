@@ -1,10 +1,8 @@
-"""The facts about options both front ends share: each setting's accepted range, the names a
-setting chooses among, and the word checks that enforce them, in one place.
+"""The facts about options both front ends share: each setting's range, the names it chooses among,
+and the word checks that enforce them.
 
-The REPL's command table (``repl.commands``) and the benchmark's flags (``bench.cli``) read
-them; the engine's own limits are defined here too (``engine.strategy`` takes ``MAX_GAMMA`` and
-``MAX_HYBRID_MATCH`` from this module), so a range can never end elsewhere than where the engine
-refuses. Torch-free: ``infer.py --help`` and ``bench.py --help`` read it.
+``repl.commands`` and ``bench.cli`` read them, and the engine takes its own limits from here, so a
+range can never end elsewhere than where the engine refuses. Torch-free.
 """
 
 from __future__ import annotations
@@ -57,6 +55,13 @@ OFF_WORDS = ("off", "false", "no", "0")
 
 class OptionError(ValueError):
     """An option's words were rejected; the message says why (one line)."""
+
+
+def check_int(value, what: str, low: int) -> int:
+    """``value`` when it is an int (not a bool) of at least ``low``; else a one-line ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
 
 
 def whole_number(word: str, what: str, lo: int, hi: int) -> int:

@@ -40,12 +40,7 @@ def quiet_hf_warnings() -> Iterator[None]:
 
 @contextlib.contextmanager
 def loading_status(console, message: str = "Loading models…") -> Iterator[Progress]:
-    """Show a rich spinner on ``console`` while models load; yields the ``progress`` callback.
-
-    Usage in the REPL (``engine.load_pair``)::
-
-        with loading_status(console) as progress:
-            pair = load_pair(args.target, args.drafter, progress=progress)
-    """
+    """Show a rich spinner on ``console`` while models load; yields the ``progress`` callback for
+    ``engine.load_pair``."""
     with console.status(message, spinner="dots") as status:
         yield lambda text: status.update(text)

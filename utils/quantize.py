@@ -72,12 +72,9 @@ def output_head_names(model) -> list[str]:
 
 
 def apply_quanto(model, method: str):
-    """Quantise ``model``'s linear weights in place with optimum-quanto (``int8`` or ``int4``) and freeze them.
-
-    Weight-only: activations stay in the model's dtype. The output head stays unquantised, as
-    transformers' own quanto integration does: it is the most sensitive layer, and with tied
-    embeddings a quantised head would be an extra copy rather than a saving. Returns the model.
-    """
+    """Quantise ``model``'s linear weights in place with optimum-quanto (``int8`` or ``int4``) and freeze
+    them; returns it. Weight-only; the output head stays unquantised, as in transformers' quanto
+    integration: it is the most sensitive layer, and a tied head would be an extra copy."""
     from optimum.quanto import freeze, qint4, qint8, quantize
 
     quantize(model, weights={"int8": qint8, "int4": qint4}[method], exclude=output_head_names(model) or None)

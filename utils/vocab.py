@@ -1,11 +1,8 @@
-"""Tokenizer facts a decoding pair depends on: do target and drafter share a vocabulary, which ids end
-a turn, and how long a context the target takes.
+"""Tokenizer facts a decoding pair depends on: a shared vocabulary, the ids that end a turn, the context.
 
-(Named ``vocab`` rather than ``tokenizers`` so it can never shadow the ``tokenizers`` library.)
-
-A shared tokenizer is compared token by token, not through ``config.vocab_size``: pairs such as
-Qwen2.5-7B/3B share one tokenizer but pad their embedding matrices to different sizes, so logits
-are compared over the shared tokenizer length only.
+(Named ``vocab`` so it can never shadow the ``tokenizers`` library.) A shared tokenizer is compared
+token by token, not through ``config.vocab_size``: pairs such as Qwen2.5-7B/3B share one but pad
+their embeddings differently, so logits are compared over the shared length only.
 """
 
 from __future__ import annotations
@@ -58,13 +55,9 @@ def tokenizer_difference(target_tok, drafter_tok) -> str | None:
 
 
 def check_compatible(target_tok, drafter_tok, target_model, drafter_model) -> int:
-    """Check that target and drafter share a tokenizer; return the vocabulary length to compare logits over.
-
-    The tokenizers must map every token to the same id and agree on bos/eos/unk. The models may pad
-    their embeddings differently; logits are compared over ``[:n]`` with ``n`` the shared tokenizer
-    length (capped by the narrower model). A real mismatch raises ``ModelLoadError`` naming both sizes
-    (``load_pair`` accepts such a pair as a cross-tokenizer pair instead; see ``pair_vocabulary``).
-    """
+    """Check that target and drafter share a tokenizer (same ids, same bos/eos/unk); return the
+    vocabulary length to compare logits over: the shared tokenizer's, capped by the narrower model
+    (embeddings may be padded differently). A real mismatch raises ``ModelLoadError`` naming both sizes."""
     t_len, d_len = len(target_tok), len(drafter_tok)
     t_width, d_width = logits_width(target_model), logits_width(drafter_model)
     detail = tokenizer_difference(target_tok, drafter_tok)
@@ -77,12 +70,8 @@ def check_compatible(target_tok, drafter_tok, target_model, drafter_model) -> in
 
 
 def pair_vocabulary(target_tok, drafter_tok, target_model, drafter_model) -> tuple[int, str | None]:
-    """The vocabulary length the target's distributions cover, and how the tokenizers differ.
-
-    With one shared tokenizer: ``(check_compatible(...), None)``. With two different ones the
-    drafter drafts through text (``cross_tokenizer``): the target's own length (its tokenizer's,
-    capped by its logits), and the difference in words.
-    """
+    """The vocabulary length the target's distributions cover, and how the tokenizers differ in words
+    (None when they are one; with two, the drafter drafts through text, ``cross_tokenizer``)."""
     detail = tokenizer_difference(target_tok, drafter_tok)
     if detail is None:
         return check_compatible(target_tok, drafter_tok, target_model, drafter_model), None
@@ -144,12 +133,8 @@ def chat_template_end_ids(tokenizer) -> list[int]:
 
 
 def end_token_ids(tokenizer, model) -> list[int]:
-    """Sorted unique ids that end generation.
-
-    Sources: the tokenizer's eos, the generation config's eos (int or list; the model config's
-    when there is no generation config), and the chat template's end-of-turn tokens
-    (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``, ...) when they exist in the vocabulary.
-    """
+    """Sorted unique ids that end generation: the tokenizer's eos, the generation config's (else the
+    model config's) and the chat template's end-of-turn tokens present in the vocabulary."""
     ids = _as_ids(tokenizer.eos_token_id)
     generation = getattr(model, "generation_config", None)
     generation_eos = getattr(generation, "eos_token_id", None) if generation is not None else None
@@ -178,11 +163,8 @@ def has_chat_template(tokenizer) -> bool:
 
 
 def _flat_ids(encoded) -> list[int]:
-    """Token ids of one sequence from ``apply_chat_template(tokenize=True)``.
-
-    transformers 4.x returns a list of ints; 5.x returns a BatchEncoding (``return_dict=True`` is
-    its default), whose ``input_ids`` may hold one list per conversation.
-    """
+    """Token ids of one sequence from ``apply_chat_template(tokenize=True)``: a list in transformers
+    4.x, a BatchEncoding in 5.x, whose ``input_ids`` may hold one list per conversation."""
     if hasattr(encoded, "keys"):
         encoded = encoded["input_ids"]
     if hasattr(encoded, "tolist"):
@@ -194,12 +176,9 @@ def _flat_ids(encoded) -> list[int]:
 
 
 def encode_prompt(tokenizer, text: str, *, chat: bool = True) -> list[int]:
-    """Prompt token ids: one user turn through the chat template (with the assistant
-    header) when ``chat`` is on and the tokenizer has a template, else the plain text.
-
-    The REPL, the benchmark and its transformers peers all encode prompts here, so
-    every strategy gets the same ids.
-    """
+    """Prompt token ids: one user turn through the chat template (with the assistant header) when
+    ``chat`` is on and there is a template, else the plain text. Every front end and peer encodes
+    here, so every strategy gets the same ids."""
     if chat and has_chat_template(tokenizer):
         return template_ids(tokenizer, [{"role": "user", "content": text}])
     return [int(i) for i in tokenizer(text).input_ids]

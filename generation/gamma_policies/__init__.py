@@ -1,38 +1,27 @@
 """Draft-length (gamma) policies: how many tokens the drafter proposes each round.
 
-The verify loop asks a policy for each round's draft length and shows it the
-finished round::
-
-    policy.begin(drafter_kind)          # "model" or "ngram", once per generation
-    k = policy.next_gamma()             # the loop caps k by the length budget
-    ... draft up to k tokens (a model drafter stops early when its top
-        probability falls below policy.threshold, if that is not None) ...
-    policy.observe(round)               # the finished generation.result.Round
-
-Four policies (``make_policy(name, gamma, threshold)``), one module each, all
-shaped by the :class:`~generation.gamma_policies.base.GammaPolicy` protocol:
+The verify loop calls ``policy.begin(drafter_kind)`` once per generation, ``k = policy.next_gamma()``
+each round (capped by the length budget; a model drafter also stops below ``policy.threshold``) and
+``policy.observe(round)`` after it. Four policies (``make_policy``), one module each:
 
 * ``constant``: always ``gamma``.
-* ``heuristic``: transformers' ``num_assistant_tokens_schedule="heuristic"``:
-  start at ``gamma``, +2 after a round whose drafts were all accepted, -1
-  (never below 1) after a round with a rejected draft.
-* ``confidence T``: ``gamma`` drafts at most, and the drafter stops as soon as
-  its top probability falls below ``T`` (transformers' dynamic speculation,
-  ``assistant_confidence_threshold``, default 0.4).
-* ``model``: picks each round's gamma in 0..``gamma`` that maximises predicted
-  tokens per second, from running estimates of per-position acceptance and of
-  what drafting and verifying cost on this machine (see :class:`ModelPolicy`).
+* ``heuristic``: transformers' ``num_assistant_tokens_schedule="heuristic"``: +2 after a fully
+  accepted round, -1 (never below 1) after a rejection.
+* ``confidence T``: at most ``gamma``, stopping below top probability ``T`` (transformers'
+  ``assistant_confidence_threshold``).
+* ``model``: the gamma in 0..``gamma`` that maximises predicted tokens per second (:class:`ModelPolicy`).
 
-Pure Python: no torch, no device syncs; the times arrive in the Round.
+Pure Python: no torch, no device syncs.
 """
 
 from __future__ import annotations
 
-from generation.gamma_policies.base import DRAFTER_KINDS, GammaPolicy, check_gamma
+from generation.gamma_policies.base import DRAFTER_KINDS, GammaPolicy
 from generation.gamma_policies.confidence import DEFAULT_CONFIDENCE, ConfidencePolicy
 from generation.gamma_policies.constant import ConstantPolicy
 from generation.gamma_policies.heuristic import HeuristicPolicy
 from generation.gamma_policies.model import ModelPolicy
+from utils.options import check_int
 
 POLICIES = ("constant", "heuristic", "confidence", "model")
 
@@ -75,7 +64,7 @@ def make_policy(name: str, gamma: int, threshold: float | None = None):
     kind, threshold = _split_name(name, threshold)
     if kind not in POLICIES:
         raise ValueError(f"unknown gamma policy {kind!r} (choose from {', '.join(POLICIES)})")
-    gamma = check_gamma(gamma)
+    gamma = check_int(gamma, "gamma", 1)
     if kind != "confidence":
         if threshold is not None:
             raise ValueError(f"gamma policy {kind!r} takes no threshold (only confidence does)")

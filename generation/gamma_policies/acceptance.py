@@ -19,18 +19,11 @@ def _shrunk(counts: list[Rate], prior: float, weight: float) -> list[float]:
 class Acceptance:
     """Per-position acceptance, learned from the rounds observed.
 
-    * ``c_i``: P(the drafter proposes a token at position i and the target
-      accepts it | drafts 0..i-1 were accepted). A drafter that stops before
-      position i counts as a miss (that round yields no token there).
-    * ``q_i``: P(the drafter proposes position i | it proposed 0..i-1), so an
-      n-gram drafter that often knows no continuation is predicted to draft,
-      and to cost, less than it is asked for.
-
-    These are the per-position version of the acceptance rate alpha of
-    Leviathan et al. 2023 (sec. 3). Counts decay by ``decay`` per trial
-    (``estimates.Rate``); c_0 starts at ``prior`` with ``prior_weight``
-    pseudo-trials, q_0 at 1 (drafters draft when asked). Acceptance belongs to
-    the prompt: at each new prompt the counts keep ``CARRY`` of their weight.
+    ``c_i``: P(draft i proposed and accepted | drafts 0..i-1 accepted), a drafter that stopped before i
+    counting as a miss; ``q_i``: P(draft i proposed | 0..i-1 proposed), so a drafter that often knows
+    no continuation is predicted to draft, and cost, less. The per-position version of Leviathan et al.
+    2023's alpha (sec. 3). Counts decay by ``decay`` per trial; c_0 starts at ``prior``; at each new
+    prompt the counts keep ``CARRY`` of their weight (acceptance belongs to the prompt).
     """
 
     CARRY = 0.25            # weight kept from earlier prompts' acceptance counts at each begin

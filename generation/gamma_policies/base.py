@@ -10,15 +10,9 @@ DRAFTER_KINDS = ("model", "ngram")
 
 
 class GammaPolicy(Protocol):
-    """How many drafts each round asks for.
-
-    The verify loop calls ``begin(drafter_kind)`` once per generation
-    ("model" or "ngram"), ``next_gamma()`` before each round (it caps the
-    answer by the length budget) and ``observe(round)`` with each finished
-    ``generation.result.Round``. A model drafter stops a round early when its
-    top probability falls below ``threshold`` (None: never). ``name`` is what
-    results and traces record.
-    """
+    """How many drafts each round asks for: ``begin(drafter_kind)`` once per generation ("model" or
+    "ngram"), ``next_gamma()`` before each round (capped by the budget), ``observe(round)`` after it. A
+    model drafter stops early below ``threshold`` (None: never); ``name`` is what results record."""
 
     name: str
     threshold: float | None
@@ -33,9 +27,3 @@ class GammaPolicy(Protocol):
 def check_kind(kind: str) -> None:
     if kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {kind!r} (expected model or ngram)")
-
-
-def check_gamma(gamma) -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-    return gamma

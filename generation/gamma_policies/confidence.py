@@ -9,11 +9,8 @@ DEFAULT_CONFIDENCE = 0.4     # transformers' assistant_confidence_threshold defa
 
 
 class ConfidencePolicy:
-    """At most ``gamma`` drafts; a model drafter stops below top probability ``threshold``.
-
-    An n-gram drafter has no probabilities: with one this policy is the
-    constant policy (``threshold`` reads None after ``begin("ngram")``).
-    """
+    """At most ``gamma`` drafts; a model drafter stops below top probability ``threshold``. For an n-gram
+    drafter, which has no probabilities, it is the constant policy (``threshold`` None)."""
 
     def __init__(self, gamma: int, threshold: float = DEFAULT_CONFIDENCE):
         self.gamma = gamma

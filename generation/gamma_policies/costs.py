@@ -9,21 +9,14 @@ from generation.result import Round
 
 
 class Costs:
-    """Seconds per round's pieces, learned from the rounds observed.
+    """Seconds per round's pieces, learned from the rounds observed: ``draft_step_s`` (a moving mean),
+    ``verify_s`` by width (the median of the last five, so one slow forward does not mislead it for
+    long) and ``other_s`` (wall time between rounds less draft and verify, a moving mean).
 
-    * ``draft_step_s``: seconds per drafter step (a moving mean).
-    * ``verify_s``: target verify seconds by width (tokens fed at once:
-      drafts + 1 in a chain round, tree nodes + 1 in a tree round), each the median of its last five measurements
-      (``estimates.Recent``), so one slow forward does not mislead it for long.
-    * ``other_s``: other host seconds per round: the wall time between two
-      observed rounds minus their draft and verify time (a moving mean).
-
-    The costs belong to the machine and the models, so they persist across
-    generations. A generation's first round carries the prompt's prefill, so
-    its times are not used. Widths not measured yet are interpolated or
-    extrapolated by ``analysis.speedup.CostModel``, in a table rebuilt when a
-    width is measured for the first time and every ``TABLE_REFRESH`` rounds.
-    ``catches_up``: the drafter catches up on skipped tokens (a model drafter).
+    They belong to the machine and the models, so they persist across generations; a generation's
+    first round (the prefill) is not used. Unmeasured widths come from ``analysis.speedup.CostModel``,
+    its table rebuilt at a new width and every ``TABLE_REFRESH`` rounds. ``catches_up``: the drafter
+    catches up on skipped tokens (a model drafter).
     """
 
     TABLE_REFRESH = 8       # rounds between rebuilds of the verify-cost table
@@ -90,11 +83,8 @@ class Costs:
         return max(drafted + 1, round(recent.value)) if recent is not None else drafted + 1
 
     def verify_table(self, max_gamma: int) -> list[float]:
-        """Verify seconds of a round of k drafts, k = 0..max_gamma (needs a measured verify time).
-
-        A chain round of k drafts feeds k + 1 tokens; with trees, a round of k drafts
-        along its line fed its whole tree, so it is priced at the width such rounds fed.
-        """
+        """Verify seconds of a round of k drafts, k = 0..max_gamma, priced at the width such rounds fed
+        (k + 1, or the whole tree)."""
         if self._table is None:
             costs = self.model()
             self._table = [costs.verify(self.width(k)) for k in range(max_gamma + 1)]

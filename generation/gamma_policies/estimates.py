@@ -7,12 +7,9 @@ from collections import deque
 
 
 class Rate:
-    """A success rate from exponentially decayed counts, shrunk toward a prior.
-
-    rate = (successes + weight * prior) / (trials + weight); each new trial first
-    multiplies the old counts by ``decay``, so about 1 / (1 - decay) recent
-    trials carry the estimate.
-    """
+    """A success rate from exponentially decayed counts, shrunk toward a prior: rate = (successes +
+    weight * prior) / (trials + weight), the old counts multiplied by ``decay`` at each trial, so about
+    1 / (1 - decay) recent trials carry it."""
 
     __slots__ = ("successes", "trials")
 

@@ -7,14 +7,9 @@ from generation.result import Round
 
 
 class HeuristicPolicy:
-    """transformers' heuristic schedule: +2 after a fully accepted round, else -1 (min 1).
-
-    Starts at ``gamma`` at every generation (transformers' ``heuristic_transient``;
-    its plain ``heuristic`` carries the value over to the next call). The value
-    has no upper bound, as in transformers; the loop caps it by the budget.
-    A round with no drafts (an n-gram drafter that knew no continuation) says
-    nothing about acceptance and leaves the value as it was.
-    """
+    """transformers' heuristic schedule: +2 after a fully accepted round, else -1 (min 1), restarting at
+    ``gamma`` every generation (``heuristic_transient``), without an upper bound. A round with no
+    drafts says nothing about acceptance and leaves the value as it was."""
 
     name = "heuristic"
     threshold = None

@@ -13,12 +13,9 @@ NGRAM_MAX_GAP = 8       # ...growing to this while the looks keep failing
 class ModelLooks:
     """A model drafter: while not drafting is best, gamma 0, and now and then 1.
 
-    Each look (gamma 1) makes the drafter catch up on every token it skipped,
-    so the looks grow rarer while they keep confirming 0: after
-    ``explore_every`` (16) rounds, then 32, 64, ... at most ``MAX_IDLE_GAP``.
-    In a generation where the drafter has not drafted yet, a look would make
-    it prefill the whole prompt (on a CPU without native bfloat16, seconds for
-    a bf16 drafter), so there it does not look at all. Looking does not re-probe.
+    Each look makes the drafter catch up on every token it skipped, so looks grow rarer while they
+    confirm 0: after ``explore_every`` (16) rounds, then 32, 64, ... up to ``MAX_IDLE_GAP``. No look in a
+    generation where the drafter has not drafted yet (it would prefill the whole prompt).
     """
 
     def __init__(self, explore_every: int, max_gamma: int):
@@ -56,15 +53,11 @@ class ModelLooks:
 class NgramLooks:
     """An n-gram drafter: looks are cheap, and acceptance comes in runs.
 
-    While n-gram drafts do not pay, every few rounds a look at gamma 1: it costs
-    nothing when the storage knows no continuation and one wider verify when it
-    drafts. Looks whose draft was rejected double the gap (``NGRAM_LOOK_GAP``,
-    then up to ``NGRAM_MAX_GAP`` rounds), an accepted one resets it, so a passage
-    starting to repeat is noticed within a few rounds. Since copied passages make
-    acceptance come in runs, after a round whose drafts were all accepted it asks
-    for at least one more draft than that round had. A generation's first round
-    asks for at least ``FIRST_LOOK`` drafts: verifying them inside the prompt's
-    prefill costs next to nothing and shows how well the storage knows this prompt.
+    While n-gram drafts do not pay, a look at gamma 1 every few rounds (free when the storage knows no
+    continuation); a rejected look doubles the gap (``NGRAM_LOOK_GAP`` up to ``NGRAM_MAX_GAP``), an
+    accepted one resets it. After a fully accepted round it asks for one draft more than that round had.
+    A generation's first round asks for at least ``FIRST_LOOK`` drafts: verified inside the prefill,
+    they cost next to nothing and show how well the storage knows the prompt.
     """
 
     def __init__(self, explore_every: int, max_gamma: int):

@@ -19,19 +19,12 @@ from generation.result import Round
 class ModelPolicy:
     """Pick each round's gamma in 0..max_gamma to maximise predicted tokens per second.
 
-    It learns per-position acceptance c_i and proposal rates q_i
-    (:class:`~generation.gamma_policies.acceptance.Acceptance`) and what drafting,
-    verifying and the rest of a round cost (:class:`~generation.gamma_policies.costs.Costs`).
-    From them it predicts each gamma's tokens per second with the speedup model
-    of Leviathan et al. 2023 (sec. 3), a rate per position
-    (:func:`~generation.gamma_policies.prediction.predicted`), and picks the
-    gamma with the largest, ties to the smaller; gamma = 0 (a plain
-    target step) wins when verifying more tokens costs more than the accepted
-    drafts save (the usual NASD case on a CPU for prompts that do not repeat
-    themselves). Probes, exploration and looks while not drafting is best follow
-    :class:`~generation.gamma_policies.schedule.Schedule`. A new drafter kind
-    starts everything afresh. ``clock`` measures the wall time between rounds
-    (None: other host work counts as zero, for simulations).
+    From learned per-position acceptance and proposal rates (:class:`Acceptance`) and costs
+    (:class:`Costs`) it predicts each gamma's tokens per second with the speedup model of Leviathan et
+    al. 2023 (sec. 3), a rate per position, and picks the largest, ties to the smaller; 0 (a plain
+    step) wins when verifying more costs more than the accepted drafts save (the usual NASD case on a
+    CPU). Probes and looks follow :class:`Schedule`; a new drafter kind starts afresh. ``clock``: None
+    counts other host work as zero (simulations).
     """
 
     name = "model"

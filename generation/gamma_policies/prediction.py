@@ -8,13 +8,9 @@ from generation.gamma_policies.costs import Costs
 
 
 def predicted(acceptance: Acceptance, costs: Costs, max_gamma: int) -> list[float]:
-    """Predicted tokens per second for gamma = 0..max_gamma ([] before any cost is known).
-
-    A round of gamma drafts yields E(gamma) = sum_{i=0..gamma} prod_{j<i} c_j
-    tokens (Leviathan et al. 2023, sec. 3, with a rate per position) and costs
-    draft_step * D + E[verify(1 + drafted)] + other, D the drafted count
-    expected from q: ``analysis.speedup.throughput_by_gamma``.
-    """
+    """Predicted tokens per second for gamma = 0..max_gamma ([] before any cost is known): E(gamma) per
+    round (Leviathan et al. 2023, sec. 3, a rate per position) over its expected cost
+    (``analysis.speedup.throughput_by_gamma``)."""
     if not costs.verify_s:
         return []
     return throughput_by_gamma(acceptance.rates(), acceptance.propose_rates(),

@@ -9,14 +9,10 @@ from generation.result import Round
 class Schedule:
     """Turns the best predicted gamma into the gamma a round asks for.
 
-    The first rounds try a few widths (``probes``) so the cost curve is learned
-    early; after that every ``explore_every``-th round tries a neighbour of the
-    current choice (gamma + 1 and gamma - 1 in turn), which keeps the costs
-    around the choice fresh and lets acceptance that has risen (or fallen) be
-    noticed, and every ``reprobe_every``-th round tries the next probe width
-    again. While not drafting is best, the drafter kind's looks decide
-    (``looks.ModelLooks``, ``looks.NgramLooks``), as they do for a generation's
-    first round and after a fully accepted one.
+    The first rounds try the ``probes`` widths so the cost curve is learned early; every
+    ``explore_every``-th round tries a neighbour of the choice (keeping its costs fresh and noticing
+    acceptance that moved), every ``reprobe_every``-th the next probe again. While not drafting is best,
+    and in a generation's first round, the drafter kind's looks decide (``looks``).
     """
 
     def __init__(self, kind: str, max_gamma: int, *, probes: tuple[int, ...],

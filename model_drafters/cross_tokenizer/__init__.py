@@ -3,7 +3,7 @@
 Names are imported lazily, so importing the package stays cheap.
 """
 
-from model_drafters.exports import lazy_exports
+from utils.lazy import lazy_exports
 
 _EXPORTS = {
     "CrossTokenizerOptions": "model_drafters.cross_tokenizer.options",

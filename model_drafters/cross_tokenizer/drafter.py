@@ -1,35 +1,20 @@
 """A drafter model whose tokenizer differs from the target's.
 
-Universal assisted generation (Timor et al. 2025, "Accelerating LLM Inference
-with Lossless Speculative Decoding Algorithms for Heterogeneous Vocabularies")
-offers two methods; both plug into the one verify loop unchanged.
+Universal assisted generation (Timor et al. 2025, "Accelerating LLM Inference with Lossless
+Speculative Decoding Algorithms for Heterogeneous Vocabularies"), two methods on the one verify loop:
 
-**SLEM** (string-level exact match, the default). The drafter runs on its own
-token sequence; its draft is decoded to text and re-tokenised for the target.
-The target-token drafts come with no probabilities (q is None), like n-gram
-drafts, so the accept rule treats them as deterministic: keep x with
-probability p(x), and at the first rejection draw from p with x removed and
-renormalised. That is exact under every processor: given any draft x chosen
-without looking at the target's random draws, the kept-or-resampled token is
-x with probability p(x) and y != x with probability (1 - p(x)) p(y) / (1 - p(x))
-= p(y). Under greedy, p is one-hot, so a draft is kept exactly when it is the
-target's argmax. Because a draft is only a proposal, SLEM drafts the drafter's
-most likely token (the draft that maximises the chance p(x) of being kept), and
-runs one drafter step past the requested length so that a draft does not end
-inside a word (``cross_tokenizer.text.cut_word_tail``).
+**SLEM** (string-level exact match, the default): the drafter's greedy draft is decoded to text
+and re-tokenised for the target, with no q, so the accept rule treats it as deterministic (keep x
+with probability p(x), else draw from p without x): exact under every processor. It drafts one
+step past the requested length so a draft does not end inside a word.
 
-**TLI** (token-level intersection). The drafter samples from its distribution
-restricted to the tokens both vocabularies share, and that q, moved onto the
-target's ids by the index-aligned map of ``cross_tokenizer.vocab_map``, is
-verified by the standard rejection rule min(1, p/q) with the residual
-norm(max(0, p - q)). Exact because the drafted id and its column of q are the
-same target token.
+**TLI** (token-level intersection): the drafter samples from its distribution restricted to the
+shared tokens, and that q, moved onto the target's ids (``cross_tokenizer.vocab_map``), is verified
+by min(1, p/q) with the residual norm(max(0, p - q)).
 
-The two sides are kept in step through the committed text, never token ids:
-after each round the target's generated ids are decoded (whole characters only),
-the drafter keeps the longest prefix of its own ids whose text is a prefix of
-that text, and re-encodes the rest. Its cache (``kvcache.cache.CachedModel``) is
-rolled back to the positions it keeps.
+The two sides are kept in step through the committed text, never token ids: the drafter keeps the
+longest prefix of its ids whose text prefixes the target's, re-encodes the rest and rolls its cache
+back to what it kept.
 """
 
 from __future__ import annotations

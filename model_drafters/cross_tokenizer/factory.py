@@ -1,11 +1,5 @@
-"""Building a cross-tokenizer drafter for a loaded pair.
-
-The engine (``engine.drafters``) builds its drafter here whenever a pair's
-drafter has a tokenizer of its own, and runs drafter AR on the drafter's own
-ids (:func:`drafter_inputs`). What is worth building once per pair (the
-vocabulary map, the drafter's end tokens) the engine keeps in its state and
-hands in.
-"""
+"""Building a cross-tokenizer drafter for a loaded pair, and drafter AR's inputs on the drafter's own
+ids (:func:`drafter_inputs`); what is worth building once per pair the engine keeps and hands in."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The drafter's own prompt, from the target's prompt ids.
 
-A chat prompt is one user turn rendered by the target's chat template. Its
-special tokens (``<|im_start|>``) mean nothing to a drafter with another
-template, so the user's text is taken back out of the render and rendered again
-with the drafter's template. Any other prompt is decoded without its special
-tokens (the target's BOS) and encoded by the drafter, which adds its own BOS:
-one BOS, never two.
+A chat prompt's user text is taken back out of the target's template and rendered with the
+drafter's (the target's special tokens mean nothing to it); any other prompt is decoded without
+special tokens and encoded by the drafter, so there is one BOS, never two.
 """
 
 from __future__ import annotations

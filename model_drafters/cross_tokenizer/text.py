@@ -1,24 +1,10 @@
-"""Token ids as text, for a pair of models that tokenise differently.
+"""Token ids as text, for a pair of models that tokenise differently: they agree only on text.
 
-The two models of a cross-tokenizer pair agree only on text, so every step that
-moves a sequence from one vocabulary to the other goes through it:
-
-- ``TextView.text(ids)`` is the text ``ids`` add to whatever precedes them. It
-  decodes them behind a fixed anchor token, so a decoder that strips the first
-  token's leading space (SentencePiece's Metaspace) keeps it: a generated
-  " Hello" stays " Hello", never "Hello".
-- A byte-level or byte-fallback tokenizer can stop inside a multi-byte character
-  (an emoji, a CJK ideograph); its text then ends in U+FFFD replacement
-  characters. ``complete`` drops them: only whole characters cross over.
-- ``continuation(view, before, text)`` finds ids that add exactly ``text``
-  after ``before``, and checks it by decoding. Encoding a fragment on its own
-  can add a space (Metaspace prepends one to text that does not start with a
-  space); encoding it behind a short anchor and dropping the anchor's ids does
-  not. A tokenizer that normalises its input (lower-casing, NFKC) may have no
-  exact continuation: the caller then falls back to ``longest_prefix``.
-
-Special tokens decode to their own strings (``<|im_end|>``); the drafters never
-draft one in the middle of a text (see ``cross_tokenizer.drafter``).
+``TextView.text(ids)`` decodes behind a fixed anchor token, so a decoder that strips a leading space
+(SentencePiece's Metaspace) keeps it; ``complete`` drops the U+FFFD of a multi-byte character cut in
+half, so only whole characters cross over; ``continuation`` finds ids that add exactly a text after
+others, encoding behind an anchor and checking by decoding (a normalising tokenizer may have none:
+the caller falls back to ``longest_prefix``).
 """
 
 from __future__ import annotations
@@ -45,12 +31,8 @@ def joins(char: str) -> bool:
 
 
 def cut_word_tail(text: str) -> str:
-    """``text`` without its trailing run of word characters (and the spaces before it).
-
-    A draft that ends in letters may end inside a word (the drafter's next token
-    could continue it), and a partial word tokenises differently from the whole
-    one. When the whole text is one word, it is kept.
-    """
+    """``text`` without its trailing run of word characters (and the spaces before it), unless the whole
+    text is one word: a partial word tokenises differently from the whole one."""
     end = len(text)
     while end > 0 and joins(text[end - 1]):
         end -= 1

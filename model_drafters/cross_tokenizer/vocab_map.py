@@ -1,21 +1,11 @@
 """The vocabulary two tokenizers share, as one index-aligned pair of id arrays.
 
-Token-level intersection (TLI; Timor et al. 2025, "Accelerating LLM Inference
-with Lossless Speculative Decoding Algorithms for Heterogeneous Vocabularies")
-restricts the drafter to the tokens both vocabularies hold and verifies its
-drafts with the standard rejection rule. That is exact only when a drafted id
-and its column of q name the same target token. So the map is built once as two
-arrays sorted by drafter id, ``drafter_ids[i] <-> target_ids[i]``: the drafter's
-probabilities are gathered with ``drafter_ids`` and scattered with
-``target_ids``, the same i on both sides. (Building the columns in one order,
-e.g. a vocabulary dict's, and scattering in another, e.g. ascending ids, moves
-q onto the wrong target tokens and the output is no longer the target's.)
-
-Tokens are compared by the bytes they stand for, not by their raw strings:
-byte-level BPE writes " the" as ``Ġthe``, SentencePiece as ``▁the``, and a
-byte-fallback piece ``<0xE6>`` is the byte 0xE6. Special tokens are left out.
-When several ids of one vocabulary stand for the same bytes, an ordinary piece is
-preferred to a byte-fallback piece, then the lowest id.
+Token-level intersection (TLI; Timor et al. 2025) is exact only when a drafted id and its column
+of q name the same target token, so the map is two arrays sorted by drafter id,
+``drafter_ids[i] <-> target_ids[i]``: gather with one, scatter with the other, the same i on both
+sides. Tokens are compared by the bytes they stand for (``Ġthe``, ``▁the``, ``<0xE6>``); special
+tokens are left out; among ids of one vocabulary with the same bytes an ordinary piece wins over a
+byte-fallback one, then the lowest id.
 """
 
 from __future__ import annotations
@@ -32,11 +22,8 @@ _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 @lru_cache(maxsize=1)
 def byte_level_alphabet() -> dict[str, int]:
-    """Byte-level BPE's printable stand-in character for each byte, inverted: char -> byte.
-
-    Printable Latin-1 bytes stand for themselves; the others (controls, space)
-    are shifted to code points from 256 up, in byte order.
-    """
+    """Byte-level BPE's printable stand-in character for each byte, inverted (char -> byte): printable
+    Latin-1 bytes stand for themselves, the others are shifted to code points from 256 up."""
     kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars, shift = {}, 0
     for b in range(256):
@@ -91,11 +78,8 @@ def token_surfaces(tokenizer, size: int) -> list[bytes | None]:
 
 @dataclass(frozen=True)
 class VocabMap:
-    """Shared tokens: ``drafter_ids[i]`` and ``target_ids[i]`` are the same token.
-
-    Both are (S,) long tensors, sorted by drafter id. ``drafter_size`` and
-    ``target_size`` are the widths of the distributions they index.
-    """
+    """Shared tokens: ``drafter_ids[i]`` and ``target_ids[i]`` (S,) are the same token, sorted by drafter id;
+    ``drafter_size`` / ``target_size``: the widths of the distributions they index."""
 
     drafter_ids: torch.Tensor
     target_ids: torch.Tensor

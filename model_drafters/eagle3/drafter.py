@@ -1,39 +1,17 @@
 """Drafting with an EAGLE-3 head from the target's hidden states of the verify the loop already runs.
 
-EAGLE-3 (Li et al., NeurIPS 2025) drafts at the feature level: at *slot* j the head reads
-the target's hidden states at position j from three layers (low, mid, high), fused by
-``fc``, and the embedding of token j+1, at position j; its output gives the logits of
-token j+2 and stands in for the target's hidden state at the next slot while that is not
-known (EAGLE-3's training-time test: the head learns to read its own outputs). With n
-committed tokens the target's hidden states exist for slots 0..n-2 (the last token is fed
-by the next verify), so a chain of k drafts is
+EAGLE-3 (Li et al., NeurIPS 2025) drafts at the feature level: at *slot* j the head reads the
+target's hidden states at position j from three layers, fused by ``fc``, and the embedding of
+token j+1; its output gives the logits of token j+2 and stands in for the target's hidden state
+at the next slot. With n committed tokens the target's states exist for slots 0..n-2, so a chain
+of k drafts fills the head's missing slots from the target (one pass), reads draft 1 at slot
+n-2, then feeds its own output forward for drafts 2..k. Draft slots are dropped from the head's
+cache once drafted (EAGLE's ``stable_kv``): the cache always holds slots read from the target.
 
-- the slots the head's cache lacks, up to n-2, from the target's fused states (one pass);
-- the logits at slot n-2: draft 1;
-- for d = 1..k-1, slot n-2+d from the head's own output at the slot before and draft d:
-  draft d+1.
-
-The draft slots are dropped from the head's cache as soon as the chain is drafted: once the
-target has verified them, the kept tokens' slots are computed again from the target's own
-hidden states (as EAGLE's reference keeps only its ``stable_kv``), so the cache always
-holds slots 0..m-1 read from the target.
-
-The head drafts over its own vocabulary; each draft id maps to a target id through ``d2t``
-(target = draft + d2t[draft]). q is reported over the target's vocabulary: the draft logits
-are placed at their target ids (-inf elsewhere) before the run's processor, so q is zero on
-every id the head cannot draft and the accept rule stays exact.
-
-The hidden states come from the target's own forwards (the loop's verify, and the prompt's
-prefill in the first round): ``attach_target`` sets the target's ``CachedModel.keep_hidden``
-to the head's three layers, so no target forward is added.
-
-Trees grow as EAGLE-2's dynamic trees (Li et al. 2024; ``generation.tree_draft``): every
-candidate is scored by its cumulative draft probability; level by level the ``branch`` best
-nodes of the newest level are fed to the head in one pass, each at the slot its depth gives,
-reading its parent's output (the root's children read the output at slot n-2) and seeing the
-target's slots and its own fed ancestors; the ``nodes`` best candidates form the tree. After
-the tree verify the target's hidden states of the kept path come from that pass (the target's
-``keep_block`` keeps their rows with its cache).
+Draft ids map to target ids through ``d2t``; q is placed at the target ids (-inf elsewhere)
+before the run's processor, so the accept rule stays exact. Trees grow as EAGLE-2's dynamic
+trees (Li et al. 2024; ``generation.tree_draft``). The hidden states come from the target's own
+forwards (``CachedModel.keep_hidden``, ``keep_block``): no target forward is added.
 """
 
 from __future__ import annotations

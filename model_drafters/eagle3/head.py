@@ -1,22 +1,11 @@
 """The EAGLE-3 head (Li et al., NeurIPS 2025): one decoder layer over the target's fused hidden states.
 
-Its parameters carry the names the published checkpoints use (EAGLE's own
-``Model``, SpecForge, vLLM's and SGLang's ``llama_eagle3``), so a checkpoint's
-state dict loads into it as it is:
-
-- ``fc`` (H x 3T): fuses the target's low, mid and high hidden states (T each) into one;
-- ``midlayer``: ``input_layernorm`` (the token embedding), ``hidden_norm`` (the hidden
-  state), ``self_attn`` whose q/k/v read both, concatenated [embedding; hidden] (2H wide),
-  ``post_attention_layernorm`` and a SiLU-gated ``mlp``;
-- ``norm`` and ``lm_head`` (draft vocabulary x H): the draft logits;
-- ``d2t`` (draft id -> offset to its target id: target = draft + d2t[draft]) and ``t2d``
-  (which target ids the draft vocabulary holds);
-- ``embed_tokens`` only when the checkpoint ships its own; otherwise the target's embeddings.
-
-One step at slot j reads a hidden state standing for the target's at position j and the
-embedding of token j+1, at position j, and returns the layer's output before ``norm``:
-``norm`` and ``lm_head`` give the logits of token j+2, and the output itself is the hidden
-state the next slot reads when the target's is not known yet (a draft).
+Its parameters carry the published checkpoints' names (EAGLE, SpecForge, vLLM's and SGLang's
+``llama_eagle3``), so a state dict loads as it is: ``fc`` (H x 3T) fuses three target layers;
+``midlayer``'s attention reads [embedding; hidden] (2H wide); ``norm`` and ``lm_head`` give the draft
+logits; ``d2t`` maps a draft id to its target id (target = draft + d2t[draft]). One step at slot j
+returns the layer's output before ``norm``: the logits of token j+2, and the hidden state the next
+slot reads while the target's is not known.
 """
 
 from __future__ import annotations

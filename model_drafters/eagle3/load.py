@@ -1,25 +1,16 @@
 """Reading an EAGLE-3 head from a directory in the published layout, or saying in one line why not.
 
-A published head (EAGLE's own releases, SpecForge's, the ones vLLM and SGLang serve) is a
-directory with ``config.json`` (a Llama layer's fields: ``hidden_size``, heads, key-value heads,
-``intermediate_size``, ``rms_norm_eps``, rope settings; ``vocab_size``, the target's;
-``draft_vocab_size``; optionally ``target_hidden_size`` and the target layers to read) and its
-weights in ``model.safetensors`` or ``pytorch_model.bin`` under the names of
-:class:`eagle3.head.Eagle3Head` (``layers.0.`` read as ``midlayer.``, a ``model.`` prefix dropped).
+A published head (EAGLE's, SpecForge's, those vLLM and SGLang serve) is ``config.json`` (a Llama
+layer's fields, ``vocab_size``, ``draft_vocab_size``, optionally ``target_hidden_size`` and the layers
+to read) and ``model.safetensors`` or ``pytorch_model.bin`` under :class:`eagle3.head.Eagle3Head`'s
+names. As vLLM and SGLang do, the method is named (``eagle3:PATH``) and the weights' shapes are
+checked, not ``architectures``; ``t2d`` is derived from ``d2t``. Every refusal names the file, key,
+what it holds and what was expected (:func:`misfit`).
 
-As vLLM and SGLang do, the loader is told the method (``eagle3:PATH``) and checks the weights'
-shapes, not the config's ``architectures``: EAGLE's own trainer names ``LlamaForCausalLM``
-there, SpecForge ``LlamaForCausalLMEagle3``, and either loads. ``t2d`` is not read (the
-engines do not read it either); the head's is derived from ``d2t``. Every refusal is one line
-naming the file, the key, what it holds and what was expected (:func:`misfit`).
-
-Which target hidden states feed ``fc`` (``aux_layers``), as indices into transformers'
-``hidden_states`` (0: the embeddings, i: the input of layer i): by default 2, L // 2 and
-L - 3 of the target's L layers (counted from its ``hidden_states``, ``target_layers``) (EAGLE's ``modeling_llama_kv``, vLLM's and SGLang's
-default), in ascending order, concatenated. A config may name them: top-level
-``eagle_aux_hidden_state_layer_ids`` as vLLM reads them (the input of layer i), or
-``eagle_config.eagle_aux_hidden_state_layer_ids`` as SGLang reads them (the output of layer
-i, the input of layer i + 1; SpecForge writes these).
+The target layers feeding ``fc`` (``aux_layers``, indices into ``hidden_states``): by default 2, L // 2
+and L - 3 (EAGLE's ``modeling_llama_kv``, vLLM, SGLang); a config may name them as vLLM reads them
+(``eagle_aux_hidden_state_layer_ids``: the input of layer i) or as SGLang does
+(``eagle_config.eagle_aux_hidden_state_layer_ids``: the output of layer i).
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """Drafting with a Gemma 4 assistant from the target's shared keys and values and its last hidden state.
 
-What transformers' ``SinglePositionMultiTokenCandidateGenerator`` does, on the
-loop's own target state. With n committed tokens x_0..x_{n-1}, the target's
-cache holds positions 0..n-2 (x_{n-1} is fed by the next verify). Draft i+1
-comes from one assistant forward at the fixed position n-1:
+What transformers' ``SinglePositionMultiTokenCandidateGenerator`` does, on the loop's own target
+state. With n committed tokens the target's cache holds positions 0..n-2; draft i+1 comes from one
+assistant forward at position n-1 over [E_target(t_i); s_i] (t_0 = x_{n-1}, s_0 = the target's
+final normed hidden state at n-2; then the drafts and the assistant's projected outputs), attending
+to the target's cached keys and values of its last non-shared layer of each type.
 
-    input   [E_target(t_i); s_i]     t_0 = x_{n-1}, s_0 = h_{n-2} (the target's final, normed hidden
-                                     state there); t_i = draft i, s_i = the assistant's projected
-                                     output of step i-1
-    keys    per layer type, the target's cached keys and values of its last non-shared layer of
-            that type: positions 0..n-2 (full attention); the W-1 latest (sliding, window W)
-            (with the cache off, the same positions of the ``shared_kv_states`` the target's
-            last uncached forward returned: ``CachedModel.keep_kv_states``)
-
-The assistant has no cache: every step attends to the same target keys, so it
-keeps no state between rounds and the only thing rolled back is the target's
-cache, by the loop. h_{n-2} comes from a forward the loop runs anyway (the
-verify, or in the first round the prompt's prefill): the drafter sets the
-target's ``CachedModel.keep_hidden`` in ``attach_target``; no target forward is
-added.
-
-Where transformers' own assisted loop differs: it takes the keys from the
-verify forward's output rather than the rolled-back cache, so after a round
-that rejected a draft the assistant there also attends to the rejected draft's
-key at position n-1, and its sliding keys are the window plus the verify's new
-tokens. Its output is still the target's (the verify decides), but its drafts
-are not these.
+The assistant has no cache, so the only thing rolled back is the target's. Unlike transformers'
+loop, which reads the keys from the verify's output (a rejected draft's included), these come from
+the rolled-back cache: same output, other drafts.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """A Gemma 4 assistant checkpoint, loaded for a Gemma 4 target the way transformers loads it.
 
-transformers (5.24) ships ``Gemma4AssistantForCausalLM``: a few Gemma 4 decoder
-layers whose attention has no key or value projections of its own (every layer
-is KV-shared), reading instead the target's keys and values of the last
-non-shared layer of each attention type (the layers marked ``"store"`` in the
-target config's ``kv_sharing_modes``). Its input is the projection of
-[target embedding of the last token; a hidden state of the target's width]; its
-output, the logits over the target's vocabulary and its last hidden state
-projected back to the target's width. A user's download is a directory with
-``config.json`` (``model_type`` ``gemma4_assistant``) and safetensors;
-``load_assistant`` reads it with transformers' own class, or refuses in one line
-(:class:`AssistantRefused`) why it cannot draft for this target.
+transformers (5.24) ships ``Gemma4AssistantForCausalLM``: Gemma 4 layers without key or value
+projections of their own, reading the target's keys and values of its last non-shared layer of each
+attention type. ``load_assistant`` reads a user's directory (``model_type`` ``gemma4_assistant``)
+with that class, or refuses in one line (:class:`AssistantRefused`).
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """Drafting with the target's MTP layers, from the hidden states of the verify the loop already runs.
 
-An MTP layer (DeepSeek-V3, Liu et al. 2024, section 2.2) predicts one token further
-ahead than the layer before it. At *slot* j, depth 0 reads the target's final
-hidden state h_j and the embedding of token x_{j+1} and predicts x_{j+2}; depth
-d reads depth d-1's output at slot j and the embedding of x_{j+d+1} and predicts
-x_{j+d+2}. Each depth attends over its own slots, so each keeps a cache of its
-own (an ``MtpCache``, as transformers' ``MTPCandidateGenerator`` does). With n
-committed tokens the target's hidden states exist for slots 0..n-2 (the last
-token is fed by the next verify), and a chain of k drafts is, for d = 0..k-1,
-depth d advanced to slot n-2, its logits there giving draft d+1. Depth d's last
-d slots read drafts, so after the verify each depth keeps only the slots whose
-tokens were kept (a crop).
+An MTP layer (DeepSeek-V3, Liu et al. 2024, section 2.2) predicts one token further ahead than the
+one before: at *slot* j depth 0 reads the target's final hidden state h_j and the embedding of
+x_{j+1} and predicts x_{j+2}; depth d reads depth d-1's output. Each depth keeps a cache of its own
+(``MtpCache``, as transformers' ``MTPCandidateGenerator``). With n committed tokens a chain of k
+drafts advances depth d = 0..k-1 to slot n-2; after the verify each depth is cropped to the slots
+whose tokens were kept. Depths past the K layers reuse the last one, as serving engines do.
 
-Chains longer than the number of MTP layers K reuse the last layer: depth d >=
-K runs layer K-1 on a cache of its own, as serving engines draft past their MTP
-layers (the acceptance by position shows what that costs).
-
-Trees (``propose_tree``): the first level from depth 0 at slot n-2, then a node at
-level L from depth L over the L slots that read its path's tokens (slots n-1-L..n-2),
-fed by depth L-1's outputs for the parent's path; the depth's cache is cropped back
-after each node, so between rounds every depth holds committed slots only.
-
-The target's hidden states come from its own forwards (the loop's verify, and
-the prompt's prefill in the first round): the drafter sets the target's
-``CachedModel.keep_hidden`` in ``attach_target``, so no target forward is added.
+Trees: level L from depth L over the slots of its path, cropped back after each node. The hidden
+states come from the target's own forwards (``CachedModel.keep_hidden``).
 """
 
 from __future__ import annotations
@@ -91,11 +76,9 @@ class MtpDrafter(TargetHiddenStates):
         return None
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
-        """A dynamic tree from the MTP logits, as ``generation.tree_draft`` grows a drafter model's:
-        candidates scored by their cumulative q, the ``branch`` best of the newest level expanded,
-        the ``nodes`` best kept. A node at level L is expanded by depth L (past the MTP layers, the
-        last layer reused) over the L slots that read its path's tokens, one forward each; its
-        depth's cache is cropped back after it, so every depth keeps its committed slots only."""
+        """A dynamic tree from the MTP logits, grown as ``generation.tree_draft`` grows a drafter model's; a
+        node at level L is expanded by depth L over the slots that read its path, its cache cropped back
+        after it."""
         n = ids.shape[1]
         self._logits, self._round = [], None
         if n < 2 or depth < 1 or nodes < 1:
@@ -152,13 +135,9 @@ class MtpDrafter(TargetHiddenStates):
     # ------------------------------------------------------------------ internals
 
     def _advance(self, d: int, seq: torch.Tensor, n: int, end: int | None = None) -> torch.Tensor | None:
-        """Run depth d over its slots [its length, end) (end: n-1); returns its outputs there,
-        (1, m, H), or None when it holds them all already.
-
-        Slot j reads token seq[j + d + 1] at position j + d + 1 (transformers' MTP
-        positions) and, at depth 0, the target's hidden state h_j, else depth d-1's
-        output at slot j.
-        """
+        """Run depth d over its slots [its length, end) (end: n-1); its outputs there (1, m, H), or None.
+        Slot j reads token seq[j + d + 1] at position j + d + 1 and the target's h_j (depth 0) or depth
+        d-1's output at slot j."""
         end = n - 1 if end is None else end
         if d == len(self.depths):
             self.depths.append(_Depth(self.mtp, min(d, self.num_layers - 1)))
@@ -185,10 +164,9 @@ class MtpDrafter(TargetHiddenStates):
 
     def _expand(self, seq: torch.Tensor, n: int, path: list[int], parent: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Depth L = len(path) over slots n-1-L..n-2, which read the path's tokens t_1..t_L at
-        positions n..n+L-1 and depth L-1's outputs there (its committed slot n-1-L, then the
-        parent's path slots ``parent``, (1, L-1, H)). Returns its outputs there (1, L, H) and the
-        logits of the last, (1, V); the depth's cache is left with its committed slots."""
+        """Depth L = len(path) over slots n-1-L..n-2 (the path's tokens at positions n..n+L-1, depth L-1's
+        outputs there, ``parent`` (1, L-1, H)): its outputs (1, L, H) and the last one's logits (1, V);
+        the depth's cache is left with its committed slots."""
         L = len(path)
         self._advance(L, seq, n, end=n - 1 - L)                             # its committed slots
         depth = self.depths[L]

@@ -1,14 +1,9 @@
 """The target's MTP layers, read from its checkpoint the way transformers reads them.
 
-transformers (from 5.24) builds an ``MtpModel`` from a loaded target: one
-``MtpLayer`` per MTP layer of the checkpoint (two norms, a projection of
-[embedding; hidden state] and one decoder layer of the target's own class),
-sharing the target's embeddings, head and rotary table.
-``MtpModel.from_pretrained(target)`` reads their weights from the target's own
-checkpoint files, where they sit at the layer numbers after the main layers
-(``model.layers.61.*`` for DeepSeek-V3); which keys are MTP weights it learns
-from the target class's ``_keys_to_ignore_on_load_unexpected``. A target that
-has none is refused with :class:`MtpRefused`, one line saying why.
+transformers (from 5.24) builds an ``MtpModel`` from a loaded target, sharing its embeddings, head
+and rotary table, and reads the MTP weights from the target's checkpoint (the layers after the main
+ones, ``model.layers.61.*`` for DeepSeek-V3). A target without them is refused in one line
+(:class:`MtpRefused`).
 """
 
 from __future__ import annotations
