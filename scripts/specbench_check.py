@@ -3,7 +3,7 @@ and an A100 predicted from its published tau and the cards' profiles, and the A1
 
 Two variants, each labelled: the profiles as ``analysis.roofline.PROFILES`` holds them (4 ms of eager
 overhead a forward) and the same cards with the captured path's 0.3 ms a forward. The figures, the
-rounds and where each fact comes from: ``analysis.published``. Nothing here is fitted to the leaderboard.
+rounds and where each fact comes from: ``scripts/specbench_data.py``. Nothing here is fitted to the leaderboard.
 
     .venv/bin/python scripts/specbench_check.py [--context 500] [--json FILE]
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis import published as pub  # noqa: E402
+from scripts import specbench_data as pub  # noqa: E402
 from analysis.roofline import PROFILES, MachineProfile  # noqa: E402
 
 VARIANTS: dict[str, Callable[[MachineProfile], MachineProfile]] = {

@@ -1,4 +1,4 @@
-"""Spec-Bench's leaderboard against the machine model (``analysis.published``, ``scripts/specbench_check.py``):
+"""Spec-Bench's leaderboard against the machine model (``scripts/specbench_data.py``, ``scripts/specbench_check.py``):
 the figures as published, one prediction worked by hand, the carried column's identity, and mutations
 that each of those checks catches."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from analysis import published as pub
+from scripts import specbench_data as pub
 from analysis.roofline import PROFILES, MachineProfile
 
 GB = 1e9
