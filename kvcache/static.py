@@ -310,16 +310,17 @@ class StaticCachedModel(CachedModel):
         self.kv_states = None
         self.record = CompileRecord()
         self.cache = kept(self.model).cache_for(self.model.config, self.capacity, self.slot)
-        self._length = self._cache_length()       # what the last generation on this cache left
-        self._set_length(0)
+        self._reset(0)                             # from what the last generation on this cache left
         self.masked_chains = self.graphs and tree_support(self) is None
         return list(prompt)
 
-    def _cache_length(self) -> int:
-        """The length the cache itself writes at (5.24), else the length kept here."""
-        if not LENGTH_IN_CACHE:
-            return self._length
-        return int(self.cache.get_seq_length())
+    def _reset(self, length: int) -> None:
+        """Put every layer back to ``length`` positions, each from the length it holds: a forward that
+        failed part-way, or a self-drafter's over some layers only, may have left them apart."""
+        if LENGTH_IN_CACHE:
+            for layer in _layers(self.cache):
+                lower_layer(layer, int(layer.get_seq_length()) - length)
+        self._length = length
 
     def _set_length(self, length: int) -> None:
         """Reset the length to ``length`` (at most the length held): later forwards write from there.
@@ -514,10 +515,7 @@ class StaticCachedModel(CachedModel):
         back to ``seen`` positions, the model runs ``static`` (eager) from this forward on, in this
         run and the next ones, and its runs say why in one line."""
         del kept(self.model).captures[self._capture_key(bucket, masked, layers)]
-        if LENGTH_IN_CACHE:
-            for layer in _layers(self.cache):        # a failure part-way may have moved some layers only
-                lower_layer(layer, int(layer.get_seq_length()) - seen)
-        self._length = seen
+        self._reset(seen)
         reason = (f"the {BACKEND!r} backend cannot capture {type(self.model).__name__}'s forward here "
                   f"({_first_line(error)}); it runs static (eager)")
         kept(self.model).graphs_refusal = reason
