@@ -97,6 +97,7 @@ class GenerationResult:
     ``compile`` (None for a served target): ``requested`` (the strategy's compile path),
     ``path`` (what the target ran: off, static or graphs), ``reason`` (why it fell back,
     "" when it did not), ``drafter_path`` (the drafter model's, None when none ran),
+    ``drafter_reason`` (why the drafter's path is not the one asked, "" when it is),
     ``widths`` (the widths run captured), ``buckets`` (the capture widths they ran in, padded),
     ``captures`` (``model_captures``: per model), ``capture_s`` (seconds capturing, left out of
     ``seconds``), ``recompiles`` (0 is right) and ``eager`` (forwards no bucket held);

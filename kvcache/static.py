@@ -583,12 +583,13 @@ def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity:
 
 def compile_report(requested: str, target: dict, drafter: dict | None = None) -> dict:
     """The result's ``compile``: what was asked, the target's path and why it differs, the drafter
-    model's path (None when none ran), the captures of both models together, and each model's
-    captures apart (``model_captures``: "target", and "drafter" when one ran)."""
+    model's path (None when none ran) and why it differs, the captures of both models together, and
+    each model's captures apart (``model_captures``: "target", and "drafter" when one ran)."""
     both = [target] + ([drafter] if drafter is not None else [])
     reason = target["reason"] if target["path"] != requested else ""
     return {"requested": requested, "path": target["path"], "reason": reason,
             "drafter_path": drafter["path"] if drafter is not None else None,
+            "drafter_reason": drafter["reason"] if drafter is not None and drafter["path"] != requested else "",
             "widths": sorted(set().union(*(s["widths"] for s in both))),
             "buckets": sorted(set().union(*(s["buckets"] for s in both))),
             "captures": sum(s["captures"] for s in both),

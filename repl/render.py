@@ -642,8 +642,9 @@ def path_text(rollback: dict) -> str:
 def compile_text(result: GenerationResult, *, detail: bool = False) -> str | None:
     """``compile: graphs (drafter graphs)``, or ``compile: off (asked static; fell back)``: the path
     the run's forwards took (``GenerationResult.compile``); None for a served target. ``detail``
-    (/stats) adds the captured widths, captures, the seconds they took (outside the run's time) and
-    recompilations. A fallback's reason is told once by the runner, not on every panel."""
+    (/stats) adds the captured widths, captures, the seconds they took (outside the run's time),
+    recompilations, and why the target or the drafter model fell back. A fallback's reason is told
+    once by the runner, not on every panel."""
     compiled = getattr(result, "compile", None)     # None in a trace written before the field
     if not compiled:
         return None
@@ -664,6 +665,8 @@ def compile_text(result: GenerationResult, *, detail: bool = False) -> str | Non
                  f"{compiled.get('recompiles', 0)} recompiles")
     if detail and compiled.get("reason"):
         text += f" · why: {compiled['reason']}"
+    if detail and compiled.get("drafter_reason"):
+        text += f" · drafter: {compiled['drafter_reason']}"
     return text
 
 
