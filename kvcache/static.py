@@ -40,7 +40,7 @@ import transformers
 from transformers import StaticCache
 
 from kvcache.cache import (CachedModel, SessionModel, UnsupportedCacheError, _layers,
-                           _own_cache_class, drop_last, hidden_states_request, kept_layers, tree_support)
+                           _own_cache_class, drop_last, hidden_states_request, kept_layers, tree_support, view_of)
 from kvcache import probe
 from utils.devices import synchronize
 from utils.options import COMPILE_PATHS
@@ -522,6 +522,14 @@ class StaticCachedModel(CachedModel):
         self.graphs, self.compile_path, self.fallback = False, "static", reason
         return self._eager(tokens, positions, mask, layers)
 
+    def beside(self, model, layers: list[int] | None = None) -> StaticCachedModel:
+        """``model`` drafting on this static cache (:meth:`CachedModel.beside`): fed eager over a view
+        of its layers at this cache's slots, and rolled back by length like it."""
+        eager = "a self-drafter's forwards on the target's cache run eager" if self.graphs else ""
+        shared = StaticCachedModel(model, capacity=self.capacity, slot=self.slot, fallback=eager)
+        shared.cache, shared._length = view_of(self.cache, layers), self._length
+        return shared
+
     # -------------------------------------------------------------- rollback
 
     def checkpoint(self) -> None:
@@ -561,17 +569,17 @@ class StaticCachedModel(CachedModel):
 # ------------------------------------------------------------- entry point
 
 def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
-               slot: str = "target", refusal: str = "") -> CachedModel:
+               slot: str = "target") -> CachedModel:
     """``model`` as the decoding loops feed it: on ``compile`` "static" or "graphs" a
     :class:`StaticCachedModel` of ``capacity`` positions (:func:`static_capacity`) where :func:`static_refusal` allows,
     else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path, whose ``compile_reason``
-    says why (``refusal`` first: why the caller keeps it dynamic, one line)."""
+    says why (one line)."""
     if compile not in COMPILE_PATHS:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_PATHS)}, got {compile!r}")
     reason = ""
     if compile != "off":
-        reason = refusal or ("the cache is off" if not use_cache else static_refusal(model)
-                             or ("no capacity was given" if capacity is None else ""))
+        reason = ("the cache is off" if not use_cache else static_refusal(model)
+                  or ("no capacity was given" if capacity is None else ""))
     if compile == "off" or reason:
         cached = probe.cached_model(model, use_cache=use_cache)
         cached.compile_reason = reason
