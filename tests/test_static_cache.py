@@ -438,7 +438,7 @@ def test_self_drafters_that_cannot_share_fall_back_in_one_line():
     (sliding windows, the cache off; recurrent state from 5.x) keeps its self-drafter on its dynamic
     cache or the drafter's own. Each record says why in one line, and the tokens stay ``generate``'s."""
     cases = [("llama", "self:bf16", {}, "static", "", "copy drafts on a cache of its own"),
-             ("qwen2", "self:skip=1", {}, "off", "sliding", "sliding"),
+             ("qwen2", "self:skip=1", {}, "off", "sliding", ""),     # the target's reason; 4.57: its own cache
              ("llama", "self:skip=1", {"use_cache": False}, "off", "the cache is off", "cannot be shared")]
     if static.LENGTH_IN_CACHE:                           # 4.57 refuses Mamba2's own cache class on every path
         cases.append(("mamba2", "self:bf16", {}, "off", "recurrent", "cannot be shared"))
@@ -450,7 +450,7 @@ def test_self_drafters_that_cannot_share_fall_back_in_one_line():
         report = result.compile
         assert (report["path"], report["drafter_path"]) == (path, "off"), (family, spec, report)
         assert why in report["reason"] and (why or not report["reason"]), (family, spec, report)
-        assert drafter_why in report["drafter_reason"], (family, spec, report)
+        assert report["drafter_reason"] and drafter_why in report["drafter_reason"], (family, spec, report)
         assert "\n" not in report["reason"] + report["drafter_reason"]
         assert result.tokens == list(arch_zoo.reference(family, tuple(PROMPT))), (family, spec)
 
