@@ -472,9 +472,9 @@ class CachedModel:
     def over(cls, model, cache, length: int) -> CachedModel:
         """``model`` on an existing ``cache`` that holds ``length`` positions of its sequence.
 
-        Fed on the ``cached`` path, without a probe: for a drafter that drafts on a cache
-        it keeps (``selfdraft.drafter``), dropping what it fed (``rollback(length)``).
-        """
+        Fed on the ``cached`` path, without a probe: for a drafter that drafts on a cache it
+        shares (:meth:`beside`) or keeps (``selfdraft.drafter``), dropping what it fed
+        (``rollback(length)``)."""
         cached = cls(model, path="cached")
         cached.cache = cache
         cached._length = length
