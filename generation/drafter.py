@@ -66,15 +66,12 @@ class Drafter(ABC):
     ``samples_trees``: True when :meth:`propose_sampled_tree` is implemented (sampled trees are
     verified by recursive rejection sampling, ``generation.accept.accept_tree_rrs``).
     ``most_extra_rows``: the most rows :meth:`extra_rows` feeds in one verify (a static cache holds them).
-    ``target_stays_dynamic``: why the target keeps its dynamic cache (one line: a drafter that feeds
-    and crops that cache itself); "" when the target may take the static path.
     """
 
     kind: str = "model"
     wants_top_k: int = 0
     samples_trees: bool = False
     most_extra_rows: int = 0
-    target_stays_dynamic: str = ""
 
     @property
     def calls(self) -> int:
@@ -86,7 +83,8 @@ class Drafter(ABC):
     def attach_target(self, target) -> None:
         """The target's ``CachedModel`` of this generation, before it begins and before :meth:`begin`.
 
-        Default: ignored. A drafter that drafts on the target's own cache (``selfdraft``) keeps it.
+        Default: ignored. A drafter that drafts on the target's own cache (``selfdraft``) keeps it and
+        drafts through ``target.beside`` (dynamic or static, as the target runs).
         A drafter that drafts from the target's final hidden states (``mtp``) sets its
         ``keep_hidden``: every target forward, the loop's verify included, then keeps them in
         ``target.hidden`` (no extra forward), and no shared prompt prefill is used.

@@ -68,7 +68,8 @@ class GenerationResult:
 
     ``decisions``: per emitted token, the top-k row that decided it (``analysis.divergence.Row``), kept
     for greedy target runs. ``compile``: how the forwards ran (``kvcache.static``; None for a served
-    target). ``rollback``: per model, how its cache was rolled back and what it cost.
+    target; ``drafter_reason``: why the drafter's path is not the one asked). ``rollback``: per model,
+    how its cache was rolled back and what it cost.
     ``gamma_policy``, ``tree`` (0: chains), ``tree_fallback``, ``tree_rule`` (``top`` or ``sampled``),
     ``verify_rule`` (``""`` for AR and trees): what ran. ``cross_tokenizer``, ``hybrid``, ``width_fill``,
     ``network``: the numbers of a drafter with another tokenizer, a hybrid drafter, filled verify widths

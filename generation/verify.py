@@ -86,7 +86,7 @@ def verify_loop(prompt: list[int], drafter: Drafter, target, options: LoopOption
         raise UnsupportedCacheError(reason)
     device = model_device(target.model if given else target)
     model = target if given else loop_model(
-        target, use_cache=options.use_cache, compile=options.compile, refusal=drafter.target_stays_dynamic,
+        target, use_cache=options.use_cache, compile=options.compile,
         capacity=static_capacity(len(prompt), options.max_gen_len, options.tree + drafter.most_extra_rows))
     result = GenerationResult(gamma_policy=policy.name, tree=options.tree)
     loop = _Loop(model, drafter, options.processor, options.generator, options.vocab_size, options.eos,

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, fields
 import torch
 import transformers
 from packaging.version import Version
-from transformers import DynamicCache, EncoderDecoderCache
+from transformers import Cache, DynamicCache, EncoderDecoderCache
 
 from utils.devices import model_device
 from utils.hf_load import text_config
@@ -250,6 +250,8 @@ def _croppable(layer) -> bool:
     """Whether cropping this layer puts it back exactly as it was (else it is snapshotted)."""
     if getattr(layer, "is_sliding", False) and not getattr(layer, "record_past", False):
         return False  # past the window the dropped positions are gone
+    if type(layer).__name__ == "StaticLayer":
+        return True   # rolled back by its length on every release (kvcache.static), whatever its flag (5.17: False)
     flag = getattr(layer, "is_croppable", None)
     if flag is not None:
         # Linear-attention layers report False until their first forward; a
@@ -259,6 +261,12 @@ def _croppable(layer) -> bool:
     # layer, DeepSeek-V3.2's from 5.14, crops its indexer keys with its keys and values).
     return type(layer).__name__ in ("DynamicLayer", "DynamicSlidingWindowLayer", "DynamicIndexedLayer",
                                     "QuantoQuantizedLayer", "HQQQuantizedLayer", "QuantizedLayer")
+
+
+def view_of(cache, layer_numbers: list[int] | None = None):
+    """A cache made of ``cache``'s layers at ``layer_numbers`` (all: None): the same objects, not copies."""
+    layers = _layers(cache)
+    return Cache(layers=layers if layer_numbers is None else [layers[i] for i in layer_numbers])
 
 
 def snapshot(layer):
@@ -464,13 +472,22 @@ class CachedModel:
     def over(cls, model, cache, length: int) -> CachedModel:
         """``model`` on an existing ``cache`` that holds ``length`` positions of its sequence.
 
-        Fed on the ``cached`` path, without a probe: for a drafter that grows
-        a tree on a cache it shares (``selfdraft.drafter``), which must leave
-        the cache as it found it (drop what it fed, :func:`drop_last`).
-        """
+        Fed on the ``cached`` path, without a probe: for a drafter that drafts on a cache it
+        shares (:meth:`beside`) or keeps (``selfdraft.drafter``), dropping what it fed
+        (``rollback(length)``)."""
         cached = cls(model, path="cached")
         cached.cache = cache
         cached._length = length
+        return cached
+
+    def beside(self, model, layers: list[int] | None = None) -> CachedModel:
+        """``model`` (a self-drafter: this model's architecture, or its ``layers`` only) drafting on
+        this cache: fed over this cache's layers at ``layers`` (all: None, the same layer objects) and
+        holding this model's positions, as this model is fed. What it feeds is written into those
+        layers; ``rollback(self.length)`` drops it again, leaving this cache as it was. It runs this
+        model's path, for this model's ``compile_reason``."""
+        cached = CachedModel.over(model, view_of(self.cache, layers), self._length)
+        cached.compile_reason = self.compile_reason
         return cached
 
     def _fresh_stats(self) -> RollbackStats:

@@ -5,9 +5,10 @@ committed it can read the target's own KV cache instead of computing one
 (Draft&Verify, Zhang et al. 2023, drafts on the full model's cache). Two ways:
 
 - **view** (``self:skip``, ``self:int8``: the drafter computes in the target's
-  dtype): a ``Cache`` whose layers *are* the target's layers at the drafter's
-  layer positions (all of them, or only the kept ones). The drafter appends its
-  draft positions to those layers and :func:`drop_drafts` removes them again
+  dtype): the drafter is fed over the target's own layers at its layer positions
+  (all of them, or only the kept ones), as the target is fed
+  (``CachedModel.beside``: on the static path, at the target's slots, rolled back
+  by length). It appends its draft positions to those layers and rolls them back
   before the target verifies, so the target's cache is left as it was.
 - **copy** (``self:bf16``, ``self:fp16``): the drafter keeps a cache of its
   own, and each round appends the target's newly committed positions to it,
@@ -17,14 +18,13 @@ committed it can read the target's own KV cache instead of computing one
 Either way the drafter pays no prefill and no catch-up forward. Sharing needs
 every layer to be croppable (attention layers; recurrent state is refused and
 the drafter keeps a cache of its own); the copy also needs plain full-attention
-layers, whose positions are addressable (a sliding layer keeps only a window).
+layers, whose positions are addressable (a sliding layer keeps only a window;
+a static layer holds position i at slot i).
 """
 
 from __future__ import annotations
 
-from transformers import Cache
-
-from kvcache.cache import _croppable, _layers, drop_last
+from kvcache.cache import _croppable, _layers
 
 
 def can_view(target_cache) -> bool:
@@ -36,13 +36,7 @@ def can_view(target_cache) -> bool:
 def can_copy(target_cache) -> bool:
     """Whether the target's committed positions can be copied by position (full-attention layers only)."""
     layers = _layers(target_cache)
-    return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
-
-
-def view_of(target_cache, layer_numbers: list[int]) -> Cache:
-    """A cache made of the target cache's layers at ``layer_numbers`` (the same objects, not copies)."""
-    layers = _layers(target_cache)
-    return Cache(layers=[layers[i] for i in layer_numbers])
+    return bool(layers) and all(type(layer).__name__ in ("DynamicLayer", "StaticLayer") for layer in layers)
 
 
 def committed_positions(target_cache, start: int, stop: int) -> list[tuple]:
@@ -63,8 +57,3 @@ def append_committed(own, target_cache, start: int, stop: int, dtype) -> None:
     for mine, (keys, values) in zip(_layers(own), committed_positions(target_cache, start, stop)):
         mine.update(keys.to(dtype), values.to(dtype))
 
-
-def drop_drafts(cache, n: int) -> None:
-    """Remove the ``n`` draft positions a drafter appended this round."""
-    if n > 0:
-        drop_last(cache, n)

@@ -40,7 +40,7 @@ import transformers
 from transformers import StaticCache
 
 from kvcache.cache import (CachedModel, SessionModel, UnsupportedCacheError, _layers,
-                           _own_cache_class, drop_last, hidden_states_request, kept_layers, tree_support)
+                           _own_cache_class, drop_last, hidden_states_request, kept_layers, tree_support, view_of)
 from kvcache import probe
 from utils.devices import synchronize
 from utils.options import COMPILE_PATHS
@@ -310,16 +310,17 @@ class StaticCachedModel(CachedModel):
         self.kv_states = None
         self.record = CompileRecord()
         self.cache = kept(self.model).cache_for(self.model.config, self.capacity, self.slot)
-        self._length = self._cache_length()       # what the last generation on this cache left
-        self._set_length(0)
+        self._reset(0)                             # from what the last generation on this cache left
         self.masked_chains = self.graphs and tree_support(self) is None
         return list(prompt)
 
-    def _cache_length(self) -> int:
-        """The length the cache itself writes at (5.24), else the length kept here."""
-        if not LENGTH_IN_CACHE:
-            return self._length
-        return int(self.cache.get_seq_length())
+    def _reset(self, length: int) -> None:
+        """Put every layer back to ``length`` positions, each from the length it holds: a forward that
+        failed part-way, or a self-drafter's over some layers only, may have left them apart."""
+        if LENGTH_IN_CACHE:
+            for layer in _layers(self.cache):
+                lower_layer(layer, int(layer.get_seq_length()) - length)
+        self._length = length
 
     def _set_length(self, length: int) -> None:
         """Reset the length to ``length`` (at most the length held): later forwards write from there.
@@ -514,15 +515,20 @@ class StaticCachedModel(CachedModel):
         back to ``seen`` positions, the model runs ``static`` (eager) from this forward on, in this
         run and the next ones, and its runs say why in one line."""
         del kept(self.model).captures[self._capture_key(bucket, masked, layers)]
-        if LENGTH_IN_CACHE:
-            for layer in _layers(self.cache):        # a failure part-way may have moved some layers only
-                lower_layer(layer, int(layer.get_seq_length()) - seen)
-        self._length = seen
+        self._reset(seen)
         reason = (f"the {BACKEND!r} backend cannot capture {type(self.model).__name__}'s forward here "
                   f"({_first_line(error)}); it runs static (eager)")
         kept(self.model).graphs_refusal = reason
         self.graphs, self.compile_path, self.fallback = False, "static", reason
         return self._eager(tokens, positions, mask, layers)
+
+    def beside(self, model, layers: list[int] | None = None) -> StaticCachedModel:
+        """``model`` drafting on this static cache (:meth:`CachedModel.beside`): fed eager over a view
+        of its layers at this cache's slots, and rolled back by length like it."""
+        eager = "a self-drafter's forwards on the target's cache run eager" if self.graphs else ""
+        shared = StaticCachedModel(model, capacity=self.capacity, slot=self.slot, fallback=eager)
+        shared.cache, shared._length = view_of(self.cache, layers), self._length
+        return shared
 
     # -------------------------------------------------------------- rollback
 
@@ -563,17 +569,17 @@ class StaticCachedModel(CachedModel):
 # ------------------------------------------------------------- entry point
 
 def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity: int | None = None,
-               slot: str = "target", refusal: str = "") -> CachedModel:
+               slot: str = "target") -> CachedModel:
     """``model`` as the decoding loops feed it: on ``compile`` "static" or "graphs" a
     :class:`StaticCachedModel` of ``capacity`` positions (:func:`static_capacity`) where :func:`static_refusal` allows,
     else (and on "off") :func:`kvcache.probe.cached_model`'s dynamic path, whose ``compile_reason``
-    says why (``refusal`` first: why the caller keeps it dynamic, one line)."""
+    says why (one line)."""
     if compile not in COMPILE_PATHS:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_PATHS)}, got {compile!r}")
     reason = ""
     if compile != "off":
-        reason = refusal or ("the cache is off" if not use_cache else static_refusal(model)
-                             or ("no capacity was given" if capacity is None else ""))
+        reason = ("the cache is off" if not use_cache else static_refusal(model)
+                  or ("no capacity was given" if capacity is None else ""))
     if compile == "off" or reason:
         cached = probe.cached_model(model, use_cache=use_cache)
         cached.compile_reason = reason
@@ -585,12 +591,13 @@ def loop_model(model, *, use_cache: bool = True, compile: str = "off", capacity:
 
 def compile_report(requested: str, target: dict, drafter: dict | None = None) -> dict:
     """The result's ``compile``: what was asked, the target's path and why it differs, the drafter
-    model's path (None when none ran), the captures of both models together, and each model's
-    captures apart (``model_captures``: "target", and "drafter" when one ran)."""
+    model's path (None when none ran) and why it differs, the captures of both models together, and
+    each model's captures apart (``model_captures``: "target", and "drafter" when one ran)."""
     both = [target] + ([drafter] if drafter is not None else [])
     reason = target["reason"] if target["path"] != requested else ""
     return {"requested": requested, "path": target["path"], "reason": reason,
             "drafter_path": drafter["path"] if drafter is not None else None,
+            "drafter_reason": drafter["reason"] if drafter is not None and drafter["path"] != requested else "",
             "widths": sorted(set().union(*(s["widths"] for s in both))),
             "buckets": sorted(set().union(*(s["buckets"] for s in both))),
             "captures": sum(s["captures"] for s in both),

@@ -34,7 +34,6 @@ class HybridDrafter(Drafter):
             raise ValueError(f"the hybrid's match length L must be an integer >= 1, got {min_match!r}")
         self.model = model
         self.retrieval = retrieval
-        self.target_stays_dynamic = model.target_stays_dynamic   # a self-drafter feeds the target's cache
         self.min_match = min_match
         self.notes: list[dict | None] = []
         self._pending: dict | None = None   # this round's note, closed by update

@@ -623,7 +623,7 @@ def path_text(rollback: dict) -> str:
 
 def compile_text(result: GenerationResult, *, detail: bool = False) -> str | None:
     """``compile: graphs (drafter graphs)`` or ``compile: off (asked static; fell back)``; None for a
-    served target. ``detail`` (/stats) adds widths, captures, their seconds, recompiles and the reason."""
+    served target. ``detail`` (/stats) adds widths, captures, their seconds, recompiles and why the target or the drafter fell back."""
     compiled = getattr(result, "compile", None)     # None in a trace written before the field
     if not compiled:
         return None
@@ -644,6 +644,8 @@ def compile_text(result: GenerationResult, *, detail: bool = False) -> str | Non
                  f"{compiled.get('recompiles', 0)} recompiles")
     if detail and compiled.get("reason"):
         text += f" · why: {compiled['reason']}"
+    if detail and compiled.get("drafter_reason"):
+        text += f" · drafter: {compiled['drafter_reason']}"
     return text
 
 

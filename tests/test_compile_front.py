@@ -151,6 +151,43 @@ def test_the_json_and_the_panels_say_which_path_each_strategy_ran(runner, monkey
     assert {e["compile"]["path"] for e in off.values()} == {"off"}
 
 
+@pytest.fixture(scope="module")
+def self_runner():
+    """A pair whose drafter is made from its target, as the default pair's is: a layer-skipping
+    self-drafter (most of its drafts rejected), drafting on the target's cache."""
+    from model_drafters.selfdraft import build_self_drafter, parse_self_draft
+
+    tokenizer = word_tokenizer()
+    target = tiny_llama(0, vocab_size=len(tokenizer), logit_scale=8.0)
+    pair = model_pair(target, build_self_drafter(target, parse_self_draft("self:skip=1")), tokenizer=tokenizer,
+                      end_tokens=[tokenizer.eos_token_id], context_length=256)
+    return Runner(pair, notify=lambda line: None)
+
+
+@pytest.mark.parametrize("path", ["static", "graphs"])
+def test_a_self_drafter_runs_on_the_path_asked_and_its_panel_and_json_say_so(self_runner, monkeypatch, path):
+    """``/compile static`` (or graphs), then a prompt: the speculative run's target takes the path, its
+    self-drafter drafts on the target's static cache (eager: on graphs its record says why in one line),
+    the panel and the JSON say so, and the tokens are target AR's."""
+    monkeypatch.setattr(static, "BACKEND", "eager")
+    settings = Settings(length=12, chat=False, live=False, ngram=False)
+    assert execute(f"/compile {path}", settings).ok
+    prompt_run = self_runner.run(self_runner.prepare(PROMPT, settings), settings)
+    entries = prompt_run.to_dict()["strategies"]
+    compiled = entries["speculative"]["compile"]
+    assert (compiled["path"], compiled["reason"], compiled["drafter_path"]) == (path, "", "static"), compiled
+    assert (compiled["drafter_reason"] == "") == (path == "static") and "\n" not in compiled["drafter_reason"]
+    assert entries["speculative"]["token_ids"] == entries["target"]["token_ids"]
+    assert entries["speculative"]["drafted"] > entries["speculative"]["accepted"]
+    run = prompt_run.runs[0]
+    panel = render.make_console()
+    with panel.capture() as captured:
+        panel.print(render.strategy_panel(run, prompt_run.prompt_ids, self_runner.pair.tokenizer, debug=False,
+                                          prompt_run=prompt_run))
+    assert f"compile: {path} (drafter static)" in captured.get()
+    assert ("drafter: a self-drafter's forwards" in render.compile_text(run.result, detail=True)) == (path == "graphs")
+
+
 def _graphs_run_faults(runner) -> list[str]:
     """What a graphs run reports wrongly (empty: nothing): with no capture kept, the first run
     captures its widths, outside its time, and /stats says so; the next run reuses them: no capture,

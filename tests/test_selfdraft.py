@@ -130,8 +130,15 @@ def test_self_drafters_are_lossless(family, kind, policy, references):
 
 
 def test_a_drafter_that_keeps_its_draft_positions_in_the_target_cache_is_caught(monkeypatch, references):
-    """Mutation: without dropping the drafts from the shared cache the output breaks."""
-    monkeypatch.setattr(shared_cache, "drop_drafts", lambda cache, n: None)
+    """Mutation: without rolling the drafts back out of the shared cache the output breaks."""
+    beside = CachedModel.beside
+
+    def keeping_its_drafts(self, model, layers=None):
+        cached = beside(self, model, layers)
+        cached.rollback = lambda length: None
+        return cached
+
+    monkeypatch.setattr(CachedModel, "beside", keeping_its_drafts)
     target = build("llama")
     drafter = build_self_drafter(target, parse_self_draft("self:skip=1"))
     outputs = []
@@ -230,7 +237,7 @@ def test_shared_bf16_copy_logits_match_its_own_cache_within_bfloat16_tolerance()
     ids = torch.tensor([prompt])
     with torch.inference_mode():
         shared.fill_target(ids)
-        got = shared._forward(ids[:, -1:], shared._round_cache(len(prompt) - 1)).float()
+        got = shared._round_model(len(prompt) - 1).forward(ids, keep=1).float()
         want = model(input_ids=ids, use_cache=False).logits[0, -1:].float()
     scale = want.abs().max()
     assert shared.mode == "copy"

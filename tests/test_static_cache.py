@@ -370,15 +370,89 @@ def test_keep_hidden_runs_on_the_static_path(monkeypatch):
         assert got.tokens == want.tokens and got.accepted == want.accepted > 0, (compile, fields)
 
 
-def test_a_self_drafter_keeps_the_target_on_its_dynamic_cache():
-    """A self-drafter feeds and crops the target's own cache: the target stays off and says why."""
-    target = arch_zoo.build("llama")
-    strategy = Strategy("s", drafter="self", drafter_options="self:skip=1", gamma=3, processor=GreedyProcessor(),
-                        max_gen_len=LENGTH, compile="static")
-    result = run_strategy(strategy, model_pair(target, vocab_size=arch_zoo.VOCAB), PROMPT)
-    assert result.compile["path"] == "off" and "target's own dynamic cache" in result.compile["reason"]
-    assert result.compile["drafter_path"] == "off"
+# --------------------------------------------- a self-drafter on the target's static cache
+
+def self_draft(spec: str = "self:skip=1") -> dict:
+    """A layer-skipping self-drafter of the pair's target (most of its drafts rejected: every rollback runs)."""
+    return {"drafter": "self", "drafter_options": spec, "gamma": 3}
+
+
+@pytest.mark.parametrize("spec", ["self:skip=1", "self:skip=0"])
+@pytest.mark.parametrize("compile", ["static", "graphs"])
+def test_a_self_drafter_drafts_on_the_targets_static_cache(pair, monkeypatch, spec, compile):
+    """Fed over the target's own static layers at its slots, its drafts rolled back each round: every
+    logits row of both models equals the dynamic path's, the lengths pinned after every round, the
+    tokens ``generate``'s. Its forwards run eager: on ``graphs`` its record says so in one line."""
+    result = same_run(pair, monkeypatch, compile, **self_draft(spec))
+    assert result.drafted > result.accepted > 0 and result.rollback["drafter"]["method"] == "shared"
     assert result.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
+    report = result.compile
+    assert report["drafter_path"] == "static"
+    assert report["drafter_reason"] == ("a self-drafter's forwards on the target's cache run eager"
+                                        if compile == "graphs" else "")
+
+
+def test_a_self_drafter_samples_the_same_stream_and_drafts_inside_the_hybrid(pair, monkeypatch):
+    """Seeded sampling draws the same tokens on the static path; a pair whose drafter is the self-drafter
+    (as the default pair's is) drafts on the target's static cache inside the hybrid too."""
+    same_run(pair, monkeypatch, processor=ProcessorSpec("multinomial", temperature=1.0), seed=7, **self_draft())
+    from model_drafters.selfdraft import build_self_drafter, parse_self_draft
+
+    own = model_pair(pair.target, build_self_drafter(pair.target, parse_self_draft("self:skip=1")))
+    hybrid = same_run(own, monkeypatch, drafter="model", drafter_options=HybridOptions(2), gamma=3)
+    assert hybrid.compile["drafter_path"] == "static" and hybrid.drafted > hybrid.accepted
+
+
+@pytest.mark.parametrize("compile", ["static", "graphs"])
+def test_a_self_drafters_trees_on_the_targets_static_cache(pair, compile):
+    """Its trees grow on the target's static layers (a masked forward padded to the capacity) and
+    are dropped again: the rows that decided each token equal the dynamic path's."""
+    result = same_decisions(pair, compile, **self_draft(), tree=6)
+    assert result.tree_fallback == "" and any(r.tree_size for r in result.trace)
+    assert result.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
+
+
+@pytest.mark.parametrize("mutation", ["drafts left in", "one slot early"])
+def test_mutation_a_self_drafter_that_leaves_its_drafts_or_writes_a_slot_early_fails(pair, monkeypatch, mutation):
+    """Its drafts not rolled back (from 5.17 the target would write after them), or its rows written
+    from one slot before the target's length (over the last committed keys): the same check fails."""
+    if mutation == "drafts left in" and not static.LENGTH_IN_CACHE:
+        pytest.skip("on 4.57 a forward writes at the slots it names: drafts past the length are overwritten")
+    beside = StaticCachedModel.beside
+
+    def broken(self, model, layers=None):
+        cached = beside(self, model, layers)
+        if mutation == "drafts left in":
+            cached.rollback = lambda length: None
+        else:
+            cached._set_length(cached.length - 1)
+        return cached
+
+    monkeypatch.setattr(StaticCachedModel, "beside", broken)
+    with pytest.raises(AssertionError):
+        same_run(pair, monkeypatch, **self_draft("self:skip=0"))     # its kept layer's keys differ from the target's
+
+
+def test_self_drafters_that_cannot_share_fall_back_in_one_line():
+    """A cast copy drafts on a cache of its own (the target static); a target the static path refuses
+    (sliding windows, the cache off; recurrent state from 5.x) keeps its self-drafter on its dynamic
+    cache or the drafter's own. Each record says why in one line, and the tokens stay ``generate``'s."""
+    cases = [("llama", "self:bf16", {}, "static", "", "copy drafts on a cache of its own"),
+             ("qwen2", "self:skip=1", {}, "off", "sliding", ""),     # the target's reason; 4.57: its own cache
+             ("llama", "self:skip=1", {"use_cache": False}, "off", "the cache is off", "cannot be shared")]
+    if static.LENGTH_IN_CACHE:                           # 4.57 refuses Mamba2's own cache class on every path
+        cases.append(("mamba2", "self:bf16", {}, "off", "recurrent", "cannot be shared"))
+    for family, spec, fields, path, why, drafter_why in cases:
+        target = arch_zoo.build(family)
+        strategy = Strategy("s", processor=GreedyProcessor(), max_gen_len=LENGTH, compile="static",
+                            **self_draft(spec), **fields)
+        result = run_strategy(strategy, model_pair(target, vocab_size=arch_zoo.VOCAB), PROMPT)
+        report = result.compile
+        assert (report["path"], report["drafter_path"]) == (path, "off"), (family, spec, report)
+        assert why in report["reason"] and (why or not report["reason"]), (family, spec, report)
+        assert report["drafter_reason"] and drafter_why in report["drafter_reason"], (family, spec, report)
+        assert "\n" not in report["reason"] + report["drafter_reason"]
+        assert result.tokens == list(arch_zoo.reference(family, tuple(PROMPT))), (family, spec)
 
 
 def test_a_third_capacity_drops_the_least_recently_used_cache_and_its_captures(pair, monkeypatch):

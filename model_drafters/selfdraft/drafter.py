@@ -7,24 +7,25 @@ that cache can be shared (``kvcache.shared``), each round the drafter
 1. makes sure the target's cache holds every committed token but the last (in
    the first round the target's prefill runs here, once: the verify that
    follows feeds only the last token and the drafts);
-2. builds its round cache: a view of the target's layers (same dtype), or its
-   own cache topped up with the newly committed positions, cast;
+2. builds its round's cached model: on the target's own layers (same dtype;
+   ``target.beside``, dynamic or static as the target runs), or on its own cache
+   topped up with the newly committed positions, cast;
 3. drafts one token per forward, exactly as :class:`ModelDrafter` does, or,
    asked for a token tree (``propose_tree``), grows it on that round cache
    with ``generation.tree_draft`` (the root and one level per forward); a
    cast copy with a lean step (``selfdraft.lean``) drafts a chain through it,
    on the lean step's own buffers of the committed positions;
-4. drops its draft positions (and a tree's root and nodes), so the target's
-   cache is as it was.
+4. rolls its draft positions back (and a tree's root and nodes), so the
+   target's cache is as it was.
 
 Otherwise (no cache, recurrent layers, sliding layers for a cast copy) it
-drafts like a :class:`ModelDrafter`, on a cache of its own.
+drafts like a :class:`ModelDrafter`, on a cache of its own. Its report's
+``compile`` says where it drafted, and why not on the target's cache.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import torch
 
@@ -36,7 +37,9 @@ from generation.tree_draft import draft_tree, sample_tree
 from kvcache import shared as shared_cache
 from model_drafters.selfdraft.lean import lean_of
 from model_drafters.selfdraft.skip import kept_layers
-from kvcache.cache import CachedModel, RollbackStats, _forward_kwargs, new_cache, tree_support
+from kvcache.cache import CachedModel, RollbackStats, new_cache, off_path, tree_support
+
+OWN_CACHE = "it drafts on its own: the target's cache cannot be shared"
 
 
 class SelfDrafter(Drafter):
@@ -44,7 +47,6 @@ class SelfDrafter(Drafter):
 
     kind = "model"
     samples_trees = True
-    target_stays_dynamic = "the self-drafter drafts on the target's own dynamic cache"
 
     def __init__(self, model, processor, *, use_cache: bool = True, vocab_size: int | None = None,
                  generator: torch.Generator | None = None):
@@ -70,7 +72,7 @@ class SelfDrafter(Drafter):
         self._copied = 0           # committed positions in self.cache
         self._logits: list[torch.Tensor] = []  # the last chain proposal's logits rows, (1, V) each
         self.stats = RollbackStats(method="shared")
-        self.cache_kw, self.logits_kw = _forward_kwargs(model)
+        self.compiled: dict | None = None      # where its forwards ran (its report's compile)
 
     # -------------------------------------------------------------- protocol
 
@@ -90,6 +92,9 @@ class SelfDrafter(Drafter):
         self._forwards, self._copied = 0, 0
         self._logits = []
         self.stats = RollbackStats(method="shared" if self.mode != "own" else "crop")
+        dtype = str(self.dtype).removeprefix("torch.")
+        self.compiled = off_path(f"a {dtype} copy drafts on a cache of its own, the target's cast to it"
+                                 if self.mode == "copy" else OWN_CACHE)   # view: its round's (_round_model)
         if self.mode == "copy":
             self.cache = new_cache(self.model)
             self.lean = lean_of(self.model)[0]
@@ -105,14 +110,11 @@ class SelfDrafter(Drafter):
         committed = ids.shape[1] - 1
         self.fill_target(ids)
         forward, drop = self._round(committed)
-        fed = [0]
         self._logits = []
 
         def step(seq: torch.Tensor) -> torch.Tensor:
-            new = seq[:, committed + fed[0]:]
-            fed[0] += new.shape[1]
             self._forwards += 1
-            logits = forward(new)                                   # (1, V)
+            logits = forward(seq)                                   # (1, V)
             self._logits.append(logits)
             return logits
 
@@ -120,7 +122,7 @@ class SelfDrafter(Drafter):
             drafts, probs = draft_tokens(step, ids.to(self.device), k, self.processor, self.generator,
                                          self.vocab_size, stop_below)
         finally:
-            drop(fed[0])
+            drop(len(self._logits))                                 # the steps fed, one token each
         del self._logits[drafts.shape[0]:]                          # a step past an early stop drafted nothing
         return drafts.to(ids.device), probs.to(ids.device)
 
@@ -174,7 +176,8 @@ class SelfDrafter(Drafter):
 
     def report(self) -> DrafterReport:
         own = self.mode == "own"
-        return replace(super().report(), rollback=self.own.report().rollback if own else self.stats.to_dict())
+        return DrafterReport(rollback=self.own.report().rollback if own else self.stats.to_dict(),
+                             compile=self.compiled if self.calls else None)
 
     def fill_target(self, ids: torch.Tensor) -> None:
         """Feed the target the committed tokens its cache lacks (the prompt, in the first round);
@@ -189,22 +192,22 @@ class SelfDrafter(Drafter):
     # ------------------------------------------------------------ internals
 
     def _grow(self, ids: torch.Tensor, grow):
-        """``grow(cached, seq)`` on the round cache wrapped as a ``CachedModel`` holding the
-        committed tokens; None (nothing fed) where the drafter cannot take a tree.
+        """``grow(cached, seq)`` on the round's cached model (:meth:`_round_model`); None (nothing
+        fed) where the drafter cannot take a tree.
 
         ``grow`` feeds the root and one level per forward and drops them all in
         one crop (``drop_root``), so the target's cache is left as it was.
         """
         committed = ids.shape[1] - 1
         self.fill_target(ids)
-        cached = CachedModel.over(self.model, self._round_cache(committed), committed)
+        cached = self._round_model(committed)
         if tree_support(cached) is not None:
             return None
         self._logits = []
         try:
             return grow(cached, ids.to(self.device))
         except BaseException:  # a forward raised: still leave the target's cache as it was
-            shared_cache.drop_drafts(cached.cache, cached.length - committed)
+            cached.rollback(committed)
             raise
         finally:
             self._forwards += cached.forwards
@@ -220,13 +223,14 @@ class SelfDrafter(Drafter):
         return "copy" if self.layers is None and shared_cache.can_copy(target.cache) else "own"
 
     def _round(self, committed: int):
-        """(forward(new ids) -> logits of the last, (1, V); drop(n)) for this round's chain, on the
-        lean step where the model has one, else on the round cache."""
+        """(forward(seq) -> the logits after seq (1, L), (1, V); drop(n)) for this round's chain, on
+        the lean step where the model has one, else on the round's cached model; drop(n) takes the
+        n drafts fed back out, to the ``committed`` positions."""
         if self.lean is not None:
             self._append_lean(committed)
             return self._lean_forward, self.lean.drop
-        cache = self._round_cache(committed)
-        return (lambda new: self._forward(new, cache)), (lambda n: shared_cache.drop_drafts(cache, n))
+        cached = self._round_model(committed)
+        return (lambda seq: cached.forward(seq, keep=1)), (lambda n: cached.rollback(committed))
 
     def _append_lean(self, committed: int) -> None:
         """Copy the target's committed positions the lean step lacks into its buffers (cast); its
@@ -234,23 +238,20 @@ class SelfDrafter(Drafter):
         if committed > self.lean.length:
             self.lean.append(shared_cache.committed_positions(self.target.cache, self.lean.length, committed))
 
-    def _lean_forward(self, new: torch.Tensor) -> torch.Tensor:
-        for token in new[0].split(1):
-            logits = self.lean.step(token)
-        return logits
+    def _lean_forward(self, seq: torch.Tensor) -> torch.Tensor:
+        return self.lean.step(seq[0, -1:])         # a chain's step feeds its last token (the first: the last committed)
 
-    def _round_cache(self, committed: int):
+    def _round_model(self, committed: int) -> CachedModel:
+        """The drafter as a cached model holding the ``committed`` positions: fed over the target's
+        own layers as the target is fed (``target.beside``: its dynamic cache, or its static one at its
+        slots), or over its cast copy, topped up with the newly committed positions."""
         if self.mode == "view":
-            return shared_cache.view_of(self.target.cache, self.layers or list(range(len(self.target.cache.layers))))
+            cached = self.target.beside(self.model, self.layers)
+            self.compiled = cached.compile_stats()
+            return cached
         shared_cache.append_committed(self.cache, self.target.cache, self._copied, committed, self.dtype)
         self._copied = committed
-        return self.cache
-
-    def _forward(self, new: torch.Tensor, cache) -> torch.Tensor:
-        kwargs = {"input_ids": new.to(self.device), self.cache_kw: cache, "use_cache": True}
-        if self.logits_kw is not None:
-            kwargs[self.logits_kw] = 1
-        return self.model(**kwargs).logits[0, -1:]
+        return CachedModel.over(self.model, self.cache, committed)
 
 
 def _cache_dtype(model) -> torch.dtype:
