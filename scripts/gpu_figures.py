@@ -369,7 +369,7 @@ def describe(title: str, runs: dict, rounds: int, dtype: str, floor_ms: float | 
                                                     if result is not None and result.target_calls else None),
                          "compile": compiled}
         parts = [f"{row['tok_s']:.1f} tok/s" if row.get("tok_s") is not None else "no timed run"]
-        if step is not None and "speculative" not in name:
+        if step is not None and result is not None and not result.drafted:      # target AR: one token a step
             parts.append(f"target step {step:.2f} ms" + (f" ({step / floor_ms:.1f}x the floor)" if floor_ms else ""))
         elif step is not None:
             parts.append(f"decode {step:.2f} ms a token")
