@@ -51,7 +51,7 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
     level = list(range(len(cand)))
     fed: list[int] = []                      # candidate index of each node fed to the cache
     for d in range(1, depth):
-        expand = sorted(level, key=lambda c: -cand[c][4])[:branch]
+        expand = _fitting(cached, sorted(level, key=lambda c: -cand[c][4])[:branch])
         if not expand:
             break
         logits = _feed_level(cached, cand, fed, expand, length, device)
@@ -63,6 +63,13 @@ def draft_tree(cached: CachedModel, processor, vocab_size: int | None, ids: torc
                 cand.append((token, c, rank, d, cand[c][4] + logq))
     cached.keep_block(len(fed) + int(drop_root), [])
     return best_tree(cand, nodes)
+
+
+def _fitting(cached: CachedModel, expand: list[int]) -> list[int]:
+    """The best of ``expand`` that a static cache still has room for (all of them on a growing
+    cache): near a static cache's end a tree grows fewer nodes, never past it."""
+    room = cached.room
+    return expand if room is None else expand[:max(0, room)]
 
 
 def _feed_level(cached: CachedModel, cand, fed: list[int], expand: list[int],
@@ -141,7 +148,7 @@ def sample_tree(cached: CachedModel, processor, vocab_size: int | None, ids: tor
         # the rank-0 line is always grown, as deep as a chain, and the rest of
         # the share goes to the next-best nodes (fewest later draws on their
         # path, then cumulative q).
-        expand = sorted(level, key=lambda c: (later[c], -cand[c][4]))[:len(counts)]
+        expand = _fitting(cached, sorted(level, key=lambda c: (later[c], -cand[c][4]))[:len(counts)])
         if not expand:
             break
         logits = _feed_level(cached, cand, fed, expand, length, device)

@@ -571,6 +571,11 @@ class CachedModel:
         return off_path(self.compile_reason)
 
     @property
+    def room(self) -> int | None:
+        """Positions a forward may still add to this cache; None where it grows (a dynamic cache)."""
+        return None
+
+    @property
     def length(self) -> int:
         """Positions of the (decoder) sequence the cache holds."""
         return self._length if self.use_cache else 0

@@ -329,6 +329,10 @@ class StaticCachedModel(CachedModel):
             lower_length(self.cache, self._length - length)
         self._length = length
 
+    @property
+    def room(self) -> int:
+        return self.capacity - self._length
+
     def _room(self, end: int) -> None:
         if end > self.capacity:
             raise UnsupportedCacheError(f"a forward needs {end} positions of a static cache of {self.capacity}")

@@ -513,3 +513,38 @@ def test_default_compile():
 def test_unknown_compile_path_is_one_line():
     with pytest.raises(ValueError, match="compile must be one of off, static, graphs"):
         Strategy("s", compile="fast")
+
+
+def tree_at_the_end(pair, monkeypatch):
+    """A tree run whose drafter's growth would pass the end of its static cache: the capacity step
+    cut to 8, so the capacity is the prompt, the budget and the tree's 2 nodes with little slack,
+    while a tree of depth 8 and branch 4 grows up to 1 + 7 x 4 rows a round. The tokens equal the
+    dynamic path's and ``generate``'s, and the run says it ran static."""
+    monkeypatch.setattr(static, "CAPACITY_STEP", 8)
+    fields = dict(drafter="model", gamma=8, tree=2, tree_branch=4)
+    want, got = run(pair, "off", **fields), run(pair, "static", **fields)
+    assert got.compile["path"] == "static" and got.compile["reason"] == ""
+    assert got.tokens == want.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
+    return got
+
+
+@pytest.mark.parametrize("which", ["model", "self"])
+def test_a_tree_near_the_end_of_a_static_cache_grows_within_it(pair, monkeypatch, which):
+    if which == "self":
+        from model_drafters.selfdraft import build_self_drafter, parse_self_draft
+
+        pair = model_pair(pair.target, build_self_drafter(pair.target, parse_self_draft("self:skip=1")))
+    result = tree_at_the_end(pair, monkeypatch)
+    assert any(r.tree_size for r in result.trace)
+    capacity = static.static_capacity(len(PROMPT), LENGTH, 2)
+    # a round begun with 8 tokens left to make grows to the last committed one, a root and 7 x 4 nodes
+    assert capacity < len(PROMPT) + (LENGTH - 9) + 1 + 7 * 4, capacity
+
+
+def test_mutation_a_tree_grown_past_the_room_fails(pair, monkeypatch):
+    """Without the room check the drafter's growth passes the end: the run fails."""
+    import generation.tree_draft as tree_draft
+
+    monkeypatch.setattr(tree_draft, "_fitting", lambda cached, expand: expand)
+    with pytest.raises(Exception, match="positions of a static cache of"):
+        tree_at_the_end(pair, monkeypatch)
