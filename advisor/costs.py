@@ -64,11 +64,23 @@ class CostTable:
     notes: list[str] = field(default_factory=list)
     source: str = ""
     context: int = CONTEXT
+    # The target's (and a drafter model's) forwards by batch size and width (``engine.shapes.PairShapes
+    # .to_dict``), where ``--whatif batch`` timed them: a table read from a file projects with them.
+    shapes: dict | None = None
 
     def label(self) -> str:
         """``measured on <where>`` on a cache of how many tokens, and the file when it was read from one."""
         return (f"measured on {self.where}, on a cache of {self.context} tokens"
                 + (f" (read from {self.source})" if self.source else ""))
+
+    def batch_shapes(self):
+        """The forwards by shape this table holds (``engine.shapes.PairShapes``, labelled with where
+        they were timed and the file), or None."""
+        from engine.shapes import PairShapes
+
+        if self.shapes is None:
+            return None
+        return PairShapes.from_dict(self.shapes, self.where + (f" (read from {self.source})" if self.source else ""))
 
     def target(self, width: int) -> tuple[float, bool]:
         """(the target's forward seconds at ``width``, estimated: the table lacks the width)."""
@@ -93,7 +105,8 @@ class CostTable:
         return {"format": FORMAT, "where": self.where, "label": self.label(),
                 "target_s": {str(w): s for w, s in sorted(self.target_s.items())},
                 "draft_s": {k: {str(w): s for w, s in sorted(v.items())} for k, v in sorted(self.draft_s.items())},
-                "host_s": self.host_s, "notes": list(self.notes), "context": self.context}
+                "host_s": self.host_s, "notes": list(self.notes), "context": self.context,
+                **({"shapes": self.shapes} if self.shapes is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "") -> "CostTable":
@@ -104,7 +117,9 @@ class CostTable:
             target = {int(w): float(s) for w, s in data["target_s"].items()}
             draft = {str(k): {int(w): float(s) for w, s in v.items()} for k, v in data["draft_s"].items()}
             table = cls(target, draft, float(data["host_s"]), str(data["where"]),
-                        [str(n) for n in data.get("notes", [])], source, int(data.get("context", CONTEXT)))
+                        [str(n) for n in data.get("notes", [])], source, int(data.get("context", CONTEXT)),
+                        data.get("shapes"))
+            table.batch_shapes()                       # a shape table that cannot be read fails here
         except CostsError:
             raise
         except (AttributeError, KeyError, TypeError, ValueError) as e:

@@ -59,25 +59,41 @@ def _pricing(advice, shapes: PairShapes):
     its step; a storage's look-ups per sequence."""
     drafter = advice.entry.method.drafter
     if drafter == "model" and shapes.drafter is not None:
-        own = shapes.drafter
-        return (lambda batch: own[(batch, 1)]), True
+        return shapes.drafter_s, True
     return None, drafter in ("model", "self")
 
 
 def project_advice(pair, advice: Sequence, context: int, where: str, *, rows: int = ROWS,
-                   batches: Sequence[int] = BATCHES, say=lambda line: None) -> BatchWhatIf:
+                   batches: Sequence[int] = BATCHES, say=lambda line: None, stored: PairShapes | None = None
+                   ) -> BatchWhatIf:
     """The best ``rows`` of ``advice`` (ranked, best first) projected over ``batches``, the pair's
-    forwards timed by shape over a cache of ``context`` tokens."""
+    forwards timed by shape over a cache of ``context`` tokens; or read off ``stored`` (a cost table's,
+    ``--costs FILE``: a width or batch size it lacks read between those it has) where it was timed on
+    a cache within a quarter of ``context``."""
     chosen = [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())][:rows]
     widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
-    say(f"timing the target by batch ({', '.join(map(str, batches))}) and width ({', '.join(map(str, widths))}) "
-        f"over a cache of {context} tokens")
-    shapes = time_pair_shapes(pair, widths, context, batches)
-    step = shapes.target[(1, 1)]
+    if stored is not None and abs(stored.context - context) <= context / 4:
+        shapes, where = stored, stored.where
+        say(f"pricing by batch with the forwards timed on {where} over a cache of {stored.context} tokens")
+    else:
+        say(f"timing the target by batch ({', '.join(map(str, batches))}) and width ({', '.join(map(str, widths))}) "
+            f"over a cache of {context} tokens")
+        shapes = time_pair_shapes(pair, widths, context, batches)
+    step = shapes.target_s(1, 1)
     out = []
     for a in chosen:
         facts = facts_of_advice(a, step)
         drafter_s, scaled = _pricing(a, shapes)
-        out.append((a.method, project(facts, lambda b, w: shapes.target[(b, w)], batches,
-                                      drafter_s=drafter_s, scaled_step=scaled)))
+        out.append((a.method, project(facts, shapes.target_s, batches, drafter_s=drafter_s, scaled_step=scaled)))
     return BatchWhatIf(out, shapes, where)
+
+
+def project_report(pair, report, context: int, where: str, say=lambda line: None) -> BatchWhatIf:
+    """``report``'s advice projected over batch size with its cost table: the forwards by shape the
+    table holds (``--costs FILE``) where they fit ``context``, else timed here; a table measured here
+    keeps what was timed, so its ``costs.json`` projects elsewhere without timing again."""
+    stored = report.costs.batch_shapes()
+    whatif = project_advice(pair, report.advice, context, where, say=say, stored=stored)
+    if whatif.shapes is not stored and not report.costs.source:
+        report.costs.shapes = whatif.shapes.to_dict()
+    return whatif

@@ -12,7 +12,7 @@ import time
 
 from advisor.advise import SAMPLING_NOTE, advise, context_of
 from advisor.costs import CostsError, CostTable, where_measured
-from advisor.whatif import project_advice
+from advisor.whatif import project_report
 from bench.runner import encode_prompts
 from kvcache.static import default_compile
 
@@ -90,7 +90,7 @@ def run_advice(args, prompts, models, out, err) -> int:
                             say=lambda line: err.print(f"  {line}", highlight=False))
             costs = report.costs
             if args.whatif == "batch" and not models.is_encoder_decoder:
-                report.whatif = project_advice(models, report.advice, context_of(ids, args.length),
+                report.whatif = project_report(models, report, context_of(ids, args.length),
                                                where_measured(models.device),
                                                say=lambda line: err.print(f"  {line}", highlight=False))
             reports[category] = report

@@ -7,6 +7,7 @@ the first turn warms up and a cost is the median of the rest.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,16 +67,69 @@ def drafter_shape_costs(pair, batches: Sequence[int], context: int) -> dict[tupl
     return time_shapes(drafter, batches, (1,), context, pair.vocab_size)
 
 
+def _between(points: dict[int, float], x: int) -> float:
+    """``points`` ({x: seconds}) read at ``x``: piecewise linear in log2 x between the nearest two
+    measured on either side, the last segment carried on past either end (one point: its value)."""
+    if x in points:
+        return points[x]
+    xs = sorted(points)
+    if len(xs) == 1:
+        return points[xs[0]]
+    i = min(max(1, sum(1 for k in xs if k < x)), len(xs) - 1)
+    (x0, x1), at = (xs[i - 1], xs[i]), math.log2(x)
+    t = (at - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+    return max(0.0, points[x0] + t * (points[x1] - points[x0]))
+
+
+def read_between(table: dict[tuple[int, int], float], batch: int, width: int) -> float:
+    """A ``{(B, w): seconds}`` table read at (``batch``, ``width``): each measured batch size read at
+    ``width`` (:func:`_between` over its widths), then those read at ``batch``."""
+    by_batch: dict[int, dict[int, float]] = {}
+    for (b, w), seconds in table.items():
+        by_batch.setdefault(b, {})[w] = seconds
+    return _between({b: _between(ws, width) for b, ws in by_batch.items()}, batch)
+
+
 @dataclass(frozen=True)
 class PairShapes:
     """The pair's forwards timed by shape for a projection: the target's ``{(B, w): seconds}``, the
     drafter's at width 1 where it is a model of its own (``drafter_shape_costs``, else None), the
-    context they were timed over, and the cores other processes used meanwhile (None: unknown)."""
+    context they were timed over, and the cores other processes used meanwhile (None: unknown).
+    ``where``: the machine they were timed on and the file they were read from ("": timed here now)."""
 
     target: dict[tuple[int, int], float]
     drafter: dict[tuple[int, int], float] | None
     context: int
     other_load: float | None
+    where: str = ""
+
+    def target_s(self, batch: int, width: int) -> float:
+        """The target's forward at (``batch``, ``width``): timed, or read between those timed."""
+        return read_between(self.target, batch, width)
+
+    def drafter_s(self, batch: int) -> float | None:
+        """The drafter model's own forward at ``batch`` (width 1), None where it has none."""
+        return None if self.drafter is None else read_between(self.drafter, batch, 1)
+
+    def to_dict(self) -> dict:
+        rows = lambda table: [[b, w, s] for (b, w), s in sorted(table.items())]      # noqa: E731
+        return {"context": self.context, "target": rows(self.target),
+                "drafter": rows(self.drafter) if self.drafter is not None else None, "other_load": self.other_load}
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str) -> PairShapes:
+        """The shapes :meth:`to_dict` wrote; ValueError (one line) for anything else."""
+        def table(rows) -> dict[tuple[int, int], float]:
+            out = {(int(b), int(w)): float(s) for b, w, s in rows}
+            if not out or any(s <= 0 for s in out.values()) or any(b < 1 or w < 1 for b, w in out):
+                raise ValueError("a shape table needs positive batch sizes, widths and seconds")
+            return out
+        try:
+            target = table(data["target"])
+            drafter = table(data["drafter"]) if data.get("drafter") is not None else None
+            return cls(target, drafter, int(data["context"]), data.get("other_load"), where)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a shape table: {type(e).__name__} {e}") from None
 
 
 def time_pair_shapes(pair, widths: Sequence[int], context: int, batches: Sequence[int] = BATCHES) -> PairShapes:

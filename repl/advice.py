@@ -167,7 +167,7 @@ def project_report(session, report, prompts: list[list[int]]) -> bool:
     one error line) where that cannot run."""
     from advisor.advise import context_of
     from advisor.costs import where_measured
-    from advisor.whatif import project_advice
+    from advisor.whatif import project_report as project
     from utils.machine_load import is_busy
 
     pair = session.runner.pair
@@ -175,8 +175,8 @@ def project_report(session, report, prompts: list[list[int]]) -> bool:
         session.error("--whatif batch needs a decoder-only target")
         return False
     report.whatif = session.guarded(
-        lambda: project_advice(pair, report.advice, context_of(prompts, report.length), where_measured(pair.device),
-                               say=lambda line: session.say(line, "dim")),
+        lambda: project(pair, report, context_of(prompts, report.length), where_measured(pair.device),
+                        say=lambda line: session.say(line, "dim")),
         interrupted="what-if interrupted", failed="--whatif failed")
     if report.whatif is None:
         return False

@@ -134,3 +134,112 @@ def test_bench_advise_with_whatif_batch_writes_the_projection_per_category(tmp_p
     assert batch["projected"] and len(batch["methods"][0]["speedups"]) == len(BATCHES)
     summary = (out / "advice.md").read_text()
     assert "Projected, not run:" in summary and "| stops paying at |" in summary
+
+
+def check_reading_between(read) -> None:
+    """Four forwards timed at B in (1, 4) and w in (1, 4), read elsewhere piecewise linearly in log2 B
+    and log2 w, worked by hand: at (2, 2) each batch's halfway width (2 and 4), then halfway between
+    (3); past the widths timed the last segment goes on (w = 8 at B = 1: 1 + 1.5 x 2 = 4)."""
+    table = {(1, 1): 1.0, (1, 4): 3.0, (4, 1): 2.0, (4, 4): 6.0}
+    assert read(table, 1, 4) == 3.0
+    assert read(table, 2, 2) == pytest.approx(3.0)
+    assert read(table, 1, 2) == pytest.approx(2.0) and read(table, 4, 2) == pytest.approx(4.0)
+    assert read(table, 1, 8) == pytest.approx(4.0)
+    assert read(table, 16, 1) == pytest.approx(3.0)                  # 1 + (log2 16 / log2 4) x (2 - 1)
+
+
+def test_forwards_are_read_between_the_shapes_timed():
+    from engine.shapes import read_between
+
+    check_reading_between(read_between)
+
+
+def test_mutation_reading_linearly_in_width_fails(monkeypatch):
+    import engine.shapes as shapes
+
+    def linear(points, x):
+        xs = sorted(points)
+        if x in points or len(xs) == 1:
+            return points.get(x, points[xs[0]])
+        i = min(max(1, sum(1 for k in xs if k < x)), len(xs) - 1)
+        x0, x1 = xs[i - 1], xs[i]
+        return points[x0] + (x - x0) / (x1 - x0) * (points[x1] - points[x0])
+    monkeypatch.setattr(shapes, "_between", linear)
+    with pytest.raises(AssertionError):
+        check_reading_between(shapes.read_between)
+
+
+def test_a_costs_file_projects_with_the_shapes_it_holds(tmp_path, monkeypatch):
+    """``bench.py --advise --whatif batch`` keeps the forwards it timed by shape in costs.json; ``infer.py
+    --advise --whatif batch --costs costs.json`` then projects with them (edited here by hand, so the
+    speedups are checked against those numbers) and times nothing; the projection says where they came
+    from. A file whose shapes were timed on another context is timed afresh, and says so."""
+    from advisor.costs import CostTable
+    from bench.cli import main
+    from repl.advice import advise_script
+    from repl.runner import Runner
+    from repl.scripted import Entry
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.repl import console
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["the cat sat on the mat"]}),
+                       encoding="utf-8")
+    out = tmp_path / "out"
+    pair = word_pair()
+    assert main(["--advise", "--whatif", "batch", "--prompts", str(prompts), "--length", "6", "--confirm", "1",
+                 "--out", str(out), "--no-chat"], loader=lambda args: pair) == 0
+    saved = json.loads((out / "costs.json").read_text())
+    timed = {(b, w) for b, w, _ in saved["shapes"]["target"]}
+    assert {(b, 1) for b in BATCHES} <= timed and saved["shapes"]["context"] > 0
+    # By hand: a forward of 10 ms plus 1 ms per token fed, and no drafter model of its own.
+    saved["shapes"]["target"] = [[b, w, 0.010 + 0.001 * b * w] for b, w in sorted(timed)]
+    saved["shapes"]["drafter"] = None
+    (out / "costs.json").write_text(json.dumps(saved), encoding="utf-8")
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("timed although the costs file holds the shapes")
+    monkeypatch.setattr(advisor.whatif, "time_pair_shapes", no_timing)
+    seen = []
+    real = advisor.whatif.project_advice
+    monkeypatch.setattr(advisor.whatif, "project_advice",
+                        lambda *args, **kwargs: seen.append((args, real(*args, **kwargs))) or seen[-1][1])
+    entries = [Entry("command", "/length 6", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2")]
+    c, _ = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c,
+                      advisor_costs=CostTable.load(out / "costs.json"))
+    stdout = io.StringIO()
+    assert advise_script(session, entries, as_json=True, stdout=stdout, whatif="batch") == 0, session.last_error
+    batch = json.loads(stdout.getvalue())["whatif"]["batch"]
+    assert f"(read from {out / 'costs.json'})" in batch["from"]
+    [(args, whatif)] = seen
+    cost = lambda b, w: 0.010 + 0.001 * b * w        # noqa: E731
+    rows = dict(whatif.rows)
+    assert [m["method"] for m in batch["methods"]] == list(rows)
+    checked = 0
+    for a in args[1]:
+        if a.method not in rows:
+            continue
+        checked += 1
+        widths = a.entry.replayed.widths
+        rounds = sum(widths.values())
+        draft_s = a.why.draft_steps * (a.why.c or 0.0) * cost(1, 1) + a.why.lookup_ms / 1e3
+        scaled = a.entry.method.drafter in ("model", "self")
+        want = [a.tokens_per_call * cost(b, 1)
+                / (sum(n / rounds * cost(b, w) for w, n in widths.items())
+                   + draft_s * (cost(b, 1) / cost(1, 1) if scaled else b)) for b in BATCHES]
+        assert rows[a.method].speedups == pytest.approx(want), a.method
+    assert checked == len(rows) > 0
+    monkeypatch.setattr(advisor.whatif, "project_advice", real)
+    # Shapes timed over another context are not used: the projection times here (and says where).
+    saved["shapes"]["context"] = 10 * saved["shapes"]["context"]
+    (out / "costs.json").write_text(json.dumps(saved), encoding="utf-8")
+    monkeypatch.undo()
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    c, text = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c,
+                      advisor_costs=CostTable.load(out / "costs.json"))
+    assert advise_script(session, entries, as_json=False, stdout=io.StringIO(), whatif="batch") == 0
+    assert "timing the target by batch" in text.getvalue()
