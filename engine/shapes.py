@@ -7,7 +7,6 @@ the first turn warms up and a cost is the median of the rest.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,22 +67,23 @@ def drafter_shape_costs(pair, batches: Sequence[int], context: int) -> dict[tupl
 
 
 def _between(points: dict[int, float], x: int) -> float:
-    """``points`` ({x: seconds}) read at ``x``: piecewise linear in log2 x between the nearest two
-    measured on either side, the last segment carried on past either end (one point: its value)."""
+    """``points`` ({x: seconds}) read at ``x``: linear between the nearest two measured on either side,
+    the last segment carried on past either end (one point: its value). A forward's cost is flat while
+    its weights' reads bound it and grows linearly with the tokens fed once its arithmetic does, so a
+    straight line between two timed shapes is exact on either side of that bend."""
     if x in points:
         return points[x]
     xs = sorted(points)
     if len(xs) == 1:
         return points[xs[0]]
     i = min(max(1, sum(1 for k in xs if k < x)), len(xs) - 1)
-    (x0, x1), at = (xs[i - 1], xs[i]), math.log2(x)
-    t = (at - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
-    return max(0.0, points[x0] + t * (points[x1] - points[x0]))
+    x0, x1 = xs[i - 1], xs[i]
+    return max(0.0, points[x0] + (x - x0) / (x1 - x0) * (points[x1] - points[x0]))
 
 
 def read_between(table: dict[tuple[int, int], float], batch: int, width: int) -> float:
     """A ``{(B, w): seconds}`` table read at (``batch``, ``width``): each measured batch size read at
-    ``width`` (:func:`_between` over its widths), then those read at ``batch``."""
+    ``width`` (:func:`_between` over its widths), then those read at ``batch`` (bilinear inside the grid)."""
     by_batch: dict[int, dict[int, float]] = {}
     for (b, w), seconds in table.items():
         by_batch.setdefault(b, {})[w] = seconds

@@ -137,15 +137,17 @@ def test_bench_advise_with_whatif_batch_writes_the_projection_per_category(tmp_p
 
 
 def check_reading_between(read) -> None:
-    """Four forwards timed at B in (1, 4) and w in (1, 4), read elsewhere piecewise linearly in log2 B
-    and log2 w, worked by hand: at (2, 2) each batch's halfway width (2 and 4), then halfway between
-    (3); past the widths timed the last segment goes on (w = 8 at B = 1: 1 + 1.5 x 2 = 4)."""
+    """Four forwards timed at B in (1, 4) and w in (1, 4), read elsewhere linearly in B and w, worked
+    by hand: at (2, 2) each batch's width 2 (1 + 2/3 = 5/3 at B = 1, 2 + 4/3 = 10/3 at B = 4), then a
+    third of the way between them (20/9); past the shapes timed the last segment goes on (w = 8 at
+    B = 1: 1 + 7/3 x 2; B = 16 at w = 1: 1 + 15/3 x 1). An affine cost is read exactly."""
     table = {(1, 1): 1.0, (1, 4): 3.0, (4, 1): 2.0, (4, 4): 6.0}
     assert read(table, 1, 4) == 3.0
-    assert read(table, 2, 2) == pytest.approx(3.0)
-    assert read(table, 1, 2) == pytest.approx(2.0) and read(table, 4, 2) == pytest.approx(4.0)
-    assert read(table, 1, 8) == pytest.approx(4.0)
-    assert read(table, 16, 1) == pytest.approx(3.0)                  # 1 + (log2 16 / log2 4) x (2 - 1)
+    assert read(table, 1, 2) == pytest.approx(5 / 3) and read(table, 4, 2) == pytest.approx(10 / 3)
+    assert read(table, 2, 2) == pytest.approx(20 / 9)
+    assert read(table, 1, 8) == pytest.approx(1 + 14 / 3) and read(table, 16, 1) == pytest.approx(6.0)
+    affine = {(b, w): 0.01 + 0.001 * b * w for b in (1, 8, 32) for w in (1, 8)}
+    assert read(affine, 32, 4) == pytest.approx(0.01 + 0.001 * 32 * 4)
 
 
 def test_forwards_are_read_between_the_shapes_timed():
@@ -154,17 +156,20 @@ def test_forwards_are_read_between_the_shapes_timed():
     check_reading_between(read_between)
 
 
-def test_mutation_reading_linearly_in_width_fails(monkeypatch):
+def test_mutation_reading_in_log2_fails(monkeypatch):
+    import math
+
     import engine.shapes as shapes
 
-    def linear(points, x):
+    def in_log2(points, x):
         xs = sorted(points)
         if x in points or len(xs) == 1:
             return points.get(x, points[xs[0]])
         i = min(max(1, sum(1 for k in xs if k < x)), len(xs) - 1)
         x0, x1 = xs[i - 1], xs[i]
-        return points[x0] + (x - x0) / (x1 - x0) * (points[x1] - points[x0])
-    monkeypatch.setattr(shapes, "_between", linear)
+        t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+        return points[x0] + t * (points[x1] - points[x0])
+    monkeypatch.setattr(shapes, "_between", in_log2)
     with pytest.raises(AssertionError):
         check_reading_between(shapes.read_between)
 
