@@ -548,3 +548,42 @@ def test_mutation_a_tree_grown_past_the_room_fails(pair, monkeypatch):
     monkeypatch.setattr(tree_draft, "_fitting", lambda cached, expand: expand)
     with pytest.raises(Exception, match="positions of a static cache of"):
         tree_at_the_end(pair, monkeypatch)
+
+
+def layer_forwards_set_on_the_instance(model):
+    """Each decoder layer's ``forward`` set on the instance, bound to that layer (as transformers 4.57
+    leaves it once a caller asked for hidden states)."""
+    import functools
+
+    for layer in model.model.layers:
+        layer.forward = functools.partial(type(layer).forward, layer)
+    return model
+
+
+@pytest.mark.parametrize("compile", ["off", "static"])
+def test_a_skip_drafter_runs_its_own_layers_when_the_target_wraps_their_forward(pair, compile):
+    """A layer-skipping self-drafter of a target whose layers carry an instance ``forward`` (bound to
+    the target's own layer): the skip view's renumbered layers run, not the target's, so skipping the
+    first layer still drafts over its one-layer view and decodes target AR's tokens."""
+    import copy
+
+    target = layer_forwards_set_on_the_instance(copy.deepcopy(pair.target))
+    wrapped = model_pair(target, pair.drafter)
+    result = run(wrapped, compile, **self_draft("self:skip=0"))
+    assert result.compile["path"] == compile and result.drafted > result.accepted
+    assert result.tokens == list(arch_zoo.reference("llama", tuple(PROMPT)))
+
+
+def test_mutation_a_skip_view_that_keeps_the_instance_forward_fails(pair, monkeypatch):
+    import copy
+
+    from model_drafters.selfdraft import skip
+
+    def keeps(module):
+        clone = copy.copy(module)
+        clone._modules = dict(module._modules)
+        return clone
+    monkeypatch.setattr(skip, "_shallow", keeps)
+    target = layer_forwards_set_on_the_instance(copy.deepcopy(pair.target))
+    with pytest.raises(Exception):
+        run(model_pair(target, pair.drafter), "off", **self_draft("self:skip=0"))

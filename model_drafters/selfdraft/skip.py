@@ -59,9 +59,12 @@ def decoder_layers(model) -> tuple[list[str], torch.nn.ModuleList]:
 
 
 def _shallow(module: torch.nn.Module) -> torch.nn.Module:
-    """A new module object sharing parameters, buffers and hooks, with its own child table."""
+    """A new module object sharing parameters, buffers and hooks, with its own child table. A
+    ``forward`` set on the instance (transformers 4.57 wraps a layer's once hidden states are asked
+    for) is bound to ``module`` and would run it, not the clone: the clone runs its class's own."""
     clone = copy.copy(module)
     clone._modules = dict(module._modules)
+    vars(clone).pop("forward", None)
     return clone
 
 
