@@ -65,8 +65,8 @@ else
     budget="${BUDGET_S:-360}"
     device=cuda
     figure_args=()
-    shares=(identity=70 verdicts=70 speed=90)
-    tests_share=100
+    shares=(identity=120 verdicts=100 speed=70)
+    tests_share=40
     engine=$(sed -n '/^FLOOR_TESTS=(/,/^)/p' test.sh | grep tests/ | xargs)
     first="tests/test_static_cache.py tests/test_compile_front.py tests/test_bench_static_peers.py"
     tests="${TESTS:-$first $(for t in $engine; do case " $first " in *" $t "*) ;; *) printf '%s ' "$t";; esac; done)}"

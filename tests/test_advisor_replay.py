@@ -35,7 +35,8 @@ def pair():
     drafter = copy.deepcopy(target)
     torch.manual_seed(7)
     with torch.no_grad():
-        drafter.lm_head.weight.add_(0.1 * torch.randn_like(drafter.lm_head.weight))
+        noise = torch.randn(drafter.lm_head.weight.shape, device="cpu")        # the same on every device
+        drafter.lm_head.weight.add_(0.1 * noise.to(drafter.lm_head.weight.device))
     return pair_of(target, drafter)
 
 
@@ -223,6 +224,9 @@ def _mtp_pair():
 
 def _gemma4_pair():
     from model_drafters.gemma4_assistant import mark_assistant
+    from model_drafters.gemma4_assistant.model import assistant_class
+
+    assistant_class()                               # refused in one line where its transformers is not run
     from tests.helpers.gemma4_assistant import tiny_assistant, tiny_target
 
     target = tiny_target(seed=0)

@@ -137,6 +137,17 @@ def test_transformers_assisted_generation_with_the_assistant_is_greedy_identical
             assert assisted == plain, gamma
 
 
+def test_an_assistant_marked_on_a_release_it_does_not_run_is_refused_in_one_line(monkeypatch):
+    """Built by hand (``mark_assistant``) where the assistant is 5.17's earlier one: refused at the
+    marking, not a KeyError in the first draft. Mutation: without the check this fails."""
+    import model_drafters.gemma4_assistant.model
+
+    monkeypatch.setattr(model_drafters.gemma4_assistant.model, "has_assistant_model", lambda: False)
+    with pytest.raises(AssistantRefused, match="needs a transformers with") as info:
+        mark_assistant(torch.nn.Linear(2, 2), tiny_llama(0))
+    assert "\n" not in str(info.value)
+
+
 def test_a_target_that_is_not_gemma4_is_refused_in_one_line(tmp_path):
     """A Llama target; on a transformers without the assistant class, that is said first."""
     tiny_llama(0, vocab_size=64).save_pretrained(tmp_path / "llama")

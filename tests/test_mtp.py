@@ -114,6 +114,19 @@ def test_a_model_without_mtp_layers_is_refused_in_one_line(tmp_path):
     assert ("declares no num_mtp_layers" in message) if HAS_MTP else ("needs transformers >= 5.24" in message)
 
 
+def test_layers_marked_on_a_release_the_drafter_does_not_run_are_refused_in_one_line(monkeypatch):
+    """Built by hand (``mark_mtp``) where ``MtpModel`` is the earlier one (5.17 to 5.19): refused
+    at the marking, not a traceback in the first draft (5.17's ``MtpModel`` has no ``forward_layer``).
+    Mutation: without the check the marking passes and this fails."""
+    from model_drafters.mtp import mark_mtp
+    import model_drafters.mtp.model
+
+    monkeypatch.setattr(model_drafters.mtp.model, "has_mtp_model", lambda: False)
+    with pytest.raises(MtpRefused, match="need transformers >= 5.24") as info:
+        mark_mtp(torch.nn.Linear(2, 2), tiny_llama(0))
+    assert "\n" not in str(info.value)
+
+
 @needs_mtp
 def test_num_mtp_layers_zero_is_refused():
     from tests.helpers.mtp import tiny_target

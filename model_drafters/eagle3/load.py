@@ -275,10 +275,12 @@ def build_head(config: dict, checkpoint: Checkpoint, target, config_file: Path) 
                       own_embeddings="embed_tokens.weight" in checkpoint.tensors,
                       norm_before_residual=bool(config.get("norm_before_residual", False)))
     weights = dict(checkpoint.tensors)
-    d2t = weights.get("d2t", torch.zeros(fit.draft_vocab, dtype=torch.long)).long()
+    # on the CPU, named: a default device set by the caller (torch.set_default_device) would put
+    # the map's new tensors there and the checkpoint's d2t on the CPU
+    d2t = weights.get("d2t", torch.zeros(fit.draft_vocab, dtype=torch.long, device="cpu")).long().cpu()
     weights["d2t"] = d2t
-    weights["t2d"] = torch.zeros(fit.vocab, dtype=torch.bool)
-    weights["t2d"][torch.arange(fit.draft_vocab) + d2t.cpu()] = True     # which target ids the head drafts
+    weights["t2d"] = torch.zeros(fit.vocab, dtype=torch.bool, device="cpu")
+    weights["t2d"][torch.arange(fit.draft_vocab, device="cpu") + d2t] = True     # which target ids the head drafts
     head.load_state_dict(weights, strict=True)
     decoder_layer = next(target.get_decoder().parameters())
     return head.to(device=decoder_layer.device, dtype=decoder_layer.dtype).eval()

@@ -135,8 +135,9 @@ def mark_assistant(model, target):
 
     The engine then drafts with it through ``gemma4_assistant.AssistantDrafter``. It keeps no
     cache (it attends to the target's), so the cache probe, which runs models alone, records it
-    without running it.
+    without running it. :class:`AssistantRefused` on a transformers whose assistant it does not run.
     """
+    assistant_class()
     check_sizes(model.config, target)
     object.__setattr__(model, ASSISTANT_ATTR, target)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")

@@ -83,8 +83,12 @@ def mark_mtp(model, target):
 
     The engine then drafts with it through :class:`mtp.MtpDrafter`. Its cache is not a
     model's own (the drafter keeps and rolls back an ``MtpCache`` per draft depth), so the
-    cache probe, which runs models alone, records it without running it.
+    cache probe, which runs models alone, records it without running it. :class:`MtpRefused` on a
+    transformers whose ``MtpModel`` the drafter does not run (before 5.24).
     """
+    if not has_mtp_model():
+        raise MtpRefused(f"MTP layers need transformers >= 5.24 (MtpModel with forward_layer); this is "
+                         f"transformers {transformers.__version__}")
     object.__setattr__(model, MTP_ATTR, target)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     remember(model, ProbeResult(type(model).__name__, dtype, "cached", rollback="crop",

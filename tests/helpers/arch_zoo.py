@@ -42,6 +42,7 @@ from checks.stats import goodness_of_fit
 from engine import NGramOptions, Strategy, run_strategy
 from kvcache.cache import TRANSFORMERS_RELEASE, UnsupportedCacheError
 from kvcache.probe import cached_model
+from tests.helpers.devices import seeded_on_cpu
 from tests.helpers.pairs import model_pair
 
 VOCAB = 96
@@ -448,8 +449,7 @@ def _random_model(fam: Family, seed: int):
             setattr(config, attr, WIDE_INIT)
     if fam.attn_implementation:
         config._attn_implementation = fam.attn_implementation
-    torch.manual_seed(seed)
-    return model_cls(config).eval()
+    return seeded_on_cpu(lambda: model_cls(config).eval(), seed)
 
 
 def _untied_output(model) -> torch.nn.Module:

@@ -30,6 +30,16 @@ def cores_of_this_process() -> int:
     return max(1, (os.cpu_count() or 1) // max(1, processes))
 
 
+def seeded_on_cpu(make, seed: int):
+    """``make()`` after ``torch.manual_seed(seed)``, built on the CPU and moved to the test device:
+    the same weights on every device (a CUDA generator draws other numbers from the same seed, and
+    a test's data, the drafts it accepts and rejects, would change with them)."""
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        model = make()
+    return model.to(torch.get_default_device())
+
+
 def int8_route_missing() -> str:
     """Why ``self:int8`` cannot run on the test device, in one line ("" when it can): off a CPU its
     route is optimum-quanto (``model_drafters.selfdraft.copies.default_int8_method``), a package a

@@ -47,16 +47,17 @@ def head_weights(target, draft_vocab: int, seed: int = 1, *, own_embeddings: boo
     """Random head weights (from ``seed`` alone, wide) under the checkpoint names."""
     hidden, vocab = target.config.hidden_size, target.config.vocab_size
     head_dim = hidden // HEADS
-    g = torch.Generator().manual_seed(seed)
+    cpu = torch.device("cpu")                # drawn and kept on the CPU: the same head on every device
+    g = torch.Generator(device=cpu).manual_seed(seed)
 
     def wide(*shape):
-        return torch.randn(*shape, generator=g) * WIDE_INIT
+        return torch.randn(*shape, generator=g, device=cpu) * WIDE_INIT
 
     def norm():
-        return 1.0 + 0.1 * torch.randn(hidden, generator=g)
+        return 1.0 + 0.1 * torch.randn(hidden, generator=g, device=cpu)
 
-    chosen = torch.randperm(vocab, generator=g)[:draft_vocab].sort().values     # target ids of the draft vocabulary
-    t2d = torch.zeros(vocab, dtype=torch.bool)
+    chosen = torch.randperm(vocab, generator=g, device=cpu)[:draft_vocab].sort().values     # target ids of the draft vocabulary
+    t2d = torch.zeros(vocab, dtype=torch.bool, device=cpu)
     t2d[chosen] = True
     weights = {
         "fc.weight": wide(hidden, 3 * hidden),
@@ -70,7 +71,7 @@ def head_weights(target, draft_vocab: int, seed: int = 1, *, own_embeddings: boo
         "midlayer.mlp.up_proj.weight": wide(2 * hidden, hidden),
         "midlayer.mlp.down_proj.weight": wide(hidden, 2 * hidden),
         "norm.weight": norm(), "lm_head.weight": wide(draft_vocab, hidden) * 20,
-        "d2t": chosen - torch.arange(draft_vocab), "t2d": t2d,
+        "d2t": chosen - torch.arange(draft_vocab, device=cpu), "t2d": t2d,
     }
     if own_embeddings:
         weights["embed_tokens.weight"] = wide(vocab, hidden) * 5

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from tests.helpers.devices import seeded_on_cpu
+
 WIDE_INIT = 0.2
 LOGIT_SCALE = 4.0
 WINDOW = 6
@@ -40,8 +42,7 @@ def tiny_target(*, seed: int = 0, vocab_size: int = VOCAB):
 
     config = target_config(vocab_size=vocab_size)
     config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = transformers.Gemma4ForCausalLM(config).eval()
+    model = seeded_on_cpu(lambda: transformers.Gemma4ForCausalLM(config).eval(), seed)
     with torch.no_grad():
         model.lm_head.weight.mul_(LOGIT_SCALE)
     model.generation_config = transformers.GenerationConfig(bos_token_id=0, eos_token_id=None, pad_token_id=None)
@@ -72,14 +73,16 @@ def tiny_assistant(target, *, seed: int = 1, **sizes):
     """A random Gemma 4 assistant for ``target``, drawn from ``seed`` alone (wide), not marked."""
     from transformers import Gemma4AssistantForCausalLM
 
-    torch.manual_seed(seed)
-    model = Gemma4AssistantForCausalLM(assistant_config(target, **sizes)).eval()
-    with torch.no_grad():
-        for weight in model.parameters():
-            if weight.dim() >= 2:
-                weight.normal_(0.0, WIDE_INIT)
-        model.lm_head.weight.mul_(LOGIT_SCALE)
-    return model
+    def drawn():
+        model = Gemma4AssistantForCausalLM(assistant_config(target, **sizes)).eval()
+        with torch.no_grad():
+            for weight in model.parameters():
+                if weight.dim() >= 2:
+                    weight.normal_(0.0, WIDE_INIT)
+            model.lm_head.weight.mul_(LOGIT_SCALE)
+        return model
+
+    return seeded_on_cpu(drawn, seed)
 
 
 def save_pair(target, assistant, folder: Path) -> tuple[Path, Path]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from tests.helpers.devices import seeded_on_cpu
+
 
 def tiny_llama(seed: int, *, vocab_size: int = 64, hidden: int = 32, layers: int = 2,
                max_positions: int = 256, logit_scale: float = 1.0, tie: bool = False,
@@ -14,21 +16,20 @@ def tiny_llama(seed: int, *, vocab_size: int = 64, hidden: int = 32, layers: int
     """A random Llama in eval mode, the one tiny causal LM the tests build.
 
     Weights depend only on ``seed`` and the shape (the same arguments give the
-    same model). ``logit_scale`` multiplies the output layer, sharpening its
+    same model, on every device). ``logit_scale`` multiplies the output layer, sharpening its
     distributions (random init gives nearly uniform next-token probabilities);
     ``tie`` ties it to the input embedding (then it scales both). ``config``
     overrides the special token ids (``bos_token_id=0``, ``eos_token_id=None``,
     ``pad_token_id=None`` unless given; a pad id also zeroes that embedding row)
     or sets any other ``LlamaConfig`` field.
     """
-    torch.manual_seed(seed)
     config = LlamaConfig(**{
         "vocab_size": vocab_size, "hidden_size": hidden, "intermediate_size": 2 * hidden,
         "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
         "max_position_embeddings": max_positions, "tie_word_embeddings": tie,
         "bos_token_id": 0, "eos_token_id": None, "pad_token_id": None, **config,
     })
-    model = LlamaForCausalLM(config).eval()
+    model = seeded_on_cpu(lambda: LlamaForCausalLM(config).eval(), seed)
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
     return model.to(dtype)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from tests.helpers.devices import seeded_on_cpu
+
 WIDE_INIT = 0.2
 LOGIT_SCALE = 4.0
 
@@ -47,8 +49,7 @@ def tiny_target(family: str, *, seed: int = 0, layers: int | None = None, vocab_
     if mtp_layers is not None:
         fields["num_mtp_layers"] = mtp_layers
     config = getattr(transformers, config_name)(**fields)
-    torch.manual_seed(seed)
-    model = getattr(transformers, model_name)(config).eval()
+    model = seeded_on_cpu(lambda: getattr(transformers, model_name)(config).eval(), seed)
     with torch.no_grad():
         model.lm_head.weight.mul_(LOGIT_SCALE)
     model.generation_config = transformers.GenerationConfig(bos_token_id=0, eos_token_id=None, pad_token_id=None)
