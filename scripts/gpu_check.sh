@@ -2,7 +2,8 @@
 # The device check for a lent GPU, as one call under a hard budget of 6 minutes (docs/results.md,
 # "On a GPU"), in this order, each part under its share of the time (printed first; a part's
 # unused time goes to the next) and each saved to its folder under $OUT as soon as it ends:
-#   1. identity/  correctness first: float32, random models of the Llama-3.2 1B/3B shapes, target AR
+#   1. identity/  correctness first: float32, random models of the Llama-3.2 1B/3B layer shapes (4
+#                 layers each: a capture's cost grows with the layers), target AR
 #                 and speculative decoding (the 1B drafting for the 3B) on each compile path (off,
 #                 static, graphs) and transformers' eager and static peers, each run once: every
 #                 output must equal the engine's eager target AR;
@@ -57,7 +58,7 @@ if [ "$rehearse" -eq 1 ]; then
     budget="${BUDGET_S:-180}"
     device=cpu
     # small shapes, few tokens: the rehearsal runs every step of every part, not the figures
-    figure_args=(--small --length 8 --prompt 8 --gamma 2 --ab-rounds 1)
+    figure_args=(--small --length 8 --prompt 8 --gamma 2 --ab-rounds 1 --identity-layers 2)
     shares=(identity=40 verdicts=40 speed=15)
     tests_share=45
     tests="${TESTS:-tests/test_compile_front.py}"
@@ -65,7 +66,7 @@ else
     budget="${BUDGET_S:-360}"
     device=cuda
     figure_args=()
-    shares=(identity=120 verdicts=100 speed=70)
+    shares=(identity=60 verdicts=170 speed=70)
     tests_share=40
     engine=$(sed -n '/^FLOOR_TESTS=(/,/^)/p' test.sh | grep tests/ | xargs)
     first="tests/test_static_cache.py tests/test_compile_front.py tests/test_bench_static_peers.py"

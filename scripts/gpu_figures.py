@@ -88,8 +88,11 @@ WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
 BANDWIDTH = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12))
 
 
-def build(name: str, small: bool, device: str, dtype: torch.dtype, seed: int):
+def build(name: str, small: bool, device: str, dtype: torch.dtype, seed: int, layers: int | None = None):
+    """The model of ``name``'s shapes (``layers`` of them where given: the same layer, fewer times)."""
     shape = (SMALL if small else SHAPES)[name]
+    if layers:
+        shape = {**shape, "num_hidden_layers": min(layers, shape["num_hidden_layers"])}
     config = transformers.LlamaConfig(**{**COMMON, **shape, **({"vocab_size": 512, "bos_token_id": 1} if small else {})})
     torch.manual_seed(seed)
     with torch.device(device):
@@ -485,10 +488,10 @@ class _Tee:
         self.stream.flush()
 
 
-def _part_models(args, dtype_name: str):
+def _part_models(args, dtype_name: str, layers: int | None = None):
     dtype = getattr(torch, dtype_name)
-    target = build("llama-3.2-3b", args.small, args.device, dtype, seed=0)
-    drafter = build("llama-3.2-1b", args.small, args.device, dtype, seed=1)
+    target = build("llama-3.2-3b", args.small, args.device, dtype, seed=0, layers=layers)
+    drafter = build("llama-3.2-1b", args.small, args.device, dtype, seed=1, layers=layers)
     gen = torch.Generator(device="cpu").manual_seed(3)
     prompt = torch.randint(0, target.config.vocab_size, (args.prompt,), generator=gen).tolist()
     return target, drafter, prompt
@@ -533,7 +536,9 @@ def oneshot(args) -> int:
     ``--out-dir``/PART/ (figures.json, summary.txt) as soon as it ends:
 
     - identity: float32, every compile path and peer run once: each output must equal the engine's
-      eager target AR (float32 leaves no near-tie to excuse a difference);
+      eager target AR (float32 leaves no near-tie to excuse a difference); the models keep their
+      layer shapes but have ``--identity-layers`` layers (the H200's captures of the full 3B and 1B
+      took 94 s of this part in float32, 120 s in bfloat16);
     - verdicts: bfloat16, every path and peer run once (the warm-up of ``speed``): each difference
       judged (``analysis.divergence``: near-tie or unexplained; a peer records no rows: no verdict);
     - speed: the bfloat16 entries timed ``--ab-rounds`` alternating rounds.
@@ -567,7 +572,13 @@ def oneshot(args) -> int:
             if part == "speed" and "verdicts" in held:
                 target, drafter, prompt, entries, warm = held.pop("verdicts")
             else:
-                target, drafter, prompt = _part_models(args, dtype_name)
+                layers = args.identity_layers if part == "identity" else None
+                target, drafter, prompt = _part_models(args, dtype_name, layers)
+                if layers:
+                    report["layers"] = {"target": target.config.num_hidden_layers,
+                                        "drafter": drafter.config.num_hidden_layers}
+                    print(f"float32 identity on the models' own layer shapes, {layers} layers each "
+                          f"(a capture's cost grows with the layers; the arithmetic of a layer does not)", flush=True)
                 entries = group_entries(args, target, drafter, prompt)
                 warm = None
             weights = weight_bytes(target)
@@ -575,6 +586,7 @@ def oneshot(args) -> int:
             report.update(dtype=dtype_name, floor_ms=floor_ms, weight_bytes=weights)
             judge = None
             groups, reference = {}, None
+            report["groups"] = groups            # each group saved as it ends, when the time box cuts the next
             for title, group in zip(("target_ar", "speculative"), entries):
                 if part == "speed":
                     rows = warm[title] if warm is not None else warm_once(group, deadline)
@@ -594,7 +606,6 @@ def oneshot(args) -> int:
                         judge = _judge(base, check)
                 groups[title], reference = describe(title.replace("_", " "), rows, args.ab_rounds if part == "speed"
                                                     else 0, dtype_name, floor_ms, reference, judge)
-            report["groups"] = groups
             counts = _tally(dtype_name, {**groups["target_ar"], **groups["speculative"]})
             report["counts"] = counts
             if counts["failed"] or counts["unexplained"] or (part == "identity" and counts["differ"]):
@@ -664,13 +675,16 @@ def main() -> None:
                         "(the one-shot check's parts, scripts/gpu_check.sh); or the older 1,2,3")
     parser.add_argument("--out", default="gpu_figures.json")
     parser.add_argument("--out-dir", default="gpu_out", help="the one-shot parts' folder (a subfolder each)")
-    parser.add_argument("--shares", default="identity=70,verdicts=70,speed=110",
+    parser.add_argument("--identity-layers", type=int, default=None,
+                        help="layers of each model in the identity part (default 4; all with --small)")
+    parser.add_argument("--shares", default="identity=60,verdicts=170,speed=70",
                         help="seconds of each one-shot part (a part's unused time goes to the next)")
     args = parser.parse_args()
     small = args.small
     args.length = args.length or (16 if small else 64)
     args.prompt = args.prompt or (16 if small else 64)
     args.ab_rounds = args.ab_rounds or (1 if small else 2)
+    args.identity_layers = args.identity_layers if args.identity_layers is not None else (0 if small else 4)
     dtype = getattr(torch, args.dtype)
     parts = set(args.parts.split(","))
     if parts & set(ONESHOT_PARTS):

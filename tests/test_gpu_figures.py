@@ -52,3 +52,13 @@ def test_a_difference_gets_its_verdict(capsys):
     figures, _ = gpu_figures.describe("t", rows, 0, "bfloat16", None, judge=lambda tokens, result: verdict)
     assert figures["b"]["verdict"] == "near-tie" and "verdict" not in figures["a"]
     assert "verdict near-tie (both rows within bfloat16 rounding)" in capsys.readouterr().out
+
+
+def test_the_identity_models_keep_their_layer_shapes_with_fewer_layers():
+    import torch
+
+    full = gpu_figures.build("llama-3.2-3b", True, "cpu", torch.float32, seed=0)
+    fewer = gpu_figures.build("llama-3.2-3b", True, "cpu", torch.float32, seed=0, layers=1)
+    assert fewer.config.num_hidden_layers == 1 < full.config.num_hidden_layers
+    shapes = {n: p.shape for n, p in full.named_parameters() if ".layers.0." in n or ".layers." not in n}
+    assert shapes == {n: p.shape for n, p in fewer.named_parameters()}
