@@ -574,10 +574,17 @@ def test_a_self_drafters_step_is_timed_over_the_replays_own_drafts_without_a_run
     target = tiny_llama(1, vocab_size=48, logit_scale=8.0)
     pair = model_pair(target, build_self_drafter(target, parse_self_draft("self:bf16")))
     recorded = record(pair, PROMPTS, 24)
-    entries = replay_grid(pair, recorded, [method("model", None, 2), method("model", None, 4)], max_gen_len=24)
-    for entry in entries:          # every forward after each prompt's first round, and only those
-        first = sum(sum(steps.values()) for _, _, steps in entry.firsts)
-        assert entry.timed[1] == sum(entry.draft_steps.values()) - first and entry.timed[0] > 0
+    from advisor.stored import Stores
+
+    stores = Stores(pair)
+    entries = replay_grid(pair, recorded, [method("model", None, 2), method("model", None, 4)], max_gen_len=24,
+                          stores=stores)
+    # The chains are computed once per position (advisor.memo) and timed there: every forward the memo
+    # ran after each prompt's first round, and only those, each in the entry whose replay ran it.
+    chains = stores.proposals.chains
+    later = sum(len(c.drafts) for (i, _, length), c in chains.items() if length != len(recorded[i].prompt))
+    assert sum(e.timed[1] for e in entries) == later and entries[0].timed[0] > 0
+    assert stores.proposals.served > 0 and later > sum(entries[0].draft_steps.values()) - 2 * len(PROMPTS)
     monkeypatch.setattr(advisor.costs, "run_step_seconds", lambda *a: pytest.fail("a run timed the step"))
     costs = needed_costs(pair, entries, None, None)
     steps = sum(e.timed[1] for e in entries)
@@ -789,3 +796,4 @@ def test_the_confirmed_speedup_pools_two_repeats_each_after_a_pass_of_target_ar(
     assert best.measured_speedup == pytest.approx(rate(mine) / rate(ar), rel=1e-9)
     assert report.ar_tokens_per_s == pytest.approx(rate(ar), rel=1e-9)
     assert best.measured_speedup != pytest.approx(rate(mine) / rate(ar[:2]), rel=1e-6)   # not the first pass alone
+
