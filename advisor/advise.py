@@ -18,6 +18,7 @@ from advisor.rank import ROUNDING, Advice, is_copier, rank, steady_steps
 SEED = 42
 WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
 SCREEN_KEEP = 3     # a self-drafter's trees replayed in full after screening on the first prompt
+SCREEN_TOKENS = 24  # the first prompt's new tokens the screening replays
 CONFIRM_REPEATS = 2  # the confirming runs of each method over the prompts, each after a pass of target AR
 RANKED_COMPILE = "off"   # the compile path (engine.Strategy.compile) of every run an advice makes
 COMPILE_CACHES = {"off": "dynamic cache", "static": "static cache", "graphs": "static cache, captured graphs"}
@@ -338,19 +339,21 @@ def _round_cost(entry) -> float:
 
 def screen_trees(pair, recorded, group: list, length: int, state, stores) -> tuple[list, list[Screened]]:
     """``group`` less the trees screened out: where it has more than :data:`SCREEN_KEEP` trees of a
-    self-drafter and there is more than one prompt, each is replayed on the first prompt alone (its
-    proposals kept for the full replay, ``advisor.memo``) and the :data:`SCREEN_KEEP` of fewest
-    target steps per token there (:func:`_round_cost`) stay; the others come back as
-    :class:`Screened`."""
+    self-drafter and the advice replays more than the screening would (another prompt, or more than
+    :data:`SCREEN_TOKENS` new tokens), each is replayed on the first prompt's first
+    :data:`SCREEN_TOKENS` new tokens alone (its proposals kept for the full replay, ``advisor.memo``)
+    and the :data:`SCREEN_KEEP` of fewest target steps per token there (:func:`_round_cost`) stay;
+    the others come back as :class:`Screened`."""
     from advisor.replay import replay_grid
 
     trees = [m for m in group if _screens(pair, m)]
-    if len(trees) <= SCREEN_KEEP or len(recorded) < 2:
+    tokens = min(length, SCREEN_TOKENS)
+    if len(trees) <= SCREEN_KEEP or (len(recorded) < 2 and tokens == length):
         return group, []
-    first = replay_grid(pair, recorded[:1], trees, max_gen_len=length, state=state, stores=stores)
+    first = replay_grid(pair, recorded[:1], trees, max_gen_len=tokens, state=state, stores=stores)
     order = sorted(first, key=_round_cost)
     kept = {e.method.key for e in order[:SCREEN_KEEP]}
-    on = f"prompt 1 of {len(recorded)}"
+    on = f"the first {tokens} new tokens of prompt 1 of {len(recorded)}"
     out = [Screened(e.method.key, e.replayed.tokens_per_call,
                     sum(e.draft_steps.values()) / e.replayed.tokens if e.replayed.tokens else 0.0, on)
            for e in order[SCREEN_KEEP:]]

@@ -841,7 +841,7 @@ def scripted_advice(monkeypatch, pair):
     return json.loads(stdout.getvalue())
 
 
-def check_screened(pair, data) -> None:
+def check_screened(pair, data, tokens: int = 10) -> None:
     """The trees past the best three on the first prompt are screened out, named with what they
     were screened on, and absent from the ranking; the three kept are those of fewest steps per token."""
     from advisor.advise import SCREEN_KEEP, _round_cost
@@ -854,10 +854,10 @@ def check_screened(pair, data) -> None:
     screened = {s["method"] for s in data["screened"]}
     assert len(screened) == len(trees) - SCREEN_KEEP and not screened & ranked
     assert ranked | screened == {m.key for m in screen_grid()}
-    assert all(s["screened_on"] == "prompt 1 of 2" for s in data["screened"])
+    assert all(s["screened_on"] == f"the first {tokens} new tokens of prompt 1 of 2" for s in data["screened"])
     assert any(n.startswith("screened out, not replayed in full") for n in data["notes"])
-    first = record(pair, [encode_prompt(pair.tokenizer, "the cat sat on the mat", chat=False)], 10)
-    costs = {e.method.key: _round_cost(e) for e in replay_grid(pair, first, trees, max_gen_len=10)}
+    first = record(pair, [encode_prompt(pair.tokenizer, "the cat sat on the mat", chat=False)], tokens)
+    costs = {e.method.key: _round_cost(e) for e in replay_grid(pair, first, trees, max_gen_len=tokens)}
     kept = [costs[m.key] for m in trees if m.key in ranked]
     assert max(kept) <= min(costs[k] for k in screened) and len(set(costs.values())) > 1
 
@@ -865,6 +865,17 @@ def check_screened(pair, data) -> None:
 def test_a_self_drafters_trees_are_screened_on_the_first_prompt_and_said_so(monkeypatch):
     pair = self_word_pair()
     check_screened(pair, scripted_advice(monkeypatch, pair))
+
+
+def test_the_screening_replays_the_first_prompts_first_tokens_only(monkeypatch):
+    import advisor.advise
+
+    pair = self_word_pair()
+    monkeypatch.setattr(advisor.advise, "SCREEN_TOKENS", 6)
+    data = scripted_advice(monkeypatch, pair)
+    check_screened(pair, data, tokens=6)
+    ranked = [a for a in data["advice"] if a["tree"]]
+    assert all(a["exactness"] != "estimated" for a in ranked)      # the kept trees: replayed in full
 
 
 def test_mutation_screening_that_keeps_the_worst_trees_fails_the_check(monkeypatch):
