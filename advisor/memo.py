@@ -26,7 +26,9 @@ import torch
 from generation.drafter import Drafter, DrafterReport
 from generation.tree import Tree
 
-DEPTH = 8           # a chain is computed this deep when first asked for (the default grid's largest γ)
+DEPTH = 8           # the deepest a chain is computed when more is asked (the default grid's largest γ)
+FIRST = 4           # a chain's depth when first asked for (past its first wrong draft none is judged)
+FILLER = 0          # a draft past a chain's first wrong one: never judged, so any id (advisor.teacher's)
 
 
 @dataclass
@@ -39,13 +41,27 @@ class Chain:
     width: int
     dtype: torch.dtype
     hooked: list[list[int]]
+    settled: bool = False       # a draft left the output: every draft after it is never judged
+
+    def serves(self, k: int) -> bool:
+        return len(self.drafts) >= k or self.settled
 
     def take(self, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first k drafts and their q, (k,) and (k, V), as the drafter returned them."""
+        """The first k drafts and their q, (k,) and (k, V), as the drafter returned them; past a
+        settled chain's drafts, :data:`FILLER` with a one-hot q (drafted, counted, never judged)."""
         q = torch.zeros(k, self.width, dtype=self.dtype)
         for row, (index, value) in enumerate(self.q[:k]):
             q[row, index] = value
-        return torch.tensor(self.drafts[:k], dtype=torch.long, device=device), q.to(device)
+        filler = k - len(self.drafts)
+        if filler > 0:
+            q[len(self.drafts):, FILLER] = 1.0
+        drafts = self.drafts[:k] + [FILLER] * max(0, filler)
+        return torch.tensor(drafts, dtype=torch.long, device=device), q.to(device)
+
+    def widths(self, k: int) -> list[int]:
+        """What a hook saw over the first k drafts' forwards (a filler's as its chain's)."""
+        each = self.hooked[-1] if self.hooked else []
+        return [w for seen in self.hooked[:k] for w in seen] + each * max(0, k - len(self.hooked))
 
 
 @dataclass
@@ -96,9 +112,9 @@ class MemoDrafter(Drafter):
     :func:`memoisable`; ``index``: the recorded prompt; ``widths``: the replay's hooked widths, to
     which a served call adds what the drafter's forwards would have shown."""
 
-    def __init__(self, inner, proposals: Proposals, index: int, widths: list[int], max_gen_len: int):
+    def __init__(self, inner, proposals: Proposals, index: int, widths: list[int], output, max_gen_len: int):
         self.inner, self.proposals, self.index, self.widths = inner, proposals, index, widths
-        self.max_gen_len = max_gen_len
+        self.output, self.max_gen_len = tuple(output), max_gen_len
         self.start = 0
         self.kind, self.samples_trees = inner.kind, inner.samples_trees
         self.wants_top_k, self.most_extra_rows = inner.wants_top_k, inner.most_extra_rows
@@ -134,15 +150,13 @@ class MemoDrafter(Drafter):
         self._rounds += 1
         key = chain_key(self.index, self.inner.model, ids.shape[1])
         chain = self.proposals.chains.get(key)
-        if chain is None or len(chain.drafts) < k:
+        if chain is None or not chain.serves(k):
             room = self.max_gen_len - (ids.shape[1] - self.start) - 1     # the most a run's round may ask
-            chain = self._chain(ids, max(k, min(DEPTH, room)))
+            chain = self._chain(ids, max(k, min(FIRST if chain is None else DEPTH, room)))
             self.proposals.chains[key] = chain
         else:
             self.proposals.served += 1
-        k = min(k, len(chain.drafts))
-        for seen in chain.hooked[:k]:
-            self.widths.extend(seen)
+        self.widths.extend(chain.widths(k))
         self._calls += k
         return chain.take(k, ids.device)
 
@@ -162,7 +176,10 @@ class MemoDrafter(Drafter):
         per_step = [[w] for w in seen] if len(seen) == forwards else [[] for _ in range(forwards)]
         rows = q.float() if q.dtype not in (torch.float32, torch.float64) else q
         nonzero = [(row.nonzero().flatten().cpu(), q[i, row.nonzero().flatten()].cpu()) for i, row in enumerate(rows)]
-        return Chain(drafts.tolist(), nonzero, q.shape[-1], q.dtype, per_step)
+        tokens = drafts.tolist()
+        at = ids.shape[1] - self.start
+        settled = any(at + i >= len(self.output) or t != self.output[at + i] for i, t in enumerate(tokens))
+        return Chain(tokens, nonzero, q.shape[-1], q.dtype, per_step, settled)
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
         if not self.on:
@@ -197,16 +214,16 @@ class MemoDrafter(Drafter):
         return self.inner.report()
 
 
-def memoised(drafter, proposals: Proposals, index: int, widths: list[int], max_gen_len: int):
+def memoised(drafter, proposals: Proposals, index: int, widths: list[int], output, max_gen_len: int):
     """``drafter`` with its self-drafter (itself, or a hybrid's drafter model) served from
     ``proposals`` (:class:`MemoDrafter`); any other drafter as it is."""
     from model_drafters.selfdraft.drafter import SelfDrafter
     from ngram_assisted.hybrid import HybridDrafter
 
     if isinstance(drafter, SelfDrafter):
-        return MemoDrafter(drafter, proposals, index, widths, max_gen_len)
+        return MemoDrafter(drafter, proposals, index, widths, output, max_gen_len)
     if isinstance(drafter, HybridDrafter) and isinstance(drafter.model, SelfDrafter):
-        drafter.model = MemoDrafter(drafter.model, proposals, index, widths, max_gen_len)
+        drafter.model = MemoDrafter(drafter.model, proposals, index, widths, output, max_gen_len)
     return drafter
 
 

@@ -472,7 +472,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
         recorder = _Widths()
         drafter = make(i, record)
         if stores is not None:
-            drafter = memoised(drafter, stores.proposals, i, recorder.seen, max_gen_len)
+            drafter = memoised(drafter, stores.proposals, i, recorder.seen, output, max_gen_len)
         target = recorded_target(pair, record, output, vocab_size, reads=reads, stores=stores, index=i,
                                  quiet=recorder.paused, rows=stores.rows(i) if stores is not None else None)
         rounds = _Rounds(drafter, recorder.seen)
