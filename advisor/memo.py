@@ -100,7 +100,7 @@ def tree_key(index: int, model, length: int, depth: int, nodes: int, branch: int
 def memoisable(drafter) -> bool:
     """Whether ``drafter``'s proposals are a function of the committed prefix alone (after its
     ``begin``): a self-drafter drafting on the target's cache, greedy, with a cache."""
-    from model_drafters.selfdraft.drafter import SelfDrafter
+    from model_drafters.selfdraft import SelfDrafter
     from sampling import GreedyProcessor
 
     return (isinstance(drafter, SelfDrafter) and drafter.mode != "own"
@@ -217,7 +217,7 @@ class MemoDrafter(Drafter):
 def memoised(drafter, proposals: Proposals, index: int, widths: list[int], output, max_gen_len: int):
     """``drafter`` with its self-drafter (itself, or a hybrid's drafter model) served from
     ``proposals`` (:class:`MemoDrafter`); any other drafter as it is."""
-    from model_drafters.selfdraft.drafter import SelfDrafter
+    from model_drafters.selfdraft import SelfDrafter
     from ngram_assisted.hybrid import HybridDrafter
 
     if isinstance(drafter, SelfDrafter):
