@@ -17,6 +17,8 @@ from advisor.rank import ROUNDING, Advice, is_copier, rank, steady_steps
 
 SEED = 42
 WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
+SCREEN_KEEP = 3     # a self-drafter's trees replayed in full after screening on the first prompt
+SCREEN_TOKENS = 24  # the first prompt's new tokens the screening replays
 CONFIRM_REPEATS = 2  # the confirming runs of each method over the prompts, each after a pass of target AR
 RANKED_COMPILE = "off"   # the compile path (engine.Strategy.compile) of every run an advice makes
 COMPILE_CACHES = {"off": "dynamic cache", "static": "static cache", "graphs": "static cache, captured graphs"}
@@ -41,6 +43,7 @@ class AdviceReport:
     compile: str = RANKED_COMPILE               # the compile path the advice ran and ranked on
     session_compile: str | None = None          # the session's, where given
     whatif: object = None                       # advisor.whatif.BatchWhatIf, where asked for
+    screened: list = field(default_factory=list)  # Screened: trees left out after the first prompt
 
     @property
     def ranked_on(self) -> str:
@@ -62,7 +65,7 @@ class AdviceReport:
                 "prompts": self.prompts, "length": self.length,
                 "baseline": {"tokens_per_s": round(self.ar_tokens_per_s, 4),
                              "decode_step_s": None if self.ar_step_s is None else round(self.ar_step_s, 6)},
-                "notes": list(self.notes),
+                "notes": list(self.notes), "screened": [s.to_dict() for s in self.screened],
                 **({"whatif": {"batch": self.whatif.to_dict()}} if self.whatif is not None else {})}
 
 
@@ -278,9 +281,11 @@ def _source(method) -> tuple[str, str]:
     return method.drafter, repr(method.options)
 
 
-def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tuple[list, list[tuple[str, str]]]:
+def replay_sources(pair, recorded, methods, length: int, say, state=None, screen: bool = True
+                   ) -> tuple[list, list[tuple[str, str]], list[Screened]]:
     """Every method replayed (``advisor.replay.replay_grid``), one source at a time, so a source whose
-    replay fails is left out with its reason. ``state``: shared with the confirming runs."""
+    replay fails is left out with its reason; with ``screen``, a source's trees are screened first
+    (:func:`screen_trees`). ``state``: shared with the confirming runs."""
     from advisor.replay import replay_grid
     from advisor.stored import Stores
 
@@ -288,24 +293,89 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None) -> tup
     sources: dict[tuple[str, str], list] = {}
     for m in methods:
         sources.setdefault(_source(m), []).append(m)
-    entries, failed = [], []
+    entries, failed, screened = [], [], []
     for group in sources.values():
         name = group[0].key + (f" and {len(group) - 1} more of its drafter" if len(group) > 1 else "")
         say(f"replaying {name}")
         try:
+            if screen:
+                group, out = screen_trees(pair, recorded, group, length, state, stores)
+                screened += out
             entries += replay_grid(pair, recorded, group, max_gen_len=length, state=state, stores=stores)
         except Exception as e:         # the rest of the grid is still advised on
             failed.append((name, f"its replay failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
-    return entries, failed
+    return entries, failed, screened
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A tree method left out after its replay on the first prompt: its tokens per target call and
+    drafter forwards per token there, and what it was screened on."""
+
+    method: str
+    tokens_per_call: float
+    forwards_per_token: float
+    on: str
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "tokens_per_call": round(self.tokens_per_call, 3),
+                "drafter_forwards_per_token": round(self.forwards_per_token, 3), "screened_on": self.on}
+
+
+def _screens(pair, m) -> bool:
+    """Whether ``m`` is screened: a tree of a drafter the replay runs for real on the target's cache
+    (a self-drafter's trees, each round a forward per level of the drafter model)."""
+    from advisor.replay import _target_reads, replay_mode
+
+    return m.tree > 0 and replay_mode(pair, m) == "drafter" and _target_reads(pair, m) == "cache"
+
+
+def _round_cost(entry) -> float:
+    """A screened tree's target steps per token on its first prompt: its verifies and drafter forwards,
+    each counted as one step (the drafter model is the target itself, or a copy of it)."""
+    tokens = entry.replayed.tokens
+    return (entry.replayed.calls + sum(entry.draft_steps.values())) / tokens if tokens else float("inf")
+
+
+def screen_trees(pair, recorded, group: list, length: int, state, stores) -> tuple[list, list[Screened]]:
+    """``group`` less the trees screened out: where it has more than :data:`SCREEN_KEEP` trees of a
+    self-drafter and the advice replays more than the screening would (another prompt, or more than
+    :data:`SCREEN_TOKENS` new tokens), each is replayed on the first prompt's first
+    :data:`SCREEN_TOKENS` new tokens alone (its proposals kept for the full replay, ``advisor.memo``)
+    and the :data:`SCREEN_KEEP` of fewest target steps per token there (:func:`_round_cost`) stay;
+    the others come back as :class:`Screened`."""
+    from advisor.replay import replay_grid
+
+    trees = [m for m in group if _screens(pair, m)]
+    tokens = min(length, SCREEN_TOKENS)
+    if len(trees) <= SCREEN_KEEP or (len(recorded) < 2 and tokens == length):
+        return group, []
+    first = replay_grid(pair, recorded[:1], trees, max_gen_len=tokens, state=state, stores=stores)
+    order = sorted(first, key=_round_cost)
+    kept = {e.method.key for e in order[:SCREEN_KEEP]}
+    on = f"the first {tokens} new tokens of prompt 1 of {len(recorded)}"
+    out = [Screened(e.method.key, e.replayed.tokens_per_call,
+                    sum(e.draft_steps.values()) / e.replayed.tokens if e.replayed.tokens else 0.0, on)
+           for e in order[SCREEN_KEEP:]]
+    return [m for m in group if not _screens(pair, m) or m.key in kept], out
+
+
+def screened_line(screened: list[Screened]) -> str | None:
+    """One line naming the methods screened out, or None."""
+    if not screened:
+        return None
+    return (f"screened out, not replayed in full (each replayed on {screened[0].on} only, its tokens per "
+            "target call there): " + ", ".join(f"{s.method} {s.tokens_per_call:.2f}" for s in screened))
 
 
 def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
            grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None,
-           processor=None, session_compile: str | None = None) -> AdviceReport:
+           processor=None, session_compile: str | None = None, screen: bool = True) -> AdviceReport:
     """The advice for ``pair`` on ``prompts``, ``length`` new tokens each. ``costs``: a table to price
     with (only missing widths are measured); ``confirm``: how many to run for real; ``grid``: default
     ``advisor.replay.default_grid(pair)``; ``processor``: when it samples, chains are also estimated
-    under it (``advisor.sampling``); ``session_compile``: named where it is not :data:`RANKED_COMPILE`."""
+    under it (``advisor.sampling``); ``session_compile``: named where it is not :data:`RANKED_COMPILE`;
+    ``screen``: a self-drafter's trees screened on the first prompt (:func:`screen_trees`)."""
     from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 
@@ -318,12 +388,12 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     say(f"target AR on {len(prompts)} prompt(s): the baseline, and the output the replay reads")
     baseline, recorded = run_baseline(pair, prompts, length, state, seed)
     methods = list(grid) if grid is not None else default_grid(pair)
-    entries, failed = replay_sources(pair, recorded, methods, length, say, state)
+    entries, failed, screened = replay_sources(pair, recorded, methods, length, say, state, screen)
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
     table = needed_costs(pair, entries, costs, state, min(MAX_CONTEXT, context_of(prompts, length)), baseline.step_s)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
     confirm_top(ranked[:max(0, confirm)], pair, prompts, length, state, baseline, seed, say=say)
-    notes = [line for line in (compile_note(session_compile),) if line]
+    notes = [line for line in (compile_note(session_compile), screened_line(screened)) if line]
     if processor is not None and not processor.is_greedy:
         from advisor.sampling import estimate_chains
         from engine.run import loop_vocab_size
@@ -335,4 +405,4 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
         notes.append("a confirmed run's output differed from target AR's: see its row")
     return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)) + failed,
                         len(prompts), length, baseline.tokens_per_s, baseline.step_s, notes,
-                        session_compile=session_compile)
+                        session_compile=session_compile, screened=screened)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from advisor.rank import ESTIMATED, EXACT, ROUNDING
+from advisor.memo import memoised, memoised_in
 from advisor.recorded import Recorded, Replayed, storage_options
 from advisor.stored import REAL, Stores, recorded_target
 from advisor.teacher import TeacherDrafter, guesses, teachable
@@ -465,10 +466,13 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
     out = _Drive()
     vocab_size = loop_vocab_size(pair)
     reads = _target_reads(pair, m)
+    timed = stores.proposals.timed_of(module) if stores is not None else (0.0, 0)
     for i, record in enumerate(recorded):
         output = record.output[:max_gen_len]
-        drafter = make(i, record)
         recorder = _Widths()
+        drafter = make(i, record)
+        if stores is not None:
+            drafter = memoised(drafter, stores.proposals, i, recorder.seen, output, max_gen_len)
         target = recorded_target(pair, record, output, vocab_size, reads=reads, stores=stores, index=i,
                                  quiet=recorder.paused, rows=stores.rows(i) if stores is not None else None)
         rounds = _Rounds(drafter, recorder.seen)
@@ -479,6 +483,9 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
         out.fed = out.fed or target.copied > 0 or target.mode == REAL
         _tally_rounds(out, result.trace, rounds, recorder.seen, target.verify_widths)
         _count_steps(out, drafter, recorder.seen)
+    if memoised_in(drafter):        # the draft seconds: the memo's own computations, not the served calls'
+        seconds, steps = stores.proposals.timed_of(module)
+        out.timed_s, out.timed_steps = seconds - timed[0], steps - timed[1]
     return out
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from advisor.memo import Proposals
 from kvcache.cache import CachedModel, _layers
 from kvcache.shared import can_copy
 
@@ -35,6 +36,7 @@ class Stores:
         self._bytes = 0
         self.built = 0                 # stores computed (a test counts them)
         self._rows: dict[int, dict] = {}
+        self.proposals = Proposals()   # the self-drafters' proposals by position, for every method
 
     def rows(self, index: int) -> dict:
         """The recorded target's rows of record ``index``, built once and shared by every method."""

@@ -574,10 +574,17 @@ def test_a_self_drafters_step_is_timed_over_the_replays_own_drafts_without_a_run
     target = tiny_llama(1, vocab_size=48, logit_scale=8.0)
     pair = model_pair(target, build_self_drafter(target, parse_self_draft("self:bf16")))
     recorded = record(pair, PROMPTS, 24)
-    entries = replay_grid(pair, recorded, [method("model", None, 2), method("model", None, 4)], max_gen_len=24)
-    for entry in entries:          # every forward after each prompt's first round, and only those
-        first = sum(sum(steps.values()) for _, _, steps in entry.firsts)
-        assert entry.timed[1] == sum(entry.draft_steps.values()) - first and entry.timed[0] > 0
+    from advisor.stored import Stores
+
+    stores = Stores(pair)
+    entries = replay_grid(pair, recorded, [method("model", None, 2), method("model", None, 4)], max_gen_len=24,
+                          stores=stores)
+    # The chains are computed once per position (advisor.memo) and timed there: every forward the memo
+    # ran after each prompt's first round, and only those, each in the entry whose replay ran it.
+    chains = stores.proposals.chains
+    later = sum(len(c.drafts) for (i, _, length), c in chains.items() if length != len(recorded[i].prompt))
+    assert sum(e.timed[1] for e in entries) == later and entries[0].timed[0] > 0
+    assert stores.proposals.served > 0 and later > sum(entries[0].draft_steps.values()) - 2 * len(PROMPTS)
     monkeypatch.setattr(advisor.costs, "run_step_seconds", lambda *a: pytest.fail("a run timed the step"))
     costs = needed_costs(pair, entries, None, None)
     steps = sum(e.timed[1] for e in entries)
@@ -789,3 +796,95 @@ def test_the_confirmed_speedup_pools_two_repeats_each_after_a_pass_of_target_ar(
     assert best.measured_speedup == pytest.approx(rate(mine) / rate(ar), rel=1e-9)
     assert report.ar_tokens_per_s == pytest.approx(rate(ar), rel=1e-9)
     assert best.measured_speedup != pytest.approx(rate(mine) / rate(ar[:2]), rel=1e-6)   # not the first pass alone
+
+
+# ------------------------------------------------------------------ screening a self-drafter's trees
+
+def self_word_pair():
+    """The word-tokenizer pair with the target's own bf16 copy as its drafter (it drafts on the target's cache)."""
+    from model_drafters.selfdraft.build import build_self_drafter
+    from model_drafters.selfdraft.spec import parse_self_draft
+    from tests.helpers.pairs import model_pair
+    from tests.helpers.repl import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    target = build_model(1, len(tokenizer), context=256)
+    return model_pair(target, build_self_drafter(target, parse_self_draft("self:bf16")), tokenizer=tokenizer,
+                      end_tokens=[2], context_length=256)
+
+
+def screen_grid():
+    from advisor.replay import method
+
+    return [method("model", None, 2)] + [method("model", None, g, p, tree=6) for g in (1, 3) for p in
+                                         ("constant", "heuristic")] + [method("model", None, 5, tree=6)]
+
+
+def scripted_advice(monkeypatch, pair):
+    import io
+
+    import advisor.replay
+    from repl.advice import advise_script
+    from repl.runner import Runner
+    from repl.scripted import Entry
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.repl import console
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: screen_grid())
+    c, _ = console()
+    session = Session(Runner(pair), Settings(length=8, chat=False), c)
+    stdout = io.StringIO()
+    entries = [Entry("command", "/length 10", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2"),
+               Entry("prompt", "the dog sat on the cat", "stdin:3")]
+    assert advise_script(session, entries, as_json=True, stdout=stdout) == 0, session.last_error
+    return json.loads(stdout.getvalue())
+
+
+def check_screened(pair, data, tokens: int = 10) -> None:
+    """The trees past the best three on the first prompt are screened out, named with what they
+    were screened on, and absent from the ranking; the three kept are those of fewest steps per token."""
+    from advisor.advise import SCREEN_KEEP, _round_cost
+    from advisor.recorded import record
+    from advisor.replay import replay_grid
+    from utils.vocab import encode_prompt
+
+    trees = [m for m in screen_grid() if m.tree]
+    ranked = {a["method"] for a in data["advice"]}
+    screened = {s["method"] for s in data["screened"]}
+    assert len(screened) == len(trees) - SCREEN_KEEP and not screened & ranked
+    assert ranked | screened == {m.key for m in screen_grid()}
+    assert all(s["screened_on"] == f"the first {tokens} new tokens of prompt 1 of 2" for s in data["screened"])
+    assert any(n.startswith("screened out, not replayed in full") for n in data["notes"])
+    first = record(pair, [encode_prompt(pair.tokenizer, "the cat sat on the mat", chat=False)], tokens)
+    costs = {e.method.key: _round_cost(e) for e in replay_grid(pair, first, trees, max_gen_len=tokens)}
+    kept = [costs[m.key] for m in trees if m.key in ranked]
+    assert max(kept) <= min(costs[k] for k in screened) and len(set(costs.values())) > 1
+
+
+def test_a_self_drafters_trees_are_screened_on_the_first_prompt_and_said_so(monkeypatch):
+    pair = self_word_pair()
+    check_screened(pair, scripted_advice(monkeypatch, pair))
+
+
+def test_the_screening_replays_the_first_prompts_first_tokens_only(monkeypatch):
+    import advisor.advise
+
+    pair = self_word_pair()
+    monkeypatch.setattr(advisor.advise, "SCREEN_TOKENS", 6)
+    data = scripted_advice(monkeypatch, pair)
+    check_screened(pair, data, tokens=6)
+    ranked = [a for a in data["advice"] if a["tree"]]
+    assert all(a["exactness"] != "estimated" for a in ranked)      # the kept trees: replayed in full
+
+
+def test_mutation_screening_that_keeps_the_worst_trees_fails_the_check(monkeypatch):
+    import advisor.advise
+
+    pair = self_word_pair()
+    real = advisor.advise._round_cost
+    monkeypatch.setattr(advisor.advise, "_round_cost", lambda entry: -real(entry))
+    data = scripted_advice(monkeypatch, pair)
+    monkeypatch.setattr(advisor.advise, "_round_cost", real)
+    with pytest.raises(AssertionError):
+        check_screened(pair, data)

@@ -15,6 +15,7 @@ import copy
 import pytest
 import torch
 
+import advisor.memo
 import advisor.recorded
 import advisor.replay
 from advisor.recorded import Replayed, record
@@ -502,3 +503,79 @@ def test_the_record_keeps_the_rows_that_decided_each_token(pair):
     assert [row[0] for row in kept.top] == result.tokens
     assert [list(r[:3]) for r in kept.top] == logits.topk(3, dim=-1).indices.tolist()
     assert recorded_from(pair, prompt, replace(result, decisions=None)).top == kept.top
+
+
+# A self-drafter's proposals are computed once per position and served to every method of its
+# drafter (advisor.memo): the grid below asks for the same positions at several γ, policies and
+# trees, on the target's layers (skip) and on a cast copy through its lean step (bf16), and as a
+# hybrid's drafter model.
+MEMO = [method("self", SELF, g, p) for g in (1, 3, 5) for p in ("constant", "heuristic")] + [
+    method("self", SELF, 3, tree=8), method("self", SELF, 3, "heuristic", tree=8),
+    method("self", "self:bf16", 2), method("self", "self:bf16", 4), method("self", "self:bf16", 4, "heuristic"),
+    method("self", "self:bf16", 3, tree=8), method("self", "self:bf16", 3, "heuristic", tree=8)]
+
+
+@pytest.fixture(scope="module")
+def memo_runs(pair):
+    return {m.key: engine_run(pair, m) for m in MEMO}
+
+
+def test_memoised_proposals_count_what_the_engine_runs(pair, recorded, memo_runs):
+    from advisor.stored import Stores
+
+    stores = Stores(pair)
+    entries = replay_grid(pair, recorded, MEMO, max_gen_len=LENGTH, stores=stores)
+    memo = stores.proposals
+    assert memo.served > 0 and memo.computed > 0     # proposals served as well as computed
+    for m, entry in zip(MEMO, entries):
+        want, calls, _ = memo_runs[m.key]
+        assert (m.key, counts(entry.replayed), sum(entry.draft_steps.values())) == (m.key, want, calls)
+        assert [f[0] for f in entry.firsts] == FIRSTS[m.key]
+    chains = [e for e in entries if e.method.tree == 0]
+    assert sum(e.timed[1] for e in chains) > 0 and all(e.timed[0] >= 0 for e in chains)
+
+
+def test_memoised_proposals_equal_the_unmemoised_replay(pair, recorded, monkeypatch):
+    # Every field the ranking reads, memo on (one grid) and off (each method alone, the memo
+    # never serving a position twice within one run).
+    from advisor.stored import Stores
+
+    together = replay_grid(pair, recorded, MEMO, max_gen_len=LENGTH, stores=Stores(pair))
+    monkeypatch.setattr(advisor.memo, "memoisable", lambda drafter: False)
+    alone = [replay_one(pair, recorded, m) for m in MEMO]
+    for a, b in zip(together, alone):
+        assert (a.method.key, counts(a.replayed), a.draft_steps, a.prefill_steps, a.replayed.widths, a.rates,
+                a.firsts, a.exactness) == \
+               (b.method.key, counts(b.replayed), b.draft_steps, b.prefill_steps, b.replayed.widths, b.rates,
+                b.firsts, b.exactness)
+
+
+MUTATED_KEYS = {
+    "no-position": ("chain_key", lambda index, model, length: (index, id(model))),
+    "no-prompt": ("chain_key", lambda index, model, length: (id(model), length)),
+    "no-model": ("chain_key", lambda index, model, length: (index, length)),
+    "no-tree-depth": ("tree_key", lambda index, model, length, depth, nodes, branch:
+                      (index, id(model), length, nodes, branch)),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATED_KEYS))
+def test_a_memo_keyed_without_what_decides_a_proposal_is_caught(pair, recorded, memo_runs, monkeypatch, mutation):
+    # Mutation check: a memo that forgets the position, the prompt, the drafter or (for trees) the
+    # depth serves another proposal, and the counts part from the engine's.
+    from advisor.stored import Stores
+
+    name, key = MUTATED_KEYS[mutation]
+    monkeypatch.setattr(advisor.memo, name, key)
+    entries = replay_grid(pair, recorded, MEMO, max_gen_len=LENGTH, stores=Stores(pair))
+    assert [m.key for m, e in zip(MEMO, entries) if counts(e.replayed) != memo_runs[m.key][0]]
+
+
+def test_a_chain_cut_before_its_first_wrong_draft_is_caught(pair, recorded, memo_runs, monkeypatch):
+    # Mutation check: a chain served past its computed drafts though none of them was wrong (as if
+    # settled): the filler is judged where a real draft would have been kept.
+    from advisor.stored import Stores
+
+    monkeypatch.setattr(advisor.memo.Chain, "serves", lambda self, k: True)
+    entries = replay_grid(pair, recorded, MEMO, max_gen_len=LENGTH, stores=Stores(pair))
+    assert [m.key for m, e in zip(MEMO, entries) if counts(e.replayed) != memo_runs[m.key][0]]

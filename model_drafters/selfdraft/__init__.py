@@ -26,6 +26,7 @@ _EXPORTS = {
     "int8_copy": "model_drafters.selfdraft.copies",
     "native_bfloat16": "model_drafters.selfdraft.copies",
     "lean_of": "model_drafters.selfdraft.lean",
+    "SelfDrafter": "model_drafters.selfdraft.drafter",
     "SkipRefused": "model_drafters.selfdraft.skip",
     "decoder_layers": "model_drafters.selfdraft.skip",
     "num_layers": "model_drafters.selfdraft.skip",
