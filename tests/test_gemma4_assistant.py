@@ -281,32 +281,32 @@ def test_trees_fall_back_to_chains_and_the_assistant_cannot_decode_alone():
 # ------------------------------------------------------------------ sampling
 
 
-def sampled_excess(monkeypatch, samples: int) -> float:
+def sampled_excess(samples: int) -> float:
     """Chi-square excess of the first three tokens under top-k 5 sampling (vocabulary 8), ``samples`` draws."""
-    from tests.helpers import distribution
     from tests.helpers.distribution import PROMPT as DIST_PROMPT, STEPS, chi_square_excess, exact_distribution, \
         sample_counts
 
-    monkeypatch.setattr(distribution, "SAMPLES", samples)
     target, _, pair = small(vocab_size=8)
     spec = ProcessorSpec("topk", 1.0, top_k=5)
     exact = exact_distribution(target, spec.build())
     strategy = Strategy("speculative", drafter="model", gamma=3, max_gen_len=STEPS, processor=spec, inspect=False)
-    counts = sample_counts(lambda generator: run_strategy(strategy, pair, DIST_PROMPT, generator=generator))
+    counts = sample_counts(lambda generator: run_strategy(strategy, pair, DIST_PROMPT, generator=generator), samples)
     return chi_square_excess(counts, exact, sum(counts.values()))
 
 
 @needs_assistant
-def test_sampling_keeps_the_target_distribution(monkeypatch):
-    """600 draws (not the usual 2000: each draw runs the target and up to three assistant steps)."""
+def test_sampling_keeps_the_target_distribution():
+    """600 draws (not the usual 2000: each draw runs the target and up to three assistant steps). Measured:
+    the correct rule sits at 0.9 standard deviations, a resample from p instead of the residual at 23."""
     from tests.helpers.distribution import BOUND
 
-    assert sampled_excess(monkeypatch, 600) < BOUND
+    assert sampled_excess(600) < BOUND
 
 
 @needs_assistant
 def test_mutation_q_of_another_draft_fails_the_sampling_check(monkeypatch):
-    """Each draft reported with the q of the draft before it (the first with the last's): 200 draws suffice."""
+    """Each draft reported with the q of the draft before it (the first with the last's): 200 draws suffice
+    (measured: 139 standard deviations)."""
     from tests.helpers.distribution import BOUND
 
     class Shifted(AssistantDrafter):
@@ -315,4 +315,4 @@ def test_mutation_q_of_another_draft_fails_the_sampling_check(monkeypatch):
             return drafts, (torch.roll(q, 1, dims=0) if q is not None else q)
 
     monkeypatch.setattr(model_drafters.gemma4_assistant.kind, "AssistantDrafter", Shifted)
-    assert sampled_excess(monkeypatch, 200) > BOUND
+    assert sampled_excess(200) > BOUND

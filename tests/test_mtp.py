@@ -288,31 +288,29 @@ def test_mutation_hidden_states_left_in_tree_order_fail_the_node_check(monkeypat
 
 
 @needs_mtp
-def test_sampling_keeps_the_target_distribution(monkeypatch):
-    """600 draws (not the usual 2000: each draw runs a MoE target and two MTP depths)."""
-    from tests.helpers import distribution
+def test_sampling_keeps_the_target_distribution():
+    """600 draws (not the usual 2000: each draw runs a MoE target and two MTP depths). Measured: the
+    correct rule sits at -0.7 standard deviations, a resample from p instead of the residual at 33."""
     from tests.helpers.distribution import BOUND, PROMPT as DIST_PROMPT, STEPS, chi_square_excess, \
         exact_distribution, sample_counts
-
-    monkeypatch.setattr(distribution, "SAMPLES", 600)
 
     target, _, pair = small(vocab_size=8)
     spec = ProcessorSpec("topk", 1.0, top_k=5)
     exact = exact_distribution(target, spec.build())
     strategy = Strategy("speculative", drafter="model", gamma=3, max_gen_len=STEPS, processor=spec, inspect=False)
-    counts = sample_counts(lambda generator: run_strategy(strategy, pair, DIST_PROMPT, generator=generator))
+    counts = sample_counts(lambda generator: run_strategy(strategy, pair, DIST_PROMPT, generator=generator), 600)
     assert chi_square_excess(counts, exact, sum(counts.values())) < BOUND
 
 
 @needs_mtp
-def test_sampling_with_trees_keeps_the_target_distribution(monkeypatch):
+def test_sampling_with_trees_keeps_the_target_distribution():
     """Trees of 6 nodes, 400 draws: the tree does not depend on a random draw, so the accept rule
-    that follows the target's draw is exact for it."""
-    from tests.helpers import distribution
+    that follows the target's draw is exact for it. Measured: 1.3 standard deviations; each node's
+    draw taken from the next node's row (``tests.helpers.mutations.shifted_rows``) draws an outcome
+    of probability 0."""
     from tests.helpers.distribution import BOUND, PROMPT as DIST_PROMPT, STEPS, chi_square_excess, \
         exact_distribution, sample_counts
 
-    monkeypatch.setattr(distribution, "SAMPLES", 400)
     target, _, pair = small(vocab_size=8)
     spec = ProcessorSpec("topk", 1.0, top_k=5)
     exact = exact_distribution(target, spec.build())
@@ -324,7 +322,7 @@ def test_sampling_with_trees_keeps_the_target_distribution(monkeypatch):
         results.append(run_strategy(strategy, pair, DIST_PROMPT, generator=generator))
         return results[-1]
 
-    counts = sample_counts(run)
+    counts = sample_counts(run, 400)
     assert chi_square_excess(counts, exact, sum(counts.values())) < BOUND
     assert all(r.tree_fallback == "" for r in results)
     assert sum(len(r.trace[0].tree_tokens or ()) > 1 for r in results) > len(results) // 2   # trees were verified
