@@ -18,7 +18,6 @@ import pytest
 import advisor.replay
 import advisor.whatif
 from advisor.whatif import facts_of_advice, project_advice
-from analysis.whatif import project
 from engine.shapes import BATCHES, PairShapes
 from tests.test_advisor import tiny_grid, word_pair
 
