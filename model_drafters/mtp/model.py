@@ -41,11 +41,16 @@ def is_mtp(spec) -> bool:
     return spec is not None and str(spec).strip().lower() == MTP_SPEC
 
 
+def require_mtp_model(subject: str) -> None:
+    """:class:`MtpRefused`, its line starting with ``subject``, where :func:`has_mtp_model` is false."""
+    if not has_mtp_model():
+        raise MtpRefused(f"{subject} transformers >= 5.24 (MtpModel with forward_layer); this is "
+                         f"transformers {transformers.__version__}")
+
+
 def mtp_layers(target) -> int:
     """How many MTP layers ``target``'s config declares; :class:`MtpRefused` when it cannot be drafted with."""
-    if not has_mtp_model():
-        raise MtpRefused(f"--drafter mtp needs transformers >= 5.24 (MtpModel with forward_layer); this is "
-                         f"transformers {transformers.__version__}")
+    require_mtp_model("--drafter mtp needs")
     config = text_config(target.config)
     count = getattr(config, "num_mtp_layers", None)
     kind = getattr(config, "model_type", None) or type(target).__name__
@@ -86,9 +91,7 @@ def mark_mtp(model, target):
     cache probe, which runs models alone, records it without running it. :class:`MtpRefused` on a
     transformers whose ``MtpModel`` the drafter does not run (before 5.24).
     """
-    if not has_mtp_model():
-        raise MtpRefused(f"MTP layers need transformers >= 5.24 (MtpModel with forward_layer); this is "
-                         f"transformers {transformers.__version__}")
+    require_mtp_model("MTP layers need")
     object.__setattr__(model, MTP_ATTR, target)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     remember(model, ProbeResult(type(model).__name__, dtype, "cached", rollback="crop",
