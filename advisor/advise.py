@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from advisor.bound import bounded_line
 from advisor.costs import CONTEXT, MAX_CONTEXT, CostTable, drafter_key, measure_costs
 from advisor.rank import ROUNDING, Advice, is_copier, rank, steady_steps
 
@@ -44,6 +45,7 @@ class AdviceReport:
     session_compile: str | None = None          # the session's, where given
     whatif: object = None                       # advisor.whatif.BatchWhatIf, where asked for
     screened: list = field(default_factory=list)  # Screened: trees left out after the first prompt
+    bounded: list = field(default_factory=list)   # advisor.bound.Bounded: sources left out by their ceiling
 
     @property
     def ranked_on(self) -> str:
@@ -66,6 +68,7 @@ class AdviceReport:
                 "baseline": {"tokens_per_s": round(self.ar_tokens_per_s, 4),
                              "decode_step_s": None if self.ar_step_s is None else round(self.ar_step_s, 6)},
                 "notes": list(self.notes), "screened": [s.to_dict() for s in self.screened],
+                "bounded": [b.to_dict() for b in self.bounded],
                 **({"whatif": {"batch": self.whatif.to_dict()}} if self.whatif is not None else {})}
 
 
@@ -262,10 +265,12 @@ def context_of(prompts: list[list[int]], length: int) -> int:
 
 
 def needed_costs(pair, entries, costs: CostTable | None, state, context: int | None = None,
-                 anchor_s: float | None = None) -> CostTable:
+                 anchor_s: float | None = None, extra=()) -> CostTable:
     """``costs`` when read from a file or when it has every width needed on a cache within a quarter of
-    ``context``; else a table measured here (``anchor_s``: target AR's decode step)."""
+    ``context``; else a table measured here (``anchor_s``: target AR's decode step). ``extra``: target
+    widths needed beside the entries'."""
     target, drafters, methods, timed = _needs(entries)
+    target |= set(extra)
     if costs is not None and costs.source:
         return costs
     if costs is not None and context is not None and abs(costs.context - context) > context / 4:
@@ -281,11 +286,15 @@ def _source(method) -> tuple[str, str]:
     return method.drafter, repr(method.options)
 
 
-def replay_sources(pair, recorded, methods, length: int, say, state=None, screen: bool = True
-                   ) -> tuple[list, list[tuple[str, str]], list[Screened]]:
+def replay_sources(pair, recorded, methods, length: int, say, state=None, screen: bool = True, bounder=None
+                   ) -> tuple[list, list[tuple[str, str]], list[Screened], list]:
     """Every method replayed (``advisor.replay.replay_grid``), one source at a time, so a source whose
     replay fails is left out with its reason; with ``screen``, a source's trees are screened first
-    (:func:`screen_trees`). ``state``: shared with the confirming runs."""
+    (:func:`screen_trees`). ``bounder(group, entries, name)``: where given, called before each source
+    ``advisor.bound.boundable`` names (those replay last, after every other source) with the entries
+    replayed so far; a source it returns an ``advisor.bound.Bounded`` for is not replayed.
+    ``state``: shared with the confirming runs."""
+    from advisor.bound import boundable
     from advisor.replay import replay_grid
     from advisor.stored import Stores
 
@@ -293,18 +302,25 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None, screen
     sources: dict[tuple[str, str], list] = {}
     for m in methods:
         sources.setdefault(_source(m), []).append(m)
-    entries, failed, screened = [], [], []
-    for group in sources.values():
+    groups = sorted(sources.values(), key=lambda group: bounder is not None and boundable(pair, group))
+    entries, failed, screened, bounded = [], [], [], []
+    for group in groups:
         name = group[0].key + (f" and {len(group) - 1} more of its drafter" if len(group) > 1 else "")
-        say(f"replaying {name}")
         try:
+            if bounder is not None and boundable(pair, group):
+                say(f"bounding {name}")
+                out = bounder(group, entries, name)
+                if out is not None:
+                    bounded.append(out)
+                    continue
+            say(f"replaying {name}")
             if screen:
                 group, out = screen_trees(pair, recorded, group, length, state, stores)
                 screened += out
             entries += replay_grid(pair, recorded, group, max_gen_len=length, state=state, stores=stores)
         except Exception as e:         # the rest of the grid is still advised on
             failed.append((name, f"its replay failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
-    return entries, failed, screened
+    return entries, failed, screened, bounded
 
 
 @dataclass(frozen=True)
@@ -370,12 +386,15 @@ def screened_line(screened: list[Screened]) -> str | None:
 
 def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
            grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None,
-           processor=None, session_compile: str | None = None, screen: bool = True) -> AdviceReport:
+           processor=None, session_compile: str | None = None, screen: bool = True, bound: bool = True
+           ) -> AdviceReport:
     """The advice for ``pair`` on ``prompts``, ``length`` new tokens each. ``costs``: a table to price
     with (only missing widths are measured); ``confirm``: how many to run for real; ``grid``: default
     ``advisor.replay.default_grid(pair)``; ``processor``: when it samples, chains are also estimated
     under it (``advisor.sampling``); ``session_compile``: named where it is not :data:`RANKED_COMPILE`;
-    ``screen``: a self-drafter's trees screened on the first prompt (:func:`screen_trees`)."""
+    ``screen``: a self-drafter's trees screened on the first prompt (:func:`screen_trees`); ``bound``: a
+    large source of a drafter model left out where its ceiling is under the best replayed before it
+    (``advisor.bound``)."""
     from advisor.replay import default_grid, unreplayable
     from engine import EngineState
 
@@ -388,12 +407,30 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     say(f"target AR on {len(prompts)} prompt(s): the baseline, and the output the replay reads")
     baseline, recorded = run_baseline(pair, prompts, length, state, seed)
     methods = list(grid) if grid is not None else default_grid(pair)
-    entries, failed, screened = replay_sources(pair, recorded, methods, length, say, state, screen)
+    context = min(MAX_CONTEXT, context_of(prompts, length))
+    priced = {"costs": costs}          # the table the bounds priced with, measured once and priced with again
+
+    def bounder(group, entries, name):
+        from advisor.bound import bound, verify_widths
+
+        if not entries:
+            return None
+        table = needed_costs(pair, entries, priced["costs"], state, context, baseline.step_s,
+                             extra=verify_widths(group))
+        priced["costs"] = table
+        ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
+        return bound(pair, group, ranked, table, state=state, max_gen_len=length, ar_step_s=baseline.step_s,
+                     name=name)
+
+    entries, failed, screened, bounded = replay_sources(pair, recorded, methods, length, say, state, screen,
+                                                        bounder if bound else None)
+    costs = priced["costs"]
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
-    table = needed_costs(pair, entries, costs, state, min(MAX_CONTEXT, context_of(prompts, length)), baseline.step_s)
+    table = needed_costs(pair, entries, costs, state, context, baseline.step_s)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
     confirm_top(ranked[:max(0, confirm)], pair, prompts, length, state, baseline, seed, say=say)
-    notes = [line for line in (compile_note(session_compile), screened_line(screened)) if line]
+    notes = [line for line in (compile_note(session_compile), screened_line(screened), bounded_line(bounded))
+             if line]
     if processor is not None and not processor.is_greedy:
         from advisor.sampling import estimate_chains
         from engine.run import loop_vocab_size
@@ -405,4 +442,4 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
         notes.append("a confirmed run's output differed from target AR's: see its row")
     return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)) + failed,
                         len(prompts), length, baseline.tokens_per_s, baseline.step_s, notes,
-                        session_compile=session_compile, screened=screened)
+                        session_compile=session_compile, screened=screened, bounded=bounded)
