@@ -51,6 +51,7 @@ class Advice:
     identical: bool | None = None
     confirm_error: str = ""
     sampling: object = None         # advisor.sampling.SamplingEstimate under a sampling processor
+    tokens_per_round: float = 0.0   # tokens per round after each prompt's first: what the model prices
     entry: object = field(default=None, repr=False, compare=False)
 
     def sampling_line(self) -> str:
@@ -94,7 +95,7 @@ class Advice:
                 "gamma_policy": self.gamma_policy, "tree": self.tree,
                 "predicted_speedup": round(self.predicted_speedup, 4),
                 "predicted_decode_speedup": round_or_none(self.predicted_decode_speedup),
-                "tokens_per_call": round(self.tokens_per_call, 4),
+                "tokens_per_call": round(self.tokens_per_call, 4), "tokens_per_round": round(self.tokens_per_round, 4),
                 "measured_speedup": round_or_none(self.measured_speedup),
                 "measured_decode_speedup": round_or_none(self.measured_decode_speedup),
                 "identical": self.identical, "confirm_error": self.confirm_error,
@@ -152,13 +153,13 @@ def _draft_seconds(entry, costs: CostTable, scale: float, widest: int, estimated
     return seconds, steps
 
 
-def _model(widths: dict[int, int], tokens_per_call: float, verify_s: dict[int, float], draft_round_s: float,
+def _model(widths: dict[int, int], tokens_per_round: float, verify_s: dict[int, float], draft_round_s: float,
            host_s: float) -> tuple[RoundMix, CostModel]:
     """The speedup model's mix and costs for rounds ``widths`` ({verify width: rounds}) that each
-    yield ``tokens_per_call`` and spend ``draft_round_s`` drafting on average."""
+    yield ``tokens_per_round`` and spend ``draft_round_s`` drafting on average."""
     rounds = sum(widths.values())
     shares = {w - 1: n / rounds for w, n in sorted(widths.items())}
-    mix = RoundMix(shares, {k: tokens_per_call for k in shares})
+    mix = RoundMix(shares, {k: tokens_per_round for k in shares})
     mean_k = mix.mean_length
     per_draft = draft_round_s / mean_k if mean_k > 0 else 0.0
     other = host_s + (draft_round_s if mean_k <= 0 else 0.0)
@@ -191,7 +192,8 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     step, scale = _anchor(costs, ar_step_s)
     estimated: list[str] = []
     tokens_per_call = replayed.tokens / replayed.calls if replayed.calls else 0.0
-    rounds = sum(replayed.widths.values())
+    widths = replayed.steady_widths        # the rounds after each prompt's first: the steady state
+    rounds = sum(widths.values())
     c = None
     if entry.draft_steps:
         c = costs.draft(drafter_key(method), 1)[0] / costs.target(1)[0]
@@ -206,14 +208,15 @@ def price(entry, costs: CostTable, ar_step_s: float | None = None, *, recorded: 
     draft_s, steps = _draft_seconds(entry, costs, scale, max(replayed.widths), estimated) if entry.draft_steps \
         else (0.0, 0)
     lookup_s = float(getattr(entry, "lookup_s", 0.0) or 0.0)      # timed here: unscaled, as host work is
-    mix, model = _model(replayed.widths, tokens_per_call, verify_s, (draft_s + lookup_s) / rounds, costs.host_s)
+    advice.tokens_per_round = replayed.tokens_per_round      # what each of those rounds makes
+    mix, model = _model(widths, advice.tokens_per_round, verify_s, (draft_s + lookup_s) / rounds, costs.host_s)
     advice.predicted_speedup = advice.predicted_decode_speedup = mix_speedup(mix, model)
     whole = end_to_end(entry, runs, mix, model, costs, step, scale, c) if runs else None
     if whole is not None:
         advice.predicted_speedup = whole
     why = advice.why
     why.verify = {w: s / step for w, s in verify_s.items()}
-    why.mean_width = sum(w * n for w, n in replayed.widths.items()) / rounds
+    why.mean_width = sum(w * n for w, n in widths.items()) / rounds
     why.draft_steps = steps / rounds
     why.lookup_ms = lookup_s / rounds * 1e3
     if recorded and max_gen_len and is_copier(method):

@@ -43,17 +43,23 @@ class Recorded:
 @dataclass
 class Replayed:
     """What a drafter's replay came to: target calls (prefill included), drafted and accepted tokens as
-    the engine counts them, tokens made, and rounds by verify width (prefill rounds left out)."""
+    the engine counts them, tokens made, and rounds by verify width (prefill rounds left out).
+    ``steady`` and ``steady_tokens``: the rounds after each run's first (which carries the prompt:
+    the end-to-end prediction prices it apart) by verify width, and the tokens they made; None where
+    the counts came from elsewhere."""
 
     calls: int = 0
     drafted: int = 0
     accepted: int = 0
     tokens: int = 0
     widths: dict[int, int] = field(default_factory=dict)
+    steady: dict[int, int] | None = None
+    steady_tokens: int | None = None
 
     def add_run(self, result, verify_widths) -> None:
         """Count one replayed run: ``result`` (a ``GenerationResult``) and its recorded target's
-        ``verify_widths`` (None for the prefill's, which is not priced)."""
+        ``verify_widths`` (None for the prefill's, which is not priced). Each round after the first
+        is one verify, the last ones of ``verify_widths``."""
         self.calls += result.target_calls
         self.drafted += result.drafted
         self.accepted += result.accepted
@@ -61,10 +67,34 @@ class Replayed:
         for width in verify_widths:
             if width is not None:
                 self.widths[width] = self.widths.get(width, 0) + 1
+        trace = list(result.trace or [])
+        later = len(trace) - 1
+        steady = self.steady if self.steady is not None else {}
+        if 0 < later <= len(verify_widths):
+            for width in verify_widths[len(verify_widths) - later:]:
+                if width is not None:
+                    steady[width] = steady.get(width, 0) + 1
+            first = trace[0].accepted + (trace[0].token is not None)
+            self.steady_tokens = (self.steady_tokens or 0) + max(0, len(result.tokens) - first)
+        self.steady = steady
 
     @property
     def tokens_per_call(self) -> float:
         return self.tokens / self.calls if self.calls else 0.0
+
+    @property
+    def steady_widths(self) -> dict[int, int]:
+        """The rounds the steady state is priced on: those after each run's first, by verify width;
+        every priced round where no run had a second."""
+        return self.steady if self.steady else self.widths
+
+    @property
+    def tokens_per_round(self) -> float:
+        """What a round of :attr:`steady_widths` makes: the later rounds' tokens over their count;
+        tokens per call where those are not known."""
+        if not self.steady or self.steady_tokens is None:
+            return self.tokens_per_call
+        return self.steady_tokens / sum(self.steady.values())
 
     @property
     def acceptance(self) -> float:

@@ -40,17 +40,18 @@ class BatchWhatIf:
 
 
 def facts_of_advice(advice, step_s: float) -> RoundFacts | None:
-    """An advice's rounds as ``analysis.whatif`` reads them: tokens per target call, the share of
-    rounds by verify width, drafter steps per round, and its drafting seconds per round at batch 1
+    """An advice's rounds after each prompt's first as ``analysis.whatif`` reads them: tokens per
+    round, the share of rounds by verify width, drafter steps per round, and its drafting seconds per round at batch 1
     (its steps at ``Why.c`` target steps of ``step_s`` each, and its look-ups); None without a round."""
     replayed = advice.entry.replayed if advice.entry is not None else None
-    rounds = sum(replayed.widths.values()) if replayed is not None else 0
+    steady = replayed.steady_widths if replayed is not None else {}
+    rounds = sum(steady.values())
     if not rounds:
         return None
-    widths = {w: n / rounds for w, n in replayed.widths.items()}
+    widths = {w: n / rounds for w, n in steady.items()}
     why = advice.why
     draft_s = why.draft_steps * (why.c or 0.0) * step_s + why.lookup_ms / 1e3
-    return RoundFacts(advice.tokens_per_call, widths, why.draft_steps, draft_s)
+    return RoundFacts(advice.tokens_per_round or advice.tokens_per_call, widths, why.draft_steps, draft_s)
 
 
 def _pricing(advice, shapes: PairShapes):

@@ -109,6 +109,31 @@ def test_the_prefill_rounds_drafter_steps_are_left_out_as_the_replay_counted_the
     assert rank([kept], table())[0].why.draft_steps == pytest.approx(4.2)
 
 
+def steady_entry() -> E:
+    # the n-gram entry with its runs' rounds apart: the 2 first rounds (each with the prompt's forward) made
+    # 1 token each, the 10 later rounds (width 5) the other 28: 2.8 tokens a round, not 2.5 a call
+    return ngram_entry(replayed=Replayed(calls=12, drafted=48, accepted=18, tokens=30, widths={5: 10},
+                                         steady={5: 10}, steady_tokens=28))
+
+
+def check_steady_priced(ranked) -> None:
+    [advice] = ranked
+    assert advice.predicted_speedup == pytest.approx(2.8 * 0.010 / 0.014, rel=1e-9)
+    assert advice.tokens_per_round == pytest.approx(2.8) and advice.tokens_per_call == pytest.approx(2.5)
+
+
+def test_the_steady_state_is_priced_on_the_rounds_after_each_prompts_first():
+    check_steady_priced(rank([steady_entry()], table()))
+
+
+def test_mutation_pricing_a_round_at_the_tokens_per_call_fails_the_check(monkeypatch):
+    from advisor.recorded import Replayed as Real
+
+    monkeypatch.setattr(Real, "tokens_per_round", property(lambda self: self.tokens_per_call))
+    with pytest.raises(AssertionError):
+        check_steady_priced(rank([steady_entry()], table()))
+
+
 def test_mutation_a_ranking_that_forgets_the_drafters_steps_fails_the_check(monkeypatch):
     monkeypatch.setattr(advisor.rank, "_draft_seconds", lambda *args: (0.0, 0))
     with pytest.raises(AssertionError):

@@ -115,8 +115,8 @@ def check_sound(data, costs: CostTable) -> None:
         if a["method"] not in group:
             continue
         own = ceiling(costs, "model", widest([group[a["method"]]], LENGTH), costs.host_s, step)[0]
-        assert a["predicted_decode_speedup"] <= min(own, top) + 1e-9, (a["method"], own, a)
-        assert a["predicted_speedup"] <= max(1.0, own) + 1e-9
+        assert a["predicted_decode_speedup"] <= min(own, top) + 1e-4, (a["method"], own, a)   # JSON: 4 decimals
+        assert a["predicted_speedup"] <= max(1.0, own) + 1e-4
         if a["gamma_policy"] == "constant":
             near.append(a["predicted_decode_speedup"] / own)
     assert max(near) > 0.75, near

@@ -47,6 +47,19 @@ def recorded(pair):
 
 
 FIRSTS: dict[str, list[int]] = {}     # per method key: each prompt's first round's tokens in the engine's run
+STEADY: dict[str, tuple[dict[int, int], int]] = {}   # per method key: its runs' later rounds by width, their tokens
+
+
+def steady_of(results) -> tuple[dict[int, int], int]:
+    """The rounds after each run's first, by the width their verify fed (the last token and the
+    drafts, a tree's nodes), and the tokens they made, read off the runs' traces."""
+    widths, tokens = {}, 0
+    for result in results:
+        for rnd in result.trace[1:]:
+            width = 1 + (len(rnd.tree_tokens) if rnd.tree_tokens else len(rnd.drafted))
+            widths[width] = widths.get(width, 0) + 1
+        tokens += len(result.tokens) - (result.trace[0].accepted + (result.trace[0].token is not None))
+    return widths, tokens
 
 
 def engine_run(pair, m: Method, widths_of=None) -> tuple[tuple[int, int, int, int], int, dict[int, int]]:
@@ -61,17 +74,27 @@ def engine_run(pair, m: Method, widths_of=None) -> tuple[tuple[int, int, int, in
 
     handle = widths_of.register_forward_pre_hook(hook, with_kwargs=True) if widths_of is not None else None
     try:
-        FIRSTS[m.key] = []
+        FIRSTS[m.key], results = [], []
         for prompt in PROMPTS:
             result = run_strategy(m.strategy(max_gen_len=LENGTH), pair, prompt)
             FIRSTS[m.key].append(result.first_tokens)
+            results.append(result)
             for i, n in enumerate((result.target_calls, result.drafted, result.accepted, len(result.tokens))):
                 counts[i] += n
             calls += result.drafter_calls
     finally:
         if handle is not None:
             handle.remove()
+    STEADY[m.key] = steady_of(results)
     return tuple(counts), calls, widths
+
+
+def check_steady(entry: ReplayEntry) -> None:
+    """The replay's steady state (the rounds after each prompt's first, what the ranking prices per
+    round) is the engine's runs': the same rounds by verify width and the same tokens."""
+    widths, tokens = STEADY[entry.method.key]
+    assert entry.replayed.steady == widths and entry.replayed.steady_tokens == tokens
+    assert entry.replayed.tokens_per_round == pytest.approx(tokens / sum(widths.values()))
 
 
 def counts(r: Replayed) -> tuple[int, int, int, int]:
@@ -103,6 +126,7 @@ def test_teacher_forced_chains_count_what_the_engine_runs(pair, recorded, gamma,
     entry = replay_one(pair, recorded, m)
     want, calls, widths = engine_run(pair, m, pair.drafter)
     assert counts(entry.replayed) == want
+    check_steady(entry)
     assert entry.draft_steps == widths and sum(widths.values()) == calls      # the drafter's forwards, by width
     assert [f[0] for f in entry.firsts] == FIRSTS[m.key]                     # what the time to first token covers
     assert entry.exact and entry.mode == "teacher"
@@ -152,6 +176,7 @@ def test_the_drafters_own_proposals_count_what_the_engine_runs(pair, recorded, m
     entry = replay_one(pair, recorded, m)
     want, calls, _ = engine_run(pair, m)
     assert counts(entry.replayed) == want
+    check_steady(entry)
     assert sum(entry.draft_steps.values()) == calls
     assert [f[0] for f in entry.firsts] == FIRSTS[m.key]
     assert all(sum(f[2].values()) <= sum(entry.draft_steps.values()) for f in entry.firsts)
@@ -579,3 +604,22 @@ def test_a_chain_cut_before_its_first_wrong_draft_is_caught(pair, recorded, memo
     monkeypatch.setattr(advisor.memo.Chain, "serves", lambda self, k: True)
     entries = replay_grid(pair, recorded, MEMO, max_gen_len=LENGTH, stores=Stores(pair))
     assert [m.key for m, e in zip(MEMO, entries) if counts(e.replayed) != memo_runs[m.key][0]]
+
+
+@pytest.mark.parametrize("m", [method("model", None, 3), method("self", "self:bf16", 3)], ids=lambda m: m.key)
+def test_mutation_a_steady_state_that_keeps_the_first_round_is_caught(pair, recorded, monkeypatch, m):
+    # Mutation check: the first round (the prompt's) counted with the later ones.
+    from advisor.recorded import Replayed
+
+    engine_run(pair, m)
+    real = Replayed.add_run
+
+    def with_first(self, result, verify_widths):
+        real(self, result, verify_widths)
+        self.steady_tokens += result.trace[0].accepted + (result.trace[0].token is not None)
+        width = 1 + len(result.trace[0].drafted)
+        self.steady[width] = self.steady.get(width, 0) + 1
+
+    monkeypatch.setattr(Replayed, "add_run", with_first)
+    with pytest.raises(AssertionError):
+        check_steady(replay_one(pair, recorded, m))

@@ -25,9 +25,10 @@ from tests.test_advisor import tiny_grid, word_pair
 def _advice(widths: dict[int, int], tokens_per_call: float, c: float | None, steps: float, lookup_ms: float = 0.0,
             drafter: str = "self"):
     method = SimpleNamespace(drafter=drafter)
-    entry = SimpleNamespace(replayed=SimpleNamespace(widths=widths), method=method)
+    entry = SimpleNamespace(replayed=SimpleNamespace(widths=widths, steady_widths=widths), method=method)
     why = SimpleNamespace(c=c, draft_steps=steps, lookup_ms=lookup_ms)
-    return SimpleNamespace(method=f"m{drafter}", entry=entry, why=why, tokens_per_call=tokens_per_call)
+    return SimpleNamespace(method=f"m{drafter}", entry=entry, why=why, tokens_per_call=tokens_per_call,
+                           tokens_per_round=tokens_per_call)
 
 
 def _shapes(cost, drafter=None) -> PairShapes:
