@@ -309,7 +309,7 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None, screen
         try:
             if bounder is not None and boundable(pair, group):
                 say(f"bounding {name}")
-                out = bounder(group, entries, name)
+                out = _bounded(bounder, group, entries, name)
                 if out is not None:
                     bounded.append(out)
                     continue
@@ -321,6 +321,15 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None, screen
         except Exception as e:         # the rest of the grid is still advised on
             failed.append((name, f"its replay failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
     return entries, failed, screened, bounded
+
+
+def _bounded(bounder, group, entries, name):
+    """``bounder``'s answer for ``group``, or None (the source is replayed) where working out its
+    bound fails: a bound only ever saves a replay."""
+    try:
+        return bounder(group, entries, name)
+    except Exception:       # noqa: BLE001  (the replay that follows counts what the bound could not)
+        return None
 
 
 @dataclass(frozen=True)

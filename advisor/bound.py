@@ -101,7 +101,9 @@ def bound(pair, group, ranked, costs, *, state, max_gen_len: int, ar_step_s: flo
     if not ranked or not group:
         return None
     key = drafter_key(group[0])
-    if costs.source or key in costs.draft_s:
+    if costs.source and key not in costs.draft_s:
+        return None                 # a table read from a file without this drafter: nothing to bound with
+    if key in costs.draft_s:
         priced = costs
     else:
         priced = measure_costs(pair, set(costs.target_s), {key: {1}}, state=state, base=costs,

@@ -164,3 +164,15 @@ def test_bench_advise_leaves_the_source_out_per_category_and_says_so(tmp_path, m
     assert main(argv, loader=lambda args: self_word_pair()) == 0
     check_bounded(json.loads((out / "advice.json").read_text())["advice"]["summarization"])
     assert "not replayed, under the best by their ceiling" in " ".join((out / "advice.md").read_text().split())
+
+
+def test_a_bound_that_cannot_be_worked_out_leaves_the_source_to_its_replay(monkeypatch):
+    import advisor.bound
+
+    def fails(*args, **kwargs):
+        raise ValueError("the short run drafted nothing")
+
+    monkeypatch.setattr(advisor.bound, "bound", fails)
+    data = scripted(monkeypatch, self_word_pair(), table(2.0))
+    assert not data["bounded"] and model_keys() <= {a["method"] for a in data["advice"]}
+    assert not data["unreplayable"] or all("replay failed" not in u["reason"] for u in data["unreplayable"])
