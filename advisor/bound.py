@@ -16,7 +16,8 @@ prediction above both.
 
 Before a large source of a drafter model is replayed (more than :data:`MIN_METHODS` methods,
 its drafter run for real), the sources already replayed are ranked; where the source's ceiling is
-under the best prediction there, none of its methods could rank first, and its replay (the
+under the best prediction there that rests on no estimate (``advisor.rank.Advice.estimate``), none
+of its methods could rank first, and its replay (the
 longest part of an advice: a forward per draft, per position) is left out: named in one line with
 its ceiling, the drafter's step and the method it is under (:class:`Bounded`). Its drafter's step
 is timed for it (``advisor.costs.measure_costs``: a short run where the step is not its module's
@@ -93,12 +94,13 @@ def ceiling(costs, key: str, drafts: int, host_s: float, ar_step_s: float | None
 
 def bound(pair, group, ranked, costs, *, state, max_gen_len: int, ar_step_s: float | None, name: str
           ) -> Bounded | None:
-    """``group`` as :class:`Bounded` where its ceiling is under ``ranked[0]``'s prediction (the
-    sources replayed so far, priced by ``costs``), else None. ``costs`` is not changed: the
-    drafter's step is timed into a copy where ``costs`` lacks it."""
+    """``group`` as :class:`Bounded` where its ceiling is under the prediction of the best of
+    ``ranked`` (the sources replayed so far, priced by ``costs``) that rests on no estimate, else
+    None. ``costs`` is not changed: the drafter's step is timed into a copy where ``costs`` lacks it."""
     from advisor.costs import drafter_key, measure_costs
 
-    if not ranked or not group:
+    top = next((a for a in ranked if not a.estimate), None)     # a source is left out under no estimate
+    if top is None or not group:
         return None
     key = drafter_key(group[0])
     if costs.source and key not in costs.draft_s:
@@ -108,7 +110,7 @@ def bound(pair, group, ranked, costs, *, state, max_gen_len: int, ar_step_s: flo
     else:
         priced = measure_costs(pair, set(costs.target_s), {key: {1}}, state=state, base=costs,
                                methods={key: group[0]}, context=costs.context)
-    top, (most, c) = ranked[0], ceiling(priced, key, widest(group, max_gen_len), costs.host_s, ar_step_s)
+    most, c = ceiling(priced, key, widest(group, max_gen_len), costs.host_s, ar_step_s)
     if max(1.0, most) >= top.predicted_speedup:      # an end-to-end prediction lies between 1 and the ceiling
         return None
     return Bounded(name, tuple(m.key for m in group), most, c, top.method, top.predicted_speedup)

@@ -176,3 +176,14 @@ def test_a_bound_that_cannot_be_worked_out_leaves_the_source_to_its_replay(monke
     data = scripted(monkeypatch, self_word_pair(), table(2.0))
     assert not data["bounded"] and model_keys() <= {a["method"] for a in data["advice"]}
     assert not data["unreplayable"] or all("replay failed" not in u["reason"] for u in data["unreplayable"])
+
+
+def test_no_source_is_left_out_under_an_estimate(monkeypatch):
+    import advisor.replay
+
+    real = advisor.replay._estimate_note
+    monkeypatch.setattr(advisor.replay, "_estimate_note",
+                        lambda pair, m: "an estimate, for the test" if m.drafter == "ngram" else real(pair, m))
+    data = scripted(monkeypatch, self_word_pair(), table(2.0))
+    assert not data["bounded"] and model_keys() <= {a["method"] for a in data["advice"]}
+    assert all(a["estimate"] for a in data["advice"] if a["method"] not in model_keys())
