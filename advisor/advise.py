@@ -302,12 +302,13 @@ def replay_sources(pair, recorded, methods, length: int, say, state=None, screen
     sources: dict[tuple[str, str], list] = {}
     for m in methods:
         sources.setdefault(_source(m), []).append(m)
-    groups = sorted(sources.values(), key=lambda group: bounder is not None and boundable(pair, group))
+    bounds = {id(g): bounder is not None and boundable(pair, g) for g in sources.values()}
+    groups = sorted(sources.values(), key=lambda group: bounds[id(group)])    # the bounded ones last
     entries, failed, screened, bounded = [], [], [], []
     for group in groups:
         name = group[0].key + (f" and {len(group) - 1} more of its drafter" if len(group) > 1 else "")
         try:
-            if bounder is not None and boundable(pair, group):
+            if bounds[id(group)]:
                 say(f"bounding {name}")
                 out = _bounded(bounder, group, entries, name)
                 if out is not None:
@@ -417,23 +418,21 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     baseline, recorded = run_baseline(pair, prompts, length, state, seed)
     methods = list(grid) if grid is not None else default_grid(pair)
     context = min(MAX_CONTEXT, context_of(prompts, length))
-    priced = {"costs": costs}          # the table the bounds priced with, measured once and priced with again
 
     def bounder(group, entries, name):
+        """The bound of ``group`` on the table the final pricing reuses (measured here once)."""
         from advisor.bound import bound, verify_widths
 
+        nonlocal costs
         if not entries:
             return None
-        table = needed_costs(pair, entries, priced["costs"], state, context, baseline.step_s,
-                             extra=verify_widths(group))
-        priced["costs"] = table
-        ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
-        return bound(pair, group, ranked, table, state=state, max_gen_len=length, ar_step_s=baseline.step_s,
+        costs = needed_costs(pair, entries, costs, state, context, baseline.step_s, extra=verify_widths(group))
+        ranked = rank(entries, costs, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
+        return bound(pair, group, ranked, costs, state=state, max_gen_len=length, ar_step_s=baseline.step_s,
                      name=name)
 
     entries, failed, screened, bounded = replay_sources(pair, recorded, methods, length, say, state, screen,
                                                         bounder if bound else None)
-    costs = priced["costs"]
     say("pricing" if costs is not None and costs.source else "measuring the forward costs and pricing")
     table = needed_costs(pair, entries, costs, state, context, baseline.step_s)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)

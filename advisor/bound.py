@@ -62,20 +62,21 @@ def boundable(pair, group) -> bool:
             and any(replay_mode(pair, m) == "drafter" for m in group))
 
 
+def _constant(m) -> bool:
+    return m.gamma_policy in ("", "constant")
+
+
 def widest(group, max_gen_len: int) -> int:
     """The most drafts a round of ``group``'s methods can verify: γ under a constant policy, any
     length up to ``max_gen_len`` under another, a tree's nodes."""
-    most = 1
-    for m in group:
-        chain = m.gamma if m.gamma_policy in ("", "constant") else max_gen_len
-        most = max(most, chain, m.tree)
+    most = max([1] + [max(m.gamma if _constant(m) else max_gen_len, m.tree) for m in group])
     return max(1, min(most, max(max_gen_len, 1)))
 
 
 def verify_widths(group) -> set[int]:
     """The verify widths to time for ``group``'s ceiling: a constant chain's γ + 1 and a tree's nodes + 1;
     a width past them (a policy's longer chains) is read off the widest, as the ranking reads it."""
-    return {m.tree + 1 if m.tree else m.gamma + 1 for m in group if m.tree or m.gamma_policy in ("", "constant")}
+    return {m.tree + 1 if m.tree else m.gamma + 1 for m in group if m.tree or _constant(m)}
 
 
 def ceiling(costs, key: str, drafts: int, host_s: float, ar_step_s: float | None) -> tuple[float, float]:

@@ -45,16 +45,16 @@ class Replayed:
     """What a drafter's replay came to: target calls (prefill included), drafted and accepted tokens as
     the engine counts them, tokens made, and rounds by verify width (prefill rounds left out).
     ``steady`` and ``steady_tokens``: the rounds after each run's first (which carries the prompt:
-    the end-to-end prediction prices it apart) by verify width, and the tokens they made; None where
-    the counts came from elsewhere."""
+    the end-to-end prediction prices it apart) by verify width, and the tokens they made (empty
+    where the counts came from elsewhere)."""
 
     calls: int = 0
     drafted: int = 0
     accepted: int = 0
     tokens: int = 0
     widths: dict[int, int] = field(default_factory=dict)
-    steady: dict[int, int] | None = None
-    steady_tokens: int | None = None
+    steady: dict[int, int] = field(default_factory=dict)
+    steady_tokens: int = 0
 
     def add_run(self, result, verify_widths) -> None:
         """Count one replayed run: ``result`` (a ``GenerationResult``) and its recorded target's
@@ -67,16 +67,14 @@ class Replayed:
         for width in verify_widths:
             if width is not None:
                 self.widths[width] = self.widths.get(width, 0) + 1
-        trace = list(result.trace or [])
+        trace = result.trace or []
         later = len(trace) - 1
-        steady = self.steady if self.steady is not None else {}
         if 0 < later <= len(verify_widths):
             for width in verify_widths[len(verify_widths) - later:]:
                 if width is not None:
-                    steady[width] = steady.get(width, 0) + 1
+                    self.steady[width] = self.steady.get(width, 0) + 1
             first = trace[0].accepted + (trace[0].token is not None)
-            self.steady_tokens = (self.steady_tokens or 0) + max(0, len(result.tokens) - first)
-        self.steady = steady
+            self.steady_tokens += max(0, len(result.tokens) - first)
 
     @property
     def tokens_per_call(self) -> float:
@@ -86,15 +84,13 @@ class Replayed:
     def steady_widths(self) -> dict[int, int]:
         """The rounds the steady state is priced on: those after each run's first, by verify width;
         every priced round where no run had a second."""
-        return self.steady if self.steady else self.widths
+        return self.steady or self.widths
 
     @property
     def tokens_per_round(self) -> float:
         """What a round of :attr:`steady_widths` makes: the later rounds' tokens over their count;
-        tokens per call where those are not known."""
-        if not self.steady or self.steady_tokens is None:
-            return self.tokens_per_call
-        return self.steady_tokens / sum(self.steady.values())
+        tokens per call where no run had a second round."""
+        return self.steady_tokens / sum(self.steady.values()) if self.steady else self.tokens_per_call
 
     @property
     def acceptance(self) -> float:

@@ -51,7 +51,7 @@ def facts_of_advice(advice, step_s: float) -> RoundFacts | None:
     widths = {w: n / rounds for w, n in steady.items()}
     why = advice.why
     draft_s = why.draft_steps * (why.c or 0.0) * step_s + why.lookup_ms / 1e3
-    return RoundFacts(advice.tokens_per_round or advice.tokens_per_call, widths, why.draft_steps, draft_s)
+    return RoundFacts(advice.tokens_per_round, widths, why.draft_steps, draft_s)
 
 
 def _pricing(advice, shapes: PairShapes):
