@@ -49,15 +49,18 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
     if loop.vocab_size is not None:
         logits = logits[:, :loop.vocab_size]
     logits, extra_argmax = logits[:len(tree) + 1], logits[len(tree) + 1:].argmax(dim=-1)   # (n + 1, V), (m,)
-    p = loop.processor(logits)
     tokens = torch.tensor(tree.tokens, dtype=torch.long, device=device)
     parents = torch.tensor(tree.parents, dtype=torch.long, device=device)
     if q is not None:
+        p = loop.processor(logits)
         n, deepest, token = (torch.tensor(v, device=device) for v in
                              accept_tree_rrs(p, q[:, :p.shape[-1]], tree, loop.processor.sample, loop.generator))
-    else:
-        n, deepest, token = accept_tree(p, tokens, parents, ancestors(tree, device), loop.processor.sample,
+    elif loop.processor.is_greedy:       # the draws are the logits' argmax: no rows of probabilities built
+        n, deepest, token = accept_tree(logits, tokens, parents, ancestors(tree, device), _greedy_draws(loop.processor),
                                         loop.generator)
+    else:
+        n, deepest, token = accept_tree(loop.processor(logits), tokens, parents, ancestors(tree, device),
+                                        loop.processor.sample, loop.generator)
     width = drafter.wants_top_k
     top_k = logits.topk(width, dim=-1).indices if width > 1 else None  # (n + 1, width)
     t2 = clock.mark()
@@ -85,6 +88,12 @@ def tree_round(loop, ids: torch.Tensor, k_max: int, nodes: int, branch: int, *, 
                draft_s=clock.seconds(t0, t1), verify_s=clock.seconds(t_verify, t2) + clock.seconds(*filled))
     loop.watch.round(loop.result.trace[-1], new)
     return ids, new, stop
+
+
+def _greedy_draws(processor):
+    """A sampler for ``accept_tree`` that reads a greedy processor's draws off the logits themselves
+    (``processor.sample(processor(rows))``, without the one-hot rows)."""
+    return lambda rows, generator=None: processor.greedy_ids(rows)
 
 
 def first_choice_line(tree: Tree, node: int) -> list[int]:

@@ -26,8 +26,9 @@ from generation.options import LoopOptions
 from generation.phases import PhaseClock, fill_target_first, split_phases
 from generation.result import GenerationResult, Round
 from generation.tree_round import tree_round
-from generation.verify_rules import Rule, block_details, verify_rule
+from generation.verify_rules import Rule, block_details, on_greedy_columns, verify_rule
 from sampling import LogitsProcessor
+from sampling.processors import probs_dtype
 from kvcache.cache import CachedModel, UnsupportedCacheError, tree_support
 from kvcache.probe import not_causal
 from kvcache.static import compile_report, loop_model, static_capacity
@@ -197,8 +198,13 @@ def _round(loop: _Loop, ids: torch.Tensor, k_max: int, stop_below: float | None)
     logits = target.forward(torch.cat([ids, draft.view(1, -1)], dim=1), keep=k + 1)
     if loop.vocab_size is not None:
         logits = logits[:, :loop.vocab_size]                             # (k+1, V)
-    p = loop.processor(logits)
-    n, token = loop.rule(p, q, draft, loop.processor.sample, loop.generator)
+    if loop.processor.is_greedy and not loop.inspect:      # the rule on the ids that matter (same n, token)
+        p = None
+        n, token = on_greedy_columns(loop.rule, loop.processor.greedy_ids(logits), q, draft,
+                                     loop.processor.sample, loop.generator, probs_dtype(logits.dtype))
+    else:
+        p = loop.processor(logits)
+        n, token = loop.rule(p, q, draft, loop.processor.sample, loop.generator)
     top_k = logits.topk(drafter.wants_top_k, dim=-1).indices if drafter.wants_top_k > 1 else None
     t2 = clock.mark()
     record = _record(loop, logits, p, q, draft, n, token) if loop.inspect else None

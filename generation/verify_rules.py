@@ -11,7 +11,8 @@ drafts kept and the token after them. Nothing leaves the device: the caller pays
 sync per round.
 
 All three keep the target's distribution exactly, for any q; under greedy (one-hot p) they return
-the same (n, token).
+the same (n, token), and :func:`on_greedy_columns` runs a rule there on the few columns that carry
+p's mass or a draft instead of the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -146,6 +147,26 @@ def accept_strict(
 
 
 VERIFY_RULES: dict[str, Rule] = dict(zip(VERIFY_RULE_NAMES, (accept_drafts, accept_block, accept_strict)))
+
+
+def on_greedy_columns(rule: Rule, target_ids: torch.Tensor, q: torch.Tensor | None, draft: torch.Tensor,
+                      sample: Sampler, generator: torch.Generator | None, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rule(p, q, draft, ...)`` where p is one-hot at ``target_ids`` (k + 1,) (a greedy processor's
+    rows, in ``dtype``), worked on the columns of the ids in ``target_ids`` and ``draft`` alone.
+
+    Every rule here reads p and q only where p has mass or at the drafts: a ratio at a draft, a
+    residual max(0, b p - q) that is 0 wherever p is, the residual's mass, and draws from rows that
+    are 0 off those columns. Narrowed to the sorted distinct ids (q's columns gathered, the drafts
+    renumbered), the rule returns the same n, draws the same coins (k, in p's dtype), and its token
+    is the column's id: (k + 1, V) rows become (k + 1, at most 2k + 1) on every round under greedy.
+    """
+    k = draft.shape[0]
+    columns, inverse = torch.unique(torch.cat([target_ids, draft]), return_inverse=True)   # (m,) sorted
+    p = torch.zeros(k + 1, columns.shape[0], dtype=dtype, device=draft.device)
+    p.scatter_(-1, inverse[:k + 1].unsqueeze(-1), 1.0)
+    n, token = rule(p, None if q is None else q[:, columns], inverse[k + 1:], sample, generator)
+    return n, accept.pick(columns, token)
 
 
 def verify_rule(name: str) -> Rule:

@@ -22,7 +22,12 @@ from utils.options import check_int
 
 def _widen(logits: torch.Tensor) -> torch.Tensor:
     """Half-precision logits are processed in float32; float32/float64 stay as they are."""
-    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    return logits.to(probs_dtype(logits.dtype))
+
+
+def probs_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a processor's probabilities over logits of ``dtype`` come out in (``_widen``)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _check_temperature(temperature: float) -> float:
@@ -80,6 +85,11 @@ class LogitsProcessor(ABC):
         ids = torch.multinomial(flat, 1, generator=generator)
         return ids.reshape(probs.shape[:-1])
 
+    def greedy_ids(self, logits: torch.Tensor) -> torch.Tensor:
+        """``sample(self(logits))`` for a processor whose draw is no draw (``is_greedy``): (..., V) ->
+        (...). A greedy processor reads it off the logits without building the one-hot rows."""
+        return self.sample(self(logits))
+
     def describe(self) -> str:
         """A short human label, e.g. ``nucleus(t=0.7, p=0.9)``."""
         return repr(self)
@@ -102,6 +112,9 @@ class GreedyProcessor(LogitsProcessor):
 
     def sample(self, probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return probs.argmax(dim=-1)
+
+    def greedy_ids(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(dim=-1)      # the one-hot rows' argmax is the logits' first maximum
 
     def __repr__(self) -> str:
         return "greedy"

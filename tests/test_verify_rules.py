@@ -566,3 +566,102 @@ def test_the_read_back_check_catches_tensor_indexing():
     values, index = torch.empty(4, device="meta"), torch.empty((), dtype=torch.long, device="meta")
     with pytest.raises(Exception):
         values[index]
+
+
+# --------------------------------------------------------------------------- greedy, on the columns that matter
+
+def _greedy_cases(count: int = 600):
+    """Random greedy rounds: integer logits (ties: the first maximum is the draw), half-precision
+    logits on every third, and q as None, a greedy drafter's one-hot rows or a soft distribution
+    (drafts drawn from it): (logits, q, draft, seed)."""
+    g = torch.Generator().manual_seed(7)
+    greedy = GreedyProcessor()
+    for case in range(count):
+        k = int(torch.randint(0, 7, (), generator=g))
+        vocab = int(torch.randint(2, 12, (), generator=g))
+        logits = torch.randint(-2, 3, (k + 1, vocab), generator=g).float()
+        if case % 3 == 0:
+            logits = logits.bfloat16()
+        kind = case % 3
+        draft = torch.randint(0, vocab, (k,), generator=g)
+        q = None
+        if kind == 1:
+            q = greedy(torch.randn(k, vocab, generator=g))
+            draft = q.argmax(dim=-1)
+        elif kind == 2 and k:
+            q = torch.randn(k, vocab, generator=g).softmax(dim=-1)
+            draft = torch.multinomial(q, 1, generator=g).flatten()
+        yield logits, q, draft, case
+
+
+def _narrowing_disagreements(narrow) -> list:
+    """The greedy cases where ``narrow`` (on_greedy_columns' signature) and the rule on the whole
+    one-hot p differ in n, in the token, or in the generator's state after (the coins drawn)."""
+    from sampling.processors import probs_dtype
+
+    greedy, out = GreedyProcessor(), []
+    for logits, q, draft, seed in _greedy_cases():
+        for name, rule in VERIFY_RULES.items():
+            whole, narrowed = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+            n, token = rule(greedy(logits), q, draft, greedy.sample, whole)
+            m, other = narrow(rule, greedy.greedy_ids(logits), q, draft, greedy.sample, narrowed,
+                              probs_dtype(logits.dtype))
+            if (int(n), int(token)) != (int(m), int(other)) or not torch.equal(whole.get_state(), narrowed.get_state()):
+                out.append((name, seed, (int(n), int(token)), (int(m), int(other))))
+    return out
+
+
+def test_greedy_rules_on_their_columns_equal_the_rules_on_the_whole_vocabulary():
+    # Every rule, 600 rounds with ties, bf16 logits and each kind of q: the same n, token and coins.
+    assert _narrowing_disagreements(verify_rules.on_greedy_columns) == []
+
+
+def test_mutation_narrowing_that_keeps_only_the_targets_columns_is_caught():
+    # Leaving the drafts' own columns out (a draft off the target's ids lands on a wrong column).
+    def targets_only(rule, target_ids, q, draft, sample, generator, dtype):
+        k = draft.shape[0]
+        columns, inverse = torch.unique(target_ids, return_inverse=True)
+        p = torch.zeros(k + 1, columns.shape[0], dtype=dtype).scatter_(-1, inverse.unsqueeze(-1), 1.0)
+        narrowed_draft = torch.searchsorted(columns, draft).clamp(max=columns.shape[0] - 1)
+        n, token = rule(p, None if q is None else q[:, columns], narrowed_draft, sample, generator)
+        return n, accept.pick(columns, token)
+
+    assert len(_narrowing_disagreements(targets_only)) > 50
+
+
+def test_mutation_narrowing_that_returns_the_column_not_its_id_is_caught():
+    def column_index(rule, target_ids, q, draft, sample, generator, dtype):
+        k = draft.shape[0]
+        columns, inverse = torch.unique(torch.cat([target_ids, draft]), return_inverse=True)
+        p = torch.zeros(k + 1, columns.shape[0], dtype=dtype).scatter_(-1, inverse[:k + 1].unsqueeze(-1), 1.0)
+        return rule(p, None if q is None else q[:, columns], inverse[k + 1:], sample, generator)
+
+    assert len(_narrowing_disagreements(column_index)) > 50
+
+
+def test_the_loop_under_greedy_verifies_on_the_narrowed_columns(monkeypatch):
+    """A greedy speculative run without the inspector hands every rule rows of at most 2k + 1
+    columns, not the vocabulary's 48, and its output is target AR's; with the inspector (it shows
+    whole rows) the rule gets the vocabulary's width."""
+    from engine import Strategy, run_strategy
+    from tests.helpers.models import tiny_llama
+    from tests.helpers.pairs import model_pair
+
+    pair = model_pair(tiny_llama(1, vocab_size=48, logit_scale=8.0), tiny_llama(2, vocab_size=48, logit_scale=8.0))
+    widths = []
+    for name, rule in list(VERIFY_RULES.items()):
+        def spy(p, q, draft, sample, generator=None, rule=rule):
+            widths.append((p.shape[-1], draft.shape[0]))
+            return rule(p, q, draft, sample, generator)
+        monkeypatch.setitem(VERIFY_RULES, name, spy)
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6]
+    ar = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=24), pair, prompt)
+    for drafter in ("model", "ngram"):
+        widths.clear()
+        out = run_strategy(Strategy("s", drafter=drafter, gamma=4, processor=GreedyProcessor(), max_gen_len=24,
+                                    inspect=False), pair, prompt)
+        assert out.tokens == ar.tokens and out.accepted < out.drafted and widths     # rejections ran
+        assert all(width <= 2 * k + 1 for width, k in widths), widths
+    widths.clear()
+    run_strategy(Strategy("s", drafter="model", gamma=4, processor=GreedyProcessor(), max_gen_len=8), pair, prompt)
+    assert widths and all(width == 48 for width, _ in widths)
