@@ -20,7 +20,7 @@ SEED = 42
 WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
 SCREEN_KEEP = 3     # a self-drafter's trees replayed in full after screening on the first prompt
 SCREEN_TOKENS = 24  # the first prompt's new tokens the screening replays
-CONFIRM_REPEATS = 2  # the confirming runs of each method over the prompts, each after a pass of target AR
+CONFIRM_REPEATS = 1  # the confirming runs of each method over the prompts, each repeat followed by target AR
 RANKED_COMPILE = "off"   # the compile path (engine.Strategy.compile) of every run an advice makes
 COMPILE_CACHES = {"off": "dynamic cache", "static": "static cache", "graphs": "static cache, captured graphs"}
 SAMPLING_NOTE = ("the processor samples: the advice replays greedy paths and confirms under greedy, so its "
@@ -223,16 +223,18 @@ def confirm_one(confirming: Confirming, pair, prompts, length: int, state, basel
 
 def confirm_top(top: list[Advice], pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
             repeats: int = CONFIRM_REPEATS, say: Callable[[str], None] = lambda line: None) -> None:
-    """The ``top`` methods run for real ``repeats`` times, each repeat after a pass of target AR, so that
-    drift falls on both sides of every measured speedup; pooled by ``Confirming.finish``."""
+    """The ``top`` methods run for real ``repeats`` times, each repeat followed by a pass of target AR,
+    so that every confirming run lies between two passes of target AR (the first is the record's)
+    and a drift of the machine's speed falls on both sides of every measured speedup; pooled by
+    ``Confirming.finish``."""
     confirming = [Confirming(a) for a in top]
-    for repeat in range(max(1, repeats) if top else 0):
-        if repeat > 0:
-            say(f"target AR again (repeat {repeat + 1} of {repeats})")
-            rerun_baseline(pair, prompts, length, state, baseline, seed)
+    repeats = max(1, repeats) if top else 0
+    for repeat in range(repeats):
         for c in confirming:
             say(f"confirming {c.advice.method}" + (f" (repeat {repeat + 1})" if repeat else ""))
             confirm_one(c, pair, prompts, length, state, baseline, seed, warm=repeat == 0)
+        say("target AR again" + (f" (after repeat {repeat + 1} of {repeats})" if repeats > 1 else ""))
+        rerun_baseline(pair, prompts, length, state, baseline, seed)
     for c in confirming:
         c.finish(baseline)
 

@@ -242,7 +242,7 @@ def host_seconds(pair, state) -> tuple[float, str]:
 
     try:
         strategy = Strategy("advisor-host", drafter="ngram", drafter_options=NGramOptions(),
-                            processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0)
+                            processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0, inspect=False)
         result = run_strategy(strategy, pair, _context_ids(pair, pair.target)[0].tolist()[:16], state=state)
     except Exception as e:    # the advice goes on without it, saying so
         return 0.0, f"host work per round not measured ({type(e).__name__}: {e}): taken as 0"
