@@ -3,7 +3,8 @@
 Greedy only: target AR's output replays every chain drafter's rounds (``advisor.replay``). The
 steps: target AR on each prompt, once, warm (the record, and the denominator of every speedup); the
 cost table; the replay of the grid; the ranking (``advisor.rank``); and the top few confirmed for
-real through ``engine.run_strategy``. Every run takes one compile path, :data:`RANKED_COMPILE`.
+real through ``engine.run_strategy``, which then lead in the order their runs measured
+(``advisor.rank.confirmed_first``). Every run takes one compile path, :data:`RANKED_COMPILE`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from advisor.bound import bounded_line
 from advisor.costs import CONTEXT, MAX_CONTEXT, CostTable, drafter_key, measure_costs
-from advisor.rank import ROUNDING, Advice, is_copier, rank, steady_steps
+from advisor.rank import ROUNDING, Advice, confirmed_first, is_copier, rank, steady_steps
 
 SEED = 42
 WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
@@ -439,8 +440,9 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     table = needed_costs(pair, entries, costs, state, context, baseline.step_s)
     ranked = rank(entries, table, baseline.step_s, recorded=recorded, max_gen_len=length, runs=baseline.runs)
     confirm_top(ranked[:max(0, confirm)], pair, prompts, length, state, baseline, seed, say=say)
-    notes = [line for line in (compile_note(session_compile), screened_line(screened), bounded_line(bounded))
-             if line]
+    ranked, reordered = confirmed_first(ranked, confirm)
+    notes = [line for line in (reordered, compile_note(session_compile), screened_line(screened),
+                               bounded_line(bounded)) if line]
     if processor is not None and not processor.is_greedy:
         from advisor.sampling import estimate_chains
         from engine.run import loop_vocab_size

@@ -285,3 +285,27 @@ def rank(entries, costs: CostTable, ar_step_s: float | None = None, *, recorded:
     end-to-end prediction), best first (:func:`_order`)."""
     return sorted((price(e, costs, ar_step_s, recorded=recorded, max_gen_len=max_gen_len, runs=runs)
                    for e in entries), key=_order)
+
+
+def ran_clean(advice: Advice) -> bool:
+    """Whether a confirming run measured ``advice`` and gave target AR's output."""
+    return advice.measured_speedup is not None and not advice.confirm_error and advice.identical is not False
+
+
+def confirmed_first(advice: list[Advice], confirmed: int) -> tuple[list[Advice], str | None]:
+    """``advice`` (ranked) with its first ``confirmed`` (the ones run for real) ordered by their
+    measured speedup where the run measured them and gave target AR's output, the others of them
+    (failed, or their output differed) after those in predicted order, the rest as ranked; and one
+    line where the measured order moved the predicted first, else None. A real run is the better
+    evidence between methods predicted close: the pick is the fastest one measured."""
+    top, rest = advice[:max(0, confirmed)], advice[max(0, confirmed):]
+    clean = sorted((a for a in top if ran_clean(a)), key=lambda a: -a.measured_speedup)   # stable at a tie
+    ordered = clean + [a for a in top if not ran_clean(a)] + rest
+    if not top or ordered[0] is top[0]:
+        return ordered, None
+    first, was = ordered[0], top[0]
+    was_measured = f"measured {was.measured_speedup:.2f}x" if ran_clean(was) else "its run failed or differed"
+    return ordered, (f"ordered by the confirmed runs: {first.method} first, measured {first.measured_speedup:.2f}x "
+                     f"(predicted {first.predicted_speedup:.2f}x, #{top.index(first) + 1} by prediction); "
+                     f"{was.method}, predicted first at {was.predicted_speedup:.2f}x, {was_measured}")
+

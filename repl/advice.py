@@ -22,8 +22,8 @@ CONFIRM = 3     # the best methods run for real to confirm their predictions
 def advice_table(report) -> Table:
     """The methods best first: predicted beside measured, tokens per call, the replay's exactness and
     why (a rounding reason goes once below the table)."""
-    table = Table(title=f"advice: best first, {report.ranked_on} (predicted from the replay, measured for "
-                        "the confirmed)", title_justify="left", show_lines=False)
+    table = Table(title=f"advice: best first, {report.ranked_on} (predicted from the replay; the confirmed "
+                        "first, by their measured speedup)", title_justify="left", show_lines=False)
     for name, justify in (("#", "right"), ("method", "left"), ("predicted", "right"), ("measured", "right"),
                           ("decode pred. / meas.", "right"), ("tok/call", "right"), ("replay", "left"),
                           ("why", "left")):

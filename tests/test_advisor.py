@@ -519,6 +519,55 @@ def test_scripted_advise_prints_the_contracts_json_object(monkeypatch):
     data = json.loads(stdout.getvalue())
     assert data["prompts"] == 2 and data["length"] == 6 and data["seconds"] > 0
     assert data["advice"][0]["measured_speedup"] is not None and len(data["advice"]) == 3
+    measured = [a["measured_speedup"] for a in data["advice"]]          # all three confirmed (CONFIRM = 3)
+    assert None not in measured and measured == sorted(measured, reverse=True)
+    moved = [n for n in data["notes"] if n.startswith("ordered by the confirmed runs: ")]
+    predicted = [a["predicted_speedup"] for a in data["advice"]]
+    assert bool(moved) == (max(predicted) != predicted[0])     # the line exactly where the first pick moved
+
+
+def _confirmed(method: str, predicted: float, measured: float | None, *, identical=True, error=""):
+    from advisor.rank import Advice, Why
+
+    a = Advice(method, 1, "constant", 0, predicted, 1.0, Why([0.9]))
+    a.measured_speedup, a.identical, a.confirm_error = measured, identical, error
+    return a
+
+
+def test_the_confirmed_lead_in_the_order_their_runs_measured():
+    from advisor.rank import confirmed_first
+
+    ranked = [_confirmed("a", 2.5, 2.2), _confirmed("b", 2.4, 2.6), _confirmed("c", 2.3, 3.0, identical=False),
+              _confirmed("d", 2.2, 2.4), _confirmed("e", 2.1, None), _confirmed("f", 2.0, None)]
+    ordered, line = confirmed_first(ranked, 4)
+    # b and d measured faster than a; c's output differed: after the clean ones; e, f as ranked.
+    assert [a.method for a in ordered] == ["b", "d", "a", "c", "e", "f"]
+    assert line == ("ordered by the confirmed runs: b first, measured 2.60x (predicted 2.40x, #2 by prediction); "
+                    "a, predicted first at 2.50x, measured 2.20x")
+    failed = [_confirmed("a", 2.5, None, error="RuntimeError: x"), _confirmed("b", 2.4, 2.0)]
+    ordered, line = confirmed_first(failed, 2)
+    assert [a.method for a in ordered] == ["b", "a"] and line.endswith("a, predicted first at 2.50x, its run failed or differed")
+    same, line = confirmed_first(ranked[:1] + ranked[4:], 1)
+    assert [a.method for a in same] == ["a", "e", "f"] and line is None
+    assert confirmed_first(ranked, 0) == (ranked, None)
+
+
+def test_mutation_ordering_the_confirmed_by_prediction_or_every_row_by_measure_is_caught(monkeypatch):
+    # The check above fails on the two ways the order could go wrong: the confirmed left in
+    # predicted order, and the unconfirmed (measured None) sorted in among them.
+    import advisor.rank as rank_mod
+
+    def by_prediction(advice, confirmed):
+        return list(advice), None
+
+    def every_row(advice, confirmed):
+        return sorted(advice, key=lambda a: -(a.measured_speedup or 0.0)), None
+
+    for mutant in (by_prediction, every_row):
+        monkeypatch.setattr(rank_mod, "confirmed_first", mutant)
+        with pytest.raises(AssertionError):
+            test_the_confirmed_lead_in_the_order_their_runs_measured()
+        monkeypatch.undo()
 
 
 def test_infer_refuses_a_bad_costs_file_and_advise_with_selftest_before_loading(tmp_path, capsys):
