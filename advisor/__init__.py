@@ -5,3 +5,5 @@ replayed from target AR's output (``advisor.recorded``, ``advisor.teacher``, ``a
 and priced by forward costs measured on the machine. Layer 4: it imports the engine and below,
 never ``bench`` or ``repl`` (they import it).
 """
+
+CONFIRM = 2     # the best methods an advice runs for real by default (the pick: the faster measured)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from advisor import CONFIRM
 from advisor.bound import bounded_line
 from advisor.costs import CONTEXT, MAX_CONTEXT, CostTable, drafter_key, measure_costs
 from advisor.rank import ROUNDING, Advice, confirmed_first, is_copier, rank, steady_steps
@@ -397,7 +398,7 @@ def screened_line(screened: list[Screened]) -> str | None:
             "target call there): " + ", ".join(f"{s.method} {s.tokens_per_call:.2f}" for s in screened))
 
 
-def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = 3,
+def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | None = None, confirm: int = CONFIRM,
            grid=None, state=None, seed: int = SEED, say: Callable[[str], None] = lambda line: None,
            processor=None, session_compile: str | None = None, screen: bool = True, bound: bool = True
            ) -> AdviceReport:

@@ -23,7 +23,7 @@ from analysis.speedup import CostModel
 FORMAT = 1
 CONTEXT = 64            # tokens in the cache while the widths are timed, unless told (as engine.widths does)
 MAX_CONTEXT = 4096      # the longest cache the widths are timed on
-REPEATS = 5             # turns of every width, as generation.timing.REPEATS
+REPEATS = 3             # turns of every width after a warm one (the spread between processes is wider)
 HOST_RUN_TOKENS = 24    # the short n-gram run the host seconds per round are read from
 MIN_TIMED_STEPS = 16    # a replay's timed drafter steps that price it without a run of its own
 # CPU flags worth naming beside the model name: what changes a forward's kernels.

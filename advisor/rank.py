@@ -52,6 +52,7 @@ class Advice:
     confirm_error: str = ""
     sampling: object = None         # advisor.sampling.SamplingEstimate under a sampling processor
     tokens_per_round: float = 0.0   # tokens per round after each prompt's first: what the model prices
+    predicted_rank: int = 0         # its place by prediction (1: first), before the confirmed runs reorder
     entry: object = field(default=None, repr=False, compare=False)
 
     def sampling_line(self) -> str:
@@ -96,6 +97,7 @@ class Advice:
                 "predicted_speedup": round(self.predicted_speedup, 4),
                 "predicted_decode_speedup": round_or_none(self.predicted_decode_speedup),
                 "tokens_per_call": round(self.tokens_per_call, 4), "tokens_per_round": round(self.tokens_per_round, 4),
+                "predicted_rank": self.predicted_rank,
                 "measured_speedup": round_or_none(self.measured_speedup),
                 "measured_decode_speedup": round_or_none(self.measured_decode_speedup),
                 "identical": self.identical, "confirm_error": self.confirm_error,
@@ -282,9 +284,12 @@ def _order(advice: Advice):
 def rank(entries, costs: CostTable, ar_step_s: float | None = None, *, recorded: Sequence = (),
          max_gen_len: int = 0, runs: Sequence | None = None) -> list:
     """Every entry priced (:func:`price`; ``runs``: target AR's on the same prompts, for the
-    end-to-end prediction), best first (:func:`_order`)."""
-    return sorted((price(e, costs, ar_step_s, recorded=recorded, max_gen_len=max_gen_len, runs=runs)
-                   for e in entries), key=_order)
+    end-to-end prediction), best first (:func:`_order`), each with its ``predicted_rank``."""
+    ranked = sorted((price(e, costs, ar_step_s, recorded=recorded, max_gen_len=max_gen_len, runs=runs)
+                     for e in entries), key=_order)
+    for place, advice in enumerate(ranked, 1):
+        advice.predicted_rank = place
+    return ranked
 
 
 def ran_clean(advice: Advice) -> bool:
@@ -306,6 +311,6 @@ def confirmed_first(advice: list[Advice], confirmed: int) -> tuple[list[Advice],
     first, was = ordered[0], top[0]
     was_measured = f"measured {was.measured_speedup:.2f}x" if ran_clean(was) else "its run failed or differed"
     return ordered, (f"ordered by the confirmed runs: {first.method} first, measured {first.measured_speedup:.2f}x "
-                     f"(predicted {first.predicted_speedup:.2f}x, #{top.index(first) + 1} by prediction); "
+                     f"(predicted {first.predicted_speedup:.2f}x, #{first.predicted_rank or top.index(first) + 1} by prediction); "
                      f"{was.method}, predicted first at {was.predicted_speedup:.2f}x, {was_measured}")
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from advisor import CONFIRM
 from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_LOOKAHEAD, DEFAULT_POLICIES, DEFAULT_STRATEGIES, OURS
@@ -324,8 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--costs", metavar="FILE", default=None,
                    help="with --advise: the forward costs read from FILE (a costs.json measured elsewhere) "
                         "instead of measured here")
-    a.add_argument("--confirm", type=_non_negative, default=3, metavar="N",
-                   help="with --advise: how many of the best methods to confirm by real runs (default 3)")
+    a.add_argument("--confirm", type=_non_negative, default=CONFIRM, metavar="N",
+                   help=f"with --advise: how many of the best methods to confirm by real runs (default {CONFIRM})")
     a.add_argument("--whatif", choices=("batch",), default=None,
                    help="with --advise: project each category's best methods over batch sizes 1 to 32 from "
                         "their replayed rounds and forwards timed here by shape (docs/why.md)")

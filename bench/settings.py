@@ -7,6 +7,7 @@ import argparse
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from advisor import CONFIRM
 from sampling.spec import ProcessorSpec
 
 
@@ -65,7 +66,7 @@ class BenchSettings:
     # the advisor (bench.advise)
     advise: bool = False
     costs: str | None = None
-    confirm: int = 3
+    confirm: int = CONFIRM
     whatif: str | None = None
 
     @classmethod

@@ -14,9 +14,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from advisor import CONFIRM
 from advisor.rank import ROUNDING
-
-CONFIRM = 3     # the best methods run for real to confirm their predictions
 
 
 def advice_table(report) -> Table:

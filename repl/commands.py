@@ -436,7 +436,7 @@ COMMANDS: dict[str, Command] = {
         Command("advise", "[PROMPT]", "which way of drafting this pair should use here, and why: every "
                 "drafter replayed from target AR's greedy output on the last prompt (or PROMPT), ranked by "
                 "predicted speedup from this machine's forward costs (measured once, or --costs FILE), the "
-                "best 3 run for real to confirm (docs/advisor.md)", parse_advise),
+                "best 2 run for real to confirm (docs/advisor.md)", parse_advise),
         Command("whatif", "batch | context | machine NAME", "the last prompt's drafting runs projected over "
                 "batch sizes 1 to 32: their own rounds priced by the target's forwards timed here by batch and "
                 "width (batch), or by a machine's roofline (machine H100, A100, H200, L40S, RTX3090: its "

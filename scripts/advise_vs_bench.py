@@ -1,7 +1,7 @@
 """The advisor against the benchmark over the same grid and prompts, on the default pair (docs/results.md).
 
 Runs ``advisor.advise`` over check_advice.py's grid (constant γ, chains; each n-gram storage, the
-pair's drafter and the hybrid with L 4: 21 methods at γ 2, 4, 6) and confirms its best three, then
+pair's drafter and the hybrid with L 4: 21 methods at γ 2, 4, 6) and confirms its best two, then
 ``bench.py`` over the same 21 methods plus target AR on the same prompts (a Spec-Bench-format file
 this script writes, so both encode the same ids), and prints one table: the advisor's top three
 with predicted and confirmed speedups, the benchmark's measured speedup of each and its best
@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from advisor import CONFIRM  # noqa: E402
 from advisor.advise import advise  # noqa: E402
 from advisor.replay import default_grid  # noqa: E402
 from utils.options import NGRAM_STORAGES as STORAGES  # noqa: E402
@@ -91,7 +92,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1, help="prompts per category (--spec-bench)")
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--gammas", default="2,4,6")
-    parser.add_argument("--confirm", type=int, default=3)
+    parser.add_argument("--confirm", type=int, default=CONFIRM)
     parser.add_argument("--repeats", type=int, default=2, help="the benchmark's timed runs per prompt")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None, help="folder for the benchmark's files and advice.json")

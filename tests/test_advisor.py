@@ -519,8 +519,11 @@ def test_scripted_advise_prints_the_contracts_json_object(monkeypatch):
     data = json.loads(stdout.getvalue())
     assert data["prompts"] == 2 and data["length"] == 6 and data["seconds"] > 0
     assert data["advice"][0]["measured_speedup"] is not None and len(data["advice"]) == 3
-    measured = [a["measured_speedup"] for a in data["advice"]]          # all three confirmed (CONFIRM = 3)
-    assert None not in measured and measured == sorted(measured, reverse=True)
+    from advisor import CONFIRM
+
+    measured = [a["measured_speedup"] for a in data["advice"]]
+    confirmed = [m for m in measured if m is not None]
+    assert len(confirmed) == CONFIRM == 2 and measured[:CONFIRM] == confirmed == sorted(confirmed, reverse=True)
     moved = [n for n in data["notes"] if n.startswith("ordered by the confirmed runs: ")]
     predicted = [a["predicted_speedup"] for a in data["advice"]]
     assert bool(moved) == (max(predicted) != predicted[0])     # the line exactly where the first pick moved
