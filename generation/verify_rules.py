@@ -157,15 +157,19 @@ def on_greedy_columns(rule: Rule, target_ids: torch.Tensor, q: torch.Tensor | No
 
     Every rule here reads p and q only where p has mass or at the drafts: a ratio at a draft, a
     residual max(0, b p - q) that is 0 wherever p is, the residual's mass, and draws from rows that
-    are 0 off those columns. Narrowed to the sorted distinct ids (q's columns gathered, the drafts
+    are 0 off those columns. Narrowed to those ids in sorted order (a repeated id's later columns
+    left at 0 in p and q, as the vocabulary's other ids are; q's columns gathered, the drafts
     renumbered), the rule returns the same n, draws the same coins (k, in p's dtype), and its token
-    is the column's id: (k + 1, V) rows become (k + 1, at most 2k + 1) on every round under greedy.
+    is the column's id: (k + 1, V) rows become (k + 1, 2k + 1) on every round under greedy. Nothing
+    is read back to the host (a sort and a search, no ``unique``).
     """
     k = draft.shape[0]
-    columns, inverse = torch.unique(torch.cat([target_ids, draft]), return_inverse=True)   # (m,) sorted
-    p = torch.zeros(k + 1, columns.shape[0], dtype=dtype, device=draft.device)
-    p.scatter_(-1, inverse[:k + 1].unsqueeze(-1), 1.0)
-    n, token = rule(p, None if q is None else q[:, columns], inverse[k + 1:], sample, generator)
+    columns = torch.sort(torch.cat([target_ids, draft])).values                         # (2k + 1,) ids
+    first = torch.ones_like(columns, dtype=torch.bool)
+    first[1:] = columns[1:] != columns[:-1]                                                # an id's own column
+    p = ((columns.view(1, -1) == target_ids.view(-1, 1)) & first).to(dtype)               # (k + 1, 2k + 1)
+    narrowed_q = None if q is None else q[:, columns] * first.to(q.dtype)
+    n, token = rule(p, narrowed_q, torch.searchsorted(columns, draft), sample, generator)
     return n, accept.pick(columns, token)
 
 

@@ -639,9 +639,25 @@ def test_mutation_narrowing_that_returns_the_column_not_its_id_is_caught():
     assert len(_narrowing_disagreements(column_index)) > 50
 
 
+@pytest.mark.parametrize("q_kind", ["soft", "none"])
+def test_greedy_narrowing_reads_nothing_back_to_the_host(q_kind):
+    """On the meta device every read-back raises: the narrowing keeps the round's one host sync
+    (no ``unique``, whose size a GPU would have to report). Mutation: a narrowing by ``unique``."""
+    k, V = 3, 5
+    ids = torch.empty(k + 1, dtype=torch.long, device="meta")
+    q = torch.empty(k, V, device="meta") if q_kind == "soft" else None
+    draft = torch.empty(k, dtype=torch.long, device="meta")
+    argmax = lambda rows, generator=None: rows.argmax(-1)      # noqa: E731
+    for rule in VERIFY_RULES.values():
+        n, token = verify_rules.on_greedy_columns(rule, ids, q, draft, argmax, None, torch.float32)
+        assert n.device.type == token.device.type == "meta" and n.dim() == token.dim() == 0
+    with pytest.raises(NotImplementedError):
+        torch.unique(torch.cat([ids, draft]), return_inverse=True)
+
+
 def test_the_loop_under_greedy_verifies_on_the_narrowed_columns(monkeypatch):
-    """A greedy speculative run without the inspector hands every rule rows of at most 2k + 1
-    columns, not the vocabulary's 48, and its output is target AR's; with the inspector (it shows
+    """A greedy speculative run without the inspector hands every rule rows of 2k + 1 columns, not
+    the vocabulary's 48, and its output is target AR's; with the inspector (it shows
     whole rows) the rule gets the vocabulary's width."""
     from engine import Strategy, run_strategy
     from tests.helpers.models import tiny_llama
@@ -661,7 +677,7 @@ def test_the_loop_under_greedy_verifies_on_the_narrowed_columns(monkeypatch):
         out = run_strategy(Strategy("s", drafter=drafter, gamma=4, processor=GreedyProcessor(), max_gen_len=24,
                                     inspect=False), pair, prompt)
         assert out.tokens == ar.tokens and out.accepted < out.drafted and widths     # rejections ran
-        assert all(width <= 2 * k + 1 for width, k in widths), widths
+        assert all(width == 2 * k + 1 for width, k in widths), widths
     widths.clear()
     run_strategy(Strategy("s", drafter="model", gamma=4, processor=GreedyProcessor(), max_gen_len=8), pair, prompt)
     assert widths and all(width == 48 for width, _ in widths)
