@@ -310,7 +310,6 @@ def confirmed_first(advice: list[Advice], confirmed: int) -> tuple[list[Advice],
         return ordered, None
     first, was = ordered[0], top[0]
     was_measured = f"measured {was.measured_speedup:.2f}x" if ran_clean(was) else "its run failed or differed"
-    place = first.predicted_rank or top.index(first) + 1
     return ordered, (f"ordered by the confirmed runs: {first.method} first, measured {first.measured_speedup:.2f}x "
-                     f"(predicted {first.predicted_speedup:.2f}x, #{place} by prediction); "
+                     f"(predicted {first.predicted_speedup:.2f}x, #{first.predicted_rank} by prediction); "
                      f"{was.method}, predicted first at {was.predicted_speedup:.2f}x, {was_measured}")

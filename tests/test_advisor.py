@@ -534,6 +534,7 @@ def _confirmed(method: str, predicted: float, measured: float | None, *, identic
 
     a = Advice(method, 1, "constant", 0, predicted, 1.0, Why([0.9]))
     a.measured_speedup, a.identical, a.confirm_error = measured, identical, error
+    a.predicted_rank = "abcdef".index(method) + 1       # as rank() numbers them
     return a
 
 
