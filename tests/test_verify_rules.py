@@ -681,3 +681,26 @@ def test_the_loop_under_greedy_verifies_on_the_narrowed_columns(monkeypatch):
     widths.clear()
     run_strategy(Strategy("s", drafter="model", gamma=4, processor=GreedyProcessor(), max_gen_len=8), pair, prompt)
     assert widths and all(width == 48 for width, _ in widths)
+
+
+def test_a_greedy_tree_round_draws_off_the_logits_and_keeps_target_ars_output(monkeypatch):
+    """A greedy tree run (its draws read off the logits, no rows of probabilities) makes target AR's
+    tokens; the mutation that draws the second-best id instead is caught by the same comparison."""
+    import generation.tree_round
+    from engine import Strategy, run_strategy
+    from tests.helpers.models import tiny_llama
+    from tests.helpers.pairs import model_pair
+
+    pair = model_pair(tiny_llama(1, vocab_size=48, logit_scale=8.0), tiny_llama(2, vocab_size=48, logit_scale=8.0))
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6]
+    ar = run_strategy(Strategy("target", processor=GreedyProcessor(), max_gen_len=24), pair, prompt)
+
+    def tree_run():
+        return run_strategy(Strategy("s", drafter="model", gamma=3, tree=6, processor=GreedyProcessor(),
+                                     max_gen_len=24, inspect=False), pair, prompt)
+
+    out = tree_run()
+    assert out.tree_rule == "top" and out.tokens == ar.tokens and out.accepted < out.drafted
+    monkeypatch.setattr(generation.tree_round, "_greedy_draws",
+                        lambda processor: lambda rows, generator=None: rows.topk(2, dim=-1).indices[..., 1])
+    assert tree_run().tokens != ar.tokens
