@@ -26,6 +26,9 @@ from utils.options import MATCH_STORAGES
 # why where it is not exact (``advisor.replay``).
 EXACT, ROUNDING, ESTIMATED = "exact", "rounding", "estimated"
 EXACTNESS = (EXACT, ROUNDING, ESTIMATED)
+# A confirmed run further than this from its prediction (either way) gets a line splitting the miss
+# into what its runs made per target call and what each call cost (:func:`miss_line`).
+MISS = 0.10
 
 
 @dataclass
@@ -53,6 +56,7 @@ class Advice:
     sampling: object = None         # advisor.sampling.SamplingEstimate under a sampling processor
     tokens_per_round: float = 0.0   # tokens per round after each prompt's first: what the model prices
     predicted_rank: int = 0         # its place by prediction (1: first), before the confirmed runs reorder
+    measured_tokens_per_call: float | None = None   # the confirming runs' tokens per target call
     entry: object = field(default=None, repr=False, compare=False)
 
     def sampling_line(self) -> str:
@@ -80,6 +84,12 @@ class Advice:
             return predicted
         return f"{predicted} / {self.measured_decode_speedup:.2f}x"
 
+    def tokens_text(self) -> str:
+        """Tokens per target call in a cell: the replay's / the confirming runs', where confirmed."""
+        if self.measured_tokens_per_call is None:
+            return f"{self.tokens_per_call:.2f}"
+        return f"{self.tokens_per_call:.2f} / {self.measured_tokens_per_call:.2f}"
+
     @property
     def exact(self) -> bool:
         """The replay's counts are a real greedy run's, not only up to rounding."""
@@ -100,6 +110,7 @@ class Advice:
                 "predicted_rank": self.predicted_rank,
                 "measured_speedup": round_or_none(self.measured_speedup),
                 "measured_decode_speedup": round_or_none(self.measured_decode_speedup),
+                "measured_tokens_per_call": round_or_none(self.measured_tokens_per_call),
                 "identical": self.identical, "confirm_error": self.confirm_error,
                 "exactness": self.exactness, "exact": self.exact, "estimate": self.estimate, "note": self.note,
                 "why": self.why.to_dict(),
@@ -295,6 +306,25 @@ def rank(entries, costs: CostTable, ar_step_s: float | None = None, *, recorded:
 def ran_clean(advice: Advice) -> bool:
     """Whether a confirming run measured ``advice`` and gave target AR's output."""
     return advice.measured_speedup is not None and not advice.confirm_error and advice.identical is not False
+
+
+def miss_line(advice: Advice) -> str | None:
+    """Where a clean confirmed run measured more than :data:`MISS` off its prediction, one line that
+    splits the miss: the measured speedup over the predicted is the runs' tokens per target call over
+    the replay's (what the drafts made) times the rest (what a call cost against target AR's step:
+    the costs priced, and the machine's speed between the passes). None otherwise."""
+    measured, made = advice.measured_speedup, advice.measured_tokens_per_call
+    predicted, replayed = advice.predicted_speedup, advice.tokens_per_call
+    if not ran_clean(advice) or not made or not replayed or predicted <= 0:
+        return None
+    total = measured / predicted
+    if abs(total - 1.0) <= MISS:
+        return None
+    drafts = made / replayed
+    return (f"{advice.method} measured {measured:.2f}x against {predicted:.2f}x predicted ({total - 1:+.0%}): "
+            f"its runs made {made:.2f} tokens a target call against the replay's {replayed:.2f} ({drafts - 1:+.0%}); "
+            f"the rest, {total / drafts - 1:+.0%}, is the time a call took against target AR's step "
+            "(the costs priced, and the machine's speed between the passes)")
 
 
 def confirmed_first(advice: list[Advice], confirmed: int) -> tuple[list[Advice], str | None]:

@@ -52,11 +52,11 @@ def summary_lines(reports: dict, costs: CostTable) -> list[str]:
         lines += [f"## {category} ({report.prompts} prompts, {report.length} new tokens, "
                   f"target AR {report.ar_tokens_per_s:.1f} tok/s; {report.ranked_on}; "
                   f"advised in {report.seconds:.1f} s)", "",
-                  "| # | method | predicted | measured | decode pred. / meas. | tok/call | replay | why |",
+                  "| # | method | predicted | measured | decode pred. / meas. | tok/call pred. / meas. | replay | why |",
                   "|---|---|---|---|---|---|---|---|"]
         for i, a in enumerate(report.advice[:SHOWN], 1):
             lines.append(f"| {i} | {a.method} | {a.predicted_text()} | {a.measured_text()} | {a.decode_text()} | "
-                         f"{a.tokens_per_call:.2f} | {a.exactness} | {a.why.line()} |")
+                         f"{a.tokens_text()} | {a.exactness} | {a.why.line()} |")
         estimated = [a.sampling_line() for a in report.advice if a.sampling is not None]
         if estimated:
             lines.append("\nUnder the sampling processor, estimated from the target's and the drafter's distributions "

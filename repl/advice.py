@@ -24,7 +24,7 @@ def advice_table(report) -> Table:
     table = Table(title=f"advice: best first, {report.ranked_on} (predicted from the replay; the confirmed "
                         "first, by their measured speedup)", title_justify="left", show_lines=False)
     for name, justify in (("#", "right"), ("method", "left"), ("predicted", "right"), ("measured", "right"),
-                          ("decode pred. / meas.", "right"), ("tok/call", "right"), ("replay", "left"),
+                          ("decode pred. / meas.", "right"), ("tok/call pred. / meas.", "right"), ("replay", "left"),
                           ("why", "left")):
         table.add_column(name, justify=justify, overflow="fold")
     for i, advice in enumerate(report.advice, 1):
@@ -35,7 +35,7 @@ def advice_table(report) -> Table:
         if advice.confirm_error:
             why += f" · run failed: {advice.confirm_error}"
         table.add_row(str(i), advice.method, advice.predicted_text(), measured, advice.decode_text(),
-                      f"{advice.tokens_per_call:.2f}", advice.exactness, why)
+                      advice.tokens_text(), advice.exactness, why)
     return table
 
 

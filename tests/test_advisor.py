@@ -469,7 +469,12 @@ def test_advise_in_the_repl_shows_the_ranking_and_keeps_the_costs_for_stats(monk
     import advisor.replay
     from repl.runs import PromptRun
 
+    import repl.advice
+
     monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    reports = []
+    shown = repl.advice.advice_view
+    monkeypatch.setattr(repl.advice, "advice_view", lambda report: reports.append(report) or shown(report))
     session, out = repl_session(tiny_pair())
     session.last_run = PromptRun("p", PROMPTS[0], greedy=True, settings=session.settings.to_dict())
     session.command("/advise")
@@ -477,6 +482,8 @@ def test_advise_in_the_repl_shows_the_ranking_and_keeps_the_costs_for_stats(monk
     assert session.failures == 0, session.last_error
     assert "advice: best first" in text and "measured on " in text and "advised in " in text
     assert all(m.key in text for m in tiny_grid())
+    confirmed = [a for a in reports[0].advice if a.measured_speedup is not None]
+    assert confirmed and all(f"{a.tokens_per_call:.2f} / {a.measured_tokens_per_call:.2f}" in text for a in confirmed)
     costs = session.advisor_costs
     assert costs is not None
     session.command("/advise")              # the second advice prices with the kept table
@@ -527,6 +534,25 @@ def test_scripted_advise_prints_the_contracts_json_object(monkeypatch):
     moved = [n for n in data["notes"] if n.startswith("ordered by the confirmed runs: ")]
     predicted = [a["predicted_speedup"] for a in data["advice"]]
     assert bool(moved) == (max(predicted) != predicted[0])     # the line exactly where the first pick moved
+    check_miss_notes(data)
+
+
+def check_miss_notes(data) -> None:
+    """Every confirmed row has its runs' tokens per target call, the others none; a miss line for
+    exactly the confirmed rows measured more than MISS off their prediction, and the line of target
+    AR's passes exactly where there is one."""
+    from advisor.rank import MISS
+
+    missed = set()
+    for a in data["advice"]:
+        assert (a["measured_tokens_per_call"] is None) == (a["measured_speedup"] is None)
+        if a["measured_speedup"] is not None and abs(a["measured_speedup"] / a["predicted_speedup"] - 1) > MISS:
+            missed.add(a["method"])
+    lines = {n.split(" measured ")[0] for n in data["notes"] if " tokens a target call against the replay's " in n}
+    assert lines == missed
+    passes = [n for n in data["notes"] if n.startswith("target AR's passes over the prompts")]
+    assert len(passes) == (1 if missed else 0)
+    assert all(len(n.split(": ")[-1].split(", ")) == 2 for n in passes)     # the record's pass and one more
 
 
 def _confirmed(method: str, predicted: float, measured: float | None, *, identical=True, error=""):
@@ -874,6 +900,130 @@ def test_the_confirmed_speedup_lies_between_two_passes_of_target_ar(monkeypatch)
     assert best.measured_speedup == pytest.approx(rate(mine) / rate(ar), rel=1e-9)
     assert report.ar_tokens_per_s == pytest.approx(rate(ar), rel=1e-9)
     assert best.measured_speedup != pytest.approx(rate(mine) / rate(ar[:2]), rel=1e-6)   # not the first pass alone
+
+
+def check_confirmed_tokens_per_call(report, runs) -> None:
+    """Each confirmed row's tokens per target call are its timed runs' (tokens over target calls,
+    the prefill's call in); where the replay is exact they are the replay's to the last digit."""
+    from advisor.rank import EXACT
+
+    confirmed = [a for a in report.advice if a.measured_speedup is not None]
+    assert any(a.exactness == EXACT for a in confirmed)
+    for a in report.advice:
+        mine = [r for name, length, r in runs if name == a.method and length == 12]
+        if a.measured_speedup is None:
+            assert a.measured_tokens_per_call is None
+            continue
+        made = sum(len(r.tokens) for r in mine) / sum(r.target_calls for r in mine)
+        assert a.measured_tokens_per_call == pytest.approx(made, rel=1e-12)
+        if a.exactness == EXACT:        # the replay counted what the runs did
+            assert a.measured_tokens_per_call == pytest.approx(a.tokens_per_call, rel=1e-12)
+
+
+def advise_keeping_runs(monkeypatch):
+    import engine
+    from advisor.advise import advise
+
+    runs = []
+    real = engine.run_strategy
+
+    def kept(strategy, *args, **kwargs):
+        result = real(strategy, *args, **kwargs)
+        runs.append((strategy.key, strategy.max_gen_len, result))
+        return result
+
+    monkeypatch.setattr(engine, "run_strategy", kept)
+    return advise(tiny_pair(), PROMPTS, length=12, confirm=2, grid=tiny_grid()), runs
+
+
+def test_a_confirmed_runs_tokens_per_call_are_its_runs_and_an_exact_replays(monkeypatch):
+    check_confirmed_tokens_per_call(*advise_keeping_runs(monkeypatch))
+
+
+def test_mutation_runs_counted_without_their_prefill_call_fail_the_check(monkeypatch):
+    import advisor.advise
+
+    real = advisor.advise.Timing.add
+
+    def without_prefill(self, result):
+        real(self, result)
+        self.calls -= 1
+
+    monkeypatch.setattr(advisor.advise.Timing, "add", without_prefill)
+    with pytest.raises(AssertionError):
+        check_confirmed_tokens_per_call(*advise_keeping_runs(monkeypatch))
+
+
+def test_a_confirmed_run_slowed_down_is_a_miss_of_the_time_a_call_took_not_of_the_drafts(monkeypatch):
+    # Every confirming run's seconds doubled (target AR's kept): each confirmed method measures half
+    # its speed, and on an exact replay its line puts all of that on the time a call took.
+    import dataclasses
+
+    import engine
+    from advisor.advise import advise
+    from advisor.rank import EXACT
+
+    real = engine.run_strategy
+
+    def slowed(strategy, *args, **kwargs):
+        result = real(strategy, *args, **kwargs)
+        if strategy.key == "target":
+            return result
+        return dataclasses.replace(result, seconds=2 * result.seconds)
+
+    monkeypatch.setattr(engine, "run_strategy", slowed)
+    report = advise(tiny_pair(), PROMPTS, length=12, confirm=2, grid=tiny_grid())
+    check_miss_notes(report.to_dict())
+    exact = [a for a in report.advice if a.measured_speedup is not None and a.exactness == EXACT]
+    assert exact
+    for a in exact:
+        line = next(n for n in report.notes if n.startswith(f"{a.method} measured "))
+        assert f"{a.tokens_per_call:.2f} tokens a target call against the replay's {a.tokens_per_call:.2f} (+0%)" in line
+    assert sum(n.startswith("target AR's passes over the prompts") for n in report.notes) == 1
+
+
+def _missed(predicted: float, replayed: float, measured: float | None, made: float | None, **kw):
+    a = _confirmed("a", predicted, measured, **kw)
+    a.tokens_per_call, a.measured_tokens_per_call = replayed, made
+    return a
+
+
+def check_miss_lines() -> None:
+    from advisor.rank import miss_line
+
+    # 1.20x against 1.50x (-20%): 8.1 tokens a call against 9.0 (-10%), the rest 0.8 / 0.9 (-11%).
+    assert miss_line(_missed(1.50, 9.0, 1.20, 8.1)) == (
+        "a measured 1.20x against 1.50x predicted (-20%): its runs made 8.10 tokens a target call against the "
+        "replay's 9.00 (-10%); the rest, -11%, is the time a call took against target AR's step (the costs "
+        "priced, and the machine's speed between the passes)")
+    over = miss_line(_missed(1.50, 9.0, 1.80, 9.0))         # +20%, all of it the time a call took
+    assert "(+20%)" in over and "9.00 tokens a target call against the replay's 9.00 (+0%); the rest, +20%," in over
+    assert miss_line(_missed(1.50, 9.0, 1.40, 8.1)) is None                 # -6.7%: within MISS
+    assert miss_line(_missed(1.50, 9.0, None, None)) is None                # not confirmed
+    assert miss_line(_missed(1.50, 9.0, 1.0, 8.1, identical=False)) is None     # its output differed
+    assert miss_line(_missed(1.50, 9.0, None, None, error="RuntimeError: x")) is None
+
+
+def test_a_confirmed_miss_is_split_into_what_the_drafts_made_and_what_a_call_cost_by_hand():
+    check_miss_lines()
+
+
+def test_mutation_an_inverted_split_or_a_looser_bound_fails_the_check(monkeypatch):
+    import advisor.rank as rank_mod
+
+    real = rank_mod.miss_line
+
+    def inverted(advice):
+        advice.tokens_per_call, advice.measured_tokens_per_call = advice.measured_tokens_per_call, advice.tokens_per_call
+        return real(advice)
+
+    monkeypatch.setattr(rank_mod, "miss_line", inverted)
+    with pytest.raises(AssertionError):
+        check_miss_lines()
+    monkeypatch.undo()
+    monkeypatch.setattr(rank_mod, "MISS", 0.25)
+    with pytest.raises(AssertionError):
+        check_miss_lines()
 
 
 # ------------------------------------------------------------------ screening a self-drafter's trees
