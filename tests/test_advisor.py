@@ -874,19 +874,9 @@ def test_the_confirmed_speedup_lies_between_two_passes_of_target_ar(monkeypatch)
     # The record pass, then the best method, then a second pass of target AR: the measured speedup
     # is the method's tokens/s over target AR's over both passes (worked from the runs themselves),
     # the short warm runs left out.
-    import engine
-    from advisor.advise import CONFIRM_REPEATS, advise
+    from advisor.advise import CONFIRM_REPEATS
 
-    runs = []
-    real = engine.run_strategy
-
-    def kept(strategy, *args, **kwargs):
-        result = real(strategy, *args, **kwargs)
-        runs.append((strategy.key, strategy.max_gen_len, result))
-        return result
-
-    monkeypatch.setattr(engine, "run_strategy", kept)
-    report = advise(tiny_pair(), PROMPTS, length=12, confirm=1, grid=tiny_grid())
+    report, runs = advise_keeping_runs(monkeypatch, confirm=1)
     best = report.advice[0]
     timed = [(name, r) for name, length, r in runs if length == 12]
     ar = [r for name, r in timed if name == "target"]
@@ -920,7 +910,8 @@ def check_confirmed_tokens_per_call(report, runs) -> None:
             assert a.measured_tokens_per_call == pytest.approx(a.tokens_per_call, rel=1e-12)
 
 
-def advise_keeping_runs(monkeypatch):
+def advise_keeping_runs(monkeypatch, confirm: int = 2):
+    """``advise`` on the tiny pair, confirming ``confirm``, and every run it made: (key, length, result)."""
     import engine
     from advisor.advise import advise
 
@@ -933,7 +924,7 @@ def advise_keeping_runs(monkeypatch):
         return result
 
     monkeypatch.setattr(engine, "run_strategy", kept)
-    return advise(tiny_pair(), PROMPTS, length=12, confirm=2, grid=tiny_grid()), runs
+    return advise(tiny_pair(), PROMPTS, length=12, confirm=confirm, grid=tiny_grid()), runs
 
 
 def test_a_confirmed_runs_tokens_per_call_are_its_runs_and_an_exact_replays(monkeypatch):
