@@ -48,6 +48,7 @@ class AdviceReport:
     whatif: object = None                       # advisor.whatif.BatchWhatIf, where asked for
     screened: list = field(default_factory=list)  # Screened: trees left out after the first prompt
     bounded: list = field(default_factory=list)   # advisor.bound.Bounded: sources left out by their ceiling
+    ar_passes: list = field(default_factory=list)  # target AR's tokens/s in each pass over the prompts
 
     @property
     def ranked_on(self) -> str:
@@ -68,6 +69,7 @@ class AdviceReport:
                 "unreplayable": [{"method": m, "reason": r} for m, r in self.unreplayable],
                 "prompts": self.prompts, "length": self.length,
                 "baseline": {"tokens_per_s": round(self.ar_tokens_per_s, 4),
+                             "passes_tokens_per_s": [round(rate, 4) for rate in self.ar_passes],
                              "decode_step_s": None if self.ar_step_s is None else round(self.ar_step_s, 6)},
                 "notes": list(self.notes), "screened": [s.to_dict() for s in self.screened],
                 "bounded": [b.to_dict() for b in self.bounded],
@@ -481,4 +483,5 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
         notes.append("a confirmed run's output differed from target AR's: see its row")
     return AdviceReport(ranked, time.perf_counter() - started, table, list(unreplayable(pair)) + failed,
                         len(prompts), length, baseline.tokens_per_s, baseline.step_s, notes,
-                        session_compile=session_compile, screened=screened, bounded=bounded)
+                        session_compile=session_compile, screened=screened, bounded=bounded,
+                        ar_passes=[p.tokens_per_s for p in baseline.passes])

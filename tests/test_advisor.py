@@ -550,6 +550,8 @@ def check_miss_notes(data) -> None:
             missed.add(a["method"])
     lines = {n.split(" measured ")[0] for n in data["notes"] if " tokens a target call against the replay's " in n}
     assert lines == missed
+    rates = data["baseline"]["passes_tokens_per_s"]     # the record's pass and the one after the confirming runs
+    assert len(rates) == 2 and min(rates) - 1e-3 <= data["baseline"]["tokens_per_s"] <= max(rates) + 1e-3
     passes = [n for n in data["notes"] if n.startswith("target AR's passes over the prompts")]
     assert len(passes) == (1 if missed else 0)
     assert all(len(n.split(": ")[-1].split(", ")) == 2 for n in passes)     # the record's pass and one more
