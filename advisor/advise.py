@@ -111,14 +111,14 @@ class Timing:
 @dataclass
 class Baseline:
     """Target AR over the prompts: per prompt its output, tokens, seconds and time to first token from
-    the pass the replay reads; ``first`` that pass's timing, ``timing`` every pass's and ``passes``
-    each pass's apart."""
+    the pass the replay reads; ``first`` that pass's timing, ``later`` each later pass's and ``timing``
+    every pass's pooled."""
 
     outputs: list[list[int]] = field(default_factory=list)
     runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
     first: Timing = field(default_factory=Timing)
     timing: Timing = field(default_factory=Timing)
-    passes: list[Timing] = field(default_factory=list)
+    later: list[Timing] = field(default_factory=list)
 
     def add(self, result) -> None:
         """A run of the pass the replay reads."""
@@ -126,8 +126,6 @@ class Baseline:
         self.runs.append((len(result.tokens), result.seconds, result.first_token_s))
         self.first.add(result)
         self.timing.add(result)
-        if not self.passes:
-            self.passes.append(self.first)
 
     def add_pass(self, results) -> None:
         """Another pass of target AR over the prompts (its runs), pooled into ``timing``."""
@@ -135,7 +133,12 @@ class Baseline:
         for result in results:
             timing.add(result)
             self.timing.add(result)
-        self.passes.append(timing)
+        self.later.append(timing)
+
+    @property
+    def passes(self) -> list[Timing]:
+        """Every pass's timing apart, the record's first."""
+        return [self.first, *self.later]
 
     def passes_line(self) -> str:
         """``target AR's passes over the prompts: 14.9, 13.8 tok/s``: how far the machine's speed moved."""

@@ -467,9 +467,8 @@ def test_advise_with_no_prompt_yet_is_one_line():
 
 def test_advise_in_the_repl_shows_the_ranking_and_keeps_the_costs_for_stats(monkeypatch):
     import advisor.replay
-    from repl.runs import PromptRun
-
     import repl.advice
+    from repl.runs import PromptRun
 
     monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
     reports = []
@@ -912,8 +911,9 @@ def check_confirmed_tokens_per_call(report, runs) -> None:
             assert a.measured_tokens_per_call == pytest.approx(a.tokens_per_call, rel=1e-12)
 
 
-def advise_keeping_runs(monkeypatch, confirm: int = 2):
-    """``advise`` on the tiny pair, confirming ``confirm``, and every run it made: (key, length, result)."""
+def advise_keeping_runs(monkeypatch, confirm: int = 2, change=None):
+    """``advise`` on the tiny pair, confirming ``confirm``, and every run it made: (key, length, result);
+    ``change(strategy, result)``, where given, is what each run returns instead."""
     import engine
     from advisor.advise import advise
 
@@ -922,6 +922,8 @@ def advise_keeping_runs(monkeypatch, confirm: int = 2):
 
     def kept(strategy, *args, **kwargs):
         result = real(strategy, *args, **kwargs)
+        if change is not None:
+            result = change(strategy, result)
         runs.append((strategy.key, strategy.max_gen_len, result))
         return result
 
@@ -952,20 +954,12 @@ def test_a_confirmed_run_slowed_down_is_a_miss_of_the_time_a_call_took_not_of_th
     # its speed, and on an exact replay its line puts all of that on the time a call took.
     import dataclasses
 
-    import engine
-    from advisor.advise import advise
     from advisor.rank import EXACT
 
-    real = engine.run_strategy
+    def slowed(strategy, result):
+        return result if strategy.key == "target" else dataclasses.replace(result, seconds=2 * result.seconds)
 
-    def slowed(strategy, *args, **kwargs):
-        result = real(strategy, *args, **kwargs)
-        if strategy.key == "target":
-            return result
-        return dataclasses.replace(result, seconds=2 * result.seconds)
-
-    monkeypatch.setattr(engine, "run_strategy", slowed)
-    report = advise(tiny_pair(), PROMPTS, length=12, confirm=2, grid=tiny_grid())
+    report, _ = advise_keeping_runs(monkeypatch, change=slowed)
     check_miss_notes(report.to_dict())
     exact = [a for a in report.advice if a.measured_speedup is not None and a.exactness == EXACT]
     assert exact
