@@ -1,9 +1,10 @@
 """``advise``: which way of drafting this pair should use on this machine for these prompts, and why.
 
 Greedy only: target AR's output replays every chain drafter's rounds (``advisor.replay``). The
-steps: target AR on each prompt, once, warm (the record, and the denominator of every speedup); the
-cost table; the replay of the grid; the ranking (``advisor.rank``); and the top few confirmed for
-real through ``engine.run_strategy``, which then lead in the order their runs measured
+steps: target AR on each prompt, once, warm (the record the replay reads, and the predictions'
+anchor); the cost table; the replay of the grid; the ranking (``advisor.rank``); and the top few
+confirmed for real through ``engine.run_strategy`` beside target AR, prompt by prompt (the measured
+speedups' denominator), which then lead in the order their runs measured
 (``advisor.rank.confirmed_first``). Every run takes one compile path, :data:`RANKED_COMPILE`.
 """
 
@@ -22,7 +23,7 @@ SEED = 42
 WARM_TOKENS = 8     # the untimed run before a confirmed method's timed ones
 SCREEN_KEEP = 3     # a self-drafter's trees replayed in full after screening on the first prompt
 SCREEN_TOKENS = 24  # the first prompt's new tokens the screening replays
-CONFIRM_REPEATS = 1  # the confirming runs of each method over the prompts, each repeat followed by target AR
+CONFIRM_REPEATS = 1  # the confirming passes over the prompts, each beside a pass of target AR, prompt by prompt
 RANKED_COMPILE = "off"   # the compile path (engine.Strategy.compile) of every run an advice makes
 COMPILE_CACHES = {"off": "dynamic cache", "static": "static cache", "graphs": "static cache, captured graphs"}
 SAMPLING_NOTE = ("the processor samples: the advice replays greedy paths and confirms under greedy, so its "
@@ -111,13 +112,13 @@ class Timing:
 @dataclass
 class Baseline:
     """Target AR over the prompts: per prompt its output, tokens, seconds and time to first token from
-    the pass the replay reads; ``first`` that pass's timing, ``later`` each later pass's and ``timing``
-    every pass's pooled."""
+    the pass the replay reads; ``first`` that pass's timing, ``later`` each later pass's (run beside
+    the confirming runs, prompt by prompt) and ``beside`` those pooled."""
 
     outputs: list[list[int]] = field(default_factory=list)
     runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
     first: Timing = field(default_factory=Timing)
-    timing: Timing = field(default_factory=Timing)
+    beside: Timing = field(default_factory=Timing)
     later: list[Timing] = field(default_factory=list)
 
     def add(self, result) -> None:
@@ -125,14 +126,13 @@ class Baseline:
         self.outputs.append(list(result.tokens))
         self.runs.append((len(result.tokens), result.seconds, result.first_token_s))
         self.first.add(result)
-        self.timing.add(result)
 
     def add_pass(self, results) -> None:
-        """Another pass of target AR over the prompts (its runs), pooled into ``timing``."""
+        """Another pass of target AR over the prompts (its runs), pooled into ``beside``."""
         timing = Timing()
         for result in results:
             timing.add(result)
-            self.timing.add(result)
+            self.beside.add(result)
         self.later.append(timing)
 
     @property
@@ -140,10 +140,18 @@ class Baseline:
         """Every pass's timing apart, the record's first."""
         return [self.first, *self.later]
 
+    @property
+    def timing(self) -> Timing:
+        """The runs the measured speedups are over: the passes beside the confirming runs, or the
+        record's pass where none ran."""
+        return self.beside if self.later else self.first
+
     def passes_line(self) -> str:
-        """``target AR's passes over the prompts: 14.9, 13.8 tok/s``: how far the machine's speed moved."""
+        """``target AR's passes over the prompts: 14.9 (the record), 13.8 tok/s``: how far the machine's
+        speed moved between the record the predictions read and the runs the measured speedups read."""
         rates = ", ".join(f"{p.tokens_per_s:.1f}" for p in self.passes)
-        return f"target AR's passes over the prompts (the speedups are measured over all of them): {rates} tok/s"
+        return (f"target AR's passes over the prompts (the record's first; the measured speedups are over the "
+                f"ones run beside the confirming runs): {rates} tok/s")
 
     @property
     def tokens_per_s(self) -> float:
@@ -198,14 +206,6 @@ def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int =
     return out, recorded
 
 
-def rerun_baseline(pair, prompts: list[list[int]], length: int, state, baseline: Baseline, seed: int = SEED) -> None:
-    """Target AR on every prompt once more, its timing added to ``baseline.timing``."""
-    from engine import run_strategy
-
-    strategy = _target(length, seed)
-    baseline.add_pass([run_strategy(strategy, pair, prompt, state=state) for prompt in prompts])
-
-
 @dataclass
 class Confirming:
     """One confirmed method's runs over the repeats: their timing, whether every output was
@@ -217,7 +217,7 @@ class Confirming:
     error: str = ""
 
     def finish(self, baseline: Baseline) -> None:
-        """Fill the advice's measured speedups (over every baseline pass), identity and error."""
+        """Fill the advice's measured speedups (over target AR's runs beside its own), identity and error."""
         advice = self.advice
         if self.error:
             advice.confirm_error = self.error
@@ -230,41 +230,55 @@ class Confirming:
         advice.measured_tokens_per_call = self.timing.tokens_per_call
         advice.identical = self.identical
 
+    def strategy(self, length: int, seed: int):
+        return self.advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
 
-def confirm_one(confirming: Confirming, pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
-                warm: bool = True) -> None:
-    """Run ``confirming.advice``'s method for real on every prompt (after an untimed run when ``warm``);
-    a failure is kept as the error, not raised."""
-    from engine import run_strategy
+    def warm(self, pair, prompt, length: int, state, seed: int = SEED) -> None:
+        """An untimed short run of the method (its first forwards, its captures); a failure is kept."""
+        self.run(pair, prompt, min(length, WARM_TOKENS), state, seed)
 
-    if confirming.error:
-        return
-    strategy = confirming.advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
-    try:
-        if warm:
-            run_strategy(replace(strategy, max_gen_len=min(length, WARM_TOKENS)), pair, prompts[0], state=state)
-        for prompt, expected in zip(prompts, baseline.outputs):
-            result = run_strategy(strategy, pair, prompt, state=state)
-            confirming.identical = confirming.identical and list(result.tokens) == expected
-            confirming.timing.add(result)
-    except Exception as e:          # a method that fails for real is shown failed, not the whole advice
-        confirming.error = f"{type(e).__name__}: {e}"
+    def run(self, pair, prompt, length: int, state, seed: int = SEED, expected: list[int] | None = None) -> None:
+        """One run of the method on ``prompt``, timed into ``timing`` where ``expected`` (target AR's
+        output) is given; a method that fails for real is kept failed, not raised, and not run again."""
+        from engine import run_strategy
+
+        if self.error:
+            return
+        try:
+            result = run_strategy(self.strategy(length, seed), pair, prompt, state=state)
+        except Exception as e:          # a method that fails for real is shown failed, not the whole advice
+            self.error = f"{type(e).__name__}: {e}"
+            return
+        if expected is not None:
+            self.identical = self.identical and list(result.tokens) == expected
+            self.timing.add(result)
 
 
 def confirm_top(top: list[Advice], pair, prompts, length: int, state, baseline: Baseline, seed: int = SEED,
-            repeats: int = CONFIRM_REPEATS, say: Callable[[str], None] = lambda line: None) -> None:
-    """The ``top`` methods run for real ``repeats`` times, each repeat followed by a pass of target AR,
-    so that every confirming run lies between two passes of target AR (the first is the record's)
-    and a drift of the machine's speed falls on both sides of every measured speedup; pooled by
-    ``Confirming.finish``."""
+                repeats: int = CONFIRM_REPEATS, say: Callable[[str], None] = lambda line: None) -> None:
+    """The ``top`` methods run for real ``repeats`` times over the prompts, prompt by prompt beside
+    target AR: on each prompt target AR's run and then each method's, seconds apart, so a drift of the
+    machine's speed during the advice (a quarter between minutes on a shared CPU) falls on both sides
+    of every measured speedup. Target AR's runs make the later passes of ``baseline``, the measured
+    speedups' denominator (``Confirming.finish``); each method runs once untimed first."""
+    from engine import run_strategy
+
     confirming = [Confirming(a) for a in top]
-    repeats = max(1, repeats) if top else 0
-    for repeat in range(repeats):
-        for c in confirming:
-            say(f"confirming {c.advice.method}" + (f" (repeat {repeat + 1})" if repeat else ""))
-            confirm_one(c, pair, prompts, length, state, baseline, seed, warm=repeat == 0)
-        say("target AR again" + (f" (after repeat {repeat + 1} of {repeats})" if repeats > 1 else ""))
-        rerun_baseline(pair, prompts, length, state, baseline, seed)
+    if not confirming:
+        return
+    for c in confirming:
+        c.warm(pair, prompts[0], length, state, seed)
+    target = _target(length, seed)
+    names = ", ".join(c.advice.method for c in confirming)
+    for repeat in range(max(1, repeats)):
+        say(f"confirming {names} beside target AR, prompt by prompt"
+            + (f" (repeat {repeat + 1} of {repeats})" if repeats > 1 else ""))
+        results = []
+        for prompt, expected in zip(prompts, baseline.outputs):
+            results.append(run_strategy(target, pair, prompt, state=state))
+            for c in confirming:
+                c.run(pair, prompt, length, state, seed, expected=expected)
+        baseline.add_pass(results)
     for c in confirming:
         c.finish(baseline)
 

@@ -311,8 +311,8 @@ def ran_clean(advice: Advice) -> bool:
 def miss_line(advice: Advice) -> str | None:
     """Where a clean confirmed run measured more than :data:`MISS` off its prediction, one line that
     splits the miss: the measured speedup over the predicted is the runs' tokens per target call over
-    the replay's (what the drafts made) times the rest (what a call cost against target AR's step:
-    the costs priced, and the machine's speed between the passes). None otherwise."""
+    the replay's (what the drafts made) times the rest (what a call cost against target AR's step
+    beside it: the costs priced). None otherwise."""
     measured, made = advice.measured_speedup, advice.measured_tokens_per_call
     predicted, replayed = advice.predicted_speedup, advice.tokens_per_call
     if not ran_clean(advice) or not made or not replayed or predicted <= 0:
@@ -324,7 +324,7 @@ def miss_line(advice: Advice) -> str | None:
     return (f"{advice.method} measured {measured:.2f}x against {predicted:.2f}x predicted ({total - 1:+.0%}): "
             f"its runs made {made:.2f} tokens a target call against the replay's {replayed:.2f} ({drafts - 1:+.0%}); "
             f"the rest, {total / drafts - 1:+.0%}, is the time a call took against target AR's step "
-            "(the costs priced, and the machine's speed between the passes)")
+            "beside it (the costs priced)")
 
 
 def confirmed_first(advice: list[Advice], confirmed: int) -> tuple[list[Advice], str | None]:
