@@ -22,6 +22,7 @@ import engine
 import model_drafters.selfdraft.default
 import utils.default_model as default_model
 from tests.helpers.models import tiny_bart, tiny_t5, word_llama
+from tests.helpers.pairs import few_self_drafters
 from tests.helpers.tokenizers import CHATML, SPECIALS, WORDS, word_tokenizer
 from utils.devices import resolve_device, resolve_dtype
 from utils.models import (
@@ -854,7 +855,8 @@ def test_default_pair_loads_offline_generates_and_restarts_fast(monkeypatch):
     # A first measurement on a busy machine would not be kept (model_drafters.selfdraft.default: the other
     # processes' load during it); this test is about the second start reading back what the first kept.
     monkeypatch.setattr(model_drafters.selfdraft.default, "other_load", lambda before, after: 0.0)
-    engine.load_pair(device="cpu")  # first start: converts the GGUF if the cache is cold
+    few_self_drafters(monkeypatch)
+    engine.load_pair(device="cpu")  # first start: converts the GGUF and measures the two if the cache is cold
 
     def measured_again(*args, **kwargs):
         raise AssertionError("the second start measured the self-drafters again instead of reading them back")

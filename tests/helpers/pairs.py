@@ -29,3 +29,17 @@ def model_pair(target=None, drafter=None, *, end_tokens=None, vocab_size: int | 
         return ModelPair(**{**_FIELDLESS, "drafter": drafter, **given, **fields})
     pair = pair_of(target, drafter, end_tokens=end_tokens, vocab_size=vocab_size, tokenizer=tokenizer)
     return replace(pair, **fields)
+
+
+# The self-drafters a test that loads the default pair measures on a cold cache (model_drafters.selfdraft.
+# default.candidates_here): two measured for real, not every one a machine has (the same loop; five took
+# about a minute of the suite's time on an AVX-512 EPYC). Whichever test loads the pair first measures.
+FEW_SELF_DRAFTERS = ("self:bf16", "self:int8")
+
+
+def few_self_drafters(monkeypatch) -> None:
+    """Make a cold start of the default pair measure :data:`FEW_SELF_DRAFTERS` only."""
+    import model_drafters.selfdraft.default as default
+
+    monkeypatch.setattr(default, "candidates_here", lambda device: FEW_SELF_DRAFTERS)
+
