@@ -55,9 +55,12 @@ def advice_view(report) -> Group:
     """The table, the costs' origin, what could not be replayed, and the advisor's own seconds."""
     lines = [advice_table(report),
              Text(f"costs {report.costs.label()}" + "".join(f"; {n}" for n in report.costs.notes), style="dim")]
-    step = f", decode step {report.ar_step_s * 1e3:.1f} ms" if report.ar_step_s else ""
-    lines.append(Text(f"baseline: target AR {report.ar_tokens_per_s:.1f} tok/s{step}; speedups are over it "
-                      "(predicted and measured: end to end, each prompt's time to first token in; decode: after the first round)", style="dim"))
+    step = f"; its decode step in the record the replay read, {report.ar_step_s * 1e3:.1f} ms, prices the predictions" \
+        if report.ar_step_s else ""
+    beside = " beside the confirmed runs" if len(report.ar_passes) > 1 else ""
+    lines.append(Text(f"baseline: target AR {report.ar_tokens_per_s:.1f} tok/s{beside}, the measured speedups' "
+                      f"denominator{step} (predicted and measured: end to end, each prompt's time to first token in; "
+                      "decode: after the first round)", style="dim"))
     estimated = [a.sampling_line() for a in report.advice if a.sampling is not None]
     if estimated:
         lines.append(Text("under the session's sampling, estimated from the target's and the drafter's "

@@ -483,6 +483,12 @@ def test_advise_in_the_repl_shows_the_ranking_and_keeps_the_costs_for_stats(monk
     assert all(m.key in text for m in tiny_grid())
     confirmed = [a for a in reports[0].advice if a.measured_speedup is not None]
     assert confirmed and all(f"{a.tokens_per_call:.2f} / {a.measured_tokens_per_call:.2f}" in text for a in confirmed)
+    flat = " ".join(text.split())
+    report = reports[0]
+    assert (f"baseline: target AR {report.ar_tokens_per_s:.1f} tok/s beside the confirmed runs, the measured "
+            "speedups' denominator" in flat)
+    assert f"{report.ar_step_s * 1e3:.1f} ms, prices the predictions" in flat
+    assert report.ar_tokens_per_s == pytest.approx(report.ar_passes[-1], rel=1e-9) != report.ar_passes[0]
     costs = session.advisor_costs
     assert costs is not None
     session.command("/advise")              # the second advice prices with the kept table
