@@ -106,6 +106,9 @@ def _window(kind: str, child: subprocess.Popen, seconds: float) -> dict:
             "child": (_cpu_seconds(child.pid) - child_start) / wall}
 
 
+ATTEMPTS = 3    # measurements of the windows until one sorts right (another process's burst can land in one)
+
+
 def _measured_windows(rounds: int = 3, seconds: float = 0.3) -> list[dict]:
     """Idle, own-spin and child-spin windows, interleaved so that the machine's other work drifts
     alike over the three kinds. The child is held stopped (SIGSTOP) outside its windows."""
@@ -149,10 +152,17 @@ def test_this_process_spinning_is_not_other_load_and_a_child_spinning_is():
     process's busy loop (another process, though ours) goes in, on a quiet machine and on a full one
     alike. Mutation (own_time_counted,
     tests/helpers/mutations.py): other_load not taking this process's CPU time out fails the same
-    check on the same readings."""
-    windows = _measured_windows()
-    own_core = statistics.median(w["own"] for w in windows if w["kind"] == "own")
-    child_core = statistics.median(w["child"] for w in windows if w["kind"] == "child")
-    assert own_core > 0.3 and child_core > 0.3, (own_core, child_core)    # both spinners really ran
-    assert _load_sorting(other_load, windows) == []
+    check on the same readings. Another test process shares the cores in the suite, and a burst of its
+    work can land in the own-spin windows of one measurement and not the idle ones (seen once: other
+    load 0.67 while spinning against 0.00 idle), so the measurement is taken again, at most
+    ATTEMPTS times, until one sorts right; the mutation must fail on that one's readings."""
+    for _ in range(ATTEMPTS):
+        windows = _measured_windows()
+        own_core = statistics.median(w["own"] for w in windows if w["kind"] == "own")
+        child_core = statistics.median(w["child"] for w in windows if w["kind"] == "child")
+        assert own_core > 0.3 and child_core > 0.3, (own_core, child_core)    # both spinners really ran
+        wrong = _load_sorting(other_load, windows)
+        if not wrong:
+            break
+    assert wrong == []
     assert any("this process's" in line for line in _load_sorting(own_time_counted(other_load), windows))
