@@ -18,6 +18,7 @@ computations (``timed``) price the drafter's step where its step is not its modu
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +30,10 @@ from generation.tree import Tree
 DEPTH = 8           # the deepest a chain is computed when more is asked (the default grid's largest γ)
 FIRST = 4           # a chain's depth when first asked for (past its first wrong draft none is judged)
 FILLER = 0          # a draft past a chain's first wrong one: never judged, so any id (advisor.teacher's)
+BATCH = True        # a lean step's chains computed for every position of a prompt at once (batched_chains)
+CHUNK = 256         # chains per batched forward (bounds its memory on long outputs)
+MIN_CHAINS = 8      # fewer round starts than this: one step at a time
+PAYS = 0.5          # a batched chain's forward must cost under this share of a single step (batching_pays)
 
 
 @dataclass
@@ -74,6 +79,8 @@ class Proposals:
     timed: dict[int, list[float]] = field(default_factory=dict)    # id(model) -> [seconds, forwards]
     computed: int = 0           # proposals computed for real (a test counts them)
     served: int = 0             # proposals served from the memo
+    batched: set = field(default_factory=set)     # (recorded prompt, id(model)) whose chains were batched
+    pays: dict = field(default_factory=dict)      # id(model) -> whether its batched chains pay (timed once)
 
     def timed_of(self, model) -> tuple[float, int]:
         """(seconds, forwards) of ``model``'s computed chains so far."""
@@ -150,6 +157,8 @@ class MemoDrafter(Drafter):
         self._rounds += 1
         key = chain_key(self.index, self.inner.model, ids.shape[1])
         chain = self.proposals.chains.get(key)
+        if chain is None and self._batch(ids):
+            chain = self.proposals.chains.get(key)
         if chain is None or not chain.serves(k):
             room = self.max_gen_len - (ids.shape[1] - self.start) - 1     # the most a run's round may ask
             chain = self._chain(ids, max(k, min(FIRST if chain is None else DEPTH, room)))
@@ -159,6 +168,29 @@ class MemoDrafter(Drafter):
         self.widths.extend(chain.widths(k))
         self._calls += k
         return chain.take(k, ids.device)
+
+    def _batch(self, ids: torch.Tensor) -> bool:
+        """Compute this prompt's chains at every position at once where the drafter steps through a
+        lean step on a cast copy and that pays here (:func:`batched_chains`), once per prompt;
+        whether it did."""
+        inner, proposals = self.inner, self.proposals
+        mark = (self.index, id(inner.model))
+        stored = getattr(inner.target, "stored", None)       # a replay's target that copies from a store
+        if (not BATCH or mark in proposals.batched or stored is None
+                or inner.mode != "copy" or inner.lean is None):
+            return False
+        store = stored()
+        if store is None:
+            return False
+        proposals.batched.add(mark)
+        prompt = ids[0, :self.start].tolist()
+        chains = batched_chains(inner, store, prompt, self.output, DEPTH, proposals.pays)
+        if chains is None:
+            return False
+        for length, chain in chains.items():
+            proposals.chains.setdefault(chain_key(self.index, inner.model, length), chain)
+        proposals.computed += len(chains)
+        return True
 
     def _chain(self, ids: torch.Tensor, depth: int) -> Chain:
         """The inner drafter's chain of ``depth`` drafts after ``ids``, one step at a time as it runs
@@ -212,6 +244,94 @@ class MemoDrafter(Drafter):
 
     def report(self) -> DrafterReport:
         return self.inner.report()
+
+
+def batched_chains(inner, store: tuple, prompt: list[int], output, depth: int,
+                   pays: dict | None = None) -> dict[int, Chain] | None:
+    """A lean-step self-drafter's greedy chains at every round start of one recorded output, by
+    committed length + 1 (the sequence length a round proposes after): each up to and including its
+    first wrong draft (past it no draft is judged), at most ``depth`` deep, from one batched forward
+    per depth of the chains still right (``LeanStep.branches``, :data:`CHUNK` chains at a time) over
+    the target's keys and values of the prompt and the output (``store``: the replay's store and the
+    positions it holds, cast as a round casts them). A chain equals the one the drafter's own steps
+    compute but where its logits sit at a near-tie (the batched products round otherwise): the
+    replay is labelled ``rounding`` either way. None where batching does not pay for this drafter
+    here (:func:`batching_pays`, kept in ``pays`` by model). The lean step's held positions are left
+    as the drafter had them."""
+    from kvcache.shared import committed_positions
+    from sampling.processors import probs_dtype
+
+    lean, processor, vocab = inner.lean, inner.processor, inner.vocab_size
+    cache, held = store
+    sequence = list(prompt) + list(output)
+    lengths = list(range(len(prompt), min(len(sequence) - 1, held) + 1))   # a round after ids[:n]
+    if len(lengths) < MIN_CHAINS:
+        return None
+    target = torch.tensor(list(output) + [-1])          # the output, and "past it" (no draft is -1)
+    pick = lambda rows: processor.greedy_ids(rows if vocab is None else rows[:, :vocab])    # noqa: E731
+    kept = lean.length
+    if held > kept:
+        lean.append(committed_positions(cache, kept, held))
+    drafted = []
+    try:
+        starts = [n - 1 for n in lengths]
+        fed = torch.tensor([sequence[s] for s in starts], dtype=torch.long)
+        key = id(inner.model)
+        if pays is not None and key not in pays:
+            pays[key] = batching_pays(lean, starts, fed, pick)
+        if pays is not None and not pays[key]:
+            return None
+        for first in range(0, len(lengths), CHUNK):
+            part = lengths[first:first + CHUNK]
+            at = torch.tensor([n - len(prompt) for n in part])
+
+            def going(rows, j, tokens, at=at):
+                where = (at[rows] + j).clamp(max=len(output))
+                return (tokens.cpu() == target[where]) & (where + 1 < len(output))
+
+            drafted += lean.branches(starts[first:first + CHUNK], fed[first:first + CHUNK], depth, pick,
+                                     going=going)[0].tolist()
+    finally:
+        lean.length = kept
+    width = vocab if vocab is not None else inner.model.lm_head.out_features
+    dtype = probs_dtype(lean.dtype)
+    one = torch.ones(1, dtype=dtype)
+    chains = {}
+    for n, row in zip(lengths, drafted):
+        row = [t for t in row if t >= 0]
+        at = n - len(prompt)
+        settled = any(at + i >= len(output) or t != output[at + i] for i, t in enumerate(row))
+        q = [(torch.tensor([t]), one.clone()) for t in row]
+        chains[n] = Chain(row, q, width, dtype, [[] for _ in row], settled)
+    return chains
+
+
+def batching_pays(lean, starts: list[int], fed: torch.Tensor, pick) -> bool:
+    """Whether a batched forward of many chains (``LeanStep.branches``) costs less a chain than
+    :data:`PAYS` of one step of the lean step alone, timed here, device-synced: a 16-bit product
+    batches well only where the CPU has kernels for its type (on an AVX-512 EPYC a bfloat16 copy's
+    batched row cost a sixteenth of its step, a float16 one's about a half)."""
+    from utils.devices import synchronize
+
+    count = min(len(starts), CHUNK)
+    lean.branches(starts[:2], fed[:2], 1, pick)                 # warm: the rotation table, first calls
+    synchronize(lean.device)
+    began = time.perf_counter()
+    lean.branches(starts[:count], fed[:count], 1, pick)
+    synchronize(lean.device)
+    row = (time.perf_counter() - began) / count
+    step = math.inf
+    kept = lean.length
+    try:
+        for token in fed[:3]:
+            lean.length = kept                                  # past every held position a chain reads
+            began = time.perf_counter()
+            lean.step(token.view(1))
+            synchronize(lean.device)
+            step = min(step, time.perf_counter() - began)
+    finally:
+        lean.length = kept
+    return row < PAYS * step
 
 
 def memoised(drafter, proposals: Proposals, index: int, widths: list[int], output, max_gen_len: int):

@@ -256,12 +256,19 @@ class RecordedTarget(CachedModel):
         own = torch.tensor([self._on_output(p, t) for p, t in zip(positions, fed)], device=seen.device)
         return (~(seen & ~own.view(1, m)).any(dim=1)).tolist()
 
-    def _copy(self, positions: Sequence[int], on_path: Sequence[bool]) -> None:
-        """Append the store's keys and values at ``positions`` (zeros where off the output)."""
+    def stored(self) -> tuple[object, int] | None:
+        """(the store's cache over the prompt and output, the positions it holds) where this target
+        copies its keys and values from a store (``mode`` is STORED; built when first asked), else None."""
+        if self.mode != STORED:
+            return None
         if self._store is None:
             with self._quiet():
                 self._store = self._load()
-        store, length = self._store
+        return self._store
+
+    def _copy(self, positions: Sequence[int], on_path: Sequence[bool]) -> None:
+        """Append the store's keys and values at ``positions`` (zeros where off the output)."""
+        store, length = self.stored()
         wanted = [p if ok and p < length else -1 for p, ok in zip(positions, on_path)]
         append_positions(self.cache, store, wanted)
         self.copied += sum(p >= self._start for p in wanted)

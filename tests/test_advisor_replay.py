@@ -474,9 +474,12 @@ def test_the_stored_replay_equals_the_fed_one(pair, recorded, monkeypatch):
 @pytest.mark.parametrize("late", [1, -1], ids=["one-late", "one-early"])
 def test_stored_keys_copied_one_position_off_are_caught(pair, recorded, monkeypatch, late):
     # Mutation check: each verify copies the stored positions one off; the drafts read the wrong
-    # keys and values and the counts part from the engine's.
+    # keys and values and the counts part from the engine's. (The lean step's batched chains read
+    # the store on their own, checked below: off here, so the copies are what the drafts read.)
+    import advisor.memo
     import advisor.stored
 
+    monkeypatch.setattr(advisor.memo, "BATCH", False)
     real = advisor.stored.append_positions
 
     def off(cache, store, positions):
@@ -545,8 +548,13 @@ def memo_runs(pair):
     return {m.key: engine_run(pair, m) for m in MEMO}
 
 
-def test_memoised_proposals_count_what_the_engine_runs(pair, recorded, memo_runs):
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one-by-one"])
+def test_memoised_proposals_count_what_the_engine_runs(pair, recorded, memo_runs, monkeypatch, batched):
+    # A cast copy's chains batched for every position (advisor.memo.batched_chains), or one step at a
+    # time where batching does not pay: the counts are the engine's either way.
     from advisor.stored import Stores
+
+    monkeypatch.setattr(advisor.memo, "batching_pays", lambda *args: batched)
 
     stores = Stores(pair)
     entries = replay_grid(pair, recorded, MEMO, max_gen_len=LENGTH, stores=stores)
@@ -573,6 +581,43 @@ def test_memoised_proposals_equal_the_unmemoised_replay(pair, recorded, monkeypa
                 a.firsts, a.exactness) == \
                (b.method.key, counts(b.replayed), b.draft_steps, b.prefill_steps, b.replayed.widths, b.rates,
                 b.firsts, b.exactness)
+
+
+BATCHED = [m for m in MEMO if m.options == "self:bf16" and m.tree == 0]     # a cast copy's chains: its lean step
+
+
+def test_a_lean_steps_chains_are_batched_once_per_prompt_and_count_what_the_engine_runs(pair, recorded, memo_runs,
+                                                                                       monkeypatch):
+    # The cast copy's chains (its lean step) come from one batched forward per depth for every
+    # position of a prompt, and the replay still counts what the engine runs for every method.
+    from advisor.stored import Stores
+
+    monkeypatch.setattr(advisor.memo, "batching_pays", lambda *args: True)
+    stores = Stores(pair)
+    entries = replay_grid(pair, recorded, BATCHED, max_gen_len=LENGTH, stores=stores)
+    assert len(stores.proposals.batched) == len(PROMPTS)
+    assert stores.proposals.computed >= len(PROMPTS) * LENGTH       # every position's chain, at once
+    for m, entry in zip(BATCHED, entries):
+        want, calls, _ = memo_runs[m.key]
+        assert (m.key, counts(entry.replayed), sum(entry.draft_steps.values())) == (m.key, want, calls)
+
+
+def test_mutation_batched_chains_reading_the_store_one_position_off_are_caught(pair, recorded, memo_runs,
+                                                                              monkeypatch):
+    import kvcache.shared
+    from advisor.stored import Stores
+
+    real = kvcache.shared.committed_positions
+
+    def late(cache, start, stop):       # the store's positions one later (the last kept in place)
+        shifted = real(cache, min(start + 1, stop), stop)
+        return [(torch.cat([k, k[:, :, -1:]], dim=2)[:, :, :stop - start],
+                 torch.cat([v, v[:, :, -1:]], dim=2)[:, :, :stop - start]) for k, v in shifted]
+
+    monkeypatch.setattr(kvcache.shared, "committed_positions", late)
+    monkeypatch.setattr(advisor.memo, "batching_pays", lambda *args: True)
+    entries = replay_grid(pair, recorded, BATCHED, max_gen_len=LENGTH, stores=Stores(pair))
+    assert [m.key for m, e in zip(BATCHED, entries) if counts(e.replayed) != memo_runs[m.key][0]]
 
 
 MUTATED_KEYS = {

@@ -249,3 +249,91 @@ def test_lean_sampling_keeps_the_target_distribution(monkeypatch):
 
     monkeypatch.setattr(generation.accept, "residual_distributions", lambda p, q, draft: p)
     assert _sampled_excess(drafter, small, processor)[0] > 5.0
+
+
+# --------------------------------------------------------------------- many chains at once
+
+def _held(step: LeanStep, length: int, seed: int = 5) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Random keys and values for ``length`` held positions (not any model's: a chain that reads one
+    it should not is decisively off)."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = (1, step.kv_heads, length, step.head_dim)
+    return [(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)) for _ in step.layers]
+
+
+@torch.inference_mode()
+def _chains_one_by_one(step: LeanStep, held, starts, tokens, depth):
+    """Each chain by :meth:`LeanStep.step`, from the held positions before its start: (drafts, logits)."""
+    drafts, rows = [], []
+    for start, token in zip(starts, tokens.tolist()):
+        step.clear()
+        step.append([(k[:, :, :start], v[:, :, :start]) for k, v in held])
+        chain, logits = [], []
+        fed = torch.tensor([token])
+        for _ in range(depth):
+            row = step.step(fed)
+            logits.append(row[0].float())
+            fed = row.argmax(-1)
+            chain.append(int(fed))
+        drafts.append(chain)
+        rows.append(torch.stack(logits))
+    return torch.tensor(drafts), torch.stack(rows)
+
+
+def test_chains_batched_over_many_starts_equal_each_chain_stepped_alone():
+    # float32 (the target's own dtype): the batched products and attention agree with single steps
+    # to float rounding, logits compared, and so every draft; each start reads only the held
+    # positions before it (random ones, so reading another is off by far more than rounding).
+    model = tiny_llama(3, vocab_size=64, hidden=32, layers=2, logit_scale=4.0)
+    step = LeanStep(model)
+    length, depth = 40, 6
+    held = _held(step, length)
+    starts = list(range(3, length))
+    tokens = torch.randint(0, 64, (len(starts),), generator=torch.Generator().manual_seed(1))
+    step.clear()
+    step.append(held)
+    drafts, logits = step.branches(starts, tokens, depth, lambda rows: rows.argmax(-1), keep_logits=True)
+    assert step.length == length                                # the held positions stay held
+    want_drafts, want_logits = _chains_one_by_one(step, held, starts, tokens, depth)
+    assert torch.equal(drafts, want_drafts)
+    assert (logits.float() - want_logits).abs().max() < 1e-5 * want_logits.abs().max()
+
+
+def test_a_batched_chain_reads_the_held_positions_before_its_start_and_no_others():
+    # The mask itself: changing held positions at or past a chain's start changes nothing of it,
+    # changing one before its start changes its logits.
+    model = tiny_llama(3, vocab_size=64, hidden=32, layers=2, logit_scale=4.0)
+    step = LeanStep(model)
+    length, start = 30, 12
+    tokens = torch.tensor([7])
+
+    def logits_with(held):
+        step.clear()
+        step.append(held)
+        return step.branches([start], tokens, 3, lambda rows: rows.argmax(-1), keep_logits=True)[1]
+
+    base = _held(step, length)
+    after = [(k.clone(), v.clone()) for k, v in base]
+    before = [(k.clone(), v.clone()) for k, v in base]
+    for (k, v), (k2, v2) in zip(after, before):
+        k[:, :, start:] += 3.0
+        v[:, :, start:] -= 3.0
+        k2[:, :, start - 1] += 3.0
+    assert torch.equal(logits_with(base), logits_with(after))
+    assert (logits_with(base) - logits_with(before)).abs().max() > 1e-3
+
+
+def test_timing_whether_batching_pays_leaves_the_held_positions_as_they_were():
+    from advisor.memo import batching_pays
+
+    model = tiny_llama(3, vocab_size=64, hidden=32, layers=2, logit_scale=4.0)
+    step = LeanStep(model)
+    held = _held(step, 30)
+    step.clear()
+    step.append(held)
+    starts, tokens = list(range(3, 29)), torch.arange(26) % 64
+    pick = lambda rows: rows.argmax(-1)                         # noqa: E731
+    before = step.branches(starts, tokens, 4, pick, keep_logits=True)[1]
+    assert batching_pays(step, starts, tokens, pick) in (True, False)
+    assert step.length == 30
+    assert torch.equal(step.branches(starts, tokens, 4, pick, keep_logits=True)[1], before)

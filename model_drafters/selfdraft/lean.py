@@ -265,6 +265,76 @@ class LeanStep:
         self.length = pos + 1
         return self.head(torch.rms_norm(h, h.shape[-1:], self.norm, self.eps))
 
+    @torch.inference_mode()
+    def branches(self, starts: list[int], tokens: torch.Tensor, depth: int, pick, keep_logits: bool = False,
+                 going=None):
+        """Many greedy chains at once over the committed positions this step holds: chain b feeds
+        ``tokens[b]`` at position ``starts[b]`` (each at most ``length``), then its own drafts, each
+        attending to the held positions before ``starts[b]`` and to the chain's own fed tokens, as
+        :meth:`step` would run once per chain after a ``drop`` back to ``starts[b]``. ``pick(logits)``
+        turns rows (B, V) into the next tokens (B,); ``going(rows, j, tokens)``, where given, says
+        which of the chains ``rows`` (their indices) go on after their draft ``j`` (a bool tensor):
+        the others stop there. Returns the drafts (B, depth), -1 past where a chain stopped, and,
+        with ``keep_logits``, every step's logits (B, depth, V; zeros past a stop). One forward per
+        depth for the chains still going: the products and the attention are batched (float32
+        softmax), so where a chain's logits sit at a near-tie a run's single steps can pick the other
+        token. The held positions are not changed."""
+        count = len(starts)
+        out = torch.full((count, max(depth, 0)), -1, dtype=torch.long)
+        if count == 0 or depth <= 0:
+            return out, None
+        if max(starts) > self.length:
+            raise ValueError(f"a chain starts at {max(starts)}, past the {self.length} positions held")
+        limit = max(starts)
+        self._reserve(limit + depth)
+        heads, kv, dim = self.heads, self.kv_heads, self.head_dim
+        group, width = heads // kv, heads * dim
+        rows = torch.arange(count)                                  # the chains still going
+        start = torch.tensor(starts, device=self.device)
+        own_k = [torch.zeros(count, kv, depth, dim, dtype=self.dtype, device=self.device) for _ in self.layers]
+        own_v = [torch.zeros_like(k) for k in own_k]
+        token = tokens.reshape(count).to(self.device)
+        kept = None
+        for j in range(depth):
+            live = len(rows)
+            before = (torch.arange(limit, device=self.device)[None] >= start[:, None])[:, None, None]  # masked out
+            cos, sin = self._cos[start + j][:, None], self._sin[start + j][:, None]
+            h = self.model.model.embed_tokens(token[:, None]).reshape(live, -1)
+            for layer, keys, values, mine_k, mine_v in zip(self.layers, self.keys, self.values, own_k, own_v):
+                qkv = layer.qkv(torch.rms_norm(h, h.shape[-1:], layer.norm1, layer.eps1))
+                qk = qkv[:, :width + kv * dim].reshape(live, heads + kv, dim)
+                swapped = qk.reshape(live, heads + kv, 2, dim // 2).flip(2).reshape(live, heads + kv, dim)
+                qk = torch.addcmul(qk * cos, swapped, sin)
+                mine_k[:, :, j] = qk[:, heads:]
+                mine_v[:, :, j] = qkv[:, width + kv * dim:].reshape(live, kv, dim)
+                q = qk[:, :heads].reshape(live, kv, group, dim).float()
+                held = torch.einsum("bkgd,kld->bkgl", q, keys[:, :limit].float()) * layer.scale
+                held = held.masked_fill(before, float("-inf"))
+                own = torch.einsum("bkgd,bkjd->bkgj", q, mine_k[:, :, :j + 1].float()) * layer.scale
+                weights = torch.softmax(torch.cat([held, own], dim=-1), dim=-1)
+                attended = (torch.einsum("bkgl,kld->bkgd", weights[..., :limit], values[:, :limit].float())
+                            + torch.einsum("bkgj,bkjd->bkgd", weights[..., limit:], mine_v[:, :, :j + 1].float()))
+                h = h + layer.o_proj(attended.to(self.dtype).reshape(live, width))
+                gate_up = layer.gate_up(torch.rms_norm(h, h.shape[-1:], layer.norm2, layer.eps2))
+                h = h + layer.down(F.silu(gate_up[:, :layer.intermediate]) * gate_up[:, layer.intermediate:])
+            logits = self.head(torch.rms_norm(h, h.shape[-1:], self.norm, self.eps))
+            token = pick(logits).reshape(live)
+            out[rows, j] = token.cpu()
+            if keep_logits:
+                if kept is None:
+                    kept = torch.zeros(count, depth, logits.shape[-1], dtype=logits.dtype, device=logits.device)
+                kept[rows.to(kept.device), j] = logits
+            if going is not None and j + 1 < depth:
+                on = going(rows, j, token).to(torch.bool).cpu()
+                if not bool(on.all()):
+                    where = on.nonzero().flatten()
+                    rows, token, start = rows[where], token[where.to(token.device)], start[where.to(start.device)]
+                    own_k = [k[where.to(k.device)] for k in own_k]
+                    own_v = [v[where.to(v.device)] for v in own_v]
+                    if len(rows) == 0:
+                        break
+        return out, kept
+
 
 @torch.inference_mode()
 def _trial(step: LeanStep) -> None:
