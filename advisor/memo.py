@@ -11,9 +11,12 @@ drafter model; :class:`MemoDrafter` serves them behind the drafter contract and 
 (and the widths a hook would have seen) the drafter would have run for each call, so a replay's
 counts are the unmemoised replay's.
 
-A chain is computed :data:`DEPTH` deep (or as deep as asked, if more) the first time its position is
-asked for, so the shallow methods of a grid pay the deep ones' forwards once. The seconds of those
+A chain is computed :data:`FIRST` deep the first time its position is asked for (:data:`DEPTH`, or
+as deep as asked, when more is asked), so the shallow methods of a grid pay the deep ones' forwards
+once. The seconds of those
 computations (``timed``) price the drafter's step where its step is not its module's forward.
+A cast copy with a lean step has a prompt's chains at every position computed at once instead
+(:func:`batched_chains`), where :func:`batching_pays` finds that cheaper here.
 """
 
 from __future__ import annotations
