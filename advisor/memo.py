@@ -15,8 +15,8 @@ A chain is computed :data:`FIRST` deep the first time its position is asked for 
 as deep as asked, when more is asked), so the shallow methods of a grid pay the deep ones' forwards
 once. The seconds of those
 computations (``timed``) price the drafter's step where its step is not its module's forward.
-A cast copy with a lean step has a prompt's chains at every position computed at once instead
-(:func:`batched_chains`), where :func:`batching_pays` finds that cheaper here.
+With :data:`BATCH` on, a cast copy with a lean step has a prompt's chains at every position computed
+at once instead (:func:`batched_chains`), where :func:`batching_pays` finds that cheaper here.
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ from generation.tree import Tree
 DEPTH = 8           # the deepest a chain is computed when more is asked (the default grid's largest γ)
 FIRST = 4           # a chain's depth when first asked for (past its first wrong draft none is judged)
 FILLER = 0          # a draft past a chain's first wrong one: never judged, so any id (advisor.teacher's)
-BATCH = True        # a lean step's chains computed for every position of a prompt at once (batched_chains)
+# A lean step's chains computed for every position of a prompt at once (batched_chains), where that
+# pays. Off: on the default pair with a bfloat16 copy (an AVX-512 EPYC, 3 prompts of 64 tokens) it
+# replayed the copy's 24 chain methods in 21 s instead of 50 s, but the batched products' rounding
+# moved 13 of them by 1-8% in tokens per call, where the single steps' replay made the confirming
+# runs' counts exactly (docs/results.md).
+BATCH = False
 CHUNK = 256         # chains per batched forward (bounds its memory on long outputs)
 MIN_CHAINS = 8      # fewer round starts than this: one step at a time
 PAYS = 0.5          # a batched chain's forward must cost under this share of a single step (batching_pays)

@@ -474,8 +474,8 @@ def test_the_stored_replay_equals_the_fed_one(pair, recorded, monkeypatch):
 @pytest.mark.parametrize("late", [1, -1], ids=["one-late", "one-early"])
 def test_stored_keys_copied_one_position_off_are_caught(pair, recorded, monkeypatch, late):
     # Mutation check: each verify copies the stored positions one off; the drafts read the wrong
-    # keys and values and the counts part from the engine's. (The lean step's batched chains read
-    # the store on their own, checked below: off here, so the copies are what the drafts read.)
+    # keys and values and the counts part from the engine's. (The lean step's batched chains, when
+    # on, read the store on their own, checked below: off here, so the copies are what the drafts read.)
     import advisor.memo
     import advisor.stored
 
@@ -554,6 +554,7 @@ def test_memoised_proposals_count_what_the_engine_runs(pair, recorded, memo_runs
     # time where batching does not pay: the counts are the engine's either way.
     from advisor.stored import Stores
 
+    monkeypatch.setattr(advisor.memo, "BATCH", True)
     monkeypatch.setattr(advisor.memo, "batching_pays", lambda *args: batched)
 
     stores = Stores(pair)
@@ -592,6 +593,7 @@ def test_a_lean_steps_chains_are_batched_once_per_prompt_and_count_what_the_engi
     # position of a prompt, and the replay still counts what the engine runs for every method.
     from advisor.stored import Stores
 
+    monkeypatch.setattr(advisor.memo, "BATCH", True)
     monkeypatch.setattr(advisor.memo, "batching_pays", lambda *args: True)
     stores = Stores(pair)
     entries = replay_grid(pair, recorded, BATCHED, max_gen_len=LENGTH, stores=stores)
@@ -615,6 +617,7 @@ def test_mutation_batched_chains_reading_the_store_one_position_off_are_caught(p
                  torch.cat([v, v[:, :, -1:]], dim=2)[:, :, :stop - start]) for k, v in shifted]
 
     monkeypatch.setattr(kvcache.shared, "committed_positions", late)
+    monkeypatch.setattr(advisor.memo, "BATCH", True)
     monkeypatch.setattr(advisor.memo, "batching_pays", lambda *args: True)
     entries = replay_grid(pair, recorded, BATCHED, max_gen_len=LENGTH, stores=Stores(pair))
     assert [m.key for m, e in zip(BATCHED, entries) if counts(e.replayed) != memo_runs[m.key][0]]
