@@ -108,17 +108,28 @@ class Timing:
     def decode_tokens_per_s(self) -> float | None:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 and self.decode_tokens else None
 
+    @classmethod
+    def pooled(cls, timings) -> "Timing":
+        """Several timings' runs as one."""
+        out = cls()
+        for t in timings:
+            out.tokens += t.tokens
+            out.seconds += t.seconds
+            out.decode_tokens += t.decode_tokens
+            out.decode_seconds += t.decode_seconds
+            out.calls += t.calls
+        return out
+
 
 @dataclass
 class Baseline:
     """Target AR over the prompts: per prompt its output, tokens, seconds and time to first token from
-    the pass the replay reads; ``first`` that pass's timing, ``later`` each later pass's (run beside
-    the confirming runs, prompt by prompt) and ``beside`` those pooled."""
+    the pass the replay reads; ``first`` that pass's timing and ``later`` each later pass's (run beside
+    the confirming runs, prompt by prompt)."""
 
     outputs: list[list[int]] = field(default_factory=list)
     runs: list[tuple[int, float, float | None]] = field(default_factory=list)   # (tokens, seconds, TTFT)
     first: Timing = field(default_factory=Timing)
-    beside: Timing = field(default_factory=Timing)
     later: list[Timing] = field(default_factory=list)
 
     def add(self, result) -> None:
@@ -128,11 +139,10 @@ class Baseline:
         self.first.add(result)
 
     def add_pass(self, results) -> None:
-        """Another pass of target AR over the prompts (its runs), pooled into ``beside``."""
+        """Another pass of target AR over the prompts (its runs)."""
         timing = Timing()
         for result in results:
             timing.add(result)
-            self.beside.add(result)
         self.later.append(timing)
 
     @property
@@ -144,7 +154,7 @@ class Baseline:
     def timing(self) -> Timing:
         """The runs the measured speedups are over: the passes beside the confirming runs, or the
         record's pass where none ran."""
-        return self.beside if self.later else self.first
+        return Timing.pooled(self.later) if self.later else self.first
 
     def passes_line(self) -> str:
         """``target AR's passes over the prompts: 14.9 (the record), 13.8 tok/s``: how far the machine's

@@ -101,6 +101,12 @@ class Proposals:
         entry[1] += forwards
 
 
+def left_output(drafts: list[int], at: int, output) -> bool:
+    """Whether a chain of ``drafts`` from output position ``at`` leaves the output (a draft past its
+    end or not its token): every draft after that one is never judged."""
+    return any(at + i >= len(output) or t != output[at + i] for i, t in enumerate(drafts))
+
+
 def chain_key(index: int, model, length: int) -> tuple:
     """What decides a chain: the recorded prompt, the drafter model, the committed length (+ 1)."""
     return index, id(model), length
@@ -218,7 +224,7 @@ class MemoDrafter(Drafter):
         nonzero = [(row.nonzero().flatten().cpu(), q[i, row.nonzero().flatten()].cpu()) for i, row in enumerate(rows)]
         tokens = drafts.tolist()
         at = ids.shape[1] - self.start
-        settled = any(at + i >= len(self.output) or t != self.output[at + i] for i, t in enumerate(tokens))
+        settled = left_output(tokens, at, self.output)
         return Chain(tokens, nonzero, q.shape[-1], q.dtype, per_step, settled)
 
     def propose_tree(self, ids: torch.Tensor, depth: int, nodes: int, branch: int) -> Tree:
@@ -308,7 +314,7 @@ def batched_chains(inner, store: tuple, prompt: list[int], output, depth: int,
     for n, row in zip(lengths, drafted):
         row = [t for t in row if t >= 0]
         at = n - len(prompt)
-        settled = any(at + i >= len(output) or t != output[at + i] for i, t in enumerate(row))
+        settled = left_output(row, at, output)
         q = [(torch.tensor([t]), one.clone()) for t in row]
         chains[n] = Chain(row, q, width, dtype, [[] for _ in row], settled)
     return chains

@@ -294,13 +294,14 @@ class LeanStep:
         own_k = [torch.zeros(count, kv, depth, dim, dtype=self.dtype, device=self.device) for _ in self.layers]
         own_v = [torch.zeros_like(k) for k in own_k]
         token = tokens.reshape(count).to(self.device)
+        held_kv = [(k[:, :limit].float(), v[:, :limit].float()) for k, v in zip(self.keys, self.values)]   # once
         kept = None
         for j in range(depth):
             live = len(rows)
             before = (torch.arange(limit, device=self.device)[None] >= start[:, None])[:, None, None]  # masked out
             cos, sin = self._cos[start + j][:, None], self._sin[start + j][:, None]
             h = self.model.model.embed_tokens(token[:, None]).reshape(live, -1)
-            for layer, keys, values, mine_k, mine_v in zip(self.layers, self.keys, self.values, own_k, own_v):
+            for layer, (keys, values), mine_k, mine_v in zip(self.layers, held_kv, own_k, own_v):
                 qkv = layer.qkv(torch.rms_norm(h, h.shape[-1:], layer.norm1, layer.eps1))
                 qk = qkv[:, :width + kv * dim].reshape(live, heads + kv, dim)
                 swapped = qk.reshape(live, heads + kv, 2, dim // 2).flip(2).reshape(live, heads + kv, dim)
@@ -308,11 +309,11 @@ class LeanStep:
                 mine_k[:, :, j] = qk[:, heads:]
                 mine_v[:, :, j] = qkv[:, width + kv * dim:].reshape(live, kv, dim)
                 q = qk[:, :heads].reshape(live, kv, group, dim).float()
-                held = torch.einsum("bkgd,kld->bkgl", q, keys[:, :limit].float()) * layer.scale
+                held = torch.einsum("bkgd,kld->bkgl", q, keys) * layer.scale
                 held = held.masked_fill(before, float("-inf"))
                 own = torch.einsum("bkgd,bkjd->bkgj", q, mine_k[:, :, :j + 1].float()) * layer.scale
                 weights = torch.softmax(torch.cat([held, own], dim=-1), dim=-1)
-                attended = (torch.einsum("bkgl,kld->bkgd", weights[..., :limit], values[:, :limit].float())
+                attended = (torch.einsum("bkgl,kld->bkgd", weights[..., :limit], values)
                             + torch.einsum("bkgj,bkjd->bkgd", weights[..., limit:], mine_v[:, :, :j + 1].float()))
                 h = h + layer.o_proj(attended.to(self.dtype).reshape(live, width))
                 gate_up = layer.gate_up(torch.rms_norm(h, h.shape[-1:], layer.norm2, layer.eps2))

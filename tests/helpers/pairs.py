@@ -42,4 +42,3 @@ def few_self_drafters(monkeypatch) -> None:
     import model_drafters.selfdraft.default as default
 
     monkeypatch.setattr(default, "candidates_here", lambda device: FEW_SELF_DRAFTERS)
-
