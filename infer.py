@@ -17,6 +17,7 @@ import sys
 
 from repl.commands import CommandError, add_flags, apply_flags
 from repl.settings import Settings
+from utils.options import whatif_argument
 
 DESCRIPTION = (
     "Run the same prompt, with the same seed, through speculative decoding (a drafter model), "
@@ -76,10 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "(every drafter replayed from target AR's greedy output, ranked by predicted "
                              "speedup, the best 3 confirmed by real runs); with --json one JSON object "
                              "(docs/advisor.md)")
-    script.add_argument("--whatif", choices=("batch",),
+    script.add_argument("--whatif", type=whatif_argument, metavar="batch|machine:NAME",
                         help="with --advise: project the best methods over batch sizes 1 to 32 from their "
-                             "replayed rounds and forwards timed here by shape, with the batch size where "
-                             "speculation stops paying (about a minute more; docs/why.md)")
+                             "replayed rounds, with the batch size where speculation stops paying: batch prices "
+                             "them by forwards timed here by shape (about a minute more), machine:NAME on a card's "
+                             "roofline (H200, H100, A100, L40S, RTX3090; docs/why.md)")
     script.add_argument("--costs", metavar="FILE",
                         help="the advisor's forward costs read from FILE (measured elsewhere: a --json "
                              "advice's 'costs' object or bench.py --advise's costs.json) instead of measured here")

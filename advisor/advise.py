@@ -46,7 +46,7 @@ class AdviceReport:
     notes: list[str] = field(default_factory=list)
     compile: str = RANKED_COMPILE               # the compile path the advice ran and ranked on
     session_compile: str | None = None          # the session's, where given
-    whatif: object = None                       # advisor.whatif.BatchWhatIf, where asked for
+    whatif: object = None                       # advisor.whatif.BatchWhatIf or MachineWhatIf, where asked for
     screened: list = field(default_factory=list)  # Screened: trees left out after the first prompt
     bounded: list = field(default_factory=list)   # advisor.bound.Bounded: sources left out by their ceiling
     ar_passes: list = field(default_factory=list)  # target AR's tokens/s in each pass over the prompts
@@ -74,7 +74,7 @@ class AdviceReport:
                              "decode_step_s": None if self.ar_step_s is None else round(self.ar_step_s, 6)},
                 "notes": list(self.notes), "screened": [s.to_dict() for s in self.screened],
                 "bounded": [b.to_dict() for b in self.bounded],
-                **({"whatif": {"batch": self.whatif.to_dict()}} if self.whatif is not None else {})}
+                **({"whatif": {self.whatif.topic: self.whatif.to_dict()}} if self.whatif is not None else {})}
 
 
 @dataclass

@@ -1,8 +1,11 @@
-"""The advice projected over batch size (``--whatif batch``): each method's replayed rounds, priced by shape.
+"""The advice projected over batch size: each method's replayed rounds, priced by shape here
+(``--whatif batch``) or on a machine profile's roofline (``--whatif machine:NAME``).
 
 A method's acceptance does not change with the load; the target's (and a drafter model's) forwards
-are timed here by shape (``engine.shapes``) and ``analysis.whatif.project`` prices the replayed rounds
-at each batch size. Forward costs only, so batch 1 reads a little above the advice's own prediction.
+are timed here by shape (``engine.shapes``), or read off a profile (``analysis.roofline``: the
+models' shapes as loaded here on the card's published bandwidth and peak), and
+``analysis.whatif.project`` prices the replayed rounds at each batch size. Forward costs only, so
+batch 1 reads a little above the advice's own prediction.
 """
 
 from __future__ import annotations
@@ -14,20 +17,32 @@ from analysis.whatif import Projection, RoundFacts, project
 from engine.shapes import BATCHES, PairShapes, time_pair_shapes
 
 ROWS = 12           # the advice's best methods projected (every width they verify is timed)
+CAPTION = ("projected, not run: forward costs only (sampling and host work left out); acceptance as the replay "
+           "had it, in lockstep at every batch size (docs/why.md)")
 
 
 @dataclass
-class BatchWhatIf:
-    """The projection of the best advice over ``batches``: (method, its projection) per row, the
-    shapes timed, and whether the machine was busy meanwhile."""
+class Projected:
+    """The best advice projected over batch size: (method, its projection) per row."""
 
     rows: list[tuple[str, Projection]]
-    shapes: PairShapes
-    where: str
 
     @property
     def batches(self) -> tuple[int, ...]:
         return self.rows[0][1].batches if self.rows else BATCHES
+
+
+@dataclass
+class BatchWhatIf(Projected):
+    """The projection of the best advice over ``batches`` by forwards timed here: the rows, the
+    shapes timed, and whether the machine was busy meanwhile."""
+
+    shapes: PairShapes
+    where: str
+    topic = "batch"
+
+    def caption(self) -> str:
+        return CAPTION
 
     def title(self) -> str:
         return (f"projected speedup over target AR by batch size: each method's replayed rounds, forwards "
@@ -98,3 +113,91 @@ def project_report(pair, report, context: int, where: str, say=lambda line: None
     if whatif.shapes is not stored and not report.costs.source:
         report.costs.shapes = whatif.shapes.to_dict()
     return whatif
+
+
+@dataclass
+class MachineWhatIf(Projected):
+    """The best advice projected over ``batches`` on a machine profile's roofline: the rows, the
+    profile, the context priced over, and the methods left out with why."""
+
+    profile: object                     # analysis.roofline.MachineProfile
+    context: int
+    left_out: list[tuple[str, str]]
+    topic = "machine"
+
+    def title(self) -> str:
+        return (f"projected speedup over target AR by batch size on {self.profile.name}: each method's replayed "
+                f"rounds, forwards from the profile's roofline (context {self.context} tokens)")
+
+    def caption(self) -> str:
+        out = (f"projected, not run: {self.profile.source}; overhead {self.profile.overhead_s * 1e3:.1f} ms a forward; "
+               "the models' shapes as loaded here (their dtypes); a storage's look-ups as timed here; acceptance as "
+               "the replay had it, in lockstep at every batch size; sampling and host work left out (docs/why.md)")
+        if self.left_out:
+            out += "; left out: " + "; ".join(f"{m} ({why})" for m, why in self.left_out)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"projected": True, "from": f"{self.profile.name}'s roofline: {self.profile.source}",
+                "profile": self.profile.to_dict(), "context": self.context,
+                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows],
+                "left_out": [{"method": m, "reason": why} for m, why in self.left_out]}
+
+
+def _drafter_shape(pair, method, state):
+    """The shape (``engine.shapes.model_shape``) of the model ``method`` drafts with: the pair's
+    drafter, or a self-drafter spec built from the target; None where it has none to read."""
+    from advisor.costs import drafter_key, drafter_module
+    from engine.shapes import model_shape
+
+    try:
+        module = drafter_module(pair, drafter_key(method), state)
+        return model_shape(module) if module is not None else None
+    except (AttributeError, TypeError, ValueError):         # a drafter module with no model config
+        return None
+
+
+def project_machine(pair, advice: Sequence, context: int, profile, *, state=None, rows: int = ROWS,
+                    batches: Sequence[int] = BATCHES, step_s: float | None = None) -> MachineWhatIf:
+    """The best ``rows`` of ``advice`` projected over ``batches`` on ``profile``: the target's forward
+    and a drafter model's priced from their shapes on the profile's roofline over a cache of
+    ``context`` tokens; a storage's look-ups as the replay timed them, once per sequence. A method
+    whose drafter's shape cannot be read is left out, named with why. ``step_s``: target AR's step
+    here, which prices nothing on the profile (only a drafter's steps, which are priced apart)."""
+    from engine import EngineState
+    from engine.shapes import model_shape
+
+    state = state if state is not None else EngineState()
+    target = model_shape(pair.target)
+    chosen = [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())][:rows]
+    out, left_out, shapes = [], [], {}
+    for a in chosen:
+        facts = facts_of_advice(a, step_s or 0.0)
+        method = a.entry.method
+        drafter_s = None
+        if method.drafter in ("model", "self"):
+            key = (method.drafter, repr(getattr(method, "options", None)))
+            if key not in shapes:
+                shapes[key] = _drafter_shape(pair, method, state)
+            own = shapes[key]
+            if own is None:
+                left_out.append((a.method, "its drafter's shape cannot be read to price it"))
+                continue
+            drafter_s = lambda b, own=own: profile.forward_s(own, b, 1, context)     # noqa: E731
+        out.append((a.method, project(facts, lambda b, w: profile.forward_s(target, b, w, context), batches,
+                                      drafter_s=drafter_s, scaled_step=False,
+                                      drafter_source="its shape on the profile")))
+    return MachineWhatIf(out, profile, context, left_out)
+
+
+def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):
+    """``report``'s advice projected as ``whatif`` (a ``utils.options.whatif_choice`` value) asks: over batch size
+    here (:func:`project_report`) or on a machine profile (:func:`project_machine`)."""
+    from analysis.roofline import profile_named
+
+    topic, _, name = whatif.partition(":")
+    if topic == "machine":
+        profile = profile_named(name)
+        say(f"pricing the best methods on {profile.name}'s roofline over a cache of {context} tokens")
+        return project_machine(pair, report.advice, context, profile, state=state, step_s=report.ar_step_s)
+    return project_report(pair, report, context, where, say=say)

@@ -2,7 +2,7 @@
 
 Each category gets ``advisor.advise.advise``, all priced by one cost table (measured on the first
 category, or ``--costs FILE``). Written to ``--out``: ``advice.json``, ``advice.md`` and ``costs.json``;
-with ``--whatif batch`` each category's best methods projected over batch size too.
+with ``--whatif batch`` (or ``machine:NAME``) each category's best methods projected over batch size too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 from advisor.advise import SAMPLING_NOTE, advise, context_of
 from advisor.costs import CostsError, CostTable, where_measured
-from advisor.whatif import project_report
+from advisor.whatif import project_for
 from bench.runner import encode_prompts
 from kvcache.static import default_compile
 
@@ -89,10 +89,10 @@ def run_advice(args, prompts, models, out, err) -> int:
                             processor=args.processor, session_compile=args.compile or default_compile(models.device),
                             say=lambda line: err.print(f"  {line}", highlight=False))
             costs = report.costs
-            if args.whatif == "batch" and not models.is_encoder_decoder:
-                report.whatif = project_report(models, report, context_of(ids, args.length),
-                                               where_measured(models.device),
-                                               say=lambda line: err.print(f"  {line}", highlight=False))
+            if args.whatif and not models.is_encoder_decoder:
+                report.whatif = project_for(models, report, context_of(ids, args.length),
+                                            where_measured(models.device), args.whatif,
+                                            say=lambda line: err.print(f"  {line}", highlight=False))
             reports[category] = report
     except KeyboardInterrupt:
         err.print("interrupted: the categories advised so far are written", style="yellow")
@@ -121,7 +121,7 @@ def run_advice(args, prompts, models, out, err) -> int:
 def whatif_markdown(whatif) -> str:
     """The projection over batch size as a Markdown table, its source in the line above."""
     head = ["method", *(f"B={b}" for b in whatif.batches), "stops paying at", "drafter cost"]
-    rows = [f"Projected, not run: {whatif.title()}; forward costs only.", "",
+    rows = [f"Projected, not run: {whatif.title()}; {whatif.caption().removeprefix('projected, not run: ')}.", "",
             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method, p in whatif.rows:
         stops = f"B={p.stops_paying}" if p.stops_paying else f"beyond {whatif.batches[-1]}"

@@ -18,7 +18,7 @@ from utils.defaults import DEFAULTS
 from utils.method_name import FILL, STORAGE_NAMES
 from utils.options import (
     GAMMA_RANGE, HYBRID_RANGE, LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, NGRAM_N_RANGE,
-    NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, compile_path,
+    NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, compile_path, whatif_argument,
 )
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)
@@ -327,9 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of measured here")
     a.add_argument("--confirm", type=_non_negative, default=CONFIRM, metavar="N",
                    help=f"with --advise: how many of the best methods to confirm by real runs (default {CONFIRM})")
-    a.add_argument("--whatif", choices=("batch",), default=None,
+    a.add_argument("--whatif", type=whatif_argument, default=None, metavar="batch|machine:NAME",
                    help="with --advise: project each category's best methods over batch sizes 1 to 32 from "
-                        "their replayed rounds and forwards timed here by shape (docs/why.md)")
+                        "their replayed rounds, priced by forwards timed here by shape (batch) or on a card's "
+                        "roofline (machine:NAME: H200, H100, A100, L40S, RTX3090; docs/why.md)")
     return p
 
 

@@ -133,7 +133,8 @@ def advise_command(session, text: str | None) -> None:
 
 def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None = None) -> int:
     """``infer.py --advise``: the commands applied in order, then one advice over every prompt (JSON with
-    ``as_json``; projected over batch size with ``whatif="batch"``). 0, or 1 when it could not run."""
+    ``as_json``; projected over batch size with ``whatif``, ``batch`` or ``machine:NAME``:
+    ``utils.options.whatif_choice``). 0, or 1 when it could not run."""
     from repl.runner import PromptRefused
 
     prompts = []
@@ -152,7 +153,7 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
     report = advise_prompts(session, prompts)
     if report is None:
         return 1
-    if whatif == "batch" and not project_report(session, report, prompts):
+    if whatif and not project_report(session, report, prompts, whatif):
         return 1
     if as_json:
         stdout.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
@@ -164,25 +165,27 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
     return 1 if session.failures else 0
 
 
-def project_report(session, report, prompts: list[list[int]]) -> bool:
-    """The report's best methods projected over batch size, kept in ``report.whatif``; False (with
-    one error line) where that cannot run."""
+def project_report(session, report, prompts: list[list[int]], whatif: str = "batch") -> bool:
+    """The report's best methods projected over batch size (``whatif``: ``batch``, timed here, or
+    ``machine:NAME``, on that profile), kept in ``report.whatif``; False (with one error line) where
+    that cannot run."""
     from advisor.advise import context_of
     from advisor.costs import where_measured
-    from advisor.whatif import project_report as project
+    from advisor.whatif import project_for
     from utils.machine_load import is_busy
 
     pair = session.runner.pair
     if pair.is_encoder_decoder:
-        session.error("--whatif batch needs a decoder-only target")
+        session.error(f"--whatif {whatif} needs a decoder-only target")
         return False
     report.whatif = session.guarded(
-        lambda: project(pair, report, context_of(prompts, report.length), where_measured(pair.device),
-                        say=lambda line: session.say(line, "dim")),
+        lambda: project_for(pair, report, context_of(prompts, report.length), where_measured(pair.device), whatif,
+                            state=session.runner.state, say=lambda line: session.say(line, "dim")),
         interrupted="what-if interrupted", failed="--whatif failed")
     if report.whatif is None:
         return False
-    load = report.whatif.shapes.other_load
+    shapes = getattr(report.whatif, "shapes", None)         # forwards timed here: the machine's load meanwhile
+    load = shapes.other_load if shapes is not None else None
     if is_busy(load):
         session.say(f"busy machine: other processes used {load:.1f} cores while the forwards were timed; "
                     "the projection may be off", "yellow")
@@ -193,6 +196,4 @@ def whatif_view(whatif):
     """The projection's table (``repl.whatif_view.projection_table``)."""
     from repl.whatif_view import WhatIf, projection_table
 
-    return projection_table(WhatIf(whatif.title(), whatif.rows,
-                                   "projected, not run: forward costs only (sampling and host work left out); "
-                                   "acceptance as the replay had it, in lockstep at every batch size (docs/why.md)"))
+    return projection_table(WhatIf(whatif.title(), whatif.rows, whatif.caption()))

@@ -118,21 +118,28 @@ def test_infer_and_bench_refuse_whatif_without_advise_before_loading(tmp_path, c
     assert "--whatif projects the advice" in err and "\n" not in err
 
 
-def test_bench_advise_with_whatif_batch_writes_the_projection_per_category(tmp_path, monkeypatch, capsys):
+def bench_whatif(tmp_path, whatif: str) -> tuple[dict, str]:
+    """``bench.py --advise --whatif WHATIF`` on one prompt of the tiny word pair (its grid patched by the
+    caller): the chat category's ``whatif`` object of advice.json, and advice.md."""
     from bench.cli import main
 
-    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
     prompts = tmp_path / "q.jsonl"
     prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["the cat sat on the mat"]}),
                        encoding="utf-8")
     out = tmp_path / "out"
-    argv = ["--advise", "--whatif", "batch", "--prompts", str(prompts), "--length", "6", "--confirm", "1",
+    argv = ["--advise", "--whatif", whatif, "--prompts", str(prompts), "--length", "6", "--confirm", "1",
             "--out", str(out), "--no-chat"]
     pair = word_pair()
     assert main(argv, loader=lambda args: pair) == 0
-    batch = json.loads((out / "advice.json").read_text())["advice"]["chat"]["whatif"]["batch"]
+    return (json.loads((out / "advice.json").read_text())["advice"]["chat"]["whatif"],
+            (out / "advice.md").read_text())
+
+
+def test_bench_advise_with_whatif_batch_writes_the_projection_per_category(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    whatif, summary = bench_whatif(tmp_path, "batch")
+    batch = whatif["batch"]
     assert batch["projected"] and len(batch["methods"][0]["speedups"]) == len(BATCHES)
-    summary = (out / "advice.md").read_text()
     assert "Projected, not run:" in summary and "| stops paying at |" in summary
 
 
@@ -248,3 +255,128 @@ def test_a_costs_file_projects_with_the_shapes_it_holds(tmp_path, monkeypatch):
                       advisor_costs=CostTable.load(out / "costs.json"))
     assert advise_script(session, entries, as_json=False, stdout=io.StringIO(), whatif="batch") == 0
     assert "timing the target by batch" in text.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# --whatif machine:NAME: the same rounds priced on a card's roofline
+# ---------------------------------------------------------------------------------------------
+
+
+def _machine(monkeypatch, advice, drafter_shape):
+    """The advice projected on a made-up card (2 ms a forward, 100 GB/s, 2 TFLOP/s bfloat16) with a
+    target of a billion bfloat16 weights (2 GB: 20 ms of bytes) and ``drafter_shape`` for its drafter."""
+    from analysis.roofline import MachineProfile, ModelShape
+
+    target = ModelShape(1_000_000_000, 2.0, 16, 2048, 65_536.0)
+    monkeypatch.setattr("engine.shapes.model_shape", lambda model: target)
+    monkeypatch.setattr(advisor.whatif, "_drafter_shape", lambda pair, method, state: drafter_shape)
+    card = MachineProfile("X", 100e9, {"bfloat16": 2e12}, 2e-3, "made up")
+    out = advisor.whatif.project_machine(SimpleNamespace(target=None), advice, 100, card, state=object())
+    return out, target, card
+
+
+def test_machine_prices_a_drafter_model_by_its_own_shape_and_a_storage_by_its_look_ups(monkeypatch):
+    """Worked by hand on the card: a forward costs 2 ms + max(bytes / 100 GB/s, FLOPs / 2 TFLOP/s).
+    The target at (B, w) over 100 cached tokens reads 2e9 + B (100 + w) 65,536 bytes and does
+    B w (2e9 + 4 x 16 x 2048 (100 + w)) FLOPs; the drafter (50 million weights, 0.1 GB) the same way."""
+    from analysis.roofline import ModelShape
+
+    small = ModelShape(50_000_000, 2.0, 4, 512, 8_192.0)
+
+    def forward(shape, b, w):
+        moved = shape.parameters * shape.weight_bytes + b * (100 + w) * shape.kv_bytes_per_token
+        flops = b * w * (2.0 * shape.parameters + 4.0 * shape.layers * shape.hidden * (100 + w))
+        return 2e-3 + max(moved / 100e9, flops / 2e12)
+
+    model = _advice({3: 30, 5: 10}, 3.0, 0.1, 2.0, drafter="model")
+    storage = _advice({4: 10}, 1.5, None, 0.0, lookup_ms=1.0, drafter="ngram")
+    out, target, card = _machine(monkeypatch, [model, storage], small)
+    rows = dict(out.rows)
+    want = [3 * forward(target, b, 1) / (0.75 * forward(target, b, 3) + 0.25 * forward(target, b, 5)
+                                         + 2 * forward(small, b, 1)) for b in BATCHES]
+    assert rows["mmodel"].speedups == pytest.approx(want)
+    assert rows["mmodel"].drafter_source == "its shape on the profile"
+    assert rows["mngram"].speedups == pytest.approx(
+        [1.5 * forward(target, b, 1) / (forward(target, b, 4) + 0.001 * b) for b in BATCHES])
+    # decisive: the big target turns compute-bound with the batch, so the model's speedup falls
+    assert rows["mmodel"].speedups[0] > 1.4 and rows["mmodel"].speedups[-1] < rows["mmodel"].speedups[0] * 0.8
+    # mutation: the drafter priced as the target (its shape ignored) projects far less
+    wrong, _, _ = _machine(monkeypatch, [model], target)
+    assert all(w < s * 0.7 for w, s in zip(dict(wrong.rows)["mmodel"].speedups, want))
+    d = out.to_dict()
+    assert d["projected"] is True and d["profile"]["name"] == "X" and d["from"].startswith("X's roofline: made up")
+    assert [m["method"] for m in d["methods"]] == ["mmodel", "mngram"] and d["left_out"] == []
+
+
+def test_machine_leaves_out_a_drafter_whose_shape_cannot_be_read_and_says_so(monkeypatch):
+    model = _advice({3: 10}, 2.0, 0.2, 2.0, drafter="self")
+    storage = _advice({4: 10}, 1.5, None, 0.0, lookup_ms=1.0, drafter="ngram")
+    out, _, _ = _machine(monkeypatch, [model, storage], None)
+    assert [label for label, _ in out.rows] == ["mngram"]
+    assert out.left_out == [("mself", "its drafter's shape cannot be read to price it")]
+    assert "left out: mself (its drafter's shape cannot be read" in out.caption()
+    assert out.to_dict()["left_out"] == [{"method": "mself", "reason": "its drafter's shape cannot be read to price it"}]
+
+
+def test_whatif_values_are_checked_in_one_line():
+    from utils.options import whatif_choice
+
+    assert whatif_choice("batch") == "batch"
+    assert whatif_choice("machine:h-100") == "machine:H100" and whatif_choice("Machine=rtx3090") == "machine:RTX3090"
+    for bad, says in (("size", "--whatif takes batch or machine:NAME"), ("machine", "name one machine"),
+                      ("machine:", "name one machine"), ("machine:TPU", "no machine profile 'TPU'"),
+                      ("batch:H100", "--whatif takes batch or machine:NAME")):
+        with pytest.raises(ValueError) as caught:
+            whatif_choice(bad)
+        assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_infer_and_bench_refuse_an_unknown_machine_before_loading(tmp_path, capsys):
+    import infer
+    from bench.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        infer.main(["--advise", "--prompt", "x", "--whatif", "machine:TPU"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert caught.value.code == 2 and "no machine profile 'TPU' (known: H200, H100, A100, L40S, RTX3090)" in err
+    with pytest.raises(SystemExit) as caught:
+        main(["--advise", "--whatif", "machine", "--out", str(tmp_path / "o")], loader=lambda args: pytest.fail("loaded"))
+    assert caught.value.code == 2 and "name one machine" in capsys.readouterr().err
+
+
+def test_scripted_advise_and_bench_project_on_a_machine(tmp_path, monkeypatch):
+    """``infer.py --advise --whatif machine:H100`` through its script, and ``bench.py --advise --whatif
+    machine:A100``, on the tiny word pair: each projection named after its card, priced by its profile
+    (the word pair's models read as shapes), every row a speedup at every batch size."""
+    from analysis.roofline import PROFILES
+    from repl.advice import advise_script
+    from repl.runner import Runner
+    from repl.scripted import Entry
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.repl import console
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    entries = [Entry("command", "/length 6", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2")]
+    c, out = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    stdout = io.StringIO()
+    assert advise_script(session, entries, as_json=True, stdout=stdout, whatif="machine:H100") == 0, session.last_error
+    report = json.loads(stdout.getvalue())
+    machine = report["whatif"]["machine"]
+    assert machine["profile"] == PROFILES["H100"].to_dict() and machine["from"].startswith("H100's roofline: NVIDIA")
+    assert machine["methods"] and all(len(m["speedups"]) == len(BATCHES) and all(s > 0 for s in m["speedups"])
+                                      for m in machine["methods"])
+    assert {m["method"] for m in machine["methods"]} | {m["method"] for m in machine["left_out"]} <= \
+        {a["method"] for a in report["advice"]}
+    c, out = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    assert advise_script(session, entries, as_json=False, stdout=io.StringIO(), whatif="machine:H100") == 0
+    text = out.getvalue()
+    assert "projected speedup over target AR by batch size on H100" in text and "roofline" in text
+
+    whatif, summary = bench_whatif(tmp_path, "machine:a100")
+    machine = whatif["machine"]
+    assert machine["profile"]["name"] == "A100" and len(machine["methods"][0]["speedups"]) == len(BATCHES)
+    assert "Projected, not run: projected speedup over target AR by batch size on A100" in summary
+    assert "| stops paying at |" in summary
