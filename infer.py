@@ -77,11 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "(every drafter replayed from target AR's greedy output, ranked by predicted "
                              "speedup, the best 3 confirmed by real runs); with --json one JSON object "
                              "(docs/advisor.md)")
-    script.add_argument("--whatif", type=whatif_argument, metavar="batch|machine:NAME",
-                        help="with --advise: project the best methods over batch sizes 1 to 32 from their "
-                             "replayed rounds, with the batch size where speculation stops paying: batch prices "
-                             "them by forwards timed here by shape (about a minute more), machine:NAME on a card's "
-                             "roofline (H200, H100, A100, L40S, RTX3090; docs/why.md)")
+    script.add_argument("--whatif", type=whatif_argument, metavar="batch|context|machine:NAME",
+                        help="with --advise: project the best methods from their replayed rounds, with where "
+                             "speculation stops paying: over batch sizes 1 to 32 by forwards timed here by shape "
+                             "(batch, about a minute more) or on a card's roofline (machine:NAME: H200, H100, A100, "
+                             "L40S, RTX3090), or at batch 1 over context lengths up to the model's window, timed "
+                             "here (context; docs/why.md)")
     script.add_argument("--costs", metavar="FILE",
                         help="the advisor's forward costs read from FILE (measured elsewhere: a --json "
                              "advice's 'costs' object or bench.py --advise's costs.json) instead of measured here")

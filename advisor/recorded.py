@@ -46,7 +46,9 @@ class Replayed:
     the engine counts them, tokens made, and rounds by verify width (prefill rounds left out).
     ``steady`` and ``steady_tokens``: the rounds after each run's first (which carries the prompt:
     the end-to-end prediction prices it apart) by verify width, and the tokens they made (empty
-    where the counts came from elsewhere)."""
+    where the counts came from elsewhere); ``steady_rounds``: each of those rounds as (the tokens
+    before it, its prompt's included; its verify width; the tokens it made), for acceptance by
+    context (``advisor.whatif.project_context``)."""
 
     calls: int = 0
     drafted: int = 0
@@ -55,11 +57,12 @@ class Replayed:
     widths: dict[int, int] = field(default_factory=dict)
     steady: dict[int, int] = field(default_factory=dict)
     steady_tokens: int = 0
+    steady_rounds: list[tuple[int, int, int]] = field(default_factory=list)
 
-    def add_run(self, result, verify_widths) -> None:
+    def add_run(self, result, verify_widths, prompt_tokens: int = 0) -> None:
         """Count one replayed run: ``result`` (a ``GenerationResult``) and its recorded target's
-        ``verify_widths`` (None for the prefill's, which is not priced). Each round after the first
-        is one verify, the last ones of ``verify_widths``."""
+        ``verify_widths`` (None for the prefill's, which is not priced), on a prompt of
+        ``prompt_tokens``. Each round after the first is one verify, the last ones of ``verify_widths``."""
         self.calls += result.target_calls
         self.drafted += result.drafted
         self.accepted += result.accepted
@@ -70,10 +73,14 @@ class Replayed:
         trace = result.trace or []
         later = len(trace) - 1
         if 0 < later <= len(verify_widths):
-            for width in verify_widths[len(verify_widths) - later:]:
+            first = trace[0].accepted + (trace[0].token is not None)
+            position = prompt_tokens + first
+            for width, round_ in zip(verify_widths[len(verify_widths) - later:], trace[1:]):
+                made = round_.accepted + (round_.token is not None)
                 if width is not None:
                     self.steady[width] = self.steady.get(width, 0) + 1
-            first = trace[0].accepted + (trace[0].token is not None)
+                    self.steady_rounds.append((position, width, made))
+                position += made
             self.steady_tokens += max(0, len(result.tokens) - first)
 
     @property
@@ -149,7 +156,7 @@ def replay(pair, make_drafter: Callable[[], Drafter], recorded: Sequence[Recorde
             drafter = _Cut(drafter, cut, output)
         target = recorded_target(pair, record, output, vocab_size, reads="", stores=None, index=index)
         out.add_run(run_strategy(strategy, pair, list(record.prompt), target=target, drafter=drafter),
-                    target.verify_widths)
+                    target.verify_widths, len(record.prompt))
     return out
 
 

@@ -479,7 +479,7 @@ def _drive(pair, recorded: Sequence[Recorded], make: Callable, m: Method, max_ge
         with recorder.attached(module), recorder.on():
             result = run_strategy(m.strategy(max_gen_len=max_gen_len, decisions=False), pair, list(record.prompt),
                                   target=target, drafter=drafter, observer=rounds)
-        out.replayed.add_run(result, target.verify_widths)
+        out.replayed.add_run(result, target.verify_widths, len(record.prompt))
         out.fed = out.fed or target.copied > 0 or target.mode == REAL
         _tally_rounds(out, result.trace, rounds, recorder.seen, target.verify_widths)
         _count_steps(out, drafter, recorder.seen)

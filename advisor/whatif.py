@@ -1,5 +1,6 @@
 """The advice projected over batch size: each method's replayed rounds, priced by shape here
-(``--whatif batch``) or on a machine profile's roofline (``--whatif machine:NAME``).
+(``--whatif batch``) or on a machine profile's roofline (``--whatif machine:NAME``); or at batch 1
+over context lengths, its rounds split by where they ran (``--whatif context``).
 
 A method's acceptance does not change with the load; the target's (and a drafter model's) forwards
 are timed here by shape (``engine.shapes``), or read off a profile (``analysis.roofline``: the
@@ -11,9 +12,9 @@ batch 1 reads a little above the advice's own prediction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from analysis.whatif import Projection, RoundFacts, project
+from analysis.whatif import CONTEXTS, MIN_ROUNDS, Projection, RoundFacts, nearest_context, project
 from engine.shapes import BATCHES, PairShapes, time_pair_shapes
 
 ROWS = 12           # the advice's best methods projected (every width they verify is timed)
@@ -26,10 +27,16 @@ class Projected:
     """The best advice projected over batch size: (method, its projection) per row."""
 
     rows: list[tuple[str, Projection]]
+    axis = "B"          # what a projection's points are: batch sizes (B) or context lengths (L)
 
     @property
     def batches(self) -> tuple[int, ...]:
         return self.rows[0][1].batches if self.rows else BATCHES
+
+    @property
+    def other_load(self) -> float | None:
+        """The cores other processes used while forwards were timed for it (None: none timed, or unknown)."""
+        return None
 
 
 @dataclass
@@ -43,6 +50,10 @@ class BatchWhatIf(Projected):
 
     def caption(self) -> str:
         return CAPTION
+
+    @property
+    def other_load(self) -> float | None:
+        return self.shapes.other_load
 
     def title(self) -> str:
         return (f"projected speedup over target AR by batch size: each method's replayed rounds, forwards "
@@ -190,12 +201,114 @@ def project_machine(pair, advice: Sequence, context: int, profile, *, state=None
     return MachineWhatIf(out, profile, context, left_out)
 
 
+@dataclass
+class ContextWhatIf(Projected):
+    """The best advice projected at batch 1 over context lengths (each row's ``Projection.batches``
+    are the contexts): the rows, the prompts' own context, where the forwards were timed, the
+    acceptance seen near each context, and the cores other processes used meanwhile."""
+
+    own: int
+    where: str
+    seen: list[str] = field(default_factory=list)
+    load: float | None = None
+    topic = "context"
+    axis = "L"
+
+    @property
+    def other_load(self) -> float | None:
+        return self.load
+
+    def title(self) -> str:
+        return (f"projected speedup over target AR by context length at batch 1: each method's replayed rounds, "
+                f"forwards timed here on {self.where} (the prompts' own context: {self.own} tokens)")
+
+    def caption(self) -> str:
+        return ("projected, not run: forward costs only (sampling and host work left out); acceptance at each L "
+                f"from the replayed rounds nearest it where there were {MIN_ROUNDS} or more "
+                f"({'; '.join(self.seen) or 'none'}), elsewhere the method's own over all its rounds, which a long "
+                "context may lower (docs/why.md)")
+
+    def to_dict(self) -> dict:
+        return {"projected": True, "from": f"forwards timed at batch 1 by context on {self.where}",
+                "context": self.own, "other_load": self.load, "acceptance_near": list(self.seen),
+                "methods": [{"method": label, "contexts": list(p.batches), "speedups": list(p.speedups),
+                             "stops_paying_at": p.stops_paying, "drafter_cost": p.drafter_source}
+                            for label, p in self.rows]}
+
+
+def facts_near(advice, contexts: Sequence[int], step_s: float) -> dict[int, RoundFacts | None]:
+    """An advice's rounds (:func:`facts_of_advice`, drafter steps at ``step_s``) split by the context of
+    ``contexts`` nearest where each ran (``Replayed.steady_rounds``): tokens per round and the shares of
+    verify widths of those near each context, the drafter's steps per round as over all its rounds;
+    None for a context with fewer than ``analysis.whatif.MIN_ROUNDS`` rounds near it."""
+    base = facts_of_advice(advice, step_s)
+    near: dict[int, list[tuple[int, int]]] = {c: [] for c in contexts}
+    for position, width, made in getattr(advice.entry.replayed, "steady_rounds", ()):
+        near[nearest_context(contexts, position)].append((width, made))
+    out: dict[int, RoundFacts | None] = {}
+    for c, rounds in near.items():
+        if base is None or len(rounds) < MIN_ROUNDS:
+            out[c] = None
+            continue
+        widths: dict[int, float] = {}
+        for width, _ in rounds:
+            widths[width] = widths.get(width, 0.0) + 1 / len(rounds)
+        out[c] = replace(base, tokens_per_round=sum(made for _, made in rounds) / len(rounds), widths=widths)
+    return out
+
+
+def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int = ROWS, say=lambda line: None
+                    ) -> ContextWhatIf:
+    """The best ``rows`` of ``advice`` at batch 1 over a cache of each of ``analysis.whatif.CONTEXTS``
+    that fits the target's window, and ``own`` (the prompts' mean context): the target's forwards
+    timed here at each (a drafter model of its own too); a drafter on the target's weights steps at
+    its ``Why.c`` of the target's step at each context; a storage's look-ups as the replay timed them.
+    Acceptance at each context from the replayed rounds nearest it (:func:`facts_near`), else the
+    method's own."""
+    from engine.shapes import drafter_shape_costs, time_shapes
+    from utils.machine_load import other_load, read_load
+
+    chosen = [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())][:rows]
+    widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
+    window = (pair.context_length or CONTEXTS[-1]) - max(widths)
+    contexts = sorted({own} | {c for c in CONTEXTS if c <= window})
+    say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
+        f"{', '.join(map(str, contexts))} tokens")
+    before = read_load()
+    target = {c: time_shapes(pair.target, (1,), widths, c, pair.vocab_size) for c in contexts}
+    drafter = {c: drafter_shape_costs(pair, (1,), c) for c in contexts}
+    load = other_load(before, read_load())
+    out, seen = [], []
+    for a in chosen:
+        steps_c = a.why.c or 0.0
+        near = facts_near(a, contexts, target[own][(1, 1)])
+        seen += [f"{a.method} {f.tokens_per_round:.2f} tokens a round near L={c}" for c, f in near.items() if f]
+        overall = facts_of_advice(a, target[own][(1, 1)])
+        model = a.entry.method.drafter in ("model", "self")
+        speedups, source = [], ""
+        for c in contexts:
+            at = near[c] or overall
+            mine = drafter[c] if model and a.entry.method.drafter == "model" else None
+            if model and mine is None:      # the target's weights: c target steps at this context, and any look-ups
+                at = replace(at, draft_s=at.drafter_steps * steps_c * target[c][(1, 1)] + a.why.lookup_ms / 1e3)
+            p = project(at, lambda b, w, c=c: target[c][(b, w)], (1,),
+                        drafter_s=None if mine is None else (lambda b, mine=mine: mine[(b, 1)]), scaled_step=False,
+                        drafter_source="timed by shape")
+            speedups.append(p.speedups[0])
+            source = p.drafter_source if mine is not None or not model else "c target steps at each context"
+        out.append((a.method, Projection(tuple(contexts), tuple(speedups), source)))
+    return ContextWhatIf(out, own, where, seen, load)
+
+
 def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):
-    """``report``'s advice projected as ``whatif`` (a ``utils.options.whatif_choice`` value) asks: over batch size
-    here (:func:`project_report`) or on a machine profile (:func:`project_machine`)."""
+    """``report``'s advice projected as ``whatif`` (a ``utils.options.whatif_choice`` value) asks: over
+    batch size here (:func:`project_report`) or on a machine profile (:func:`project_machine`), or
+    over context length here (:func:`project_context`)."""
     from analysis.roofline import profile_named
 
     topic, _, name = whatif.partition(":")
+    if topic == "context":
+        return project_context(pair, report.advice, context, where, say=say)
     if topic == "machine":
         profile = profile_named(name)
         say(f"pricing the best methods on {profile.name}'s roofline over a cache of {context} tokens")

@@ -44,18 +44,24 @@ def facts_of(result, rounds=None) -> RoundFacts | None:
 
 
 MIN_ROUNDS = 4      # rounds near a context that speak for its acceptance (fewer: the run's own is held)
+CONTEXTS = (128, 512, 2048, 8192, 32768)     # the contexts projected, up to the model's window
+
+
+def nearest_context(contexts: Sequence[int], position: int) -> int:
+    """The context of ``contexts`` nearest a round at ``position`` (the tokens before it), on a log scale."""
+    import math
+
+    return min(contexts, key=lambda c: abs(math.log(c / max(position, 1))))
 
 
 def facts_by_context(result, prompt: int, contexts: Sequence[int]) -> dict[int, RoundFacts | None]:
     """The run's rounds after its first, split by where they ran: each round goes to the context of
     ``contexts`` nearest its own position (the prompt and the tokens before it, on a log scale);
     a context with fewer than :data:`MIN_ROUNDS` rounds gets None (its acceptance was not seen)."""
-    import math
-
     near: dict[int, list] = {c: [] for c in contexts}
     position = prompt + sum(r.accepted + (r.token is not None) for r in list(result.trace or [])[:1])
     for r in list(result.trace or [])[1:]:
-        near[min(contexts, key=lambda c: abs(math.log(c / max(position, 1))))].append(r)
+        near[nearest_context(contexts, position)].append(r)
         position += r.accepted + (r.token is not None)
     return {c: facts_of(result, rounds) if len(rounds) >= MIN_ROUNDS else None for c, rounds in near.items()}
 

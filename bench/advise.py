@@ -119,11 +119,12 @@ def run_advice(args, prompts, models, out, err) -> int:
 
 
 def whatif_markdown(whatif) -> str:
-    """The projection over batch size as a Markdown table, its source in the line above."""
-    head = ["method", *(f"B={b}" for b in whatif.batches), "stops paying at", "drafter cost"]
+    """The projection (over batch size, or context length) as a Markdown table, its source in the line above."""
+    axis = whatif.axis
+    head = ["method", *(f"{axis}={b}" for b in whatif.batches), "stops paying at", "drafter cost"]
     rows = [f"Projected, not run: {whatif.title()}; {whatif.caption().removeprefix('projected, not run: ')}.", "",
             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method, p in whatif.rows:
-        stops = f"B={p.stops_paying}" if p.stops_paying else f"beyond {whatif.batches[-1]}"
+        stops = f"{axis}={p.stops_paying}" if p.stops_paying else f"beyond {whatif.batches[-1]}"
         rows.append(f"| {method} | " + " | ".join(f"{s:.2f}x" for s in p.speedups) + f" | {stops} | {p.drafter_source} |")
     return "\n".join(rows)

@@ -327,10 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of measured here")
     a.add_argument("--confirm", type=_non_negative, default=CONFIRM, metavar="N",
                    help=f"with --advise: how many of the best methods to confirm by real runs (default {CONFIRM})")
-    a.add_argument("--whatif", type=whatif_argument, default=None, metavar="batch|machine:NAME",
-                   help="with --advise: project each category's best methods over batch sizes 1 to 32 from "
-                        "their replayed rounds, priced by forwards timed here by shape (batch) or on a card's "
-                        "roofline (machine:NAME: H200, H100, A100, L40S, RTX3090; docs/why.md)")
+    a.add_argument("--whatif", type=whatif_argument, default=None, metavar="batch|context|machine:NAME",
+                   help="with --advise: project each category's best methods from their replayed rounds over "
+                        "batch sizes 1 to 32, priced by forwards timed here by shape (batch) or on a card's "
+                        "roofline (machine:NAME: H200, H100, A100, L40S, RTX3090), or at batch 1 over context "
+                        "lengths, timed here (context; docs/why.md)")
     return p
 
 

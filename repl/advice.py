@@ -166,9 +166,9 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
 
 
 def project_report(session, report, prompts: list[list[int]], whatif: str = "batch") -> bool:
-    """The report's best methods projected over batch size (``whatif``: ``batch``, timed here, or
-    ``machine:NAME``, on that profile), kept in ``report.whatif``; False (with one error line) where
-    that cannot run."""
+    """The report's best methods projected (``whatif``: ``batch``, timed here by shape; ``context``, at
+    batch 1 by context, timed here; ``machine:NAME``, on that profile), kept in ``report.whatif``;
+    False (with one error line) where that cannot run."""
     from advisor.advise import context_of
     from advisor.costs import where_measured
     from advisor.whatif import project_for
@@ -184,8 +184,7 @@ def project_report(session, report, prompts: list[list[int]], whatif: str = "bat
         interrupted="what-if interrupted", failed="--whatif failed")
     if report.whatif is None:
         return False
-    shapes = getattr(report.whatif, "shapes", None)         # forwards timed here: the machine's load meanwhile
-    load = shapes.other_load if shapes is not None else None
+    load = report.whatif.other_load             # where forwards were timed here: the machine's load meanwhile
     if is_busy(load):
         session.say(f"busy machine: other processes used {load:.1f} cores while the forwards were timed; "
                     "the projection may be off", "yellow")
@@ -196,4 +195,4 @@ def whatif_view(whatif):
     """The projection's table (``repl.whatif_view.projection_table``)."""
     from repl.whatif_view import WhatIf, projection_table
 
-    return projection_table(WhatIf(whatif.title(), whatif.rows, whatif.caption()))
+    return projection_table(WhatIf(whatif.title(), whatif.rows, whatif.caption(), axis=whatif.axis))

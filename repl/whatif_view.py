@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from rich.table import Table
 from rich.text import Text
 
-from analysis.whatif import MIN_ROUNDS, facts_by_context, facts_of, project
+from analysis.whatif import CONTEXTS, MIN_ROUNDS, facts_by_context, facts_of, project
 from utils.machine_load import is_busy
 from engine.shapes import BATCHES, time_pair_shapes
 from generation.served import ServedModel
@@ -85,11 +85,8 @@ def whatif_table(session) -> WhatIf:
                   "had it, in lockstep at every batch size (docs/why.md)")
 
 
-CONTEXTS = (128, 512, 2048, 8192, 32768)     # the contexts projected, up to the model's window
-
-
 def context_table(session) -> WhatIf:
-    """The last prompt's drafting runs at batch size 1 over a cache of each of :data:`CONTEXTS` that
+    """The last prompt's drafting runs at batch size 1 over a cache of each of ``analysis.whatif.CONTEXTS`` that
     fits the model's window (and the prompt's own): the target's forwards (and a drafter model's of
     its own) timed here at each; acceptance as the runs had it."""
     from engine.shapes import drafter_shape_costs, time_shapes

@@ -662,8 +662,8 @@ def test_mutation_a_steady_state_that_keeps_the_first_round_is_caught(pair, reco
     engine_run(pair, m)
     real = Replayed.add_run
 
-    def with_first(self, result, verify_widths):
-        real(self, result, verify_widths)
+    def with_first(self, result, verify_widths, prompt_tokens=0):
+        real(self, result, verify_widths, prompt_tokens)
         self.steady_tokens += result.trace[0].accepted + (result.trace[0].token is not None)
         width = 1 + len(result.trace[0].drafted)
         self.steady[width] = self.steady.get(width, 0) + 1
@@ -671,3 +671,22 @@ def test_mutation_a_steady_state_that_keeps_the_first_round_is_caught(pair, reco
     monkeypatch.setattr(Replayed, "add_run", with_first)
     with pytest.raises(AssertionError):
         check_steady(replay_one(pair, recorded, m))
+
+
+@pytest.mark.parametrize("m", [method("model", None, 3), method("ngram", NGramOptions(), 4)], ids=lambda m: m.key)
+def test_each_steady_round_keeps_where_it_ran(pair, recorded, m):
+    """``Replayed.steady_rounds`` (what ``--whatif context`` splits by length) holds the engine's own runs'
+    rounds after the first, each with the tokens before it (its prompt's included), its verify width
+    and what it made."""
+    want = []
+    for prompt in PROMPTS:
+        trace = run_strategy(m.strategy(max_gen_len=LENGTH), pair, prompt).trace
+        position = len(prompt) + trace[0].accepted + (trace[0].token is not None)
+        for r in trace[1:]:
+            made = r.accepted + (r.token is not None)
+            want.append((position, len(r.drafted) + 1, made))
+            position += made
+    got = replay_one(pair, recorded, m).replayed
+    assert got.steady_rounds == want and len(want) > 6
+    assert sum(made for _, _, made in got.steady_rounds) == got.steady_tokens
+    assert {w: sum(1 for _, width, _ in want if width == w) for w in got.steady} == got.steady

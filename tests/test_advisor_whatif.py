@@ -321,11 +321,11 @@ def test_machine_leaves_out_a_drafter_whose_shape_cannot_be_read_and_says_so(mon
 def test_whatif_values_are_checked_in_one_line():
     from utils.options import whatif_choice
 
-    assert whatif_choice("batch") == "batch"
+    assert whatif_choice("batch") == "batch" and whatif_choice("Context") == "context"
     assert whatif_choice("machine:h-100") == "machine:H100" and whatif_choice("Machine=rtx3090") == "machine:RTX3090"
-    for bad, says in (("size", "--whatif takes batch or machine:NAME"), ("machine", "name one machine"),
+    for bad, says in (("size", "--whatif takes batch, context or machine:NAME"), ("machine", "name one machine"),
                       ("machine:", "name one machine"), ("machine:TPU", "no machine profile 'TPU'"),
-                      ("batch:H100", "--whatif takes batch or machine:NAME")):
+                      ("batch:H100", "--whatif takes batch, context or machine:NAME"), ("context:2", "--whatif takes batch, context")):
         with pytest.raises(ValueError) as caught:
             whatif_choice(bad)
         assert says in str(caught.value) and "\n" not in str(caught.value)
@@ -344,11 +344,9 @@ def test_infer_and_bench_refuse_an_unknown_machine_before_loading(tmp_path, caps
     assert caught.value.code == 2 and "name one machine" in capsys.readouterr().err
 
 
-def test_scripted_advise_and_bench_project_on_a_machine(tmp_path, monkeypatch):
-    """``infer.py --advise --whatif machine:H100`` through its script, and ``bench.py --advise --whatif
-    machine:A100``, on the tiny word pair: each projection named after its card, priced by its profile
-    (the word pair's models read as shapes), every row a speedup at every batch size."""
-    from analysis.roofline import PROFILES
+def scripted_whatif(monkeypatch, whatif: str) -> tuple[dict, str]:
+    """``infer.py --advise --whatif WHATIF`` through its script on the tiny word pair (its grid patched):
+    the JSON answer, and the text the same advice prints without ``--json``."""
     from repl.advice import advise_script
     from repl.runner import Runner
     from repl.scripted import Entry
@@ -358,21 +356,29 @@ def test_scripted_advise_and_bench_project_on_a_machine(tmp_path, monkeypatch):
 
     monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
     entries = [Entry("command", "/length 6", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2")]
-    c, out = console()
+    c, _ = console()
     session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
     stdout = io.StringIO()
-    assert advise_script(session, entries, as_json=True, stdout=stdout, whatif="machine:H100") == 0, session.last_error
-    report = json.loads(stdout.getvalue())
+    assert advise_script(session, entries, as_json=True, stdout=stdout, whatif=whatif) == 0, session.last_error
+    c, out = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    assert advise_script(session, entries, as_json=False, stdout=io.StringIO(), whatif=whatif) == 0, session.last_error
+    return json.loads(stdout.getvalue()), out.getvalue()
+
+
+def test_scripted_advise_and_bench_project_on_a_machine(tmp_path, monkeypatch):
+    """``infer.py --advise --whatif machine:H100`` through its script, and ``bench.py --advise --whatif
+    machine:A100``, on the tiny word pair: each projection named after its card, priced by its profile
+    (the word pair's models read as shapes), every row a speedup at every batch size."""
+    from analysis.roofline import PROFILES
+
+    report, text = scripted_whatif(monkeypatch, "machine:H100")
     machine = report["whatif"]["machine"]
     assert machine["profile"] == PROFILES["H100"].to_dict() and machine["from"].startswith("H100's roofline: NVIDIA")
     assert machine["methods"] and all(len(m["speedups"]) == len(BATCHES) and all(s > 0 for s in m["speedups"])
                                       for m in machine["methods"])
     assert {m["method"] for m in machine["methods"]} | {m["method"] for m in machine["left_out"]} <= \
         {a["method"] for a in report["advice"]}
-    c, out = console()
-    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
-    assert advise_script(session, entries, as_json=False, stdout=io.StringIO(), whatif="machine:H100") == 0
-    text = out.getvalue()
     assert "projected speedup over target AR by batch size on H100" in text and "roofline" in text
 
     whatif, summary = bench_whatif(tmp_path, "machine:a100")
@@ -380,3 +386,82 @@ def test_scripted_advise_and_bench_project_on_a_machine(tmp_path, monkeypatch):
     assert machine["profile"]["name"] == "A100" and len(machine["methods"][0]["speedups"]) == len(BATCHES)
     assert "Projected, not run: projected speedup over target AR by batch size on A100" in summary
     assert "| stops paying at |" in summary
+
+
+# ---------------------------------------------------------------------------------------------
+# --whatif context: at batch 1 over context lengths, acceptance from the rounds near each
+# ---------------------------------------------------------------------------------------------
+
+
+def _context_advice(rounds, c: float | None, steps: float, drafter: str = "self", lookup_ms: float = 0.0):
+    """An advice whose replay's steady rounds are ``rounds`` ((position, width, tokens made) each)."""
+    widths: dict[int, int] = {}
+    for _, w, _ in rounds:
+        widths[w] = widths.get(w, 0) + 1
+    replayed = SimpleNamespace(widths=widths, steady_widths=widths, steady_rounds=list(rounds))
+    entry = SimpleNamespace(replayed=replayed, method=SimpleNamespace(drafter=drafter))
+    why = SimpleNamespace(c=c, draft_steps=steps, lookup_ms=lookup_ms)
+    made = sum(t for _, _, t in rounds) / len(rounds)
+    return SimpleNamespace(method=f"m{drafter}", entry=entry, why=why, tokens_per_call=made, tokens_per_round=made)
+
+
+# four rounds near 128 tokens that make 3 tokens each (verifies of 4), four near 2,048 that make 1.5
+# (verifies of 4 and 2), and two near 512 (too few to speak for it: the method's own there)
+ROUNDS = [(100, 4, 3), (110, 4, 3), (120, 4, 3), (130, 4, 3), (400, 4, 3), (600, 2, 1),
+          (1900, 4, 2), (2000, 2, 1), (2100, 4, 2), (2200, 2, 1)]
+
+
+def test_the_rounds_are_split_by_the_context_nearest_where_they_ran():
+    near = advisor.whatif.facts_near(_context_advice(ROUNDS, 0.2, 2.0), (128, 512, 2048), 0.01)
+    assert near[512] is None
+    assert near[128].tokens_per_round == 3.0 and near[128].widths == {4: 1.0}
+    assert near[2048].tokens_per_round == 1.5 and near[2048].widths == pytest.approx({4: 0.5, 2: 0.5})
+    assert near[2048].drafter_steps == 2.0
+
+
+def test_context_prices_each_length_with_its_own_forwards_and_the_acceptance_near_it(monkeypatch):
+    """T(L, w) = 10 ms x (1 + L / 1000) x (1 + 0.1 (w - 1)), timed (here: given) at each context; a
+    self-drafter with c = 0.2 and 2 steps a round: speedup(L) = t(L) T(L,1) / (sum share(w) T(L,w) + 2 x 0.2
+    T(L,1)), with t and the shares those of the rounds near L, or over all rounds where too few ran near it."""
+    cost = lambda c, w: 0.01 * (1 + c / 1000) * (1 + 0.1 * (w - 1))      # noqa: E731
+
+    def time_shapes(model, batches, widths, context, vocab_size):
+        return {(b, w): cost(context, w) for b in batches for w in widths}
+
+    monkeypatch.setattr("engine.shapes.time_shapes", time_shapes)
+    monkeypatch.setattr("engine.shapes.drafter_shape_costs", lambda pair, batches, context: None)
+    pair = SimpleNamespace(context_length=4096, target=None, vocab_size=10)
+    advice = _context_advice(ROUNDS, 0.2, 2.0)
+    out = advisor.whatif.project_context(pair, [advice], 300, "here")
+    [(label, p)] = out.rows
+    assert p.batches == (128, 300, 512, 2048)             # 8,192 and up are past the window
+    overall = sum(t for _, _, t in ROUNDS) / len(ROUNDS)
+    shares_all = {4: 7 / 10, 2: 3 / 10}
+
+    def want(c, tokens, shares):
+        return tokens * cost(c, 1) / (sum(s * cost(c, w) for w, s in shares.items()) + 2 * 0.2 * cost(c, 1))
+
+    assert p.speedups == pytest.approx([want(128, 3.0, {4: 1.0}), want(300, overall, shares_all),
+                                        want(512, overall, shares_all), want(2048, 1.5, {4: 0.5, 2: 0.5})])
+    # decisive: the rounds near 2,048 accept half as much, and the speedup there falls under 1
+    assert p.speedups[0] > 1.5 and p.speedups[-1] < 1.0 and p.stops_paying == 2048
+    d = out.to_dict()
+    assert d["projected"] is True and d["context"] == 300 and d["methods"][0]["contexts"] == [128, 300, 512, 2048]
+    assert "mself 1.50 tokens a round near L=2048" in out.caption()
+    # mutation: one acceptance for every context (the rounds' positions ignored) keeps paying at 2,048
+    flat = _context_advice([(300, w, t) for _, w, t in ROUNDS], 0.2, 2.0)
+    [(_, q)] = advisor.whatif.project_context(pair, [flat], 300, "here").rows
+    assert q.speedups[-1] > 1.0 > p.speedups[-1]
+
+
+def test_scripted_advise_and_bench_project_over_context(tmp_path, monkeypatch):
+    """``infer.py --advise --whatif context`` through its script and ``bench.py --advise --whatif context`` on
+    the tiny word pair: a speedup at every context, the prompts' own among them, the table headed by L."""
+    report, text = scripted_whatif(monkeypatch, "context")
+    context = report["whatif"]["context"]
+    assert context["projected"] is True and context["methods"]
+    assert all(context["context"] in m["contexts"] and len(m["speedups"]) == len(m["contexts"])
+               and all(s > 0 for s in m["speedups"]) for m in context["methods"])
+    assert "projected speedup over target AR by context length at batch 1" in text and f"L={context['context']}" in text
+    whatif, summary = bench_whatif(tmp_path, "context")
+    assert whatif["context"]["methods"] and "| method | L=" in summary

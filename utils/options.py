@@ -102,22 +102,22 @@ def closest(word: str, choices, prefix: str = "") -> str:
 
 
 def whatif_choice(text: str) -> str:
-    """``--whatif``'s value checked: ``batch``, or ``machine:NAME`` (``machine=NAME``) with NAME a
-    profile of ``analysis.roofline.PROFILES`` (returned under its own name). ``ValueError``, one line,
-    for anything else."""
+    """``--whatif``'s value checked: ``batch``, ``context``, or ``machine:NAME`` (``machine=NAME``) with
+    NAME a profile of ``analysis.roofline.PROFILES`` (returned under its own name). ``ValueError``, one
+    line, for anything else."""
     from analysis.roofline import PROFILES, profile_named
 
     word, sep, name = text.strip().partition(":")
     if not sep:
         word, sep, name = text.strip().partition("=")
     word = word.strip().lower()
-    if word == "batch" and not sep:
-        return "batch"
+    if word in ("batch", "context") and not sep:
+        return word
     if word == "machine":
         if not name.strip():
             raise ValueError(f"name one machine: --whatif machine:NAME (one of {', '.join(PROFILES)})")
         return f"machine:{profile_named(name.strip()).name}"
-    raise ValueError(f"--whatif takes batch or machine:NAME (NAME one of {', '.join(PROFILES)}), got {text!r}")
+    raise ValueError(f"--whatif takes batch, context or machine:NAME (NAME one of {', '.join(PROFILES)}), got {text!r}")
 
 
 def whatif_argument(text: str) -> str:
