@@ -17,14 +17,15 @@ from dataclasses import dataclass, field, replace
 from analysis.whatif import CONTEXTS, MIN_ROUNDS, Projection, RoundFacts, nearest_context, project
 from engine.shapes import BATCHES, PairShapes, time_pair_shapes
 
-ROWS = 12           # the advice's best methods projected (every width they verify is timed)
+ROWS = 12           # the advice's best methods shown, beside any method best at some batch size or context
 CAPTION = ("projected, not run: forward costs only (sampling and host work left out); acceptance as the replay "
            "had it, in lockstep at every batch size (docs/why.md)")
 
 
 @dataclass
 class Projected:
-    """The best advice projected over batch size: (method, its projection) per row."""
+    """The advice projected: (method, its projection) per row shown (:func:`shown`: the best few by
+    the advice, and every method that is best at some point)."""
 
     rows: list[tuple[str, Projection]]
     axis = "B"          # what a projection's points are: batch sizes (B) or context lengths (L)
@@ -34,9 +35,45 @@ class Projected:
         return self.rows[0][1].batches if self.rows else BATCHES
 
     @property
+    def best(self) -> list[tuple[int, str | None, float]]:
+        """At each point: (the point, the method projected fastest there or None where none beats
+        target AR, that method's speedup)."""
+        out = []
+        for i, point in enumerate(self.batches):
+            label, p = max(self.rows, key=lambda row: row[1].speedups[i])
+            out.append((point, label if p.speedups[i] >= 1.0 else None, p.speedups[i]))
+        return out
+
+    def best_line(self) -> str | None:
+        """``best at each B: B=1 speculative@8 2.41x · ... · B=32 target AR (none over 1.0x)``, or None."""
+        if not self.rows:
+            return None
+        return f"best at each {self.axis}: " + " · ".join(
+            f"{self.axis}={point} " + (f"{label} {s:.2f}x" if label else f"target AR (none over 1.0x; best {s:.2f}x)")
+            for point, label, s in self.best)
+
+    def best_dict(self) -> list[dict]:
+        return [{"at": point, "method": label, "speedup": s} for point, label, s in self.best]
+
+    @property
     def other_load(self) -> float | None:
         """The cores other processes used while forwards were timed for it (None: none timed, or unknown)."""
         return None
+
+
+def shown(projected: list[tuple[str, Projection]], rows: int) -> list[tuple[str, Projection]]:
+    """Of every method ``projected`` (best first by the advice), the first ``rows`` and each method
+    that is fastest at some point (the best draft length changes with the load: that row is shown
+    wherever it ranked)."""
+    winners = set()
+    for i in range(len(projected[0][1].speedups) if projected else 0):
+        winners.add(max(projected, key=lambda row: row[1].speedups[i])[0])
+    return [row for k, row in enumerate(projected) if k < rows or row[0] in winners]
+
+
+def _replayed(advice: Sequence) -> list:
+    """The advice that has replayed rounds to project, best first."""
+    return [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())]
 
 
 @dataclass
@@ -62,7 +99,7 @@ class BatchWhatIf(Projected):
     def to_dict(self) -> dict:
         return {"projected": True, "from": f"forwards timed by shape on {self.where}",
                 "context": self.shapes.context, "other_load": self.shapes.other_load,
-                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows]}
+                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows], "best": self.best_dict()}
 
 
 def facts_of_advice(advice, step_s: float) -> RoundFacts | None:
@@ -93,11 +130,11 @@ def _pricing(advice, shapes: PairShapes):
 def project_advice(pair, advice: Sequence, context: int, where: str, *, rows: int = ROWS,
                    batches: Sequence[int] = BATCHES, say=lambda line: None, stored: PairShapes | None = None
                    ) -> BatchWhatIf:
-    """The best ``rows`` of ``advice`` (ranked, best first) projected over ``batches``, the pair's
+    """Every replayed method of ``advice`` (ranked, best first) projected over ``batches``, the pair's
     forwards timed by shape over a cache of ``context`` tokens; or read off ``stored`` (a cost table's,
     ``--costs FILE``: a width or batch size it lacks read between those it has) where it was timed on
-    a cache within a quarter of ``context``."""
-    chosen = [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())][:rows]
+    a cache within a quarter of ``context``. The rows kept: :func:`shown`."""
+    chosen = _replayed(advice)
     widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
     if stored is not None and abs(stored.context - context) <= context / 4:
         shapes, where = stored, stored.where
@@ -112,7 +149,7 @@ def project_advice(pair, advice: Sequence, context: int, where: str, *, rows: in
         facts = facts_of_advice(a, step)
         drafter_s, scaled = _pricing(a, shapes)
         out.append((a.method, project(facts, shapes.target_s, batches, drafter_s=drafter_s, scaled_step=scaled)))
-    return BatchWhatIf(out, shapes, where)
+    return BatchWhatIf(shown(out, rows), shapes, where)
 
 
 def project_report(pair, report, context: int, where: str, say=lambda line: None) -> BatchWhatIf:
@@ -145,13 +182,15 @@ class MachineWhatIf(Projected):
                "the models' shapes as loaded here (their dtypes); a storage's look-ups as timed here; acceptance as "
                "the replay had it, in lockstep at every batch size; sampling and host work left out (docs/why.md)")
         if self.left_out:
-            out += "; left out: " + "; ".join(f"{m} ({why})" for m, why in self.left_out)
+            names = [m for m, _ in self.left_out]
+            out += (f"; left out, {self.left_out[0][1]}: " + ", ".join(names[:3])
+                    + (f" and {len(names) - 3} more" if len(names) > 3 else ""))
         return out
 
     def to_dict(self) -> dict:
         return {"projected": True, "from": f"{self.profile.name}'s roofline: {self.profile.source}",
                 "profile": self.profile.to_dict(), "context": self.context,
-                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows],
+                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows], "best": self.best_dict(),
                 "left_out": [{"method": m, "reason": why} for m, why in self.left_out]}
 
 
@@ -170,7 +209,8 @@ def _drafter_shape(pair, method, state):
 
 def project_machine(pair, advice: Sequence, context: int, profile, *, state=None, rows: int = ROWS,
                     batches: Sequence[int] = BATCHES, step_s: float | None = None) -> MachineWhatIf:
-    """The best ``rows`` of ``advice`` projected over ``batches`` on ``profile``: the target's forward
+    """Every replayed method of ``advice`` projected over ``batches`` on ``profile`` (the rows kept:
+    :func:`shown`): the target's forward
     and a drafter model's priced from their shapes on the profile's roofline over a cache of
     ``context`` tokens; a storage's look-ups as the replay timed them, once per sequence. A method
     whose drafter's shape cannot be read is left out, named with why. ``step_s``: target AR's step
@@ -180,7 +220,7 @@ def project_machine(pair, advice: Sequence, context: int, profile, *, state=None
 
     state = state if state is not None else EngineState()
     target = model_shape(pair.target)
-    chosen = [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())][:rows]
+    chosen = _replayed(advice)
     out, left_out, shapes = [], [], {}
     for a in chosen:
         facts = facts_of_advice(a, step_s or 0.0)
@@ -198,7 +238,7 @@ def project_machine(pair, advice: Sequence, context: int, profile, *, state=None
         out.append((a.method, project(facts, lambda b, w: profile.forward_s(target, b, w, context), batches,
                                       drafter_s=drafter_s, scaled_step=False,
                                       drafter_source="its shape on the profile")))
-    return MachineWhatIf(out, profile, context, left_out)
+    return MachineWhatIf(shown(out, rows), profile, context, left_out)
 
 
 @dataclass
@@ -233,7 +273,7 @@ class ContextWhatIf(Projected):
                 "context": self.own, "other_load": self.load, "acceptance_near": list(self.seen),
                 "methods": [{"method": label, "contexts": list(p.batches), "speedups": list(p.speedups),
                              "stops_paying_at": p.stops_paying, "drafter_cost": p.drafter_source}
-                            for label, p in self.rows]}
+                            for label, p in self.rows], "best": self.best_dict()}
 
 
 def facts_near(advice, contexts: Sequence[int], step_s: float) -> dict[int, RoundFacts | None]:
@@ -259,7 +299,8 @@ def facts_near(advice, contexts: Sequence[int], step_s: float) -> dict[int, Roun
 
 def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int = ROWS, say=lambda line: None
                     ) -> ContextWhatIf:
-    """The best ``rows`` of ``advice`` at batch 1 over a cache of each of ``analysis.whatif.CONTEXTS``
+    """Every replayed method of ``advice`` (the rows kept: :func:`shown`) at batch 1 over a cache of
+    each of ``analysis.whatif.CONTEXTS``
     that fits the target's window, and ``own`` (the prompts' mean context): the target's forwards
     timed here at each (a drafter model of its own too); a drafter on the target's weights steps at
     its ``Why.c`` of the target's step at each context; a storage's look-ups as the replay timed them.
@@ -268,7 +309,7 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
     from engine.shapes import drafter_shape_costs, time_shapes
     from utils.machine_load import other_load, read_load
 
-    chosen = [a for a in advice if a.entry is not None and sum(a.entry.replayed.widths.values())][:rows]
+    chosen = _replayed(advice)
     widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
     window = (pair.context_length or CONTEXTS[-1]) - max(widths)
     contexts = sorted({own} | {c for c in CONTEXTS if c <= window})
@@ -297,7 +338,9 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
             speedups.append(p.speedups[0])
             source = p.drafter_source if mine is not None or not model else "c target steps at each context"
         out.append((a.method, Projection(tuple(contexts), tuple(speedups), source)))
-    return ContextWhatIf(out, own, where, seen, load)
+    kept = shown(out, rows)
+    names = {label for label, _ in kept}
+    return ContextWhatIf(kept, own, where, [line for line in seen if line.split(" ", 1)[0] in names], load)
 
 
 def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):

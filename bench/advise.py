@@ -127,4 +127,5 @@ def whatif_markdown(whatif) -> str:
     for method, p in whatif.rows:
         stops = f"{axis}={p.stops_paying}" if p.stops_paying else f"beyond {whatif.batches[-1]}"
         rows.append(f"| {method} | " + " | ".join(f"{s:.2f}x" for s in p.speedups) + f" | {stops} | {p.drafter_source} |")
-    return "\n".join(rows)
+    best = whatif.best_line()
+    return "\n".join(rows + ([f"", best[0].upper() + best[1:] + "."] if best else []))

@@ -162,6 +162,9 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
         session.console.print(advice_view(report))
         if report.whatif is not None:
             session.console.print(whatif_view(report.whatif))
+            best = report.whatif.best_line()
+            if best:
+                session.console.print(best, highlight=False)
     return 1 if session.failures else 0
 
 

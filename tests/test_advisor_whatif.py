@@ -314,7 +314,7 @@ def test_machine_leaves_out_a_drafter_whose_shape_cannot_be_read_and_says_so(mon
     out, _, _ = _machine(monkeypatch, [model, storage], None)
     assert [label for label, _ in out.rows] == ["mngram"]
     assert out.left_out == [("mself", "its drafter's shape cannot be read to price it")]
-    assert "left out: mself (its drafter's shape cannot be read" in out.caption()
+    assert "left out, its drafter's shape cannot be read to price it: mself" in out.caption()
     assert out.to_dict()["left_out"] == [{"method": "mself", "reason": "its drafter's shape cannot be read to price it"}]
 
 
@@ -380,12 +380,13 @@ def test_scripted_advise_and_bench_project_on_a_machine(tmp_path, monkeypatch):
     assert {m["method"] for m in machine["methods"]} | {m["method"] for m in machine["left_out"]} <= \
         {a["method"] for a in report["advice"]}
     assert "projected speedup over target AR by batch size on H100" in text and "roofline" in text
+    assert "best at each B: B=1 " in text and len(machine["best"]) == len(BATCHES)
 
     whatif, summary = bench_whatif(tmp_path, "machine:a100")
     machine = whatif["machine"]
     assert machine["profile"]["name"] == "A100" and len(machine["methods"][0]["speedups"]) == len(BATCHES)
     assert "Projected, not run: projected speedup over target AR by batch size on A100" in summary
-    assert "| stops paying at |" in summary
+    assert "| stops paying at |" in summary and "Best at each B: B=1 " in summary
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,4 +465,36 @@ def test_scripted_advise_and_bench_project_over_context(tmp_path, monkeypatch):
                and all(s > 0 for s in m["speedups"]) for m in context["methods"])
     assert "projected speedup over target AR by context length at batch 1" in text and f"L={context['context']}" in text
     whatif, summary = bench_whatif(tmp_path, "context")
-    assert whatif["context"]["methods"] and "| method | L=" in summary
+    assert whatif["context"]["methods"] and "| method | L=" in summary and "Best at each L: L=" in summary
+    assert f"best at each L: L={min(context['methods'][0]['contexts'])} " in text
+
+
+def test_a_method_best_at_some_batch_size_is_shown_wherever_it_ranked(monkeypatch):
+    """Thirteen long chains (γ 8: 6 tokens a round, 8 drafter steps of a tenth of a target step) rank
+    above one short chain (γ 1: 1.6 tokens a round); on forwards that turn compute-bound past 16 tokens
+    (T(B, w) = 10 ms x max(1, B w / 16)), by hand: at B=1 a long chain 6 / (1 + 0.8) = 3.33x and the short
+    one 1.6 / 1.1 = 1.45x; at B=8 the long 0.06 / (0.045 + 0.008) = 1.13x and the short 0.016 / 0.011 =
+    1.45x; from B=16 on neither pays. The short chain ranks 14th, past the 12 rows shown, and is shown."""
+    cost = lambda b, w: 0.01 * max(1.0, b * w / 16)      # noqa: E731
+    advice = []
+    for i in range(13):
+        a = _advice({9: 10}, 6.0, 0.1, 8.0)
+        a.method = f"long{i}"
+        advice.append(a)
+    short = _advice({2: 10}, 1.6, 0.1, 1.0)
+    short.method = "short"
+    monkeypatch.setattr(advisor.whatif, "time_pair_shapes", lambda pair, widths, context, batches: _shapes(cost))
+    whatif = project_advice(None, advice + [short], 64, "here")
+    labels = [label for label, _ in whatif.rows]
+    assert labels == [f"long{i}" for i in range(12)] + ["short"]        # long12 is best nowhere: not shown
+    best = {point: (label, s) for point, label, s in whatif.best}
+    assert best[1][0] == "long0" and best[1][1] == pytest.approx(6 / 1.8)
+    assert best[8][0] == "short" and best[8][1] == pytest.approx(0.016 / 0.011)
+    assert best[16][0] is None and best[32][0] is None and best[32][1] < 1.0
+    line = whatif.best_line()
+    assert line.startswith("best at each B: B=1 long0 3.33x") and "B=8 short 1.45x" in line
+    assert "B=32 target AR (none over 1.0x" in line
+    assert whatif.to_dict()["best"][3] == {"at": 8, "method": "short", "speedup": pytest.approx(0.016 / 0.011)}
+    # mutation: only the first 12 projected, the short chain is lost and B=8 goes to a long one
+    cut = project_advice(None, (advice + [short])[:12], 64, "here")
+    assert dict((p, m) for p, m, _ in cut.best)[8] == "long0"
