@@ -17,7 +17,7 @@ import sys
 
 from repl.commands import CommandError, add_flags, apply_flags
 from repl.settings import Settings
-from utils.options import whatif_argument
+from analysis.whatif import whatif_argument
 
 DESCRIPTION = (
     "Run the same prompt, with the same seed, through speculative decoding (a drafter model), "

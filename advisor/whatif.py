@@ -344,7 +344,7 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
 
 
 def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):
-    """``report``'s advice projected as ``whatif`` (a ``utils.options.whatif_choice`` value) asks: over
+    """``report``'s advice projected as ``whatif`` (a ``analysis.whatif.whatif_choice`` value) asks: over
     batch size here (:func:`project_report`) or on a machine profile (:func:`project_machine`), or
     over context length here (:func:`project_context`)."""
     from analysis.roofline import profile_named

@@ -7,7 +7,8 @@ sequence runs the same rounds in lockstep, so
 
 with T the target's forward by shape (``engine.shapes``), f the drafter forwards per round and D the
 drafter's forward at B (timed by shape, scaled as the target's step for a self-drafter, paid per
-sequence for a storage). Sampling and host work are left out of both sides. No torch.
+sequence for a storage). Sampling and host work are left out of both sides. No torch. Also the
+``--whatif`` flag's values (:func:`whatif_choice`).
 """
 
 from __future__ import annotations
@@ -104,3 +105,32 @@ def project(facts: RoundFacts, target_s: Callable[[int, int], float], batches: S
             draft = facts.draft_s * batch
         speedups.append(facts.tokens_per_round * target_s(batch, 1) / (verify + draft))
     return Projection(tuple(batches), tuple(speedups), source)
+
+
+def whatif_choice(text: str) -> str:
+    """``--whatif``'s value checked: ``batch``, ``context``, or ``machine:NAME`` (``machine=NAME``) with
+    NAME a profile of ``analysis.roofline.PROFILES`` (returned under its own name). ``ValueError``, one
+    line, for anything else."""
+    from analysis.roofline import PROFILES, profile_named
+
+    word, sep, name = text.strip().partition(":")
+    if not sep:
+        word, sep, name = text.strip().partition("=")
+    word = word.strip().lower()
+    if word in ("batch", "context") and not sep:
+        return word
+    if word == "machine":
+        if not name.strip():
+            raise ValueError(f"name one machine: --whatif machine:NAME (one of {', '.join(PROFILES)})")
+        return f"machine:{profile_named(name.strip()).name}"
+    raise ValueError(f"--whatif takes batch, context or machine:NAME (NAME one of {', '.join(PROFILES)}), got {text!r}")
+
+
+def whatif_argument(text: str) -> str:
+    """:func:`whatif_choice` as an argparse ``type``: its one line as the flag's error."""
+    import argparse
+
+    try:
+        return whatif_choice(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

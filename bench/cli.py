@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from advisor import CONFIRM
+from analysis.whatif import whatif_argument
 from bench.expect import parse_expectation
 from bench.processors import parse_processor
 from bench.variants import DEFAULT_LOOKAHEAD, DEFAULT_POLICIES, DEFAULT_STRATEGIES, OURS
@@ -18,7 +19,7 @@ from utils.defaults import DEFAULTS
 from utils.method_name import FILL, STORAGE_NAMES
 from utils.options import (
     GAMMA_RANGE, HYBRID_RANGE, LOOKAHEAD_GUESSES_RANGE, LOOKAHEAD_NGRAM_RANGE, LOOKAHEAD_WINDOW_RANGE, NGRAM_N_RANGE,
-    NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, compile_path, whatif_argument,
+    NGRAM_STORAGES, SUFFIX_PATTERN_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, compile_path,
 )
 
 DEFAULT_POLICY_GAMMA = dict((name.split()[0], gamma) for name, gamma in DEFAULT_POLICIES)

@@ -134,7 +134,7 @@ def advise_command(session, text: str | None) -> None:
 def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None = None) -> int:
     """``infer.py --advise``: the commands applied in order, then one advice over every prompt (JSON with
     ``as_json``; projected over batch size with ``whatif``, ``batch`` or ``machine:NAME``:
-    ``utils.options.whatif_choice``). 0, or 1 when it could not run."""
+    ``analysis.whatif.whatif_choice``). 0, or 1 when it could not run."""
     from repl.runner import PromptRefused
 
     prompts = []

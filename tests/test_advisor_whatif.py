@@ -319,7 +319,7 @@ def test_machine_leaves_out_a_drafter_whose_shape_cannot_be_read_and_says_so(mon
 
 
 def test_whatif_values_are_checked_in_one_line():
-    from utils.options import whatif_choice
+    from analysis.whatif import whatif_choice
 
     assert whatif_choice("batch") == "batch" and whatif_choice("Context") == "context"
     assert whatif_choice("machine:h-100") == "machine:H100" and whatif_choice("Machine=rtx3090") == "machine:RTX3090"

@@ -99,32 +99,3 @@ def closest(word: str, choices, prefix: str = "") -> str:
     """`` (did you mean X?)`` for the nearest choice, or the empty string."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {prefix}{match[0]}?)" if match else ""
-
-
-def whatif_choice(text: str) -> str:
-    """``--whatif``'s value checked: ``batch``, ``context``, or ``machine:NAME`` (``machine=NAME``) with
-    NAME a profile of ``analysis.roofline.PROFILES`` (returned under its own name). ``ValueError``, one
-    line, for anything else."""
-    from analysis.roofline import PROFILES, profile_named
-
-    word, sep, name = text.strip().partition(":")
-    if not sep:
-        word, sep, name = text.strip().partition("=")
-    word = word.strip().lower()
-    if word in ("batch", "context") and not sep:
-        return word
-    if word == "machine":
-        if not name.strip():
-            raise ValueError(f"name one machine: --whatif machine:NAME (one of {', '.join(PROFILES)})")
-        return f"machine:{profile_named(name.strip()).name}"
-    raise ValueError(f"--whatif takes batch, context or machine:NAME (NAME one of {', '.join(PROFILES)}), got {text!r}")
-
-
-def whatif_argument(text: str) -> str:
-    """:func:`whatif_choice` as an argparse ``type``: its one line as the flag's error."""
-    import argparse
-
-    try:
-        return whatif_choice(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
