@@ -5,8 +5,9 @@ over context lengths, its rounds split by where they ran (``--whatif context``).
 A method's acceptance does not change with the load; the target's (and a drafter model's) forwards
 are timed here by shape (``engine.shapes``), or read off a profile (``analysis.roofline``: the
 models' shapes as loaded here on the card's published bandwidth and peak), and
-``analysis.whatif.project`` prices the replayed rounds at each batch size. Forward costs only, so
-batch 1 reads a little above the advice's own prediction.
+``analysis.whatif.project`` prices the replayed rounds at each batch size. The decode part, forward
+costs only: batch 1 reads near the advice's decode prediction, above its end-to-end one (which adds
+each prompt's time to first token).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from analysis.whatif import CONTEXTS, MIN_ROUNDS, Projection, RoundFacts, neares
 from engine.shapes import BATCHES, PairShapes, time_pair_shapes
 
 ROWS = 12           # the advice's best methods shown, beside any method best at some batch size or context
-CAPTION = ("projected, not run: forward costs only (sampling and host work left out); acceptance as the replay "
-           "had it, in lockstep at every batch size (docs/why.md)")
+CAPTION = ("projected, not run: the decode part (the rounds after each prompt's first, as the advice's decode "
+           "prediction), forward costs only (sampling and host work left out); acceptance as the replay had it, in "
+           "lockstep at every batch size (docs/why.md)")
 
 
 @dataclass
@@ -178,8 +180,8 @@ class MachineWhatIf(Projected):
                 f"rounds, forwards from the profile's roofline (context {self.context} tokens)")
 
     def caption(self) -> str:
-        out = (f"projected, not run: {self.profile.source}; overhead {self.profile.overhead_s * 1e3:.1f} ms a forward; "
-               "the models' shapes as loaded here (their dtypes); a storage's look-ups as timed here; acceptance as "
+        out = (f"projected, not run: the decode part; {self.profile.source}; overhead "
+               f"{self.profile.overhead_s * 1e3:.1f} ms a forward; the models' shapes as loaded here (their dtypes); a storage's look-ups as timed here; acceptance as "
                "the replay had it, in lockstep at every batch size; sampling and host work left out (docs/why.md)")
         if self.left_out:
             names = [m for m, _ in self.left_out]
@@ -263,7 +265,8 @@ class ContextWhatIf(Projected):
                 f"forwards timed here on {self.where} (the prompts' own context: {self.own} tokens)")
 
     def caption(self) -> str:
-        return ("projected, not run: forward costs only (sampling and host work left out); acceptance at each L "
+        return ("projected, not run: the decode part, forward costs only (sampling and host work left out); "
+                "acceptance at each L "
                 f"from the replayed rounds nearest it where there were {MIN_ROUNDS} or more "
                 f"({'; '.join(self.seen) or 'none'}), elsewhere the method's own over all its rounds, which a long "
                 "context may lower (docs/why.md)")

@@ -132,11 +132,27 @@ class PairShapes:
             raise ValueError(f"not a shape table: {type(e).__name__} {e}") from None
 
 
+def coarse_widths(widths: Sequence[int]) -> list[int]:
+    """The widths timed above batch size 1: 1 to 4, then 6, 8, 12, 16, 24, 32, ... under the widest,
+    and the widest; a width between is read between them (``read_between``). Batched, a forward's
+    cost grows close to linearly in the tokens fed (read-between errors within 10% on the default
+    target at batch 2 to 32, docs/results.md), while at batch 1 this CPU's costs jump between
+    neighbouring widths, so batch 1 is timed at every width. ``widths`` themselves where they are fewer."""
+    most = max(widths)
+    ladder = {1, 2, 3, 4} | {base * 2**k for base in (6, 8) for k in range(12)}
+    coarse = sorted({w for w in ladder if w < most} | {most})
+    return coarse if len(coarse) < len(set(widths)) else sorted(set(widths))
+
+
 def time_pair_shapes(pair, widths: Sequence[int], context: int, batches: Sequence[int] = BATCHES) -> PairShapes:
-    """The target at every batch size and width in ``widths`` (1 always), and its drafter model at
-    width 1, over a cache of ``context`` tokens; the machine's other load read around them."""
+    """The target over a cache of ``context`` tokens at every batch size, at batch 1 at every width
+    in ``widths`` (1 always) and above it at their :func:`coarse_widths`, and its drafter model at
+    width 1; the machine's other load read around them."""
     before = read_load()
-    target = time_shapes(pair.target, batches, sorted({1, *widths}), context, pair.vocab_size)
+    every = sorted({1, *widths})
+    target = time_shapes(pair.target, [b for b in batches if b == 1], every, context, pair.vocab_size)
+    target.update(time_shapes(pair.target, [b for b in batches if b != 1], coarse_widths(every), context,
+                              pair.vocab_size))
     drafter = drafter_shape_costs(pair, batches, context)
     return PairShapes(target, drafter, context, other_load(before, read_load()))
 

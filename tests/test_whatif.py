@@ -292,3 +292,28 @@ def test_mutation_rounds_placed_without_the_prompt_fail():
 
     with pytest.raises(AssertionError):
         check_split(lambda result, prompt, contexts: facts_by_context(result, 0, contexts))
+
+
+def test_batches_above_one_are_timed_at_coarse_widths_and_read_between(monkeypatch):
+    """Batch 1 is timed at every width the rounds verify; above it, at 1-4, 6, 8, 12, 16, ... and the
+    widest, the widths between read linearly between those (here exact: the made-up cost is affine
+    in w above batch 1), so a projection prices every width either way."""
+    from types import SimpleNamespace
+
+    import engine.shapes as shapes
+
+    calls = []
+
+    def time_shapes(model, batches, widths, context, vocab):
+        calls.append((tuple(batches), tuple(widths)))
+        return {(b, w): 0.01 + 0.001 * b * w + (0.005 if b == 1 and w == 3 else 0.0) for b in batches for w in widths}
+
+    monkeypatch.setattr(shapes, "time_shapes", time_shapes)
+    monkeypatch.setattr(shapes, "drafter_shape_costs", lambda pair, batches, context: None)
+    pair = SimpleNamespace(target=None, vocab_size=10)
+    out = shapes.time_pair_shapes(pair, range(2, 19), 64)
+    assert calls == [((1,), tuple(range(1, 19))), ((2, 4, 8, 16, 32), (1, 2, 3, 4, 6, 8, 12, 16, 18))]
+    assert out.target_s(1, 3) == pytest.approx(0.018)             # batch 1's own jump, timed, not read between
+    assert all(out.target_s(b, w) == pytest.approx(0.01 + 0.001 * b * w) for b in (2, 8, 32) for w in range(1, 19))
+    assert shapes.coarse_widths([1, 5]) == [1, 5] and shapes.coarse_widths(range(1, 40)) == \
+        [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 39]
