@@ -78,11 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "speedup, the best 3 confirmed by real runs); with --json one JSON object "
                              "(docs/advisor.md)")
     script.add_argument("--whatif", type=whatif_argument, metavar="batch|context|machine:NAME",
-                        help="with --advise: project the best methods from their replayed rounds, with where "
-                             "speculation stops paying: over batch sizes 1 to 32 by forwards timed here by shape "
-                             "(batch, about a minute more) or on a card's roofline (machine:NAME: H200, H100, A100, "
-                             "L40S, RTX3090), or at batch 1 over context lengths up to the model's window, timed "
-                             "here (context; docs/why.md)")
+                        help="with --advise: project the replayed methods, with where speculation stops "
+                             "paying: over batch sizes 1 to 32 by forwards timed here by shape (batch: about two "
+                             "minutes more on a 2-core CPU) or on a card's roofline (machine:NAME: H200, H100, "
+                             "A100, L40S, RTX3090), or at batch 1 over context lengths up to the model's window, "
+                             "timed here (context; docs/why.md)")
     script.add_argument("--costs", metavar="FILE",
                         help="the advisor's forward costs read from FILE (measured elsewhere: a --json "
                              "advice's 'costs' object or bench.py --advise's costs.json) instead of measured here")
