@@ -46,7 +46,7 @@ class AdviceReport:
     notes: list[str] = field(default_factory=list)
     compile: str = RANKED_COMPILE               # the compile path the advice ran and ranked on
     session_compile: str | None = None          # the session's, where given
-    whatif: object = None                       # advisor.whatif.BatchWhatIf or MachineWhatIf, where asked for
+    whatif: object = None                       # an advisor.whatif.Projected, where asked for
     screened: list = field(default_factory=list)  # Screened: trees left out after the first prompt
     bounded: list = field(default_factory=list)   # advisor.bound.Bounded: sources left out by their ceiling
     ar_passes: list = field(default_factory=list)  # target AR's tokens/s in each pass over the prompts
@@ -178,7 +178,9 @@ class Baseline:
         return 1.0 / rate if rate else None
 
 
-def _greedy(strategy_fields: dict):
+def greedy_fields(strategy_fields: dict):
+    """``strategy_fields`` with the greedy processor and :data:`RANKED_COMPILE`: how every run of an
+    advice (and of a check beside it) is set up."""
     from sampling import GreedyProcessor
 
     return {"processor": GreedyProcessor(), "compile": RANKED_COMPILE, **strategy_fields}
@@ -193,10 +195,11 @@ def compile_note(session_compile: str | None) -> str | None:
             "can differ")
 
 
-def _target(length: int, seed: int):
+def target_ar(length: int, seed: int):
+    """Target AR as the advice runs it: greedy, on :data:`RANKED_COMPILE`."""
     from engine import Strategy
 
-    return Strategy("target", **_greedy(dict(max_gen_len=length, seed=seed)))
+    return Strategy("target", **greedy_fields(dict(max_gen_len=length, seed=seed)))
 
 
 def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int = SEED) -> tuple[Baseline, list]:
@@ -206,7 +209,7 @@ def run_baseline(pair, prompts: list[list[int]], length: int, state, seed: int =
     from engine import run_strategy
 
     refuse_served(pair)
-    strategy = _target(length, seed)
+    strategy = target_ar(length, seed)
     run_strategy(replace(strategy, max_gen_len=min(length, WARM_TOKENS)), pair, prompts[0], state=state)
     out, recorded = Baseline(), []
     for prompt in prompts:
@@ -241,7 +244,7 @@ class Confirming:
         advice.identical = self.identical
 
     def strategy(self, length: int, seed: int):
-        return self.advice.entry.method.strategy(**_greedy(dict(max_gen_len=length, seed=seed)))
+        return self.advice.entry.method.strategy(**greedy_fields(dict(max_gen_len=length, seed=seed)))
 
     def warm(self, pair, prompt, length: int, state, seed: int = SEED) -> None:
         """An untimed short run of the method (its first forwards, its captures); a failure is kept."""
@@ -278,7 +281,7 @@ def confirm_top(top: list[Advice], pair, prompts, length: int, state, baseline: 
         return
     for c in confirming:
         c.warm(pair, prompts[0], length, state, seed)
-    target = _target(length, seed)
+    target = target_ar(length, seed)
     names = ", ".join(c.advice.method for c in confirming)
     for repeat in range(max(1, repeats)):
         say(f"confirming {names} beside target AR, prompt by prompt"

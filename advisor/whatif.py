@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from analysis.whatif import CONTEXTS, MIN_ROUNDS, Projection, RoundFacts, nearest_context, project
+from analysis.whatif import (
+    MIN_ROUNDS, Projection, RoundFacts, contexts_within, nearest_context, project, project_contexts,
+)
 from engine.shapes import BATCHES, PairShapes, time_pair_shapes
 
 ROWS = 12           # the advice's best methods shown, beside any method best at some batch size or context
@@ -309,38 +311,27 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
     its ``Why.c`` of the target's step at each context; a storage's look-ups as the replay timed them.
     Acceptance at each context from the replayed rounds nearest it (:func:`facts_near`), else the
     method's own."""
-    from engine.shapes import drafter_shape_costs, time_shapes
+    from engine.shapes import time_by_context
     from utils.machine_load import other_load, read_load
 
     chosen = _replayed(advice)
     widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
-    window = (pair.context_length or CONTEXTS[-1]) - max(widths)
-    contexts = sorted({own} | {c for c in CONTEXTS if c <= window})
+    contexts = contexts_within(pair.context_length, max(widths), own)
     say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
         f"{', '.join(map(str, contexts))} tokens")
     before = read_load()
-    target = {c: time_shapes(pair.target, (1,), widths, c, pair.vocab_size) for c in contexts}
-    drafter = {c: drafter_shape_costs(pair, (1,), c) for c in contexts}
+    target, drafter = time_by_context(pair, widths, contexts)
     load = other_load(before, read_load())
     out, seen = [], []
     for a in chosen:
-        steps_c = a.why.c or 0.0
-        near = facts_near(a, contexts, target[own][(1, 1)])
+        near = facts_near(a, contexts, target[own][(1, 1)])        # its drafter's steps at c of own's step
         seen += [f"{a.method} {f.tokens_per_round:.2f} tokens a round near L={c}" for c, f in near.items() if f]
-        overall = facts_of_advice(a, target[own][(1, 1)])
-        model = a.entry.method.drafter in ("model", "self")
-        speedups, source = [], ""
-        for c in contexts:
-            at = near[c] or overall
-            mine = drafter[c] if model and a.entry.method.drafter == "model" else None
-            if model and mine is None:      # the target's weights: c target steps at this context, and any look-ups
-                at = replace(at, draft_s=at.drafter_steps * steps_c * target[c][(1, 1)] + a.why.lookup_ms / 1e3)
-            p = project(at, lambda b, w, c=c: target[c][(b, w)], (1,),
-                        drafter_s=None if mine is None else (lambda b, mine=mine: mine[(b, 1)]), scaled_step=False,
-                        drafter_source="timed by shape")
-            speedups.append(p.speedups[0])
-            source = p.drafter_source if mine is not None or not model else "c target steps at each context"
-        out.append((a.method, Projection(tuple(contexts), tuple(speedups), source)))
+        kind = a.entry.method.drafter
+        out.append((a.method, project_contexts(facts_of_advice(a, target[own][(1, 1)]), near, own, target,
+                                               drafter if kind == "model" else None,
+                                               on_target_weights=kind in ("model", "self"),
+                                               fixed_s=a.why.lookup_ms / 1e3,
+                                               scaled_source="c target steps at each context")))
     kept = shown(out, rows)
     names = {label for label, _ in kept}
     return ContextWhatIf(kept, own, where, [line for line in seen if line.split(" ", 1)[0] in names], load)

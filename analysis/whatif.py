@@ -14,7 +14,7 @@ sequence for a storage). Sampling and host work are left out of both sides. No t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,40 @@ def nearest_context(contexts: Sequence[int], position: int) -> int:
     import math
 
     return min(contexts, key=lambda c: abs(math.log(c / max(position, 1))))
+
+
+def contexts_within(context_length: int | None, widest: int, own: int) -> list[int]:
+    """The contexts a projection over context length prices: each of :data:`CONTEXTS` that leaves room
+    in the model's window (``context_length``; the last of them where it has none) for the widest
+    verify, and ``own``."""
+    window = (context_length or CONTEXTS[-1]) - widest
+    return sorted({own} | {c for c in CONTEXTS if c <= window})
+
+
+def project_contexts(facts: RoundFacts, near: dict[int, RoundFacts | None], own: int,
+                     target: dict[int, dict[tuple[int, int], float]],
+                     drafter: dict[int, dict[tuple[int, int], float] | None] | None = None,
+                     on_target_weights: bool = False, fixed_s: float = 0.0,
+                     scaled_source: str | None = None) -> Projection:
+    """One method's rounds at batch 1 over the contexts of ``target`` ({L: {(B, w): seconds}} timed
+    over a cache of L): at each L the rounds that ran near it (``near[L]``), else ``facts`` (all of
+    them); a drafter model of its own priced by ``drafter[L]`` where it was timed; a drafter on the
+    target's weights (``on_target_weights``) stepping as the target's step scales from ``own``'s, its
+    drafting seconds less ``fixed_s`` (look-ups, which do not) scaled so; a storage's look-ups as
+    they were. ``scaled_source``: the drafter cost's label where it was scaled so."""
+    contexts = sorted(target)
+    speedups, source = [], ""
+    for c in contexts:
+        at = near.get(c) or facts
+        mine = drafter.get(c) if drafter else None
+        scaled = on_target_weights and mine is None
+        if scaled:
+            at = replace(at, draft_s=(at.draft_s - fixed_s) * target[c][(1, 1)] / target[own][(1, 1)] + fixed_s)
+        p = project(at, lambda b, w, c=c: target[c][(b, w)], (1,),
+                    drafter_s=None if mine is None else (lambda b, mine=mine: mine[(b, 1)]), scaled_step=scaled)
+        speedups.append(p.speedups[0])
+        source = scaled_source if scaled and scaled_source else p.drafter_source
+    return Projection(tuple(contexts), tuple(speedups), source)
 
 
 def facts_by_context(result, prompt: int, contexts: Sequence[int]) -> dict[int, RoundFacts | None]:

@@ -128,4 +128,4 @@ def whatif_markdown(whatif) -> str:
         stops = f"{axis}={p.stops_paying}" if p.stops_paying else f"beyond {whatif.batches[-1]}"
         rows.append(f"| {method} | " + " | ".join(f"{s:.2f}x" for s in p.speedups) + f" | {stops} | {p.drafter_source} |")
     best = whatif.best_line()
-    return "\n".join(rows + ([f"", best[0].upper() + best[1:] + "."] if best else []))
+    return "\n".join(rows + (["", best[0].upper() + best[1:] + "."] if best else []))

@@ -132,6 +132,15 @@ class PairShapes:
             raise ValueError(f"not a shape table: {type(e).__name__} {e}") from None
 
 
+def time_by_context(pair, widths: Sequence[int], contexts: Sequence[int]) -> tuple[dict, dict]:
+    """The target at batch 1 at each of ``widths`` over a cache of each of ``contexts`` tokens
+    ({L: {(1, w): seconds}}), and the pair's drafter model of its own at width 1 at each
+    ({L: table, or None where it has none}: ``drafter_shape_costs``)."""
+    target = {c: time_shapes(pair.target, (1,), widths, c, pair.vocab_size) for c in contexts}
+    drafter = {c: drafter_shape_costs(pair, (1,), c) for c in contexts}
+    return target, drafter
+
+
 def coarse_widths(widths: Sequence[int]) -> list[int]:
     """The widths timed above batch size 1: 1 to 4, then 6, 8, 12, 16, 24, 32, ... under the widest,
     and the widest; a width between is read between them (``read_between``). Batched, a forward's

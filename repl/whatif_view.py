@@ -4,12 +4,12 @@ size (``analysis.whatif``), a forward's price timed here by shape or read off a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rich.table import Table
 from rich.text import Text
 
-from analysis.whatif import CONTEXTS, MIN_ROUNDS, facts_by_context, facts_of, project
+from analysis.whatif import MIN_ROUNDS, contexts_within, facts_by_context, facts_of, project, project_contexts
 from utils.machine_load import is_busy
 from engine.shapes import BATCHES, time_pair_shapes
 from generation.served import ServedModel
@@ -89,33 +89,22 @@ def context_table(session) -> WhatIf:
     """The last prompt's drafting runs at batch size 1 over a cache of each of ``analysis.whatif.CONTEXTS`` that
     fits the model's window (and the prompt's own): the target's forwards (and a drafter model's of
     its own) timed here at each; acceptance as the runs had it."""
-    from engine.shapes import drafter_shape_costs, time_shapes
-    from analysis.whatif import Projection
+    from engine.shapes import time_by_context
 
     pair, last = session.runner.pair, session.last_run
     runs, own = drafting_runs(last)
     widths = sorted({1} | {w for _, f in runs for w in f.widths})
-    window = (pair.context_length or CONTEXTS[-1]) - max(widths)
-    contexts = sorted({own} | {c for c in CONTEXTS if c <= window})
+    contexts = contexts_within(pair.context_length, max(widths), own)
     session.say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
                 f"{', '.join(map(str, contexts))} tokens...", "dim")
-    target = {c: time_shapes(pair.target, (1,), widths, c, pair.vocab_size) for c in contexts}
-    drafter = {c: drafter_shape_costs(pair, (1,), c) for c in contexts}
+    target, drafter = time_by_context(pair, widths, contexts)
     rows, seen = [], []
     for run, facts in runs:
-        speedups, source = [], ""
         by_context = facts_by_context(run.result, len(last.prompt_ids), contexts)
         seen += [f"{run.label} {f.tokens_per_round:.2f} tokens a round near L={c}" for c, f in by_context.items() if f]
-        for c in contexts:
-            mine = drafter[c] if run.key == "speculative" else None
-            at = by_context[c] or facts          # acceptance from the rounds near this context, else the run's own
-            # a drafter on the target's weights steps as the target does at this context, from its own
-            here = replace(at, draft_s=at.draft_s * target[c][(1, 1)] / target[own][(1, 1)])
-            p = project(here if run.key == "speculative" else at, lambda b, w: target[c][(b, w)], (1,),
-                        drafter_s=None if mine is None else (lambda b: mine[(b, 1)]), scaled_step=run.key == "speculative")
-            speedups.append(p.speedups[0])
-            source = p.drafter_source
-        rows.append((run.label, Projection(tuple(contexts), tuple(speedups), source)))
+        speculative = run.key == "speculative"
+        rows.append((run.label, project_contexts(facts, by_context, own, target, drafter if speculative else None,
+                                                 on_target_weights=speculative)))
     return WhatIf(f"projected speedup over target AR by context length at batch 1: this prompt's rounds, "
                   f"forwards timed here on {pair.device} (this prompt's own context: {own} tokens)", rows,
                   "forward costs only (sampling and host work left out); acceptance at each L from this prompt's "

@@ -80,18 +80,17 @@ def recheck(pair, prompts: list[list[int]], methods: list, length: int, state, p
     prompts, on each prompt target AR's run and then every method's, the methods' order turned by one
     each prompt. Each method's tokens/s over all its runs and its speedup over target AR's runs beside
     them, by key (``target``: target AR's own)."""
-    from advisor.advise import RANKED_COMPILE, SEED, WARM_TOKENS, Timing
-    from engine import Strategy, run_strategy
-    from sampling import GreedyProcessor
+    from advisor.advise import SEED, WARM_TOKENS, Timing, greedy_fields, target_ar
+    from engine import run_strategy
 
     def greedy(length: int) -> dict:
-        return {"processor": GreedyProcessor(), "compile": RANKED_COMPILE, "max_gen_len": length, "seed": SEED}
+        return greedy_fields(dict(max_gen_len=length, seed=SEED))
 
     timings = {m.key: Timing() for m in methods}
     ar = Timing()
     for m in methods:
         run_strategy(m.strategy(**greedy(min(length, WARM_TOKENS))), pair, prompts[0], state=state)
-    target = Strategy("target", **greedy(length))
+    target = target_ar(length, SEED)
     turn = 0
     for _ in range(max(1, passes)):
         for prompt in prompts:

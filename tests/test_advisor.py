@@ -413,8 +413,8 @@ def test_the_advice_names_the_compile_path_it_ranked_on(monkeypatch, session_com
 def test_mutation_runs_on_another_compile_path_than_the_header_names_fail_the_check(monkeypatch):
     import advisor.advise
 
-    real = advisor.advise._greedy
-    monkeypatch.setattr(advisor.advise, "_greedy", lambda fields: {**real(fields), "compile": "static"})
+    real = advisor.advise.greedy_fields
+    monkeypatch.setattr(advisor.advise, "greedy_fields", lambda fields: {**real(fields), "compile": "static"})
     report, paths = advise_on_paths(monkeypatch, "graphs")
     with pytest.raises(AssertionError):
         check_ranked_on(report, paths, "graphs")
