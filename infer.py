@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "inspector; loads neither torch nor a model")
     traces.add_argument("--html", metavar="OUT.html",
                         help="with --replay: write the trace as one self-contained HTML report instead "
-                             "(in a session: /save NAME.html)")
+                             "(in a session: /save NAME.html); with --advise: the advice and its --whatif "
+                             "projection, charted, as one page")
     return parser
 
 
@@ -167,8 +168,8 @@ def _load(args, console):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.html and not args.replay:
-        parser.error("--html needs --replay FILE (in a session, /save NAME.html writes the report)")
+    if args.html and not (args.replay or args.advise):
+        parser.error("--html needs --replay FILE or --advise (in a session, /save NAME.html writes the report)")
     if args.replay:
         return replay(args.replay, args.html)
     if args.target_server and args.target:
@@ -212,13 +213,14 @@ def main(argv: list[str] | None = None) -> int:
             entries = collect(args.prompt, args.prompts_file, sys.stdin)
         except ScriptError as e:
             parser.error(str(e))
-    if args.trace_out:
-        from repl.trace import TraceError, check_writable
+    for path, what in ((args.trace_out, "trace"), (args.html, "report")):
+        if path:
+            from repl.trace import TraceError, check_writable
 
-        try:
-            check_writable(args.trace_out)
-        except TraceError as e:
-            parser.error(str(e))
+            try:
+                check_writable(path, what)
+            except TraceError as e:
+                parser.error(str(e))
     for notice in notices:
         messages.print(notice, style="yellow")
     piped = pipe_notice(args.json)
@@ -263,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.advise:
             from repl.advice import advise_script
 
-            return advise_script(session, entries, as_json=args.json, stdout=sys.stdout, whatif=args.whatif)
+            return advise_script(session, entries, as_json=args.json, stdout=sys.stdout, whatif=args.whatif,
+                                 html=args.html)
         return run_script(session, entries, as_json=args.json, stdout=sys.stdout)
     return interactive(Session(runner, settings, messages, trace_out=args.trace_out, advisor_costs=costs))
 

@@ -1,8 +1,9 @@
 """``bench.py --advise``: the advisor over the benchmark's prompt set, one advice per category.
 
 Each category gets ``advisor.advise.advise``, all priced by one cost table (measured on the first
-category, or ``--costs FILE``). Written to ``--out``: ``advice.json``, ``advice.md`` and ``costs.json``;
-with ``--whatif batch`` (or ``machine:NAME``) each category's best methods projected over batch size too.
+category, or ``--costs FILE``). Written to ``--out``: ``advice.json``, ``advice.md``, ``advice.html``
+(``bench.advice_page``) and ``costs.json``; with ``--whatif batch`` (``context``, ``machine:NAME``) each
+category's methods projected over batch size (context length, a card's batch sizes) too, and charted.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from advisor.advise import SAMPLING_NOTE, advise, context_of
 from advisor.costs import CostsError, CostTable, where_measured
 from advisor.whatif import project_for
+from bench.advice_page import advice_html
 from bench.runner import encode_prompts
 from kvcache.static import default_compile
 
@@ -110,11 +112,12 @@ def run_advice(args, prompts, models, out, err) -> int:
     try:
         (args.out / "advice.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         (args.out / "advice.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (args.out / "advice.html").write_text(advice_html(reports, costs.label()), encoding="utf-8")
         costs.save(args.out / "costs.json")
     except (OSError, CostsError) as exc:
         err.print(f"could not write the advice to {args.out}: {exc}", style="red")
         return 1
-    err.print(f"wrote {args.out / 'advice.json'}, advice.md and costs.json", highlight=False)
+    err.print(f"wrote {args.out / 'advice.json'}, advice.md, advice.html and costs.json", highlight=False)
     return 130 if len(reports) < len(groups) else 0
 
 

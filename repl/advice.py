@@ -131,10 +131,12 @@ def advise_command(session, text: str | None) -> None:
         session.console.print(advice_view(report))
 
 
-def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None = None) -> int:
+def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None = None,
+                  html: str | None = None) -> int:
     """``infer.py --advise``: the commands applied in order, then one advice over every prompt (JSON with
-    ``as_json``; projected over batch size with ``whatif``, ``batch`` or ``machine:NAME``:
-    ``analysis.whatif.whatif_choice``). 0, or 1 when it could not run."""
+    ``as_json``; projected with ``whatif``, ``batch``, ``context`` or ``machine:NAME``:
+    ``analysis.whatif.whatif_choice``; written as one HTML page, the projection charted, to ``html``).
+    0, or 1 when it could not run."""
     from repl.runner import PromptRefused
 
     prompts = []
@@ -165,6 +167,17 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
             best = report.whatif.best_line()
             if best:
                 session.console.print(best, highlight=False)
+    if html:
+        from bench.advice_page import advice_html
+        from repl.trace import TraceError, write_whole
+
+        try:
+            write_whole(html, advice_html({f"{report.prompts} prompts": report}, report.costs.label()), "report",
+                        ".html")
+        except TraceError as e:
+            session.error(str(e))
+            return 1
+        session.say(f"advice written to {html} (one self-contained page)", "dim")
     return 1 if session.failures else 0
 
 

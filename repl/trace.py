@@ -180,16 +180,16 @@ def _umask() -> int:
     return mask
 
 
-def check_writable(path: str) -> None:
-    """Raise TraceError unless a trace could be written at ``path`` (nothing is written)."""
+def check_writable(path: str, what: str = "trace") -> None:
+    """Raise TraceError unless a ``what`` could be written at ``path`` (nothing is written)."""
     target = Path(path).expanduser()
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise TraceError(f"cannot write trace to {path!r}: it is a directory")
+        raise TraceError(f"cannot write {what} to {path!r}: it is a directory")
     if not parent.is_dir():
-        raise TraceError(f"cannot write trace to {path!r}: no directory {str(parent)!r}")
+        raise TraceError(f"cannot write {what} to {path!r}: no directory {str(parent)!r}")
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise TraceError(f"cannot write trace to {path!r}: permission denied")
+        raise TraceError(f"cannot write {what} to {path!r}: permission denied")
 
 
 # ------------------------------------------------------------------- reading

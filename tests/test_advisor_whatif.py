@@ -120,7 +120,8 @@ def test_infer_and_bench_refuse_whatif_without_advise_before_loading(tmp_path, c
 
 def bench_whatif(tmp_path, whatif: str) -> tuple[dict, str]:
     """``bench.py --advise --whatif WHATIF`` on one prompt of the tiny word pair (its grid patched by the
-    caller): the chat category's ``whatif`` object of advice.json, and advice.md."""
+    caller): the chat category's ``whatif`` object of advice.json, and advice.md (advice.html is left
+    in ``tmp_path / "out"``)."""
     from bench.cli import main
 
     prompts = tmp_path / "q.jsonl"
@@ -141,6 +142,70 @@ def test_bench_advise_with_whatif_batch_writes_the_projection_per_category(tmp_p
     batch = whatif["batch"]
     assert batch["projected"] and len(batch["methods"][0]["speedups"]) == len(BATCHES)
     assert "Projected, not run:" in summary and "| stops paying at |" in summary
+    check_page((tmp_path / "out" / "advice.html").read_text(), {"chat": batch}, "B", "batches")
+
+
+def check_page(html: str, projections: dict[str, dict], axis: str, points: str) -> None:
+    """An advice page (``bench.advice_page``) against the JSON beside it: one section per group, each
+    charting every projected method of its JSON at that JSON's points and speedups (to the last digit),
+    ringed where the JSON says it stops paying, and naming the best at each point."""
+    import re
+
+    from tests.test_whatif import chart_points, rings
+
+    sections = re.findall(r'<section class="advice" data-group="([^"]*)">(.*?)</section>', html, flags=re.S)
+    assert [name for name, _ in sections] == list(projections)
+    for (name, body), projection in zip(sections, projections.values()):
+        assert "What if (projected, not run)" in body and '<table class="advice">' in body
+        drawn = chart_points(body)
+        assert set(drawn) == {m["method"] for m in projection["methods"]}
+        for m in projection["methods"]:
+            assert [(x, s) for x, s, _, _ in drawn[m["method"]]] == list(zip(m[points], m["speedups"]))
+            stops = next((x for x, s in zip(m[points], m["speedups"]) if s < 1.0), None)
+            assert rings(body).get(m["method"], (None,))[0] == stops
+        best = re.search(r'<p class="best" data-axis="([^"]*)">Best at each [BL]: (.*?)\.</p>', body)
+        assert best and best.group(1) == axis and best.group(2).count(f"{axis}=") == len(projection["best"])
+
+
+def test_mutation_a_page_charting_only_the_first_method_fails(tmp_path, monkeypatch):
+    import bench.advice_page
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    drawn = bench.advice_page.projection_chart
+    monkeypatch.setattr(bench.advice_page, "projection_chart", lambda title, rows, *rest: drawn(title, rows[:1], *rest))
+    whatif, _ = bench_whatif(tmp_path, "batch")
+    assert len(whatif["batch"]["methods"]) > 1
+    with pytest.raises(AssertionError):
+        check_page((tmp_path / "out" / "advice.html").read_text(), {"chat": whatif["batch"]}, "B", "batches")
+
+
+def test_infer_advise_with_whatif_and_html_writes_the_advice_charted(tmp_path, monkeypatch, capsys):
+    """``infer.py --advise --json --whatif context --html PAGE`` through its main on the tiny word pair: the
+    JSON on stdout, and the page charting the same projection (the prompts' own context among its points)."""
+    import infer
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    monkeypatch.setattr(infer, "_load", lambda args, messages: word_pair())
+    page = tmp_path / "advice.html"
+    assert infer.main(["--advise", "--json", "--prompt", "the cat sat on the mat", "--length", "6", "--no-chat",
+                       "--whatif", "context", "--html", str(page)]) == 0
+    out = capsys.readouterr()
+    report = json.loads(out.out.strip().splitlines()[-1])
+    context = report["whatif"]["context"]
+    assert f"advice written to {page}" in " ".join(out.err.split())
+    check_page(page.read_text(), {"1 prompts": context}, "L", "contexts")
+    assert context["context"] in context["methods"][0]["contexts"]
+
+
+def test_html_without_replay_or_advise_and_an_unwritable_page_are_refused_before_loading(tmp_path, capsys):
+    import infer
+
+    for argv, says in ((["--prompt", "x", "--html", str(tmp_path / "p.html")], "--html needs --replay FILE or --advise"),
+                       (["--advise", "--prompt", "x", "--html", str(tmp_path)], "cannot write report to")):
+        with pytest.raises(SystemExit) as caught:
+            infer.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert caught.value.code == 2 and says in err
 
 
 def check_reading_between(read) -> None:

@@ -229,8 +229,9 @@ def test_mutation_a_ring_on_the_last_batch_below_one_fails(monkeypatch):
 
 def test_mutation_points_drawn_on_a_flat_axis_fail(monkeypatch):
     from repl import report
+    from utils import projection_chart
 
-    monkeypatch.setattr(report, "PLOT_H", 0)
+    monkeypatch.setattr(projection_chart, "PLOT_H", 0)
     with pytest.raises(AssertionError):
         check_chart(report.whatif_chart)
 
