@@ -176,11 +176,11 @@ def _context_ids(pair, module, context: int = CONTEXT):
 
 def time_widths(pair, module, widths, context: int = CONTEXT) -> dict[int, float]:
     """``module``'s forward seconds over each width in ``widths`` (1 always) on a cache of
-    ``context`` tokens (``generation.timing.time_target``)."""
+    ``context`` tokens (``generation.timing.time_target``, each width bracketed by one-token steps)."""
     from generation.timing import time_target
 
     return time_target(module, _context_ids(pair, module, context), widths=sorted(set(widths) | {1}),
-                       repeats=REPEATS).verify_s
+                       repeats=REPEATS, bracketed=True).verify_s
 
 
 def drafter_module(pair, key: str, state):

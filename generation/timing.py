@@ -52,25 +52,47 @@ def timed(fn, model) -> float:
 
 
 @torch.inference_mode()
-def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = REPEATS) -> TargetTiming:
+def time_target(target, ids: torch.Tensor, widths=VERIFY_WIDTHS, repeats: int = REPEATS, *,
+                bracketed: bool = False) -> TargetTiming:
     """Seconds of the target's forward over ``w`` new tokens on a cache holding ``ids``, per width: each
     width's median ratio to the same turn's one-token step, times the median step, so a load that
-    comes and goes moves the step, not the ratios the speedup model rests on."""
+    comes and goes moves the step, not the ratios the speedup model rests on.
+
+    ``bracketed``: a one-token step is timed before the first width and after every width, and each
+    width's ratio is to the mean of the two steps beside it rather than to the turn's one step. On a
+    shared CPU a quiet or a busy spell lasts a few forwards; a ratio whose step was timed a whole turn
+    away takes it in (one width's ratio ranged 1.28-1.68 between tables timed in one process, 1.34-1.42
+    bracketed: docs/results.md). One more forward a width."""
     cached = cached_model(target)
     cached.begin(ids[0].tolist())
     prefill = timed(lambda: cached.forward(ids, keep=1), target)
     base = ids.shape[1]
     extra = ids[:, -1:].repeat(1, max(widths))
-    turns = []
-    for _ in range(repeats + 1):                              # the first turn warms up
-        turn = {}
-        for width in sorted(set(widths) | {1}):
-            cached.checkpoint()
-            turn[width] = timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width),
-                                target)
-            cached.rollback(base)
-        turns.append(turn)
-    steps = tuple(t[1] for t in turns[1:])
+
+    def forward(width: int) -> float:
+        cached.checkpoint()
+        seconds = timed(lambda: cached.forward(torch.cat([ids, extra[:, :width]], dim=1), keep=width), target)
+        cached.rollback(base)
+        return seconds
+
+    wider = sorted(set(widths) - {1})
+    steps, ratios = [], {w: [] for w in wider}
+    for turn in range(repeats + 1):                           # the first turn warms up
+        if bracketed:
+            around = [forward(1)]
+            spans = {}
+            for width in wider:
+                spans[width] = forward(width)
+                around.append(forward(1))
+            turn_ratios = {w: spans[w] / ((around[i] + around[i + 1]) / 2) for i, w in enumerate(wider)}
+            step_here = statistics.median(around)
+        else:
+            step_here = forward(1)
+            turn_ratios = {w: forward(w) / step_here for w in wider}
+        if turn:
+            steps.append(step_here)
+            for w, r in turn_ratios.items():
+                ratios[w].append(r)
     step = statistics.median(steps)
-    verify = {w: step * statistics.median(t[w] / t[1] for t in turns[1:]) for w in turns[0]}
-    return TargetTiming(verify, prefill, base, steps)
+    verify = {1: step, **{w: step * statistics.median(r) for w, r in ratios.items()}}
+    return TargetTiming(dict(sorted(verify.items())), prefill, base, tuple(steps))

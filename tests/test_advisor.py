@@ -740,9 +740,10 @@ def test_the_costs_are_timed_on_a_cache_as_long_as_the_advised_runs_read(monkeyp
     caches = []
     real = generation.timing.time_target
 
-    def seen(module, ids, widths, repeats):
+    def seen(module, ids, widths, repeats, bracketed):
         caches.append(ids.shape[1])
-        return real(module, ids, widths=widths, repeats=1)
+        assert bracketed                                # each width beside one-token steps (tests/test_timing.py)
+        return real(module, ids, widths=widths, repeats=1, bracketed=bracketed)
 
     monkeypatch.setattr(generation.timing, "time_target", seen)
     pair = tiny_pair()
