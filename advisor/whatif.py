@@ -12,6 +12,7 @@ each prompt's time to first token).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -20,19 +21,63 @@ from analysis.whatif import (
 )
 from engine.shapes import BATCHES, PairShapes, time_pair_shapes
 
+GAMMA = re.compile(r"@(\d+)")     # a method name's draft length (utils.method_name's grammar)
 ROWS = 12           # the advice's best methods shown, beside any method best at some batch size or context
 CAPTION = ("projected, not run: the decode part (the rounds after each prompt's first, as the advice's decode "
            "prediction), forward costs only (sampling and host work left out); acceptance as the replay had it, in "
            "lockstep at every batch size (docs/why.md)")
 
 
+def family_of(method: str) -> tuple[str, int | None]:
+    """(the method's name without its draft length, that length): ``speculative+hybrid4:heuristic@8``
+    -> (``speculative+hybrid4:heuristic``, 8); (the name, None) where it has none."""
+    found = GAMMA.search(method)
+    if found is None:
+        return method, None
+    return method[:found.start()] + method[found.end():], int(found.group(1))
+
+
 @dataclass
 class Projected:
     """The advice projected: (method, its projection) per row shown (:func:`shown`: the best few by
-    the advice, and every method that is best at some point)."""
+    the advice, and every method that is best at some point); ``every``: every method projected,
+    best first by the advice (the rows' families' best draft length is read among them)."""
 
     rows: list[tuple[str, Projection]]
+    every: list[tuple[str, Projection]] = field(default_factory=list, kw_only=True)
     axis = "B"          # what a projection's points are: batch sizes (B) or context lengths (L)
+
+    def best_gammas(self) -> list[tuple[str, list[tuple[int, int, float]]]]:
+        """For each drafter shown (a row's method without its draft length) that was projected at two
+        draft lengths or more: at each point, (the point, the length projected fastest there, its
+        speedup); in the rows' order. What an engine's per-batch-size draft lengths would be set to."""
+        lengths: dict[str, list[tuple[int, Projection]]] = {}
+        for label, p in self.every or self.rows:
+            family, gamma = family_of(label)
+            if gamma is not None:
+                lengths.setdefault(family, []).append((gamma, p))
+        out = []
+        for family in dict.fromkeys(family_of(label)[0] for label, _ in self.rows):
+            found = lengths.get(family, [])
+            if len({g for g, _ in found}) < 2:
+                continue
+            points = []
+            for i, point in enumerate(self.batches):
+                gamma, p = max(found, key=lambda row: (row[1].speedups[i], -row[0]))
+                points.append((point, gamma, p.speedups[i]))
+            out.append((family, points))
+        return out
+
+    def best_gamma_lines(self) -> list[str]:
+        """One line per :meth:`best_gammas` drafter:
+        ``speculative: B=1 γ 8 2.41x · ... · B=32 γ 2 0.93x (none pays)``."""
+        return [f"{family}: " + " · ".join(f"{self.axis}={point} γ {gamma} {s:.2f}x" + (" (none pays)" if s < 1.0 else "")
+                                          for point, gamma, s in points)
+                for family, points in self.best_gammas()]
+
+    def best_gamma_dict(self) -> list[dict]:
+        return [{"drafter": family, "best": [{"at": point, "gamma": gamma, "speedup": s} for point, gamma, s in points]}
+                for family, points in self.best_gammas()]
 
     @property
     def batches(self) -> tuple[int, ...]:
@@ -103,7 +148,8 @@ class BatchWhatIf(Projected):
     def to_dict(self) -> dict:
         return {"projected": True, "from": f"forwards timed by shape on {self.where}",
                 "context": self.shapes.context, "other_load": self.shapes.other_load,
-                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows], "best": self.best_dict()}
+                "methods": [{"method": label, **p.to_dict()} for label, p in self.rows], "best": self.best_dict(),
+                "best_gamma": self.best_gamma_dict()}
 
 
 def facts_of_advice(advice, step_s: float) -> RoundFacts | None:
@@ -153,7 +199,7 @@ def project_advice(pair, advice: Sequence, context: int, where: str, *, rows: in
         facts = facts_of_advice(a, step)
         drafter_s, scaled = _pricing(a, shapes)
         out.append((a.method, project(facts, shapes.target_s, batches, drafter_s=drafter_s, scaled_step=scaled)))
-    return BatchWhatIf(shown(out, rows), shapes, where)
+    return BatchWhatIf(shown(out, rows), shapes, where, every=out)
 
 
 def project_report(pair, report, context: int, where: str, say=lambda line: None) -> BatchWhatIf:
@@ -195,6 +241,7 @@ class MachineWhatIf(Projected):
         return {"projected": True, "from": f"{self.profile.name}'s roofline: {self.profile.source}",
                 "profile": self.profile.to_dict(), "context": self.context,
                 "methods": [{"method": label, **p.to_dict()} for label, p in self.rows], "best": self.best_dict(),
+                "best_gamma": self.best_gamma_dict(),
                 "left_out": [{"method": m, "reason": why} for m, why in self.left_out]}
 
 
@@ -242,7 +289,7 @@ def project_machine(pair, advice: Sequence, context: int, profile, *, state=None
         out.append((a.method, project(facts, lambda b, w: profile.forward_s(target, b, w, context), batches,
                                       drafter_s=drafter_s, scaled_step=False,
                                       drafter_source="its shape on the profile")))
-    return MachineWhatIf(shown(out, rows), profile, context, left_out)
+    return MachineWhatIf(shown(out, rows), profile, context, left_out, every=out)
 
 
 @dataclass
@@ -278,7 +325,8 @@ class ContextWhatIf(Projected):
                 "context": self.own, "other_load": self.load, "acceptance_near": list(self.seen),
                 "methods": [{"method": label, "contexts": list(p.batches), "speedups": list(p.speedups),
                              "stops_paying_at": p.stops_paying, "drafter_cost": p.drafter_source}
-                            for label, p in self.rows], "best": self.best_dict()}
+                            for label, p in self.rows], "best": self.best_dict(),
+                "best_gamma": self.best_gamma_dict()}
 
 
 def facts_near(advice, contexts: Sequence[int], step_s: float) -> dict[int, RoundFacts | None]:
@@ -334,7 +382,8 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
                                                scaled_source="c target steps at each context")))
     kept = shown(out, rows)
     names = {label for label, _ in kept}
-    return ContextWhatIf(kept, own, where, [line for line in seen if line.split(" ", 1)[0] in names], load)
+    return ContextWhatIf(kept, own, where, [line for line in seen if line.split(" ", 1)[0] in names], load,
+                         every=out)
 
 
 def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):

@@ -42,7 +42,23 @@ def projection_section(whatif) -> str:
     best = whatif.best_line()
     return ('<h3 class="whatif">What if (projected, not run)</h3>'
             + projection_chart(whatif.title(), whatif.rows, whatif.caption(), whatif.axis)
-            + (f'<p class="best" data-axis="{_e(whatif.axis)}">{_e(best[0].upper() + best[1:])}.</p>' if best else ""))
+            + (f'<p class="best" data-axis="{_e(whatif.axis)}">{_e(best[0].upper() + best[1:])}.</p>' if best else "")
+            + best_gamma_table(whatif))
+
+
+def best_gamma_table(whatif) -> str:
+    """Each drafter shown at its best draft length at each point (``Projected.best_gammas``), or ""."""
+    gammas = whatif.best_gammas()
+    if not gammas:
+        return ""
+    axis = whatif.axis
+    head = '<th class="l">drafter</th>' + "".join(f"<th>{_e(axis)}={b}</th>" for b in whatif.batches)
+    body = "".join(
+        f'<tr data-drafter="{_e(family)}"><td class="l">{_e(family)}</td>'
+        + "".join(f'<td data-gamma="{g}" data-speedup="{s!r}">γ {g}: {s:.2f}x{" (none pays)" if s < 1.0 else ""}</td>'
+                  for _, g, s in points) + "</tr>" for family, points in gammas)
+    return (f'<p class="meta">Best γ at each {_e(axis)}, per drafter shown (projected):</p>'
+            f'<table class="best-gamma"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
 
 
 def report_section(name: str, report) -> str:

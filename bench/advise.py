@@ -131,4 +131,12 @@ def whatif_markdown(whatif) -> str:
         stops = f"{axis}={p.stops_paying}" if p.stops_paying else f"beyond {whatif.batches[-1]}"
         rows.append(f"| {method} | " + " | ".join(f"{s:.2f}x" for s in p.speedups) + f" | {stops} | {p.drafter_source} |")
     best = whatif.best_line()
-    return "\n".join(rows + (["", best[0].upper() + best[1:] + "."] if best else []))
+    rows += ["", best[0].upper() + best[1:] + "."] if best else []
+    gammas = whatif.best_gammas()
+    if gammas:
+        rows += ["", f"Best γ at each {axis}, per drafter shown:", "",
+                 "| drafter | " + " | ".join(f"{axis}={b}" for b in whatif.batches) + " |",
+                 "|" + "---|" * (len(whatif.batches) + 1)]
+        rows += [f"| {family} | " + " | ".join(f"γ {g}: {s:.2f}x" + (" (none pays)" if s < 1.0 else "")
+                                              for _, g, s in points) + " |" for family, points in gammas]
+    return "\n".join(rows)

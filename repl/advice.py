@@ -167,6 +167,11 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
             best = report.whatif.best_line()
             if best:
                 session.console.print(best, highlight=False)
+            lines = report.whatif.best_gamma_lines()
+            if lines:
+                session.console.print(f"best γ at each {report.whatif.axis}, per drafter shown:", highlight=False)
+                for line in lines:
+                    session.console.print(f"  {line}", highlight=False, soft_wrap=True)
     if html:
         from bench.advice_page import advice_html
         from repl.trace import TraceError, write_whole

@@ -18,6 +18,7 @@ import pytest
 import advisor.replay
 import advisor.whatif
 from advisor.whatif import facts_of_advice, project_advice
+from analysis.whatif import Projection
 from engine.shapes import BATCHES, PairShapes
 from tests.test_advisor import tiny_grid, word_pair
 
@@ -409,7 +410,7 @@ def test_infer_and_bench_refuse_an_unknown_machine_before_loading(tmp_path, caps
     assert caught.value.code == 2 and "name one machine" in capsys.readouterr().err
 
 
-def scripted_whatif(monkeypatch, whatif: str) -> tuple[dict, str]:
+def scripted_whatif(monkeypatch, whatif: str, grid=tiny_grid) -> tuple[dict, str]:
     """``infer.py --advise --whatif WHATIF`` through its script on the tiny word pair (its grid patched):
     the JSON answer, and the text the same advice prints without ``--json``."""
     from repl.advice import advise_script
@@ -419,7 +420,7 @@ def scripted_whatif(monkeypatch, whatif: str) -> tuple[dict, str]:
     from repl.settings import Settings
     from tests.helpers.repl import console
 
-    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: grid())
     entries = [Entry("command", "/length 6", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2")]
     c, _ = console()
     session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
@@ -563,3 +564,87 @@ def test_a_method_best_at_some_batch_size_is_shown_wherever_it_ranked(monkeypatc
     # mutation: only the first 12 projected, the short chain is lost and B=8 goes to a long one
     cut = project_advice(None, (advice + [short])[:12], 64, "here")
     assert dict((p, m) for p, m, _ in cut.best)[8] == "long0"
+
+
+# ---------------------------------------------------------------------------------------------
+# the best draft length of each drafter at each point
+# ---------------------------------------------------------------------------------------------
+
+
+def _gamma_rows():
+    """speculative at γ 2, 4 and 8 (8 best at B=1, 4 at B=8, 2 at B=32, where none pays), its γ 2 not
+    among the rows shown; a hybrid at γ 4 only; a tree at γ 3 and 5, tied at B=32 (the smaller wins)."""
+    P = lambda *s: Projection((1, 8, 32), s, "x")      # noqa: E731
+    every = [("speculative@8", P(3.0, 1.5, 0.6)), ("speculative+hybrid4@4", P(2.5, 1.4, 0.9)),
+             ("speculative@4", P(2.6, 1.7, 0.8)), ("speculative+tree6@5", P(1.9, 1.2, 1.1)),
+             ("speculative+tree6@3", P(1.8, 1.3, 1.1)), ("speculative@2", P(1.5, 1.2, 0.95))]
+    return every[:5], every
+
+
+def test_each_drafter_shown_gets_its_best_gamma_at_each_point_among_every_length_projected():
+    rows, every = _gamma_rows()
+    projected = advisor.whatif.Projected(rows, every=every)
+    assert projected.best_gammas() == [
+        ("speculative", [(1, 8, 3.0), (8, 4, 1.7), (32, 2, 0.95)]),
+        ("speculative+tree6", [(1, 5, 1.9), (8, 3, 1.3), (32, 3, 1.1)]),
+    ]
+    assert projected.best_gamma_lines()[0] == "speculative: B=1 γ 8 3.00x · B=8 γ 4 1.70x · B=32 γ 2 0.95x (none pays)"
+    assert projected.best_gamma_dict()[1] == {"drafter": "speculative+tree6", "best": [
+        {"at": 1, "gamma": 5, "speedup": 1.9}, {"at": 8, "gamma": 3, "speedup": 1.3}, {"at": 32, "gamma": 3, "speedup": 1.1}]}
+    assert advisor.whatif.family_of("speculative+hybrid4:heuristic@8") == ("speculative+hybrid4:heuristic", 8)
+    assert advisor.whatif.family_of("speculative[self:int8]+tree16@4~strict") == ("speculative[self:int8]+tree16~strict", 4)
+
+
+def test_mutation_best_gammas_among_the_rows_shown_only_fail():
+    # γ 2 is projected but not shown: read among the rows alone, B=32 would name γ 4 (0.8x)
+    rows, every = _gamma_rows()
+    assert advisor.whatif.Projected(rows).best_gammas()[0][1][2] == (32, 4, 0.8)
+    assert advisor.whatif.Projected(rows, every=every).best_gammas()[0][1][2] != (32, 4, 0.8)
+
+
+def gamma_grid():
+    from advisor.replay import method
+    from engine import NGramOptions
+
+    return [method("ngram", NGramOptions(storage="suffix"), 2), method("ngram", NGramOptions(storage="suffix"), 4),
+            method("model", None, 2), method("model", None, 4)]
+
+
+def test_the_front_ends_give_the_best_gamma_of_each_drafter(tmp_path, monkeypatch):
+    """``infer.py --advise --whatif batch`` (JSON and text) and ``bench.py --advise --whatif batch`` (advice.md,
+    advice.html) on the tiny word pair with two draft lengths of each drafter: each drafter's best γ at each
+    batch size is the faster of its two projected rows there, to the last digit, in every output."""
+    import re
+
+    report, text = scripted_whatif(monkeypatch, "batch", gamma_grid)
+    batch = report["whatif"]["batch"]
+    assert {family for family in (m["method"].split("@")[0] for m in batch["methods"])} == {"ngram[suffix]", "speculative"}
+
+    def expected(methods):
+        out = {}
+        for m in methods:
+            family, gamma = m["method"].split("@")
+            for i, s in enumerate(m["speedups"]):
+                best = out.setdefault(family, {}).get(i)
+                if best is None or s > best[1] or (s == best[1] and int(gamma) < best[0]):
+                    out[family][i] = (int(gamma), s)
+        return {f: [{"at": BATCHES[i], "gamma": g, "speedup": s} for i, (g, s) in sorted(v.items())] for f, v in out.items()}
+
+    assert {d["drafter"]: d["best"] for d in batch["best_gamma"]} == expected(batch["methods"])
+    flat = " ".join(text.split())          # the text is another advice's (its own timings): its form
+    assert "best γ at each B, per drafter shown:" in flat
+    point = r"B=(\d+) γ [24] \d+\.\d\dx(?: \(none pays\))?"
+    for d in batch["best_gamma"]:
+        line = re.search(re.escape(d["drafter"]) + ": " + " · ".join([point] * len(BATCHES)), flat)
+        assert line and [int(b) for b in line.groups()] == list(BATCHES)
+    whatif, summary = bench_whatif(tmp_path, "batch")
+    gammas = {d["drafter"]: d["best"] for d in whatif["batch"]["best_gamma"]}
+    assert gammas == expected(whatif["batch"]["methods"])
+    for family, best in gammas.items():
+        assert f"| {family} | " + " | ".join(f"γ {p['gamma']}: {p['speedup']:.2f}x"
+                                              + (" (none pays)" if p["speedup"] < 1.0 else "") for p in best) in summary
+    html = (tmp_path / "out" / "advice.html").read_text()
+    for family, best in gammas.items():
+        row = re.search(rf'<tr data-drafter="{re.escape(family)}">(.*?)</tr>', html).group(1)
+        assert [(int(g), float(s)) for g, s in re.findall(r'data-gamma="(\d+)" data-speedup="([^"]+)"', row)] == \
+            [(p["gamma"], p["speedup"]) for p in best]
