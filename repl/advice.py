@@ -182,7 +182,8 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
         except TraceError as e:
             session.error(str(e))
             return 1
-        session.say(f"advice written to {html} (one self-contained page)", "dim")
+        # whole on one line, however long the path: a path folded inside a word cannot be copied
+        session.console.print(Text(f"advice written to {html} (one self-contained page)", style="dim"), soft_wrap=True)
     return 1 if session.failures else 0
 
 

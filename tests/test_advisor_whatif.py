@@ -193,7 +193,7 @@ def test_infer_advise_with_whatif_and_html_writes_the_advice_charted(tmp_path, m
     out = capsys.readouterr()
     report = json.loads(out.out.strip().splitlines()[-1])
     context = report["whatif"]["context"]
-    assert f"advice written to {page}" in " ".join(out.err.split())
+    assert f"advice written to {page} (one self-contained page)\n" in out.err          # the path unbroken
     check_page(page.read_text(), {"1 prompts": context}, "L", "contexts")
     assert context["context"] in context["methods"][0]["contexts"]
 
