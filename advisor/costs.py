@@ -67,6 +67,10 @@ class CostTable:
     # The target's (and a drafter model's) forwards by batch size and width (``engine.shapes.PairShapes
     # .to_dict``), where ``--whatif batch`` timed them: a table read from a file projects with them.
     shapes: dict | None = None
+    # The target's (and a drafter model's) forwards at batch 1 over caches of several lengths, one
+    # ``PairShapes.to_dict`` each, where ``--whatif context`` timed them: a table read from a file
+    # projects over context with them.
+    by_context: list | None = None
 
     def label(self) -> str:
         """``measured on <where>`` on a cache of how many tokens, and the file when it was read from one."""
@@ -81,6 +85,16 @@ class CostTable:
         if self.shapes is None:
             return None
         return PairShapes.from_dict(self.shapes, self.where + (f" (read from {self.source})" if self.source else ""))
+
+    def context_shapes(self):
+        """The forwards by context this table holds (a list of ``engine.shapes.PairShapes``, one per
+        length timed, labelled with where they were timed and the file), or None."""
+        from engine.shapes import PairShapes
+
+        if not self.by_context:
+            return None
+        where = self.where + (f" (read from {self.source})" if self.source else "")
+        return [PairShapes.from_dict(d, where) for d in self.by_context]
 
     def target(self, width: int) -> tuple[float, bool]:
         """(the target's forward seconds at ``width``, estimated: the table lacks the width)."""
@@ -106,7 +120,8 @@ class CostTable:
                 "target_s": {str(w): s for w, s in sorted(self.target_s.items())},
                 "draft_s": {k: {str(w): s for w, s in sorted(v.items())} for k, v in sorted(self.draft_s.items())},
                 "host_s": self.host_s, "notes": list(self.notes), "context": self.context,
-                **({"shapes": self.shapes} if self.shapes is not None else {})}
+                **({"shapes": self.shapes} if self.shapes is not None else {}),
+                **({"by_context": self.by_context} if self.by_context else {})}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "") -> "CostTable":
@@ -118,8 +133,9 @@ class CostTable:
             draft = {str(k): {int(w): float(s) for w, s in v.items()} for k, v in data["draft_s"].items()}
             table = cls(target, draft, float(data["host_s"]), str(data["where"]),
                         [str(n) for n in data.get("notes", [])], source, int(data.get("context", CONTEXT)),
-                        data.get("shapes"))
+                        data.get("shapes"), data.get("by_context"))
             table.batch_shapes()                       # a shape table that cannot be read fails here
+            table.context_shapes()
         except CostsError:
             raise
         except (AttributeError, KeyError, TypeError, ValueError) as e:

@@ -302,6 +302,8 @@ class ContextWhatIf(Projected):
     where: str
     seen: list[str] = field(default_factory=list)
     load: float | None = None
+    surface: list = field(default_factory=list)     # engine.shapes.PairShapes per length timed
+    read: bool = False                              # the forwards read off a cost table's, not timed now
     topic = "context"
     axis = "L"
 
@@ -310,8 +312,10 @@ class ContextWhatIf(Projected):
         return self.load
 
     def title(self) -> str:
+        timed = (f"forwards timed on {self.where} at L={', '.join(str(s.context) for s in self.surface)}, read "
+                 "between" if self.read else f"forwards timed here on {self.where}")
         return (f"projected speedup over target AR by context length at batch 1: each method's replayed rounds, "
-                f"forwards timed here on {self.where} (the prompts' own context: {self.own} tokens)")
+                f"{timed} (the prompts' own context: {self.own} tokens)")
 
     def caption(self) -> str:
         return ("projected, not run: the decode part, forward costs only (sampling and host work left out); "
@@ -321,8 +325,9 @@ class ContextWhatIf(Projected):
                 "context may lower (docs/why.md)")
 
     def to_dict(self) -> dict:
-        return {"projected": True, "from": f"forwards timed at batch 1 by context on {self.where}",
-                "context": self.own, "other_load": self.load, "acceptance_near": list(self.seen),
+        return {"projected": True, "from": f"forwards timed at batch 1 by context on {self.where}"
+                + (" (read between the lengths timed)" if self.read else ""),
+                "timed_at": [s.context for s in self.surface], "context": self.own, "other_load": self.load, "acceptance_near": list(self.seen),
                 "methods": [{"method": label, "contexts": list(p.batches), "speedups": list(p.speedups),
                              "stops_paying_at": p.stops_paying, "drafter_cost": p.drafter_source}
                             for label, p in self.rows], "best": self.best_dict(),
@@ -350,26 +355,37 @@ def facts_near(advice, contexts: Sequence[int], step_s: float) -> dict[int, Roun
     return out
 
 
-def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int = ROWS, say=lambda line: None
-                    ) -> ContextWhatIf:
+def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int = ROWS, say=lambda line: None,
+                    stored: Sequence | None = None) -> ContextWhatIf:
     """Every replayed method of ``advice`` (the rows kept: :func:`shown`) at batch 1 over a cache of
     each of ``analysis.whatif.CONTEXTS``
     that fits the target's window, and ``own`` (the prompts' mean context): the target's forwards
     timed here at each (a drafter model of its own too); a drafter on the target's weights steps at
     its ``Why.c`` of the target's step at each context; a storage's look-ups as the replay timed them.
     Acceptance at each context from the replayed rounds nearest it (:func:`facts_near`), else the
-    method's own."""
-    from engine.shapes import time_by_context
+    method's own. ``stored``: a cost table's forwards by context (``CostTable.context_shapes``, timed
+    on two lengths or more): then nothing is timed, the lengths priced are those it timed that fit
+    the window and ``own``, each read off it (``engine.shapes.read_by_context``)."""
+    from engine.shapes import read_by_context, surface_of, time_by_context
     from utils.machine_load import other_load, read_load
 
     chosen = _replayed(advice)
     widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
     contexts = contexts_within(pair.context_length, max(widths), own)
-    say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
-        f"{', '.join(map(str, contexts))} tokens")
-    before = read_load()
-    target, drafter = time_by_context(pair, widths, contexts)
-    load = other_load(before, read_load())
+    if stored is not None and len(stored) >= 2:
+        window = contexts_within(pair.context_length, max(widths), own)[-1]
+        contexts = sorted({own} | {s.context for s in stored if s.context <= max(window, own)})
+        where, load, surface = stored[0].where, None, list(stored)
+        say(f"pricing by context with the forwards timed on {where} over caches of "
+            f"{', '.join(str(s.context) for s in stored)} tokens")
+        target, drafter = read_by_context(stored, contexts, widths)
+    else:
+        say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
+            f"{', '.join(map(str, contexts))} tokens")
+        before = read_load()
+        target, drafter = time_by_context(pair, widths, contexts)
+        load = other_load(before, read_load())
+        surface = surface_of(target, drafter, load, where)
     out, seen = [], []
     for a in chosen:
         near = facts_near(a, contexts, target[own][(1, 1)])        # its drafter's steps at c of own's step
@@ -383,18 +399,23 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
     kept = shown(out, rows)
     names = {label for label, _ in kept}
     return ContextWhatIf(kept, own, where, [line for line in seen if line.split(" ", 1)[0] in names], load,
-                         every=out)
+                         surface, stored is not None and len(stored) >= 2, every=out)
 
 
 def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):
     """``report``'s advice projected as ``whatif`` (a ``analysis.whatif.whatif_choice`` value) asks: over
     batch size here (:func:`project_report`) or on a machine profile (:func:`project_machine`), or
-    over context length here (:func:`project_context`)."""
+    over context length (:func:`project_context`: with the forwards by context ``report.costs`` holds,
+    else timed here and kept in it)."""
     from analysis.roofline import profile_named
 
     topic, _, name = whatif.partition(":")
     if topic == "context":
-        return project_context(pair, report.advice, context, where, say=say)
+        projected = project_context(pair, report.advice, context, where, say=say,
+                                    stored=report.costs.context_shapes())
+        if not projected.read and not report.costs.source:      # kept, so its costs.json projects elsewhere
+            report.costs.by_context = [s.to_dict() for s in projected.surface]
+        return projected
     if topic == "machine":
         profile = profile_named(name)
         say(f"pricing the best methods on {profile.name}'s roofline over a cache of {context} tokens")

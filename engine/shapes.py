@@ -141,6 +141,27 @@ def time_by_context(pair, widths: Sequence[int], contexts: Sequence[int]) -> tup
     return target, drafter
 
 
+def surface_of(target: dict, drafter: dict, load: float | None = None, where: str = "") -> list[PairShapes]:
+    """:func:`time_by_context`'s tables as one ``PairShapes`` per context (batch 1), the form a cost
+    table keeps them in (``advisor.costs.CostTable.by_context``)."""
+    return [PairShapes(target[c], drafter.get(c), c, load, where) for c in sorted(target)]
+
+
+def read_by_context(surface: Sequence[PairShapes], contexts: Sequence[int], widths: Sequence[int]
+                    ) -> tuple[dict, dict]:
+    """``surface`` (forwards at batch 1 timed over caches of a few lengths, one ``PairShapes`` each) read
+    at each of ``contexts`` and ``widths``, in :func:`time_by_context`'s form: each width read at each
+    timed length (:func:`read_between`), then those read at the context, linear in L between the
+    nearest two timed lengths (attention's reads and products grow linearly with the cache), the last
+    segment carried on past either end. The drafter's where every length has it, else None."""
+    target = {c: {(1, w): _between({s.context: s.target_s(1, w) for s in surface}, c) for w in widths}
+              for c in contexts}
+    own = all(s.drafter is not None for s in surface)
+    drafter = {c: ({(1, 1): _between({s.context: s.drafter_s(1) for s in surface}, c)} if own else None)
+               for c in contexts}
+    return target, drafter
+
+
 def coarse_widths(widths: Sequence[int]) -> list[int]:
     """The widths timed above batch size 1: 1 to 4, then 6, 8, 12, 16, 24, 32, ... under the widest,
     and the widest; a width between is read between them (``read_between``). Batched, a forward's

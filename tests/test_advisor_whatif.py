@@ -648,3 +648,104 @@ def test_the_front_ends_give_the_best_gamma_of_each_drafter(tmp_path, monkeypatc
         row = re.search(rf'<tr data-drafter="{re.escape(family)}">(.*?)</tr>', html).group(1)
         assert [(int(g), float(s)) for g, s in re.findall(r'data-gamma="(\d+)" data-speedup="([^"]+)"', row)] == \
             [(p["gamma"], p["speedup"]) for p in best]
+
+
+# ---------------------------------------------------------------------------------------------
+# the forwards by context kept in the cost table, and read from it
+# ---------------------------------------------------------------------------------------------
+
+
+def _surface(lengths, drafter=True):
+    """Forwards at batch 1 affine in the cache's length and the width: 10 ms + 0.01 ms a cached token
+    + 2 ms a token fed (the drafter: 1 ms + 0.001 ms a cached token), timed at widths 1, 2 and 4."""
+    from engine.shapes import PairShapes
+
+    return [PairShapes({(1, w): 0.010 + 1e-5 * L + 0.002 * (w - 1) for w in (1, 2, 4)},
+                       {(1, 1): 0.001 + 1e-6 * L} if drafter else None, L, None, "there") for L in lengths]
+
+
+def check_read_by_context(read) -> None:
+    """An affine surface read anywhere is the affine cost, to the last digit: a length between two
+    timed (512, 1000), beyond them (4096), a width between two timed (3); a drafter missing at one
+    length is missing at all."""
+    target, drafter = read(_surface((128, 2048)), (128, 512, 1000, 4096), (1, 3, 4))
+    for L in (128, 512, 1000, 4096):
+        for w in (1, 3, 4):
+            assert target[L][(1, w)] == pytest.approx(0.010 + 1e-5 * L + 0.002 * (w - 1), rel=1e-12)
+        assert drafter[L][(1, 1)] == pytest.approx(0.001 + 1e-6 * L, rel=1e-12)
+    surface = _surface((128, 2048))
+    surface[1] = _surface((2048,), drafter=False)[0]
+    assert set(read(surface, (512,), (1,))[1].values()) == {None}
+
+
+def test_forwards_by_context_are_read_between_the_lengths_timed():
+    from engine.shapes import read_by_context
+
+    check_read_by_context(read_by_context)
+
+
+def test_mutation_reading_the_nearest_length_timed_fails():
+    from engine.shapes import read_by_context
+
+    def nearest(surface, contexts, widths):
+        pick = lambda c: min(surface, key=lambda s: abs(s.context - c))      # noqa: E731
+        return ({c: {(1, w): pick(c).target_s(1, w) for w in widths} for c in contexts},
+                {c: ({(1, 1): pick(c).drafter_s(1)} if all(s.drafter for s in surface) else None) for c in contexts})
+
+    assert read_by_context(_surface((128, 2048)), (128,), (1,))[0] == nearest(_surface((128, 2048)), (128,), (1,))[0]
+    with pytest.raises(AssertionError):
+        check_read_by_context(nearest)
+
+
+def test_a_costs_file_projects_over_context_with_the_forwards_it_holds(tmp_path, monkeypatch):
+    """``bench.py --advise --whatif context`` keeps the forwards it timed by context in costs.json; the same
+    run with ``--costs costs.json`` times nothing by context, prices the same lengths off the file, labels
+    the projection as read from it, and projects every method as the first run did, to the last digit
+    (the same replay, the same forwards)."""
+    import engine.shapes
+    from bench.cli import main
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    first, _ = bench_whatif(tmp_path, "context")
+    costs = json.loads((tmp_path / "out" / "costs.json").read_text())
+    timed = [entry["context"] for entry in costs["by_context"]]
+    assert timed == first["context"]["timed_at"] and len(timed) >= 2
+    assert all({b for b, _, _ in entry["target"]} == {1} for entry in costs["by_context"])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("timed by context although the costs file holds the forwards")
+
+    monkeypatch.setattr(engine.shapes, "time_by_context", refuse)
+    (tmp_path / "out" / "costs.json").rename(tmp_path / "costs.json")
+    out = tmp_path / "again"
+    argv = ["--advise", "--whatif", "context", "--prompts", str(tmp_path / "q.jsonl"), "--length", "6",
+            "--confirm", "1", "--out", str(out), "--no-chat", "--costs", str(tmp_path / "costs.json")]
+    pair = word_pair()
+    assert main(argv, loader=lambda args: pair) == 0
+    again = json.loads((out / "advice.json").read_text())["advice"]["chat"]["whatif"]["context"]
+    assert f"(read from {tmp_path / 'costs.json'})" in again["from"] and again["timed_at"] == timed
+    # a drafter model's rows to the last digit; a storage's look-ups are timed by each replay afresh
+    rows = lambda whatif: {m["method"]: (m["contexts"], m["speedups"]) for m in whatif["methods"]}   # noqa: E731
+    before, after = rows(first["context"]), rows(again)
+    assert set(after) == set(before) and any(m.startswith("speculative") for m in after)
+    for method, (contexts, speedups) in after.items():
+        assert contexts == before[method][0]
+        assert speedups == (before[method][1] if method.startswith("speculative") else
+                            pytest.approx(before[method][1], rel=0.05))
+    assert "read between" in (out / "advice.md").read_text()
+
+
+def test_a_costs_file_with_unreadable_forwards_by_context_is_refused_in_one_line(tmp_path):
+    from advisor.costs import CostsError, CostTable
+
+    good = CostTable({1: 0.01, 2: 0.012}, {}, 0.0, "here", by_context=[s.to_dict() for s in _surface((128, 512))])
+    path = tmp_path / "costs.json"
+    good.save(path)
+    read = CostTable.load(path)
+    assert [s.context for s in read.context_shapes()] == [128, 512] and "(read from" in read.context_shapes()[0].where
+    for bad in ({"128": []}, [{"context": 128, "target": [[1, 1, -1.0]]}], [{"target": []}]):
+        data = good.to_dict() | {"by_context": bad}
+        path.write_text(json.dumps(data))
+        with pytest.raises(CostsError) as caught:
+            CostTable.load(path)
+        assert str(caught.value).startswith("not a cost table") and "\n" not in str(caught.value)
