@@ -22,6 +22,7 @@ from analysis.whatif import (
 from engine.shapes import BATCHES, PairShapes, time_pair_shapes
 
 GAMMA = re.compile(r"@(\d+)")     # a method name's draft length (utils.method_name's grammar)
+GAMMA_TIE = 0.01    # draft lengths projected within this share of the fastest are a tie: the shortest is named
 ROWS = 12           # the advice's best methods shown, beside any method best at some batch size or context
 CAPTION = ("projected, not run: the decode part (the rounds after each prompt's first, as the advice's decode "
            "prediction), forward costs only (sampling and host work left out); acceptance as the replay had it, in "
@@ -49,8 +50,10 @@ class Projected:
 
     def best_gammas(self) -> list[tuple[str, list[tuple[int, int, float]]]]:
         """For each drafter shown (a row's method without its draft length) that was projected at two
-        draft lengths or more: at each point, (the point, the length projected fastest there, its
-        speedup); in the rows' order. What an engine's per-batch-size draft lengths would be set to."""
+        draft lengths or more: at each point, (the point, the shortest length projected within
+        :data:`GAMMA_TIE` of the fastest there, its speedup); in the rows' order. What an engine's
+        per-batch-size draft lengths would be set to: a longer draft within a percent of a shorter one
+        is a near-tie, and the shorter one wastes less of a loaded batch on rejected drafts."""
         lengths: dict[str, list[tuple[int, Projection]]] = {}
         for label, p in self.every or self.rows:
             family, gamma = family_of(label)
@@ -63,7 +66,9 @@ class Projected:
                 continue
             points = []
             for i, point in enumerate(self.batches):
-                gamma, p = max(found, key=lambda row: (row[1].speedups[i], -row[0]))
+                fastest = max(p.speedups[i] for _, p in found)
+                gamma, p = min((row for row in found if row[1].speedups[i] >= fastest * (1 - GAMMA_TIE)),
+                               key=lambda row: row[0])
                 points.append((point, gamma, p.speedups[i]))
             out.append((family, points))
         return out
