@@ -57,7 +57,7 @@ def best_gamma_table(whatif) -> str:
         f'<tr data-drafter="{_e(family)}"><td class="l">{_e(family)}</td>'
         + "".join(f'<td data-gamma="{g}" data-speedup="{s!r}">γ {g}: {s:.2f}x{" (none pays)" if s < 1.0 else ""}</td>'
                   for _, g, s in points) + "</tr>" for family, points in gammas)
-    return (f'<p class="meta">Best γ at each {_e(axis)}, per drafter shown (projected):</p>'
+    return (f'<p class="meta">Best γ at each {_e(axis)}, per drafter shown (projected, not run):</p>'
             f'<table class="best-gamma"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
 
 

@@ -134,7 +134,7 @@ def whatif_markdown(whatif) -> str:
     rows += ["", best[0].upper() + best[1:] + "."] if best else []
     gammas = whatif.best_gammas()
     if gammas:
-        rows += ["", f"Best γ at each {axis}, per drafter shown:", "",
+        rows += ["", f"Best γ at each {axis}, per drafter shown (projected, not run):", "",
                  "| drafter | " + " | ".join(f"{axis}={b}" for b in whatif.batches) + " |",
                  "|" + "---|" * (len(whatif.batches) + 1)]
         rows += [f"| {family} | " + " | ".join(f"γ {g}: {s:.2f}x" + (" (none pays)" if s < 1.0 else "")

@@ -169,7 +169,7 @@ def advise_script(session, entries, *, as_json: bool, stdout, whatif: str | None
                 session.console.print(best, highlight=False)
             lines = report.whatif.best_gamma_lines()
             if lines:
-                session.console.print(f"best γ at each {report.whatif.axis}, per drafter shown:", highlight=False)
+                session.console.print(f"best γ at each {report.whatif.axis}, per drafter shown (projected, not run):", highlight=False)
                 for line in lines:
                     session.console.print(f"  {line}", highlight=False, soft_wrap=True)
     if html:

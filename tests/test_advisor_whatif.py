@@ -640,7 +640,7 @@ def test_the_front_ends_give_the_best_gamma_of_each_drafter(tmp_path, monkeypatc
 
     assert {d["drafter"]: d["best"] for d in batch["best_gamma"]} == expected(batch["methods"])
     flat = " ".join(text.split())          # the text is another advice's (its own timings): its form
-    assert "best γ at each B, per drafter shown:" in flat
+    assert "best γ at each B, per drafter shown (projected, not run):" in flat
     point = r"B=(\d+) γ [24] \d+\.\d\dx(?: \(none pays\))?"
     for d in batch["best_gamma"]:
         line = re.search(re.escape(d["drafter"]) + ": " + " · ".join([point] * len(BATCHES)), flat)
@@ -648,10 +648,12 @@ def test_the_front_ends_give_the_best_gamma_of_each_drafter(tmp_path, monkeypatc
     whatif, summary = bench_whatif(tmp_path, "batch")
     gammas = {d["drafter"]: d["best"] for d in whatif["batch"]["best_gamma"]}
     assert gammas == expected(whatif["batch"]["methods"])
+    assert "Best γ at each B, per drafter shown (projected, not run):" in summary
     for family, best in gammas.items():
         assert f"| {family} | " + " | ".join(f"γ {p['gamma']}: {p['speedup']:.2f}x"
                                               + (" (none pays)" if p["speedup"] < 1.0 else "") for p in best) in summary
     html = (tmp_path / "out" / "advice.html").read_text()
+    assert "per drafter shown (projected, not run):" in html
     for family, best in gammas.items():
         row = re.search(rf'<tr data-drafter="{re.escape(family)}">(.*?)</tr>', html).group(1)
         assert [(int(g), float(s)) for g, s in re.findall(r'data-gamma="(\d+)" data-speedup="([^"]+)"', row)] == \
