@@ -241,6 +241,34 @@ def run_step_seconds(pair, method, state) -> tuple[float, str]:
     return step, f"its step timed in a short run ({step * 1e3:.2f} ms a draft, every width priced so)"
 
 
+def step_seconds_by_context(pair, method, state, contexts) -> dict[int, float]:
+    """A drafter's seconds per step over a cache of each of ``contexts`` tokens: after one untimed short
+    run, a greedy chain of constant γ 4 on a prompt of about each length (its draft seconds over its
+    drafts, the prompt's round left out), as :func:`run_step_seconds` times it on a short one. For a
+    drafter whose step reads the target's cache (a self-drafter), whose cost grows with it unlike the
+    target's step."""
+    from dataclasses import replace
+
+    from engine import HybridOptions, run_strategy
+    from sampling import GreedyProcessor
+
+    strategy = replace(method.strategy(processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0),
+                       tree=0, gamma=4, gamma_policy="constant")
+    if isinstance(strategy.drafter_options, HybridOptions):       # the drafter model alone
+        strategy = replace(strategy, drafter_options=strategy.drafter_options.model)
+    run_strategy(replace(strategy, max_gen_len=8), pair, _context_ids(pair, pair.target)[0].tolist()[:16],
+                 state=state)                                     # warm
+    out = {}
+    for context in contexts:
+        prompt = _context_ids(pair, pair.target, max(16, context - HOST_RUN_TOKENS // 2))[0].tolist()
+        rounds = run_strategy(strategy, pair, prompt, state=state).trace[1:]
+        drafted = sum(len(r.drafted) for r in rounds)
+        if not drafted:
+            raise ValueError(f"{method.key} drafted nothing over a cache of {context} tokens: its step cannot be timed")
+        out[context] = sum(r.draft_s for r in rounds) / drafted
+    return out
+
+
 def steps_alone(module) -> bool:
     """Whether ``module``'s own forward is its drafter's step (an ordinary drafter model, or a kind
     that says so), not a step by a path of its own (a self-drafter's lean step on the target's cache)."""

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from advisor.costs import drafter_key
 from analysis.whatif import (
     MIN_ROUNDS, Projection, RoundFacts, contexts_within, nearest_context, project, project_contexts,
 )
@@ -253,7 +254,7 @@ class MachineWhatIf(Projected):
 def _drafter_shape(pair, method, state):
     """The shape (``engine.shapes.model_shape``) of the model ``method`` drafts with: the pair's
     drafter, or a self-drafter spec built from the target; None where it has none to read."""
-    from advisor.costs import drafter_key, drafter_module
+    from advisor.costs import drafter_module
     from engine.shapes import model_shape
 
     try:
@@ -361,12 +362,14 @@ def facts_near(advice, contexts: Sequence[int], step_s: float) -> dict[int, Roun
 
 
 def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int = ROWS, say=lambda line: None,
-                    stored: Sequence | None = None) -> ContextWhatIf:
+                    stored: Sequence | None = None, state=None) -> ContextWhatIf:
     """Every replayed method of ``advice`` (the rows kept: :func:`shown`) at batch 1 over a cache of
     each of ``analysis.whatif.CONTEXTS``
     that fits the target's window, and ``own`` (the prompts' mean context): the target's forwards
-    timed here at each (a drafter model of its own too); a drafter on the target's weights steps at
-    its ``Why.c`` of the target's step at each context; a storage's look-ups as the replay timed them.
+    timed here at each (a drafter model of its own too); a drafter on the target's weights (a
+    self-drafter, which reads the target's cache) its ``Why.c`` of the target's step at ``own``, scaled
+    to each context as its own step timed there scales (:func:`drafter_steps_by_context`; as the
+    target's step where it was not timed); a storage's look-ups as the replay timed them.
     Acceptance at each context from the replayed rounds nearest it (:func:`facts_near`), else the
     method's own. ``stored``: a cost table's forwards by context (``CostTable.context_shapes``, timed
     on two lengths or more): then nothing is timed, the lengths priced are those it timed that fit
@@ -391,20 +394,49 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
         target, drafter = time_by_context(pair, widths, contexts)
         load = other_load(before, read_load())
         surface = surface_of(target, drafter, load, where)
+    steps = {} if stored is not None and len(stored) >= 2 else \
+        drafter_steps_by_context(pair, chosen, contexts, drafter, state, say)
     out, seen = [], []
     for a in chosen:
         near = facts_near(a, contexts, target[own][(1, 1)])        # its drafter's steps at c of own's step
         seen += [f"{a.method} {f.tokens_per_round:.2f} tokens a round near L={c}" for c, f in near.items() if f]
         kind = a.entry.method.drafter
+        own_steps = steps.get(drafter_key(a.entry.method))
         out.append((a.method, project_contexts(facts_of_advice(a, target[own][(1, 1)]), near, own, target,
                                                drafter if kind == "model" else None,
                                                on_target_weights=kind in ("model", "self"),
                                                fixed_s=a.why.lookup_ms / 1e3,
-                                               scaled_source="c target steps at each context")))
+                                               scaled_source=("its step timed at each context" if own_steps else
+                                                              "c target steps at each context"),
+                                               drafter_steps=own_steps)))
     kept = shown(out, rows)
     names = {label for label, _ in kept}
     return ContextWhatIf(kept, own, where, [line for line in seen if line.split(" ", 1)[0] in names], load,
                          surface, stored is not None and len(stored) >= 2, every=out)
+
+
+def drafter_steps_by_context(pair, chosen: Sequence, contexts: Sequence[int], drafter: dict, state,
+                             say=lambda line: None) -> dict[str, dict[int, float]]:
+    """For each drafter (``advisor.costs.drafter_key``) of ``chosen`` that drafts on the target's
+    weights with no forward of its own timed by context (``drafter``: the pair's drafter model's, by
+    context, or None): its step timed over a cache of each of ``contexts`` tokens
+    (``advisor.costs.step_seconds_by_context``), once per drafter. A drafter that cannot be timed so
+    is left to the target's step, with a line."""
+    from advisor.costs import step_seconds_by_context
+
+    methods = {}
+    for a in chosen:
+        method = a.entry.method
+        if method.drafter == "self" or (method.drafter == "model" and not any(drafter.values())):
+            methods.setdefault(drafter_key(method), method)
+    out = {}
+    for key, method in methods.items():
+        say(f"timing the drafter {key}'s step over caches of {', '.join(map(str, contexts))} tokens")
+        try:
+            out[key] = step_seconds_by_context(pair, method, state, contexts)
+        except (RuntimeError, ValueError) as e:
+            say(f"{key}'s step not timed by context ({type(e).__name__}: {e}): scaled as the target's step")
+    return out
 
 
 def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):
@@ -417,7 +449,7 @@ def project_for(pair, report, context: int, where: str, whatif: str, *, state=No
     topic, _, name = whatif.partition(":")
     if topic == "context":
         projected = project_context(pair, report.advice, context, where, say=say,
-                                    stored=report.costs.context_shapes())
+                                    stored=report.costs.context_shapes(), state=state)
         if not projected.read and not report.costs.source:      # kept, so its costs.json projects elsewhere
             report.costs.by_context = [s.to_dict() for s in projected.surface]
         return projected

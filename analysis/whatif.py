@@ -67,13 +67,15 @@ def project_contexts(facts: RoundFacts, near: dict[int, RoundFacts | None], own:
                      target: dict[int, dict[tuple[int, int], float]],
                      drafter: dict[int, dict[tuple[int, int], float] | None] | None = None,
                      on_target_weights: bool = False, fixed_s: float = 0.0,
-                     scaled_source: str | None = None) -> Projection:
+                     scaled_source: str | None = None, drafter_steps: dict[int, float] | None = None) -> Projection:
     """One method's rounds at batch 1 over the contexts of ``target`` ({L: {(B, w): seconds}} timed
     over a cache of L): at each L the rounds that ran near it (``near[L]``), else ``facts`` (all of
     them); a drafter model of its own priced by ``drafter[L]`` where it was timed; a drafter on the
     target's weights (``on_target_weights``) stepping as the target's step scales from ``own``'s, its
     drafting seconds less ``fixed_s`` (look-ups, which do not) scaled so; a storage's look-ups as
-    they were. ``scaled_source``: the drafter cost's label where it was scaled so."""
+    they were. ``scaled_source``: the drafter cost's label where it was scaled so. ``drafter_steps``
+    ({L: seconds}, every context and ``own`` in it): such a drafter's own step timed at each context,
+    which its drafting scales with instead of the target's step."""
     contexts = sorted(target)
     speedups, source = [], ""
     for c in contexts:
@@ -81,7 +83,9 @@ def project_contexts(facts: RoundFacts, near: dict[int, RoundFacts | None], own:
         mine = drafter.get(c) if drafter else None
         scaled = on_target_weights and mine is None
         if scaled:
-            at = replace(at, draft_s=(at.draft_s - fixed_s) * target[c][(1, 1)] / target[own][(1, 1)] + fixed_s)
+            ratio = (drafter_steps[c] / drafter_steps[own] if drafter_steps
+                     else target[c][(1, 1)] / target[own][(1, 1)])
+            at = replace(at, draft_s=(at.draft_s - fixed_s) * ratio + fixed_s)
         p = project(at, lambda b, w, c=c: target[c][(b, w)], (1,),
                     drafter_s=None if mine is None else (lambda b, mine=mine: mine[(b, 1)]), scaled_step=scaled)
         speedups.append(p.speedups[0])

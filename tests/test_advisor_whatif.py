@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import advisor.costs
 import advisor.replay
 import advisor.whatif
 from advisor.whatif import facts_of_advice, project_advice
@@ -497,6 +498,9 @@ def test_context_prices_each_length_with_its_own_forwards_and_the_acceptance_nea
 
     monkeypatch.setattr("engine.shapes.time_shapes", time_shapes)
     monkeypatch.setattr("engine.shapes.drafter_shape_costs", lambda pair, batches, context: None)
+    # the self-drafter's own step, timed by context (here: given), scales as the target's step here
+    monkeypatch.setattr("advisor.costs.step_seconds_by_context",
+                        lambda pair, method, state, contexts: {c: 0.002 * cost(c, 1) for c in contexts})
     pair = SimpleNamespace(context_length=4096, target=None, vocab_size=10)
     advice = _context_advice(ROUNDS, 0.2, 2.0)
     out = advisor.whatif.project_context(pair, [advice], 300, "here")
@@ -759,3 +763,76 @@ def test_a_costs_file_with_unreadable_forwards_by_context_is_refused_in_one_line
         with pytest.raises(CostsError) as caught:
             CostTable.load(path)
         assert str(caught.value).startswith("not a cost table") and "\n" not in str(caught.value)
+
+
+def test_a_self_drafters_step_is_priced_by_context_as_it_was_timed_there(monkeypatch):
+    """The target's step flat at 10 ms at every context (widths 4 and 2 at 12 and 11 ms); the
+    self-drafter's own step timed at 2 ms over 300 cached tokens and growing 1 ms every 500 tokens
+    (a lean step reading the target's cache): c = 0.2 at 300, 2 steps a round, so at L its drafting is
+    2 x 0.2 x 10 ms x d(L) / d(300). By hand at 2,048: d = 2 + 3.496 = 5.496 ms, 2 x 2 ms x 2.748 =
+    10.99 ms a round's drafting, speedup = 1.5 x 10 / (11.5 + 10.99) = 0.667x; priced as the target's
+    step (flat) it would read 1.5 x 10 / (11.5 + 4) = 0.968x."""
+    verify = {1: 0.010, 2: 0.011, 4: 0.012}
+
+    def time_shapes(model, batches, widths, context, vocab_size):
+        return {(b, w): verify.get(w, 0.012) for b in batches for w in widths}
+
+    step = lambda c: 0.002 + 0.001 * (c - 300) / 500      # noqa: E731
+    monkeypatch.setattr("engine.shapes.time_shapes", time_shapes)
+    monkeypatch.setattr("engine.shapes.drafter_shape_costs", lambda pair, batches, context: None)
+    monkeypatch.setattr("advisor.costs.step_seconds_by_context",
+                        lambda pair, method, state, contexts: {c: step(c) for c in contexts})
+    pair = SimpleNamespace(context_length=4096, target=None, vocab_size=10)
+    out = advisor.whatif.project_context(pair, [_context_advice(ROUNDS, 0.2, 2.0)], 300, "here")
+    [(_, p)] = out.rows
+    at = dict(zip(p.batches, p.speedups))
+    drafting = 2 * 0.2 * 0.010 * step(2048) / step(300)
+    assert at[2048] == pytest.approx(1.5 * 0.010 / (0.5 * 0.012 + 0.5 * 0.011 + drafting))
+    assert at[2048] == pytest.approx(0.667, abs=1e-3) and p.drafter_source == "its step timed at each context"
+    assert out.to_dict()["methods"][0]["drafter_cost"] == "its step timed at each context"
+    # mutation: the drafter's step scaled as the target's (flat here) reads 0.968x at 2,048
+    monkeypatch.setattr("advisor.costs.step_seconds_by_context",
+                        lambda pair, method, state, contexts: {c: 0.002 for c in contexts})
+    [(_, q)] = advisor.whatif.project_context(pair, [_context_advice(ROUNDS, 0.2, 2.0)], 300, "here").rows
+    assert dict(zip(q.batches, q.speedups))[2048] == pytest.approx(0.968, abs=1e-3)
+
+
+def test_a_drafter_that_cannot_be_timed_by_context_is_scaled_as_the_target_with_a_line(monkeypatch):
+    def fails(pair, method, state, contexts):
+        raise ValueError("no step")
+
+    monkeypatch.setattr("engine.shapes.time_shapes", lambda model, batches, widths, context, vocab_size:
+                        {(b, w): 0.01 for b in batches for w in widths})
+    monkeypatch.setattr("engine.shapes.drafter_shape_costs", lambda pair, batches, context: None)
+    monkeypatch.setattr("advisor.costs.step_seconds_by_context", fails)
+    said = []
+    pair = SimpleNamespace(context_length=4096, target=None, vocab_size=10)
+    out = advisor.whatif.project_context(pair, [_context_advice(ROUNDS, 0.2, 2.0)], 300, "here", say=said.append)
+    assert out.rows[0][1].drafter_source == "c target steps at each context"
+    assert any("step not timed by context (ValueError: no step): scaled as the target's step" in line for line in said)
+
+
+def test_scripted_advise_times_a_self_drafters_step_by_context(monkeypatch):
+    """``infer.py --advise --whatif context`` through its script on the tiny word pair with a self-drafter
+    in the grid: its rows priced on its own step timed at each context (said in the JSON), a storage's
+    on its look-ups, and every speedup a number."""
+    from advisor.replay import method
+    from engine import NGramOptions
+
+    calls = []
+    real = advisor.costs.step_seconds_by_context
+
+    def counted(pair, m, state, contexts):
+        calls.append((m.key, tuple(contexts)))
+        out = real(pair, m, state, contexts)
+        assert set(out) == set(contexts) and all(s > 0 for s in out.values())
+        return out
+
+    monkeypatch.setattr(advisor.costs, "step_seconds_by_context", counted)
+    grid = lambda: [method("self", "self:skip=1", 2), method("self", "self:skip=1", 4),      # noqa: E731
+                    method("ngram", NGramOptions(storage="suffix"), 4)]
+    report, _ = scripted_whatif(monkeypatch, "context", grid)
+    context = report["whatif"]["context"]
+    sources = {m["method"]: m["drafter_cost"] for m in context["methods"]}
+    assert {s for m, s in sources.items() if m.startswith("speculative")} == {"its step timed at each context"}
+    assert len(calls) == 2 and calls[0][1] == tuple(context["methods"][0]["contexts"])     # once per drafter, per advice
