@@ -98,18 +98,41 @@ def context_table(session) -> WhatIf:
     session.say(f"timing the target at batch 1 by width ({', '.join(map(str, widths))}) over caches of "
                 f"{', '.join(map(str, contexts))} tokens...", "dim")
     target, drafter = time_by_context(pair, widths, contexts)
+    steps = drafter_steps(session, runs, contexts, drafter)
     rows, seen = [], []
     for run, facts in runs:
         by_context = facts_by_context(run.result, len(last.prompt_ids), contexts)
         seen += [f"{run.label} {f.tokens_per_round:.2f} tokens a round near L={c}" for c, f in by_context.items() if f]
         speculative = run.key == "speculative"
         rows.append((run.label, project_contexts(facts, by_context, own, target, drafter if speculative else None,
-                                                 on_target_weights=speculative)))
+                                                 on_target_weights=speculative, drafter_steps=steps,
+                                                 scaled_source="its step timed at each context" if steps else None)))
     return WhatIf(f"projected speedup over target AR by context length at batch 1: this prompt's rounds, "
                   f"forwards timed here on {pair.device} (this prompt's own context: {own} tokens)", rows,
                   "forward costs only (sampling and host work left out); acceptance at each L from this prompt's "
                   f"rounds nearest it where there were {MIN_ROUNDS} or more ({'; '.join(seen) or 'none'}), elsewhere "
                   "the run's own, which a long context may lower (docs/why.md)", axis="L")
+
+
+def drafter_steps(session, runs, contexts, drafter) -> dict[int, float] | None:
+    """The pair's drafter model's step timed over a cache of each of ``contexts`` tokens, where a
+    speculative run drafted with it and it has no forward of its own timed by context (``drafter``):
+    a self-drafter on the target's cache, whose attention grows with it unlike the target's step
+    (``advisor.costs.step_seconds_by_context``). None where there is none to time, or it failed (a line)."""
+    from advisor.costs import step_seconds_by_context
+    from advisor.replay import method
+
+    pair = session.runner.pair
+    if pair.drafter is None or any(drafter.values()) or not any(run.key == "speculative" for run, _ in runs):
+        return None
+    session.say(f"timing the drafter's step over caches of {', '.join(map(str, contexts))} tokens...", "dim")
+    try:
+        return step_seconds_by_context(pair, method("model", None, 4), getattr(session.runner, "state", None),
+                                       contexts)
+    except (RuntimeError, ValueError) as e:
+        session.say(f"the drafter's step not timed by context ({type(e).__name__}: {e}): scaled as the "
+                    "target's step", "yellow")
+        return None
 
 
 def machine_table(session, name: str) -> WhatIf:

@@ -144,12 +144,14 @@ def test_whatif_context_through_the_repl(pair, tmp_path):
     assert "Speculative" in table and "NASD" in table
 
 
-def test_a_longer_context_prices_a_self_drafters_step_as_the_targets(monkeypatch):
-    """At a context where the target's forwards cost twice, a drafter on the target's weights steps at
-    twice its seconds too: the projection is the same, where a fixed draft would gain. Mutation: the
-    draft left at its own context's seconds projects a higher speedup at the long context."""
+def _self_drafter_session(monkeypatch, drafter_step):
+    """A REPL session whose last prompt ran speculative decoding (3 tokens a round, verifies of 5, 4
+    drafter steps and 20 ms of drafting a round) with a drafter on the target's cache, its rounds too
+    few to split by context; the target's forwards cost twice from 128 cached tokens on
+    (10 ms + 1 ms a token fed), the drafter's step at each context ``drafter_step(L)`` (given)."""
     from types import SimpleNamespace
 
+    import advisor.costs
     import repl.whatif_view as view
     import engine.shapes as shapes
 
@@ -160,13 +162,37 @@ def test_a_longer_context_prices_a_self_drafters_step_as_the_targets(monkeypatch
     monkeypatch.setattr(shapes, "time_shapes", lambda model, batches, widths, context, vocab:
                         {(1, w): (0.010 + 0.001 * w) * (2 if context >= 128 else 1) for w in widths})
     monkeypatch.setattr(shapes, "drafter_shape_costs", lambda pair, batches, context: None)
-    pair = SimpleNamespace(context_length=256, target=None, vocab_size=10, device="cpu")
-    said = []
-    session = SimpleNamespace(runner=SimpleNamespace(pair=pair), say=lambda *a: said.append(a),
+    monkeypatch.setattr(advisor.costs, "step_seconds_by_context",
+                        lambda pair, method, state, contexts: {c: drafter_step(c) for c in contexts})
+    pair = SimpleNamespace(context_length=256, target=None, vocab_size=10, device="cpu", drafter=object())
+    session = SimpleNamespace(runner=SimpleNamespace(pair=pair), say=lambda *a: None,
                               last_run=SimpleNamespace(runs=[run], prompt_ids=[1] * 30))
-    table = view.projection_table(view.context_table(session))
+    return view.projection_table(view.context_table(session))
+
+
+def test_a_self_drafters_step_is_priced_by_context_as_it_was_timed_there(monkeypatch):
+    """The prompt's own context is 50 tokens (30 + 40 / 2), priced as run: 3 x 11 ms / (15 ms + 20 ms).
+    At 128 the target's forwards cost twice; the drafter's step timed there three times its step at 50:
+    3 x 22 ms / (30 ms + 60 ms). Mutation: its step scaled as the target's (twice) reads 3 x 22 /
+    (30 + 40) at 128, the projection of the test below."""
+    table = _self_drafter_session(monkeypatch, lambda c: 0.003 if c >= 128 else 0.001)
+    cells = [c.rstrip("x") for c in table.columns[1]._cells + table.columns[2]._cells]
+    assert cells == [f"{3 * 0.011 / (0.015 + 0.02):.2f}", f"{3 * 0.022 / (0.030 + 0.06):.2f}"]
+    assert table.columns[-1]._cells == ["its step timed at each context"]
+    assert f"{3 * 0.022 / (0.030 + 0.04):.2f}" != cells[1]
+
+
+def test_a_longer_context_prices_a_self_drafters_step_as_the_targets(monkeypatch):
+    """At a context where the target's forwards cost twice, a drafter on the target's weights whose step
+    was timed at twice its seconds there too: the projection is the same, where a fixed draft would
+    gain. Mutation: the draft left at its own context's seconds projects a higher speedup at the long
+    context."""
+    table = _self_drafter_session(monkeypatch, lambda c: 0.002 if c >= 128 else 0.001)
     cells = [c for c in table.columns[1]._cells + table.columns[2]._cells]
     assert [c.rstrip("x") for c in cells] == [f"{3 * 0.011 / (0.015 + 0.02):.2f}"] * 2
+    # mutation: the draft at its own context's seconds gains at 128: 3 x 22 / (30 + 20)
+    assert _self_drafter_session(monkeypatch, lambda c: 0.001).columns[2]._cells[0] == \
+        f"{3 * 0.022 / (0.030 + 0.02):.2f}x"
 
 
 def chart_points(html: str) -> dict[str, list[tuple[int, float, float, float]]]:
