@@ -59,6 +59,28 @@ def test_the_lean_step_computes_the_models_own_forward(kind):
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() > 0.9
 
 
+@pytest.mark.skipif(not ON_CPU, reason="the float32 cache is a CPU's choice")
+def test_float16_weights_on_a_cpu_attend_over_float32_keys_and_values():
+    """A CPU's float16 attention is several times slower than its float32 over long caches (docs/results.md),
+    so a float16 copy's step holds its keys and values in float32 and attends there: the positions
+    appended from the target's float32 cache are kept exactly, and the logits stay the model's own.
+    A bfloat16 copy keeps its own dtype."""
+    model = _copy("self:fp16")
+    step = getattr(model, LEAN_ATTR)
+    assert step.dtype == torch.float16 and step.cache_dtype == torch.float32
+    ids = list(PROMPTS[1]) * 3
+    want, got = _own_logits(model, ids), _lean_logits(step, ids)
+    scale = want.abs().max(dim=-1, keepdim=True).values
+    assert ((got - want).abs() / scale).max() < lean.TOLERANCE[torch.float16]
+    assert all(k.dtype == torch.float32 for k in step.keys + step.values)
+    exact = torch.randn(1, step.kv_heads, 3, step.head_dim, dtype=torch.float32)
+    with torch.inference_mode():
+        step.clear()
+        step.append([(exact, exact)] * len(step.layers))
+    assert torch.equal(step.keys[0][:, :3], exact[0])                 # float16 would round them
+    assert getattr(_copy("self:bf16"), LEAN_ATTR).cache_dtype == torch.bfloat16
+
+
 def test_positions_appended_from_a_cache_are_read_like_its_own():
     """Keys and values handed over from a cache (the target's, cast) and then one step
     give the logits of the model's forward over the whole sequence."""
