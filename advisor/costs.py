@@ -214,15 +214,12 @@ def drafter_module(pair, key: str, state):
     return None
 
 
-def run_step_seconds(pair, method, state) -> tuple[float, str]:
-    """(a drafter's seconds per step, how they were had) from a short greedy run of ``method`` as a
-    chain of constant γ 4: its draft seconds over its drafts, the first round (the prompt's) left
-    out, after an untimed run. For drafters whose step is not their module's forward alone: a
-    self-drafter steps through its lean path on the target's cache, MTP layers and an EAGLE-3
-    head step on the target's state. Every width is priced so."""
+def _chain_of(method):
+    """``method`` as a greedy chain of constant γ 4 over :data:`HOST_RUN_TOKENS` (a hybrid's drafter model
+    alone): the run a drafter's step is timed on."""
     from dataclasses import replace
 
-    from engine import HybridOptions, run_strategy
+    from engine import HybridOptions
     from sampling import GreedyProcessor
 
     if method is None:
@@ -231,42 +228,52 @@ def run_step_seconds(pair, method, state) -> tuple[float, str]:
                        tree=0, gamma=4, gamma_policy="constant")
     if isinstance(strategy.drafter_options, HybridOptions):       # the drafter model alone
         strategy = replace(strategy, drafter_options=strategy.drafter_options.model)
-    prompt = _context_ids(pair, pair.target)[0].tolist()[:16]
-    run_strategy(replace(strategy, max_gen_len=8), pair, prompt, state=state)      # warm
+    return strategy
+
+
+def _warm_chain(pair, strategy, state) -> None:
+    from dataclasses import replace
+
+    from engine import run_strategy
+
+    run_strategy(replace(strategy, max_gen_len=8), pair, _context_ids(pair, pair.target)[0].tolist()[:16],
+                 state=state)
+
+
+def _seconds_a_draft(pair, strategy, prompt: list[int], state, method, where: str = "in a short run") -> float:
+    """The chain's draft seconds over its drafts on ``prompt``, the prompt's round left out."""
+    from engine import run_strategy
+
     rounds = run_strategy(strategy, pair, prompt, state=state).trace[1:]
     drafted = sum(len(r.drafted) for r in rounds)
     if not drafted:
-        raise ValueError(f"{method.key} drafted nothing in a short run: its step cannot be timed")
-    step = sum(r.draft_s for r in rounds) / drafted
+        raise ValueError(f"{method.key} drafted nothing {where}: its step cannot be timed")
+    return sum(r.draft_s for r in rounds) / drafted
+
+
+def run_step_seconds(pair, method, state) -> tuple[float, str]:
+    """(a drafter's seconds per step, how they were had) from a short greedy run of ``method`` as a
+    chain of constant γ 4: its draft seconds over its drafts, the first round (the prompt's) left
+    out, after an untimed run. For drafters whose step is not their module's forward alone: a
+    self-drafter steps through its lean path on the target's cache, MTP layers and an EAGLE-3
+    head step on the target's state. Every width is priced so."""
+    strategy = _chain_of(method)
+    _warm_chain(pair, strategy, state)
+    step = _seconds_a_draft(pair, strategy, _context_ids(pair, pair.target)[0].tolist()[:16], state, method)
     return step, f"its step timed in a short run ({step * 1e3:.2f} ms a draft, every width priced so)"
 
 
 def step_seconds_by_context(pair, method, state, contexts) -> dict[int, float]:
     """A drafter's seconds per step over a cache of each of ``contexts`` tokens: after one untimed short
-    run, a greedy chain of constant γ 4 on a prompt of about each length (its draft seconds over its
-    drafts, the prompt's round left out), as :func:`run_step_seconds` times it on a short one. For a
-    drafter whose step reads the target's cache (a self-drafter), whose cost grows with it unlike the
-    target's step."""
-    from dataclasses import replace
-
-    from engine import HybridOptions, run_strategy
-    from sampling import GreedyProcessor
-
-    strategy = replace(method.strategy(processor=GreedyProcessor(), max_gen_len=HOST_RUN_TOKENS, seed=0),
-                       tree=0, gamma=4, gamma_policy="constant")
-    if isinstance(strategy.drafter_options, HybridOptions):       # the drafter model alone
-        strategy = replace(strategy, drafter_options=strategy.drafter_options.model)
-    run_strategy(replace(strategy, max_gen_len=8), pair, _context_ids(pair, pair.target)[0].tolist()[:16],
-                 state=state)                                     # warm
-    out = {}
-    for context in contexts:
-        prompt = _context_ids(pair, pair.target, max(16, context - HOST_RUN_TOKENS // 2))[0].tolist()
-        rounds = run_strategy(strategy, pair, prompt, state=state).trace[1:]
-        drafted = sum(len(r.drafted) for r in rounds)
-        if not drafted:
-            raise ValueError(f"{method.key} drafted nothing over a cache of {context} tokens: its step cannot be timed")
-        out[context] = sum(r.draft_s for r in rounds) / drafted
-    return out
+    run, the chain :func:`run_step_seconds` times on a short prompt, on a prompt of about each length.
+    For a drafter whose step reads the target's cache (a self-drafter), whose cost grows with it
+    unlike the target's step."""
+    strategy = _chain_of(method)
+    _warm_chain(pair, strategy, state)
+    return {context: _seconds_a_draft(
+                pair, strategy, _context_ids(pair, pair.target, max(16, context - HOST_RUN_TOKENS // 2))[0].tolist(),
+                state, method, f"over a cache of {context} tokens")
+            for context in contexts}
 
 
 def steps_alone(module) -> bool:

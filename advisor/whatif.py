@@ -381,8 +381,7 @@ def project_context(pair, advice: Sequence, own: int, where: str, *, rows: int =
     widths = sorted({1} | {w for a in chosen for w in a.entry.replayed.widths})
     contexts = contexts_within(pair.context_length, max(widths), own)
     if stored is not None and len(stored) >= 2:
-        window = contexts_within(pair.context_length, max(widths), own)[-1]
-        contexts = sorted({own} | {s.context for s in stored if s.context <= max(window, own)})
+        contexts = sorted({own} | {s.context for s in stored if s.context <= contexts[-1]})
         where, load, surface = stored[0].where, None, list(stored)
         say(f"pricing by context with the forwards timed on {where} over caches of "
             f"{', '.join(str(s.context) for s in stored)} tokens")
