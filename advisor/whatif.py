@@ -234,8 +234,8 @@ class MachineWhatIf(Projected):
                 f"rounds, forwards from the profile's roofline (context {self.context} tokens)")
 
     def caption(self) -> str:
-        out = (f"projected, not run: the decode part; {self.profile.source}; overhead "
-               f"{self.profile.overhead_s * 1e3:.1f} ms a forward; the models' shapes as loaded here (their dtypes); a storage's look-ups as timed here; acceptance as "
+        out = (f"projected, not run: the decode part; {self.profile.source}; "
+               f"{self.profile.describe()}; the models' shapes as loaded here (their dtypes); a storage's look-ups as timed here; acceptance as "
                "the replay had it, in lockstep at every batch size; sampling and host work left out (docs/why.md)")
         if self.left_out:
             names = [m for m, _ in self.left_out]

@@ -160,8 +160,7 @@ def machine_table(session, name: str) -> WhatIf:
                                         scaled_step=False, drafter_source="its shape on the profile")))
     return WhatIf(f"projected speedup over target AR by batch size on {profile.name}: this prompt's rounds, "
                   f"forwards from the profile's roofline (context {context} tokens)", rows,
-                  f"projected, not run: {profile.source}; overhead {profile.overhead_s * 1e3:.1f} ms a "
-                  "forward; the models as loaded here (their dtypes); a storage's look-ups as timed here; "
+                  f"projected, not run: {profile.source}; {profile.describe(target)}; the models as loaded here (their dtypes); a storage's look-ups as timed here; "
                   "sampling and host work left out (docs/why.md)")
 
 

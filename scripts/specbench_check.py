@@ -1,8 +1,9 @@
 """Spec-Bench's published leaderboard against the machine model: each method's speedup on an RTX 3090
 and an A100 predicted from its published tau and the cards' profiles, and the A100's carried from the 3090's.
 
-Two variants, each labelled: the profiles as ``analysis.roofline.PROFILES`` holds them (4 ms of eager
-overhead a forward) and the same cards with the captured path's 0.3 ms a forward. The figures, the
+Two variants, each labelled: the profiles as ``analysis.roofline.PROFILES`` holds them (an eager
+forward's overhead, 125 µs a layer: 4 ms for the 32-layer target) and the same cards with the
+captured path's (about 9 µs a layer: 0.3 ms for the target). The figures, the
 rounds and where each fact comes from: ``scripts/specbench_data.py``. Nothing here is fitted to the leaderboard.
 
     .venv/bin/python scripts/specbench_check.py [--context 500] [--json FILE]
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     result = tables(args.context)
     print(f"Spec-Bench leaderboard ({pub.source()}), Vicuna-7B-v1.3 fp16 greedy batch 1; "
           f"context {args.context} tokens")
-    print("eager: the profiles as they stand (4 ms a forward); captured: 0.3 ms a forward")
+    print("eager: the profiles as they stand (125 µs a layer: 4 ms a target forward); "
+          "captured: 9.4 µs a layer (0.3 ms a target forward); memory and arithmetic not overlapped")
     for name, by_variant in result.items():
         print()
         print("\n".join(render(name, by_variant)))

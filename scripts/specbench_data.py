@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from analysis.roofline import MachineProfile, ModelShape
+from analysis.roofline import CAPTURED_PER_LAYER_S, MachineProfile, ModelShape
 
 # -- The source -----------------------------------------------------------------------------------
 
@@ -199,14 +199,12 @@ ROUNDS: dict[str, Round] = {r.method: r for r in (
 # At batch 1 the context is a small share of a forward's bytes (0.5 MB a token against 13 GB of
 # weights), so the choice moves a prediction by about 1% between 128 and 2,048 tokens.
 CONTEXT = 500
-# The per-forward overhead of the captured (CUDA-graph) path: "about 0.3 ms", the figure the
-# comment over analysis.roofline.PROFILES gives beside the eager 4 ms the profiles carry.
-CAPTURED_OVERHEAD_S = 0.3e-3
 
 
 def captured(profile: MachineProfile) -> MachineProfile:
-    """``profile`` with the captured path's per-forward overhead in place of the eager one."""
-    return replace(profile, name=f"{profile.name} (captured)", overhead_s=CAPTURED_OVERHEAD_S)
+    """``profile`` with the captured path's overhead a layer in place of the eager one."""
+    return replace(profile, name=f"{profile.name} (captured)", overhead_s=0.0,
+                   overhead_per_layer_s=CAPTURED_PER_LAYER_S)
 
 
 # -- Pricing --------------------------------------------------------------------------------------
@@ -225,7 +223,7 @@ def draft_s(profile: MachineProfile, rnd: Round, tau: float, context: int = CONT
     total = rnd.lookup_s
     for f in rnd.forwards:
         one = profile.forward_s(f.shape, 1, forward_width(f.width, tau), context)
-        total += f.count * (one if f.own else one - profile.overhead_s)
+        total += f.count * (one if f.own else one - profile.overhead_for(f.shape))
     return total
 
 

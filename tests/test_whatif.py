@@ -112,6 +112,40 @@ def test_a_roofline_is_bound_by_memory_alone_then_by_arithmetic():
     assert card.forward_s(no_cache, 8, 1, 16_000) < long / 1.5
 
 
+def test_a_card_profile_adds_memory_and_arithmetic_and_charges_launches_by_layer():
+    """The cards' profiles: a forward costs 125 µs a layer, its bytes' time and its FLOPs' time added
+    (not the larger of the two); a 2-layer drafter pays a sixteenth of a 32-layer target's launches,
+    a head with no layer one layer's. Worked by hand on the H100 (3.35 TB/s, 989 TFLOP/s bf16).
+    Mutations: the older form (4 ms a forward, the larger of the two) prices the 2-layer drafter over
+    10x dearer and a 64-token verify without its 1 ms of arithmetic."""
+    from dataclasses import replace
+
+    from analysis.roofline import PROFILES, ModelShape
+
+    card = PROFILES["H100"]
+    assert not card.overlap and card.overhead_s == 0 and card.overhead_per_layer_s == pytest.approx(125e-6)
+    target = ModelShape(parameters=8_000_000_000, weight_bytes=2, layers=32, hidden=4096, kv_bytes_per_token=131_072)
+    drafter = ModelShape(parameters=100_000_000, weight_bytes=2, layers=2, hidden=1024, kv_bytes_per_token=8_192)
+    head = ModelShape(parameters=50_000_000, weight_bytes=2, layers=0, hidden=4096, kv_bytes_per_token=0)
+
+    def by_hand(shape, layers, width, context):
+        seen = context + width
+        return (layers * 125e-6 + (shape.parameters * 2 + seen * shape.kv_bytes_per_token) / 3.35e12
+                + width * (2 * shape.parameters + 4 * shape.layers * shape.hidden * seen) / 989e12)
+
+    verify = card.forward_s(target, 1, 64, 1000)
+    assert verify == pytest.approx(by_hand(target, 32, 64, 1000), rel=1e-12)
+    assert card.forward_s(drafter, 1, 1, 1000) == pytest.approx(by_hand(drafter, 2, 1, 1000), rel=1e-12)
+    assert card.forward_s(head, 1, 1, 1000) == pytest.approx(by_hand(head, 1, 1, 1000), rel=1e-12)
+    older = replace(card, overhead_s=4e-3, overhead_per_layer_s=0.0, overlap=True)
+    assert older.forward_s(drafter, 1, 1, 1000) > 10 * card.forward_s(drafter, 1, 1, 1000)
+    # the same 4 ms for 32 layers: the older form leaves out the 64-token verify's arithmetic
+    assert verify - older.forward_s(target, 1, 64, 1000) == pytest.approx(
+        64 * (2 * 8e9 + 4 * 32 * 4096 * 1064) / 989e12, rel=1e-9)
+    assert "125 µs a layer" in card.describe(target) and "4.0 ms a forward of this 32-layer" in card.describe(target)
+    assert "not overlapped" in card.describe() and card.to_dict()["overlap"] is False
+
+
 def test_a_profile_fitted_to_timed_forwards_reproduces_them():
     """Forwards timed on a machine that is a roofline (made up: 2 ms overhead, 50 GB/s, 1 TFLOP/s) are
     fitted back within a few percent at every point; a shape off by 2x in its bytes is not."""
