@@ -440,10 +440,11 @@ def drafter_steps_by_context(pair, chosen: Sequence, contexts: Sequence[int], dr
 
 def project_for(pair, report, context: int, where: str, whatif: str, *, state=None, say=lambda line: None):
     """``report``'s advice projected as ``whatif`` (a ``analysis.whatif.whatif_choice`` value) asks: over
-    batch size here (:func:`project_report`) or on a machine profile (:func:`project_machine`), or
+    batch size here (:func:`project_report`) or on a machine profile (:func:`project_machine`; its
+    captured form, ``analysis.roofline.captured``, where the session's compile path is ``graphs``), or
     over context length (:func:`project_context`: with the forwards by context ``report.costs`` holds,
     else timed here and kept in it)."""
-    from analysis.roofline import profile_named
+    from analysis.roofline import for_path, profile_named
 
     topic, _, name = whatif.partition(":")
     if topic == "context":
@@ -453,7 +454,9 @@ def project_for(pair, report, context: int, where: str, whatif: str, *, state=No
             report.costs.by_context = [s.to_dict() for s in projected.surface]
         return projected
     if topic == "machine":
-        profile = profile_named(name)
+        # the session's compile path, where given, is the one the user would run there: captured
+        # forwards (graphs) pay the captured path's launches on the card
+        profile = for_path(profile_named(name), report.session_compile)
         say(f"pricing the best methods on {profile.name}'s roofline over a cache of {context} tokens")
         return project_machine(pair, report.advice, context, profile, state=state, step_s=report.ar_step_s)
     return project_report(pair, report, context, where, say=say)

@@ -20,7 +20,7 @@ checked on others (:func:`errors`). Plain numbers, no torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,21 @@ PROFILES: dict[str, MachineProfile] = {p.name: p for p in (
           "NVIDIA GA102 whitepaper (RTX 3090: 936 GB/s GDDR6X, 71 TFLOPS FP16 tensor with FP32 "
           "accumulate, dense)"),
 )}
+
+
+def captured(profile: MachineProfile) -> MachineProfile:
+    """``profile`` with the captured path's overhead a layer (CUDA graphs replay a forward's launches
+    as one) in place of its own; named so ("H100 (captured)")."""
+    if profile.name.endswith(" (captured)"):
+        return profile
+    return replace(profile, name=f"{profile.name} (captured)", overhead_s=0.0,
+                   overhead_per_layer_s=CAPTURED_PER_LAYER_S)
+
+
+def for_path(profile: MachineProfile, path: str | None) -> MachineProfile:
+    """``profile`` as a run on compile ``path`` would meet it: ``graphs`` (captured forwards) pays the
+    captured path's launches (:func:`captured`), any other path (``off``, ``static``, none) the eager ones."""
+    return captured(profile) if path == "graphs" else profile
 
 
 def profile_named(name: str) -> MachineProfile:

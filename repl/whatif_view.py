@@ -138,30 +138,34 @@ def drafter_steps(session, runs, contexts, drafter) -> dict[int, float] | None:
 def machine_table(session, name: str) -> WhatIf:
     """The last prompt's drafting runs priced on the machine profile ``name``: the target's forward and
     a drafter model's from their shapes as loaded here; a storage's look-ups as timed here."""
-    from analysis.roofline import profile_named
+    from analysis.roofline import for_path, profile_named
     from engine.shapes import model_shape
 
     pair, last = session.runner.pair, session.last_run
-    profile = profile_named(name)
+    card = profile_named(name)
     runs, context = drafting_runs(last)
     target = model_shape(pair.target)
     try:
         drafter = model_shape(pair.drafter) if pair.drafter is not None else None
     except (AttributeError, TypeError, ValueError):         # a drafter module with no model config
         drafter = None
-    rows = []
+    rows, used = [], {}
     for run, facts in runs:
         own = drafter if run.key == "speculative" else None
         if run.key == "speculative" and own is None:
             session.say(f"{run.label}: left out, its drafter's shape cannot be read to price it", "yellow")
             continue
-        rows.append((run.label, project(facts, lambda b, w: profile.forward_s(target, b, w, context), BATCHES,
-                                        drafter_s=None if own is None else (lambda b: profile.forward_s(own, b, 1, context)),
+        # each run priced as it ran: captured forwards (compile graphs) pay the captured path's launches
+        profile = for_path(card, (getattr(run.result, "compile", None) or {}).get("path"))
+        used[profile.name] = profile
+        rows.append((run.label, project(facts, lambda b, w, p=profile: p.forward_s(target, b, w, context), BATCHES,
+                                        drafter_s=None if own is None else (lambda b, p=profile: p.forward_s(own, b, 1, context)),
                                         scaled_step=False, drafter_source="its shape on the profile")))
-    return WhatIf(f"projected speedup over target AR by batch size on {profile.name}: this prompt's rounds, "
-                  f"forwards from the profile's roofline (context {context} tokens)", rows,
-                  f"projected, not run: {profile.source}; {profile.describe(target)}; the models as loaded here (their dtypes); a storage's look-ups as timed here; "
-                  "sampling and host work left out (docs/why.md)")
+    forms = "; ".join((f"{name}: " if len(used) > 1 else "") + p.describe(target) for name, p in used.items())
+    return WhatIf(f"projected speedup over target AR by batch size on {' and '.join(used) or card.name}: this "
+                  f"prompt's rounds, forwards from the profile's roofline (context {context} tokens)", rows,
+                  f"projected, not run: {card.source}; {forms or card.describe(target)}; the models as loaded here "
+                  "(their dtypes); a storage's look-ups as timed here; sampling and host work left out (docs/why.md)")
 
 
 def projection_table(view: WhatIf) -> Table:

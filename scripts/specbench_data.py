@@ -19,9 +19,9 @@ it comes from. Plain numbers, no torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from analysis.roofline import CAPTURED_PER_LAYER_S, MachineProfile, ModelShape
+from analysis.roofline import MachineProfile, ModelShape
 
 # -- The source -----------------------------------------------------------------------------------
 
@@ -199,12 +199,6 @@ ROUNDS: dict[str, Round] = {r.method: r for r in (
 # At batch 1 the context is a small share of a forward's bytes (0.5 MB a token against 13 GB of
 # weights), so the choice moves a prediction by about 1% between 128 and 2,048 tokens.
 CONTEXT = 500
-
-
-def captured(profile: MachineProfile) -> MachineProfile:
-    """``profile`` with the captured path's overhead a layer in place of the eager one."""
-    return replace(profile, name=f"{profile.name} (captured)", overhead_s=0.0,
-                   overhead_per_layer_s=CAPTURED_PER_LAYER_S)
 
 
 # -- Pricing --------------------------------------------------------------------------------------

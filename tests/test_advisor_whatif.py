@@ -120,7 +120,7 @@ def test_infer_and_bench_refuse_whatif_without_advise_before_loading(tmp_path, c
     assert "--whatif projects the advice" in err and "\n" not in err
 
 
-def bench_whatif(tmp_path, whatif: str) -> tuple[dict, str]:
+def bench_whatif(tmp_path, whatif: str, *more: str) -> tuple[dict, str]:
     """``bench.py --advise --whatif WHATIF`` on one prompt of the tiny word pair (its grid patched by the
     caller): the chat category's ``whatif`` object of advice.json, and advice.md (advice.html is left
     in ``tmp_path / "out"``)."""
@@ -131,7 +131,7 @@ def bench_whatif(tmp_path, whatif: str) -> tuple[dict, str]:
                        encoding="utf-8")
     out = tmp_path / "out"
     argv = ["--advise", "--whatif", whatif, "--prompts", str(prompts), "--length", "6", "--confirm", "1",
-            "--out", str(out), "--no-chat"]
+            "--out", str(out), "--no-chat", *more]
     pair = word_pair()
     assert main(argv, loader=lambda args: pair) == 0
     return (json.loads((out / "advice.json").read_text())["advice"]["chat"]["whatif"],
@@ -411,9 +411,10 @@ def test_infer_and_bench_refuse_an_unknown_machine_before_loading(tmp_path, caps
     assert caught.value.code == 2 and "name one machine" in capsys.readouterr().err
 
 
-def scripted_whatif(monkeypatch, whatif: str, grid=tiny_grid) -> tuple[dict, str]:
-    """``infer.py --advise --whatif WHATIF`` through its script on the tiny word pair (its grid patched):
-    the JSON answer, and the text the same advice prints without ``--json``."""
+def scripted_whatif(monkeypatch, whatif: str, grid=tiny_grid, compile: str = "off") -> tuple[dict, str]:
+    """``infer.py --advise --whatif WHATIF`` through its script on the tiny word pair (its grid patched;
+    ``compile``: the session's path, ``--compile``): the JSON answer, and the text the same advice
+    prints without ``--json``."""
     from repl.advice import advise_script
     from repl.runner import Runner
     from repl.scripted import Entry
@@ -424,11 +425,11 @@ def scripted_whatif(monkeypatch, whatif: str, grid=tiny_grid) -> tuple[dict, str
     monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: grid())
     entries = [Entry("command", "/length 6", "stdin:1"), Entry("prompt", "the cat sat on the mat", "stdin:2")]
     c, _ = console()
-    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False, compile=compile), c)
     stdout = io.StringIO()
     assert advise_script(session, entries, as_json=True, stdout=stdout, whatif=whatif) == 0, session.last_error
     c, out = console()
-    session = Session(Runner(word_pair()), Settings(length=8, chat=False), c)
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False, compile=compile), c)
     assert advise_script(session, entries, as_json=False, stdout=io.StringIO(), whatif=whatif) == 0, session.last_error
     return json.loads(stdout.getvalue()), out.getvalue()
 
@@ -454,6 +455,29 @@ def test_scripted_advise_and_bench_project_on_a_machine(tmp_path, monkeypatch):
     assert machine["profile"]["name"] == "A100" and len(machine["methods"][0]["speedups"]) == len(BATCHES)
     assert "Projected, not run: projected speedup over target AR by batch size on A100" in summary
     assert "| stops paying at |" in summary and "Best at each B: B=1 " in summary
+
+
+def test_a_session_on_captured_forwards_is_projected_on_the_cards_captured_path(tmp_path, monkeypatch):
+    """``infer.py --compile graphs --advise --whatif machine:H100`` (and ``bench.py``'s): the advice ranks
+    on ``off`` as ever, but the user runs captured forwards, so the card is priced with the captured
+    path's launches: the profile is ``captured(H100)``, the title says so, and the look-up methods'
+    rows move (their look-ups are a larger share of a cheaper forward). Mutation: the session's path
+    ignored gives the eager profile and the eager rows."""
+    from analysis.roofline import PROFILES, captured
+
+    eager, _ = scripted_whatif(monkeypatch, "machine:H100")
+    report, text = scripted_whatif(monkeypatch, "machine:H100", compile="graphs")
+    machine = report["whatif"]["machine"]
+    assert report["session_compile"] == "graphs" and report["compile"] == "off"
+    assert machine["profile"] == captured(PROFILES["H100"]).to_dict() and machine["profile"]["overhead_per_layer_us"] == 9.375
+    assert machine["from"].startswith("H100 (captured)'s roofline")
+    assert "by batch size on H100 (captured)" in text and "overhead 9 µs a layer" in " ".join(text.split())
+    before = {m["method"]: m["speedups"] for m in eager["whatif"]["machine"]["methods"]}
+    moved = [m["method"] for m in machine["methods"] if m["method"] in before and any(
+        abs(a / b - 1) > 0.05 for a, b in zip(m["speedups"], before[m["method"]]))]
+    assert moved
+    whatif, summary = bench_whatif(tmp_path, "machine:h100", "--compile", "graphs")
+    assert whatif["machine"]["profile"]["name"] == "H100 (captured)" and "on H100 (captured)" in summary
 
 
 # ---------------------------------------------------------------------------------------------

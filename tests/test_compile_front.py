@@ -291,3 +291,32 @@ def test_bench_runs_ours_on_the_path_asked_and_pairs_the_static_peer(runner, tmp
     target = next(r for r in data["summary"] if r["variant"] == "target" and r["category"] == "all")
     assert target["peer"] == "hf_generate+static"
     assert "compile static" in (out / "summary.md").read_text()
+
+
+def test_whatif_machine_prices_each_run_on_the_path_it_ran(runner, monkeypatch):
+    """``/compile graphs``, a prompt, then ``/whatif machine H100`` as a user types them: the runs took
+    the captured path, so the card is priced with the captured path's launches ("H100 (captured)",
+    9.4 µs a layer); the same prompt on ``off`` gets the eager profile (125 µs a layer). Mutation:
+    a captured run priced with the eager launches gives the eager table (NASD's rows differ below)."""
+    from repl.session import Session
+    from tests.helpers.repl import console
+
+    monkeypatch.setattr(static, "BACKEND", "eager")
+    tables = {}
+    for path in ("graphs", "off"):
+        c, out = console()
+        session = Session(runner, Settings(length=12, chat=False, live=False, drafter=True), c)
+        for line in (f"/compile {path}", PROMPT, "/whatif machine H100"):
+            session.handle(line)
+        text = " ".join(out.getvalue().split())
+        assert "Traceback" not in text and "/whatif failed" not in text
+        tables[path] = session.last_run.whatifs["machine H100"]
+        assert {r.result.compile["path"] for r in session.last_run.runs} == {path}
+    captured, eager = tables["graphs"], tables["off"]
+    assert "on H100 (captured)" in captured.title and "overhead 9 µs a layer" in captured.caption
+    assert "on H100:" in eager.title and "overhead 125 µs a layer" in eager.caption
+    rows = dict(captured.rows)
+    assert rows and set(rows) == set(dict(eager.rows))
+    # NASD's look-ups, timed here, are the same in both; next to the captured path's cheaper forwards
+    # they are a larger share of a round, so its projection is lower at every batch size
+    assert all(c < 0.8 * e for c, e in zip(rows["NASD"].speedups, dict(eager.rows)["NASD"].speedups))

@@ -144,6 +144,13 @@ def test_a_card_profile_adds_memory_and_arithmetic_and_charges_launches_by_layer
         64 * (2 * 8e9 + 4 * 32 * 4096 * 1064) / 989e12, rel=1e-9)
     assert "125 µs a layer" in card.describe(target) and "4.0 ms a forward of this 32-layer" in card.describe(target)
     assert "not overlapped" in card.describe() and card.to_dict()["overlap"] is False
+    # the captured path's launches: 0.3 ms for 32 layers; a run on graphs meets them, any other path the eager ones
+    from analysis.roofline import captured, for_path
+
+    graphs = for_path(card, "graphs")
+    assert graphs == captured(card) == captured(graphs) and graphs.name == "H100 (captured)"
+    assert graphs.overhead_for(target) == pytest.approx(0.3e-3) and graphs.overlap is False
+    assert for_path(card, "static") is card and for_path(card, "off") is card and for_path(card, None) is card
 
 
 def test_a_profile_fitted_to_timed_forwards_reproduces_them():
