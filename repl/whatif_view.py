@@ -137,7 +137,8 @@ def drafter_steps(session, runs, contexts, drafter) -> dict[int, float] | None:
 
 def machine_table(session, name: str) -> WhatIf:
     """The last prompt's drafting runs priced on the machine profile ``name``: the target's forward and
-    a drafter model's from their shapes as loaded here; a storage's look-ups as timed here."""
+    a drafter model's from their shapes as loaded here; a storage's look-ups as timed here. Each run
+    meets the card as it ran: on compile ``graphs``, its captured form (``analysis.roofline.for_path``)."""
     from analysis.roofline import for_path, profile_named
     from engine.shapes import model_shape
 
