@@ -19,6 +19,7 @@ from engine.named import named_strategy
 from generation import GenerationResult, StrategyRefused
 from repl.runs import PromptRun, StrategyRun
 from repl.settings import Settings
+from utils.errors import is_out_of_memory
 from utils.machine_load import load_record, other_load, read_load
 from utils.method_name import MethodName
 from utils.vocab import encode_prompt, has_chat_template
@@ -28,10 +29,6 @@ WARMUP_TEXT = "Hello, how are you?"
 
 class PromptRefused(ValueError):
     """The prompt cannot run as asked (empty, or too long for the context)."""
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
 def free_memory() -> None:

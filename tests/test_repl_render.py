@@ -214,12 +214,18 @@ def test_unescape():
 
 # ------------------------------------------------------------ runner failures
 
-def test_out_of_memory_is_reported_and_the_rest_still_run(monkeypatch):
+@pytest.mark.parametrize("oom", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                                 MemoryError(), RuntimeError("wrapped")])
+def test_out_of_memory_is_reported_and_the_rest_still_run(monkeypatch, oom):
+    """A GPU's out-of-memory error, a CPU's MemoryError, or either as the cause of another error: the
+    run says so in one line with what to lower, and the other strategies still run."""
     runner = Runner(fake_pair())
+    if isinstance(oom, RuntimeError):
+        oom.__cause__ = MemoryError()
 
     def generate(key, ids, settings, **kw):
         if key == "speculative":
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            raise oom
         if key == "ngram":
             raise RuntimeError("something else broke")
         return result([4, 5])

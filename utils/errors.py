@@ -50,8 +50,8 @@ def hub_offline() -> bool:
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """True for CUDA/MPS/CPU out-of-memory failures."""
-    if isinstance(exc, MemoryError) or _has_type(exc, "OutOfMemoryError"):
+    """True for CUDA/MPS/CPU out-of-memory failures, raised or anywhere in the chain of causes."""
+    if _has_type(exc, "MemoryError") or _has_type(exc, "OutOfMemoryError"):
         return True
     return "out of memory" in _text(exc)
 
