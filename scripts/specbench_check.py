@@ -15,18 +15,29 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts import specbench_data as pub  # noqa: E402
-from analysis.roofline import PROFILES, MachineProfile, captured  # noqa: E402
+from analysis.roofline import EAGER_PER_LAYER_S, PROFILES, MachineProfile, captured  # noqa: E402
 
 VARIANTS: dict[str, Callable[[MachineProfile], MachineProfile]] = {
     "eager": lambda p: p,           # the profile as it stands
     "captured": captured,           # its overhead a layer replaced by the captured path's
 }
 FROM, TO = "RTX3090", "A100"
+# The forms the cards' profiles were chosen among (docs/results.md): the overhead flat a forward or
+# by layer, memory and arithmetic overlapped (the larger) or not (their sum). The last is the profiles'.
+FORMS: dict[str, dict] = {
+    "4 ms a forward, the larger (the older form)": dict(overhead_s=4e-3, overhead_per_layer_s=0.0, overlap=True),
+    "125 µs a layer, the larger": dict(overhead_s=0.0, overhead_per_layer_s=EAGER_PER_LAYER_S, overlap=True),
+    "4 ms a forward, the sum": dict(overhead_s=4e-3, overhead_per_layer_s=0.0, overlap=False),
+    "no overhead, the sum": dict(overhead_s=0.0, overhead_per_layer_s=0.0, overlap=False),
+    "125 µs a layer, the sum (the profiles')": dict(overhead_s=0.0, overhead_per_layer_s=EAGER_PER_LAYER_S,
+                                                   overlap=False),
+}
 
 
 def tables(context: int) -> dict[str, dict[str, list[pub.Row]]]:
@@ -36,6 +47,17 @@ def tables(context: int) -> dict[str, dict[str, list[pub.Row]]]:
         out[card] = {v: pub.card_rows(card, make(PROFILES[card]), context) for v, make in VARIANTS.items()}
     out[f"{TO} from {FROM}"] = {v: pub.carried_rows(FROM, TO, make(PROFILES[FROM]), make(PROFILES[TO]), context)
                                 for v, make in VARIANTS.items()}
+    return out
+
+
+def forms(context: int) -> dict[str, dict[str, float]]:
+    """{form: {table: mean absolute error}} for each of :data:`FORMS` on the cards' bandwidths and peaks."""
+    out = {}
+    for form, fields in FORMS.items():
+        cards = {card: replace(PROFILES[card], **fields) for card in pub.CARDS}
+        errors = {card: pub.mean_abs_error(pub.card_rows(card, cards[card], context)) for card in pub.CARDS}
+        errors[f"{TO} from {FROM}"] = pub.mean_abs_error(pub.carried_rows(FROM, TO, cards[FROM], cards[TO], context))
+        out[form] = errors
     return out
 
 
@@ -66,6 +88,7 @@ def rounds_dict() -> dict:
 
 def as_json(result: dict[str, dict[str, list[pub.Row]]], context: int) -> dict:
     return {
+        "forms": {form: {t: round(100 * e, 2) for t, e in errors.items()} for form, errors in forms(context).items()},
         "source": {"repository": pub.REPOSITORY, "file": pub.LEADERBOARD_FILE, "commit": pub.LEADERBOARD_COMMIT,
                    "model": "Vicuna-7B-v1.3, fp16, greedy, batch 1"},
         "context_tokens": context,
@@ -94,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, by_variant in result.items():
         print()
         print("\n".join(render(name, by_variant)))
+    print()
+    print("mean absolute error (eager) by the profiles' form:")
+    for form, errors in forms(args.context).items():
+        print(f"  {form:<44} " + "  ".join(f"{t}: {100 * e:.1f}%" for t, e in errors.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(as_json(result, args.context), indent=2) + "\n")
     return 0
