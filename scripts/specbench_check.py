@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print("\n".join(render(name, by_variant)))
     print()
-    print("mean absolute error (eager) by the profiles' form:")
+    print("eager, by the form of the profiles (mean absolute error):")
     for form, errors in forms(args.context).items():
         print(f"  {form:<44} " + "  ".join(f"{t}: {100 * e:.1f}%" for t, e in errors.items()))
     if args.json:

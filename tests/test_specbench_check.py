@@ -154,7 +154,8 @@ def test_the_script_prints_and_writes_every_table(tmp_path, capsys):
     out = tmp_path / "check.json"
     assert specbench_check.main(["--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "09244ff" in text and text.count("mean absolute error") == 3
+    assert "09244ff" in text and text.count("mean absolute error") == 4       # three tables and the forms'
+    assert "125 µs a layer, the sum (the profiles')      RTX3090: 7.5%  A100: 10.5%" in text
     data = json.loads(out.read_text())
     assert data["source"]["commit"] == pub.LEADERBOARD_COMMIT
     assert set(data["tables"]) == {"RTX3090", "A100", "A100 from RTX3090"}
@@ -166,6 +167,9 @@ def test_the_script_prints_and_writes_every_table(tmp_path, capsys):
     assert data["tables"]["RTX3090"]["eager"]["mean_abs_error_pct"] == pytest.approx(sum(errors) / len(errors),
                                                                                      abs=0.02)
     assert len(data["tables"]["A100 from RTX3090"]["captured"]["rows"]) == 7
+    assert data["forms"]["4 ms a forward, the larger (the older form)"]["A100"] == 32.8
+    assert data["forms"]["125 µs a layer, the sum (the profiles')"]["RTX3090"] == \
+        data["tables"]["RTX3090"]["eager"]["mean_abs_error_pct"]
 
 
 def test_the_forms_the_profiles_were_chosen_among():
