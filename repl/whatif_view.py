@@ -11,7 +11,7 @@ from rich.text import Text
 
 from analysis.whatif import MIN_ROUNDS, contexts_within, facts_by_context, facts_of, project, project_contexts
 from utils.machine_load import is_busy
-from engine.shapes import BATCHES, time_pair_shapes
+from engine.shapes import BATCHES, coarse_widths, time_pair_shapes
 from generation.served import ServedModel
 
 
@@ -69,19 +69,21 @@ def whatif_table(session) -> WhatIf:
     session.say(f"timing the target by batch ({', '.join(map(str, BATCHES))}) and width "
                 f"({', '.join(map(str, widths))}) over a cache of {context} tokens...", "dim")
     shapes = time_pair_shapes(pair, widths, context)
-    target, drafter = shapes.target, shapes.drafter
     if is_busy(shapes.other_load):
         session.say(f"busy machine: other processes used {shapes.other_load:.1f} cores while the forwards were "
                     "timed; the projection may be off", "yellow")
     rows = []
     for run, facts in runs:
-        own = drafter if run.key == "speculative" else None
-        rows.append((run.label, project(facts, lambda b, w: target[(b, w)], BATCHES,
-                                        drafter_s=None if own is None else (lambda b: own[(b, 1)]),
+        # above batch 1 only coarse widths are timed (engine.shapes.coarse_widths): read between them
+        own = shapes.drafter is not None and run.key == "speculative"
+        rows.append((run.label, project(facts, shapes.target_s, BATCHES,
+                                        drafter_s=shapes.drafter_s if own else None,
                                         scaled_step=run.key == "speculative")))
+    between = sorted(set(widths) - set(coarse_widths(widths)))
+    read = (f"; above batch 1 widths {', '.join(map(str, between))} read between those timed" if between else "")
     return WhatIf(f"projected speedup over target AR by batch size: this prompt's rounds, forwards timed "
                   f"here on {pair.device} (context {context} tokens)", rows,
-                  "forward costs only (sampling and host work left out); acceptance as this prompt's runs "
+                  f"forward costs only (sampling and host work left out){read}; acceptance as this prompt's runs "
                   "had it, in lockstep at every batch size (docs/why.md)")
 
 

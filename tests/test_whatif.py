@@ -385,3 +385,31 @@ def test_batches_above_one_are_timed_at_coarse_widths_and_read_between(monkeypat
     assert all(out.target_s(b, w) == pytest.approx(0.01 + 0.001 * b * w) for b in (2, 8, 32) for w in range(1, 19))
     assert shapes.coarse_widths([1, 5]) == [1, 5] and shapes.coarse_widths(range(1, 40)) == \
         [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 39]
+
+
+def test_whatif_batch_reads_between_the_coarse_widths_above_batch_one():
+    """A prompt, then ``/whatif batch`` on a run whose rounds verified every width from 1 to 10 (its
+    rounds set so: a tiny pair's own runs verify a few widths only). Above batch 1 only 1-4, 6, 8 and
+    10 are timed (``engine.shapes.coarse_widths``), so 5, 7 and 9 are read between them and the
+    caption says so. Mutation: the timed table looked up directly (as before) fails the command."""
+    from repl.runner import Runner
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.pairs import model_pair
+    from tests.helpers.repl import build_model, build_tokenizer, console
+
+    tokenizer = build_tokenizer()
+    pair = model_pair(build_model(1, len(tokenizer), context=256), build_model(2, len(tokenizer), context=256),
+                      tokenizer=tokenizer, end_tokens=[2], context_length=256)
+    c, out = console()
+    session = Session(Runner(pair), Settings(length=8, chat=False, live=False, gamma=9), c)
+    session.handle("the cat sat on the mat")
+    run = next(r for r in session.last_run.runs if r.key == "ngram")
+    run.result.trace = [Round(tuple(range(3, 3 + k)), k, 7, True, draft_s=1e-4) for k in (0, *range(10))]
+    session.handle("/whatif batch")
+    text = " ".join(out.getvalue().split())
+    assert "/whatif failed" not in text and "Traceback" not in text
+    assert "width (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)" in text
+    assert "above batch 1 widths 5, 7, 9 read between those timed" in text
+    view = session.last_run.whatifs["batch"]
+    assert all(s > 0 for _, p in view.rows for s in p.speedups)
