@@ -140,9 +140,10 @@ class PromptRun:
 
     def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
         """(identical to target AR, first differing token index) under greedy; (None, None) when the check
-        does not apply (sampling, no baseline, an incomplete run)."""
+        does not apply (sampling, no baseline, an incomplete run, drafter AR: another model's output,
+        which no lossless method promises to equal)."""
         base = self.baseline()
-        if not self.greedy or base is None or not run.usable:
+        if not self.greedy or base is None or not run.usable or run.key == "drafter":
             return None, None
         index = first_divergence(run.result.tokens, base.result.tokens)
         return index is None, index

@@ -368,6 +368,11 @@ def test_identical_share_and_first_divergence():
     assert _row(rows, "ngram@4", "code_editing").first_divergence is None
     assert _row(rows, "ngram@4", ALL).identical is not None
     assert summarize(_hand_records(), greedy=False)[0].identical is None
+    # drafter AR is another model: its outputs are not counted identical or not, nor judged
+    drafted = [_rec("drafter", pid, cat, r, 10, 0.3, tokens=[5] * 10) for r in range(3)
+               for pid, cat in (("c1", "code_editing"), ("h1", "chat"))]
+    row = _row(summarize(_hand_records() + drafted, greedy=True), "drafter", ALL)
+    assert (row.identical, row.identical_count, row.divergences, row.unexplained) == (None, None, [], None)
 
 
 def test_expectations_parse_and_reject_bad_text():
