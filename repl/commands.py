@@ -157,12 +157,20 @@ parse_match_factor.bounds = MATCH_FACTOR_RANGE
 
 
 def parse_corpus(words: list[str], settings: Settings | None = None) -> Update:
-    """``FILE`` or ``off``. The file is read when the sam storage first needs it (a file that
-    cannot be read fails that run with one line)."""
+    """``FILE`` or ``off``. The file must be readable now (a missing or unreadable one is refused in one
+    line, the setting left as it was); it is read when the sam storage first needs it (a file that
+    cannot be read then fails that run with one line)."""
     if not words:
         raise CommandError("missing file name (or off)")
     path = " ".join(words)
-    return Update({"corpus": "" if path.lower() in OFF_WORDS else path})
+    if path.lower() in OFF_WORDS:
+        return Update({"corpus": ""})
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise CommandError(f"cannot read corpus file {path!r}: {e.strerror or e}") from None
+    return Update({"corpus": path})
 
 
 def parse_gamma_policy(words: list[str], settings: Settings | None = None) -> Update:

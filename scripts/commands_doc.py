@@ -16,9 +16,11 @@ promise a grammar the parser refuses, nor leave out a word it accepts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -120,10 +122,14 @@ def examples(command: Command) -> list[list[str]]:
 
 
 def _rejects(command: Command, words: list[str]) -> bool:
-    try:
-        command.parse(words, Settings())
-    except CommandError:
-        return True
+    """Whether the parser refuses ``words``, run where the sample ``FILE`` exists (a command may ask
+    that a file it reads be there, as ``/corpus`` does)."""
+    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
+        Path(SAMPLES["FILE"]).touch()
+        try:
+            command.parse(words, Settings())
+        except CommandError:
+            return True
     return False
 
 
@@ -162,7 +168,7 @@ def accepts(command: Command) -> str:
         lo, hi = bounds(command)
         kind = "a whole number" if isinstance(lo, int) else "a number"
         return f"`{command.args}`, {kind} from {number(lo)} to {number(hi)}."
-    if choices(command):
+    if choices(command) and command.values:
         return f"first word one of {_code(command.values)}."
     return ""
 

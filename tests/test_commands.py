@@ -378,7 +378,9 @@ def test_uag_method_is_a_setting_and_a_flag():
     assert completions("/uag ") == ["slem", "tli"]
 
 
-def test_the_match_storages_take_no_n_and_have_settings_of_their_own():
+def test_the_match_storages_take_no_n_and_have_settings_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("some text to match\n", encoding="utf-8")
     reply, s = run("/set_ngramstorage suffix", Settings(ngram_n=5))
     assert reply.ok and s.ngram_storage == "suffix" and s.ngram_n == 5 and reply.message == "set_ngramstorage: suffix"
     reply, s = run("/set_ngramstorage sam 3")
@@ -391,6 +393,15 @@ def test_the_match_storages_take_no_n_and_have_settings_of_their_own():
         reply, s = run(line)
         assert not reply.ok and s == Settings()
     assert run("/corpus off", Settings(corpus="a.txt"))[1].corpus == ""
+    reply, s = run("/corpus notes.txt")
+    assert reply.ok and s.corpus == "notes.txt"
+    # a file that cannot be read now is refused in one line and the setting stays as it was
+    for missing, says in (("absent.txt", "No such file or directory"), (".", "Is a directory")):
+        reply, s = run(f"/corpus {missing}", Settings(corpus="notes.txt"))
+        assert not reply.ok and f"cannot read corpus file '{missing}': {says}" in reply.message
+        assert "\n" not in reply.message and s.corpus == "notes.txt"
+    with pytest.raises(CommandError, match="cannot read corpus file 'absent.txt'"):
+        flags("--corpus", "absent.txt")
 
 
 def test_hybrid_takes_a_match_length_from_0_to_64():
