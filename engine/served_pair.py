@@ -29,9 +29,9 @@ def load_served_pair(url: str, kind: str | None = None, drafter: str | None = No
     ``dtype``, ``drafter_quantize``, ``progress``, ``cache_dir``)."""
     options = LoadOptions.of(options, **keywords)
     say = options.say
-    kind = kind_of_spec(drafter)
-    if kind is not None and kind.served is not None:
-        raise ModelLoadError(f"--drafter {drafter} {kind.served}")
+    drafter_kind = kind_of_spec(drafter)
+    if drafter_kind is not None and drafter_kind.served is not None:
+        raise ModelLoadError(f"--drafter {drafter} {drafter_kind.served}")
     if isinstance(n_probs, bool) or not isinstance(n_probs, int) or n_probs < 1:
         raise ModelLoadError(f"--server-probs must be an integer >= 1, got {n_probs!r}")
     try:

@@ -495,3 +495,22 @@ def test_a_greedy_token_inside_a_utf8_character_is_still_scored(pair, url, monke
     with pytest.raises(ServerError, match="ignored n_probs"):
         run_strategy(Strategy("ngram", processor=GreedyProcessor(), max_gen_len=48, drafter="ngram", gamma=3,
                               drafter_options=NGramOptions(n=2)), pair, prompt)
+
+
+def test_the_server_kind_asked_for_is_the_one_used(capsys):
+    """``--server-kind KIND`` reaches the connection: an unknown kind is refused in one line before
+    any address is tried (the address here is never reached), through the engine and through
+    ``infer.py``. Mutation (the bug this guards): the drafter's kind read into the same name, so
+    the server's was dropped and detection tried the address instead."""
+    import infer
+    from engine import load_served_pair
+    from utils.models import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match=r"--server-kind 'bogus' is unknown \(supported: llamacpp, vllm, sglang\)"):
+        load_served_pair("http://127.0.0.1:9", "bogus", None)
+    with pytest.raises(SystemExit) as exited:
+        infer.main(["--target-server", "http://127.0.0.1:9", "--server-kind", "bogus", "--prompt", "x"])
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert exited.value.code == 1 and "--server-kind 'bogus' is unknown" in text and "Traceback" not in text
+    assert "cannot reach" not in text
