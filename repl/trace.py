@@ -181,7 +181,9 @@ def _umask() -> int:
 
 
 def check_writable(path: str, what: str = "trace") -> None:
-    """Raise TraceError unless a ``what`` could be written at ``path`` (nothing is written)."""
+    """Raise TraceError unless a ``what`` could be written at ``path``. Nothing is left behind: a file
+    that is not there yet is created and removed at once (the one test that holds where the
+    permissions say yes and the file system says no: a read-only mount, ``/proc``, root's own)."""
     target = Path(path).expanduser()
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
@@ -190,6 +192,12 @@ def check_writable(path: str, what: str = "trace") -> None:
         raise TraceError(f"cannot write {what} to {path!r}: no directory {str(parent)!r}")
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise TraceError(f"cannot write {what} to {path!r}: permission denied")
+    if not target.exists():
+        try:
+            target.open("x").close()
+        except OSError as e:
+            raise TraceError(f"cannot write {what} to {path!r}: {e.strerror or e}") from None
+        target.unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------- reading

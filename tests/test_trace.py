@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+from pathlib import Path
 
 from repl.runs import StrategyRun
 from repl.trace import (
@@ -141,6 +142,10 @@ def test_unreadable_paths(tmp_path):
         check_writable(str(tmp_path / "no" / "t.json"))
     check_writable(str(tmp_path / "fine.json"))
     assert not (tmp_path / "fine.json").exists()
+    # where the permissions let even root through but nothing can be created (a pseudo file system)
+    if Path("/proc/self").is_dir():
+        with pytest.raises(TraceError, match="cannot write report to '/proc/x.html'"):
+            check_writable("/proc/x.html", "report")
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind
 
 
