@@ -459,7 +459,8 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
            ) -> AdviceReport:
     """The advice for ``pair`` on ``prompts``, ``length`` new tokens each. ``costs``: a table to price
     with (only missing widths are measured); ``confirm``: how many to run for real; ``grid``: default
-    ``advisor.replay.default_grid(pair)``; ``processor``: when it samples, chains are also estimated
+    ``advisor.replay.default_grid(pair)``; ``processor`` (a logits processor, or the
+    ``sampling.spec.ProcessorSpec`` a front end holds): when it samples, chains are also estimated
     under it (``advisor.sampling``); ``session_compile``: named where it is not :data:`RANKED_COMPILE`;
     ``screen``: a self-drafter's trees screened on the first prompt (:func:`screen_trees`); ``bound``: a
     large source of a drafter model left out where its ceiling is under the best replayed before it
@@ -506,7 +507,8 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
         from advisor.sampling import estimate_chains
         from engine.run import loop_vocab_size
 
-        why_not = estimate_chains(pair, processor, recorded, ranked, table, baseline.step_s, loop_vocab_size(pair))
+        built = processor.build() if hasattr(processor, "build") else processor    # a front end's spec
+        why_not = estimate_chains(pair, built, recorded, ranked, table, baseline.step_s, loop_vocab_size(pair))
         if why_not:
             notes.append(why_not)
     if any(a.identical is False for a in ranked):

@@ -9,6 +9,7 @@ here by hand from the speedup model's formula (tokens per round x one step / a r
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 
 import pytest
@@ -1121,3 +1122,37 @@ def test_mutation_screening_that_keeps_the_worst_trees_fails_the_check(monkeypat
     monkeypatch.setattr(advisor.advise, "_round_cost", real)
     with pytest.raises(AssertionError):
         check_screened(pair, data)
+
+
+def test_advise_under_the_sessions_sampling_estimates_through_the_repl_and_the_benchmark(tmp_path, monkeypatch):
+    """``/processor multinomial 1`` then ``/advise PROMPT``, and ``bench.py --advise --processor
+    "multinomial 1"``: the front ends hand the advice their processor spec, and the drafter model's
+    chains come back estimated under it ("(est.)"), not "no estimate ... failed". Mutation (the bug
+    this guards): the spec used as a processor, every front end's estimate failed with a TypeError."""
+    import advisor.replay
+    from bench.cli import main
+    from repl.runner import Runner
+    from repl.session import Session
+    from repl.settings import Settings
+    from tests.helpers.repl import console
+
+    monkeypatch.setattr(advisor.replay, "default_grid", lambda pair: tiny_grid())
+    c, out = console()
+    session = Session(Runner(word_pair()), Settings(length=8, chat=False, live=False), c)
+    session.handle("/processor multinomial 1")
+    session.handle("/advise the cat sat on the mat")
+    text = " ".join(out.getvalue().split())
+    assert "no estimate under sampling" not in text and "failed" not in text
+    assert "under the session's sampling, estimated from the target's and the drafter's distributions" in text
+    assert re.search(r"speculative@2: overlap [0-9.]+, [0-9.]+ tok/call, [0-9.]+x \(est\.\)", text)
+
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "chat", "turns": ["the cat sat on the mat"]}),
+                       encoding="utf-8")
+    argv = ["--advise", "--prompts", str(prompts), "--length", "6", "--confirm", "0", "--out", str(tmp_path / "o"),
+            "--no-chat", "--processor", "multinomial 1"]
+    assert main(argv, loader=lambda args: word_pair()) == 0
+    advice = json.loads((tmp_path / "o" / "advice.json").read_text())["advice"]["chat"]["advice"]
+    estimated = {a["method"]: a["sampling_estimate"] for a in advice if a.get("sampling_estimate")}
+    assert "speculative@2" in estimated and 0 < estimated["speculative@2"]["alpha"] < 1
+    assert "Under the sampling processor, estimated" in (tmp_path / "o" / "advice.md").read_text()
