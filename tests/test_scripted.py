@@ -144,8 +144,8 @@ def test_json_mode_prints_one_object_per_prompt(pair, tmp_path):
             assert entry["speedup"] == pytest.approx(entry["tokens_per_s"] / target_entry["tokens_per_s"])
             assert 0.0 <= entry["acceptance_rate"] <= 1.0
             assert entry["tokens_per_target_call"] == pytest.approx(10 / entry["target_calls"])
-        drafter_entry = strategies["drafter"]
-        assert drafter_entry["identical_to_target"] == (drafter_entry["token_ids"] == target_entry["token_ids"])
+        drafter_entry = strategies["drafter"]        # another model's output: not held to target AR's
+        assert drafter_entry["identical_to_target"] is None and drafter_entry["divergence"] is None
 
 
 def test_stdin_script_with_commands_and_a_bad_line(pair, tmp_path):
