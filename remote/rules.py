@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from generation.common import StrategyRefused
 from remote.transport import ServerError
 from sampling.processors import (GreedyProcessor, LogitsProcessor, MultinomialProcessor, NucleusProcessor,
                                  TopKNucleusProcessor, TopKProcessor)
@@ -34,8 +35,13 @@ class ServedPlan:
         return self.mode == "nucleus"
 
 
+class SamplerRefused(ServerError, StrategyRefused):
+    """A processor this server cannot serve losslessly at its N: the run is refused (the REPL's
+    "refused: ..." line), not failed; still a ServerError to code that catches those."""
+
+
 def plan_for(processor: LogitsProcessor, n_probs: int, vocab_size: int) -> ServedPlan:
-    """The plan for ``processor`` with N = ``n_probs`` returned; a refusal is one line (ServerError)."""
+    """The plan for ``processor`` with N = ``n_probs`` returned; a refusal is one line (SamplerRefused)."""
     n = min(n_probs, vocab_size)
     if n >= vocab_size:
         return ServedPlan("full", vocab_size, vocab_size)
@@ -47,10 +53,10 @@ def plan_for(processor: LogitsProcessor, n_probs: int, vocab_size: int) -> Serve
     if isinstance(processor, NucleusProcessor):
         return ServedPlan("nucleus", n, vocab_size)
     if type(processor) is MultinomialProcessor:
-        raise ServerError(
+        raise SamplerRefused(
             f"plain multinomial sampling needs the server's whole vocabulary ({vocab_size} log-probabilities a "
             f"position, slow): pass --server-probs {vocab_size}, or sample with topk or nucleus")
-    raise ServerError(f"{processor.describe()} cannot be served losslessly from top-{n} log-probabilities")
+    raise SamplerRefused(f"{processor.describe()} cannot be served losslessly from top-{n} log-probabilities")
 
 
 def rules_text(n_probs: int, vocab_size: int) -> str:

@@ -229,6 +229,17 @@ def test_a_top_k_above_n_asks_for_k_and_plain_multinomial_is_refused(pair):
     assert plan_for(MultinomialProcessor(), vocab, vocab).mode == "full"
     with pytest.raises(ServerError, match="--server-probs"):
         decode(pair, [1, 2, 3], "speculative", processor=MultinomialProcessor(), drafter="model", gamma=2)
+    # a refusal, not a failure: the REPL's runner says "refused: ..." (it said "failed: ServerError: ...")
+    from generation import StrategyRefused
+    from repl.runner import Runner
+    from repl.settings import Settings
+    from sampling.spec import ProcessorSpec
+
+    runner = Runner(pair)
+    run = runner.run_strategy("speculative", [1, 2, 3], Settings(chat=False, processor=ProcessorSpec("multinomial")))
+    assert run.error.startswith("refused: plain multinomial sampling needs the server's whole vocabulary")
+    with pytest.raises(StrategyRefused):
+        plan_for(MultinomialProcessor(), 20, vocab)
 
 
 def test_nucleus_rows_are_exact_where_certified(pair, prompts):
