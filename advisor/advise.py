@@ -506,9 +506,9 @@ def advise(pair, prompts: list[list[int]], *, length: int, costs: CostTable | No
     if processor is not None and not processor.is_greedy:
         from advisor.sampling import estimate_chains
         from engine.run import loop_vocab_size
+        from sampling.spec import as_processor
 
-        built = processor.build() if hasattr(processor, "build") else processor    # a front end's spec
-        why_not = estimate_chains(pair, built, recorded, ranked, table, baseline.step_s, loop_vocab_size(pair))
+        why_not = estimate_chains(pair, as_processor(processor), recorded, ranked, table, baseline.step_s, loop_vocab_size(pair))
         if why_not:
             notes.append(why_not)
     if any(a.identical is False for a in ranked):

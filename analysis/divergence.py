@@ -157,6 +157,12 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 Reference = Callable[[int, Sequence[int], int, int, Row, Row], "Evidence | None"]
 
 
+def held_to_target(strategy: str) -> bool:
+    """Whether a strategy's greedy output is compared with target AR's and judged: every one but
+    drafter AR, another model's output, which no lossless method promises to equal."""
+    return strategy != "drafter"
+
+
 def explain(ar_tokens: Sequence[int], ar_rows: Sequence[Row] | None, tokens: Sequence[int],
             rows: Sequence[Row] | None, *, greedy: bool = True, reference: Reference | None = None,
             evidence: Evidence | None = None) -> Divergence | None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from analysis.acceptance import AcceptanceCounts
-from analysis.divergence import Divergence, explain, identity_counts
+from analysis.divergence import Divergence, explain, held_to_target, identity_counts
 from utils.builtin_prompts import GROUNDED_CATEGORIES
 from generation.result import first_divergence
 from bench.margin import ratio_margin
@@ -251,7 +251,7 @@ def summarize_group(variant: str, records: Sequence[RunRecord], base: Sequence[R
         decode_speedup=paired_speed(records, base, decode_throughput) if base else None,
         **_acceptance_fields(records),
     )
-    if reference is not None and v.strategy != "drafter":     # drafter AR: another model, held to no identity
+    if reference is not None and held_to_target(v.strategy):
         same, divergences = output_agreement(records, reference)
         row.identical_count = same
         compared = same + len(divergences)

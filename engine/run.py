@@ -20,7 +20,7 @@ from generation.result import GenerationResult
 from generation.verify import verify_loop
 from generation.served import ServedModel
 from sampling import GreedyProcessor
-from sampling.spec import ProcessorSpec
+from sampling.spec import as_processor
 from utils.devices import model_device
 
 
@@ -61,9 +61,7 @@ def run_strategy(strategy: Strategy, pair, prompt_ids: list[int], *, state: Engi
     if generator is None and strategy.seed is not None:
         torch.manual_seed(strategy.seed)
         generator = torch.Generator(device=model_device(model)).manual_seed(strategy.seed)
-    processor = strategy.processor
-    if isinstance(processor, ProcessorSpec):
-        processor = processor.build()
+    processor = as_processor(strategy.processor)
     eos = pair.end_tokens
     kind = kind_of_pair(pair) if on_drafter else None
     if kind is not None and kind.alone_inputs is not None:   # the drafter reads and writes its own ids

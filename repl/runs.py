@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.divergence import Divergence, Evidence, Reference, explain
+from analysis.divergence import Divergence, Evidence, Reference, explain, held_to_target
 from analysis.report import (
     DRAFTING, PromptFacts, RunReport, Why, call_cost, decode_speedup, run_report, speedup,
     strategy_record, usable, why_of,
@@ -140,10 +140,9 @@ class PromptRun:
 
     def divergence(self, run: StrategyRun) -> tuple[bool | None, int | None]:
         """(identical to target AR, first differing token index) under greedy; (None, None) when the check
-        does not apply (sampling, no baseline, an incomplete run, drafter AR: another model's output,
-        which no lossless method promises to equal)."""
+        does not apply (sampling, no baseline, an incomplete run, drafter AR: ``held_to_target``)."""
         base = self.baseline()
-        if not self.greedy or base is None or not run.usable or run.key == "drafter":
+        if not self.greedy or base is None or not run.usable or not held_to_target(run.key):
             return None, None
         index = first_divergence(run.result.tokens, base.result.tokens)
         return index is None, index

@@ -71,6 +71,12 @@ class ProcessorSpec:
         return getattr(processors, _CLASSES[self.name])(**kwargs)
 
 
+def as_processor(processor):
+    """The logits processor ``processor`` stands for: a :class:`ProcessorSpec` (what the front ends'
+    settings hold) built, a processor object as it is."""
+    return processor.build() if isinstance(processor, ProcessorSpec) else processor
+
+
 def parse_processor_words(words: list[str]) -> tuple[ProcessorSpec, tuple[str, ...]]:
     """The processor grammar, ``NAME [ARGS]`` (``nucleus 0.7 0.9``) -> the spec and its notices, one
     meaning for ``/processor`` and both front ends' ``--processor``. Temperature 0 with a sampling
