@@ -170,6 +170,8 @@ def parse_corpus(words: list[str], settings: Settings | None = None) -> Update:
             pass
     except OSError as e:
         raise CommandError(f"cannot read corpus file {path!r}: {e.strerror or e}") from None
+    except ValueError as e:  # a name the system cannot take (an embedded NUL byte)
+        raise CommandError(f"cannot read corpus file {path!r}: {e}") from None
     return Update({"corpus": path})
 
 

@@ -9,7 +9,6 @@ batch size or context, where each run stops paying); every piece of text is esca
 from __future__ import annotations
 
 from html import escape
-from pathlib import Path
 
 from analysis.report import Why
 from analysis.sources import NO_MATCH, match_note
@@ -18,7 +17,7 @@ from repl.inspect_view import BLOCK_LEGEND, STRICT_NOTE
 from repl.render import (COMPARISON_COLUMNS, busy_line, ceiling_text, comparison_cells, divergence_text,
                          environment_lines, network_text, prompt_line, what_if_text)
 from repl.runs import PromptRun, StrategyRun
-from repl.trace import TraceError, write_whole
+from repl.trace import write_whole
 from utils.projection_chart import projection_chart
 
 COLOURS = {"speculative": "#2e7d32", "ngram": "#00838f", "lookahead": "#f9a825", "target": "#1565c0",
@@ -281,6 +280,4 @@ def report_html(prompt_runs: list[PromptRun], environment: dict, *, created: str
 
 def write_report(path: str, prompt_runs: list[PromptRun], environment: dict, *, created: str = "") -> None:
     """Write the page to ``path`` whole (a temporary file, then a rename); TraceError (one line) on failure."""
-    if Path(path).expanduser().is_dir():
-        raise TraceError(f"cannot write report to {path!r}: it is a directory")
     write_whole(path, report_html(prompt_runs, environment, created=created), "report", ".html")

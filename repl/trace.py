@@ -138,7 +138,7 @@ def write_trace(path: str, document: dict) -> None:
 def write_whole(path: str, text: str, what: str, suffix: str) -> None:
     """Write ``text`` to ``path`` whole: a temporary file beside it, then a rename, so a reader
     never sees half a file; ``what`` names the file in the one-line TraceError on failure."""
-    target = Path(path).expanduser()
+    target = _usable_path(path, what)
     if target.is_dir():
         raise TraceError(f"cannot write {what} to {path!r}: it is a directory")
     try:
@@ -155,6 +155,21 @@ def write_whole(path: str, text: str, what: str, suffix: str) -> None:
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise TraceError(f"cannot write {what} to {path!r}: {e.strerror or e}") from None
+
+
+def _usable_path(path: str, what: str) -> Path:
+    """``path`` as a Path once the system can take its name: a name with a NUL byte, or one longer
+    than the file system allows, is a one-line TraceError rather than an error from deep inside
+    the write."""
+    try:
+        target = Path(path).expanduser()
+        os.stat(target)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise TraceError(f"cannot write {what} to {path!r}: {reason}") from None
+    return target
 
 
 def _file_mode(target: Path) -> int:
@@ -184,7 +199,7 @@ def check_writable(path: str, what: str = "trace") -> None:
     """Raise TraceError unless a ``what`` could be written at ``path``. Nothing is left behind: a file
     that is not there yet is created and removed at once (the one test that holds where the
     permissions say yes and the file system says no: a read-only mount, ``/proc``, root's own)."""
-    target = Path(path).expanduser()
+    target = _usable_path(path, what)
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise TraceError(f"cannot write {what} to {path!r}: it is a directory")

@@ -128,6 +128,25 @@ def test_bad_arguments_keep_old_settings_and_explain(line, expected):
     assert s == before
 
 
+# Arguments nobody means: odd numbers, quoting, control and non-ASCII characters, names the system
+# cannot take (an embedded NUL byte), a very long word.
+GARBAGE = ["-1", "1e309", "nan", "-inf", "999999999999999999999", "0x10", "1_0", "٣", "²", "'a b'", '"', "\\",
+           "\x00", "a\x00b", "é", "on off", "1 2 3 4 5 6", "--help", "/proc/none/x", "a" * 5000, "\t"]
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_no_argument_of_any_command_raises_and_a_refusal_changes_nothing(name):
+    """Every command of the table answers garbage with a reply: a refusal is one line and keeps every
+    setting; an accepted value gives a setting the table then shows."""
+    for garbage in GARBAGE:
+        before = Settings(gamma=7, corpus="notes.txt")
+        s = copy.deepcopy(before)
+        reply = execute(f"/{name} {garbage}", s)
+        if not reply.ok:
+            assert "\n" not in reply.message and reply.message, (name, garbage, reply.message)
+            assert s == before, (name, garbage)
+
+
 def test_every_error_shows_the_commands_usage():
     reply, _ = run("/processor foo")
     assert reply.message.endswith(f"(usage: {COMMANDS['processor'].usage})")

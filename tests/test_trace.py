@@ -146,6 +146,11 @@ def test_unreadable_paths(tmp_path):
     if Path("/proc/self").is_dir():
         with pytest.raises(TraceError, match="cannot write report to '/proc/x.html'"):
             check_writable("/proc/x.html", "report")
+    # names the system cannot take: a NUL byte (a scripted session can type one), one past NAME_MAX
+    for name, says in (("a\x00b.json", "embedded null byte"), ("a" * 300 + ".json", "File name too long")):
+        for write in (lambda p: write_trace(p, {}), check_writable):
+            with pytest.raises(TraceError, match=f"cannot write trace to .*: {says}"):
+                write(str(tmp_path / name))
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind
 
 
@@ -186,6 +191,9 @@ def test_trace_out_to_a_bad_path_exits_before_loading(tmp_path):
     done = infer(["--trace-out", str(tmp_path / "no" / "t.json"), "--prompt", "x"], tmp_path, timeout=30)
     assert done.returncode == 2 and "cannot write trace to" in done.stderr and "no directory" in done.stderr
     assert "Traceback" not in done.stderr
+    done = infer(["--trace-out", str(tmp_path / ("t" * 300)), "--prompt", "x"], tmp_path, timeout=30)
+    assert done.returncode == 2 and "File name too long" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("infer.py: error: cannot write trace to")
 
 
 # ------------------------------------------------------------------ end to end on a tiny pair
