@@ -157,21 +157,25 @@ parse_match_factor.bounds = MATCH_FACTOR_RANGE
 
 
 def parse_corpus(words: list[str], settings: Settings | None = None) -> Update:
-    """``FILE`` or ``off``. The file must be readable now (a missing or unreadable one is refused in one
-    line, the setting left as it was); it is read when the sam storage first needs it (a file that
-    cannot be read then fails that run with one line)."""
+    """``FILE`` or ``off``. The file must be readable UTF-8 text now (a missing, unreadable, binary or
+    empty one is refused in one line, the setting left as it was); it is read again when the sam
+    storage first needs it (a file that cannot be read then fails that run with one line)."""
     if not words:
         raise CommandError("missing file name (or off)")
     path = " ".join(words)
     if path.lower() in OFF_WORDS:
         return Update({"corpus": ""})
+    text_seen = False
     try:
-        with open(path, "rb"):
-            pass
+        with open(path, encoding="utf-8") as handle:
+            while chunk := handle.read(1 << 20):
+                text_seen = text_seen or not chunk.isspace()
     except OSError as e:
         raise CommandError(f"cannot read corpus file {path!r}: {e.strerror or e}") from None
-    except ValueError as e:  # a name the system cannot take (an embedded NUL byte)
+    except ValueError as e:  # not UTF-8 text, or a name the system cannot take (an embedded NUL byte)
         raise CommandError(f"cannot read corpus file {path!r}: {e}") from None
+    if not text_seen:
+        raise CommandError(f"corpus file {path!r} holds no text")
     return Update({"corpus": path})
 
 
@@ -384,7 +388,7 @@ COMMANDS: dict[str, Command] = {
         _toggle("fill_width", "suffix and sam storages: measure the target's verify forward by width once "
                 "(a few seconds) and draw a round's draft longer when a wider verify is measured cheaper "
                 "(lossless: the extra drafts are verified like the rest)"),
-        Command("corpus", "FILE|off", "sam storage: also match the sequence in this text file (tokenised once "
+        Command("corpus", "FILE|off", "sam storage: also match the sequence in this UTF-8 text file (tokenised once "
                 "with the target's tokenizer, its automaton built once and kept across prompts)",
                 parse_corpus, show=lambda s: s.corpus or "off", flag="corpus"),
         Command("hybrid", "L", "speculative decoding: in a round where the model-free storage's match is at "

@@ -122,10 +122,10 @@ def examples(command: Command) -> list[list[str]]:
 
 
 def _rejects(command: Command, words: list[str]) -> bool:
-    """Whether the parser refuses ``words``, run where the sample ``FILE`` exists (a command may ask
-    that a file it reads be there, as ``/corpus`` does)."""
+    """Whether the parser refuses ``words``, run where the sample ``FILE`` exists and holds text (a
+    command may ask that a file it reads be there, as ``/corpus`` does)."""
     with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
-        Path(SAMPLES["FILE"]).touch()
+        Path(SAMPLES["FILE"]).write_text("{}\n", encoding="utf-8")
         try:
             command.parse(words, Settings())
         except CommandError:
