@@ -42,10 +42,20 @@ def builtin_prompts() -> list[Prompt]:
 def parse_spec_bench_line(line: str, *, turn: int = 1) -> Prompt | None:
     """One Spec-Bench item as a Prompt using its ``turn``-th turn (1-based), or None."""
     item = json.loads(line)
-    turns = item["turns"]
+    turns = _turns(item)
     if turn > len(turns):
         return None
     return Prompt(str(item["question_id"]), str(item["category"]), turns[turn - 1])
+
+
+def _turns(item) -> list[str]:
+    """An item's ``turns``: a list of strings (TypeError otherwise, KeyError when missing)."""
+    if not isinstance(item, dict):
+        raise TypeError("the line is not a JSON object")
+    turns = item["turns"]
+    if not isinstance(turns, list) or not all(isinstance(text, str) for text in turns):
+        raise TypeError("turns is not a list of strings")
+    return turns
 
 
 def read_spec_bench(path: str | Path, *, turn: int = 1) -> list[Prompt]:
@@ -61,11 +71,8 @@ def read_conversations(path: str | Path) -> list[tuple[Prompt, ...]]:
 
 def _conversation(line: str) -> tuple[Prompt, ...]:
     item = json.loads(line)
-    turns = item["turns"]
-    if not isinstance(turns, list):
-        raise TypeError("turns is not a list")
-    return tuple(Prompt(f"{item['question_id']}/{i}", str(item["category"]), str(text))
-                 for i, text in enumerate(turns, start=1))
+    return tuple(Prompt(f"{item['question_id']}/{i}", str(item["category"]), text)
+                 for i, text in enumerate(_turns(item), start=1))
 
 
 def _read_items(path: str | Path, parse) -> list:
@@ -75,6 +82,10 @@ def _read_items(path: str | Path, parse) -> list:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise PromptFileError(f"cannot read prompt file {path}: {exc.strerror}") from None
+    except ValueError as exc:  # not UTF-8 text
+        raise PromptFileError(f"cannot read prompt file {path}: {exc}") from None
+    if not any(line.strip() for line in lines):
+        raise PromptFileError(f"prompt file {path} holds no Spec-Bench items")
     out = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

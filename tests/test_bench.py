@@ -15,8 +15,8 @@ from bench.aggregate import ALL, GROUNDED, category_groups, paired_ratio, summar
 from bench.chart import series_rows, speedup_chart
 from bench.processors import hf_sampling_kwargs, parse_processor
 from bench.prompts import (
-    MT_BENCH_CATEGORIES, PromptFileError, builtin_prompts, chat_ids, load_prompts, read_spec_bench,
-    select,
+    MT_BENCH_CATEGORIES, PromptFileError, builtin_prompts, chat_ids, load_prompts, read_conversations,
+    read_spec_bench, select,
 )
 from bench.records import RunRecord
 from bench.report import markdown_report
@@ -102,6 +102,18 @@ def test_bad_prompt_file_gives_one_line_error(tmp_path):
         read_spec_bench(bad)
     with pytest.raises(PromptFileError, match="cannot read"):
         read_spec_bench(tmp_path / "missing.jsonl")
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(PromptFileError, match="cannot read prompt file .*binary.jsonl: 'utf-8' codec can't decode"):
+        read_spec_bench(tmp_path / "binary.jsonl")
+    (tmp_path / "blank.jsonl").write_text("\n \n", encoding="utf-8")
+    with pytest.raises(PromptFileError, match="blank.jsonl holds no Spec-Bench items"):
+        read_spec_bench(tmp_path / "blank.jsonl")
+    for line in ('{"question_id": 1, "category": "x", "turns": [3]}', '{"question_id": 1, "category": "x", "turns": "ab"}',
+                 '[1, 2]'):
+        bad.write_text(line + "\n", encoding="utf-8")
+        for read in (read_spec_bench, read_conversations):
+            with pytest.raises(PromptFileError, match="bad.jsonl:1: not a Spec-Bench item"):
+                read(bad)
 
 
 def test_select_on_builtin_keeps_order():
@@ -720,6 +732,10 @@ def test_bad_prompt_file_exits_with_an_error(tmp_path, capsys):
     code = main(["--prompts", str(tmp_path / "none.jsonl")], loader=lambda args: pytest.fail("loaded"))
     assert code == 2
     assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00")
+    code = main(["--prompts", str(tmp_path / "binary.jsonl")], loader=lambda args: pytest.fail("loaded"))
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot read prompt file" in err and "Traceback" not in err
 
 
 def test_an_encoder_decoder_pair_runs_with_its_peers(tmp_path):
