@@ -46,7 +46,10 @@ def autoregressive_generate(prompt: list[int], model, options: LoopOptions, *, p
             captured = cached.capture_s
             target_delay(options.target_delay_s, device)
             logits = cached.forward(ids, keep=1)                             # (1, V)
-            token = logits_processor.sample(logits_processor(logits), generator)  # (1,)
+            if logits_processor.is_greedy:                                 # argmax: no one-hot rows built
+                token = logits_processor.greedy_ids(logits)                  # (1,)
+            else:
+                token = logits_processor.sample(logits_processor(logits), generator)  # (1,)
             if decisions is not None:
                 decisions.add(logits, 1)                                 # the step row that decided it
             t1 = clock.mark()

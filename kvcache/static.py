@@ -17,8 +17,9 @@ Three paths (``utils.options.COMPILE_PATHS``), chosen per strategy:
 
 How the length is reset depends on the release: from transformers 5.17 a ``StaticLayer``
 keeps the length it writes at (``cumulative_length``), which 5.24's ``crop(-n)`` lowers; 5.17
-and 5.18 give the layer no ``crop``, and that length is lowered in place, as 5.24's ``crop``
-does (:func:`lower_layer`); on 4.57 a layer writes where the forward's ``cache_position`` says,
+and 5.18 give the layer no ``crop``. On either, a rollback lowers every layer's length in place
+by one foreach subtraction, what 5.24's ``crop`` does a layer at a time (:func:`lower_length`);
+on 4.57 a layer writes where the forward's ``cache_position`` says,
 so every forward passes its positions and a rollback only lowers :attr:`CachedModel.length`.
 Whatever the release, each model's rollback is tried once (:func:`_static_probe`) before its
 first static run; a model whose episode fails is refused in one line that names the release.
@@ -40,7 +41,7 @@ import transformers
 from transformers import StaticCache
 
 from kvcache.cache import (CachedModel, SessionModel, UnsupportedCacheError, _layers,
-                           _own_cache_class, drop_last, hidden_states_request, kept_layers, tree_support, view_of)
+                           _own_cache_class, hidden_states_request, kept_layers, tree_support, view_of)
 from kvcache import probe
 from utils.devices import synchronize
 from utils.options import COMPILE_PATHS
@@ -77,8 +78,8 @@ def _layer_crops() -> bool:
 # From 5.17 a layer writes at its own length (``cumulative_length``); before, where the forward's
 # ``cache_position`` says (4.57), which every forward passes.
 LENGTH_IN_CACHE = _length_in_cache()
-# How that length is lowered: the layer's ``crop(-n)`` (5.24), else (5.17, 5.18: no ``crop``) by
-# lowering ``cumulative_length`` in place, what 5.24's ``crop`` does (:func:`lower_layer`).
+# How one layer's length is lowered (:func:`lower_layer`, when a generation begins): the layer's
+# ``crop(-n)`` (5.24), else (5.17, 5.18: no ``crop``) ``cumulative_length`` lowered in place.
 LAYER_CROPS = LENGTH_IN_CACHE and _layer_crops()
 
 
@@ -95,12 +96,15 @@ def lower_layer(layer, n: int) -> None:
 
 
 def lower_length(cache, n: int) -> None:
-    """Remove the last ``n`` positions of every layer of a static ``cache`` (:func:`lower_layer`)."""
-    if LAYER_CROPS:
-        drop_last(cache, n)
+    """Remove the last ``n`` positions of every layer of a static ``cache``: every written layer's
+    ``cumulative_length`` lowered in place by one foreach subtraction, what each layer's ``crop(-n)``
+    does (5.24; :func:`lower_layer`) in one kernel for all of them, where a crop a layer is a launch a
+    layer in every rollback. Nothing to remove is nothing done (no zero subtracted)."""
+    if n <= 0:
         return
-    for layer in _layers(cache):
-        lower_layer(layer, n)
+    lengths = [layer.cumulative_length for layer in _layers(cache) if getattr(layer, "is_initialized", True)]
+    if lengths:
+        torch._foreach_sub_(lengths, n)
 
 
 def default_compile(device) -> str:
@@ -246,6 +250,16 @@ class _Capture:
     mask: torch.Tensor | None       # (1, 1, b, capacity): a tree's, or a chain's causal one; None: the model's own
     slots: torch.Tensor | None      # (b,) the cache slots written, where the forward takes them (4.57)
     calls: int = 0
+    strip: torch.Tensor | None = None   # (b, 2 * capacity): a chain's causal rows at every length (causal_strip)
+
+
+def causal_strip(rows: int, capacity: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(rows, 2 * capacity): row i open (0) up to column ``capacity + i`` and closed (the dtype's lowest)
+    after, so the window of ``capacity`` columns from ``capacity - length`` is a chain's causal mask
+    over the slots at that length: row i sees the slots up to ``length + i``."""
+    columns = torch.arange(2 * capacity, device=device).view(1, -1)
+    closed = columns > (capacity + torch.arange(rows, device=device)).view(-1, 1)
+    return torch.zeros((rows, 2 * capacity), dtype=dtype, device=device).masked_fill_(closed, torch.finfo(dtype).min)
 
 
 def unique_graphs() -> int:
@@ -297,7 +311,6 @@ class StaticCachedModel(CachedModel):
         # A chain runs in its bucket's tree capture, under a causal mask, where the model takes a 4D
         # mask: one capture per bucket serves both (decided at ``begin``).
         self.masked_chains = False
-        self._columns = None            # (1, capacity): every slot's index, for a chain's causal mask
 
     def begin(self, prompt: list[int], prefills: tuple = ()) -> list[int]:
         """Start a generation from ``prompt`` (shared prefills are dynamic caches: not used)."""
@@ -344,8 +357,7 @@ class StaticCachedModel(CachedModel):
         tokens = ids[:, seen:]
         width = tokens.shape[1]
         self._room(seen + width)
-        positions = torch.arange(seen, seen + width, device=ids.device).view(1, width)
-        logits, hidden = self._run(tokens, positions, None)
+        logits, hidden = self._run(tokens, seen, None)          # a chain: positions seen, seen + 1, ...
         self.forwards += 1
         if hidden is not None:
             self._hidden_rows.append((seen, hidden))
@@ -371,7 +383,8 @@ class StaticCachedModel(CachedModel):
 
     def _run(self, tokens, positions, mask):
         """Logits (1, w, V) and the kept hidden rows of one forward: captured in its bucket over a
-        non-empty cache on the ``graphs`` path, else eager."""
+        non-empty cache on the ``graphs`` path, else eager. ``positions``: the rows' position ids (1, w),
+        or an int, the first of a chain's consecutive ones (written straight into a capture's buffer)."""
         layers = kept_layers(self.keep_hidden)
         if self.graphs and self._length > 0:
             bucket = self._bucket(tokens.shape[1])
@@ -388,6 +401,8 @@ class StaticCachedModel(CachedModel):
 
     def _eager(self, tokens, positions, mask, layers):
         """One eager forward over the static cache."""
+        if isinstance(positions, int):
+            positions = torch.arange(positions, positions + tokens.shape[1], device=tokens.device).view(1, -1)
         cache_position = None if LENGTH_IN_CACHE else self._slots(tokens.shape[1], tokens.device)
         return _step(self.model, self.cache, self.cache_kw, tokens, positions, cache_position, mask,
                      hidden_states_request(layers) if layers else None, layers)
@@ -427,20 +442,27 @@ class StaticCachedModel(CachedModel):
         those) and pad the rest: token :data:`PAD_ID` at the positions after the last row's, written
         to the b - w cache slots after the real ones. No real row sees those slots: a chain's mask is
         causal over the slots (each row sees the slots up to its own), a tree's shows its rows the
-        cache and the block only, and each padded row of a tree sees its own slot alone."""
+        cache and the block only, and each padded row of a tree sees its own slot alone. A chain's
+        ``positions`` (an int, its first) go in as one arange over all b rows."""
         w, b = tokens.shape[1], entry.tokens.shape[1]
         entry.tokens[:, :w].copy_(tokens)
-        entry.positions[:, :w].copy_(positions)
         if b > w:
             entry.tokens[:, w:].fill_(PAD_ID)
-            after = torch.arange(1, b - w + 1, device=positions.device) + positions[:, -1:]   # (1, b - w)
-            entry.positions[:, w:].copy_(after.clamp_(max=self._last_position))
+        if isinstance(positions, int):           # a chain from ``positions``: one arange, padded rows included
+            torch.arange(positions, positions + b, out=entry.positions[0])
+            if positions + b - 1 > self._last_position:
+                entry.positions[0, w:].clamp_(max=self._last_position)
+        else:
+            entry.positions[:, :w].copy_(positions)
+            if b > w:
+                after = torch.arange(1, b - w + 1, device=positions.device) + positions[:, -1:]   # (1, b - w)
+                entry.positions[:, w:].copy_(after.clamp_(max=self._last_position))
         if entry.slots is not None:
-            entry.slots.copy_(self._slots(b, tokens.device))
+            torch.arange(self._length, self._length + b, out=entry.slots)
         if entry.mask is None:
             return
         if mask is None:                         # a chain in a tree's capture: causal over the slots
-            self._causal(entry.mask)
+            self._causal(entry)
             return
         entry.mask[:, :, :w].copy_(mask)
         if b > w:
@@ -449,15 +471,16 @@ class StaticCachedModel(CachedModel):
             rows = torch.arange(b - w, device=padded.device)
             padded[0, 0, rows, rows + self._length + w] = 0
 
-    def _causal(self, mask: torch.Tensor) -> None:
-        """Write a chain's mask of b rows from the length into ``mask`` (1, 1, b, capacity): row i sees
-        the slots up to ``length + i``, so no row sees the rows after it (padded ones included)."""
-        b = mask.shape[2]
-        if self._columns is None:
-            self._columns = torch.arange(self.capacity, device=mask.device).view(1, -1)   # (1, capacity)
-        rows = torch.arange(self._length, self._length + b, device=mask.device)     # (b,)
-        hidden = self._columns > rows.view(-1, 1)                                   # (b, capacity)
-        mask[0, 0].zero_().masked_fill_(hidden, torch.finfo(mask.dtype).min)
+    def _causal(self, entry: _Capture) -> None:
+        """Write a chain's mask of b rows from the length into the capture's mask (1, 1, b, capacity): row i
+        sees the slots up to ``length + i``, so no row sees the rows after it (padded ones included). One
+        copy of a window of the capture's strip, whatever the length (building the rows anew took four
+        kernels a forward, each a launch on the host's clock in a decode step)."""
+        b = entry.mask.shape[2]
+        if entry.strip is None:
+            entry.strip = causal_strip(b, self.capacity, entry.mask.dtype, entry.mask.device)
+        start = self.capacity - self._length
+        entry.mask[0, 0].copy_(entry.strip[:, start:start + self.capacity])
 
     @property
     def _last_position(self) -> int:

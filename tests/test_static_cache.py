@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+import transformers
 
 import generation.verify as verify_module
 from engine import HybridOptions, LookaheadOptions, NGramOptions, Strategy, lookahead_strategy, run_strategy
@@ -252,8 +253,7 @@ def test_mutation_a_length_not_lowered_is_refused_in_one_line_naming_the_release
     the model is refused in one line that names the release, and its runs say why they ran ``off``."""
     import transformers
 
-    monkeypatch.setattr(static, "lower_layer", lambda layer, n: None)
-    monkeypatch.setattr(static, "LAYER_CROPS", False)
+    monkeypatch.setattr(static, "lower_length", lambda cache, n: None)
     monkeypatch.setattr(static, "_KEPT", weakref.WeakKeyDictionary())     # tried here, dropped after
     model = arch_zoo.build("llama")
     reason = static_refusal(model)
@@ -587,3 +587,102 @@ def test_mutation_a_skip_view_that_keeps_the_instance_forward_fails(pair, monkey
     target = layer_forwards_set_on_the_instance(copy.deepcopy(pair.target))
     with pytest.raises(Exception):
         run(model_pair(target, pair.drafter), "off", **self_draft("self:skip=0"))
+
+
+# ------------------------------------------------------------------ host work a step
+
+# positions, three copies in (tokens, positions, mask), the kept rows out, argmax, the growing ids, the
+# host sync; and where a forward takes the slots it writes (4.57's cache_position), their arange
+DECODE_STEP_OPS = 7 if static.LENGTH_IN_CACHE else 8
+
+
+def _ar_ops(monkeypatch, dtype=torch.float32) -> dict[int, float]:
+    """Ops a token of target AR on ``graphs`` outside the replay (``scripts/host_ops.py``), by depth."""
+    from scripts.host_ops import target_ar_per_token
+    from tests.helpers.models import tiny_llama
+
+    fresh_captures(monkeypatch)
+    return {layers: target_ar_per_token(tiny_llama(3, layers=layers, dtype=dtype), GreedyProcessor())
+            for layers in (2, 6)}
+
+
+def _round_ops(monkeypatch) -> dict[int, float]:
+    """Ops a round of speculative decoding (γ 4, rejections, padded verifies) outside the replays, by depth."""
+    from scripts.host_ops import speculative_per_round
+    from tests.helpers.models import tiny_llama
+
+    fresh_captures(monkeypatch)
+    drafter = tiny_llama(4, layers=1)
+    return {layers: speculative_per_round(target, drafter, 4, inspect=False)
+            for layers, target in _same_logits_by_depth(tiny_llama(3, layers=6), 2).items()}
+
+
+def _same_logits_by_depth(deep, shallow_layers: int) -> dict:
+    """``deep`` and a copy of its first ``shallow_layers`` layers, where every later layer of ``deep`` adds
+    nothing (its attention and MLP outputs zeroed): the same logits, so the same rounds, at two depths."""
+    import copy
+
+    for layer in deep.model.layers[shallow_layers:]:
+        layer.self_attn.o_proj.weight.data.zero_()
+        layer.mlp.down_proj.weight.data.zero_()
+    shallow = copy.deepcopy(deep)
+    shallow.model.layers = shallow.model.layers[:shallow_layers]
+    shallow.config.num_hidden_layers = shallow_layers
+    if getattr(shallow.config, "layer_types", None):
+        shallow.config.layer_types = shallow.config.layer_types[:shallow_layers]
+    return {shallow_layers: shallow, len(deep.model.layers): deep}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_graphs_decode_step_launches_a_few_kernels_outside_its_capture_at_any_depth(monkeypatch, dtype):
+    """Target AR on ``graphs`` under greedy: a fixed handful of ops a token outside the replay (each a
+    launch or a sync on the host's clock on a GPU), the same for 2 and 6 layers and for bfloat16. A
+    rollback of nothing is nothing (a static layer's crop(0) is a kernel a layer), a chain's causal mask
+    is one copy, its positions one arange, and greedy reads the argmax off the logits."""
+    counts = _ar_ops(monkeypatch, dtype)
+    assert counts[2] == counts[6] <= DECODE_STEP_OPS, counts
+
+
+def test_a_speculative_rounds_host_work_does_not_grow_with_depth(monkeypatch):
+    """A round on ``graphs`` rolls both models back (rejected drafts, padded rows): one foreach
+    subtraction a rollback whatever the depth, not a crop a layer."""
+    rounds = _round_ops(monkeypatch)
+    assert rounds[2] == rounds[6], rounds
+
+
+@pytest.mark.parametrize("mutation", ["crop nothing", "crop a layer at a time", "mask anew", "one-hot greedy"])
+def test_mutation_host_work_a_step_put_back_is_caught(monkeypatch, mutation):
+    if mutation.startswith("crop") and not static.LENGTH_IN_CACHE:
+        pytest.skip(f"transformers {transformers.__version__}'s static layers keep no length to lower")
+    if mutation == "crop nothing":       # what a static layer's crop(0) does, a layer each step
+        monkeypatch.setattr(static, "lower_length", lambda cache, n: [layer.cumulative_length.sub_(n)
+                                                                     for layer in static._layers(cache)])
+    elif mutation == "crop a layer at a time":
+        monkeypatch.setattr(static, "lower_length", lambda cache, n: [static.lower_layer(layer, n)
+                                                                     for layer in static._layers(cache)])
+        rounds = _round_ops(monkeypatch)          # a decode step rolls nothing back: a round does
+        assert rounds[2] != rounds[6], rounds
+        return
+    elif mutation == "mask anew":
+        def anew(self, entry):
+            b = entry.mask.shape[2]
+            columns = torch.arange(self.capacity, device=entry.mask.device).view(1, -1)
+            rows = torch.arange(self._length, self._length + b, device=entry.mask.device)
+            entry.mask[0, 0].zero_().masked_fill_(columns > rows.view(-1, 1), torch.finfo(entry.mask.dtype).min)
+        monkeypatch.setattr(StaticCachedModel, "_causal", anew)
+    else:
+        monkeypatch.setattr(GreedyProcessor, "greedy_ids", lambda self, logits: self.sample(self(logits)))
+    counts = _ar_ops(monkeypatch)
+    assert not counts[2] == counts[6] <= DECODE_STEP_OPS, counts
+
+
+@pytest.mark.parametrize("length", [0, 1, 37, 256 - 8])
+def test_a_chains_mask_from_the_strip_is_causal_over_the_slots(length):
+    """Row i of a chain's mask at ``length`` sees the slots up to ``length + i``, at every length."""
+    capacity, b = 256, 8
+    strip = static.causal_strip(b, capacity, torch.float32, "cpu")
+    mask = strip[:, capacity - length:2 * capacity - length]
+    visible = mask == 0
+    expected = torch.arange(capacity).view(1, -1) <= (length + torch.arange(b)).view(-1, 1)
+    assert torch.equal(visible, expected)
+    assert (mask[~visible] == torch.finfo(torch.float32).min).all()
