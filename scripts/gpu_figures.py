@@ -456,9 +456,10 @@ def group_entries(args, target, drafter, prompt: list[int]) -> tuple[dict, dict]
         for path in COMPILE_PATHS}
     ar["transformers generate"] = hf_entry(target, prompt, args.length, args.device)
     ar["transformers generate static"] = hf_entry(target, prompt, args.length, args.device, static=True)
+    # as the benchmark runs it beside transformers' decoders: no inspection record a round
     spec = {f"engine speculative 1B→3B γ{args.gamma} {path}": engine_entry(
         Strategy("speculative", drafter="model", gamma=args.gamma, processor=GREEDY, max_gen_len=args.length,
-                 compile=path), both, prompt) for path in COMPILE_PATHS}
+                 compile=path, inspect=False), both, prompt) for path in COMPILE_PATHS}
     assisted = dict(assistant_model=drafter, num_assistant_tokens=args.gamma,
                     num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
     spec[f"transformers assisted (1B, {args.gamma})"] = hf_entry(target, prompt, args.length, args.device, **assisted)
@@ -584,7 +585,7 @@ def oneshot(args) -> int:
             weights = weight_bytes(target)
             floor_ms = 1000 * weights / bandwidth if bandwidth else None
             report.update(dtype=dtype_name, floor_ms=floor_ms, weight_bytes=weights)
-            judge = None
+            judge, base = None, None
             groups, reference = {}, None
             report["groups"] = groups            # each group saved as it ends, when the time box cuts the next
             for title, group in zip(("target_ar", "speculative"), entries):
