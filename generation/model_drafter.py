@@ -17,20 +17,28 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
                  stop_below: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to k tokens drawn one by one from q = processor(step(seq)): ids (k',) and q (k', V).
     ``step(seq)``: the drafter's logits (1, V) for the token after ``seq`` (1, L). ``stop_below``
-    ends the round once the next token's top probability falls below it (a host sync per step)."""
+    ends the round once the next token's top probability falls below it (a host sync per step): the
+    top of q, the distribution drawn from; under greedy, where q is one-hot, of the drafter's softmax
+    (as transformers' confidence stop reads the scores, raw logits under greedy)."""
     drafts, probs = [], []
     for _ in range(k):
         logits = step(seq)                                      # (1, V)
         if vocab_size is not None:
             logits = logits[:, :vocab_size]
         q = processor(logits)                                   # (1, V)
-        if stop_below is not None and drafts and q.max().item() < stop_below:
+        if stop_below is not None and drafts and _confidence(logits, q, processor) < stop_below:
             break
         token = processor.sample(q, generator)                  # (1,)
         seq = torch.cat([seq, token.view(1, 1)], dim=1)
         drafts.append(token)
         probs.append(q)
     return torch.cat(drafts), torch.cat(probs)
+
+
+def _confidence(logits: torch.Tensor, q: torch.Tensor, processor: LogitsProcessor) -> float:
+    """The drafter's top probability for the next token: of q, or of the logits' softmax under greedy."""
+    top = logits.float().softmax(dim=-1).max() if processor.is_greedy else q.max()
+    return top.item()
 
 
 class ModelDrafter(Drafter):

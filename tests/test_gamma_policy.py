@@ -401,3 +401,49 @@ def test_model_policy_starts_afresh_for_another_drafter_kind():
     assert policy.rounds == 200                  # same kind: it keeps what it learned
     policy.begin("model")
     assert policy.rounds == 0 and policy.cost_model() is None
+
+
+# ---------------------------------------------------------------- the confidence stop, on a drafter's rows
+
+def _peaked(top: float, vocab: int = 8):
+    """Logits (1, V) whose softmax puts ``top`` on id 0 and the rest evenly."""
+    import math
+
+    import torch
+
+    logits = torch.zeros(1, vocab)
+    logits[0, 0] = math.log(top * (vocab - 1) / (1 - top))
+    return logits
+
+
+def _drafted(processor, tops, stop_below):
+    import torch
+
+    from generation.model_drafter import draft_tokens
+
+    rows = iter([_peaked(t) for t in tops])
+    drafts, q = draft_tokens(lambda seq: next(rows), torch.tensor([[1]]), len(tops), processor,
+                             torch.Generator().manual_seed(0), None, stop_below)
+    return drafts.shape[0]
+
+
+def test_confidence_stops_on_the_drafters_probabilities_under_greedy_too():
+    """The next token's top probability, 0.9, 0.9, then 0.3: a threshold of 0.5 stops after two drafts
+    under greedy (the drafter's softmax, where q is one-hot and its top always 1) and under sampling at
+    temperature 1 (q itself); a top-1 filter makes q certain, so nothing stops."""
+    from sampling import GreedyProcessor, MultinomialProcessor, TopKProcessor
+
+    tops = [0.9, 0.9, 0.3, 0.9]
+    assert _drafted(GreedyProcessor(), tops, 0.5) == 2
+    assert _drafted(MultinomialProcessor(1.0), tops, 0.5) == 2
+    assert _drafted(TopKProcessor(1.0, 1), tops, 0.5) == 4
+    assert _drafted(GreedyProcessor(), tops, None) == 4
+    assert _drafted(GreedyProcessor(), tops, 0.2) == 4
+
+
+def test_mutation_a_confidence_read_off_greedys_one_hot_rows_never_stops(monkeypatch):
+    import generation.model_drafter as model_drafter
+    from sampling import GreedyProcessor
+
+    monkeypatch.setattr(model_drafter, "_confidence", lambda logits, q, processor: q.max().item())
+    assert _drafted(GreedyProcessor(), [0.9, 0.9, 0.3, 0.9], 0.5) == 4

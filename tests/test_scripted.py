@@ -148,6 +148,24 @@ def test_json_mode_prints_one_object_per_prompt(pair, tmp_path):
         assert drafter_entry["identical_to_target"] is None and drafter_entry["divergence"] is None
 
 
+def test_the_confidence_policy_stops_drafting_under_greedy(pair, tmp_path):
+    """``--gamma-policy confidence T`` under greedy (the default): a drafter as unsure as the tiny one
+    stops after one draft a round at T = 0.99 where the constant policy drafts γ; the tokens stay
+    target AR's. (The stop read greedy's one-hot rows, whose top is always 1, and never stopped.)"""
+    target, drafter = pair
+    runs = {}
+    for policy in ("constant", "confidence 0.99"):
+        done = _run(["--target", str(target), "--drafter", str(drafter), "--length", "12", "--gamma", "6",
+                     "--gamma-policy", *policy.split(), "--no-ngram", "--json", "--prompt", "the water is hot"],
+                    tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[policy] = json.loads(done.stdout)["strategies"]
+    constant, confident = runs["constant"]["speculative"], runs["confidence 0.99"]["speculative"]
+    assert confident["gamma_policy"] == "confidence 0.99"
+    assert confident["drafted"] <= confident["target_calls"] < constant["drafted"]     # at most one a round
+    assert confident["token_ids"] == runs["confidence 0.99"]["target"]["token_ids"]
+
+
 def test_stdin_script_with_commands_and_a_bad_line(pair, tmp_path):
     target, drafter = pair
     script = "/gamma 2\n/no_such_command\n/ngram off\nthe water is hot\n/length 70000\nthe water\n"
