@@ -26,7 +26,7 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
         if vocab_size is not None:
             logits = logits[:, :vocab_size]
         q = processor(logits)                                   # (1, V)
-        if stop_below is not None and drafts and _confidence(logits, q, processor) < stop_below:
+        if stop_below is not None and drafts and confidence(logits, q, processor) < stop_below:
             break
         token = processor.sample(q, generator)                  # (1,)
         seq = torch.cat([seq, token.view(1, 1)], dim=1)
@@ -35,10 +35,13 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
     return torch.cat(drafts), torch.cat(probs)
 
 
-def _confidence(logits: torch.Tensor, q: torch.Tensor, processor: LogitsProcessor) -> float:
-    """The drafter's top probability for the next token: of q, or of the logits' softmax under greedy."""
-    top = logits.float().softmax(dim=-1).max() if processor.is_greedy else q.max()
-    return top.item()
+def confidence(logits: torch.Tensor, q: torch.Tensor | None, processor: LogitsProcessor) -> float:
+    """The drafter's top probability for its next token, which the confidence policy stops below: of q
+    (``processor(logits)`` when None), the distribution drawn from; under greedy, where q is one-hot
+    (its top always 1), of the logits' softmax. One host sync."""
+    if processor.is_greedy:
+        return logits.float().softmax(dim=-1).max().item()
+    return (processor(logits) if q is None else q).max().item()
 
 
 class ModelDrafter(Drafter):

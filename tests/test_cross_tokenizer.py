@@ -177,6 +177,29 @@ def test_greedy_is_token_identical_to_target_ar(request, bpe, meta, method, orde
         assert out.cross_tokenizer["sync_misses"] == 0
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_the_confidence_stop_reads_the_drafters_probabilities_under_greedy(bpe, meta, method, monkeypatch):
+    """``confidence 0.99`` under greedy: an unsure tiny drafter stops early (fewer drafts than the
+    constant policy's), the tokens still target AR's; read off greedy's one-hot rows (top always 1) it
+    never stopped, as the mutation shows."""
+    from model_drafters.cross_tokenizer import drafter as cross
+
+    pair = _greedy_pair(bpe, meta)
+    ids = encode_prompt(bpe, PROMPTS[1], chat=True)
+    ar = autoregressive(ids, pair.target, processor=GreedyProcessor(), max_gen_len=24)
+
+    def drafted(policy):
+        out = cross_tokenizer(ids, pair, processor=GreedyProcessor(), method=method, gamma=6, max_gen_len=24,
+                              gamma_policy=policy)
+        assert out.tokens == ar.tokens
+        return out.drafted
+
+    constant, confident = drafted("constant"), drafted("confidence 0.99")
+    assert 0 < confident < constant
+    monkeypatch.setattr(cross, "confidence", lambda logits, q, processor: float(processor(logits).max()))
+    assert drafted("confidence 0.99") == constant
+
+
 @pytest.fixture(scope="module", params=["bpe", "meta"])
 def twin_pair(request):
     """The target, and a drafter that is its blend with another init in a shuffled id space."""

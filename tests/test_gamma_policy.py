@@ -445,5 +445,5 @@ def test_mutation_a_confidence_read_off_greedys_one_hot_rows_never_stops(monkeyp
     import generation.model_drafter as model_drafter
     from sampling import GreedyProcessor
 
-    monkeypatch.setattr(model_drafter, "_confidence", lambda logits, q, processor: q.max().item())
+    monkeypatch.setattr(model_drafter, "confidence", lambda logits, q, processor: q.max().item())
     assert _drafted(GreedyProcessor(), [0.9, 0.9, 0.3, 0.9], 0.5) == 4

@@ -30,6 +30,7 @@ from model_drafters.cross_tokenizer.text import REPLACEMENT, TextView, complete,
 from model_drafters.cross_tokenizer.vocab_map import VocabMap, special_ids
 from utils.devices import model_device
 from generation.drafter import Drafter, DrafterReport
+from generation.model_drafter import confidence
 from sampling import LogitsProcessor
 from kvcache.probe import cached_model
 
@@ -216,8 +217,10 @@ class CrossTokenizerDrafter(Drafter):
         self.fed = seq_list + [int(t) for t in torch.cat(tokens).tolist()] if tokens else seq_list
         return self.fed[len(seq_list):], probs
 
-    def _top(self, logits: torch.Tensor, stop_below: float | None) -> float:
-        return float(self.processor(logits).max()) if stop_below is not None else 1.0
+    def _top(self, logits: torch.Tensor, stop_below: float | None, q: torch.Tensor | None = None) -> float:
+        """The top probability the confidence stop reads (``generation.model_drafter.confidence``); 1 when
+        no stop is asked (no sync)."""
+        return confidence(logits, q, self.processor) if stop_below is not None else 1.0
 
     def _propose_slem(self, ids: torch.Tensor, k: int, stop_below: float | None):
         def choose(logits):
@@ -246,9 +249,9 @@ class CrossTokenizerDrafter(Drafter):
         vmap = self.vocab_map
 
         def choose(logits):
-            q = self.processor(vmap.restrict(logits))                  # (1, Vd), zero off the shared set
-            top = float(q.max()) if stop_below is not None else 1.0
-            return self.processor.sample(q, self.generator), q, top
+            restricted = vmap.restrict(logits)
+            q = self.processor(restricted)                               # (1, Vd), zero off the shared set
+            return self.processor.sample(q, self.generator), q, self._top(restricted, stop_below, q)
 
         drafted, probs = self._draft_ids(k, stop_below, choose)
         start = time.perf_counter()
