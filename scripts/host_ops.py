@@ -91,13 +91,17 @@ def per_unit(run, short: int, long: int) -> float:
     return (b - a) / (ub - ua)
 
 
-def target_ar_per_token(model, processor) -> float:
-    """Ops a token of target AR on ``graphs``."""
-    from generation.autoregressive import autoregressive_generate
-    from generation.options import LoopOptions
+def target_ar_per_token(model, processor, *, decisions: bool = True) -> float:
+    """Ops a token of target AR on ``graphs``, as the engine runs it (``decisions``: keeping each deciding
+    row for the verdicts, the default)."""
+    from engine import Strategy, run_strategy
+    from engine.pair import pair_of
+
+    pair = pair_of(model)
 
     def run(n):
-        result = autoregressive_generate(PROMPT, model, LoopOptions(processor=processor, max_gen_len=n, compile="graphs"))
+        strategy = Strategy("target", processor=processor, max_gen_len=n, compile="graphs", decisions=decisions)
+        result = run_strategy(strategy, pair, PROMPT)
         assert len(result.tokens) == n
         return result, n
 
@@ -136,14 +140,16 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; ops outside the captured "
           f"forwards (views left out), greedy, a drafter of {args.drafter_layers} layer(s)")
-    print(f"{'target layers':>13} | target AR a token | speculative γ{args.gamma} a round | same, inspected")
+    print(f"{'target layers':>13} | target AR a token | same, no decisions kept | speculative γ{args.gamma} a round "
+          f"| same, inspected")
     drafter = tiny_llama(4, layers=args.drafter_layers)
     for depth in (int(d) for d in args.depths.split(",")):
         target = tiny_llama(3, layers=depth)
         ar = target_ar_per_token(target, GreedyProcessor())
+        bare = target_ar_per_token(target, GreedyProcessor(), decisions=False)
         plain = speculative_per_round(target, drafter, args.gamma, inspect=False)
         inspected = speculative_per_round(target, drafter, args.gamma, inspect=True)
-        print(f"{depth:>13} | {ar:>16.1f} | {plain:>22.1f} | {inspected:>15.1f}")
+        print(f"{depth:>13} | {ar:>16.1f} | {bare:>23.1f} | {plain:>22.1f} | {inspected:>15.1f}")
     return 0
 
 

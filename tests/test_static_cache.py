@@ -592,7 +592,8 @@ def test_mutation_a_skip_view_that_keeps_the_instance_forward_fails(pair, monkey
 # ------------------------------------------------------------------ host work a step
 
 # positions, three copies in (tokens, positions, mask), the kept rows out, argmax, the growing ids, the
-# host sync; and where a forward takes the slots it writes (4.57's cache_position), their arange
+# host sync; and where a forward takes the slots it writes (4.57's cache_position), their arange. (Keeping
+# each deciding row for the verdicts, the engine's default, adds its top-k and a cat.)
 DECODE_STEP_OPS = 7 if static.LENGTH_IN_CACHE else 8
 
 
@@ -602,7 +603,7 @@ def _ar_ops(monkeypatch, dtype=torch.float32) -> dict[int, float]:
     from tests.helpers.models import tiny_llama
 
     fresh_captures(monkeypatch)
-    return {layers: target_ar_per_token(tiny_llama(3, layers=layers, dtype=dtype), GreedyProcessor())
+    return {layers: target_ar_per_token(tiny_llama(3, layers=layers, dtype=dtype), GreedyProcessor(), decisions=False)
             for layers in (2, 6)}
 
 
