@@ -9,6 +9,7 @@ from generation.drafter import Drafter, DrafterReport
 from generation.tree import Tree
 from generation.tree_draft import draft_tree, sample_tree
 from sampling import LogitsProcessor
+from sampling.processors import probs_dtype
 from kvcache.cache import tree_support
 from kvcache.static import loop_model
 
@@ -19,20 +20,26 @@ def draft_tokens(step, seq: torch.Tensor, k: int, processor: LogitsProcessor, ge
     ``step(seq)``: the drafter's logits (1, V) for the token after ``seq`` (1, L). ``stop_below``
     ends the round once the next token's top probability falls below it (a host sync per step): the
     top of q, the distribution drawn from; under greedy, where q is one-hot, of the drafter's softmax
-    (as transformers' confidence stop reads the scores, raw logits under greedy)."""
+    (as transformers' confidence stop reads the scores, raw logits under greedy). Under greedy each
+    token is the logits' argmax and the one-hot rows are built once for the round, not a row a step."""
+    greedy = processor.is_greedy
     drafts, probs = [], []
     for _ in range(k):
         logits = step(seq)                                      # (1, V)
         if vocab_size is not None:
             logits = logits[:, :vocab_size]
-        q = processor(logits)                                   # (1, V)
+        q = None if greedy else processor(logits)               # (1, V)
         if stop_below is not None and drafts and confidence(logits, q, processor) < stop_below:
             break
-        token = processor.sample(q, generator)                  # (1,)
+        token = processor.greedy_ids(logits) if greedy else processor.sample(q, generator)   # (1,)
         seq = torch.cat([seq, token.view(1, 1)], dim=1)
         drafts.append(token)
         probs.append(q)
-    return torch.cat(drafts), torch.cat(probs)
+    ids = torch.cat(drafts)
+    if greedy:                                                  # processor(rows) of every step at once
+        rows = torch.zeros((ids.shape[0], logits.shape[-1]), dtype=probs_dtype(logits.dtype), device=logits.device)
+        return ids, rows.scatter_(-1, ids.view(-1, 1), 1.0)
+    return ids, torch.cat(probs)
 
 
 def confidence(logits: torch.Tensor, q: torch.Tensor | None, processor: LogitsProcessor) -> float:

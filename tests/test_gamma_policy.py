@@ -445,5 +445,24 @@ def test_mutation_a_confidence_read_off_greedys_one_hot_rows_never_stops(monkeyp
     import generation.model_drafter as model_drafter
     from sampling import GreedyProcessor
 
-    monkeypatch.setattr(model_drafter, "confidence", lambda logits, q, processor: q.max().item())
+    monkeypatch.setattr(model_drafter, "confidence", lambda logits, q, processor: processor(logits).max().item())
     assert _drafted(GreedyProcessor(), [0.9, 0.9, 0.3, 0.9], 0.5) == 4
+
+
+def test_greedy_drafts_carry_the_same_one_hot_rows_as_the_processor_gives():
+    """Under greedy the round's q is built once; it must be the rows ``processor(logits)`` gives each step
+    (one-hot at the argmax, in float32 for bfloat16 logits), over the first ``vocab_size`` ids."""
+    import torch
+
+    from generation.model_drafter import draft_tokens
+    from sampling import GreedyProcessor
+
+    greedy = GreedyProcessor()
+    for dtype, vocab in ((torch.float32, None), (torch.bfloat16, 6)):
+        rows = [torch.randn(1, 8, generator=torch.Generator().manual_seed(i)).to(dtype) for i in range(4)]
+        steps = iter(rows)
+        ids, q = draft_tokens(lambda seq: next(steps), torch.tensor([[1]]), 4, greedy, None, vocab, None)
+        trimmed = [r if vocab is None else r[:, :vocab] for r in rows]
+        assert ids.tolist() == [int(r.argmax()) for r in trimmed]
+        expected = torch.cat([greedy(r) for r in trimmed])
+        assert q.dtype == expected.dtype == torch.float32 and torch.equal(q, expected)
