@@ -19,31 +19,33 @@ class DecisionLog:
 
     def __init__(self, width: int = DECISION_WIDTH):
         self.width = width
-        self._parts: list[torch.Tensor] = []        # per round: (m, 2 * width) float32, values then ids
+        self._parts: list[tuple] = []               # per round: the top-k (values, ids), (m, width) each
         self._kept: list[list[int] | int] = []      # per round: the rows kept (a list) or the first n
 
     def add(self, logits: torch.Tensor, kept: list[int] | int) -> None:
         """Keep rows of ``logits`` (m, V): the offsets ``kept`` (a tree's kept nodes), or the first
-        ``kept`` rows (a chain's emitted positions, a step's one row). Device work only."""
+        ``kept`` rows (a chain's emitted positions, a step's one row). Device work only: one top-k
+        (each op a launch on a GPU's step; the casts and the joining wait for :meth:`read`)."""
         if isinstance(kept, int):
             logits = logits[:kept]
         if logits.shape[0] == 0 or (not isinstance(kept, int) and not kept):
             return
         top = logits.topk(min(self.width, logits.shape[-1]), dim=-1)                 # (m, w) twice
-        # float32 holds a half or single logit exactly, and a token id below 2**24 (no float64: MPS lacks it)
-        self._parts.append(torch.cat([top.values.float(), top.indices.float()], dim=-1))
+        self._parts.append((top.values, top.indices))
         self._kept.append(kept)
 
     def read(self) -> list[Row]:
         """Every kept row in emitted order (one host sync for the whole run)."""
         if not self._parts:
             return []
-        width = self._parts[0].shape[-1] // 2
-        flat = torch.cat([p.flatten() for p in self._parts]).tolist()
+        # float32 holds a half or single logit exactly, and a token id below 2**24 (no float64: MPS lacks it)
+        values = torch.cat([v for v, _ in self._parts]).float()
+        ids = torch.cat([i for _, i in self._parts]).float()
+        width = values.shape[-1]
+        flat = torch.cat([values, ids], dim=-1).tolist()                             # (rows, 2 * width)
         rows, at = [], 0
-        for part, kept in zip(self._parts, self._kept):
-            block = [flat[at + r * 2 * width:at + (r + 1) * 2 * width] for r in range(part.shape[0])]
-            at += part.numel()
-            for r in (range(len(block)) if isinstance(kept, int) else kept):
-                rows.append(Row(tuple(block[r][:width]), tuple(int(i) for i in block[r][width:])))
+        for (part, _), kept in zip(self._parts, self._kept):
+            for r in (range(part.shape[0]) if isinstance(kept, int) else kept):
+                rows.append(Row(tuple(flat[at + r][:width]), tuple(int(i) for i in flat[at + r][width:])))
+            at += part.shape[0]
         return rows

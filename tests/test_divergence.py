@@ -547,7 +547,7 @@ def test_mutation_a_read_back_per_round_fails(monkeypatch):
 
     def eager(self, logits, kept):
         real(self, logits, kept)
-        self._parts[-1].tolist()                               # the rows read back every round
+        self._parts[-1][0].tolist()                            # the rows read back every round
     monkeypatch.setattr(DecisionLog, "add", eager)
     with pytest.raises(AssertionError):
         check_one_read_back(monkeypatch, "speculative")

@@ -597,14 +597,14 @@ def test_mutation_a_skip_view_that_keeps_the_instance_forward_fails(pair, monkey
 DECODE_STEP_OPS = 7 if static.LENGTH_IN_CACHE else 8
 
 
-def _ar_ops(monkeypatch, dtype=torch.float32) -> dict[int, float]:
+def _ar_ops(monkeypatch, dtype=torch.float32, decisions: bool = False) -> dict[int, float]:
     """Ops a token of target AR on ``graphs`` outside the replay (``scripts/host_ops.py``), by depth."""
     from scripts.host_ops import target_ar_per_token
     from tests.helpers.models import tiny_llama
 
     fresh_captures(monkeypatch)
-    return {layers: target_ar_per_token(tiny_llama(3, layers=layers, dtype=dtype), GreedyProcessor(), decisions=False)
-            for layers in (2, 6)}
+    return {layers: target_ar_per_token(tiny_llama(3, layers=layers, dtype=dtype), GreedyProcessor(),
+                                        decisions=decisions) for layers in (2, 6)}
 
 
 def _round_ops(monkeypatch) -> dict[int, float]:
@@ -642,6 +642,8 @@ def test_a_graphs_decode_step_launches_a_few_kernels_outside_its_capture_at_any_
     is one copy, its positions one arange, and greedy reads the argmax off the logits."""
     counts = _ar_ops(monkeypatch, dtype)
     assert counts[2] == counts[6] <= DECODE_STEP_OPS, counts
+    kept = _ar_ops(monkeypatch, dtype, decisions=True)      # the deciding rows: one top-k a step, joined at the end
+    assert kept[2] == kept[6] == counts[2] + 1, (kept, counts)
 
 
 def test_a_speculative_rounds_host_work_does_not_grow_with_depth(monkeypatch):
