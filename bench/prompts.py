@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils.builtin_prompts import BUILTIN
+from utils.text_files import UnreadableText, read_text
 
 # Spec-Bench's 80 MT-bench items carry these eight categories; "mt_bench" selects all.
 MT_BENCH_CATEGORIES = (
@@ -79,10 +80,8 @@ def _read_items(path: str | Path, parse) -> list:
     """``parse(line)`` of every non-empty line; PromptFileError (one line) for a bad file or item."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise PromptFileError(f"cannot read prompt file {path}: {exc.strerror}") from None
-    except ValueError as exc:  # not UTF-8 text
+        lines = read_text(path).splitlines()
+    except UnreadableText as exc:
         raise PromptFileError(f"cannot read prompt file {path}: {exc}") from None
     if not any(line.strip() for line in lines):
         raise PromptFileError(f"prompt file {path} holds no Spec-Bench items")

@@ -17,8 +17,8 @@ Three paths (``utils.options.COMPILE_PATHS``), chosen per strategy:
 
 How the length is reset depends on the release: from transformers 5.17 a ``StaticLayer``
 keeps the length it writes at (``cumulative_length``), which 5.24's ``crop(-n)`` lowers; 5.17
-and 5.18 give the layer no ``crop``. On either, a rollback lowers every layer's length in place
-by one foreach subtraction, what 5.24's ``crop`` does a layer at a time (:func:`lower_length`);
+and 5.18 give the layer no ``crop``. On either, the engine lowers that length in place, all
+5.24's ``crop`` does (:func:`lower_layer`), every layer at once in a rollback (:func:`lower_length`);
 on 4.57 a layer writes where the forward's ``cache_position`` says,
 so every forward passes its positions and a rollback only lowers :attr:`CachedModel.length`.
 Whatever the release, each model's rollback is tried once (:func:`_static_probe`) before its
@@ -69,37 +69,25 @@ def _length_in_cache() -> bool:
         return False
 
 
-def _layer_crops() -> bool:
-    """Whether the installed ``StaticLayer`` has a ``crop`` of its own (5.24; not 5.17 or 5.18)."""
-    from transformers.cache_utils import StaticLayer
-    return callable(getattr(StaticLayer, "crop", None))
-
-
 # From 5.17 a layer writes at its own length (``cumulative_length``); before, where the forward's
 # ``cache_position`` says (4.57), which every forward passes.
 LENGTH_IN_CACHE = _length_in_cache()
-# How one layer's length is lowered (:func:`lower_layer`, when a generation begins): the layer's
-# ``crop(-n)`` (5.24), else (5.17, 5.18: no ``crop``) ``cumulative_length`` lowered in place.
-LAYER_CROPS = LENGTH_IN_CACHE and _layer_crops()
 
 
 def lower_layer(layer, n: int) -> None:
-    """Remove the last ``n`` positions of one static layer that keeps its own length: its ``crop(-n)``,
-    else its ``cumulative_length`` lowered in place (the tensor keeps its address, which captures read;
-    the keys past it stay, and the next write overwrites them). A layer never written holds nothing."""
+    """Remove the last ``n`` positions of one static layer that keeps its own length: its
+    ``cumulative_length`` lowered in place, all 5.24's ``crop(-n)`` does and what 5.17 and 5.18, whose
+    layer has no ``crop``, need (the tensor keeps its address, which captures read; the keys past it
+    stay, and the next write overwrites them). A layer never written holds nothing."""
     if n <= 0 or not getattr(layer, "is_initialized", True):
         return
-    if LAYER_CROPS:
-        layer.crop(-n)
-    else:
-        layer.cumulative_length.sub_(n)
+    layer.cumulative_length.sub_(n)
 
 
 def lower_length(cache, n: int) -> None:
-    """Remove the last ``n`` positions of every layer of a static ``cache``: every written layer's
-    ``cumulative_length`` lowered in place by one foreach subtraction, what each layer's ``crop(-n)``
-    does (5.24; :func:`lower_layer`) in one kernel for all of them, where a crop a layer is a launch a
-    layer in every rollback. Nothing to remove is nothing done (no zero subtracted)."""
+    """Remove the last ``n`` positions of every layer of a static ``cache``: :func:`lower_layer` for every
+    written layer at once, one foreach subtraction (a subtraction a layer is a launch a layer in every
+    rollback). Nothing to remove is nothing done (no zero subtracted)."""
     if n <= 0:
         return
     lengths = [layer.cumulative_length for layer in _layers(cache) if getattr(layer, "is_initialized", True)]

@@ -16,6 +16,7 @@ from generation.tree import Tree
 from ngram_assisted.storage import check_token
 from ngram_assisted.suffix import DEFAULT_FACTOR, NO_DRAFT, Draft, draft_budget
 from utils.options import check_int
+from utils.text_files import UnreadableText, read_text
 
 
 class SuffixAutomaton:
@@ -107,11 +108,9 @@ def read_corpus(path: str, tokenizer) -> list[int]:
     """The ids of a UTF-8 text file under ``tokenizer`` (no special tokens); ValueError, in one line,
     when it cannot be read or is empty."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError, and so is a NUL in the path
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-        raise ValueError(f"cannot read the corpus {path!r}: {reason}") from None
+        text = read_text(path)
+    except UnreadableText as e:
+        raise ValueError(f"cannot read the corpus {path!r}: {e}") from None
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     if not ids:
         raise ValueError(f"the corpus {path!r} has no tokens")

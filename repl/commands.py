@@ -21,6 +21,7 @@ from utils.options import (
     TREE_BRANCH_RANGE, TREE_RANGE, UAG_METHODS, COMPILE_PATHS, OptionError, closest, compile_path, finite_number,
     whole_number,
 )
+from utils.text_files import UnreadableText, read_text
 
 # A command's words were rejected; the message says why (one line). The word checks below
 # the front ends (utils.options, sampling.spec) raise it.
@@ -165,16 +166,11 @@ def parse_corpus(words: list[str], settings: Settings | None = None) -> Update:
     path = " ".join(words)
     if path.lower() in OFF_WORDS:
         return Update({"corpus": ""})
-    text_seen = False
     try:
-        with open(path, encoding="utf-8") as handle:
-            while chunk := handle.read(1 << 20):
-                text_seen = text_seen or not chunk.isspace()
-    except OSError as e:
-        raise CommandError(f"cannot read corpus file {path!r}: {e.strerror or e}") from None
-    except ValueError as e:  # not UTF-8 text, or a name the system cannot take (an embedded NUL byte)
+        text = read_text(path)
+    except UnreadableText as e:
         raise CommandError(f"cannot read corpus file {path!r}: {e}") from None
-    if not text_seen:
+    if not text.strip():
         raise CommandError(f"corpus file {path!r} holds no text")
     return Update({"corpus": path})
 

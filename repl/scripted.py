@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.text import Text
 
 from repl.session import Session, unescape
+from utils.text_files import UnreadableText, read_text
 
 
 class ScriptError(ValueError):
@@ -61,8 +62,8 @@ def parse_lines(text: str, source: str) -> list[Entry]:
 
 def read_file(path: str) -> list[Entry]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_text(path)
+    except UnreadableText as e:
         raise ScriptError(f"cannot read prompts file {path!r}: {e}") from None
     entries = parse_lines(text, Path(path).name)
     if not entries:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import stat
 import tempfile
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
@@ -20,6 +21,7 @@ from generation.inspection import Inspection
 from generation.result import GenerationResult, Round
 from repl.runs import PromptRun, StrategyRun, round_pieces
 from repl.settings import STRATEGIES, settings_from_dict
+from utils.text_files import UnreadableText, read_text
 
 FORMAT = 2
 READS = (2,)
@@ -138,9 +140,7 @@ def write_trace(path: str, document: dict) -> None:
 def write_whole(path: str, text: str, what: str, suffix: str) -> None:
     """Write ``text`` to ``path`` whole: a temporary file beside it, then a rename, so a reader
     never sees half a file; ``what`` names the file in the one-line TraceError on failure."""
-    target = _usable_path(path, what)
-    if target.is_dir():
-        raise TraceError(f"cannot write {what} to {path!r}: it is a directory")
+    target = _file_target(path, what)
     try:
         handle, tmp = tempfile.mkstemp(prefix=f".{what}-", suffix=suffix, dir=target.parent or ".")
     except OSError as e:
@@ -157,18 +157,20 @@ def write_whole(path: str, text: str, what: str, suffix: str) -> None:
         raise TraceError(f"cannot write {what} to {path!r}: {e.strerror or e}") from None
 
 
-def _usable_path(path: str, what: str) -> Path:
-    """``path`` as a Path once the system can take its name: a name with a NUL byte, or one longer
-    than the file system allows, is a one-line TraceError rather than an error from deep inside
-    the write."""
+def _file_target(path: str, what: str) -> Path:
+    """``path`` as a Path a file can be written at, as far as its name tells: a directory, a name with a
+    NUL byte, or one longer than the file system allows, is a one-line TraceError rather than an error
+    from deep inside the write."""
     try:
         target = Path(path).expanduser()
-        os.stat(target)
+        found = os.stat(target)
     except FileNotFoundError:
-        pass
+        return target
     except (OSError, ValueError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise TraceError(f"cannot write {what} to {path!r}: {reason}") from None
+    if stat.S_ISDIR(found.st_mode):
+        raise TraceError(f"cannot write {what} to {path!r}: it is a directory")
     return target
 
 
@@ -199,10 +201,8 @@ def check_writable(path: str, what: str = "trace") -> None:
     """Raise TraceError unless a ``what`` could be written at ``path``. Nothing is left behind: a file
     that is not there yet is created and removed at once (the one test that holds where the
     permissions say yes and the file system says no: a read-only mount, ``/proc``, root's own)."""
-    target = _usable_path(path, what)
+    target = _file_target(path, what)
     parent = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise TraceError(f"cannot write {what} to {path!r}: it is a directory")
     if not parent.is_dir():
         raise TraceError(f"cannot write {what} to {path!r}: no directory {str(parent)!r}")
     if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
@@ -319,9 +319,9 @@ def old_names_note(records: list) -> str | None:
 def read_trace(path: str) -> Trace:
     """Read a trace file; TraceError (one line) when it cannot be used."""
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"cannot read trace {path!r}: {getattr(e, 'strerror', None) or e}") from None
+        text = read_text(Path(path).expanduser())
+    except UnreadableText as e:
+        raise TraceError(f"cannot read trace {path!r}: {e}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -239,7 +239,6 @@ def test_a_layer_without_crop_rolls_back_by_its_own_length(pair, monkeypatch, co
     def no_crop(self, n):
         raise AttributeError("'StaticLayer' object has no attribute 'crop'")
 
-    monkeypatch.setattr(static, "LAYER_CROPS", False)
     monkeypatch.setattr(StaticLayer, "crop", no_crop, raising=False)
     monkeypatch.setattr(static, "_KEPT", weakref.WeakKeyDictionary())   # tried, built and captured here, dropped after
     assert static_refusal(pair.target) is None and static_refusal(pair.drafter) is None   # tried without crop
